@@ -1,0 +1,189 @@
+"""The agent: a model, a harness, a runtime and budgets, ready to run tasks.
+
+`Agent` is configuration plus three ways to run: `rollout(task)` hands back a
+`Rollout` to drive by hand, `await run(task)` runs it to the end and returns
+the trace, and `interaction(task)` lets the caller play the user one turn at a
+time. Budgets are `RolloutLimits` (turns and tokens, L11) and
+`RolloutTimeouts` (seconds per phase; the agent budget is cumulative, L9).
+The agent holds no per-rollout state: many rollouts of one agent run at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from .events import EventBus
+from .harness import ChatHarness, Harness
+from .hooks import BoundHook, bind, hook_spec
+from .messages import AssistantMessage
+from .models import Model, resolve_model
+from .rollout import Rollout
+from .runtime import LocalRuntime, NetworkPolicy, Runtime
+from .task import Task
+from .trace import Trace
+
+__all__ = ["Agent", "RolloutLimits", "RolloutTimeouts", "Interaction"]
+
+
+class RolloutLimits(BaseModel):
+    """Turn and token budgets; None means no limit. Each is checked before a
+    model call against the trace aggregate of the same name (L11, L12)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_turns: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_total_tokens: int | None = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _whole_and_non_negative(cls, value: Any, info: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                f"{info.field_name} must be a whole number >= 0, or None for no limit; got {value!r}"
+            )
+        return value
+
+
+class RolloutTimeouts(BaseModel):
+    """Seconds per phase; None means no deadline. `agent` is cumulative over
+    all segments and charged only while the agent runs (L9)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    setup: float | None = 120.0
+    agent: float | None = None
+    finalize: float | None = 120.0
+    scoring: float | None = 120.0
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _positive(cls, value: Any, info: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"timeout {info.field_name} must be a number of seconds > 0, or None; got {value!r}")
+        return float(value)
+
+
+class Agent:
+    """A model plus a harness, run in a runtime under limits and timeouts.
+
+    `runtime` is a Runtime class or factory (each rollout owns a fresh one) or
+    a Runtime instance (lent to every rollout; its owner keeps it alive).
+    `judges` are extra `@reward`/`@metric` functions scored on every trace (L29).
+    """
+
+    def __init__(
+        self,
+        model: Model | str = "echo",
+        harness: Harness | None = None,
+        runtime: Runtime | Callable[[], Runtime] | type[Runtime] = LocalRuntime,
+        limits: RolloutLimits | dict[str, Any] | None = None,
+        timeouts: RolloutTimeouts | dict[str, Any] | None = None,
+        *,
+        judges: Iterable[Callable[..., Any]] = (),
+        network: NetworkPolicy | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.model = resolve_model(model)
+        if harness is None:
+            harness = ChatHarness()
+        if not isinstance(harness, Harness):
+            raise TypeError(f"harness must be a rk.Harness (e.g. rk.ChatHarness()), got {type(harness).__name__}")
+        self.harness = harness
+        if not (isinstance(runtime, Runtime) or callable(runtime)):
+            raise TypeError("runtime must be a Runtime, a Runtime class, or a function that makes one")
+        self._runtime = runtime
+        self.limits = limits if isinstance(limits, RolloutLimits) else RolloutLimits(**(limits or {}))
+        self.timeouts = timeouts if isinstance(timeouts, RolloutTimeouts) else RolloutTimeouts(**(timeouts or {}))
+        self.network = network or NetworkPolicy()
+        self.judges: list[BoundHook] = [bind(j, hook_spec(j), "judge") for j in judges]
+        self.name = name or self.model.name
+        self.events = EventBus()
+
+    def make_runtime(self) -> Runtime:
+        if isinstance(self._runtime, Runtime):
+            raise TypeError("this agent lends one runtime to all rollouts; it cannot make owned ones")
+        return self._runtime()
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, **self.model.describe(), **self.harness.describe()}
+
+    def rollout(self, task: Task, runtime: Runtime | None = None, *, user: bool = False) -> Rollout:
+        """A rollout to drive by hand: `open()`, `step()` as often as wanted, `close()`."""
+        if runtime is None and isinstance(self._runtime, Runtime):
+            runtime = self._runtime
+        return Rollout(self, task, runtime, user=user)
+
+    async def run(self, task: Task, runtime: Runtime | None = None) -> Trace:
+        """Open, run one segment (there is no user to answer), close."""
+        rollout = self.rollout(task, runtime)
+        try:
+            if await rollout.open():
+                await rollout.step()
+            return await rollout.close()
+        except BaseException:
+            await rollout.abort()
+            raise
+
+    def interaction(self, task: Task, runtime: Runtime | None = None) -> Interaction:
+        """`async with agent.interaction(task) as it: reply = await it.turn("hi")`."""
+        return Interaction(self.rollout(task, runtime, user=True))
+
+    def subscribe(self, subscriber: Callable[..., Any]) -> Callable[[], None]:
+        """Receive the events of every rollout of this agent."""
+        return self.events.subscribe(subscriber)
+
+    def __repr__(self) -> str:
+        return f"Agent(model={self.model.name!r}, harness={self.harness.name!r})"
+
+
+class InteractionEnded(RuntimeError):
+    """`turn()` was called after the exchange ended."""
+
+
+class Interaction:
+    """Play the user of one rollout: each `turn(message)` runs one segment and
+    returns what the agent said. Time between turns costs no agent time (L9)."""
+
+    def __init__(self, rollout: Rollout) -> None:
+        self.rollout = rollout
+
+    @property
+    def trace(self) -> Trace:
+        return self.rollout.trace
+
+    @property
+    def done(self) -> bool:
+        return not self.rollout.is_open
+
+    async def __aenter__(self) -> Interaction:
+        await self.rollout.open()
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            await self.rollout.abort()  # cancelled or interrupted: free, do not score
+        else:
+            await self.rollout.close()
+
+    async def turn(self, message: Any = None) -> str | None:
+        """Run one segment on `message` (the user's words) and return the text
+        of the agent's last reply in it (None if it said nothing)."""
+        if self.done:
+            why = self.trace.stop or ("zero progress" if self.rollout.state == "ended" else self.rollout.state)
+            raise InteractionEnded(f"the interaction has ended ({why}); read it.trace")
+        before = len(self.trace.messages)
+        await self.rollout.step(message)
+        for reply in reversed(self.trace.messages[before:]):
+            if isinstance(reply, AssistantMessage) and reply.content:
+                return reply.content
+        return None
+

@@ -1,0 +1,74 @@
+"""The rollout context: the one object a harness, a task hook and a tool
+service see of their rollout.
+
+Instead of threading trace, runtime, session, tools, secret and service URLs
+through every call, a `RolloutContext` carries them together. It offers the
+two things a harness does: ask the model (`complete`, through the session's
+interception pipeline) and run a tool call (`run_tool`, which never raises on
+a bad call). It holds per-rollout harness state (`messages`, `state`) so one
+harness object can serve many rollouts at once. It decides nothing about the
+lifecycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .messages import Message, Request, Response, ToolCall, ToolMessage
+from .tools import Tool
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+    from .session import Session
+    from .task import Task, TaskData
+    from .trace import Trace
+
+__all__ = ["RolloutContext"]
+
+
+@dataclass(eq=False)
+class RolloutContext:
+    id: str
+    task: Task
+    data: TaskData
+    trace: Trace
+    runtime: Runtime
+    session: Session
+    secret: str
+    tools: dict[str, Tool] = field(default_factory=dict)
+    tool_specs: list[dict[str, Any]] = field(default_factory=list)
+    # URLs of the services open() brought up (interception, tool servers).
+    services: dict[str, str] = field(default_factory=dict)
+    # The harness's own view of the conversation, and free per-rollout state.
+    messages: list[Message] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+    tool_calls: int = 0
+    tool_failures: int = 0
+
+    @property
+    def stopped(self) -> bool:
+        """A limit or a @stop ended the exchange: make no more model calls."""
+        return self.session.stopped
+
+    async def complete(self, request: Request | list[Message]) -> Response:
+        """Ask the model, through the rollout's interception point. Raises
+        `Refused` (a clean stop) when a limit or a @stop refuses the call."""
+        if not isinstance(request, Request):
+            request = Request.model_construct(messages=request, tools=self.tool_specs, model=None, params={})
+        return await self.session.complete(request)
+
+    async def run_tool(self, call: ToolCall) -> ToolMessage:
+        """Run one tool call. An unknown tool, bad arguments or a raising tool
+        come back as an error message for the model, never as an exception."""
+        self.tool_calls += 1
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self.tools)) or "none"
+            content, ok = f"error: there is no tool named {call.name!r}; available tools: {known}", False
+        else:
+            result = await tool(call)
+            content, ok = result.content, result.ok
+        if not ok:
+            self.tool_failures += 1
+        return ToolMessage(tool_call_id=call.id, content=content, name=call.name)

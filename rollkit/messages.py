@@ -1,0 +1,146 @@
+"""The conversation vocabulary: messages, tool calls, and the two boundary
+objects every model call passes through, `Request` and `Response`.
+
+These are plain data (pydantic v2) shaped like the OpenAI chat-completions
+protocol, so the HTTP face of the interception point is a thin translation.
+This module holds no behaviour beyond conversion helpers; it must not import
+the rest of rollkit.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+__all__ = [
+    "SystemMessage",
+    "UserMessage",
+    "AssistantMessage",
+    "ToolMessage",
+    "ToolCall",
+    "Message",
+    "Usage",
+    "Request",
+    "Response",
+    "text_of",
+    "to_messages",
+]
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolCall(_Data):
+    """A tool call the model asked for. `arguments` is JSON text, as on the
+    wire; a dict given here is serialized, and `args()` parses it back."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _serialize_dict(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return json.dumps(value)
+        return value
+
+    def args(self) -> dict[str, Any]:
+        """The arguments as a dict. Raises ValueError when they are not a JSON object."""
+        parsed = json.loads(self.arguments or "{}")
+        if not isinstance(parsed, dict):
+            raise ValueError(f"tool call arguments must be a JSON object, got {type(parsed).__name__}")
+        return parsed
+
+
+class SystemMessage(_Data):
+    role: Literal["system"] = "system"
+    content: str
+
+
+class UserMessage(_Data):
+    role: Literal["user"] = "user"
+    content: str
+
+
+class AssistantMessage(_Data):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+class ToolMessage(_Data):
+    role: Literal["tool"] = "tool"
+    tool_call_id: str
+    content: str
+    name: str | None = None
+
+
+Message = Annotated[
+    Union[SystemMessage, UserMessage, AssistantMessage, ToolMessage],
+    Field(discriminator="role"),
+]
+
+
+class Usage(_Data):
+    """Token counts of one model call, as the provider reported them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class Request(_Data):
+    """What goes to the model: the conversation, the tools it may call, and
+    sampling parameters passed through untouched."""
+
+    messages: list[Message]
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    model: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Response(_Data):
+    """What the model answered."""
+
+    message: AssistantMessage
+    usage: Usage = Field(default_factory=Usage)
+    finish_reason: str = "stop"
+    model: str | None = None
+
+
+_MESSAGE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Message)
+
+
+def text_of(message: Any) -> str:
+    """The text content of a message ("" when it has none)."""
+    return getattr(message, "content", None) or ""
+
+
+def to_messages(messages: Any) -> list[Any]:
+    """Normalize what a user passes to `step()`: None, a string, a message, a
+    dict in OpenAI shape, or a list of those. A string is a user message."""
+    if messages is None:
+        return []
+    if isinstance(messages, (str, BaseModel, dict)):
+        messages = [messages]
+    out = []
+    for item in messages:
+        if isinstance(item, str):
+            out.append(UserMessage(content=item))
+        elif isinstance(item, (SystemMessage, UserMessage, AssistantMessage, ToolMessage)):
+            out.append(item)
+        elif isinstance(item, dict):
+            out.append(_MESSAGE_ADAPTER.validate_python(item))
+        else:
+            raise TypeError(
+                f"cannot use {type(item).__name__} as a message: pass a string "
+                "(a user message), a rollkit message, or a dict with a 'role'"
+            )
+    return out

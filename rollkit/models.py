@@ -1,0 +1,165 @@
+"""Models: the small async interface every model speaks, the embedded
+deterministic `ScriptedModel`, and name resolution.
+
+A model turns a `Request` into a `Response` and knows nothing of rollouts,
+budgets or hooks: those live in the session that calls it. `OpenAIModel`
+(any OpenAI-compatible endpoint) lives in `rollkit.openai_model` and loads the
+openai SDK only when used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Union
+
+from .errors import ProviderError
+from .messages import AssistantMessage, Request, Response, ToolCall, Usage
+
+__all__ = ["Model", "ScriptedModel", "count_tokens", "resolve_model"]
+
+
+class Model:
+    """Interface: `await model.complete(request) -> Response`. Raise
+    `ProviderError` for failures of the call itself."""
+
+    name: str = "model"
+
+    async def complete(self, request: Request) -> Response:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Release pooled connections, if any."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.name, "type": type(self).__name__}
+
+
+def _words(text: str | None) -> int:
+    return len(text.split()) if text else 0
+
+
+def count_tokens(message: Any) -> int:
+    """ScriptedModel's token count of one message: 1, plus one per
+    whitespace-separated word of its content, plus for each tool call 1 plus
+    the words of its name and of its JSON arguments."""
+    n = 1 + _words(getattr(message, "content", None))
+    for call in getattr(message, "tool_calls", None) or ():
+        n += 1 + _words(call.name) + _words(call.arguments)
+    return n
+
+
+Reply = Union[str, AssistantMessage, Response]
+ReplySource = Union[Reply, Callable[[Request], Any]]
+
+_call_ids = itertools.count(1)
+
+
+class ScriptedModel(Model):
+    """The embedded default: deterministic, instant, no network.
+
+    `replies` is a list (reply i answers the request that already holds i
+    assistant messages, so one model can serve many conversations at once) or
+    a function of the request. A reply is a string, an `AssistantMessage`
+    (tool calls included; see `ScriptedModel.call`), a `Response`, or a
+    function (sync or async) of the request returning one of those.
+
+    Token count, so budgets burn predictably: a message costs 1 token plus one
+    per whitespace-separated word of its content, plus, per tool call, 1 plus
+    the words of its name and of its JSON arguments. `input_tokens` is the sum
+    over the request's messages, `output_tokens` the cost of the reply.
+
+    `delay` seconds are awaited before each reply, to stand in for latency.
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[ReplySource] | Callable[[Request], Any] = (),
+        *,
+        name: str = "scripted",
+        delay: float = 0.0,
+    ) -> None:
+        if isinstance(replies, (str, AssistantMessage, Response)):
+            replies = [replies]
+        if not callable(replies) and not isinstance(replies, Sequence):
+            raise TypeError("ScriptedModel replies must be a list of replies or a function of the request")
+        self.replies = replies
+        self.name = name
+        self.delay = delay
+
+    @staticmethod
+    def call(tool: str, content: str | None = None, /, **arguments: Any) -> AssistantMessage:
+        """An assistant message that calls `tool` with `arguments`."""
+        call = ToolCall(id=f"call_{next(_call_ids)}", name=tool, arguments=json.dumps(arguments))
+        return AssistantMessage(content=content, tool_calls=[call])
+
+    async def complete(self, request: Request) -> Response:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        source: Any = self.replies
+        if not callable(source):
+            index = sum(1 for m in request.messages if m.role == "assistant")
+            if index >= len(source):
+                raise ProviderError(
+                    f"ScriptedModel {self.name!r} has no reply #{index + 1} (it was given "
+                    f"{len(source)}); add replies or pass a function of the request",
+                    status=400,
+                )
+            source = source[index]
+        reply = source(request) if callable(source) else source
+        if inspect.isawaitable(reply):
+            reply = await reply
+        return self._response(reply, request)
+
+    def _response(self, reply: Any, request: Request) -> Response:
+        if isinstance(reply, Response):
+            return reply
+        if isinstance(reply, str):
+            message = AssistantMessage(content=reply)
+        elif isinstance(reply, AssistantMessage):
+            message = reply
+        else:
+            raise ProviderError(
+                f"ScriptedModel {self.name!r} got a reply of type {type(reply).__name__}; "
+                "a reply is a str, an AssistantMessage or a Response"
+            )
+        usage = Usage.model_construct(
+            input_tokens=sum(count_tokens(m) for m in request.messages),
+            output_tokens=count_tokens(message),
+        )
+        finish = "tool_calls" if message.tool_calls else "stop"
+        return Response.model_construct(message=message, usage=usage, finish_reason=finish, model=self.name)
+
+
+def _echo(request: Request) -> str:
+    for message in reversed(request.messages):
+        if message.role == "user":
+            return f"You said: {message.content}"
+    return "Hello."
+
+
+def resolve_model(model: Model | str) -> Model:
+    """A Model from a Model or a name: "echo" (built in), "toy-calculator"
+    (the example task set's toy), or "openai/NAME" (an OpenAI-compatible
+    endpoint read from OPENAI_BASE_URL and OPENAI_API_KEY)."""
+    if isinstance(model, Model):
+        return model
+    if not isinstance(model, str):
+        raise TypeError(f"model must be a rollkit Model or a model name, got {type(model).__name__}")
+    if model == "echo":
+        return ScriptedModel(_echo, name="echo")
+    if model == "toy-calculator":
+        from .examples import toy_calculator_model
+
+        return toy_calculator_model()
+    if model.startswith("openai/"):
+        from .openai_model import OpenAIModel
+
+        return OpenAIModel(model.removeprefix("openai/"))
+    raise ValueError(
+        f"unknown model name {model!r}: use 'echo', 'toy-calculator', 'openai/<model>' "
+        "(reads OPENAI_BASE_URL and OPENAI_API_KEY), or pass a Model such as rk.ScriptedModel([...])"
+    )

@@ -1,0 +1,414 @@
+"""The rollout: one execution of one task by one agent, open to close.
+
+`Rollout` owns the lifecycle of LIFECYCLE.md and nothing else: `open()` builds
+the world (runtime, prompt check, setup under one deadline, services, network
+policy, the initial prompt rewrite), `step()` runs one segment and charges its
+agent time, `close()` closes the harness session, finalizes, scores and tears
+down, `abort()` frees everything without finalizing or scoring. Every failure
+lands on the trace typed by its boundary; only lifetime bugs of the caller
+(L3) and cancellations propagate. Model calls go through the `Session`,
+scoring through `scoring.score`; this module only sequences them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from .context import RolloutContext
+from .errors import HarnessError, LifetimeError, Refused, RolloutError, SandboxError, TaskError, ToolsetError, crossing
+from .events import EventBus
+from .hooks import HookSet, collect_hooks
+from .messages import Request, SystemMessage, UserMessage, to_messages
+from .runtime import Runtime
+from .scoring import score
+from .session import Session
+from .task import Task
+from .trace import ErrorInfo, Segment, TaskRef, Trace
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = ["Rollout"]
+
+log = logging.getLogger("rollkit")
+
+
+async def _maybe_await(value: Any) -> Any:
+    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+        return await value
+    return value
+
+
+class Rollout:
+    """One task, one agent, one execution. Build it with `agent.rollout(task)`.
+
+    `user=True` says a user will speak between segments (a person in a
+    notebook, a script, another agent); it lets a task without a prompt open.
+    """
+
+    def __init__(self, agent: Agent, task: Task, runtime: Runtime | None = None, *, user: bool = False) -> None:
+        if not isinstance(task, Task):
+            raise TypeError(f"a rollout needs a rk.Task, got {type(task).__name__}")
+        self.agent = agent
+        self.task = task
+        self.harness = agent.harness
+        self.user = user
+        self.owns_runtime = runtime is None
+        self.runtime = runtime if runtime is not None else agent.make_runtime()
+        self.events = EventBus()
+        self.limits = agent.limits
+        self.timeouts = agent.timeouts
+        # Routing and shape checks happen here, at build time (L16, L17).
+        task_hooks = collect_hooks(task, "task")
+        harness_hooks = [h for h in collect_hooks(self.harness, "harness") if h.kind == "metric"]
+        self.hooks = HookSet.build(task_hooks)
+        self._signals = [*self.hooks.rewards, *self.hooks.metrics, *harness_hooks, *agent.judges]
+        self.trace = Trace(
+            task=TaskRef(type=type(task).__qualname__, key=task.key, data=task.data.model_dump(mode="json")),
+            agent=agent.describe(),
+            limits=self.limits.model_dump(),
+            timeouts=self.timeouts.model_dump(),
+        )
+        self.id = self.trace.id
+        self._state = "new"  # new -> opening -> open -> ended -> closed
+        self._failed = False
+        self._opened = False
+        self._pending: list[Any] | None = None
+        self._remaining = self.timeouts.agent
+        self._charged = 0.0
+        self._segment_t0: float | None = None
+        self.toolsets = task.all_toolsets()
+        self._values: dict[str, Any] = {"trace": self.trace, "task": task, "data": task.data, "runtime": self.runtime}
+        self.session = Session(
+            trace=self.trace,
+            model=agent.model,
+            hooks=self.hooks,
+            limits=self.limits,
+            values=self._values,
+            emit=self._emit,
+            agent_time=self._agent_time,
+            segment=lambda: len(self.trace.segments) - 1,
+        )
+        self.ctx = RolloutContext(
+            id=self.id,
+            task=task,
+            data=task.data,
+            trace=self.trace,
+            runtime=self.runtime,
+            session=self.session,
+            secret=secrets.token_urlsafe(24),
+        )
+        self._values["ctx"] = self.ctx
+        for toolset in self.toolsets:
+            for name, tool in toolset.tools.items():
+                if name in self.ctx.tools:
+                    raise TypeError(f"task {task.name}: two tools are named {name!r}; rename one")
+                self.ctx.tools[name] = tool
+                self.ctx.tool_specs.append(tool.spec)
+
+    # ---- state ------------------------------------------------------------
+    @property
+    def ok(self) -> bool | None:
+        return self.trace.ok
+
+    @property
+    def closed(self) -> bool:
+        return self._state == "closed"
+
+    @property
+    def is_open(self) -> bool:
+        """True while `step()` can run a segment."""
+        return self._state == "open"
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def subscribe(self, subscriber: Any) -> Any:
+        """Receive this rollout's events; returns a function that unsubscribes."""
+        return self.events.subscribe(subscriber)
+
+    def _emit(self, kind: str, **data: Any) -> None:
+        self.events.emit(kind, self.id, **data)
+        self.agent.events.emit(kind, self.id, **data)
+
+    def _agent_time(self) -> float:
+        running = time.perf_counter() - self._segment_t0 if self._segment_t0 is not None else 0.0
+        return self._charged + running
+
+    def _phase_start(self, name: str) -> None:
+        span = self.trace._open_span(name)
+        span.end = None
+        self._emit("phase_start", phase=name)
+
+    def _phase_end(self, name: str) -> None:
+        span = self.trace.phases.get(name)
+        if span is not None and span.end is None:
+            span.end = time.time()
+            self._emit("phase_end", phase=name)
+
+    def _fail(self, exc: BaseException, phase: str) -> None:
+        """Record a failure on the trace (L8, L31) and end the exchange."""
+        self._failed = True
+        self.trace.errors.append(ErrorInfo.from_exception(exc, phase))
+        self._phase_end(phase)
+        self._emit("failure", phase=phase, error=type(exc).__name__, message=str(exc))
+        log.debug("rollout %s failed in %s: %s", self.id, phase, exc)
+
+    # ---- open -------------------------------------------------------------
+    async def open(self) -> bool:
+        """Build the world up to "able to run". Returns False when something
+        failed; the failure is on the trace (L8)."""
+        if self._state != "new":
+            raise RuntimeError(f"rollout {self.id} was already opened; build a new one with agent.rollout(task)")
+        self._state = "opening"
+        phase = "boot"
+        try:
+            self._phase_start("boot")
+            await self._boot()
+            self._phase_end("boot")
+            phase = "setup"
+            self._check_prompt()
+            self._phase_start("setup")
+            await self._setup()
+            await self._serve()
+            self._pending = await self._initial_messages()
+            self._phase_end("setup")
+        except asyncio.CancelledError:
+            await self.abort()
+            raise
+        except LifetimeError:
+            await self.abort()
+            raise
+        except Exception as exc:
+            self._fail(exc, phase)
+            self._state = "ended"
+            return False
+        self._opened = True
+        self._state = "open"
+        return True
+
+    async def _boot(self) -> None:
+        if self.owns_runtime:
+            with crossing(SandboxError, f"{self.runtime.kind} runtime start"):
+                await self.runtime.start()
+        elif self.runtime.stopped or not self.runtime.started:
+            # The owner's lifetime bug, not the rollout's failure (L3).
+            raise LifetimeError(
+                f"the borrowed runtime {self.runtime!r} is not running; its owner must start it "
+                "before lending it and keep it alive until the rollout closes"
+            )
+
+    def _check_prompt(self) -> None:
+        # Fail before any setup runs rather than let the rollout spin (L4).
+        if not self.task.data.prompt and not self.user:
+            raise TaskError(
+                f"task {self.task.name} ({self.task.key}) has no prompt and no user to open the "
+                "conversation; give its TaskData a prompt, or run it with a user "
+                "(agent.interaction(task), agent.rollout(task, user=True))"
+            )
+
+    async def _setup(self) -> None:
+        # task.setup and harness.setup share one deadline (L5).
+        limit = self.timeouts.setup
+        running = "task.setup"
+        try:
+            async with asyncio.timeout(limit):
+                with crossing(TaskError, "task.setup"):
+                    await _maybe_await(self.task.setup(self.ctx))
+                running = "harness.setup"
+                with crossing(HarnessError, "harness.setup"):
+                    await _maybe_await(self.harness.setup(self.ctx))
+        except TimeoutError as exc:
+            error = TaskError if running == "task.setup" else HarnessError
+            raise error(
+                f"setup timeout: {running} was still running when the shared {limit}s setup "
+                "deadline of task.setup and harness.setup passed"
+            ) from exc
+
+    async def _serve(self) -> None:
+        for toolset in self.toolsets:
+            with crossing(ToolsetError, f"toolset {toolset.name!r} start"):
+                await toolset.start(self.ctx)
+        with crossing(HarnessError, "harness.serve"):
+            self.ctx.services.update(await self.harness.serve(self.ctx))
+        with crossing(SandboxError, "network policy"):
+            self.trace.info["network"] = await self.runtime.apply_network_policy(
+                self.agent.network, keep=list(self.ctx.services.values())
+            )
+
+    async def _initial_messages(self) -> list[Any]:
+        data = self.task.data
+        messages: list[Any] = []
+        if data.system_prompt:
+            messages.append(SystemMessage(content=data.system_prompt))
+        if data.prompt:
+            messages.append(UserMessage(content=data.prompt))
+            if self.hooks.request_interceptors:
+                # The harness sees the prompt only after the interceptors rewrote it (L7).
+                request = Request(messages=messages, tools=self.ctx.tool_specs)
+                messages = list((await self.session.rewrite_request(request, call=None)).messages)
+        return messages
+
+    # ---- step -------------------------------------------------------------
+    async def step(self, messages: Any = None) -> bool:
+        """Run one segment. Returns whether the exchange can continue (L15)."""
+        if self._state != "open":
+            return False
+        new = to_messages(messages)
+        if self._pending is not None:
+            if not self.task.data.prompt and not any(m.role == "user" for m in new):
+                raise ValueError(
+                    f"task {self.task.name} has no prompt, so the user speaks first: "
+                    "pass the opening message, e.g. step('hello')"
+                )
+            new = [*self._pending, *new]
+            self._pending = None
+        if not self.owns_runtime and self.runtime.stopped:
+            await self.abort()
+            raise LifetimeError(f"the borrowed runtime {self.runtime!r} was stopped by its owner while the rollout ran")
+        self.trace.messages.extend(new)
+        segment = Segment(
+            index=len(self.trace.segments),
+            start=time.time(),
+            turns_before=self.trace.num_turns,
+            user_messages=sum(1 for m in new if m.role == "user"),
+        )
+        self.trace.segments.append(segment)
+        self._phase_start("agent")
+        self._emit("segment_start", segment=segment.index)
+        self._segment_t0 = time.perf_counter()
+        try:
+            await self._run_segment(new)
+        except asyncio.CancelledError:
+            self._end_segment(segment)
+            raise
+        self._end_segment(segment)
+        if self._failed or self.session.stopped or segment.turns_added == 0:
+            # A segment that committed nothing cannot be waiting on the user;
+            # treating it as continuable would hand the user a conversation
+            # that never moved, forever (L14).
+            self._state = "ended"
+            return False
+        return True
+
+    async def _run_segment(self, new: list[Any]) -> None:
+        budget = self._remaining
+        timer = asyncio.timeout(budget)
+        try:
+            async with timer:
+                with crossing(HarnessError, f"harness {self.harness.name!r}"):
+                    await self.harness.segment(self.ctx, new)
+        except Refused:
+            pass  # a clean stop; the session recorded the condition
+        except TimeoutError as exc:
+            if not timer.expired():  # the harness's own I/O timed out (L10)
+                self._fail(HarnessError(f"harness {self.harness.name!r}: TimeoutError: {exc}"), "agent")
+            else:
+                total = self.timeouts.agent
+                self._fail(HarnessError(f"agent timeout: the agent used its whole {total}s agent-time budget"), "agent")
+        except LifetimeError:
+            raise
+        except Exception as exc:
+            if not self.owns_runtime and self.runtime.stopped:
+                await self.abort()
+                raise LifetimeError(
+                    f"the borrowed runtime {self.runtime!r} was stopped by its owner while the rollout ran"
+                ) from exc
+            self._fail(exc, "agent")
+
+    def _end_segment(self, segment: Segment) -> None:
+        spent = time.perf_counter() - (self._segment_t0 or time.perf_counter())
+        self._segment_t0 = None
+        self._charged += spent
+        if self._remaining is not None:
+            self._remaining = max(0.0, self._remaining - spent)
+        segment.end = time.time()
+        segment.charged = spent
+        segment.remaining = self._remaining
+        segment.turns_added = self.trace.num_turns - segment.turns_before
+        self._phase_end("agent")
+        self._emit("segment_end", segment=segment.index, turns_added=segment.turns_added)
+
+    # ---- close ------------------------------------------------------------
+    async def close(self) -> Trace:
+        """Close the harness session, finalize, score, tear down (L21).
+        Idempotent; always returns the trace."""
+        if self._state == "closed":
+            return self.trace
+        self._state = "closing"
+        await self._release_harness()
+        if self._opened and not self._failed:
+            await self._finalize()
+        if self._opened and not self._failed:
+            self._phase_start("scoring")
+            await score(self.trace, self._signals, self._values, self.timeouts.scoring)
+            self._phase_end("scoring")
+            self._emit("scored", reward=self.trace.reward)
+        await self._teardown_runtime()
+        self.trace._close_open_spans(time.time())
+        self.trace.ok = self._opened and not self._failed  # L25, decided last
+        self.trace.completed = True
+        self._state = "closed"
+        self._emit("closed", ok=self.trace.ok)
+        log.info(self._done_line())
+        return self.trace
+
+    def _done_line(self) -> str:
+        trace = self.trace
+        reward = None if self._failed or not trace.rewards else round(trace.reward, 6)
+        return f"rollout done: id={trace.id} reward={reward} turns={trace.num_turns} stop={trace.stop}"
+
+    async def _release_harness(self) -> None:
+        # A failed teardown only warns: the generation already happened, and a
+        # transport failure must not throw away a scorable trajectory (L22).
+        try:
+            await self.harness.cleanup(self.ctx)
+        except Exception as exc:
+            self._warn(f"harness cleanup failed: {type(exc).__name__}: {exc}")
+        for toolset in self.toolsets:
+            try:
+                await toolset.stop()
+            except Exception as exc:
+                self._warn(f"toolset {toolset.name!r} stop failed: {type(exc).__name__}: {exc}")
+
+    async def _finalize(self) -> None:
+        self._phase_start("finalize")
+        try:
+            async with asyncio.timeout(self.timeouts.finalize):
+                with crossing(TaskError, "task.finalize"):
+                    await _maybe_await(self.task.finalize(self.ctx))
+        except TimeoutError:
+            self._fail(TaskError(f"task.finalize timed out after {self.timeouts.finalize}s"), "finalize")
+        except RolloutError as exc:
+            self._fail(exc, "finalize")
+        self._phase_end("finalize")
+
+    async def _teardown_runtime(self) -> None:
+        # Last, and only if owned: cross-trace judging needs traces, not a live box.
+        if self.owns_runtime and self.runtime.started:
+            try:
+                await self.runtime.stop()
+            except Exception as exc:
+                self._warn(f"runtime stop failed: {type(exc).__name__}: {exc}")
+
+    def _warn(self, message: str) -> None:
+        self.trace.warnings.append(message)
+        log.warning("rollout %s: %s", self.id, message)
+
+    async def abort(self) -> Trace:
+        """Free everything without finalizing or scoring. Idempotent."""
+        if self._state == "closed":
+            return self.trace
+        self._state = "closed"
+        await self._release_harness()
+        await self._teardown_runtime()
+        self.trace._close_open_spans(time.time())
+        self.trace.aborted = True
+        self.trace.ok = False
+        self._emit("closed", ok=False, aborted=True)
+        return self.trace

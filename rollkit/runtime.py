@@ -1,0 +1,100 @@
+"""Runtimes: the box a harness program runs in.
+
+A runtime has a lifetime (`start`, `stop`, `stopped`) and an execution network
+policy it either enforces or refuses (L6). A rollout either owns its runtime
+(creates, starts and stops it) or borrows one that someone else keeps alive;
+a borrowed runtime that is stopped is that someone's lifetime bug (L3).
+
+`LocalRuntime` is no box at all: the harness runs in this process. It can
+enforce no network restriction, so it refuses any. Runtimes do not know about
+rollouts, traces or models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import SandboxError
+
+__all__ = ["Runtime", "LocalRuntime", "NetworkPolicy"]
+
+
+class NetworkPolicy(BaseModel):
+    """Where programs in the runtime may connect. Empty lists mean no
+    restriction. The framework's own routes (interception, tools) are always
+    kept reachable, whatever is blocked."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    allow: list[str] = Field(default_factory=list)
+    block: list[str] = Field(default_factory=list)
+
+    @property
+    def restricts(self) -> bool:
+        return bool(self.allow or self.block)
+
+
+class Runtime:
+    """Base runtime. Subclasses override `_start`, `_stop` and, if they can
+    enforce restrictions, `_enforce`."""
+
+    kind = "runtime"
+
+    def __init__(self) -> None:
+        self._state = "new"  # new -> running -> stopped
+
+    @property
+    def started(self) -> bool:
+        return self._state != "new"
+
+    @property
+    def stopped(self) -> bool:
+        return self._state == "stopped"
+
+    @property
+    def alive(self) -> bool:
+        return self._state == "running"
+
+    async def start(self) -> None:
+        if self._state == "running":
+            return
+        if self._state == "stopped":
+            raise SandboxError(f"{self.kind} runtime was stopped and cannot start again; make a new one")
+        await self._start()
+        self._state = "running"
+
+    async def stop(self) -> None:
+        if self._state == "stopped":
+            return
+        self._state = "stopped"
+        await self._stop()
+
+    async def apply_network_policy(self, policy: NetworkPolicy, keep: list[str]) -> dict[str, Any]:
+        """Apply `policy`, keeping `keep` (the framework's routes) reachable.
+        Returns what is in force, for the trace. Refuses what it cannot enforce."""
+        if policy.restricts:
+            return await self._enforce(policy, keep)
+        return {"enforced": False, "allow": [], "block": [], "kept": list(keep)}
+
+    async def _enforce(self, policy: NetworkPolicy, keep: list[str]) -> dict[str, Any]:
+        raise SandboxError(
+            f"{self.kind} runtime cannot enforce a network policy (asked: allow={policy.allow}, "
+            f"block={policy.block}); use a runtime that can, or drop the policy"
+        )
+
+    async def _start(self) -> None:
+        pass
+
+    async def _stop(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._state})"
+
+
+class LocalRuntime(Runtime):
+    """No box: the harness runs in this process."""
+
+    kind = "local"

@@ -1,0 +1,90 @@
+"""Scoring: seed every signal name, then fill them.
+
+Three routes feed the trace's two dictionaries (L29): the task's `@reward`s and
+`@metric`s, the harness's own `@metric`s, and judges plugged in by
+configuration. Before any scoring function runs, every expected name is
+written with the value None (seeding, L27), so a signal that raised or timed
+out stays visible as missing, with the reason in `trace.signal_errors`. A
+function that returns a mapping records under its keys and its own
+placeholder is removed unless filled (L28). All signals run concurrently, the
+task side and the harness side together (L21), under one scoring deadline.
+
+This module does not decide whether to score (the rollout skips failed runs,
+L23); it only scores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import HarnessError, RolloutError, TaskError, crossing
+from .hooks import BoundHook
+from .trace import Trace
+
+__all__ = ["score"]
+
+_TIMED_OUT = "scoring timed out"
+
+
+def _signals(trace: Trace, hook: BoundHook) -> dict[str, float | None]:
+    return trace.rewards if hook.kind == "reward" else trace.metrics
+
+
+def _seed(trace: Trace, hooks: list[BoundHook]) -> None:
+    for hook in hooks:
+        _signals(trace, hook)[hook.name] = None
+        if hook.kind == "reward":
+            trace.reward_weights[hook.name] = hook.weight
+
+
+def _number(hook: BoundHook, name: str, value: Any) -> float | None:
+    if value is None or isinstance(value, float):
+        return value
+    if isinstance(value, numbers.Real):  # bool, int, numpy scalars
+        return float(value)
+    raise TaskError(
+        f"{hook.kind} {name!r} returned {type(value).__name__} {value!r}; return a number, a bool, "
+        "None (missing), or a mapping of names to numbers"
+    )
+
+
+def _record(trace: Trace, hook: BoundHook, value: Any) -> None:
+    signals = _signals(trace, hook)
+    if isinstance(value, Mapping):
+        converted = {str(k): _number(hook, str(k), v) for k, v in value.items()}
+        if hook.name not in converted:
+            signals.pop(hook.name, None)  # unseed: the mapping's keys replace it (L28)
+            trace.reward_weights.pop(hook.name, None)
+        for key, number in converted.items():
+            signals[key] = number
+            if hook.kind == "reward":
+                trace.reward_weights[key] = hook.weight
+        return
+    signals[hook.name] = _number(hook, hook.name, value)
+
+
+async def _run(trace: Trace, hook: BoundHook, values: dict[str, Any]) -> None:
+    error_type = HarnessError if hook.owner == "harness" else TaskError
+    try:
+        with crossing(error_type, f"{hook.owner} {hook.kind} {hook.name!r}"):
+            value = await hook.call(values)
+        _record(trace, hook, value)
+    except RolloutError as exc:
+        trace.signal_errors[hook.name] = f"{type(exc).__name__}: {exc}"
+
+
+async def score(trace: Trace, hooks: list[BoundHook], values: dict[str, Any], timeout: float | None) -> None:
+    _seed(trace, hooks)
+    if not hooks:
+        return
+    try:
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(*(_run(trace, hook, values) for hook in hooks))
+    except TimeoutError:
+        for hook in hooks:
+            if _signals(trace, hook).get(hook.name, 0) is None and hook.name not in trace.signal_errors:
+                trace.signal_errors[hook.name] = f"{_TIMED_OUT} after {timeout}s"
+

@@ -1,0 +1,157 @@
+"""The session: the interception point every model call of a rollout passes.
+
+One `Session` per rollout. `await session.complete(request)` runs, in order:
+the limits and the trace `@stop`s (refusing before the call, L12, L13), the
+request interceptors, the request `@stop`s, the model, the response
+interceptors, the response `@stop`s, and then records the call and commits
+the turn. A refusal raises `Refused`, a clean stop for the harness, never an
+error. Once stopped, every later call is refused with the same condition.
+
+The in-process harness calls this directly; the HTTP interception server is a
+thin adapter over the same method. The session owns nothing else: it does not
+start segments, charge agent time or score.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import ProviderError, Refused, RolloutError, crossing
+from .hooks import HookSet, check_stop, rewrite
+from .messages import Request, Response
+from .trace import ErrorInfo, Rewrite
+
+if TYPE_CHECKING:
+    from .agent import RolloutLimits
+    from .models import Model
+    from .trace import Trace
+
+__all__ = ["Session", "Refused", "LIMIT_NAMES"]
+
+# Each limit reads the trace aggregate of the same name (L11).
+LIMIT_NAMES = {
+    "max_turns": "num_turns",
+    "max_input_tokens": "num_input_tokens",
+    "max_output_tokens": "num_output_tokens",
+    "max_total_tokens": "num_total_tokens",
+}
+
+
+class Session:
+    def __init__(
+        self,
+        *,
+        trace: Trace,
+        model: Model,
+        hooks: HookSet,
+        limits: RolloutLimits,
+        values: dict[str, Any],
+        emit: Callable[..., None],
+        agent_time: Callable[[], float],
+        segment: Callable[[], int],
+    ) -> None:
+        self.trace = trace
+        self.model = model
+        self.hooks = hooks
+        self.values = values  # what hooks may ask for: trace, task, data, runtime, ctx
+        self._emit = emit
+        self._agent_time = agent_time
+        self._segment = segment
+        self._limits = [(name, getattr(limits, name), attr) for name, attr in LIMIT_NAMES.items()]
+        self._limits = [(name, limit, attr) for name, limit, attr in self._limits if limit is not None]
+        self.stop_condition: str | None = None
+        self.last: tuple[Request, Response] | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_condition is not None
+
+    def stop(self, condition: str) -> None:
+        """End the exchange cleanly (L13); the first condition wins."""
+        if self.stop_condition is None:
+            self.stop_condition = condition
+            self.trace.stop_condition = condition
+            self._emit("stop", condition=condition)
+
+    def _refuse(self, condition: str) -> Refused:
+        self.stop(condition)
+        return Refused(self.stop_condition or condition)
+
+    async def check_before_turn(self) -> str | None:
+        """Limits, then trace @stops: checked between turns (L12)."""
+        trace = self.trace
+        for name, limit, attr in self._limits:
+            if getattr(trace, attr) >= limit:
+                return name
+        for hook in self.hooks.trace_stops:
+            if await check_stop(hook, self.values):
+                return hook.name
+        return None
+
+    async def complete(self, request: Request) -> Response:
+        if self.stop_condition is not None:
+            raise Refused(self.stop_condition)
+        condition = await self.check_before_turn()
+        if condition is not None:
+            raise self._refuse(condition)
+        hooks = self.hooks
+        if hooks.request_interceptors:
+            request = await self.rewrite_request(request, call=len(self.trace.model_calls))
+        for hook in hooks.request_stops:
+            if await check_stop(hook, {**self.values, "request": request}):
+                raise self._refuse(hook.name)
+
+        index = len(self.trace.model_calls)
+        self._emit("call_start", call=index)
+        start = time.time()
+        try:
+            with crossing(ProviderError, f"model {self.model.name!r}"):
+                response = await self.model.complete(request)
+        except RolloutError as exc:
+            end = time.time()
+            self.trace._record_call(
+                segment=self._segment(), start=start, end=end, response=None,
+                error=ErrorInfo.from_exception(exc, "agent"), agent_time=self._agent_time(),
+            )
+            self._emit("call_end", call=index, ok=False)
+            condition = getattr(exc, "stop_condition", None)
+            if condition:  # e.g. the prompt outgrew the context window: a clean stop
+                raise self._refuse(condition) from exc
+            raise
+        end = time.time()
+
+        stop_after: str | None = None
+        for hook in hooks.response_interceptors:
+            new = await rewrite(hook, {**self.values, "response": response}, response)
+            if new is not None and new != response:
+                response = new
+                self.trace.response_rewrites.append(Rewrite(hook=hook.name, boundary="response", call=index))
+        for hook in hooks.response_stops:
+            if await check_stop(hook, {**self.values, "response": response}):
+                stop_after = hook.name
+                break
+
+        self.trace._record_call(
+            segment=self._segment(), start=start, end=end, response=response,
+            error=None, agent_time=self._agent_time(),
+        )
+        self.trace._record_conversation(request.messages, response.message)
+        self.last = (request, response)
+        self._emit("call_end", call=index, ok=True)
+        self._emit("turn", turn=self.trace.num_turns)
+        if stop_after is not None:
+            # The reply was sampled and is kept; the exchange ends after it.
+            self.stop(stop_after)
+        return response
+
+    async def rewrite_request(self, request: Request, call: int | None) -> Request:
+        """Run the request interceptors over `request`, recording each change
+        (L7 for the initial prompt with call=None, L19 for every call)."""
+        for hook in self.hooks.request_interceptors:
+            new = await rewrite(hook, {**self.values, "request": request}, request)
+            if new is not None and new != request:
+                request = new
+                self.trace.request_rewrites.append(Rewrite(hook=hook.name, boundary="request", call=call))
+        return request
