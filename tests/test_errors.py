@@ -1,0 +1,157 @@
+"""Errors name the boundary that broke (L31); one rollout's failure is data,
+never a crash of its siblings (L32); bad input gets a clear, early error."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from conftest import prompt_task
+
+import rollkit as rk
+from rollkit.agent import InteractionEnded
+
+
+class _FailingStart(rk.LocalRuntime):
+    async def _start(self):
+        raise OSError("disk full")
+
+
+class _FailingTools(rk.Toolset):
+    async def start(self, ctx):
+        raise ConnectionRefusedError("port 7000 refused")
+
+
+class _RaisingHarness(rk.Harness):
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    async def segment(self, ctx, messages):
+        raise self.exc
+
+
+class _WithTools(rk.Task):
+    toolsets = [_FailingTools(name="search")]
+
+
+@pytest.mark.parametrize(
+    ("agent_kwargs", "task", "error_type", "message"),
+    [
+        ({}, rk.Task(), "TaskError", "has no prompt and no user"),
+        ({"harness": _RaisingHarness(ValueError("bad state"))}, prompt_task(), "HarnessError",
+         "harness 'harness': ValueError: bad state"),
+        ({"model": rk.ScriptedModel([])}, prompt_task(), "ProviderError",
+         "ScriptedModel 'scripted' has no reply #1 (it was given 0)"),
+        ({"runtime": _FailingStart}, prompt_task(), "SandboxError", "local runtime start: OSError: disk full"),
+        ({}, _WithTools(prompt="x"), "ToolsetError",
+         "toolset 'search' start: ConnectionRefusedError: port 7000 refused"),
+    ],
+)
+async def test_L31_each_failure_is_typed_by_its_boundary(agent_kwargs, task, error_type, message):
+    trace = await rk.Agent(**agent_kwargs).run(task)
+    assert trace.error.type == error_type
+    assert message in trace.error.message
+    assert trace.ok is False
+
+
+async def test_L31_typed_errors_pass_through_unchanged():
+    harness = _RaisingHarness(rk.ProviderError("upstream said no", status=429))
+    trace = await rk.Agent(harness=harness).run(prompt_task())
+    assert (trace.error.type, trace.error.status, trace.error.message) == ("ProviderError", 429, "upstream said no")
+
+
+async def test_L32_one_bad_rollout_does_not_cancel_its_siblings():
+    def model(request):
+        if "boom" in request.messages[-1].content:
+            raise RuntimeError("exploded")
+        return "fine"
+
+    agent = rk.Agent(model=rk.ScriptedModel(model, delay=0.01))
+    tasks = [prompt_task(p) for p in ["a", "boom", "c", "d"]]
+    traces = await asyncio.gather(*(agent.run(t) for t in tasks))
+    assert [t.ok for t in traces] == [True, False, True, True]
+    assert traces[1].error.type == "ProviderError"
+    assert [t.last_reply for t in traces] == ["fine", "", "fine", "fine"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_turns", -1), ("max_total_tokens", 2.5), ("max_input_tokens", "10"), ("max_output_tokens", True)],
+)
+def test_bad_limit_is_refused_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"{field} must be a whole number >= 0, or None for no limit; got {value!r}"):
+        rk.RolloutLimits(**{field: value})
+
+
+def test_bad_timeout_is_refused():
+    with pytest.raises(ValueError, match="timeout agent must be a number of seconds > 0, or None; got -5"):
+        rk.RolloutTimeouts(agent=-5)
+
+
+def test_unknown_model_name_lists_what_exists():
+    with pytest.raises(ValueError, match=r"unknown model name 'gpt-9': use 'echo', 'toy-calculator', 'openai/<model>'"):
+        rk.Agent(model="gpt-9")
+
+
+def test_task_needs_task_data():
+    with pytest.raises(TypeError, match="a Task needs a TaskData, got str"):
+        rk.Task("what is 2+2?")
+
+
+def test_step_message_of_wrong_type_is_named():
+    from rollkit.messages import to_messages
+
+    with pytest.raises(TypeError, match="cannot use int as a message"):
+        to_messages([3])
+
+
+async def test_unknown_tool_and_bad_arguments_go_back_to_the_model():
+    class Calc(rk.Task):
+        @rk.tool
+        def add(self, a: int, b: int) -> int:
+            """Add two integers."""
+            return a + b
+
+    script = [
+        rk.ScriptedModel.call("multiply", a=2, b=3),
+        rk.ScriptedModel.call("add", a="two", b=3),
+        rk.ScriptedModel.call("add", a=2, b=3),
+        "done",
+    ]
+    trace = await rk.Agent(model=rk.ScriptedModel(script)).run(Calc(prompt="go"))
+    results = [m.content for m in trace.messages if m.role == "tool"]
+    assert results[0] == "error: there is no tool named 'multiply'; available tools: add"
+    assert results[1].startswith("error: invalid arguments for tool 'add': a: Input should be a valid integer")
+    assert results[2] == "5"
+    assert trace.ok is True and trace.metrics["tool_call_success_rate"] == pytest.approx(1 / 3)
+
+
+async def test_tool_that_raises_reports_to_the_model():
+    def divide(a: float, b: float) -> float:
+        """Divide a by b."""
+        return a / b
+
+    class Div(rk.Task):
+        toolsets = [rk.Toolset([divide], name="math")]
+
+    script = [rk.ScriptedModel.call("divide", a=1, b=0), "sorry"]
+    trace = await rk.Agent(model=rk.ScriptedModel(script)).run(Div(prompt="1/0?"))
+    assert trace.messages[-2].content == "error: tool 'divide' raised ZeroDivisionError: float division by zero"
+    assert trace.ok is True
+
+
+def test_two_tools_with_one_name_are_refused():
+    def add(a: int) -> int:
+        return a
+
+    with pytest.raises(ValueError, match="toolset 'dup' has two tools named 'add'"):
+        rk.Toolset([add, add], name="dup")
+
+
+async def test_interaction_turn_after_the_end_says_why():
+    agent = rk.Agent(model="echo", limits=rk.RolloutLimits(max_turns=1))
+    async with agent.interaction(rk.Task()) as it:
+        assert await it.turn("hi") == "You said: hi"
+        await it.turn("again")
+        with pytest.raises(InteractionEnded, match=r"the interaction has ended \(max_turns\)"):
+            await it.turn("still there?")
