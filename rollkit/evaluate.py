@@ -1,0 +1,803 @@
+"""Run many: a task set times `repeats`, many rollouts in flight, one result.
+
+This module owns batch evaluation and its run folder: `evaluate` (sync, or an
+awaitable when an event loop already runs) and `evaluate_async` bound the
+rollouts in flight, tag every trace with its example id and rollout id, keep a
+`tqdm.auto` progress bar, append each finished trace to the run folder's trace
+file the moment it finishes, resume a folder, run group scorers once all the
+repeats of a task are done, and hand back an `EvalResult` that builds the
+DataFrames (through `rollkit.frames`).
+
+A run folder (`out=DIR`) holds:
+- `manifest.json`: rollkit version, run id, start time, agent config, the task
+  set (keys and a fingerprint), repeats, group scorer names;
+- `traces.jsonl`: one finished trace per line, in finishing order;
+- `groups.jsonl`: one line per (task, group scorer), see `GroupSignal`.
+
+Each trace's `info` gets `example_id` (the task key), `repeat`, `rollout_id`
+(`<task key>#<repeat>`) and `run_id`. Group signals (pass@k, best-of-n, ...)
+are not on the traces, which were written before the group was complete; they
+are their own table, `EvalResult.groups` / `EvalResult.group_signals()`.
+
+This module does not drive a rollout's lifecycle (the rollout does), build
+DataFrames (rollkit.frames does) or know Ray (rollkit.ray_backend does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import logging
+import math
+import numbers
+import os
+import sys
+import types
+import uuid
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .agent import Agent
+from .store import TraceFileError, append_trace, load
+from .task import Task
+from .trace import PHASES, ErrorInfo, TaskRef, Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+__all__ = [
+    "evaluate",
+    "evaluate_async",
+    "EvalResult",
+    "GroupSignal",
+    "load_run",
+    "pass_at_k",
+    "best_of_n",
+    "RunFolderError",
+]
+
+log = logging.getLogger("rollkit")
+
+MANIFEST = "manifest.json"
+TRACES = "traces.jsonl"
+GROUPS = "groups.jsonl"
+
+GroupScorer = Callable[[list[Trace]], Any]
+
+
+class RunFolderError(ValueError):
+    """A run folder cannot be used as asked (another run's, or damaged)."""
+
+
+# ---- group scorers ----------------------------------------------------------
+
+
+@dataclass
+class GroupSignal:
+    """One group scorer's judgement of all the traces of one task."""
+
+    example_id: str
+    signal: str
+    value: float | None
+    n: int
+    error: str | None = None
+
+
+def pass_at_k(k: int, threshold: float = 1.0) -> GroupScorer:
+    """Group scorer `pass@k`: the chance that at least one of k repeats drawn
+    from the n run has reward >= threshold (the unbiased estimator
+    1 - C(n-c, k) / C(n, k), c the passing repeats). Needs repeats >= k."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"pass_at_k needs k >= 1, got {k!r}")
+
+    def score(traces: list[Trace]) -> float | None:
+        n = len(traces)
+        if n < k:
+            return None  # not enough repeats to judge: missing, not zero
+        c = sum(1 for t in traces if not t.failed and t.rewards and t.reward >= threshold)
+        if n - c < k:
+            return 1.0
+        return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+    score.__name__ = f"pass@{k}"
+    return score
+
+
+def best_of_n() -> GroupScorer:
+    """Group scorer `best_of_n`: the highest reward among the task's scored
+    repeats (missing when none was scored, e.g. all failed)."""
+
+    def score(traces: list[Trace]) -> float | None:
+        rewards = [t.reward for t in traces if not t.failed and any(v is not None for v in t.rewards.values())]
+        return max(rewards) if rewards else None
+
+    score.__name__ = "best_of_n"
+    return score
+
+
+def _group_scorers(scorers: Any) -> dict[str, GroupScorer]:
+    if scorers is None:
+        return {}
+    if callable(scorers):
+        scorers = [scorers]
+    if isinstance(scorers, Mapping):
+        named = dict(scorers)
+    else:
+        named = {}
+        for scorer in scorers:
+            name = getattr(scorer, "__name__", None) or type(scorer).__name__
+            if name in named:
+                raise ValueError(f"two group scorers are named {name!r}; pass a dict of name -> scorer")
+            named[name] = scorer
+    for name, scorer in named.items():
+        if not callable(scorer):
+            raise TypeError(f"group scorer {name!r} must be a function of a list of traces, got {type(scorer).__name__}")
+    return named
+
+
+async def _run_group(example_id: str, traces: list[Trace], scorers: dict[str, GroupScorer]) -> list[GroupSignal]:
+    """Judge one task's traces. A scorer that raises records a missing value
+    with the reason (as L27 does for a trace's signals), never a crash."""
+    results = []
+    ordered = sorted(traces, key=lambda t: t.info.get("repeat", 0))
+    for name, scorer in scorers.items():
+        try:
+            value = scorer(list(ordered))
+            if inspect.isawaitable(value):
+                value = await value
+            values = value if isinstance(value, Mapping) else {name: value}
+            for key, item in values.items():
+                if item is not None and (isinstance(item, bool) or not isinstance(item, numbers.Real)):
+                    raise TypeError(f"returned {type(item).__name__} {item!r}; return a number, None, or a mapping")
+                number = None if item is None else float(item)
+                results.append(GroupSignal(example_id, str(key), number, len(traces)))
+        except Exception as exc:
+            results.append(GroupSignal(example_id, name, None, len(traces), f"{type(exc).__name__}: {exc}"))
+    return results
+
+
+# ---- the result ---------------------------------------------------------------
+
+
+class EvalResult:
+    """The traces of a run (finishing order), its group signals, and where
+    it was written. The DataFrame methods call `rollkit.frames`."""
+
+    def __init__(
+        self,
+        traces: list[Trace],
+        groups: list[GroupSignal] | None = None,
+        *,
+        out: Path | None = None,
+        manifest: dict[str, Any] | None = None,
+    ) -> None:
+        self.traces = traces
+        self.groups = groups or []
+        self.out = out
+        self.manifest = manifest or {}
+
+    def __len__(self) -> int:
+        return len(self.traces)
+
+    def __iter__(self) -> Iterator[Trace]:
+        return iter(self.traces)
+
+    def __repr__(self) -> str:
+        where = f" out={str(self.out)!r}" if self.out else ""
+        return f"EvalResult({len(self.traces)} traces, {len(self.groups)} group signals{where})"
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> EvalResult:
+        return load_run(path)
+
+    # DataFrames: one row per rollout / turn / phase / signal (rollkit.frames).
+    def rollouts(self) -> pandas.DataFrame:
+        from . import frames
+
+        return frames.rollouts(self.traces)
+
+    def turns(self) -> pandas.DataFrame:
+        from . import frames
+
+        return frames.turns(self.traces)
+
+    def phases(self) -> pandas.DataFrame:
+        from . import frames
+
+        return frames.phases(self.traces)
+
+    def signals(self) -> pandas.DataFrame:
+        from . import frames
+
+        return frames.signals(self.traces)
+
+    def group_signals(self) -> pandas.DataFrame:
+        """One row per (task, group signal): example_id, signal, value, n, error."""
+        import pandas
+
+        columns = ["example_id", "signal", "value", "n", "error"]
+        return pandas.DataFrame([asdict(g) for g in self.groups], columns=columns)
+
+    def summary(self) -> str:
+        return summarize(self.traces, self.groups)
+
+
+def _outcome(trace: Trace) -> str:
+    if trace.failed:
+        return f"failed: {trace.error.type}"  # type: ignore[union-attr]
+    if trace.aborted:
+        return "aborted"
+    if trace.stop_condition:
+        return f"stopped: {trace.stop_condition}"
+    return "ok"
+
+
+def _scored(trace: Trace) -> bool:
+    return not trace.failed and any(v is not None for v in trace.rewards.values())
+
+
+def summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> str:
+    """A plain-text summary table: outcomes (stop condition or error type),
+    mean reward and how many are missing one, phase time totals, and the mean
+    of each group signal."""
+    lines = []
+    examples = {t.info.get("example_id", t.task.key) for t in traces}
+    lines.append(f"rollouts: {len(traces)} over {len(examples)} tasks")
+    counts: dict[str, int] = {}
+    for trace in traces:
+        key = _outcome(trace)
+        counts[key] = counts.get(key, 0) + 1
+    width = max([len(k) for k in counts] + [7])
+    lines.append("")
+    lines.append(f"{'outcome':<{width}}  {'count':>6}")
+    for key in sorted(counts, key=lambda k: (k != "ok", k.startswith("failed"), k)):
+        lines.append(f"{key:<{width}}  {counts[key]:>6}")
+    scored = [t.reward for t in traces if _scored(t)]
+    missing = len(traces) - len(scored)
+    mean = f"{sum(scored) / len(scored):.3f}" if scored else "-"
+    lines.append("")
+    lines.append(f"mean reward: {mean} over {len(scored)} rollouts ({missing} missing a reward)")
+    lines.append("")
+    lines.append(f"{'phase':<9}  {'total s':>9}  {'mean s':>9}")
+    for phase in PHASES:
+        durations = [span.duration for t in traces if (span := t.phases.get(phase)) and span.duration is not None]
+        if durations:
+            total = sum(durations)
+            lines.append(f"{phase:<9}  {total:>9.3f}  {total / len(durations):>9.4f}")
+    if groups:
+        by_signal: dict[str, list[float | None]] = {}
+        for group in groups:
+            by_signal.setdefault(group.signal, []).append(group.value)
+        lines.append("")
+        lines.append(f"{'group signal':<14}  {'mean':>7}  {'tasks':>6}  {'missing':>7}")
+        for name, values in by_signal.items():
+            present = [v for v in values if v is not None]
+            shown = f"{sum(present) / len(present):.3f}" if present else "-"
+            lines.append(f"{name:<14}  {shown:>7}  {len(values):>6}  {len(values) - len(present):>7}")
+    return "\n".join(lines)
+
+
+# ---- the run folder -------------------------------------------------------------
+
+
+def _fingerprint(tasks: list[Task]) -> str:
+    digest = hashlib.sha1()
+    for task in tasks:
+        blob = json.dumps([type(task).__qualname__, task.key, task.data.model_dump(mode="json")], sort_keys=True, default=str)
+        digest.update(blob.encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _agent_config(agent: Agent) -> dict[str, Any]:
+    return {**agent.describe(), "limits": agent.limits.model_dump(), "timeouts": agent.timeouts.model_dump()}
+
+
+def _read_jsonl_groups(path: Path) -> list[GroupSignal]:
+    if not path.exists():
+        return []
+    groups = []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            groups.append(GroupSignal(**json.loads(line)))
+        except (ValueError, TypeError) as exc:
+            if number == len(lines):  # torn by a crash: recomputed on resume
+                warnings.warn(f"{path}: line {number} is torn (a write cut short); skipped", stacklevel=3)
+                continue
+            raise RunFolderError(f"{path}: line {number} is not a group signal ({exc})") from None
+    return groups
+
+
+def load_run(path: str | os.PathLike[str]) -> EvalResult:
+    """Read a run folder back: the same traces (in the same order) and group
+    signals as the in-memory result of the run that wrote it. A torn last
+    line is skipped with a warning; a bad line in the middle raises
+    `TraceFileError` naming it."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no run folder at {folder}")
+    manifest_path = folder / MANIFEST
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {}
+    traces = load(folder / TRACES) if (folder / TRACES).exists() else []
+    if not manifest and not traces:
+        raise FileNotFoundError(f"{folder} is not a run folder: it holds neither {MANIFEST} nor {TRACES}")
+    return EvalResult(traces, _read_jsonl_groups(folder / GROUPS), out=folder, manifest=manifest)
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    found = []
+    if old.get("tasks", {}).get("fingerprint") != new["tasks"]["fingerprint"]:
+        found.append(
+            f"task set ({old.get('tasks', {}).get('count')} tasks there, {new['tasks']['count']} here, "
+            "or the same count with other keys or data)"
+        )
+    if old.get("agent") != new["agent"]:
+        found.append(f"agent ({old.get('agent')} there, {new['agent']} here)")
+    return found
+
+
+def _repair_torn_tail(path: Path) -> None:
+    """Make the file end at a line boundary before appending. A last line
+    without its newline was a write cut short; `load` skipped it (with a
+    warning), so it is cut off and its rollout runs again. Appending after it
+    would otherwise glue the next trace onto a broken line in the middle."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data or data.endswith(b"\n"):
+            return
+        cut = data.rfind(b"\n") + 1
+        tail = data[cut:]
+        try:
+            Trace.model_validate_json(tail)
+        except ValueError:
+            f.truncate(cut)
+            return
+        f.write(b"\n")  # complete JSON that lost only its newline: keep it
+
+
+@dataclass
+class _Folder:
+    """The run folder as prepared for writing: what is already there."""
+
+    path: Path
+    manifest: dict[str, Any]
+    traces: list[Trace] = field(default_factory=list)
+    groups: list[GroupSignal] = field(default_factory=list)
+
+
+def _prepare_folder(out: Path, manifest: dict[str, Any], resume: bool) -> _Folder:
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"out={str(out)!r} is a file; pass a folder (it will hold {MANIFEST} and {TRACES})")
+    manifest_path = out / MANIFEST
+    traces_path = out / TRACES
+    if manifest_path.exists():
+        try:
+            old = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise RunFolderError(f"{manifest_path} is not valid JSON ({exc}); choose another out folder") from None
+        if not resume:
+            raise RunFolderError(
+                f"{out} already holds a run (run {old.get('run_id')}, started {old.get('started')}); "
+                "pass resume=True (rollkit eval --resume) to continue it, or choose another out folder"
+            )
+        differs = _differences(old, manifest)
+        if differs:
+            raise RunFolderError(
+                f"{out} holds another run: its {' and '.join(differs)} differ from this call; resume only "
+                "continues the same run, so choose another out folder"
+            )
+        try:
+            traces = load(traces_path) if traces_path.exists() else []
+        except TraceFileError as exc:
+            raise RunFolderError(
+                f"cannot resume: {exc}. A bad line in the middle means the file was changed by something "
+                f"other than rollkit; resume refuses to guess which rollouts finished. Fix or remove line "
+                f"{exc.line} of {traces_path}"
+            ) from None
+        if traces_path.exists():
+            _repair_torn_tail(traces_path)
+        groups_path = out / GROUPS
+        groups = _read_jsonl_groups(groups_path)
+        if groups_path.exists():
+            _repair_group_tail(groups_path)
+        # The run keeps its identity across resumes; repeats may grow.
+        merged = {**old, "repeats": manifest["repeats"], "group_scorers": manifest["group_scorers"]}
+        merged.setdefault("resumed", []).append(manifest["started"])
+        _write_manifest(out, merged)
+        return _Folder(out, merged, traces, groups)
+    if traces_path.exists():
+        raise RunFolderError(
+            f"{out} holds {TRACES} but no {MANIFEST}: it was not written by rollkit.evaluate; "
+            "choose another out folder"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    _write_manifest(out, manifest)
+    return _Folder(out, manifest)
+
+
+def _repair_group_tail(path: Path) -> None:
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+
+
+def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, out / MANIFEST)
+
+
+# ---- the plan and the run ---------------------------------------------------------
+
+
+def _whole(name: str, value: Any, meaning: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number >= 1 ({meaning}); got {value!r}")
+    return value
+
+
+def _task_list(tasks: Any) -> list[Task]:
+    if isinstance(tasks, Task):
+        tasks = [tasks]
+    if not isinstance(tasks, Iterable) or isinstance(tasks, (str, bytes)):
+        raise TypeError(f"tasks must be a list (or iterable) of rk.Task, got {type(tasks).__name__}")
+    listed = list(tasks)
+    if not listed:
+        raise ValueError("the task set is empty: pass at least one rk.Task (e.g. rollkit.examples.arithmetic_tasks())")
+    seen: dict[str, int] = {}
+    for index, task in enumerate(listed):
+        if not isinstance(task, Task):
+            raise TypeError(f"tasks[{index}] is a {type(task).__name__}, not a rk.Task")
+        if task.key in seen:
+            raise ValueError(
+                f"tasks[{seen[task.key]}] and tasks[{index}] have the same key {task.key!r}; give each task a "
+                "distinct id (TaskData id=...): the key names its rollouts in the trace file and on resume"
+            )
+        seen[task.key] = index
+    return listed
+
+
+@dataclass
+class _Plan:
+    """Everything checked before the first rollout starts."""
+
+    agent: Agent
+    tasks: list[Task]
+    repeats: int
+    concurrency: int
+    backend: Any
+    progress: bool
+    scorers: dict[str, GroupScorer]
+    manifest: dict[str, Any]
+    folder: _Folder | None
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest["run_id"]
+
+
+def _plan(
+    agent: Agent,
+    tasks: Any,
+    *,
+    repeats: int,
+    concurrency: int,
+    out: str | os.PathLike[str] | None,
+    resume: bool,
+    backend: Any,
+    progress: bool,
+    group_scorers: Any,
+) -> _Plan:
+    if not isinstance(agent, Agent):
+        raise TypeError(f"agent must be a rk.Agent (e.g. rollkit.examples.demo_agent()), got {type(agent).__name__}")
+    task_list = _task_list(tasks)
+    _whole("repeats", repeats, "how many times each task runs")
+    _whole("concurrency", concurrency, "how many rollouts run at once")
+    scorers = _group_scorers(group_scorers)
+    backend = _backend(backend)
+    if resume and out is None:
+        raise ValueError("resume=True needs out=DIR: the run folder to continue")
+    from . import __version__
+
+    manifest = {
+        "rollkit": __version__,
+        "run_id": uuid.uuid4().hex[:12],
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "agent": _agent_config(agent),
+        "tasks": {"count": len(task_list), "fingerprint": _fingerprint(task_list), "keys": [t.key for t in task_list]},
+        "repeats": repeats,
+        "group_scorers": list(scorers),
+    }
+    folder = _prepare_folder(Path(out), manifest, resume) if out is not None else None
+    if folder is not None:
+        manifest = folder.manifest
+    return _Plan(agent, task_list, repeats, concurrency, backend, progress, scorers, manifest, folder)
+
+
+def _backend(backend: Any) -> Any:
+    if backend == "local":
+        return _LocalBackend()
+    if backend == "ray":
+        from .ray_backend import RayBackend
+
+        return RayBackend()
+    if hasattr(backend, "start") and hasattr(backend, "run") and hasattr(backend, "stop"):
+        return backend  # e.g. rollkit.ray_backend.RayBackend(address=...)
+    raise ValueError(f"backend must be 'local', 'ray' or a rollkit.ray_backend.RayBackend(...), got {backend!r}")
+
+
+def rollout_info(task: Task, repeat: int, run_id: str) -> dict[str, Any]:
+    """The ids a trace of this (task, repeat) carries in `trace.info`."""
+    return {"example_id": task.key, "repeat": repeat, "rollout_id": f"{task.key}#{repeat}", "run_id": run_id}
+
+
+def _failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseException) -> Trace:
+    """A trace for a rollout that could not even be built (e.g. a hook of the
+    wrong shape, L17): the failure is data, like any other (L32)."""
+    trace = Trace(
+        task=TaskRef(type=type(task).__qualname__, key=task.key, data=task.data.model_dump(mode="json")),
+        agent=agent.describe(),
+        limits=agent.limits.model_dump(),
+        timeouts=agent.timeouts.model_dump(),
+    )
+    trace.info.update(info)
+    trace.errors.append(ErrorInfo.from_exception(exc, "build"))
+    trace.ok = False
+    trace.completed = True
+    return trace
+
+
+async def run_rollout(agent: Agent, task: Task, info: dict[str, Any]) -> Trace:
+    """One rollout to the end, whatever happens inside it: the core records a
+    rollout's failures on its trace; anything that still escapes (a lifetime
+    error, a bug) is recorded here, so it never reaches the siblings (L32).
+    Only cancellation propagates, after aborting the rollout."""
+    try:
+        rollout = agent.rollout(task)
+    except Exception as exc:
+        return _failure_trace(agent, task, info, exc)
+    rollout.trace.info.update(info)
+    try:
+        if await rollout.open():
+            await rollout.step()
+        return await rollout.close()
+    except asyncio.CancelledError:
+        await asyncio.shield(rollout.abort())
+        raise
+    except Exception as exc:
+        trace = rollout.trace
+        trace.errors.append(ErrorInfo.from_exception(exc, "evaluate"))
+        try:
+            await rollout.abort()
+        except Exception as abort_exc:  # the trace says what happened; keep going
+            trace.warnings.append(f"abort after failure raised {type(abort_exc).__name__}: {abort_exc}")
+        trace.aborted = False  # not interrupted: it failed, and it finished as data
+        trace.ok = False
+        trace.completed = True
+        return trace
+
+
+class _LocalBackend:
+    """Rollouts run as tasks on this event loop."""
+
+    name = "local"
+
+    async def start(self, agent: Agent, concurrency: int) -> None:
+        self.agent = agent
+
+    async def run(self, task: Task, info: dict[str, Any]) -> Trace:
+        return await run_rollout(self.agent, task, info)
+
+    async def stop(self) -> None:
+        pass
+
+
+class _Progress:
+    """The tqdm.auto bar (a widget in notebooks, text in a terminal), or
+    nothing. Counts done, failed, stopped and the running mean reward."""
+
+    def __init__(self, enabled: bool, total: int, initial: list[Trace]) -> None:
+        self.failed = sum(1 for t in initial if t.failed)
+        self.stopped = sum(1 for t in initial if not t.failed and t.stop_condition)
+        self.reward_sum = sum(t.reward for t in initial if _scored(t))
+        self.scored = sum(1 for t in initial if _scored(t))
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=len(initial), desc="rollouts", unit="rollout", dynamic_ncols=True)
+            self._postfix()
+
+    def _postfix(self) -> None:
+        mean = f"{self.reward_sum / self.scored:.3f}" if self.scored else "-"
+        self.bar.set_postfix_str(f"failed={self.failed} stopped={self.stopped} reward={mean}", refresh=False)
+
+    def add(self, trace: Trace) -> None:
+        if trace.failed:
+            self.failed += 1
+        elif trace.stop_condition:
+            self.stopped += 1
+        if _scored(trace):
+            self.scored += 1
+            self.reward_sum += trace.reward
+        if self.bar is not None:
+            self._postfix()
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+async def _execute(plan: _Plan) -> EvalResult:
+    folder = plan.folder
+    traces: list[Trace] = list(folder.traces) if folder else []
+    groups: list[GroupSignal] = list(folder.groups) if folder else []
+    done: dict[str, list[Trace]] = {}
+    seen: set[str] = set()
+    for trace in traces:
+        rid = trace.info.get("rollout_id")
+        if rid in seen:
+            warnings.warn(f"the run folder holds rollout {rid} twice; both are kept as written", stacklevel=2)
+        seen.add(rid)
+        done.setdefault(trace.info.get("example_id", trace.task.key), []).append(trace)
+    judged_examples = {g.example_id for g in groups}
+    todo = [(task, r) for task in plan.tasks for r in range(plan.repeats) if f"{task.key}#{r}" not in seen]
+    planned_keys = {t.key for t in plan.tasks}
+    finished_before = [t for t in traces if t.info.get("example_id") in planned_keys and t.info.get("repeat", 0) < plan.repeats]
+
+    trace_file = open(folder.path / TRACES, "a", encoding="utf-8") if folder else None
+    group_file = open(folder.path / GROUPS, "a", encoding="utf-8") if folder and plan.scorers else None
+    progress = _Progress(plan.progress, len(todo) + len(finished_before), finished_before)
+    tasks_by_key = {task.key: task for task in plan.tasks}
+
+    async def judge(example_id: str) -> None:
+        # After every repeat of the task finished, with traces only: the
+        # runtimes are gone by now (L21).
+        if not plan.scorers or example_id in judged_examples:
+            return
+        mine = [t for t in done.get(example_id, []) if t.info.get("repeat", 0) < plan.repeats]
+        if len({t.info.get("repeat") for t in mine}) < plan.repeats:
+            return
+        judged_examples.add(example_id)
+        for signal in await _run_group(example_id, mine, plan.scorers):
+            groups.append(signal)
+            if group_file is not None:
+                group_file.write(json.dumps(asdict(signal)) + "\n")
+                group_file.flush()
+
+    def finished(trace: Trace) -> None:
+        if trace_file is not None:
+            append_trace(trace, trace_file)
+        traces.append(trace)
+        done.setdefault(trace.info["example_id"], []).append(trace)
+        progress.add(trace)
+
+    pending = iter(todo)
+
+    async def worker() -> None:
+        # Workers pull from one shared iterator, so at most `concurrency`
+        # rollouts are in flight and no task waits behind a slow sibling.
+        for task, repeat in pending:
+            trace = await plan.backend.run(task, rollout_info(task, repeat, plan.run_id))
+            finished(trace)
+            await judge(task.key)
+
+    started = False
+    try:
+        await plan.backend.start(plan.agent, plan.concurrency)
+        started = True
+        # Groups completed by an earlier run that crashed before judging them.
+        for key in tasks_by_key:
+            await judge(key)
+        workers = [asyncio.ensure_future(worker()) for _ in range(min(plan.concurrency, len(todo)))]
+        try:
+            await asyncio.gather(*workers)
+        except BaseException:
+            # Cancelled or interrupted: no new work, abort those in flight (each
+            # worker's rollout aborts on cancellation); finished traces are
+            # already on disk.
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        where = f" in {folder.path}; continue with resume=True" if folder else ""
+        log.warning("evaluation interrupted: %d rollouts finished and kept%s", len(traces), where)
+        raise
+    finally:
+        progress.close()
+        if started:
+            await asyncio.shield(plan.backend.stop())
+        if trace_file is not None:
+            trace_file.close()
+        if group_file is not None:
+            group_file.close()
+    return EvalResult(traces, groups, out=folder.path if folder else None, manifest=plan.manifest)
+
+
+async def evaluate_async(
+    agent: Agent,
+    tasks: Iterable[Task] | Task,
+    *,
+    repeats: int = 1,
+    concurrency: int = 32,
+    out: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    backend: Any = "local",
+    progress: bool = True,
+    group_scorers: Any = None,
+) -> EvalResult:
+    """Run every task `repeats` times with at most `concurrency` rollouts in
+    flight; see `evaluate` for the arguments."""
+    plan = _plan(
+        agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
+        backend=backend, progress=progress, group_scorers=group_scorers,
+    )
+    return await _execute(plan)
+
+
+def evaluate(
+    agent: Agent,
+    tasks: Iterable[Task] | Task,
+    *,
+    repeats: int = 1,
+    concurrency: int = 32,
+    out: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    backend: Any = "local",
+    progress: bool = True,
+    group_scorers: Any = None,
+) -> Any:
+    """Run every task `repeats` times, at most `concurrency` rollouts at once.
+
+    - `out=DIR` writes a run folder: each trace is appended to DIR/traces.jsonl
+      the moment it finishes; `resume=True` continues the run in DIR,
+      skipping every (task, repeat) already there.
+    - `backend="ray"` (or `rollkit.ray_backend.RayBackend(address=...)`) runs
+      the rollouts on a Ray cluster; everything else behaves the same.
+    - `group_scorers`: functions of one task's traces (a list, or a dict of
+      name -> function), run once all its repeats are done, e.g.
+      `[pass_at_k(1), best_of_n()]`; results in `EvalResult.groups`.
+    - `progress=False` turns the tqdm bar off.
+
+    Called from sync code it runs to the end and returns an `EvalResult`.
+    Called where an event loop already runs (async code, Jupyter), it returns
+    an awaitable: `result = await rk.evaluate(...)`. Arguments are checked
+    at once either way. Ctrl-C stops new work, aborts the rollouts in flight
+    and keeps every finished trace in the run folder.
+    """
+    plan = _plan(
+        agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
+        backend=backend, progress=progress, group_scorers=group_scorers,
+    )
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_execute(plan))
+    if getattr(loop, "_nest_patched", False):  # nest-asyncio (the notebook layer) allows re-entry
+        return loop.run_until_complete(_execute(plan))
+    return _execute(plan)
+
+
+class _CallableModule(types.ModuleType):
+    """`rk.evaluate(...)` must work even after `import rollkit.evaluate`, which
+    makes the attribute `rollkit.evaluate` this module instead of the function
+    (Python binds a submodule on its package when imported)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return evaluate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
