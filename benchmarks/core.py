@@ -1,0 +1,56 @@
+"""Core overhead benchmark, on the instant ScriptedModel.
+
+Prints:
+- the median framework overhead per turn over a 200-turn interaction
+  (wall time of each turn minus the model's own time),
+- rollouts per second for 1,000 single-turn rollouts run concurrently,
+- peak resident memory of the process.
+
+Run: python benchmarks/core.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import statistics
+import time
+
+import rollkit as rk
+
+
+async def per_turn_overhead(turns: int = 200) -> tuple[float, float]:
+    agent = rk.Agent(model=rk.ScriptedModel(lambda request: "ok"))
+    samples = []
+    async with agent.interaction(rk.Task()) as it:
+        for i in range(turns):
+            t0 = time.perf_counter()
+            await it.turn(f"message {i}")
+            wall = time.perf_counter() - t0
+            samples.append(wall - it.trace.turns[-1].latency)
+    return statistics.median(samples), statistics.quantiles(samples, n=20)[-1]
+
+
+async def concurrent_rollouts(n: int = 1000) -> float:
+    agent = rk.Agent(model=rk.ScriptedModel(lambda request: "ok"))
+    tasks = [rk.Task(prompt=f"question {i}") for i in range(n)]
+    t0 = time.perf_counter()
+    traces = await asyncio.gather(*(agent.run(task) for task in tasks))
+    elapsed = time.perf_counter() - t0
+    assert all(t.ok for t in traces)
+    return n / elapsed
+
+
+async def main() -> None:
+    await per_turn_overhead(20)  # warm caches and imports
+    median, p95 = await per_turn_overhead()
+    print(f"overhead per turn (200-turn interaction): median {median * 1e6:.1f} us, p95 {p95 * 1e6:.1f} us")
+    await concurrent_rollouts(100)
+    rates = [await concurrent_rollouts() for _ in range(3)]
+    print(f"1,000 concurrent single-turn rollouts: {statistics.median(rates):,.0f} rollouts/s (median of 3)")
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"peak memory (max RSS): {peak_kib / 1024:.1f} MiB")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
