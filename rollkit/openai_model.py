@@ -1,0 +1,245 @@
+"""`OpenAIModel`: any OpenAI-compatible chat-completions endpoint as a rollkit Model.
+
+This module owns the translation between rollkit's `Request`/`Response` and the
+official `openai` SDK's chat-completions call, the pool of SDK clients (one
+keep-alive client per endpoint and event loop, shared by every model pointing
+there), and the mapping of provider failures onto `ProviderError` with an HTTP
+status: a transport fault is a 503, a timeout a 504, an answer that is not a
+chat completion a 502, and an error status keeps its own. A prompt longer than
+the context window raises `ContextLengthExceeded`, whose `stop_condition`
+makes the session end the rollout as a clean stop "context_length".
+
+It must not know about rollouts, budgets or hooks: the session that calls it
+does. It is imported only when an `OpenAIModel` is first used, so `import
+rollkit` never loads the SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import weakref
+from typing import Any
+
+import openai
+
+from .errors import ProviderError
+from .messages import AssistantMessage, Request, Response, ToolCall, Usage
+from .models import Model
+
+__all__ = ["OpenAIModel", "ContextLengthExceeded", "close_pools"]
+
+
+class ContextLengthExceeded(ProviderError):
+    """The prompt outgrew the model's context window. Not a failure: the
+    session turns it into the clean stop `context_length`."""
+
+    stop_condition = "context_length"
+
+
+# Providers word this differently (OpenAI's code, vLLM's and Ollama's prose).
+_CONTEXT_CODES = {"context_length_exceeded", "string_above_max_length"}
+_CONTEXT_WORDS = re.compile(
+    r"context[ _-]?(length|window)|maximum context|too many tokens|prompt is too long|input is too long",
+    re.IGNORECASE,
+)
+
+# One SDK client per (loop, endpoint, key, timeout, retries): an httpx pool is
+# bound to the loop that opened its connections, so clients are not shared
+# across loops, and keyed weakly so a closed loop's clients go with it.
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, openai.AsyncOpenAI]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _pool_key(base_url: str, api_key: str, timeout: float, max_retries: int) -> tuple:
+    # The key itself is not kept in the pool's keys: only a digest of it.
+    digest = hashlib.sha256(api_key.encode()).hexdigest()[:16]
+    return (base_url, digest, timeout, max_retries)
+
+
+async def close_pools() -> None:
+    """Close every pooled client of the running event loop."""
+    clients = _pools.pop(asyncio.get_running_loop(), {})
+    for client in clients.values():
+        await client.close()
+
+
+class OpenAIModel(Model):
+    """A chat model behind an OpenAI-compatible endpoint (OpenAI, vLLM,
+    Ollama, ...). `base_url` and `api_key` default to the environment's
+    `OPENAI_BASE_URL` and `OPENAI_API_KEY`. `params` are sampling parameters
+    sent with every call (a request's own `params` win). `max_retries` is the
+    SDK's retry count for 429s, 5xx and dropped connections.
+
+    Call `await model.aclose()` when done to close its pooled connections.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 120.0,
+        max_retries: int = 2,
+        params: dict[str, Any] | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"OpenAIModel needs a model name such as 'gpt-4o-mini', got {model!r}")
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        if not api_key:
+            raise ValueError(
+                f"OpenAIModel {model!r} has no API key: pass api_key=... or set OPENAI_API_KEY "
+                "(for a local server that needs none, pass any string, e.g. api_key='none')"
+            )
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+            raise ValueError(f"OpenAIModel timeout must be a number of seconds > 0, got {timeout!r}")
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.params = dict(params or {})
+        self.name = name or model
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.name, "type": type(self).__name__, "base_url": self.base_url}
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel({self.model!r}, base_url={self.base_url!r})"
+
+    # ---- the pooled client ------------------------------------------------
+    def _client(self) -> openai.AsyncOpenAI:
+        pool = _pools.setdefault(asyncio.get_running_loop(), {})
+        key = _pool_key(self.base_url, self._api_key, self.timeout, self.max_retries)
+        client = pool.get(key)
+        if client is None:
+            client = pool[key] = openai.AsyncOpenAI(
+                base_url=self.base_url,
+                api_key=self._api_key,
+                timeout=self.timeout,
+                max_retries=self.max_retries,
+            )
+        return client
+
+    async def aclose(self) -> None:
+        """Close this endpoint's pooled connections in the running loop (every
+        OpenAIModel on the same endpoint shares them; the next call reopens)."""
+        pool = _pools.get(asyncio.get_running_loop(), {})
+        client = pool.pop(_pool_key(self.base_url, self._api_key, self.timeout, self.max_retries), None)
+        if client is not None:
+            await client.close()
+
+    # ---- the call -----------------------------------------------------------
+    async def complete(self, request: Request) -> Response:
+        body: dict[str, Any] = {**self.params, **request.params}
+        body["model"] = self.model
+        body["messages"] = [to_openai_message(m) for m in request.messages]
+        if request.tools:
+            body["tools"] = request.tools
+        body.pop("stream", None)  # this model reads whole answers
+        try:
+            completion = await self._client().chat.completions.create(**body)
+        except openai.APITimeoutError as exc:
+            raise ProviderError(
+                f"model endpoint {self.base_url} did not answer within {self.timeout}s "
+                f"(model {self.model!r}); raise OpenAIModel(timeout=...) or check the server's load",
+                status=504,
+            ) from exc
+        except openai.APIConnectionError as exc:
+            raise ProviderError(
+                f"cannot reach the model endpoint {self.base_url} (model {self.model!r}): "
+                f"{_cause(exc)}; check base_url and that the server is running",
+                status=503,
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise self._status_error(exc) from exc
+        except (openai.APIResponseValidationError, ValueError) as exc:
+            raise ProviderError(
+                f"model endpoint {self.base_url} sent an answer that is not a chat completion "
+                f"(model {self.model!r}): {type(exc).__name__}: {exc}",
+                status=502,
+            ) from exc
+        return self._response(completion)
+
+    def _status_error(self, exc: openai.APIStatusError) -> ProviderError:
+        status = exc.status_code
+        detail = _error_text(exc)
+        where = f"model endpoint {self.base_url} (model {self.model!r})"
+        if status in (400, 413, 422) and (exc.code in _CONTEXT_CODES or _CONTEXT_WORDS.search(detail)):
+            return ContextLengthExceeded(
+                f"the prompt is longer than the context window of {where}: {detail}", status=status
+            )
+        hint = {
+            401: "check the API key (api_key=... or OPENAI_API_KEY)",
+            403: "the key is not allowed to use this model",
+            404: f"check the model name {self.model!r} and that base_url ends with the API root (often /v1)",
+            429: "rate limited even after retries; lower the concurrency or raise max_retries",
+        }.get(status, "the provider rejected the call" if status < 500 else "the provider failed")
+        return ProviderError(f"{where} answered HTTP {status}: {detail}; {hint}", status=status)
+
+    def _response(self, completion: Any) -> Response:
+        choices = getattr(completion, "choices", None)
+        if not choices:
+            raise ProviderError(
+                f"model endpoint {self.base_url} answered without any choice (model {self.model!r})", status=502
+            )
+        choice = choices[0]
+        message = choice.message
+        calls = [
+            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
+            for c in (message.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        ]
+        usage = completion.usage
+        return Response(
+            message=AssistantMessage(content=message.content, tool_calls=calls),
+            usage=Usage(
+                input_tokens=(usage.prompt_tokens or 0) if usage else 0,
+                output_tokens=(usage.completion_tokens or 0) if usage else 0,
+            ),
+            finish_reason=choice.finish_reason or ("tool_calls" if calls else "stop"),
+            model=completion.model or self.model,
+        )
+
+
+def to_openai_message(message: Any) -> dict[str, Any]:
+    """A rollkit message as a chat-completions message dict."""
+    role = message.role
+    if role == "assistant":
+        out: dict[str, Any] = {"role": "assistant", "content": message.content}
+        if message.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in message.tool_calls
+            ]
+        return out
+    if role == "tool":
+        out = {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+        if message.name:
+            out["name"] = message.name
+        return out
+    return {"role": role, "content": message.content}
+
+
+def _cause(exc: BaseException) -> str:
+    inner = exc.__cause__ or exc.__context__
+    if inner is None:
+        return str(exc)
+    return f"{type(inner).__name__}: {inner}" if str(inner) else type(inner).__name__
+
+
+def _error_text(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        return json.dumps(body)[:500]
+    return (str(body) if body else exc.message)[:500]

@@ -1,0 +1,120 @@
+"""A fake remote model provider for OpenAIModel's tests.
+
+A real aiohttp server on 127.0.0.1 speaking the chat-completions protocol. The
+test queues behaviours; each request takes the next one (or "ok" when the
+queue is empty):
+
+- "ok": a chat completion echoing the last user message (tool calls when the
+  last user message starts with "call ").
+- "slow": waits on `release` (an event the test sets) before answering ok.
+- "429", "500": that status with an OpenAI-shaped error body.
+- "context_length": 400 with OpenAI's context_length_exceeded error.
+- "malformed": 200, content-type JSON, body not JSON.
+- "drop": closes the connection without answering.
+
+Every request body is kept in `requests` so tests assert what was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections import deque
+from typing import Any
+
+from aiohttp import web
+
+
+class FakeProvider:
+    def __init__(self) -> None:
+        self.behaviours: deque[str] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.release = asyncio.Event()
+        self.slow_started = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> FakeProvider:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._complete)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        site = web.SockSite(self._runner, sock)
+        await site.start()
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        return self
+
+    async def stop(self) -> None:
+        self.release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def queue(self, *behaviours: str) -> None:
+        self.behaviours.extend(behaviours)
+
+    async def _complete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        behaviour = self.behaviours.popleft() if self.behaviours else "ok"
+        if behaviour == "slow":
+            self.slow_started.set()
+            await self.release.wait()
+            behaviour = "ok"
+        if behaviour == "ok":
+            return web.json_response(_completion(body))
+        if behaviour in ("429", "500"):
+            status = int(behaviour)
+            kind = "rate_limit_exceeded" if status == 429 else "server_error"
+            # retry-after-ms 0 keeps the SDK's retries immediate in tests.
+            return web.json_response(
+                {"error": {"message": f"fake {kind}", "type": kind, "param": None, "code": kind}},
+                status=status,
+                headers={"retry-after-ms": "0"},
+            )
+        if behaviour == "context_length":
+            message = (
+                "This model's maximum context length is 8192 tokens. However, your messages "
+                "resulted in 9000 tokens. Please reduce the length of the messages."
+            )
+            return web.json_response(
+                {"error": {"message": message, "type": "invalid_request_error", "param": "messages",
+                           "code": "context_length_exceeded"}},
+                status=400,
+            )
+        if behaviour == "malformed":
+            return web.Response(text='{"id": "chatcmpl-1", "choices": [', content_type="application/json")
+        if behaviour == "drop":
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response()
+        raise AssertionError(f"unknown fake behaviour {behaviour!r}")
+
+
+def _completion(body: dict[str, Any]) -> dict[str, Any]:
+    last = next((m for m in reversed(body["messages"]) if m["role"] == "user"), {"content": ""})
+    text = last["content"] if isinstance(last["content"], str) else ""
+    message: dict[str, Any] = {"role": "assistant", "content": f"echo: {text}"}
+    finish = "stop"
+    if text.startswith("call "):
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function",
+                            "function": {"name": text.split()[1], "arguments": json.dumps({"x": 1})}}],
+        }
+        finish = "tool_calls"
+    prompt = sum(len(str(m.get("content") or "").split()) for m in body["messages"])
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": 3, "total_tokens": prompt + 3},
+    }

@@ -1,0 +1,180 @@
+"""OpenAIModel against a fake provider speaking the real chat-completions
+protocol over real HTTP (tests/fake_provider.py)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+import rollkit as rk
+from rollkit.models import resolve_model
+from rollkit.openai_model import ContextLengthExceeded, OpenAIModel, close_pools
+
+from fake_provider import FakeProvider
+
+
+@pytest.fixture
+async def provider():
+    fake = await FakeProvider().start()
+    yield fake
+    await close_pools()
+    await fake.stop()
+
+
+def _request(text: str = "hello", **params) -> rk.Request:
+    return rk.Request(messages=[rk.SystemMessage(content="be brief"), rk.UserMessage(content=text)], params=params)
+
+
+async def test_completion_maps_text_usage_and_sends_params(provider):
+    model = OpenAIModel("fake-1", base_url=provider.url, api_key="k1", params={"temperature": 0.5})
+    response = await model.complete(_request("hello there", max_tokens=7))
+    assert response.message.content == "echo: hello there"
+    assert response.usage.input_tokens == 4  # "be brief" + "hello there"
+    assert response.usage.output_tokens == 3
+    assert response.finish_reason == "stop"
+    assert response.model == "fake-1"
+    sent = provider.requests[0]
+    assert sent["model"] == "fake-1"
+    assert sent["temperature"] == 0.5 and sent["max_tokens"] == 7
+    assert sent["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
+    assert provider.headers[0]["Authorization"] == "Bearer k1"
+
+
+async def test_tool_calls_round_trip(provider):
+    model = OpenAIModel("fake-1", base_url=provider.url, api_key="k")
+    spec = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+    request = rk.Request(messages=[rk.UserMessage(content="call add")], tools=[spec])
+    response = await model.complete(request)
+    assert response.finish_reason == "tool_calls"
+    assert [(c.id, c.name, c.args()) for c in response.message.tool_calls] == [("call_1", "add", {"x": 1})]
+    assert provider.requests[0]["tools"] == [spec]
+    # The assistant's tool call and the tool result go back in the SDK's shape.
+    follow = rk.Request(messages=[
+        *request.messages, response.message, rk.ToolMessage(tool_call_id="call_1", content="2", name="add"),
+    ])
+    await model.complete(follow)
+    assert provider.requests[1]["messages"][1:] == [
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"x": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "2", "name": "add"},
+    ]
+
+
+async def test_rollout_records_provider_usage(provider):
+    model = OpenAIModel("fake-1", base_url=provider.url, api_key="k")
+    trace = await rk.Agent(model=model).run(rk.Task(prompt="count these four words"))
+    assert trace.ok is True
+    assert trace.last_reply == "echo: count these four words"
+    assert (trace.num_turns, trace.num_input_tokens, trace.num_output_tokens) == (1, 4, 3)
+    assert trace.agent["base_url"] == provider.url
+
+
+async def test_rate_limit_retried_by_the_sdk_then_answered(provider):
+    provider.queue("429")
+    model = OpenAIModel("fake-1", base_url=provider.url, api_key="k", max_retries=1)
+    response = await model.complete(_request("again"))
+    assert response.message.content == "echo: again"
+    assert len(provider.requests) == 2
+
+
+@pytest.mark.parametrize("status", [429, 500])
+async def test_error_status_becomes_provider_error_with_status(provider, status):
+    provider.queue(str(status), str(status))
+    model = OpenAIModel("fake-1", base_url=provider.url, api_key="k", max_retries=1)
+    with pytest.raises(rk.ProviderError) as caught:
+        await model.complete(_request())
+    assert caught.value.status == status
+    assert f"answered HTTP {status}" in str(caught.value)
+    assert provider.url in str(caught.value)
+    assert len(provider.requests) == 2  # one call and one SDK retry
+
+
+async def test_context_length_is_a_clean_stop_of_the_rollout(provider):
+    provider.queue("ok", "context_length")
+    model = OpenAIModel("fake-1", base_url=provider.url, api_key="k")
+    rollout = rk.Agent(model=model).rollout(rk.Task(prompt="first"), user=True)
+    assert await rollout.open()
+    assert await rollout.step() is True
+    assert await rollout.step("second") is False
+    trace = await rollout.close()
+    assert trace.stop_condition == "context_length"
+    assert trace.errors == [] and trace.ok is True
+    assert trace.num_turns == 1
+    assert trace.model_calls[1].error.type == "ContextLengthExceeded"
+    assert trace.model_calls[1].error.status == 400
+
+
+async def test_context_length_raises_typed_error(provider):
+    provider.queue("context_length")
+    model = OpenAIModel("fake-1", base_url=provider.url, api_key="k")
+    with pytest.raises(ContextLengthExceeded) as caught:
+        await model.complete(_request())
+    assert caught.value.stop_condition == "context_length"
+    assert "longer than the context window" in str(caught.value)
+
+
+async def test_malformed_json_is_a_502(provider):
+    provider.queue("malformed")
+    model = OpenAIModel("fake-1", base_url=provider.url, api_key="k", max_retries=0)
+    with pytest.raises(rk.ProviderError) as caught:
+        await model.complete(_request())
+    assert caught.value.status == 502
+    assert "not a chat completion" in str(caught.value)
+
+
+async def test_dropped_connection_is_a_503(provider):
+    provider.queue("drop")
+    model = OpenAIModel("fake-1", base_url=provider.url, api_key="k", max_retries=0)
+    with pytest.raises(rk.ProviderError) as caught:
+        await model.complete(_request())
+    assert caught.value.status == 503
+    assert f"cannot reach the model endpoint {provider.url}" in str(caught.value)
+
+
+async def test_slow_provider_is_a_504(provider):
+    provider.queue("slow")
+    model = OpenAIModel("fake-1", base_url=provider.url, api_key="k", max_retries=0, timeout=0.3)
+    with pytest.raises(rk.ProviderError) as caught:
+        await model.complete(_request())
+    assert caught.value.status == 504
+    assert "did not answer within 0.3s" in str(caught.value)
+    assert provider.slow_started.is_set()
+
+
+async def test_endpoint_down_is_a_503_naming_the_url():
+    # A port that was free a moment ago: nothing listens there.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    model = OpenAIModel("fake-1", base_url=url, api_key="k", max_retries=0)
+    trace = await rk.Agent(model=model).run(rk.Task(prompt="hi"))
+    await close_pools()
+    assert trace.ok is False
+    assert trace.error.type == "ProviderError" and trace.error.status == 503
+    assert f"cannot reach the model endpoint {url}" in trace.error.message
+
+
+async def test_clients_are_pooled_per_endpoint(provider):
+    a = OpenAIModel("m1", base_url=provider.url, api_key="k")
+    b = OpenAIModel("m2", base_url=provider.url, api_key="k")
+    c = OpenAIModel("m1", base_url=provider.url + "/", api_key="other")
+    assert a._client() is b._client()
+    assert a._client() is not c._client()
+    await a.aclose()
+    assert a._client() is not c._client()
+
+
+def test_missing_key_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="has no API key: pass api_key=... or set OPENAI_API_KEY"):
+        OpenAIModel("gpt-x", base_url="http://127.0.0.1:1/v1")
+
+
+def test_resolve_openai_name_reads_the_environment(monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "env-key")
+    model = resolve_model("openai/some-model")
+    assert isinstance(model, OpenAIModel)
+    assert (model.model, model.base_url, model._api_key) == ("some-model", "http://127.0.0.1:9/v1", "env-key")
