@@ -4,7 +4,8 @@ Prints:
 - the median framework overhead per turn over a 200-turn interaction
   (wall time of each turn minus the model's own time),
 - rollouts per second for 1,000 single-turn rollouts run concurrently,
-- peak resident memory of the process.
+- peak resident memory of the process,
+- the time `import rollkit` takes in a fresh interpreter (median of 5).
 
 Run: python benchmarks/core.py
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import resource
 import statistics
+import subprocess
+import sys
 import time
 
 import rollkit as rk
@@ -41,6 +44,13 @@ async def concurrent_rollouts(n: int = 1000) -> float:
     return n / elapsed
 
 
+def import_time() -> float:
+    code = "import time; t = time.perf_counter(); import rollkit; print(time.perf_counter() - t)"
+    runs = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+            for _ in range(5)]
+    return statistics.median(runs)
+
+
 async def main() -> None:
     await per_turn_overhead(20)  # warm caches and imports
     median, p95 = await per_turn_overhead()
@@ -50,6 +60,7 @@ async def main() -> None:
     print(f"1,000 concurrent single-turn rollouts: {statistics.median(rates):,.0f} rollouts/s (median of 3)")
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak memory (max RSS): {peak_kib / 1024:.1f} MiB")
+    print(f"import rollkit: {import_time() * 1000:.0f} ms (median of 5 fresh interpreters)")
 
 
 if __name__ == "__main__":
