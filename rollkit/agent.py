@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from .events import EventBus
 from .harness import ChatHarness, Harness
-from .hooks import BoundHook, bind, hook_spec
+from .hooks import BoundHook, bind, collect_hooks, hook_spec
 from .messages import AssistantMessage
 from .models import Model, resolve_model
 from .rollout import Rollout
@@ -98,6 +98,7 @@ class Agent:
         if not isinstance(harness, Harness):
             raise TypeError(f"harness must be a rk.Harness (e.g. rk.ChatHarness()), got {type(harness).__name__}")
         self.harness = harness
+        self.harness_metrics = _harness_metrics(harness)
         if not (isinstance(runtime, Runtime) or callable(runtime)):
             raise TypeError("runtime must be a Runtime, a Runtime class, or a function that makes one")
         self._runtime = runtime
@@ -143,6 +144,19 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(model={self.model.name!r}, harness={self.harness.name!r})"
+
+
+def _harness_metrics(harness: Harness) -> list[BoundHook]:
+    """A harness contributes only measurements of itself (L29); stops and
+    rewrites belong to the task, rewards to the task or a judge."""
+    hooks = collect_hooks(harness, "harness")
+    for hook in hooks:
+        if hook.kind != "metric":
+            raise TypeError(
+                f"harness {harness.name!r} declares @{hook.kind} {hook.name!r}; a harness may only declare "
+                "@metric hooks. Put rewards, stops and interceptors on the Task, or pass a reward as a judge"
+            )
+    return hooks
 
 
 class InteractionEnded(RuntimeError):

@@ -64,9 +64,8 @@ class Rollout:
         self.timeouts = agent.timeouts
         # Routing and shape checks happen here, at build time (L16, L17).
         task_hooks = collect_hooks(task, "task")
-        harness_hooks = [h for h in collect_hooks(self.harness, "harness") if h.kind == "metric"]
         self.hooks = HookSet.build(task_hooks)
-        self._signals = [*self.hooks.rewards, *self.hooks.metrics, *harness_hooks, *agent.judges]
+        self._signals = [*self.hooks.rewards, *self.hooks.metrics, *agent.harness_metrics, *agent.judges]
         self.trace = Trace(
             task=TaskRef(type=type(task).__qualname__, key=task.key, data=task.data.model_dump(mode="json")),
             agent=agent.describe(),

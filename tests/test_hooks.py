@@ -205,3 +205,13 @@ async def test_trace_stop_sees_the_whole_ledger_before_every_turn():
     assert await rollout.step("3") is False
     trace = await rollout.close()
     assert trace.stop_condition == "two_replies" and trace.num_turns == 2
+
+
+def test_harness_may_only_declare_metrics():
+    class Meddling(rk.ChatHarness):
+        @rk.stop
+        def impatient(self, trace: rk.Trace) -> bool:
+            return True
+
+    with pytest.raises(TypeError, match="harness 'chat' declares @stop 'impatient'; a harness may only declare @metric"):
+        rk.Agent(harness=Meddling())
