@@ -196,26 +196,32 @@ class EvalResult:
     def load(cls, path: str | os.PathLike[str]) -> EvalResult:
         return load_run(path)
 
-    # DataFrames: one row per rollout / turn / phase / signal (rollkit.frames).
+    # DataFrames: one row per rollout / turn / phase / signal (rollkit.frames),
+    # each with example_id, repeat and rollout_id beside the trace id, so
+    # analysis can group by task or by rollout.
     def rollouts(self) -> pandas.DataFrame:
-        from . import frames
-
-        return frames.rollouts(self.traces)
+        return self._frame("rollouts")
 
     def turns(self) -> pandas.DataFrame:
-        from . import frames
-
-        return frames.turns(self.traces)
+        return self._frame("turns")
 
     def phases(self) -> pandas.DataFrame:
-        from . import frames
-
-        return frames.phases(self.traces)
+        return self._frame("phases")
 
     def signals(self) -> pandas.DataFrame:
+        return self._frame("signals")
+
+    def _frame(self, kind: str) -> pandas.DataFrame:
         from . import frames
 
-        return frames.signals(self.traces)
+        frame = getattr(frames, kind)(self.traces)
+        by_id = {t.id: t.info for t in self.traces}
+        at = list(frame.columns).index("id") + 1 if "id" in frame.columns else 0
+        for offset, name in enumerate(("example_id", "repeat", "rollout_id")):
+            if name not in frame.columns:
+                values = [by_id.get(i, {}).get(name) for i in frame["id"]] if "id" in frame.columns else []
+                frame.insert(at + offset, name, values)
+        return frame
 
     def group_signals(self) -> pandas.DataFrame:
         """One row per (task, group signal): example_id, signal, value, n, error."""
