@@ -1,0 +1,295 @@
+"""The interception server, driven by the real openai SDK over real HTTP.
+
+`SDKHarness` stands in for an agent program inside the test process (no
+subprocess start per test): it registers its rollout with the shared server
+like ProgramHarness does and makes its model calls with `openai.AsyncOpenAI`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import aiohttp
+import openai
+import pytest
+
+import rollkit as rk
+from rollkit import interception
+
+
+class SDKHarness(rk.Harness):
+    name = "sdk"
+
+    def __init__(self, body, **client_options) -> None:
+        self.body = body
+        self.client_options = {"max_retries": 0, **client_options}
+
+    async def serve(self, ctx):
+        server = await interception.acquire()
+        ctx.state["server"] = server
+        ctx.state["registration"] = server.register(ctx.secret, ctx.session, rollout_id=ctx.id, model="m")
+        return {"openai": server.base_url}
+
+    async def segment(self, ctx, messages):
+        client = openai.AsyncOpenAI(base_url=ctx.services["openai"], api_key=ctx.secret, **self.client_options)
+        try:
+            await self.body(client, ctx, messages)
+        finally:
+            await client.close()
+
+    async def cleanup(self, ctx):
+        server = ctx.state.pop("server", None)
+        if server is not None:
+            server.unregister(ctx.secret)
+            await interception.release(server)
+
+
+def _wire(messages):
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+async def _run(body, replies, *, limits=None, prompt="hi", **client_options):
+    """Open a rollout whose harness runs `body`, step once, close; return the
+    trace and what the body stored in ctx.state["out"]."""
+    agent = rk.Agent(model=rk.ScriptedModel(replies), harness=SDKHarness(body, **client_options), limits=limits)
+    rollout = agent.rollout(rk.Task(prompt=prompt))
+    assert await rollout.open(), rollout.trace.errors
+    await rollout.step()
+    out = rollout.ctx.state.get("out")
+    registration = rollout.ctx.state["registration"]
+    trace = await rollout.close()
+    return trace, out, registration
+
+
+async def test_json_completion_commits_a_turn():
+    async def body(client, ctx, messages):
+        ctx.state["out"] = await client.chat.completions.create(model="m", messages=_wire(messages), temperature=0)
+
+    trace, completion, _ = await _run(body, ["hello there"], prompt="say hello")
+    assert completion.choices[0].message.content == "hello there"
+    assert completion.choices[0].finish_reason == "stop"
+    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (3, 3)
+    assert trace.ok is True and trace.num_turns == 1
+    assert trace.transcript == "user: say hello\nassistant: hello there"
+
+
+async def test_streamed_completion_with_tool_call_and_usage():
+    async def body(client, ctx, messages):
+        stream = await client.chat.completions.create(
+            model="m", messages=_wire(messages), stream=True, stream_options={"include_usage": True},
+        )
+        text, calls, usage, finish = "", [], None, None
+        async for chunk in stream:
+            usage = chunk.usage or usage
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                calls += [(c.function.name, c.function.arguments) for c in choice.delta.tool_calls or []]
+                finish = choice.finish_reason or finish
+        ctx.state["out"] = (text, calls, usage.total_tokens, finish)
+
+    reply = rk.ScriptedModel.call("add", "let me add", a=2, b=3)
+    trace, out, _ = await _run(body, [reply])
+    assert out == ("let me add", [("add", '{"a": 2, "b": 3}')], 2 + (1 + 3) + (1 + 1 + 4), "tool_calls")
+    assert trace.num_turns == 1
+    assert trace.messages[-1].tool_calls[0].name == "add"
+
+
+async def test_tool_results_and_history_reach_the_session():
+    async def body(client, ctx, messages):
+        first = await client.chat.completions.create(model="m", messages=_wire(messages))
+        call = first.choices[0].message.tool_calls[0]
+        history = [*_wire(messages), first.choices[0].message.model_dump(exclude_none=True),
+                   {"role": "tool", "tool_call_id": call.id, "content": "5"}]
+        ctx.state["out"] = await client.chat.completions.create(model="m", messages=history)
+
+    trace, final, _ = await _run(body, [rk.ScriptedModel.call("add", a=2, b=3), "it is 5"])
+    assert final.choices[0].message.content == "it is 5"
+    assert [m.role for m in trace.messages] == ["user", "assistant", "tool", "assistant"]
+    assert trace.messages[2].content == "5"
+    assert trace.sampled == [1, 3]
+
+
+async def test_models_route_lists_the_rollout_model():
+    async def body(client, ctx, messages):
+        ctx.state["out"] = [m.id async for m in client.models.list()]
+
+    _, ids, _ = await _run(body, [])
+    assert ids == ["m"]
+
+
+async def test_wrong_secret_gets_401_and_touches_no_trace():
+    async def body(client, ctx, messages):
+        bad = openai.AsyncOpenAI(base_url=ctx.services["openai"], api_key="x" * 32, max_retries=0)
+        try:
+            with pytest.raises(openai.AuthenticationError) as caught:
+                await bad.chat.completions.create(model="m", messages=_wire(messages))
+        finally:
+            await bad.close()
+        async with aiohttp.ClientSession() as http:
+            async with http.post(ctx.services["openai"] + "/chat/completions", json={"messages": []}) as answer:
+                ctx.state["out"] = (caught.value.status_code, str(caught.value), answer.status, await answer.json())
+
+    trace, (status, message, bare_status, bare), _ = await _run(body, ["never sent"])
+    assert status == 401 and "a wrong bearer token" in message
+    assert bare_status == 401 and bare["error"]["message"].startswith("no bearer token: set OPENAI_API_KEY")
+    assert trace.model_calls == [] and trace.messages[-1].role == "user"
+
+
+async def _post(ctx, data: bytes | str, path="/chat/completions", method="POST"):
+    headers = {"Authorization": f"Bearer {ctx.secret}", "Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as http:
+        async with http.request(method, ctx.services["openai"] + path, data=data, headers=headers) as answer:
+            return answer.status, await answer.json(), answer.headers.get("x-should-retry")
+
+
+async def test_malformed_bodies_unknown_routes_and_methods_get_clear_errors():
+    async def body(client, ctx, messages):
+        ctx.state["out"] = [
+            await _post(ctx, "{not json"),
+            await _post(ctx, json.dumps({"model": "m"})),
+            await _post(ctx, json.dumps({"messages": [{"role": "wizard", "content": "x"}]})),
+            await _post(ctx, json.dumps({"messages": [{"role": "user", "content": 5}]})),
+            await _post(ctx, "", path="/completions"),
+            await _post(ctx, "", method="GET"),
+        ]
+
+    trace, out, _ = await _run(body, ["never sent"])
+    (s1, b1, _), (s2, b2, _), (s3, b3, _), (s4, b4, _), (s5, b5, _), (s6, b6, _) = out
+    assert s1 == 400 and b1["error"]["message"].startswith("the request body is not JSON")
+    assert s2 == 400 and "'messages' must be a non-empty list" in b2["error"]["message"]
+    assert s3 == 400 and "messages[0]: unknown role 'wizard'" in b3["error"]["message"]
+    assert s4 == 400 and "messages[0]: content must be a string" in b4["error"]["message"]
+    assert s5 == 404 and b5["error"]["message"] == (
+        "no route POST /v1/completions; this server answers POST /v1/chat/completions, GET /v1/models")
+    assert s6 == 405 and "GET is not allowed on /v1/chat/completions" in b6["error"]["message"]
+    assert trace.model_calls == []
+
+
+async def test_oversized_body_gets_413():
+    server = interception.InterceptionServer(max_body=2000)
+    await server.start()
+    agent = rk.Agent(model=rk.ScriptedModel(["x"]))
+    rollout = agent.rollout(rk.Task(prompt="hi"))
+    try:
+        server.register(rollout.ctx.secret, rollout.session, rollout_id=rollout.id)
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key=rollout.ctx.secret, max_retries=0)
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "y" * 5000}])
+        await client.close()
+    finally:
+        await server.stop()
+        await rollout.abort()
+    assert caught.value.status_code == 413
+    assert "larger than this server's limit of 2000 bytes" in str(caught.value)
+    assert rollout.trace.model_calls == []
+
+
+async def test_L13_refusal_is_410_that_the_sdk_does_not_retry():
+    async def body(client, ctx, messages):
+        await client.chat.completions.create(model="m", messages=_wire(messages))
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.chat.completions.create(model="m", messages=_wire(messages) * 2)
+        ctx.state["out"] = caught.value
+
+    # max_retries=3: had the status been retryable, the SDK would have asked 4 times.
+    trace, refusal, registration = await _run(body, ["a", "b"], limits={"max_turns": 1}, max_retries=3)
+    assert refusal.status_code == 410
+    assert refusal.code == "max_turns"
+    assert "rollout stopped: max_turns" in str(refusal)
+    assert registration.refusals == 1
+    assert trace.stop_condition == "max_turns" and trace.ok is True and trace.num_turns == 1
+
+
+async def test_retry_of_identical_last_request_is_answered_from_the_record():
+    async def body(client, ctx, messages):
+        data = json.dumps({"model": "m", "messages": _wire(messages)})
+        headers = {"Authorization": f"Bearer {ctx.secret}", "Content-Type": "application/json"}
+        url = ctx.services["openai"] + "/chat/completions"
+        answers = []
+        async with aiohttp.ClientSession() as http:
+            for retry_count in ("0", "1", "0"):
+                async with http.post(url, data=data, headers={**headers, "x-stainless-retry-count": retry_count}) as r:
+                    answers.append((await r.json())["choices"][0]["message"]["content"])
+        ctx.state["out"] = answers
+
+    # The SDK's retry (count 1) replays; a deliberate repeat (count 0) samples again.
+    trace, answers, registration = await _run(body, lambda request: f"sample {len(request.messages)}")
+    assert answers == ["sample 1", "sample 1", "sample 1"]
+    assert registration.replays == 1
+    assert trace.num_turns == 2
+
+
+async def test_sdk_retry_after_client_timeout_joins_the_call_in_flight():
+    gate = asyncio.Event()
+    calls = []
+
+    async def slow(request):
+        calls.append(request)
+        await gate.wait()
+        return "worth the wait"
+
+    async def body(client, ctx, messages):
+        registration = ctx.state["registration"]
+        task = asyncio.ensure_future(client.chat.completions.create(model="m", messages=_wire(messages)))
+        while registration.joins == 0:  # woken by each request the server answers or joins
+            registration.activity.clear()
+            await registration.activity.wait()
+        gate.set()
+        ctx.state["out"] = await task
+
+    trace, completion, registration = await _run(body, slow, timeout=0.3, max_retries=5)
+    assert completion.choices[0].message.content == "worth the wait"
+    assert len(calls) == 1 and trace.num_turns == 1
+    assert registration.joins >= 1
+
+
+async def test_pipeline_failure_is_reported_not_retried_and_kept_for_the_harness():
+    async def body(client, ctx, messages):
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.chat.completions.create(model="m", messages=_wire(messages))
+        ctx.state["out"] = caught.value
+
+    trace, error, registration = await _run(body, [])  # the scripted model has no reply
+    assert error.status_code == 400 and error.response.headers["x-should-retry"] == "false"
+    assert "ScriptedModel 'scripted' has no reply #1" in str(error)
+    assert isinstance(registration.failure, rk.ProviderError)
+    assert trace.model_calls[0].error.type == "ProviderError"
+
+
+async def test_one_server_serves_many_rollouts_and_stops_with_the_last():
+    seen = {}
+
+    async def body(client, ctx, messages):
+        seen[ctx.id] = ctx.state["server"]
+        completion = await client.chat.completions.create(model="m", messages=_wire(messages))
+        ctx.state["out"] = completion.choices[0].message.content
+
+    def model(request):
+        return "re: " + request.messages[-1].content
+
+    agent = rk.Agent(model=rk.ScriptedModel(model), harness=SDKHarness(body))
+    rollouts = [agent.rollout(rk.Task(prompt=f"task {i}")) for i in range(5)]
+    assert all(await asyncio.gather(*(r.open() for r in rollouts)))
+    await asyncio.gather(*(r.step() for r in rollouts))
+    servers = {id(s) for s in seen.values()}
+    server = next(iter(seen.values()))
+    port = server.port
+    assert len(servers) == 1 and server.rollouts == 5
+    outs = [r.ctx.state["out"] for r in rollouts]
+    traces = await asyncio.gather(*(r.close() for r in rollouts))
+    assert outs == [f"re: task {i}" for i in range(5)]
+    assert [t.transcript for t in traces] == [f"user: task {i}\nassistant: re: task {i}" for i in range(5)]
+    assert not server.running
+    with socket.socket() as probe:  # nothing listens there any more
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+async def test_server_binds_loopback_only():
+    server = await interception.acquire()
+    try:
+        assert server.address == ("127.0.0.1", server.port)
+        assert server.base_url == f"http://127.0.0.1:{server.port}/v1"
+    finally:
+        await interception.release(server)
