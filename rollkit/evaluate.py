@@ -324,6 +324,14 @@ def _read_jsonl_groups(path: Path) -> list[GroupSignal]:
     return groups
 
 
+def _latest(groups: list[GroupSignal]) -> list[GroupSignal]:
+    """One signal per (task, name): the last written. groups.jsonl is
+    append-only, so a group judged again after a resume with more repeats
+    appears twice; the later judgement saw all the repeats."""
+    latest = {(g.example_id, g.signal): g for g in groups}
+    return [g for g in groups if latest[(g.example_id, g.signal)] is g]
+
+
 def load_run(path: str | os.PathLike[str]) -> EvalResult:
     """Read a run folder back: the same traces (in the same order) and group
     signals as the in-memory result of the run that wrote it. A torn last
@@ -337,7 +345,7 @@ def load_run(path: str | os.PathLike[str]) -> EvalResult:
     traces = load(folder / TRACES) if (folder / TRACES).exists() else []
     if not manifest and not traces:
         raise FileNotFoundError(f"{folder} is not a run folder: it holds neither {MANIFEST} nor {TRACES}")
-    return EvalResult(traces, _read_jsonl_groups(folder / GROUPS), out=folder, manifest=manifest)
+    return EvalResult(traces, _latest(_read_jsonl_groups(folder / GROUPS)), out=folder, manifest=manifest)
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -658,7 +666,9 @@ async def _execute(plan: _Plan) -> EvalResult:
             warnings.warn(f"the run folder holds rollout {rid} twice; both are kept as written", stacklevel=2)
         seen.add(rid)
         done.setdefault(trace.info.get("example_id", trace.task.key), []).append(trace)
-    judged_examples = {g.example_id for g in groups}
+    # A group judged on fewer repeats than now asked (resume with more
+    # repeats) is judged again; the newer record wins (see _latest).
+    judged_examples = {g.example_id for g in groups if g.n == plan.repeats}
     todo = [(task, r) for task in plan.tasks for r in range(plan.repeats) if f"{task.key}#{r}" not in seen]
     planned_keys = {t.key for t in plan.tasks}
     finished_before = [t for t in traces if t.info.get("example_id") in planned_keys and t.info.get("repeat", 0) < plan.repeats]
@@ -730,7 +740,7 @@ async def _execute(plan: _Plan) -> EvalResult:
             trace_file.close()
         if group_file is not None:
             group_file.close()
-    return EvalResult(traces, groups, out=folder.path if folder else None, manifest=plan.manifest)
+    return EvalResult(traces, _latest(groups), out=folder.path if folder else None, manifest=plan.manifest)
 
 
 async def evaluate_async(
