@@ -1,0 +1,295 @@
+"""DataFrames from traces: the tables a notebook explores after a run.
+
+Four builders, each `traces -> pandas.DataFrame`, one row per thing:
+
+- `rollouts(traces)`: one row per rollout (ids, task, ok, stop, error,
+  reward, one column per reward `reward.<name>` and per metric
+  `metric.<name>`, turns and token totals, agent/model/harness time and one
+  duration column per phase `phase.<name>`).
+- `turns(traces)`: one row per committed turn, with the cumulative budget
+  columns right after it and the limits they count against.
+- `phases(traces)`: one row per phase span that started.
+- `signals(traces)`: one row per reward or metric, with why it is missing
+  when it is ("run failed", "run aborted", "scoring raised", "scoring timed
+  out", "returned None").
+
+Missing stays missing: NaN in numeric columns, None elsewhere, never zero.
+An empty input gives an empty frame with the same columns. Frames are built
+column by column from plain lists (one pass over the traces, one DataFrame
+constructor call), because thousands of traces are the normal case.
+
+This module only reads traces; it runs nothing and draws nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from .trace import PHASES, Trace
+
+__all__ = ["rollouts", "turns", "phases", "signals", "ROLLOUT_COLUMNS", "TURN_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS"]
+
+_NAN = math.nan
+_LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
+
+# Why a signal has no value. The texts are the vocabulary of the `why_missing`
+# column; batch reports group by them, so they are part of the API.
+RUN_FAILED = "run failed"
+RUN_ABORTED = "run aborted"
+NOT_SCORED = "not scored"
+SCORING_RAISED = "scoring raised"
+SCORING_TIMED_OUT = "scoring timed out"
+RETURNED_NONE = "returned None"
+
+ROLLOUT_COLUMNS = (
+    "id", "task_key", "task_type", "agent", "model", "ok", "completed", "aborted",
+    "stop", "stop_condition", "error_type", "error_phase", "error_message", "reward",
+    "turns", "model_calls", "input_tokens", "output_tokens", "total_tokens",
+    "segments", "agent_time", "model_time", "harness_time",
+    *(f"phase.{p}" for p in PHASES),
+    "start", "end",
+)  # followed by reward.<name> and metric.<name> columns, sorted by name
+TURN_COLUMNS = (
+    "id", "task_key", "turn", "call", "segment", "start", "end", "latency",
+    "input_tokens", "output_tokens", "new_input_tokens", "finish_reason",
+    "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time",
+    *_LIMITS, "agent_budget",
+)
+PHASE_COLUMNS = ("id", "task_key", "phase", "start", "end", "duration", "offset", "ok")
+SIGNAL_COLUMNS = ("id", "task_key", "task_type", "kind", "name", "value", "weight", "missing", "why_missing", "error")
+
+
+def _list(traces: Iterable[Trace]) -> list[Trace]:
+    if isinstance(traces, Trace):
+        return [traces]
+    out = list(traces)
+    for i, trace in enumerate(out):
+        if not isinstance(trace, Trace):
+            raise TypeError(
+                f"item {i} is a {type(trace).__name__}, not an rk.Trace; pass traces, "
+                "e.g. rk.load('runs/traces.jsonl')"
+            )
+    return out
+
+
+def _num(value: float | None) -> float:
+    return _NAN if value is None else value
+
+
+def _frame(columns: dict[str, list[Any]], order: Iterable[str]) -> pd.DataFrame:
+    return pd.DataFrame({name: columns[name] for name in order}, columns=list(order))
+
+
+def _scored(trace: Trace) -> bool:
+    """A run that failed, was aborted or never closed has no scores (L23)."""
+    return not trace.errors and not trace.aborted and "scoring" in trace.phases
+
+
+def _reward(trace: Trace) -> float:
+    # A failed run is not scored: its reward is missing, not 0 (L23). A scored
+    # run whose rewards all came back missing has no reward either.
+    if not _scored(trace) or not any(v is not None for v in trace.rewards.values()):
+        return _NAN
+    return trace.reward
+
+
+def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
+    """One row per rollout. Reward and metric columns (`reward.<name>`,
+    `metric.<name>`) are NaN where a signal is missing or was never computed;
+    `reward` is NaN for a run that was not scored."""
+    traces = _list(traces)
+    cols: dict[str, list[Any]] = {name: [] for name in ROLLOUT_COLUMNS}
+    reward_names: dict[str, None] = {}
+    metric_names: dict[str, None] = {}
+    for trace in traces:
+        reward_names.update(dict.fromkeys(trace.rewards))
+        metric_names.update(dict.fromkeys(trace.metrics))
+    signal_cols = {f"reward.{n}": [] for n in sorted(reward_names)}
+    signal_cols.update({f"metric.{n}": [] for n in sorted(metric_names)})
+    for trace in traces:
+        error = trace.errors[0] if trace.errors else None
+        phase_spans = trace.phases
+        cols["id"].append(trace.id)
+        cols["task_key"].append(trace.task.key)
+        cols["task_type"].append(trace.task.type)
+        cols["agent"].append(trace.agent.get("name"))
+        cols["model"].append(trace.agent.get("model"))
+        cols["ok"].append(trace.ok)
+        cols["completed"].append(trace.completed)
+        cols["aborted"].append(trace.aborted)
+        cols["stop"].append(error.type if error else trace.stop_condition)
+        cols["stop_condition"].append(trace.stop_condition)
+        cols["error_type"].append(error.type if error else None)
+        cols["error_phase"].append(error.phase if error else None)
+        cols["error_message"].append(error.message if error else None)
+        cols["reward"].append(_reward(trace))
+        cols["turns"].append(trace.num_turns)
+        cols["model_calls"].append(len(trace.model_calls))
+        cols["input_tokens"].append(trace.num_input_tokens)
+        cols["output_tokens"].append(trace.num_output_tokens)
+        cols["total_tokens"].append(trace.num_total_tokens)
+        cols["segments"].append(len(trace.segments))
+        agent_time = trace.agent_time
+        model_time = trace.model_time
+        cols["agent_time"].append(agent_time)
+        cols["model_time"].append(model_time)
+        cols["harness_time"].append(max(0.0, agent_time - model_time))
+        start = end = None
+        for phase in PHASES:
+            span = phase_spans.get(phase)
+            duration = span.duration if span is not None else None
+            cols[f"phase.{phase}"].append(_num(duration))
+            if span is not None:
+                start = span.start if start is None else min(start, span.start)
+                if span.end is not None:
+                    end = span.end if end is None else max(end, span.end)
+        cols["start"].append(_num(start))
+        cols["end"].append(_num(end))
+        rewards, metrics = trace.rewards, trace.metrics
+        for name in reward_names:
+            signal_cols[f"reward.{name}"].append(_num(rewards.get(name)))
+        for name in metric_names:
+            signal_cols[f"metric.{name}"].append(_num(metrics.get(name)))
+    cols.update(signal_cols)
+    frame = _frame(cols, [*ROLLOUT_COLUMNS, *signal_cols])
+    return frame.astype({"ok": "object", "turns": "int64", "model_calls": "int64"})
+
+
+def turns(traces: Iterable[Trace]) -> pd.DataFrame:
+    """One row per committed turn (model call answered and kept), with the
+    budget totals right after it (`cum_*`) and the limits they count
+    against (NaN: no limit). `agent_budget` is the agent-time budget in
+    seconds (L9)."""
+    traces = _list(traces)
+    cols: dict[str, list[Any]] = {name: [] for name in TURN_COLUMNS}
+    for trace in traces:
+        limits = [_num(trace.limits.get(name)) for name in _LIMITS]
+        budget = _num(trace.timeouts.get("agent"))
+        key = trace.task.key
+        number = 0
+        for call in trace.model_calls:
+            if not call.committed:
+                continue
+            number += 1
+            usage = call.usage
+            cols["id"].append(trace.id)
+            cols["task_key"].append(key)
+            cols["turn"].append(number)
+            cols["call"].append(call.index)
+            cols["segment"].append(call.segment)
+            cols["start"].append(call.start)
+            cols["end"].append(call.end)
+            cols["latency"].append(call.end - call.start)
+            cols["input_tokens"].append(usage.input_tokens)
+            cols["output_tokens"].append(usage.output_tokens)
+            cols["new_input_tokens"].append(call.new_input_tokens)
+            cols["finish_reason"].append(call.finish_reason)
+            cols["cum_turns"].append(call.cum_turns)
+            cols["cum_input_tokens"].append(call.cum_input_tokens)
+            cols["cum_output_tokens"].append(call.cum_output_tokens)
+            cols["cum_total_tokens"].append(call.cum_total_tokens)
+            cols["cum_agent_time"].append(call.cum_agent_time)
+            for name, limit in zip(_LIMITS, limits):
+                cols[name].append(limit)
+            cols["agent_budget"].append(budget)
+    frame = _frame(cols, TURN_COLUMNS)
+    ints = ("turn", "call", "segment", "input_tokens", "output_tokens", "new_input_tokens",
+            "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens")
+    return frame.astype({name: "int64" for name in ints})
+
+
+def phases(traces: Iterable[Trace]) -> pd.DataFrame:
+    """One row per phase span that started, in lifecycle order. `offset` is
+    the start in seconds after the rollout's first phase began; `duration`
+    is NaN for a span that never ended (a trace saved before close)."""
+    traces = _list(traces)
+    cols: dict[str, list[Any]] = {name: [] for name in PHASE_COLUMNS}
+    for trace in traces:
+        spans = [trace.phases[p] for p in PHASES if p in trace.phases]
+        if not spans:
+            continue
+        t0 = min(span.start for span in spans)
+        for span in spans:
+            cols["id"].append(trace.id)
+            cols["task_key"].append(trace.task.key)
+            cols["phase"].append(span.name)
+            cols["start"].append(span.start)
+            cols["end"].append(_num(span.end))
+            cols["duration"].append(_num(span.duration))
+            cols["offset"].append(span.start - t0)
+            cols["ok"].append(trace.ok)
+    return _frame(cols, PHASE_COLUMNS)
+
+
+def _why(trace: Trace, name: str, value: float | None) -> tuple[str | None, str | None]:
+    if value is not None:
+        return None, None
+    reason = trace.signal_errors.get(name)
+    if reason is None:
+        return RETURNED_NONE, None
+    if reason.startswith(SCORING_TIMED_OUT):
+        return SCORING_TIMED_OUT, reason
+    return SCORING_RAISED, reason
+
+
+def _unscored_reason(trace: Trace) -> tuple[str, str | None]:
+    if trace.errors:
+        error = trace.errors[0]
+        return RUN_FAILED, f"{error.type}: {error.message}"
+    if trace.aborted:
+        return RUN_ABORTED, None
+    return NOT_SCORED, None
+
+
+def signals(traces: Iterable[Trace]) -> pd.DataFrame:
+    """One row per reward or metric of each rollout.
+
+    A run that was not scored (it failed, was aborted, or never closed) has
+    no signals of its own; it gets one row per signal its task type has in
+    the other traces given, all missing with `why_missing` saying why (or a
+    single row with no name when no other trace names them), so a failure
+    never silently drops out of a report."""
+    traces = _list(traces)
+    # Signal names per task type, in first-seen order, from the scored runs.
+    known: dict[str, dict[tuple[str, str], float | None]] = {}
+    for trace in traces:
+        if _scored(trace):
+            names = known.setdefault(trace.task.type, {})
+            for name in trace.rewards:
+                names.setdefault(("reward", name), trace.reward_weights.get(name, 1.0))
+            for name in trace.metrics:
+                names.setdefault(("metric", name), None)
+    cols: dict[str, list[Any]] = {name: [] for name in SIGNAL_COLUMNS}
+
+    def add(trace: Trace, kind: str | None, name: str | None, value: float | None,
+            weight: float | None, why: str | None, error: str | None) -> None:
+        cols["id"].append(trace.id)
+        cols["task_key"].append(trace.task.key)
+        cols["task_type"].append(trace.task.type)
+        cols["kind"].append(kind)
+        cols["name"].append(name)
+        cols["value"].append(_num(value))
+        cols["weight"].append(_num(weight))
+        cols["missing"].append(value is None)
+        cols["why_missing"].append(why)
+        cols["error"].append(error)
+
+    for trace in traces:
+        if not _scored(trace):
+            why, error = _unscored_reason(trace)
+            expected = known.get(trace.task.type)
+            if not expected:
+                add(trace, None, None, None, None, why, error)
+            for (kind, name), weight in (expected or {}).items():
+                add(trace, kind, name, None, weight, why, error)
+            continue
+        for name, value in trace.rewards.items():
+            add(trace, "reward", name, value, trace.reward_weights.get(name, 1.0), *_why(trace, name, value))
+        for name, value in trace.metrics.items():
+            add(trace, "metric", name, value, None, *_why(trace, name, value))
+    frame = _frame(cols, SIGNAL_COLUMNS)
+    return frame.astype({"missing": "bool"})

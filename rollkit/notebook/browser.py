@@ -1,0 +1,102 @@
+"""The trace browser: many traces as a table; pick one to read it.
+
+`TraceBrowser(traces)` shows one row per trace (task, ok, stop, reward,
+turns, tokens), a filter box, and below it the picked trace: its HTML view
+(`display.trace_html`) and its budget burn and phase timeline figures.
+It reads traces only; a trace loaded with `rk.load` shows the same as one
+that just ran.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+from typing import Any
+
+import ipywidgets as widgets
+
+from ..trace import Trace
+from .display import trace_html
+
+__all__ = ["TraceBrowser"]
+
+
+def _row(trace: Trace) -> str:
+    scored = any(v is not None for v in trace.rewards.values()) and not trace.errors
+    reward = f"{trace.reward:6.3f}" if scored else "   –  "
+    ok = {True: "ok  ", False: "FAIL", None: "open"}[trace.ok]
+    stop = (trace.stop or "")[:18]
+    return (f"{trace.task.key[:16]:<16} {ok} {reward} {trace.num_turns:>5} "
+            f"{trace.num_total_tokens:>7} {stop:<18} {trace.id}")
+
+
+_HEADER = f"{'task':<16} {'ok':<4} {'reward':>6} {'turns':>5} {'tokens':>7} {'stop':<18} trace"
+
+
+class TraceBrowser(widgets.VBox):
+    """A table of traces; selecting a row shows that trace and its plots.
+    `select(i)` does from code what a click does."""
+
+    def __init__(self, traces: Iterable[Trace], *, plots: bool = True) -> None:
+        self.traces = list(traces)
+        for i, trace in enumerate(self.traces):
+            if not isinstance(trace, Trace):
+                raise TypeError(f"TraceBrowser shows rk.Trace objects; item {i} is a {type(trace).__name__}")
+        self._plots = plots
+        self.filter = widgets.Text(placeholder="filter: task key, stop, trace id…", continuous_update=False)
+        self.filter.observe(self._on_filter, names="value")
+        self.table = widgets.Select(rows=min(12, max(2, len(self.traces))), layout=widgets.Layout(width="100%"))
+        self.table.add_class("rk-trace-table")
+        self.table.observe(self._on_pick, names="value")
+        self.detail = widgets.HTML()
+        self.detail.add_class("rk-trace-detail")
+        self.figures = widgets.Output()
+        ok = sum(1 for t in self.traces if t.ok)
+        rewards = [t.reward for t in self.traces if t.ok and any(v is not None for v in t.rewards.values())]
+        mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "–"
+        self.summary = widgets.HTML(
+            f"<b>{len(self.traces)} traces</b> · {ok} ok · {len(self.traces) - ok} not ok · mean reward {mean}"
+        )
+        header = widgets.HTML(f"<pre style='margin:0;font-size:12px'>{html.escape(_HEADER)}</pre>")
+        super().__init__([self.summary, self.filter, header, self.table, self.detail, self.figures])
+        self.table.layout.font_family = "monospace"
+        self._show()
+
+    def _show(self, needle: str = "") -> None:
+        # Options carry the trace's position, so a filtered table still picks
+        # the right trace.
+        self.table.options = [
+            (_row(t), i) for i, t in enumerate(self.traces)
+            if not needle or needle in t.task.key.lower() or needle in t.id or needle in str(t.stop).lower()
+        ]
+
+    def _on_filter(self, change: dict[str, Any]) -> None:
+        self._show(change["new"].strip().lower())
+
+    def select(self, index: int) -> Trace:
+        """Show trace number `index` (its position in the list given)."""
+        if not 0 <= index < len(self.traces):
+            raise IndexError(f"there are {len(self.traces)} traces; pick 0..{len(self.traces) - 1}, not {index}")
+        self.table.value = index
+        return self.traces[index]
+
+    @property
+    def selected(self) -> Trace | None:
+        return None if self.table.value is None else self.traces[self.table.value]
+
+    def _on_pick(self, change: dict[str, Any]) -> None:
+        index = change["new"]
+        self.figures.clear_output()
+        if index is None:
+            self.detail.value = ""
+            return
+        trace = self.traces[index]
+        self.detail.value = trace_html(trace)
+        if self._plots:
+            from ..plots import budget_burn, phase_timeline
+
+            with self.figures:
+                from IPython.display import display
+
+                display(budget_burn(trace))
+                display(phase_timeline(trace))

@@ -1,0 +1,201 @@
+"""HTML for traces and conversations, as a notebook shows them.
+
+`chat_html(messages)` draws a conversation as chat bubbles (user, assistant,
+tool calls and their results, long texts folded); `trace_html(trace)` draws a
+whole trace: summary, transcript, signals, phases. The rollout panel and the
+trace browser reuse both, so a trace looks the same live, loaded back from a
+file, or picked in the browser.
+
+Everything a model, a user, a tool or a task wrote passes through
+`html.escape` before it becomes HTML: a reply holding `<script>` is shown as
+text, never run. This module produces strings only; it holds no widget and
+runs nothing.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from ..trace import PHASES, Trace
+
+__all__ = ["chat_html", "message_html", "trace_html", "status_html", "STYLE"]
+
+# Texts longer than this (or with more lines) are folded behind a summary
+# line, so one huge tool result does not push the conversation off screen.
+FOLD_CHARS = 600
+FOLD_LINES = 12
+
+STYLE = """<style>
+.rk-trace, .rk-chat {font-family: var(--jp-ui-font-family, sans-serif); font-size: 13px;}
+.rk-msg {margin: 4px 0; padding: 6px 9px; border-radius: 8px; max-width: 92%; white-space: pre-wrap;
+  word-break: break-word; border: 1px solid rgba(0,0,0,.08);}
+.rk-msg .rk-role {font-size: 11px; font-weight: 600; opacity: .65; margin-bottom: 2px; white-space: normal;}
+.rk-user {background: #e8f0fe; margin-left: auto;}
+.rk-assistant {background: #f1f3f4;}
+.rk-system {background: #fff8e1; font-style: italic;}
+.rk-tool {background: #e6f4ea; font-family: var(--jp-code-font-family, monospace); font-size: 12px;}
+.rk-call {font-family: var(--jp-code-font-family, monospace); font-size: 12px; color: #1a5e20;}
+.rk-msg details summary {cursor: pointer; opacity: .8;}
+.rk-table {border-collapse: collapse; margin: 4px 0 10px 0;}
+.rk-table td, .rk-table th {padding: 2px 10px 2px 0; text-align: left; border-bottom: 1px solid rgba(0,0,0,.08);}
+.rk-missing {color: #b00020; font-style: italic;}
+.rk-ok {color: #1e7e34; font-weight: 600;} .rk-bad {color: #b00020; font-weight: 600;}
+.rk-stopped {color: #8a6d00; font-weight: 600;}
+.rk-bar {display: inline-block; height: 9px; background: #4e79a7; vertical-align: middle;}
+.rk-bartrack {display: inline-block; width: 120px; height: 9px; background: #e0e0e0; vertical-align: middle;}
+</style>"""
+
+
+def _fold(text: str) -> str:
+    """Escaped text, folded behind its first line when long."""
+    escaped = html.escape(text)
+    if len(text) <= FOLD_CHARS and text.count("\n") < FOLD_LINES:
+        return escaped
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    preview = html.escape(first[:120])
+    return (
+        f"<details><summary>{preview}… ({len(text)} characters, click to unfold)</summary>"
+        f"{escaped}</details>"
+    )
+
+
+def message_html(message: Any) -> str:
+    """One message as a chat bubble."""
+    role = getattr(message, "role", "?")
+    content = getattr(message, "content", None) or ""
+    parts = []
+    if role == "tool":
+        label = f"tool result · {getattr(message, 'name', None) or getattr(message, 'tool_call_id', '')}"
+    else:
+        label = role
+    parts.append(f'<div class="rk-role">{html.escape(label)}</div>')
+    if content:
+        parts.append(_fold(content))
+    for call in getattr(message, "tool_calls", None) or ():
+        parts.append(
+            f'<div class="rk-call">→ calls <b>{html.escape(call.name)}</b>({_fold(call.arguments)})</div>'
+        )
+    if role == "assistant" and not content and not getattr(message, "tool_calls", None):
+        parts.append('<span class="rk-missing">(empty reply)</span>')
+    css = role if role in ("user", "assistant", "system", "tool") else "assistant"
+    return f'<div class="rk-msg rk-{css}" data-role="{html.escape(role)}">{"".join(parts)}</div>'
+
+
+def chat_html(messages: Iterable[Any], *, style: bool = True) -> str:
+    """A conversation as chat bubbles."""
+    body = "".join(message_html(m) for m in messages)
+    return f'{STYLE if style else ""}<div class="rk-chat">{body}</div>'
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return '<span class="rk-missing">missing</span>'
+    return f"{value:.{digits}f}" if isinstance(value, float) else html.escape(str(value))
+
+
+def status_html(trace: Trace) -> str:
+    """A one-line verdict: ok, stopped (and why), failed (and with what)."""
+    if trace.errors:
+        error = trace.errors[0]
+        return (
+            f'<span class="rk-bad">failed</span> · {html.escape(error.type)}: '
+            f"{html.escape(error.message)}"
+        )
+    if trace.aborted:
+        return '<span class="rk-bad">aborted</span> (not scored)'
+    if not trace.completed:
+        return '<span class="rk-stopped">not closed</span>'
+    reward = f" · reward {trace.reward:.3f}" if any(v is not None for v in trace.rewards.values()) else ""
+    if trace.stop_condition:
+        return f'<span class="rk-stopped">stopped</span> by {html.escape(trace.stop_condition)}{reward}'
+    return f'<span class="rk-ok">ok</span>{reward}'
+
+
+def _signals_html(trace: Trace) -> str:
+    rows = []
+    for kind, values in (("reward", trace.rewards), ("metric", trace.metrics)):
+        for name, value in values.items():
+            weight = f"× {trace.reward_weights.get(name, 1.0):g}" if kind == "reward" else ""
+            why = trace.signal_errors.get(name, "")
+            rows.append(
+                f"<tr><td>{kind}</td><td>{html.escape(name)}</td><td>{_fmt(value)}</td>"
+                f"<td>{weight}</td><td>{html.escape(why)}</td></tr>"
+            )
+    if not rows:
+        reason = "not scored: the run failed" if trace.errors else "no rewards or metrics"
+        return f'<p class="rk-missing">{reason}</p>'
+    return (
+        '<table class="rk-table"><tr><th>kind</th><th>name</th><th>value</th><th>weight</th>'
+        f"<th>why missing</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def _phases_html(trace: Trace) -> str:
+    spans = [trace.phases[p] for p in PHASES if p in trace.phases]
+    if not spans:
+        return '<p class="rk-missing">no phase started</p>'
+    longest = max((s.duration or 0.0) for s in spans) or 1.0
+    rows = []
+    for span in spans:
+        duration = span.duration
+        width = 0 if duration is None else max(1, int(120 * duration / longest))
+        note = ""
+        if span.name == "agent":
+            note = f"model {trace.model_time * 1000:.1f} ms · harness {trace.harness_time * 1000:.1f} ms"
+        shown = "running" if duration is None else f"{duration * 1000:.1f} ms"
+        rows.append(
+            f"<tr><td>{span.name}</td><td>{shown}</td>"
+            f'<td><span class="rk-bartrack"><span class="rk-bar" style="width:{width}px"></span></span></td>'
+            f"<td>{note}</td></tr>"
+        )
+    return f'<table class="rk-table">{"".join(rows)}</table>'
+
+
+def _limit(value: Any) -> str:
+    return "no limit" if value is None else html.escape(str(value))
+
+
+def trace_html(trace: Trace) -> str:
+    """A whole trace as HTML: summary, transcript, signals, phases."""
+    limits = trace.limits or {}
+    summary = (
+        '<table class="rk-table">'
+        f"<tr><th>trace</th><td>{html.escape(trace.id)}</td><th>task</th>"
+        f"<td>{html.escape(trace.task.type)} · {html.escape(trace.task.key)}</td></tr>"
+        f"<tr><th>agent</th><td>{html.escape(str(trace.agent.get('name', '?')))}</td>"
+        f"<th>result</th><td>{status_html(trace)}</td></tr>"
+        f"<tr><th>turns</th><td>{trace.num_turns} / {_limit(limits.get('max_turns'))}</td>"
+        f"<th>tokens</th><td>in {trace.num_input_tokens} · out {trace.num_output_tokens} · "
+        f"total {trace.num_total_tokens} / {_limit(limits.get('max_total_tokens'))}</td></tr>"
+        f"<tr><th>agent time</th><td>{trace.agent_time:.3f} s / "
+        f"{_limit(trace.timeouts.get('agent'))}</td><th>segments</th><td>{len(trace.segments)}</td></tr>"
+        "</table>"
+    )
+    warnings = "".join(f'<p class="rk-stopped">warning: {html.escape(w)}</p>' for w in trace.warnings)
+    return (
+        f'{STYLE}<div class="rk-trace" data-trace="{html.escape(trace.id)}">'
+        f"<b>rollkit trace</b>{summary}{warnings}"
+        f"<details open><summary><b>transcript</b> ({len(trace.messages)} messages)</summary>"
+        f"{chat_html(trace.messages, style=False)}</details>"
+        f"<details open><summary><b>signals</b></summary>{_signals_html(trace)}</details>"
+        f"<details><summary><b>phases</b></summary>{_phases_html(trace)}</details>"
+        "</div>"
+    )
+
+
+def _register_ipython() -> None:
+    """Teach a running IPython to show traces as HTML. The core Trace knows
+    nothing of notebooks, so the notebook layer registers the formatter from
+    its side when it is imported (keeping the import arrow one-way)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - ipykernel is a notebook dependency
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    formatter = shell.display_formatter.formatters["text/html"]
+    formatter.for_type(Trace, trace_html)

@@ -1,0 +1,216 @@
+"""The rollout panel: one rollout as an ipywidgets app.
+
+Transcript as chat, a text box with Send, Step / Close / Abort buttons that
+are enabled only when they make sense, a status line, budget gauges (turns,
+tokens, agent time against their limits, the current phase) and, by
+default, a live budget burn chart.
+
+The panel is thin. A button forwards intent to the `NotebookRollout`
+(`step_soon`, `close_soon`, `abort_soon`), which schedules the async work on
+the running loop and returns at once, so a click never blocks the kernel.
+The view changes only when the rollout says something happened (its events)
+or an action starts or ends; it never decides anything about the lifecycle.
+All text shown goes through `html.escape` (see `display`).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+
+from ..events import Event
+from .display import STYLE, message_html
+
+if TYPE_CHECKING:
+    from .stepping import NotebookRollout
+
+__all__ = ["RolloutPanel"]
+
+_STATUS_COLOURS = {
+    "waiting": "#1a73e8", "running": "#8a6d00", "opening": "#8a6d00", "closing": "#8a6d00",
+    "stopped": "#8a6d00", "ended": "#8a6d00", "closed": "#1e7e34", "failed": "#b00020",
+    "aborted": "#b00020", "new": "#555",
+}
+
+_EMPTY_MESSAGE = (
+    "Nothing to send: type what the user says first. "
+    "To let the agent go on without a message, press Step."
+)
+
+
+def _gauge(label: str, used: float, limit: float | None, unit: str = "", digits: int = 0) -> str:
+    shown = f"{used:.{digits}f}{unit}"
+    if limit is None:
+        return (f'<tr><td>{label}</td><td class="rk-gauge-value">{shown}</td><td></td>'
+                '<td class="rk-nolimit">no limit</td></tr>')
+    fraction = 0.0 if limit <= 0 else min(1.0, used / limit)
+    colour = "#e15759" if fraction >= 1.0 else "#f28e2b" if fraction >= 0.8 else "#4e79a7"
+    return (
+        f'<tr><td>{label}</td><td class="rk-gauge-value">{shown} / {limit:.{digits}f}{unit}</td>'
+        f'<td><span class="rk-bartrack"><span class="rk-bar" style="width:{int(120 * fraction)}px;'
+        f'background:{colour}"></span></span></td><td>{fraction:.0%}</td></tr>'
+    )
+
+
+class RolloutPanel(widgets.VBox):
+    """A widget for one rollout. Build it with `ro.panel()` and show it by
+    leaving it as the last expression of a cell."""
+
+    def __init__(self, ro: NotebookRollout, *, chart: bool = True) -> None:
+        self.ro = ro
+        self._rendered: list[str] = []  # escaped HTML per message, so a refresh renders only new ones
+        trace = ro.trace
+        self.header = widgets.HTML(
+            f"{STYLE}<b>{html.escape(ro.task.name)}</b> · task {html.escape(trace.task.key)} · "
+            f"agent {html.escape(str(ro.agent.name))} · rollout {html.escape(ro.id)}"
+        )
+        self.status = widgets.HTML()
+        self.status.add_class("rk-status")
+        self.transcript = widgets.HTML()
+        self.transcript.add_class("rk-transcript")
+        transcript_box = widgets.Box(
+            [self.transcript],
+            layout=widgets.Layout(max_height="420px", overflow="auto", border="1px solid #ddd", padding="4px"),
+        )
+        # continuous_update=False: the text reaches the kernel in one piece when
+        # the box loses focus, which a click on Send does before the click itself
+        # is sent (typing and clicking at once otherwise race).
+        self.text = widgets.Textarea(
+            placeholder="Type the user's message, then press Send",
+            continuous_update=False,
+            layout=widgets.Layout(width="100%", height="60px"),
+        )
+        self.text.add_class("rk-input")
+        self.send_button = self._button("Send", "primary", "rk-send", "Send the message as the user and step")
+        self.step_button = self._button("Step", "", "rk-step", "Let the agent run one more segment without a new message")
+        self.close_button = self._button("Close", "success", "rk-close", "Finalize, score and tear down")
+        self.abort_button = self._button("Abort", "danger", "rk-abort", "Free everything; no finalize, no score")
+        self.send_button.on_click(self._on_send)
+        self.step_button.on_click(self._on_step)
+        self.close_button.on_click(self._on_close)
+        self.abort_button.on_click(self._on_abort)
+        self.error = widgets.HTML()
+        self.error.add_class("rk-error")
+        self.gauges = widgets.HTML()
+        self.gauges.add_class("rk-gauges")
+        self.chart = None
+        right: list[Any] = [self.gauges]
+        if chart:
+            from ..plots import LiveBudgetBurn
+
+            self.chart = LiveBudgetBurn(ro.rollout)
+            self.chart.figure.layout.width = 460
+            self.chart.figure.layout.height = 420
+            self.chart.figure.add_class("rk-chart")
+            right.append(self.chart.figure)
+        left = widgets.VBox(
+            [transcript_box, self.text,
+             widgets.HBox([self.send_button, self.step_button, self.close_button, self.abort_button]),
+             self.error],
+            layout=widgets.Layout(width="55%", min_width="360px"),
+        )
+        super().__init__(
+            [self.header, self.status, widgets.HBox([left, widgets.VBox(right)], layout=widgets.Layout(flex_flow="row wrap"))]
+        )
+        self.add_class("rk-panel")
+        self._unsubscribe = ro.subscribe(self._on_event)
+        self._unwatch = ro.watch(self.refresh)
+        self.refresh()
+
+    @staticmethod
+    def _button(label: str, style: str, css: str, tooltip: str) -> widgets.Button:
+        button = widgets.Button(description=label, button_style=style, tooltip=tooltip,
+                                layout=widgets.Layout(width="auto"))
+        button.add_class(css)
+        return button
+
+    # ---- intent: forward to the rollout, never decide ----------------------
+    def _act(self, action: Any, *args: Any) -> None:
+        self.error.value = ""
+        try:
+            action(*args)
+        except Exception as exc:  # a user mistake: say it, keep the panel alive
+            self._show_error(exc)
+        self.refresh()
+
+    def _on_send(self, _button: Any = None) -> None:
+        text = self.text.value
+        if not text.strip():
+            self.error.value = f'<span style="color:#b00020">{html.escape(_EMPTY_MESSAGE)}</span>'
+            return
+        self.text.value = ""
+        self._act(self.ro.step_soon, text)
+
+    def _on_step(self, _button: Any = None) -> None:
+        self._act(self.ro.step_soon)
+
+    def _on_close(self, _button: Any = None) -> None:
+        self._act(self.ro.close_soon)
+
+    def _on_abort(self, _button: Any = None) -> None:
+        self._act(self.ro.abort_soon)
+
+    def _show_error(self, exc: BaseException) -> None:
+        self.error.value = (
+            f'<span style="color:#b00020">{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</span>'
+        )
+
+    # ---- view: redrawn from the rollout's state -----------------------------
+    def _on_event(self, event: Event) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        ro = self.ro
+        status = ro.status
+        colour = _STATUS_COLOURS.get(status.kind, "#555")
+        self.status.value = (
+            f'<div class="rk-status-line" data-kind="{status.kind}" style="color:{colour};font-weight:600">'
+            f"{html.escape(status.text)}</div>"
+        )
+        self.send_button.disabled = not ro.can_step
+        # A prompt-less task cannot step before the user spoke.
+        self.step_button.disabled = not ro.can_step or ro.needs_message
+        self.text.disabled = not ro.can_step and not ro.busy
+        self.close_button.disabled = not ro.can_close
+        self.abort_button.disabled = not ro.can_abort
+        if ro.last_error is not None:
+            self._show_error(ro.last_error)
+        self._refresh_transcript()
+        self._refresh_gauges()
+
+    def _refresh_transcript(self) -> None:
+        messages = self.ro.trace.messages
+        if len(messages) < len(self._rendered):  # a harness rewrote history
+            self._rendered = []
+        if len(messages) == len(self._rendered) and self.transcript.value:
+            return
+        self._rendered.extend(message_html(m) for m in messages[len(self._rendered):])
+        body = "".join(self._rendered) or '<i class="rk-missing">no messages yet</i>'
+        self.transcript.value = f'<div class="rk-chat">{body}</div>'
+
+    def _refresh_gauges(self) -> None:
+        ro, trace = self.ro, self.ro.trace
+        limits = trace.limits
+        phase = ro.current_phase
+        if phase is None:
+            phase = "none: waiting for the user" if ro.rollout.is_open else "none"
+        self.gauges.value = (
+            '<table class="rk-table rk-gauge-table">'
+            + _gauge("turns", trace.num_turns, limits.get("max_turns"))
+            + _gauge("input tokens", trace.num_input_tokens, limits.get("max_input_tokens"))
+            + _gauge("output tokens", trace.num_output_tokens, limits.get("max_output_tokens"))
+            + _gauge("total tokens", trace.num_total_tokens, limits.get("max_total_tokens"))
+            + _gauge("agent time", ro.agent_time, trace.timeouts.get("agent"), " s", 3)
+            + f'<tr><td>phase</td><td class="rk-phase" colspan="3">{html.escape(phase)}</td></tr>'
+            + "</table>"
+        )
+
+    def close(self) -> None:
+        """Stop listening to the rollout and close the widgets."""
+        self._unsubscribe()
+        self._unwatch()
+        if self.chart is not None:
+            self.chart.close()
+        super().close()

@@ -1,0 +1,398 @@
+"""Stepping a rollout by hand from a notebook: the synchronous facade.
+
+`ro = rk.notebook.open(agent, task)` opens a rollout and hands back a
+`NotebookRollout`; then `ro.step()`, `ro.step("user text")`, `ro.close()` and
+`ro.abort()` work in a cell, in a plain script and inside a running loop.
+Each has an async twin (`await ro.astep(...)`) and a non-blocking one
+(`ro.step_soon(...)`, what the panel's buttons call), so everything the
+panel does, code can do without it.
+
+This module turns user mistakes into clear errors before they reach the
+core (an empty message, a step on a closed or ended rollout, a step while
+one is running) and says in words where the rollout stands (`ro.status`).
+The lifecycle itself stays in `rollkit.Rollout`: this facade only forwards
+to it and reads its trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..messages import AssistantMessage, to_messages
+from ..trace import Trace
+from . import _loop
+from .display import chat_html
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..rollout import Rollout
+    from ..runtime import Runtime
+    from ..task import Task
+    from .panel import RolloutPanel
+
+__all__ = ["NotebookRollout", "RolloutEnded", "Status", "StepResult", "open"]
+
+
+class RolloutEnded(RuntimeError):
+    """A step was asked of a rollout whose exchange is over."""
+
+
+@dataclass(frozen=True)
+class Status:
+    """Where a rollout stands. `kind` is one of: new, opening, running,
+    waiting, stopped, ended, closing, closed, failed, aborted."""
+
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass
+class StepResult:
+    """What one step did: the messages it added, the agent's last reply, and
+    whether the exchange can go on (`bool(result)`, L15)."""
+
+    more: bool
+    messages: list[Any] = field(default_factory=list)
+    status: Status | None = None
+
+    @property
+    def reply(self) -> str | None:
+        for message in reversed(self.messages):
+            if isinstance(message, AssistantMessage) and message.content:
+                return message.content
+        return None
+
+    def __bool__(self) -> bool:
+        return self.more
+
+    def __repr__(self) -> str:
+        return f"StepResult(more={self.more}, reply={self.reply!r}, status={str(self.status)!r})"
+
+    def _repr_html_(self) -> str:
+        status = html.escape(str(self.status)) if self.status else ""
+        return f'{chat_html(self.messages)}<p class="rk-status"><i>{status}</i></p>'
+
+
+class NotebookRollout:
+    """A rollout driven from a notebook. Build it with `rk.notebook.open`.
+
+    `rollout` is the core `rk.Rollout` (for `await ro.rollout.step()`),
+    `trace` its trace. The prompt-less case works: the rollout is built with
+    a user, and the first step must carry the user's opening message.
+    """
+
+    def __init__(self, agent: Agent, task: Task, runtime: Runtime | None = None) -> None:
+        # In a notebook there is always someone to play the user, which is
+        # what lets a task without a prompt open (L4).
+        self.rollout: Rollout = agent.rollout(task, runtime, user=True)
+        self.agent = agent
+        self.task = task
+        self._steps = 0
+        self._action: str | None = None  # what is running right now: "open", "step", ...
+        self._inflight: asyncio.Future[Any] | None = None
+        self._watchers: list[Callable[[], Any]] = []
+        self.last_error: BaseException | None = None
+
+    # ---- what it is ---------------------------------------------------------
+    @property
+    def trace(self) -> Trace:
+        return self.rollout.trace
+
+    @property
+    def id(self) -> str:
+        return self.rollout.id
+
+    @property
+    def closed(self) -> bool:
+        return self.rollout.closed
+
+    @property
+    def ok(self) -> bool | None:
+        return self.rollout.ok
+
+    @property
+    def busy(self) -> bool:
+        """An action (open, step, close) is running right now."""
+        return self._action is not None
+
+    @property
+    def needs_message(self) -> bool:
+        """The task has no prompt and the user has not spoken yet: the next
+        step must carry the user's opening message."""
+        return not self.task.data.prompt and self._steps == 0
+
+    @property
+    def can_step(self) -> bool:
+        return self.rollout.is_open and not self.busy
+
+    @property
+    def can_close(self) -> bool:
+        return not self.rollout.closed and not self.busy and self.rollout.state != "opening"
+
+    @property
+    def can_abort(self) -> bool:
+        return not self.rollout.closed
+
+    @property
+    def current_phase(self) -> str | None:
+        """The phase running now (None between phases, e.g. while the
+        rollout waits for the user)."""
+        for name, span in self.trace.phases.items():
+            if span.end is None:
+                return name
+        return None
+
+    @property
+    def agent_time(self) -> float:
+        """Agent time used so far, including the segment running now."""
+        trace = self.trace
+        used = trace.agent_time
+        if trace.segments and trace.segments[-1].end is None:
+            used += max(0.0, time.time() - trace.segments[-1].start)
+        return used
+
+    @property
+    def status(self) -> Status:
+        trace, state = self.trace, self.rollout.state
+        if state == "closed":
+            if trace.aborted:
+                return Status("aborted", "aborted: resources freed, not finalized or scored")
+            if trace.errors:
+                return Status("failed", _failure(trace))
+            reward = _reward_text(trace)
+            stop = f", stopped by {trace.stop_condition}" if trace.stop_condition else ""
+            return Status("closed", f"closed: ok{stop}, reward {reward}")
+        if state == "closing" or self._action == "close":
+            return Status("closing", "closing: finalizing and scoring")
+        if state == "opening" or self._action == "open":
+            return Status("opening", "opening: booting the runtime and running setup")
+        if state == "new":
+            return Status("new", "not opened yet: call ro.open()")
+        if trace.errors:
+            return Status("failed", _failure(trace) + " (close to end it; a failed run is not scored)")
+        if self._action == "step":
+            return Status("running", f"running: the agent is working (turn {trace.num_turns})")
+        if state == "ended":
+            if trace.stop_condition:
+                return Status("stopped", f"stopped by {trace.stop_condition} after {trace.num_turns} turns: close to score it")
+            return Status("ended", "ended: the last step added no turn, so the exchange is over: close to score it")
+        if self.needs_message:
+            return Status("waiting", "waiting for the user: this task has no prompt, so type the opening message")
+        if self._steps == 0:
+            return Status("waiting", "open: step to let the agent answer the prompt")
+        return Status("waiting", f"waiting for the user after {trace.num_turns} turns (this wait costs no agent time)")
+
+    # ---- watchers (the panel refreshes on these) ---------------------------
+    def watch(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        """Call `callback()` whenever an action starts or ends. Rollout events
+        (`ro.subscribe`) say what happens inside an action."""
+        self._watchers.append(callback)
+        return lambda: self._watchers.remove(callback) if callback in self._watchers else None
+
+    def subscribe(self, subscriber: Callable[..., Any]) -> Callable[[], None]:
+        """Receive the rollout's events (see rollkit.events)."""
+        return self.rollout.subscribe(subscriber)
+
+    def _notify(self) -> None:
+        for callback in tuple(self._watchers):
+            try:
+                callback()
+            except Exception:  # a broken view must not break the rollout
+                import logging
+
+                logging.getLogger("rollkit").exception("notebook watcher %r raised", callback)
+
+    # ---- checks: user mistakes become clear errors -------------------------
+    def _check_step(self, message: Any) -> None:
+        if self.busy:
+            raise RuntimeError(
+                f"rollout {self.id} is busy ({self._action}); wait for it to finish "
+                "(await ro.wait()) before stepping again"
+            )
+        state = self.rollout.state
+        if state == "closed":
+            raise RolloutEnded(
+                f"rollout {self.id} is closed ({self.status.text}); nothing more can run in it. "
+                "Open a new one: rk.notebook.open(agent, task)"
+            )
+        if state == "ended":
+            raise RolloutEnded(
+                f"the exchange of rollout {self.id} is over ({self.status.text}); "
+                "call ro.close() to finalize and score it"
+            )
+        if state != "open":
+            raise RolloutEnded(f"rollout {self.id} is not open (state {state!r}); call ro.open() first")
+        if isinstance(message, str) and not message.strip():
+            raise ValueError(
+                "empty message: type what the user says, or call step() with no message "
+                "to let the agent go on without one"
+            )
+        if self.needs_message and not any(m.role == "user" for m in to_messages(message)):
+            raise ValueError(
+                f"task {self.task.name} has no prompt, so the user speaks first: "
+                "pass the opening message, e.g. ro.step('hello')"
+            )
+
+    # ---- async forms -------------------------------------------------------
+    async def _guarded(self, action: str, coro: Any) -> Any:
+        self._action = action
+        self._notify()
+        try:
+            return await coro
+        finally:
+            self._action = None
+            self._notify()
+
+    async def aopen(self) -> bool:
+        """Open the rollout. False means it failed; the failure is on the trace."""
+        if self.rollout.state != "new":
+            raise RuntimeError(f"rollout {self.id} is already opened; open a new one with rk.notebook.open(agent, task)")
+        return await self._guarded("open", self.rollout.open())
+
+    async def astep(self, message: Any = None) -> StepResult:
+        """Run one segment on `message` (the user's words, or None)."""
+        self._check_step(message)
+        before = len(self.trace.messages)
+        more = await self._guarded("step", self._step(message))
+        return StepResult(more=more, messages=list(self.trace.messages[before:]), status=self.status)
+
+    async def _step(self, message: Any) -> bool:
+        more = await self.rollout.step(message)
+        self._steps += 1
+        return more
+
+    async def aclose(self) -> Trace:
+        """Finalize, score and tear down; returns the trace. Idempotent."""
+        if self.rollout.closed:
+            return self.trace
+        if self.busy:
+            raise RuntimeError(f"rollout {self.id} is busy ({self._action}); wait for it (await ro.wait()) or abort it")
+        return await self._guarded("close", self.rollout.close())
+
+    async def aabort(self) -> Trace:
+        """Free everything without finalizing or scoring; cancels a running
+        step first. Idempotent."""
+        inflight = self._inflight
+        if inflight is not None and not inflight.done():
+            inflight.cancel()
+            try:
+                await inflight
+            except (asyncio.CancelledError, Exception):
+                pass  # the step is being thrown away on purpose
+        trace = await self.rollout.abort()
+        self._notify()
+        return trace
+
+    async def wait(self) -> None:
+        """Wait for the action started by a `*_soon` call, if any."""
+        inflight = self._inflight
+        if inflight is not None and not inflight.done():
+            try:
+                await asyncio.shield(inflight)
+            except Exception:
+                pass  # already kept on ro.last_error
+
+    # ---- synchronous forms ---------------------------------------------------
+    def open(self) -> bool:
+        return _loop.run(self.aopen())
+
+    def step(self, message: Any = None) -> StepResult:
+        """Run one segment and return what it did (true while the exchange can go on)."""
+        self._check_step(message)  # fail before touching the loop
+        return _loop.run(self.astep(message))
+
+    def close(self) -> Trace:
+        return _loop.run(self.aclose())
+
+    def abort(self) -> Trace:
+        return _loop.run(self.aabort())
+
+    # ---- non-blocking forms (widget callbacks) ---------------------------------
+    def _soon(self, coro: Any) -> asyncio.Future[Any]:
+        self.last_error = None
+        future = _loop.schedule(coro)
+        self._inflight = future
+        if future.done():
+            self._settle(future)
+        else:
+            future.add_done_callback(self._settle)
+        return future
+
+    def _settle(self, future: asyncio.Future[Any]) -> None:
+        # Retrieve the outcome so no "exception was never retrieved" warning
+        # escapes, and keep a failure where the panel can show it.
+        if not future.cancelled() and future.exception() is not None:
+            self.last_error = future.exception()
+        self._notify()
+
+    def step_soon(self, message: Any = None) -> asyncio.Future[Any]:
+        """Start a step and return at once (a future of its StepResult).
+        Mistakes (an empty message, a closed rollout) raise here, at once."""
+        self._check_step(message)
+        return self._soon(self.astep(message))
+
+    def close_soon(self) -> asyncio.Future[Any]:
+        if self.busy:
+            raise RuntimeError(f"rollout {self.id} is busy ({self._action}); wait for it or abort it")
+        return self._soon(self.aclose())
+
+    def abort_soon(self) -> asyncio.Future[Any]:
+        self.last_error = None
+        future = _loop.schedule(self.aabort())
+        if future.done():
+            self._settle(future)
+        else:
+            future.add_done_callback(self._settle)
+        return future
+
+    # ---- views ------------------------------------------------------------------
+    def panel(self, *, chart: bool = True) -> RolloutPanel:
+        """The widget panel for this rollout (built once, then reused)."""
+        existing = getattr(self, "_panel", None)
+        if existing is None:
+            from .panel import RolloutPanel
+
+            existing = self._panel = RolloutPanel(self, chart=chart)
+        return existing
+
+    def __repr__(self) -> str:
+        return f"NotebookRollout(id={self.id!r}, task={self.task.key!r}, status={self.status.text!r})"
+
+    def _repr_html_(self) -> str:
+        return f'{chat_html(self.trace.messages)}<p class="rk-status"><i>{html.escape(self.status.text)}</i></p>'
+
+
+def _failure(trace: Trace) -> str:
+    error = trace.errors[0]
+    return f"failed in {error.phase}: {error.type}: {error.message}"
+
+
+def _reward_text(trace: Trace) -> str:
+    if not any(v is not None for v in trace.rewards.values()):
+        return "missing" if trace.rewards else "none (the task has no rewards)"
+    return f"{trace.reward:.3f}"
+
+
+def open(agent: Agent, task: Task, runtime: Runtime | None = None) -> NotebookRollout:  # noqa: A001 - the API name
+    """Open a rollout to step by hand: `ro = rk.notebook.open(agent, task)`,
+    then `ro.step()`, `ro.step("user text")`, `ro.close()`. Works in a cell,
+    a script, or inside a running loop. If opening failed, `ro.status` says
+    why (the failure is on `ro.trace`)."""
+    from ..agent import Agent as _Agent
+    from ..task import Task as _Task
+
+    if not isinstance(agent, _Agent):
+        raise TypeError(f"rk.notebook.open needs an rk.Agent first, got {type(agent).__name__}")
+    if not isinstance(task, _Task):
+        raise TypeError(f"rk.notebook.open needs an rk.Task second, got {type(task).__name__}")
+    ro = NotebookRollout(agent, task, runtime)
+    ro.open()
+    return ro

@@ -1,0 +1,349 @@
+"""Plotly figures from traces and frames, and live ones fed by rollout events.
+
+From data to picture in one call; every function returns a figure:
+
+- `budget_burn(trace)`: cumulative turns, tokens and agent time per turn,
+  against their limits, with the segment boundaries (where the user spoke)
+  drawn, so waiting for the user visibly costs no agent time.
+- `phase_timeline(trace)`: the five phases of one rollout on a time axis,
+  with its segments and model calls beneath the agent phase.
+- `phase_durations(traces)`: stacked phase durations across many rollouts,
+  the agent phase split into model and harness time.
+- `rewards(traces)`: each reward and metric's values per signal, with how
+  many are missing drawn as missing, never as zero.
+
+`LiveBudgetBurn(rollout)` and `LivePhaseTimeline(rollout)` hold a plotly
+`FigureWidget` that subscribes to the rollout's events and redraws only what
+an event changed; nothing polls. They accept a core `Rollout` or a notebook
+`NotebookRollout` (anything with `.subscribe` and `.trace`).
+
+This module reads traces and frames; it runs nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from . import frames as _frames
+from .events import Event
+from .trace import PHASES, Trace
+
+__all__ = [
+    "budget_burn",
+    "phase_timeline",
+    "phase_durations",
+    "rewards",
+    "LiveBudgetBurn",
+    "LivePhaseTimeline",
+]
+
+_COLORS = {
+    "turns": "#4e79a7",
+    "input": "#f28e2b",
+    "output": "#59a14f",
+    "total": "#9c755f",
+    "agent time": "#e15759",
+    "boot": "#bab0ac",
+    "setup": "#76b7b2",
+    "agent": "#4e79a7",
+    "agent · model": "#4e79a7",
+    "agent · harness": "#a0cbe8",
+    "waiting for the user": "#eeeeee",
+    "finalize": "#edc948",
+    "scoring": "#b07aa1",
+    "segments": "#e15759",
+    "model calls": "#f28e2b",
+}
+
+# Rows of the budget burn chart: (row, line name, trace attribute of the
+# cumulative value, limit key in trace.limits / trace.timeouts).
+_BURN_LINES = (
+    (1, "turns", "cum_turns", ("limits", "max_turns")),
+    (2, "input", "cum_input_tokens", ("limits", "max_input_tokens")),
+    (2, "output", "cum_output_tokens", ("limits", "max_output_tokens")),
+    (2, "total", "cum_total_tokens", ("limits", "max_total_tokens")),
+    (3, "agent time", "cum_agent_time", ("timeouts", "agent")),
+)
+
+
+def _traces(data: Any) -> list[Trace]:
+    if isinstance(data, Trace):
+        return [data]
+    return _frames._list(data)
+
+
+# ---- budget burn ---------------------------------------------------------------
+
+
+def _burn_figure(trace: Trace, factory: type = go.Figure) -> Any:
+    fig = make_subplots(
+        rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+        subplot_titles=("turns", "tokens (cumulative)", "agent time (s)"),
+    )
+    for row, name, _attr, _limit in _BURN_LINES:
+        fig.add_trace(
+            go.Scatter(x=[], y=[], name=name, mode="lines+markers", line={"color": _COLORS[name]},
+                       legendgroup=name, hovertemplate=f"turn %{{x}}<br>{name} %{{y}}<extra></extra>"),
+            row=row, col=1,
+        )
+    fig = factory(fig)
+    for row, name, _attr, (table, key) in _BURN_LINES:
+        limit = getattr(trace, table).get(key)
+        if limit is not None:
+            # A limit is a horizontal line across its row, labelled with its name.
+            yref = "y" if row == 1 else f"y{row}"
+            fig.add_shape(type="line", xref="paper", x0=0, x1=1, yref=yref, y0=limit, y1=limit,
+                          line={"color": _COLORS[name], "dash": "dash", "width": 1})
+            fig.add_annotation(xref="paper", x=1, yref=yref, y=limit, text=f"{key} {limit:g}",
+                               showarrow=False, xanchor="right", yanchor="bottom", font={"size": 10})
+    fig.update_layout(
+        title={"text": f"budget burn · {trace.task.key}"}, height=460, margin={"l": 50, "r": 20, "t": 60, "b": 40},
+        legend={"orientation": "h", "y": -0.12}, template="plotly_white",
+    )
+    fig.update_xaxes(title_text="turn", row=3, col=1, rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def _segment_line(fig: Any, boundary: float, index: int) -> None:
+    fig.add_shape(type="line", xref="x", x0=boundary, x1=boundary, yref="paper", y0=0, y1=1,
+                  line={"color": "#888", "dash": "dot", "width": 1})
+    fig.add_annotation(xref="x", x=boundary, yref="paper", y=1.0, text=f"segment {index}",
+                       showarrow=False, xanchor="left", yanchor="bottom", font={"size": 10, "color": "#666"})
+
+
+def budget_burn(trace: Trace) -> go.Figure:
+    """Cumulative turns, tokens and agent time after each turn of one
+    rollout, against their limits (dashed), with dotted lines where a new
+    segment began: agent time does not rise across them, because waiting
+    for the user costs nothing (L9)."""
+    if not isinstance(trace, Trace):
+        raise TypeError(f"budget_burn draws one rk.Trace, got {type(trace).__name__}")
+    fig = _burn_figure(trace)
+    committed = trace.turns
+    for i, (_row, _name, attr, _limit) in enumerate(_BURN_LINES):
+        fig.data[i].x = [call.cum_turns for call in committed]
+        fig.data[i].y = [getattr(call, attr) for call in committed]
+    for segment in trace.segments[1:]:
+        _segment_line(fig, segment.turns_before + 0.5, segment.index)
+    return fig
+
+
+class LiveBudgetBurn:
+    """A budget burn chart that grows one point per turn as the rollout runs.
+
+    It subscribes to the rollout's events: each `turn` appends the totals
+    of the turn just committed, each new segment draws its boundary. Call
+    `close()` to stop listening."""
+
+    def __init__(self, rollout: Any) -> None:
+        self.trace: Trace = rollout.trace
+        self.figure = _burn_figure(self.trace, go.FigureWidget)
+        self._points = 0
+        self._calls_seen = 0  # model_calls only ever grows: read each once
+        self._segments_drawn = 1
+        # Catch up with what happened before this chart was made.
+        self._sync()
+        self._unsubscribe = rollout.subscribe(self._on_event)
+
+    def _on_event(self, event: Event) -> None:
+        if event.kind in ("turn", "segment_start"):
+            self._sync()
+
+    def _sync(self) -> None:
+        calls = self.trace.model_calls
+        new = [c for c in calls[self._calls_seen:] if c.committed]
+        self._calls_seen = len(calls)
+        segments = self.trace.segments[self._segments_drawn:]
+        if not new and not segments:
+            return
+        with self.figure.batch_update():
+            for i, (_row, _name, attr, _limit) in enumerate(_BURN_LINES):
+                data = self.figure.data[i]
+                data.x = (*data.x, *(c.cum_turns for c in new))
+                data.y = (*data.y, *(getattr(c, attr) for c in new))
+            for segment in segments:
+                _segment_line(self.figure, segment.turns_before + 0.5, segment.index)
+        if new:
+            self._points = new[-1].cum_turns
+        self._segments_drawn += len(segments)
+
+    @property
+    def points(self) -> int:
+        """How many turns the chart shows."""
+        return self._points
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.figure)
+
+
+# ---- phase timing ------------------------------------------------------------------
+
+
+def _timeline_rows(trace: Trace, now: float | None = None) -> list[tuple[str, str, float, float, str]]:
+    """(row, colour key, start offset, duration, hover) for one rollout."""
+    spans = [trace.phases[p] for p in PHASES if p in trace.phases]
+    if not spans:
+        return []
+    now = now or time.time()
+    t0 = min(span.start for span in spans)
+    rows = []
+    for span in spans:
+        end = span.end if span.end is not None else now
+        state = "" if span.end is not None else " (running)"
+        rows.append((span.name, span.name, span.start - t0, end - span.start,
+                     f"{span.name}{state}: {(end - span.start) * 1000:.1f} ms"))
+    for segment in trace.segments:
+        end = segment.end if segment.end is not None else now
+        rows.append(("agent: segments", "segments", segment.start - t0, end - segment.start,
+                     f"segment {segment.index}: {segment.turns_added} turns, charged {segment.charged * 1000:.1f} ms"))
+    for call in trace.model_calls:
+        rows.append(("agent: model calls", "model calls", call.start - t0, call.end - call.start,
+                     f"model call {call.index}: {call.latency * 1000:.1f} ms"))
+    return rows
+
+
+_TIMELINE_ORDER = ["scoring", "finalize", "agent: model calls", "agent: segments", "agent", "setup", "boot"]
+
+
+def _timeline_traces(trace: Trace, now: float | None = None) -> list[dict[str, Any]]:
+    by_colour: dict[str, list[tuple[str, float, float, str]]] = {}
+    for row, colour, start, duration, hover in _timeline_rows(trace, now):
+        by_colour.setdefault(colour, []).append((row, start, duration, hover))
+    out = []
+    for colour in (*PHASES, "segments", "model calls"):
+        items = by_colour.get(colour, [])
+        out.append({
+            "name": colour,
+            "y": [r for r, _, _, _ in items],
+            "base": [s for _, s, _, _ in items],
+            "x": [d for _, _, d, _ in items],
+            "hovertext": [h for _, _, _, h in items],
+        })
+    return out
+
+
+def _timeline_figure(trace: Trace, factory: type = go.Figure) -> Any:
+    fig = factory()
+    for item in _timeline_traces(trace):
+        fig.add_trace(go.Bar(orientation="h", marker={"color": _COLORS[item["name"]]}, hoverinfo="text", **item))
+    fig.update_layout(
+        title={"text": f"phase timeline · {trace.task.key}"}, barmode="overlay", height=320,
+        xaxis={"title": {"text": "seconds since boot"}, "rangemode": "tozero"},
+        yaxis={"categoryorder": "array", "categoryarray": _TIMELINE_ORDER},
+        margin={"l": 130, "r": 20, "t": 50, "b": 40}, template="plotly_white", showlegend=False,
+    )
+    return fig
+
+
+def phase_timeline(trace: Trace) -> go.Figure:
+    """The five phases of one rollout as bars on a time axis, with its
+    segments (agent time charged) and model calls beneath: gaps between
+    segments are time the rollout waited for the user."""
+    if not isinstance(trace, Trace):
+        raise TypeError(f"phase_timeline draws one rk.Trace, got {type(trace).__name__}")
+    return _timeline_figure(trace)
+
+
+class LivePhaseTimeline:
+    """A phase timeline redrawn on every phase, segment and model-call event."""
+
+    _KINDS = frozenset({"phase_start", "phase_end", "segment_start", "segment_end", "call_end", "closed"})
+
+    def __init__(self, rollout: Any) -> None:
+        self.trace: Trace = rollout.trace
+        self.figure = _timeline_figure(self.trace, go.FigureWidget)
+        self._unsubscribe = rollout.subscribe(self._on_event)
+
+    def _on_event(self, event: Event) -> None:
+        if event.kind in self._KINDS:
+            self._sync()
+
+    def _sync(self) -> None:
+        with self.figure.batch_update():
+            for data, item in zip(self.figure.data, _timeline_traces(self.trace)):
+                data.y, data.base, data.x, data.hovertext = item["y"], item["base"], item["x"], item["hovertext"]
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.figure)
+
+
+def _rollout_frame(data: Any) -> pd.DataFrame:
+    if isinstance(data, pd.DataFrame):
+        if "id" not in data.columns or "phase.agent" not in data.columns:
+            raise ValueError("pass traces, or the frame rk.frames.rollouts(traces) made")
+        return data
+    return _frames.rollouts(_traces(data))
+
+
+def phase_durations(data: Any, *, by: str = "id") -> go.Figure:
+    """Stacked phase durations (ms) for many rollouts: boot, setup, the agent
+    phase split into model time, harness time and waiting for the user,
+    then finalize and scoring. `data` is traces or `rk.frames.rollouts(...)`;
+    `by` names the column that labels the bars."""
+    frame = _rollout_frame(data)
+    waiting = (frame["phase.agent"] - frame["agent_time"]).clip(lower=0)
+    parts = [
+        ("boot", frame["phase.boot"]),
+        ("setup", frame["phase.setup"]),
+        ("agent · model", frame["model_time"]),
+        ("agent · harness", frame["harness_time"]),
+        ("waiting for the user", waiting),
+        ("finalize", frame["phase.finalize"]),
+        ("scoring", frame["phase.scoring"]),
+    ]
+    labels = frame[by].astype(str) if by in frame.columns else frame["id"]
+    fig = go.Figure()
+    for name, values in parts:
+        if name == "waiting for the user" and not (values.fillna(0) > 0).any():
+            continue  # a batch run never waits: leave the legend clean
+        fig.add_trace(go.Bar(x=labels, y=values * 1000, name=name, marker={"color": _COLORS[name]},
+                             hovertemplate=f"%{{x}}<br>{name}: %{{y:.2f}} ms<extra></extra>"))
+    fig.update_layout(
+        title={"text": f"phase durations · {len(frame)} rollouts"}, barmode="stack", template="plotly_white",
+        yaxis={"title": {"text": "milliseconds"}}, xaxis={"title": {"text": by}}, height=380,
+        margin={"l": 60, "r": 20, "t": 50, "b": 60},
+    )
+    return fig
+
+
+def rewards(data: Any) -> go.Figure:
+    """Each reward and metric: its values (top, one box of points per signal)
+    and how many rollouts have it versus miss it (bottom, missing in red).
+    `data` is traces or `rk.frames.rollouts(...)`. A missing value is never
+    drawn as zero: it is left out of the top and counted at the bottom."""
+    frame = _rollout_frame(data)
+    columns = [c for c in frame.columns if c.startswith(("reward.", "metric."))]
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.7, 0.3], vertical_spacing=0.12,
+                        subplot_titles=("values", "present / missing"))
+    present_counts, missing_counts = [], []
+    for column in columns:
+        values = frame[column]
+        present = values.dropna()
+        missing = int(values.isna().sum())
+        present_counts.append(len(present))
+        missing_counts.append(missing)
+        fig.add_trace(go.Box(y=present, name=column, boxpoints="all", jitter=0.4, pointpos=0,
+                             marker={"size": 5}, showlegend=False), row=1, col=1)
+    fig.add_trace(go.Bar(x=columns, y=present_counts, name="present", marker={"color": "#4e79a7"}), row=2, col=1)
+    fig.add_trace(go.Bar(x=columns, y=missing_counts, name="missing", marker={"color": "#e15759"}), row=2, col=1)
+    fig.update_layout(
+        title={"text": f"rewards and metrics · {len(frame)} rollouts"}, barmode="stack", template="plotly_white",
+        height=460, margin={"l": 50, "r": 20, "t": 60, "b": 40},
+    )
+    return fig
