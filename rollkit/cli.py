@@ -1,0 +1,217 @@
+"""The `rollkit` command line (click): `demo`, `eval` and `show`.
+
+This module turns command-line words into calls of `rollkit.evaluate` and
+prints what comes back; it holds no evaluation logic of its own. Every user
+mistake (a task set that cannot be imported or is empty, an unknown model, a
+run folder that is not one) ends as one `Error: ...` line saying what is
+wrong and what to do, and exit status 1 (2 for bad usage). It is loaded
+only by the `rollkit` script and `python -m rollkit`, never by
+`import rollkit`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["main", "cli"]
+
+
+def _load_tasks(spec: str) -> list[Any]:
+    """Import MODULE:ATTRIBUTE; a callable is called with no arguments."""
+    from .task import Task
+
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise click.BadParameter(
+            f"{spec!r} is not MODULE:ATTRIBUTE; name the module and the task list in it, "
+            "e.g. rollkit.examples:arithmetic_tasks",
+            param_hint="TASKS",
+        )
+    # Like `python -m`, let a module in the current folder be found.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise click.ClickException(
+            f"cannot import module {module_name!r} (for task set {spec!r}): {type(exc).__name__}: {exc}; "
+            "check the module name and that it is importable from the current folder or PYTHONPATH"
+        ) from None
+    if not hasattr(module, attribute):
+        public = sorted(name for name in vars(module) if not name.startswith("_"))
+        raise click.ClickException(
+            f"module {module_name!r} has no attribute {attribute!r} (for task set {spec!r}); "
+            f"it has: {', '.join(public[:20]) or 'nothing public'}"
+        )
+    tasks = getattr(module, attribute)
+    if callable(tasks) and not isinstance(tasks, Task):
+        try:
+            tasks = tasks()
+        except Exception as exc:
+            raise click.ClickException(f"calling {spec} raised {type(exc).__name__}: {exc}") from None
+    if isinstance(tasks, Task):
+        tasks = [tasks]
+    try:
+        tasks = list(tasks)
+    except TypeError:
+        raise click.ClickException(
+            f"{spec} is a {type(tasks).__name__}, not a list of rk.Task (or a function returning one)"
+        ) from None
+    if not tasks:
+        raise click.ClickException(f"task set {spec} (module {module_name!r}, attribute {attribute!r}) is empty: no tasks to run")
+    for index, task in enumerate(tasks):
+        if not isinstance(task, Task):
+            raise click.ClickException(f"{spec}[{index}] is a {type(task).__name__}, not a rk.Task")
+    return tasks
+
+
+def _run(agent: Any, tasks: list[Any], **options: Any) -> Any:
+    from .evaluate import RunFolderError, evaluate
+
+    try:
+        return evaluate(agent, tasks, **options)
+    except (RunFolderError, ValueError, TypeError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        out = options.get("out")
+        hint = f"; the finished traces are in {out}, continue with --resume" if out else ""
+        click.echo(f"interrupted{hint}", err=True)
+        sys.exit(130)
+
+
+def _backend(backend: str, address: str | None) -> Any:
+    if backend == "ray":
+        from .ray_backend import RayBackend
+
+        return RayBackend(address=address)
+    if address:
+        raise click.BadParameter("--ray-address needs --backend ray", param_hint="--ray-address")
+    return "local"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rollkit", prog_name="rollkit")
+def cli() -> None:
+    """Run LLM-agent rollouts many at a time and look at the results.
+
+    \b
+    rollkit demo                      the example task set on the built-in toy model
+    rollkit eval MODULE:TASKS ...     a task set of yours, traces saved to a run folder
+    rollkit show DIR                  the summary table of a run folder
+    """
+
+
+@cli.command()
+@click.option("--tasks", "n_tasks", default=12, show_default=True, help="How many example arithmetic tasks.")
+@click.option("-n", "--repeats", default=2, show_default=True, help="Rollouts per task.")
+@click.option("-c", "--concurrency", default=8, show_default=True, help="Rollouts in flight at once.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Also write a run folder here.")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show the progress bar.")
+def demo(n_tasks: int, repeats: int, concurrency: int, out: Path | None, progress: bool) -> None:
+    """Run the example task set (arithmetic word problems with a calculator
+    tool) on the embedded toy model: no network, no key. The toy gets the
+    subtraction problems wrong on purpose, so rewards vary."""
+    from .examples import arithmetic_tasks, demo_agent
+
+    try:
+        tasks = arithmetic_tasks(n_tasks)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tasks") from None
+    result = _run(demo_agent(), tasks, repeats=repeats, concurrency=concurrency, out=out, progress=progress)
+    click.echo(result.summary())
+    if out:
+        click.echo(f"\nrun folder: {out} (rollkit show {out})")
+
+
+@cli.command(name="eval")
+@click.argument("tasks", metavar="MODULE:TASKS")
+@click.option("-m", "--model", required=True, help="Model name: echo, toy-calculator, or openai/NAME (reads OPENAI_BASE_URL, OPENAI_API_KEY).")
+@click.option("-n", "--repeats", default=1, show_default=True, help="Rollouts per task.")
+@click.option("-c", "--concurrency", default=32, show_default=True, help="Rollouts in flight at once.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run folder: manifest.json, traces.jsonl (one trace per line, written as each finishes).")
+@click.option("--resume", is_flag=True, help="Continue the run in --out: skip every (task, repeat) already there.")
+@click.option("--max-turns", type=int, default=20, show_default=True, help="Turn limit per rollout.")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where rollouts run (ray needs rollkit[ray]).")
+@click.option("--ray-address", default=None, help="Ray cluster address (default: a local Ray instance).")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show the progress bar.")
+def eval_command(
+    tasks: str,
+    model: str,
+    repeats: int,
+    concurrency: int,
+    out: Path | None,
+    resume: bool,
+    max_turns: int,
+    backend: str,
+    ray_address: str | None,
+    progress: bool,
+) -> None:
+    """Run the task set MODULE:TASKS (a list of rk.Task, or a function
+    returning one) with the chat harness on --model, and print the summary.
+
+    \b
+    Example:
+      rollkit eval rollkit.examples:arithmetic_tasks -m toy-calculator -n 3 --out runs/arith
+      rollkit eval rollkit.examples:arithmetic_tasks -m toy-calculator -n 3 --out runs/arith --resume
+    """
+    from .agent import Agent, RolloutLimits
+
+    if resume and out is None:
+        raise click.BadParameter("--resume needs --out DIR, the run folder to continue", param_hint="--resume")
+    task_list = _load_tasks(tasks)
+    try:
+        agent = Agent(model=model, limits=RolloutLimits(max_turns=max_turns))
+    except (ValueError, TypeError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--model / --max-turns") from None
+    result = _run(
+        agent, task_list, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
+        backend=_backend(backend, ray_address), progress=progress,
+    )
+    click.echo(result.summary())
+    if out:
+        click.echo(f"\nrun folder: {out}")
+
+
+@cli.command()
+@click.argument("folder", metavar="DIR", type=click.Path(path_type=Path))
+def show(folder: Path) -> None:
+    """Summarize the run folder DIR: rollouts by stop condition and error
+    type, mean reward with how many are missing one, phase time totals, and
+    group signals."""
+    from .evaluate import load_run
+    from .store import TraceFileError
+
+    try:
+        result = load_run(folder)
+    except FileNotFoundError as exc:
+        raise click.ClickException(f"{exc}; pass the --out folder of a rollkit eval or demo run") from None
+    except TraceFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    manifest = result.manifest
+    if manifest:
+        agent = manifest.get("agent", {})
+        click.echo(
+            f"run {manifest.get('run_id')} started {manifest.get('started')} (rollkit {manifest.get('rollkit')}): "
+            f"model {agent.get('model')}, harness {agent.get('harness')}, "
+            f"{manifest.get('tasks', {}).get('count')} tasks x {manifest.get('repeats')} repeats"
+        )
+        expected = manifest.get("tasks", {}).get("count", 0) * manifest.get("repeats", 0)
+        if expected and len(result.traces) < expected:
+            click.echo(f"incomplete: {len(result.traces)} of {expected} rollouts finished (continue with --resume)")
+        click.echo("")
+    click.echo(result.summary())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `rollkit` script and of `python -m rollkit`."""
+    cli.main(args=argv, prog_name="rollkit")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,136 @@
+"""The `rollkit` command line, run as a real subprocess (`python -m rollkit`):
+demo, eval (with resume), show, --help, and each mistake's message."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from evaluate_helpers import HERE, said_agent, said_tasks
+
+import rollkit as rk
+
+
+def rollkit_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "rollkit", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120
+    )
+
+
+def test_demo_runs_the_example_set_with_progress_and_summary(tmp_path):
+    done = rollkit_cli("demo", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "rollouts: 24 over 12 tasks" in done.stdout
+    assert "ok           24" in done.stdout
+    # The toy is wrong on subtraction: a third of the problems.
+    assert "mean reward: 0.667 over 24 rollouts (0 missing a reward)" in done.stdout
+    assert "24/24" in done.stderr and "reward=0.667" in done.stderr  # the tqdm bar
+    assert list(tmp_path.iterdir()) == []  # no run folder unless asked
+
+
+def test_eval_writes_a_run_folder_and_show_summarizes_it(tmp_path):
+    out = tmp_path / "run"
+    done = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "echo", "-n", "2", "--out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert "rollouts: 8 over 4 tasks" in done.stdout
+    traces = rk.load(out)
+    assert sorted(t.info["rollout_id"] for t in traces) == sorted(f"cli-{i}#{r}" for i in range(4) for r in range(2))
+    # echo says back "say N", so every task is right.
+    assert all(t.reward == 1.0 for t in traces)
+    assert json.loads((out / "manifest.json").read_text())["agent"]["model"] == "echo"
+
+    shown = rollkit_cli("show", str(out))
+    assert shown.returncode == 0, shown.stderr
+    assert "model echo, harness chat, 4 tasks x 2 repeats" in shown.stdout
+    assert "mean reward: 1.000 over 8 rollouts (0 missing a reward)" in shown.stdout
+    assert "phase" in shown.stdout and "scoring" in shown.stdout
+
+
+def test_eval_resume_runs_only_what_is_missing(tmp_path):
+    out = tmp_path / "run"
+    first = rollkit_cli("eval", "evaluate_helpers:make_tasks", "-m", "echo", "--out", str(out), "--no-progress")
+    assert first.returncode == 0, first.stderr
+    again = rollkit_cli("eval", "evaluate_helpers:make_tasks", "-m", "echo", "--out", str(out), "--no-progress")
+    assert again.returncode == 1
+    assert "already holds a run" in again.stderr and "--resume" in again.stderr
+    more = rollkit_cli("eval", "evaluate_helpers:make_tasks", "-m", "echo", "-n", "2", "--out", str(out), "--resume", "--no-progress")
+    assert more.returncode == 0, more.stderr
+    ids = [t.info["rollout_id"] for t in rk.load(out)]
+    assert ids[:3] == ["made-0#0", "made-1#0", "made-2#0"]
+    assert sorted(ids[3:]) == ["made-0#1", "made-1#1", "made-2#1"]
+
+
+def test_show_reports_failures_by_error_type_and_missing_rewards(tmp_path):
+    from test_evaluate import BrokenSetup
+
+    rk.evaluate(said_agent(), [*said_tasks(3), BrokenSetup(id="broken", prompt="say 4")], out=tmp_path, progress=False)
+    shown = rollkit_cli("show", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "failed: TaskError       1" in shown.stdout
+    assert "ok                      3" in shown.stdout
+    assert "mean reward: 0.667 over 3 rollouts (1 missing a reward)" in shown.stdout
+
+
+def test_help_explains_every_command():
+    done = rollkit_cli("--help")
+    assert done.returncode == 0
+    for command in ("demo", "eval", "show"):
+        assert command in done.stdout
+    helped = rollkit_cli("eval", "--help")
+    assert "MODULE:TASKS" in helped.stdout and "--resume" in helped.stdout and "openai/NAME" in helped.stdout
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_such_module_xyz:TASKS", "cannot import module 'no_such_module_xyz' (for task set 'no_such_module_xyz:TASKS'): ModuleNotFoundError"),
+        ("evaluate_helpers:MISSING", "module 'evaluate_helpers' has no attribute 'MISSING' (for task set 'evaluate_helpers:MISSING')"),
+        ("evaluate_helpers:EMPTY", "task set evaluate_helpers:EMPTY (module 'evaluate_helpers', attribute 'EMPTY') is empty"),
+        ("evaluate_helpers:NOT_TASKS", "evaluate_helpers:NOT_TASKS[0] is a int, not a rk.Task"),
+        ("evaluate_helpers", "'evaluate_helpers' is not MODULE:ATTRIBUTE"),
+    ],
+)
+def test_eval_names_the_module_and_attribute_of_a_bad_task_set(spec, message):
+    done = rollkit_cli("eval", spec, "-m", "echo", "--no-progress")
+    assert done.returncode in (1, 2)
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_eval_unknown_model_and_bad_numbers_are_clear_errors(tmp_path):
+    done = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "gpt-nonsense", "--no-progress")
+    assert done.returncode == 2
+    assert "unknown model name 'gpt-nonsense'" in done.stderr
+    zero = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "echo", "-c", "0", "--no-progress")
+    assert zero.returncode == 1 and "concurrency must be a whole number >= 1" in zero.stderr
+    none = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "echo", "-n", "0", "--no-progress")
+    assert none.returncode == 1 and "repeats must be a whole number >= 1" in none.stderr
+    resume = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "echo", "--resume")
+    assert resume.returncode == 2 and "--resume needs --out DIR" in resume.stderr
+
+
+def test_show_of_a_missing_or_corrupt_folder_is_a_clear_error(tmp_path):
+    missing = rollkit_cli("show", str(tmp_path / "nothing"))
+    assert missing.returncode == 1 and "no run folder at" in missing.stderr
+    rk.evaluate(said_agent(), said_tasks(3), out=tmp_path, progress=False)
+    path = tmp_path / "traces.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + "garbage\n" + lines[2])
+    corrupt = rollkit_cli("show", str(tmp_path))
+    assert corrupt.returncode == 1 and "line 2 is not a rollkit trace" in corrupt.stderr
+    assert "Traceback" not in corrupt.stderr
+
+
+def test_import_rollkit_loads_no_cli_progress_table_or_ray_library():
+    code = (
+        "import sys, rollkit as rk; rk.evaluate; import rollkit.evaluate; "
+        "print(sorted(m for m in ('pandas', 'tqdm', 'ray', 'click', 'typer') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
