@@ -280,7 +280,9 @@ class NotebookRollout:
     async def aabort(self) -> Trace:
         """Free everything without finalizing or scoring; cancels a running
         step first. Idempotent."""
-        inflight = self._inflight
+        return await self._abort(self._inflight)
+
+    async def _abort(self, inflight: asyncio.Future[Any] | None) -> Trace:
         if inflight is not None and not inflight.done():
             inflight.cancel()
             try:
@@ -292,13 +294,19 @@ class NotebookRollout:
         return trace
 
     async def wait(self) -> None:
-        """Wait for the action started by a `*_soon` call, if any."""
-        inflight = self._inflight
-        if inflight is not None and not inflight.done():
+        """Wait until the actions started by `*_soon` calls have ended. Their
+        failures are kept on `ro.last_error`, not raised here."""
+        while True:
+            inflight = self._inflight
+            if inflight is None or inflight.done():
+                return
             try:
                 await asyncio.shield(inflight)
+            except asyncio.CancelledError:
+                if not inflight.cancelled():
+                    raise  # it is this wait that was cancelled
             except Exception:
-                pass  # already kept on ro.last_error
+                pass
 
     # ---- synchronous forms ---------------------------------------------------
     def open(self) -> bool:
@@ -345,13 +353,8 @@ class NotebookRollout:
         return self._soon(self.aclose())
 
     def abort_soon(self) -> asyncio.Future[Any]:
-        self.last_error = None
-        future = _loop.schedule(self.aabort())
-        if future.done():
-            self._settle(future)
-        else:
-            future.add_done_callback(self._settle)
-        return future
+        """Start an abort and return at once; a running step is cancelled."""
+        return self._soon(self._abort(self._inflight))
 
     # ---- views ------------------------------------------------------------------
     def panel(self, *, chart: bool = True) -> RolloutPanel:

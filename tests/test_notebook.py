@@ -1,0 +1,275 @@
+"""The notebook facade and the rollout panel.
+
+The sync facade is exercised where it must work: a plain script and a
+script inside a running loop (both in a subprocess, so nest-asyncio never
+patches this test process's loop), and its async twin here. The panel is
+driven the way the browser drives it: button clicks, whose step runs on the
+running loop while the click returns at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import rollkit as rk
+from rollkit.examples import arithmetic_tasks, demo_agent
+from rollkit.notebook import RolloutEnded, RolloutPanel
+from rollkit.notebook.stepping import NotebookRollout
+
+
+async def _opened(agent: rk.Agent, task: rk.Task) -> NotebookRollout:
+    ro = NotebookRollout(agent, task)
+    assert await ro.aopen()
+    return ro
+
+
+def _script(code: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+# ---- the sync facade -----------------------------------------------------------
+
+
+def test_sync_facade_in_a_plain_script() -> None:
+    out = _script(
+        """
+        import rollkit as rk
+        ro = rk.notebook.open(rk.Agent(model="echo"), rk.Task())
+        first = ro.step("hello")
+        second = ro.step("again")
+        trace = ro.close()
+        print(first.reply, "|", second.reply, "|", trace.num_turns, trace.ok, ro.status.kind)
+        """
+    )
+    assert out.strip() == "You said: hello | You said: again | 2 True closed"
+
+
+def test_sync_facade_inside_a_running_loop() -> None:
+    """What a notebook cell does: synchronous calls while the kernel's loop runs."""
+    out = _script(
+        """
+        import asyncio
+        import rollkit as rk
+        from rollkit.examples import arithmetic_tasks, demo_agent
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            ro = rk.notebook.open(demo_agent(), arithmetic_tasks(1)[0])
+            reply = ro.step().reply
+            trace = ro.close()
+            # the same loop kept running, and other tasks still run on it
+            await asyncio.sleep(0)
+            return reply, trace.reward, asyncio.get_running_loop() is loop
+
+        print(asyncio.run(main()))
+        """
+    )
+    assert out.strip() == "('The answer is 42.', 1.0, True)"
+
+
+def test_core_import_loads_no_notebook_dependencies() -> None:
+    out = _script(
+        """
+        import asyncio, sys
+        import rollkit as rk
+        from rollkit.examples import arithmetic_tasks, demo_agent
+        asyncio.run(demo_agent().run(arithmetic_tasks(1)[0]))
+        print(sorted(m for m in ("ipywidgets", "plotly", "pandas", "nest_asyncio", "rollkit.notebook") if m in sys.modules))
+        """
+    )
+    assert out.strip() == "[]"
+
+
+async def test_async_form_and_step_results() -> None:
+    ro = await _opened(demo_agent(), arithmetic_tasks(3)[2])
+    assert ro.status.text == "open: step to let the agent answer the prompt"
+    result = await ro.astep()
+    assert bool(result) is True
+    assert result.reply == "The answer is 378."
+    assert [m.role for m in result.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert "&lt;" not in result._repr_html_()  # nothing to escape here, and nothing double-escaped
+    assert ro.status.kind == "waiting"
+    trace = await ro.aclose()
+    assert trace.reward == 1.0
+    assert ro.status.text == "closed: ok, reward 1.000"
+
+
+async def test_prompt_less_task_needs_the_users_opening_message() -> None:
+    ro = await _opened(rk.Agent(model="echo"), rk.Task())
+    assert ro.needs_message
+    assert ro.status.text == "waiting for the user: this task has no prompt, so type the opening message"
+    with pytest.raises(ValueError, match=r"no prompt, so the user speaks first: pass the opening message"):
+        await ro.astep()
+    result = await ro.astep("hi there")
+    assert result.reply == "You said: hi there"
+    assert not ro.needs_message
+    await ro.aclose()
+
+
+async def test_empty_message_is_refused_before_anything_runs() -> None:
+    ro = await _opened(rk.Agent(model="echo"), rk.Task())
+    for empty in ("", "   \n"):
+        with pytest.raises(ValueError, match=r"empty message: type what the user says"):
+            await ro.astep(empty)
+    assert ro.trace.segments == [] and ro.trace.messages == []
+    await ro.aclose()
+
+
+async def test_step_on_a_closed_rollout_says_so() -> None:
+    ro = await _opened(demo_agent(), arithmetic_tasks(1)[0])
+    await ro.astep()
+    await ro.aclose()
+    with pytest.raises(RolloutEnded, match=r"is closed \(closed: ok, reward 1.000\).*rk.notebook.open\(agent, task\)"):
+        await ro.astep("more")
+    with pytest.raises(RolloutEnded, match="is closed"):
+        ro.step_soon()
+    assert len(ro.trace.segments) == 1  # nothing ran
+
+
+async def test_step_after_a_limit_ended_the_exchange_says_close() -> None:
+    ro = await _opened(demo_agent(limits={"max_turns": 1}), arithmetic_tasks(1)[0])
+    assert not await ro.astep()
+    assert ro.status.text == "stopped by max_turns after 1 turns: close to score it"
+    with pytest.raises(RolloutEnded, match=r"is over \(stopped by max_turns.*call ro.close\(\) to finalize and score it"):
+        await ro.astep()
+    await ro.aclose()
+
+
+async def test_failed_status_names_the_error() -> None:
+    agent = rk.Agent(model=rk.ScriptedModel(["x"], delay=0.5), timeouts={"agent": 0.02})
+    ro = await _opened(agent, rk.Task(prompt="hi"))
+    assert not await ro.astep()
+    assert ro.status.kind == "failed"
+    assert ro.status.text.startswith("failed in agent: HarnessError: agent timeout")
+    await ro.aclose()
+    assert ro.status.text.startswith("failed in agent: HarnessError: agent timeout")
+
+
+# ---- the panel ---------------------------------------------------------------------
+
+
+class Gate:
+    """A model whose reply waits until the test opens the gate, so a step
+    can be seen in flight."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+        self.called = asyncio.Event()
+
+    async def reply(self, request: rk.Request) -> str:
+        self.called.set()
+        await self.open.wait()
+        return f"Echo: {request.messages[-1].content}"
+
+
+async def test_send_schedules_the_step_and_returns_at_once() -> None:
+    gate = Gate()
+    ro = await _opened(rk.Agent(model=rk.ScriptedModel(gate.reply), limits={"max_turns": 5}), rk.Task())
+    panel = ro.panel()
+    assert panel.step_button.disabled  # a prompt-less task cannot step before the user spoke
+    assert not panel.send_button.disabled
+    assert panel.status.value.endswith("type the opening message</div>")
+
+    panel.text.value = "hello <b>there</b>"
+    panel.send_button.click()  # returns while the step waits on the model
+    await gate.called.wait()
+    assert ro.busy
+    assert 'data-kind="running"' in panel.status.value
+    assert panel.send_button.disabled and panel.step_button.disabled and panel.close_button.disabled
+    assert not panel.abort_button.disabled
+    assert panel.text.value == ""
+    assert "hello &lt;b&gt;there&lt;/b&gt;" in panel.transcript.value  # the user's words, shown at once
+
+    gate.open.set()
+    await ro.wait()
+    assert "Echo: hello &lt;b&gt;there&lt;/b&gt;" in panel.transcript.value
+    assert "waiting for the user after 1 turns" in panel.status.value
+    assert '<td class="rk-gauge-value">1 / 5</td>' in panel.gauges.value
+    assert panel.chart.points == 1
+    assert panel.chart.figure.data[0].y == (1,)
+    assert not panel.step_button.disabled and not panel.close_button.disabled
+
+    panel.close_button.click()
+    await ro.wait()
+    assert ro.closed and ro.trace.ok
+    assert 'data-kind="closed"' in panel.status.value
+    assert all(b.disabled for b in (panel.send_button, panel.step_button, panel.close_button, panel.abort_button))
+    panel.close()
+
+
+async def test_send_with_an_empty_message_shows_an_error_and_runs_nothing() -> None:
+    ro = await _opened(rk.Agent(model="echo"), rk.Task())
+    panel = ro.panel(chart=False)
+    panel.text.value = "   "
+    panel.send_button.click()
+    assert "Nothing to send: type what the user says first." in panel.error.value
+    assert not ro.busy and ro.trace.segments == []
+    panel.text.value = "ok now"
+    panel.send_button.click()
+    assert panel.error.value == ""
+    await ro.wait()
+    assert ro.trace.last_reply == "You said: ok now"
+    await ro.aclose()
+    panel.close()
+
+
+async def test_step_button_on_a_closed_rollout_reports_instead_of_raising() -> None:
+    ro = await _opened(demo_agent(), arithmetic_tasks(1)[0])
+    panel = ro.panel(chart=False)
+    await ro.aclose()
+    assert panel.step_button.disabled
+    panel._on_step()  # what a click that raced the close would do
+    assert "RolloutEnded: rollout" in panel.error.value and "is closed" in panel.error.value
+    panel.close()
+
+
+async def test_abort_cancels_a_running_step() -> None:
+    gate = Gate()
+    ro = await _opened(rk.Agent(model=rk.ScriptedModel(gate.reply)), rk.Task(prompt="go"))
+    panel = ro.panel(chart=False)
+    panel.step_button.click()
+    await gate.called.wait()
+    panel.abort_button.click()
+    await ro.wait()
+    assert ro.closed and ro.trace.aborted and ro.trace.ok is False
+    assert ro.status.kind == "aborted"
+    assert 'data-kind="aborted"' in panel.status.value
+    panel.close()
+
+
+async def test_panel_follows_steps_taken_from_code() -> None:
+    """The view updates from the rollout's events, whoever drives it."""
+    ro = await _opened(rk.Agent(model=rk.ScriptedModel(["<script>alert(1)</script>"])), rk.Task(prompt="hi"))
+    panel = ro.panel()
+    assert panel.chart.points == 0
+    await ro.rollout.step()  # the core, not the facade or the panel
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel.transcript.value
+    assert "<script>" not in panel.transcript.value
+    assert panel.chart.points == 1
+    await ro.rollout.close()
+    assert "closed: ok" in panel.status.value
+    panel.close()
+
+
+async def test_gauges_show_limits_budget_and_phase() -> None:
+    agent = demo_agent(limits={"max_turns": 4, "max_total_tokens": 100}, timeouts={"agent": 30})
+    ro = await _opened(agent, arithmetic_tasks(1)[0])
+    panel = RolloutPanel(ro, chart=False)
+    await ro.astep()
+    gauges = panel.gauges.value
+    assert '<td class="rk-gauge-value">2 / 4</td>' in gauges
+    assert f'<td class="rk-gauge-value">{ro.trace.num_total_tokens} / 100</td>' in gauges
+    assert '<td class="rk-nolimit">no limit</td>' in gauges  # input and output tokens
+    assert " / 30.000 s</td>" in gauges
+    assert '<td class="rk-phase" colspan="3">none: waiting for the user</td>' in gauges
+    await ro.aclose()
+    panel.close()
