@@ -5,7 +5,8 @@ Four builders, each `traces -> pandas.DataFrame`, one row per thing:
 - `rollouts(traces)`: one row per rollout (ids, task, ok, stop, error,
   reward, one column per reward `reward.<name>` and per metric
   `metric.<name>`, turns and token totals, agent/model/harness time and one
-  duration column per phase `phase.<name>`).
+  duration column per phase `phase.<name>`; `wait_time` is the time spent
+  waiting for the user between segments, which costs no agent time).
 - `turns(traces)`: one row per committed turn, with the cumulative budget
   columns right after it and the limits they count against.
 - `phases(traces)`: one row per phase span that started.
@@ -49,7 +50,7 @@ ROLLOUT_COLUMNS = (
     "id", "task_key", "task_type", "agent", "model", "ok", "completed", "aborted",
     "stop", "stop_condition", "error_type", "error_phase", "error_message", "reward",
     "turns", "model_calls", "input_tokens", "output_tokens", "total_tokens",
-    "segments", "agent_time", "model_time", "harness_time",
+    "segments", "agent_time", "model_time", "harness_time", "wait_time",
     *(f"phase.{p}" for p in PHASES),
     "start", "end",
 )  # followed by reward.<name> and metric.<name> columns, sorted by name
@@ -97,6 +98,16 @@ def _reward(trace: Trace) -> float:
     return trace.reward
 
 
+def _waited(trace: Trace) -> float:
+    """Wall time between segments: the rollout waiting for its user (L9: free)."""
+    segments = trace.segments
+    return sum(
+        max(0.0, after.start - before.end)
+        for before, after in zip(segments, segments[1:])
+        if before.end is not None
+    )
+
+
 def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per rollout. Reward and metric columns (`reward.<name>`,
     `metric.<name>`) are NaN where a signal is missing or was never computed;
@@ -138,6 +149,7 @@ def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
         cols["agent_time"].append(agent_time)
         cols["model_time"].append(model_time)
         cols["harness_time"].append(max(0.0, agent_time - model_time))
+        cols["wait_time"].append(_waited(trace))
         start = end = None
         for phase in PHASES:
             span = phase_spans.get(phase)

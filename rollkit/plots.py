@@ -297,13 +297,12 @@ def phase_durations(data: Any, *, by: str = "id") -> go.Figure:
     then finalize and scoring. `data` is traces or `rk.frames.rollouts(...)`;
     `by` names the column that labels the bars."""
     frame = _rollout_frame(data)
-    waiting = (frame["phase.agent"] - frame["agent_time"]).clip(lower=0)
     parts = [
         ("boot", frame["phase.boot"]),
         ("setup", frame["phase.setup"]),
         ("agent · model", frame["model_time"]),
         ("agent · harness", frame["harness_time"]),
-        ("waiting for the user", waiting),
+        ("waiting for the user", frame["wait_time"]),
         ("finalize", frame["phase.finalize"]),
         ("scoring", frame["phase.scoring"]),
     ]

@@ -1,0 +1,162 @@
+"""Plots from traces and frames, and the live ones fed by rollout events."""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+import pytest
+
+import rollkit as rk
+from rollkit import frames, plots
+from rollkit.examples import arithmetic_tasks, demo_agent
+
+from conftest_notebook import assorted_traces
+
+
+async def _two_segments() -> rk.Trace:
+    agent = demo_agent(limits={"max_turns": 6, "max_total_tokens": 500}, timeouts={"agent": 60})
+    rollout = agent.rollout(arithmetic_tasks(1)[0], user=True)
+    await rollout.open()
+    await rollout.step()
+    await rollout.step("Now 7 boxes with 6 pens each?")
+    return await rollout.close()
+
+
+def _shapes_at(fig: go.Figure, **where: object) -> list[object]:
+    return [s for s in fig.layout.shapes if all(getattr(s, k) == v for k, v in where.items())]
+
+
+async def test_budget_burn_draws_cumulative_values_limits_and_segments() -> None:
+    trace = await _two_segments()
+    fig = plots.budget_burn(trace)
+    by_name = {d.name: d for d in fig.data}
+    assert list(by_name["turns"].x) == [1, 2, 3, 4]
+    assert list(by_name["total"].y) == [c.cum_total_tokens for c in trace.turns]
+    assert list(by_name["agent time"].y) == [c.cum_agent_time for c in trace.turns]
+    # limits as dashed horizontal lines in their own rows
+    assert len(_shapes_at(fig, yref="y", y0=6, y1=6)) == 1
+    assert len(_shapes_at(fig, yref="y2", y0=500, y1=500)) == 1
+    assert len(_shapes_at(fig, yref="y3", y0=60.0, y1=60.0)) == 1
+    assert not _shapes_at(fig, yref="y2", y0=None)  # no line for a limit that is not set
+    # the second segment starts after turn 2
+    assert [s.x0 for s in _shapes_at(fig, yref="paper")] == [2.5]
+
+
+async def test_waiting_for_the_user_costs_no_agent_time_on_the_chart() -> None:
+    """L9 on the chart: between segments the wall clock runs (here another
+    rollout, with a slow model, runs to its end meanwhile) but agent time
+    does not."""
+    agent = demo_agent()
+    rollout = agent.rollout(arithmetic_tasks(1)[0], user=True)
+    await rollout.open()
+    await rollout.step()
+    slow = rk.Agent(model=rk.ScriptedModel(["done"], delay=0.2))
+    other = await slow.run(rk.Task(prompt="meanwhile"))
+    await rollout.step("Now 7 boxes with 6 pens each?")
+    trace = await rollout.close()
+    first, second = trace.segments
+    assert second.start - first.end >= other.model_time >= 0.2  # the user's wait, in wall time
+    agent_time = list(plots.budget_burn(trace).data[4].y)
+    assert agent_time[1] <= first.charged
+    # the wait is not in it: only what the two segments themselves spent
+    assert agent_time[3] <= first.charged + second.charged + 1e-9
+    assert trace.agent_time == pytest.approx(first.charged + second.charged)
+
+
+async def test_live_budget_burn_grows_one_point_per_turn_from_events() -> None:
+    agent = demo_agent(limits={"max_turns": 6})
+    rollout = agent.rollout(arithmetic_tasks(1)[0], user=True)
+    live = plots.LiveBudgetBurn(rollout)
+    assert isinstance(live.figure, go.FigureWidget)
+    seen: list[int] = []
+    rollout.subscribe(lambda e: seen.append(live.points) if e.kind == "turn" else None)
+    await rollout.open()
+    await rollout.step()
+    assert seen == [1, 2]  # updated inside each turn's event, not afterwards
+    await rollout.step("And 3 boxes with 4 pens each?")
+    assert live.figure.data[0].x == (1, 2, 3, 4)
+    assert live.figure.data[3].y == tuple(c.cum_total_tokens for c in rollout.trace.turns)
+    assert [s.x0 for s in live.figure.layout.shapes if s.yref == "paper"] == [2.5]
+    live.close()
+    await rollout.step("And 2 boxes with 2 pens each?")
+    assert live.points == 4  # unsubscribed: no more updates
+    await rollout.close()
+
+
+async def test_live_budget_burn_catches_up_with_an_ongoing_rollout() -> None:
+    rollout = demo_agent().rollout(arithmetic_tasks(1)[0])
+    await rollout.open()
+    await rollout.step()
+    live = plots.LiveBudgetBurn(rollout)
+    assert live.points == 2
+    assert live.figure.data[0].y == (1, 2)
+    await rollout.close()
+
+
+async def test_phase_timeline_shows_phases_segments_and_calls() -> None:
+    trace = await _two_segments()
+    fig = plots.phase_timeline(trace)
+    bars = {d.name: d for d in fig.data}
+    for phase in ("boot", "setup", "agent", "finalize", "scoring"):
+        assert list(bars[phase].y) == [phase]
+        assert bars[phase].x[0] == pytest.approx(trace.phases[phase].duration)
+    assert bars["boot"].base[0] == 0.0
+    assert list(bars["segments"].y) == ["agent: segments"] * 2
+    assert len(bars["model calls"].x) == len(trace.model_calls)
+
+
+async def test_live_phase_timeline_follows_phase_events() -> None:
+    rollout = demo_agent().rollout(arithmetic_tasks(1)[0])
+    live = plots.LivePhaseTimeline(rollout)
+    assert all(len(d.y) == 0 for d in live.figure.data)
+    await rollout.open()
+    names = {d.name: d for d in live.figure.data}
+    assert list(names["boot"].y) == ["boot"] and list(names["setup"].y) == ["setup"]
+    assert len(names["agent"].y) == 0
+    await rollout.step()
+    await rollout.close()
+    assert list(names["scoring"].y) == ["scoring"]
+    assert names["scoring"].x[0] == pytest.approx(rollout.trace.phases["scoring"].duration)
+    live.close()
+
+
+async def test_phase_durations_split_agent_into_model_and_harness() -> None:
+    traces = list((await assorted_traces()).values())
+    fig = plots.phase_durations(traces)
+    bars = {d.name: d for d in fig.data}
+    assert list(bars) == ["boot", "setup", "agent · model", "agent · harness", "finalize", "scoring"]
+    assert list(bars["agent · model"].y) == pytest.approx([t.model_time * 1000 for t in traces])
+    assert list(bars["agent · harness"].y) == pytest.approx([t.harness_time * 1000 for t in traces])
+    assert fig.layout.barmode == "stack"
+    # the same from a frame
+    again = plots.phase_durations(frames.rollouts(traces))
+    assert list(again.data[2].y) == list(bars["agent · model"].y)
+
+
+async def test_rewards_plot_counts_missing_instead_of_drawing_zero() -> None:
+    kinds = await assorted_traces()
+    traces = [kinds["ok"], kinds["wrong"], kinds["failed"], kinds["raised"]]
+    fig = plots.rewards(traces)
+    boxes = {d.name: d for d in fig.data if d.type == "box"}
+    assert sorted(boxes["reward.correct"].y) == [0.0, 1.0, 1.0]  # the failed run is not a 0
+    assert list(boxes["metric.broken"].y) == []
+    counts = {d.name: dict(zip(d.x, d.y)) for d in fig.data if d.type == "bar"}
+    assert counts["missing"]["reward.correct"] == 1
+    assert counts["present"]["reward.correct"] == 3
+    assert counts["missing"]["metric.broken"] == 4
+    assert not any(isinstance(v, float) and math.isnan(v) for d in boxes.values() for v in d.y)
+
+
+def test_plots_name_what_is_wrong_with_their_input() -> None:
+    with pytest.raises(TypeError, match="budget_burn draws one rk.Trace, got list"):
+        plots.budget_burn([])
+    with pytest.raises(ValueError, match=r"pass traces, or the frame rk.frames.rollouts\(traces\) made"):
+        import pandas as pd
+
+        plots.rewards(pd.DataFrame({"x": [1]}))
+
+
+def test_empty_input_gives_an_empty_figure() -> None:
+    assert plots.rewards([]).data[0].x == () or list(plots.rewards([]).data[0].x) == []
+    assert all(len(d.y) == 0 for d in plots.phase_durations([]).data)
