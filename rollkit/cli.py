@@ -76,7 +76,7 @@ def _run(agent: Any, tasks: list[Any], **options: Any) -> Any:
 
     try:
         return evaluate(agent, tasks, **options)
-    except (RunFolderError, ValueError, TypeError) as exc:
+    except (RunFolderError, ValueError, TypeError, ConnectionError) as exc:  # ConnectionError: Ray unreachable
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         out = options.get("out")

@@ -522,6 +522,8 @@ def _plan(
     backend = _backend(backend)
     if resume and out is None:
         raise ValueError("resume=True needs out=DIR: the run folder to continue")
+    if hasattr(backend, "check"):
+        backend.check()  # e.g. Ray installed and its address answering, before any file is written
     from . import __version__
 
     manifest = {
@@ -675,7 +677,7 @@ async def _execute(plan: _Plan) -> EvalResult:
 
     trace_file = open(folder.path / TRACES, "a", encoding="utf-8") if folder else None
     group_file = open(folder.path / GROUPS, "a", encoding="utf-8") if folder and plan.scorers else None
-    progress = _Progress(plan.progress, len(todo) + len(finished_before), finished_before)
+    progress = _Progress(False, 0, [])  # the bar appears once the backend is up
     tasks_by_key = {task.key: task for task in plan.tasks}
 
     async def judge(example_id: str) -> None:
@@ -714,6 +716,7 @@ async def _execute(plan: _Plan) -> EvalResult:
     try:
         await plan.backend.start(plan.agent, plan.concurrency)
         started = True
+        progress = _Progress(plan.progress, len(todo) + len(finished_before), finished_before)
         # Groups completed by an earlier run that crashed before judging them.
         for key in tasks_by_key:
             await judge(key)
