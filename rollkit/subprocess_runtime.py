@@ -1,0 +1,313 @@
+"""`SubprocessRuntime`: programs run as local subprocesses in a private folder.
+
+What it owns: a fresh temporary working folder per runtime (so per rollout
+when the rollout owns it), launching programs there with a clean
+environment, reading and writing files in the folder, and killing every
+program it started, each with its whole process group, so no orphan outlives
+a close, an abort, a timeout or a cancellation. Owned and borrowed lifetimes
+follow L3 through the `Runtime` base.
+
+What it enforces, exactly:
+- environment: programs get only PATH, LANG, LC_ALL, LC_CTYPE, TZ and TERM
+  from the host, HOME and TMPDIR pointing into the working folder, the
+  variables named in `pass_env`, and those given in `env`. Nothing else of the
+  host (API keys included) reaches a program unless listed.
+- processes: each program starts a new session (its own process group); when
+  it exits, is killed or times out, the whole group is killed.
+- files: `read` and `write` stay inside the working folder. Programs
+  themselves run as the same user as rollkit and are not confined to it.
+- network: nothing. Programs share the host's network, so any allow or block
+  list is refused at open with a `SandboxError` rather than pretended.
+
+It must not know about rollouts, models or the interception server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import SandboxError
+from .runtime import NetworkPolicy, Runtime
+
+__all__ = ["SubprocessRuntime", "Program", "Completed"]
+
+# Harmless host variables a program usually needs to run at all.
+_HOST_VARS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished `run`: exit status and what the program printed."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Program:
+    """A running program: the asyncio process plus its process group."""
+
+    def __init__(self, process: asyncio.subprocess.Process, argv: Sequence[str], runtime: SubprocessRuntime) -> None:
+        self.process = process
+        self.argv = tuple(argv)
+        self.pid = process.pid
+        self._runtime = runtime
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    @property
+    def running(self) -> bool:
+        return self.process.returncode is None
+
+    async def wait(self) -> int:
+        """Wait for the program to exit; then kill what it left behind in its group."""
+        await self._exited()
+        self._sweep()
+        # With the group gone its pipes close, which the asyncio transport awaits.
+        return await self.process.wait()
+
+    async def _exited(self) -> None:
+        """Return when the program itself exited, whether or not children it
+        left behind still hold its pipes (asyncio's wait() awaits those too)."""
+        if self.process.returncode is not None:
+            return
+        try:
+            fd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            return  # already reaped
+        except (AttributeError, OSError):  # no pidfd on this system
+            await self.process.wait()
+            return
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+        try:
+            await done
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+
+    async def kill(self, grace: float | None = None) -> None:
+        """SIGTERM the group, wait up to `grace` seconds, then SIGKILL it."""
+        grace = self._runtime.kill_grace if grace is None else grace
+        try:
+            if self.running and grace > 0:
+                self._signal(signal.SIGTERM)
+                try:
+                    async with asyncio.timeout(grace):
+                        await self._exited()
+                except TimeoutError:
+                    pass
+        finally:
+            # Runs even when the wait above is cancelled: nothing may survive.
+            self._sweep()
+        await self.process.wait()
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _sweep(self) -> None:
+        self._signal(signal.SIGKILL)
+        self._runtime._programs.discard(self)
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else f"exited {self.returncode}"
+        return f"Program({self.argv[0]!r}, pid={self.pid}, {state})"
+
+
+class SubprocessRuntime(Runtime):
+    """Programs run as subprocesses in a temporary working folder.
+
+    `env` adds variables to every program; `pass_env` names host variables to
+    pass through (e.g. `pass_env=["OPENAI_API_KEY"]` for a program that talks
+    to a provider directly). `kill_grace` is how long a program gets to exit
+    after SIGTERM before its group is killed.
+    """
+
+    kind = "subprocess"
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] | None = None,
+        pass_env: Iterable[str] = (),
+        kill_grace: float = 2.0,
+    ) -> None:
+        super().__init__()
+        if isinstance(pass_env, str):
+            raise TypeError("pass_env is a list of variable names, e.g. pass_env=['OPENAI_API_KEY']")
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.pass_env = tuple(pass_env)
+        self.kill_grace = float(kill_grace)
+        self._workdir: Path | None = None
+        self._programs: set[Program] = set()
+
+    # ---- lifetime -----------------------------------------------------------
+    async def _start(self) -> None:
+        self._workdir = Path(tempfile.mkdtemp(prefix="rollkit-"))
+
+    async def _stop(self) -> None:
+        programs = list(self._programs)
+        if programs:
+            await asyncio.gather(*(p.kill() for p in programs), return_exceptions=True)
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    @property
+    def workdir(self) -> Path:
+        """The working folder (exists from start to stop)."""
+        if self._workdir is None or not self.alive:
+            raise SandboxError(f"{self!r} has no working folder: start it first (it is {self._state})")
+        return self._workdir
+
+    @property
+    def programs(self) -> list[Program]:
+        """Programs started here that are still running."""
+        return [p for p in self._programs if p.running]
+
+    # ---- network ------------------------------------------------------------
+    async def apply_network_policy(self, policy: NetworkPolicy, keep: list[str]) -> dict[str, Any]:
+        info = await super().apply_network_policy(policy, keep)
+        return {**info, "runtime": self.kind, "isolation": "none: programs share the host's network"}
+
+    async def _enforce(self, policy: NetworkPolicy, keep: list[str]) -> dict[str, Any]:
+        raise SandboxError(
+            f"SubprocessRuntime cannot enforce a network policy (asked: allow={policy.allow}, "
+            f"block={policy.block}): its programs share the host's network. It enforces only a clean "
+            "environment, a private working folder and killing whole process groups. Drop the policy, "
+            "or use a runtime with network isolation"
+        )
+
+    # ---- programs -----------------------------------------------------------
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The clean environment a program gets (see the module docstring)."""
+        workdir = self.workdir
+        tmp = workdir / ".tmp"
+        tmp.mkdir(exist_ok=True)
+        out = {k: os.environ[k] for k in _HOST_VARS if k in os.environ}
+        out.update(HOME=str(workdir), TMPDIR=str(tmp))
+        out.update({k: os.environ[k] for k in self.pass_env if k in os.environ})
+        out.update(self.env)
+        out.update({str(k): str(v) for k, v in (env or {}).items()})
+        return out
+
+    def resolve(self, program: str, env: Mapping[str, str]) -> str:
+        """The path of `program`: relative paths are taken from the working
+        folder, bare names are searched on the program's PATH."""
+        if os.sep in program:
+            path = Path(program) if os.path.isabs(program) else self.workdir / program
+            if not path.is_file():
+                raise FileNotFoundError(f"program {program!r} does not exist (looked at {path})")
+            if not os.access(path, os.X_OK):
+                raise PermissionError(f"program {program!r} is not executable ({path}); chmod +x it")
+            return str(path)
+        found = shutil.which(program, path=env.get("PATH", ""))
+        if found is None:
+            raise FileNotFoundError(f"program {program!r} was not found on the program's PATH")
+        return found
+
+    async def launch(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, stdin: bool = True
+    ) -> Program:
+        """Start `argv` in the working folder with pipes for stdin, stdout and
+        stderr. The caller waits for it or kills it; `stop()` kills it anyway."""
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise TypeError(f"argv must be a non-empty list of strings, got {argv!r}")
+        if not self.alive:
+            raise SandboxError(f"cannot launch {argv[0]!r}: {self!r} is not running")
+        full_env = self.environment(env)
+        executable = self.resolve(argv[0], full_env)
+        process = await asyncio.create_subprocess_exec(
+            executable,
+            *argv[1:],
+            cwd=self.workdir,
+            env=full_env,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # its own process group, killed as a whole
+        )
+        program = Program(process, argv, self)
+        self._programs.add(program)
+        return program
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        input: str | bytes | None = None,
+    ) -> Completed:
+        """Run `argv` to the end and return its exit status and output. Past
+        `timeout` seconds its group is killed and TimeoutError raised."""
+        program = await self.launch(argv, env=env, stdin=input is not None)
+        process = program.process
+        assert process.stdout is not None and process.stderr is not None
+        readers = [asyncio.ensure_future(process.stdout.read()), asyncio.ensure_future(process.stderr.read())]
+        try:
+            async with asyncio.timeout(timeout):
+                if input is not None:
+                    assert process.stdin is not None
+                    process.stdin.write(input.encode() if isinstance(input, str) else input)
+                    try:
+                        await process.stdin.drain()
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass  # the program did not read all of it; its exit status says the rest
+                    process.stdin.close()
+                returncode = await program.wait()
+                out, err = await asyncio.gather(*readers)
+        except TimeoutError:
+            raise TimeoutError(f"program {argv[0]!r} did not finish within {timeout}s and was killed") from None
+        finally:
+            if program.running or any(not r.done() for r in readers):
+                await program.kill(grace=0)
+            for reader in readers:
+                reader.cancel()
+        return Completed(tuple(argv), returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    # ---- files --------------------------------------------------------------
+    def path(self, relative: str | os.PathLike[str]) -> Path:
+        """`relative` inside the working folder; refuses paths that leave it."""
+        root = self.workdir.resolve()
+        target = (root / relative).resolve()
+        if target != root and root not in target.parents:
+            raise SandboxError(f"path {str(relative)!r} leaves the runtime's working folder {root}")
+        return target
+
+    def read(self, relative: str | os.PathLike[str], *, binary: bool = False) -> Any:
+        """A file of the working folder, as text (or bytes with binary=True)."""
+        path = self.path(relative)
+        if not path.is_file():
+            raise FileNotFoundError(f"{str(relative)!r} is not a file in the runtime's working folder")
+        return path.read_bytes() if binary else path.read_text()
+
+    def write(self, relative: str | os.PathLike[str], data: str | bytes, *, executable: bool = False) -> Path:
+        """Write a file into the working folder (parents created)."""
+        path = self.path(relative)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            path.write_text(data)
+        if executable:
+            path.chmod(path.stat().st_mode | 0o111)
+        return path
+
+    def __repr__(self) -> str:
+        where = f", {self._workdir}" if self._workdir is not None else ""
+        return f"SubprocessRuntime({self._state}{where})"

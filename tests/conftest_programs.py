@@ -1,0 +1,87 @@
+"""Helpers shared by the tests of programs, runtimes and servers: what is
+still alive after a rollout (processes, listening ports, tasks)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+PROGRAMS = Path(__file__).parent / "programs"
+AGENT = [sys.executable, str(PROGRAMS / "agent.py")]
+
+
+def gone(pid: int) -> bool:
+    """True when `pid` no longer runs (absent, or a zombie awaiting its reaper)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def processes_in(folder: str | os.PathLike[str]) -> list[int]:
+    """Live processes whose working directory is inside `folder`."""
+    folder = os.path.realpath(folder)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if (cwd == folder or cwd.startswith(folder + os.sep)) and not gone(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def listening_ports() -> set[int]:
+    """TCP ports this process listens on (read from /proc, IPv4 and IPv6)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def other_tasks() -> set[asyncio.Task]:
+    """Tasks of the running loop other than the caller's."""
+    return {t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()}
+
+
+async def exited(pid: int, guard: float = 20.0) -> bool:
+    """Wait for `pid` to end (a signal is delivered asynchronously) and say
+    whether it did. Waits on the process's pidfd, an explicit exit event;
+    `guard` only bounds a hang, it is no timing assertion."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+    try:
+        async with asyncio.timeout(guard):
+            await done
+    except TimeoutError:
+        pass
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+    return gone(pid)
