@@ -33,6 +33,17 @@ class Said(rk.Task):
         return float(len(trace.last_reply))
 
 
+class BadHook(Said):
+    @rk.stop
+    def two_boundaries(self, request: rk.Request, response: rk.Response) -> bool:  # wrong shape (L17)
+        return False
+
+
+class BrokenSetup(Said):
+    async def setup(self, ctx):  # type: ignore[no-untyped-def]
+        raise RuntimeError("disk on fire")
+
+
 def said_tasks(n: int = 6, prefix: str = "said") -> list[Said]:
     return [Said(id=f"{prefix}-{i}", prompt=f"say {i}") for i in range(n)]
 

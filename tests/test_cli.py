@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from evaluate_helpers import HERE, said_agent, said_tasks
+from evaluate_helpers import HERE, BrokenSetup, said_agent, said_tasks
 
 import rollkit as rk
 
@@ -66,8 +66,6 @@ def test_eval_resume_runs_only_what_is_missing(tmp_path):
 
 
 def test_show_reports_failures_by_error_type_and_missing_rewards(tmp_path):
-    from test_evaluate import BrokenSetup
-
     rk.evaluate(said_agent(), [*said_tasks(3), BrokenSetup(id="broken", prompt="say 4")], out=tmp_path, progress=False)
     shown = rollkit_cli("show", str(tmp_path))
     assert shown.returncode == 0, shown.stderr
@@ -134,3 +132,13 @@ def test_import_rollkit_loads_no_cli_progress_table_or_ray_library():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_show_says_when_a_run_is_incomplete(tmp_path):
+    rk.evaluate(said_agent(), said_tasks(3), repeats=2, out=tmp_path, progress=False)
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:4]))
+    shown = rollkit_cli("show", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "incomplete: 4 of 6 rollouts finished (continue with --resume)" in shown.stdout
+    assert "rollouts: 4 over" in shown.stdout

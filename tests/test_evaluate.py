@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 
 import pytest
-from evaluate_helpers import Said, said_agent, said_tasks
+from evaluate_helpers import BadHook, BrokenSetup, Said, said_agent, said_tasks
 
 import rollkit as rk
 from rollkit.evaluate import EvalResult, best_of_n, evaluate_async, load_run, pass_at_k
@@ -51,17 +53,6 @@ def test_concurrency_bounds_rollouts_in_flight():
     assert len(result) == 10
     assert peak == 3
     assert in_flight == 0
-
-
-class BadHook(Said):
-    @rk.stop
-    def two_boundaries(self, request: rk.Request, response: rk.Response) -> bool:  # wrong shape (L17)
-        return False
-
-
-class BrokenSetup(Said):
-    async def setup(self, ctx):  # type: ignore[no-untyped-def]
-        raise RuntimeError("disk on fire")
 
 
 class ExplodingHarness(rk.ChatHarness):
@@ -278,3 +269,26 @@ def test_rk_evaluate_stays_callable_after_importing_the_module(tmp_path):
     assert callable(rk.evaluate) and callable(module)
     result = module(said_agent(), said_tasks(1), out=tmp_path, progress=False)
     assert [t.model_dump() for t in load_run(tmp_path)] == [t.model_dump() for t in result]
+
+
+def test_evaluate_runs_to_the_end_where_nest_asyncio_allows_reentry():
+    # In a subprocess: nest_asyncio patches asyncio for the whole process.
+    pytest.importorskip("nest_asyncio")
+    code = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+import nest_asyncio, rollkit as rk
+from evaluate_helpers import said_agent, said_tasks
+
+async def notebook_cell():
+    nest_asyncio.apply(asyncio.get_running_loop())  # what rollkit.notebook does in Jupyter
+    result = rk.evaluate(said_agent(), said_tasks(3), progress=False)
+    print(type(result).__name__, sorted(t.info["rollout_id"] for t in result.traces))
+
+asyncio.run(notebook_cell())
+"""
+    from evaluate_helpers import HERE
+
+    done = subprocess.run([sys.executable, "-c", code, str(HERE)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "EvalResult ['said-0#0', 'said-1#0', 'said-2#0']"

@@ -13,8 +13,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the rollkit[ray] extra")
 
-from evaluate_helpers import HERE, said_agent, said_tasks  # noqa: E402
-from test_evaluate import BadHook, BrokenSetup  # noqa: E402
+from evaluate_helpers import HERE, BadHook, BrokenSetup, said_agent, said_tasks  # noqa: E402
 
 import rollkit as rk  # noqa: E402
 from rollkit.evaluate import RunFolderError, load_run, pass_at_k  # noqa: E402
