@@ -231,7 +231,7 @@ class EvalResult:
         return pandas.DataFrame([asdict(g) for g in self.groups], columns=columns)
 
     def summary(self) -> str:
-        return summarize(self.traces, self.groups)
+        return _summarize(self.traces, self.groups)
 
 
 def _outcome(trace: Trace) -> str:
@@ -248,7 +248,7 @@ def _scored(trace: Trace) -> bool:
     return not trace.failed and any(v is not None for v in trace.rewards.values())
 
 
-def summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> str:
+def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> str:
     """A plain-text summary table: outcomes (stop condition or error type),
     mean reward and how many are missing one, phase time totals, and the mean
     of each group signal."""
@@ -553,7 +553,7 @@ def _backend(backend: Any) -> Any:
     raise ValueError(f"backend must be 'local', 'ray' or a rollkit.ray_backend.RayBackend(...), got {backend!r}")
 
 
-def rollout_info(task: Task, repeat: int, run_id: str) -> dict[str, Any]:
+def _rollout_info(task: Task, repeat: int, run_id: str) -> dict[str, Any]:
     """The ids a trace of this (task, repeat) carries in `trace.info`."""
     return {"example_id": task.key, "repeat": repeat, "rollout_id": f"{task.key}#{repeat}", "run_id": run_id}
 
@@ -574,7 +574,7 @@ def _failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseExce
     return trace
 
 
-async def run_rollout(agent: Agent, task: Task, info: dict[str, Any]) -> Trace:
+async def _run_rollout(agent: Agent, task: Task, info: dict[str, Any]) -> Trace:
     """One rollout to the end, whatever happens inside it: the core records a
     rollout's failures on its trace; anything that still escapes (a lifetime
     error, a bug) is recorded here, so it never reaches the siblings (L32).
@@ -613,7 +613,7 @@ class _LocalBackend:
         self.agent = agent
 
     async def run(self, task: Task, info: dict[str, Any]) -> Trace:
-        return await run_rollout(self.agent, task, info)
+        return await _run_rollout(self.agent, task, info)
 
     async def stop(self) -> None:
         pass
@@ -656,94 +656,113 @@ class _Progress:
             self.bar.close()
 
 
-async def _execute(plan: _Plan) -> EvalResult:
-    folder = plan.folder
-    traces: list[Trace] = list(folder.traces) if folder else []
-    groups: list[GroupSignal] = list(folder.groups) if folder else []
-    done: dict[str, list[Trace]] = {}
-    seen: set[str] = set()
-    for trace in traces:
-        rid = trace.info.get("rollout_id")
-        if rid in seen:
-            warnings.warn(f"the run folder holds rollout {rid} twice; both are kept as written", stacklevel=2)
-        seen.add(rid)
-        done.setdefault(trace.info.get("example_id", trace.task.key), []).append(trace)
-    # A group judged on fewer repeats than now asked (resume with more
-    # repeats) is judged again; the newer record wins (see _latest).
-    judged_examples = {g.example_id for g in groups if g.n == plan.repeats}
-    todo = [(task, r) for task in plan.tasks for r in range(plan.repeats) if f"{task.key}#{r}" not in seen]
-    planned_keys = {t.key for t in plan.tasks}
-    finished_before = [t for t in traces if t.info.get("example_id") in planned_keys and t.info.get("repeat", 0) < plan.repeats]
+class _Run:
+    """One execution of a plan: what finished (before and now), the files
+    it appends to, the bar, and the workers that pull the remaining
+    (task, repeat) pairs."""
 
-    trace_file = open(folder.path / TRACES, "a", encoding="utf-8") if folder else None
-    group_file = open(folder.path / GROUPS, "a", encoding="utf-8") if folder and plan.scorers else None
-    progress = _Progress(False, 0, [])  # the bar appears once the backend is up
-    tasks_by_key = {task.key: task for task in plan.tasks}
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
+        folder = plan.folder
+        self.traces: list[Trace] = list(folder.traces) if folder else []
+        self.groups: list[GroupSignal] = list(folder.groups) if folder else []
+        self.by_example: dict[str, list[Trace]] = {}
+        seen: set[str] = set()
+        for trace in self.traces:
+            rollout_id = trace.info.get("rollout_id")
+            if rollout_id in seen:
+                warnings.warn(f"the run folder holds rollout {rollout_id} twice; both are kept as written", stacklevel=4)
+            seen.add(rollout_id)
+            self.by_example.setdefault(trace.info.get("example_id", trace.task.key), []).append(trace)
+        # A group judged on fewer repeats than now asked (resume with more
+        # repeats) is judged again; the newer record wins (see _latest).
+        self.judged = {g.example_id for g in self.groups if g.n == plan.repeats}
+        self.todo = [(t, r) for t in plan.tasks for r in range(plan.repeats) if f"{t.key}#{r}" not in seen]
+        planned = {t.key for t in plan.tasks}
+        self.finished_before = [
+            t for t in self.traces if t.info.get("example_id") in planned and t.info.get("repeat", 0) < plan.repeats
+        ]
+        self.progress = _Progress(False, 0, [])  # the bar appears once the backend is up
+        self.trace_file: Any = None
+        self.group_file: Any = None
 
-    async def judge(example_id: str) -> None:
-        # After every repeat of the task finished, with traces only: the
-        # runtimes are gone by now (L21).
-        if not plan.scorers or example_id in judged_examples:
+    async def judge(self, example_id: str) -> None:
+        """Group scoring, once every repeat of the task finished. Traces
+        only: the runtimes are gone by now (L21)."""
+        plan = self.plan
+        if not plan.scorers or example_id in self.judged:
             return
-        mine = [t for t in done.get(example_id, []) if t.info.get("repeat", 0) < plan.repeats]
+        mine = [t for t in self.by_example.get(example_id, []) if t.info.get("repeat", 0) < plan.repeats]
         if len({t.info.get("repeat") for t in mine}) < plan.repeats:
             return
-        judged_examples.add(example_id)
+        self.judged.add(example_id)
         for signal in await _run_group(example_id, mine, plan.scorers):
-            groups.append(signal)
-            if group_file is not None:
-                group_file.write(json.dumps(asdict(signal)) + "\n")
-                group_file.flush()
+            self.groups.append(signal)
+            if self.group_file is not None:
+                self.group_file.write(json.dumps(asdict(signal)) + "\n")
+                self.group_file.flush()
 
-    def finished(trace: Trace) -> None:
-        if trace_file is not None:
-            append_trace(trace, trace_file)
-        traces.append(trace)
-        done.setdefault(trace.info["example_id"], []).append(trace)
-        progress.add(trace)
+    def finished(self, trace: Trace) -> None:
+        # On disk first, flushed: a crash now loses only what is in flight.
+        if self.trace_file is not None:
+            append_trace(trace, self.trace_file)
+        self.traces.append(trace)
+        self.by_example.setdefault(trace.info["example_id"], []).append(trace)
+        self.progress.add(trace)
 
-    pending = iter(todo)
-
-    async def worker() -> None:
+    async def worker(self, pending: Iterator[tuple[Task, int]]) -> None:
         # Workers pull from one shared iterator, so at most `concurrency`
         # rollouts are in flight and no task waits behind a slow sibling.
+        plan = self.plan
         for task, repeat in pending:
-            trace = await plan.backend.run(task, rollout_info(task, repeat, plan.run_id))
-            finished(trace)
-            await judge(task.key)
+            trace = await plan.backend.run(task, _rollout_info(task, repeat, plan.run_id))
+            self.finished(trace)
+            await self.judge(task.key)
 
-    started = False
-    try:
-        await plan.backend.start(plan.agent, plan.concurrency)
-        started = True
-        progress = _Progress(plan.progress, len(todo) + len(finished_before), finished_before)
-        # Groups completed by an earlier run that crashed before judging them.
-        for key in tasks_by_key:
-            await judge(key)
-        workers = [asyncio.ensure_future(worker()) for _ in range(min(plan.concurrency, len(todo)))]
+    async def run_workers(self) -> None:
+        pending = iter(self.todo)
+        workers = [asyncio.ensure_future(self.worker(pending)) for _ in range(min(self.plan.concurrency, len(self.todo)))]
         try:
             await asyncio.gather(*workers)
         except BaseException:
-            # Cancelled or interrupted: no new work, abort those in flight (each
-            # worker's rollout aborts on cancellation); finished traces are
-            # already on disk.
-            for w in workers:
-                w.cancel()
+            # Cancelled or interrupted: no new work, and the rollouts in flight
+            # abort (each worker's rollout aborts on cancellation). Finished
+            # traces are already on disk.
+            for worker in workers:
+                worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             raise
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        where = f" in {folder.path}; continue with resume=True" if folder else ""
-        log.warning("evaluation interrupted: %d rollouts finished and kept%s", len(traces), where)
-        raise
-    finally:
-        progress.close()
-        if started:
-            await asyncio.shield(plan.backend.stop())
-        if trace_file is not None:
-            trace_file.close()
-        if group_file is not None:
-            group_file.close()
-    return EvalResult(traces, _latest(groups), out=folder.path if folder else None, manifest=plan.manifest)
+
+    async def execute(self) -> EvalResult:
+        plan, folder = self.plan, self.plan.folder
+        if folder is not None:
+            self.trace_file = open(folder.path / TRACES, "a", encoding="utf-8")
+            if plan.scorers:
+                self.group_file = open(folder.path / GROUPS, "a", encoding="utf-8")
+        started = False
+        try:
+            await plan.backend.start(plan.agent, plan.concurrency)
+            started = True
+            self.progress = _Progress(plan.progress, len(self.todo) + len(self.finished_before), self.finished_before)
+            for task in plan.tasks:  # groups an earlier run completed but died before judging
+                await self.judge(task.key)
+            await self.run_workers()
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            where = f" in {folder.path}; continue with resume=True" if folder else ""
+            log.warning("evaluation interrupted: %d rollouts finished and kept%s", len(self.traces), where)
+            raise
+        finally:
+            self.progress.close()
+            if started:
+                await asyncio.shield(plan.backend.stop())
+            for file in (self.trace_file, self.group_file):
+                if file is not None:
+                    file.close()
+        return EvalResult(self.traces, _latest(self.groups), out=folder.path if folder else None, manifest=plan.manifest)
+
+
+async def _execute(plan: _Plan) -> EvalResult:
+    return await _Run(plan).execute()
 
 
 async def evaluate_async(

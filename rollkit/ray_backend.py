@@ -4,7 +4,7 @@ Ray cluster.
 `RayBackend` owns only where rollouts run. It starts a few async Ray actors,
 sends each the agent once, and then sends them (task, ids) pairs; each actor
 runs many rollouts at once on its own event loop through the same
-`run_rollout` as the local backend, and returns the finished trace as JSON.
+`_run_rollout` as the local backend, and returns the finished trace as JSON.
 The driver awaits each result as it finishes, so the progress bar, the trace
 file, resume and group scoring (all in `rollkit.evaluate`) behave exactly as
 locally. Cancelling the driver cancels the actor calls in flight, which abort
@@ -43,9 +43,9 @@ class _RolloutActor:
         self.agent = agent
 
     async def run(self, task: Task, info: dict[str, Any]) -> str:
-        from .evaluate import run_rollout
+        from .evaluate import _run_rollout
 
-        trace = await run_rollout(self.agent, task, info)
+        trace = await _run_rollout(self.agent, task, info)
         return trace.model_dump_json()
 
 
