@@ -826,7 +826,24 @@ def evaluate(
         return asyncio.run(_execute(plan))
     if getattr(loop, "_nest_patched", False):  # nest-asyncio (the notebook layer) allows re-entry
         return loop.run_until_complete(_execute(plan))
-    return _execute(plan)
+    return _Pending(_execute(plan))
+
+
+class _Pending:
+    """What `evaluate` returns where an event loop already runs: await it.
+    Its repr says so, for the notebook user who forgot the `await`."""
+
+    def __init__(self, coroutine: Any) -> None:
+        self._coroutine = coroutine
+
+    def __await__(self) -> Any:
+        return self._coroutine.__await__()
+
+    def __repr__(self) -> str:
+        return (
+            "<rollkit evaluation, not started: an event loop runs here, so await it: "
+            "result = await rk.evaluate(...)>"
+        )
 
 
 class _CallableModule(types.ModuleType):

@@ -92,6 +92,7 @@ def test_L32_unexpected_exception_in_one_rollout_is_data_not_a_crash_of_siblings
 
 async def test_evaluate_in_a_running_loop_returns_an_awaitable():
     pending = rk.evaluate(said_agent(), said_tasks(2), progress=False)
+    assert "await it: result = await rk.evaluate(...)" in repr(pending)
     result = await pending
     assert sorted(t.info["rollout_id"] for t in result.traces) == ["said-0#0", "said-1#0"]
     again = await evaluate_async(said_agent(), said_tasks(2), progress=False)
