@@ -80,8 +80,20 @@ def gated_agent() -> rk.Agent:
     return rk.Agent(model=rk.ScriptedModel(_gated, name="gated"))
 
 
+class GatedSetup(Said):
+    """With ROLLKIT_TEST_GATE=block, tasks numbered 2 mod 3 never finish
+    setup (and say so on stdout): a way to hold `rollkit eval` mid-run."""
+
+    async def setup(self, ctx):  # type: ignore[no-untyped-def]
+        n = int(self.data.id.split("-")[-1])
+        if os.environ.get("ROLLKIT_TEST_GATE") == "block" and n % 3 == 2:
+            print(f"blocked {self.data.id}", flush=True)
+            await asyncio.Event().wait()
+
+
 # Module attributes for `rollkit eval MODULE:TASKS`.
 TASKS = said_tasks(4, prefix="cli")
+GATED = [GatedSetup(id=f"gated-{i}", prompt=f"say {i}") for i in range(6)]
 EMPTY: list[rk.Task] = []
 NOT_TASKS = [1, 2, 3]
 

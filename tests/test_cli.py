@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +143,34 @@ def test_show_says_when_a_run_is_incomplete(tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert "incomplete: 4 of 6 rollouts finished (continue with --resume)" in shown.stdout
     assert "rollouts: 4 over" in shown.stdout
+
+
+def test_ctrl_c_keeps_finished_traces_and_resume_finishes_the_run(tmp_path):
+    out = tmp_path / "run"
+    env = {
+        **os.environ,
+        "ROLLKIT_TEST_GATE": "block",
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [sys.executable, "-m", "rollkit", "eval", "evaluate_helpers:GATED", "-m", "echo", "-c", "2",
+               "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        blocked = 0
+        while blocked < 2:  # both workers hold a task whose setup never ends
+            line = proc.stdout.readline()
+            assert line, f"rollkit eval ended early: {proc.stderr.read()}"
+            blocked += line.startswith("blocked ")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert f"interrupted; the finished traces are in {out}, continue with --resume" in stderr
+    assert sorted(t.info["rollout_id"] for t in rk.load(out)) == ["gated-0#0", "gated-1#0", "gated-3#0", "gated-4#0"]
+
+    resumed = rollkit_cli("eval", "evaluate_helpers:GATED", "-m", "echo", "-c", "2", "--out", str(out), "--resume", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(t.info["rollout_id"] for t in rk.load(out)) == [f"gated-{i}#0" for i in range(6)]
