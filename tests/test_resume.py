@@ -227,3 +227,10 @@ def test_groups_are_judged_again_when_resume_adds_repeats(tmp_path):
     second = rk.evaluate(said_agent(), said_tasks(2), repeats=3, out=tmp_path, resume=True, progress=False, group_scorers=[pass_at_k(1)])
     assert sorted((g.example_id, g.n, g.value) for g in second.groups) == [("said-0", 3, 1.0), ("said-1", 3, 0.0)]
     assert load_run(tmp_path).groups == second.groups
+
+
+def test_out_that_is_a_file_is_refused(tmp_path):
+    target = tmp_path / "results.jsonl"
+    target.write_text("")
+    with pytest.raises(RunFolderError, match="is a file; pass a folder"):
+        rk.evaluate(said_agent(), said_tasks(1), out=target, progress=False)
