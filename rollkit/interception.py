@@ -42,7 +42,10 @@ from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCa
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["InterceptionServer", "Registration", "acquire", "release", "DEFAULT_MAX_BODY"]
+__all__ = [
+    "InterceptionServer", "Registration", "acquire", "release", "DEFAULT_MAX_BODY",
+    "parse_request", "completion_payload", "wire_message",
+]
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 # Refusals and pipeline failures carry this so the openai SDKs answer them
@@ -393,6 +396,21 @@ def parse_request(body: Any) -> Request:
         )
     except pydantic.ValidationError as exc:
         raise ValueError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
+
+
+def wire_message(message: Any) -> dict[str, Any]:
+    """A rollkit message as a chat-completions message dict."""
+    if isinstance(message, AssistantMessage):
+        out: dict[str, Any] = {"role": "assistant", "content": message.content}
+        if message.tool_calls:
+            out["tool_calls"] = _wire_calls(message)
+        return out
+    if isinstance(message, ToolMessage):
+        out = {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+        if message.name:
+            out["name"] = message.name
+        return out
+    return {"role": message.role, "content": message.content}
 
 
 def _wire_calls(message: AssistantMessage) -> list[dict[str, Any]]:

@@ -1,0 +1,174 @@
+"""Tool servers: a rollout's tool sets served to agent programs over MCP.
+
+`ToolServer` is one rollout's MCP endpoint: the `mcp` package's streamable
+HTTP transport (stateless, JSON answers) behind uvicorn, bound to 127.0.0.1
+on a free port, in the event loop that runs the rollout. Each of the task's
+tool sets is served at its own path, `/mcp/<toolset>`, and every request must
+carry the rollout's secret as bearer token (401 otherwise, checked in
+constant time before the MCP layer sees the request). A tool call runs the
+rollout's own `Tool` objects, so validation and error handling are the same as
+in-process: a bad call or a raising tool comes back to the model as a tool
+result with `isError`, never as a crash of the server or the rollout.
+
+It owns the server's lifetime (`start` in harness.serve, `stop` in cleanup)
+and nothing else: it does not decide when tools run, and it records nothing
+on the trace beyond the harness's tool-call counters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import re
+import socket
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import mcp.types as mcp_types
+import uvicorn
+from mcp.server.lowlevel import Server
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from .errors import ToolsetError
+from .messages import ToolCall
+
+if TYPE_CHECKING:
+    from .context import RolloutContext
+
+__all__ = ["ToolServer", "toolset_groups"]
+
+log = logging.getLogger("rollkit")
+
+
+def toolset_groups(ctx: RolloutContext) -> dict[str, list[str]]:
+    """The task's tool names grouped by tool set, keyed by a URL-safe name."""
+    groups: dict[str, list[str]] = {}
+    for toolset in ctx.task.all_toolsets():
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", toolset.name).strip("-") or "tools"
+        while slug in groups:
+            slug += "_"
+        groups[slug] = [name for name in toolset.tools if name in ctx.tools]
+    return groups
+
+
+class _RequireSecret:
+    """ASGI middleware: only requests bearing the rollout's secret pass."""
+
+    def __init__(self, app: Any, secret: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {secret}".encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                body = json.dumps({"error": "missing or wrong bearer token: send the rollout's secret "
+                                            "(OPENAI_API_KEY) as 'Authorization: Bearer <secret>'"}).encode()
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+class ToolServer:
+    """One rollout's MCP tool server. `urls` maps each tool set to its URL."""
+
+    def __init__(self, ctx: RolloutContext) -> None:
+        self.ctx = ctx
+        self.groups = toolset_groups(ctx)
+        self.urls: dict[str, str] = {}
+        self._server: uvicorn.Server | None = None
+        self._sock: socket.socket | None = None
+        self._managers: list[Any] = []
+
+    def _mcp_server(self, names: list[str]) -> Server:
+        ctx = self.ctx
+        tools = [
+            mcp_types.Tool(
+                name=name,
+                description=ctx.tools[name].description,
+                input_schema=ctx.tools[name].spec["function"]["parameters"],
+            )
+            for name in names
+        ]
+
+        async def list_tools(request: Any, params: Any) -> mcp_types.ListToolsResult:
+            return mcp_types.ListToolsResult(tools=tools)
+
+        async def call_tool(request: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+            content, ok = await self._call(params.name, params.arguments or {}, names)
+            return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text=content)], is_error=not ok)
+
+        return Server("rollkit-tools", on_list_tools=list_tools, on_call_tool=call_tool)
+
+    async def _call(self, name: str, arguments: dict[str, Any], served: list[str]) -> tuple[str, bool]:
+        ctx = self.ctx
+        ctx.tool_calls += 1
+        tool = ctx.tools.get(name) if name in served else None
+        if tool is None:
+            content, ok = f"error: there is no tool named {name!r}; available tools: {', '.join(served) or 'none'}", False
+        else:
+            result = await tool(ToolCall(id=f"mcp_{uuid.uuid4().hex[:8]}", name=name, arguments=json.dumps(arguments)))
+            content, ok = result.content, result.ok
+        if not ok:
+            ctx.tool_failures += 1
+        return content, ok
+
+    async def start(self) -> dict[str, str]:
+        """Bring the server up; returns {toolset: url}."""
+        if not self.groups:
+            return {}
+        try:
+            apps, mounts = [], []
+            for slug, names in self.groups.items():
+                server = self._mcp_server(names)
+                app = server.streamable_http_app(
+                    streamable_http_path="/", stateless_http=True, json_response=True, host="127.0.0.1",
+                )
+                apps.append(app)
+                mounts.append(Mount(f"/mcp/{slug}", app=app))
+
+            @contextlib.asynccontextmanager
+            async def lifespan(_: Any) -> Any:
+                async with contextlib.AsyncExitStack() as stack:
+                    for app in apps:  # each tool set's MCP session manager
+                        await stack.enter_async_context(app.router.lifespan_context(app))
+                    yield
+
+            root = _RequireSecret(Starlette(routes=mounts, lifespan=lifespan), self.ctx.secret)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            self._sock = sock
+            # A tool call still running when the rollout closes gets 2s to finish.
+            config = uvicorn.Config(root, log_level="warning", lifespan="on", access_log=False,
+                                    timeout_graceful_shutdown=2)
+            config.load()
+            server = uvicorn.Server(config)
+            # startup()/shutdown() directly, not serve(): serve() would take
+            # over the process's signal handlers (a notebook kernel's too).
+            server.lifespan = config.lifespan_class(config)
+            self._server = server
+            await server.startup(sockets=[sock])
+            if server.should_exit:
+                raise ToolsetError("the MCP tool server failed to start (see the log above)")
+        except BaseException:
+            await self.stop()
+            raise
+        port = sock.getsockname()[1]
+        self.urls = {slug: f"http://127.0.0.1:{port}/mcp/{slug}/" for slug in self.groups}
+        return dict(self.urls)
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        sock, self._sock = self._sock, None
+        if server is not None:
+            try:
+                await server.shutdown(sockets=[sock] if sock is not None else None)
+            except Exception as exc:  # teardown only warns (L22)
+                log.warning("MCP tool server shutdown: %s: %s", type(exc).__name__, exc)
+        if sock is not None:
+            sock.close()
