@@ -80,7 +80,7 @@ def _traces(data: Any) -> list[Trace]:
 # ---- budget burn ---------------------------------------------------------------
 
 
-def _burn_figure(trace: Trace, factory: type = go.Figure) -> Any:
+def _burn_figure(trace: Trace, factory: type = go.Figure, *, width: int | None = None, height: int | None = None) -> Any:
     fig = make_subplots(
         rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
         subplot_titles=("turns", "tokens (cumulative)", "agent time (s)"),
@@ -91,7 +91,6 @@ def _burn_figure(trace: Trace, factory: type = go.Figure) -> Any:
                        legendgroup=name, hovertemplate=f"turn %{{x}}<br>{name} %{{y}}<extra></extra>"),
             row=row, col=1,
         )
-    fig = factory(fig)
     for row, name, _attr, (table, key) in _BURN_LINES:
         limit = getattr(trace, table).get(key)
         if limit is not None:
@@ -102,12 +101,15 @@ def _burn_figure(trace: Trace, factory: type = go.Figure) -> Any:
             fig.add_annotation(xref="paper", x=1, yref=yref, y=limit, text=f"{key} {limit:g}",
                                showarrow=False, xanchor="right", yanchor="bottom", font={"size": 10})
     fig.update_layout(
-        title={"text": f"budget burn · {trace.task.key}"}, height=460, margin={"l": 50, "r": 20, "t": 60, "b": 40},
+        title={"text": f"budget burn · {trace.task.key}"}, height=height or 460, width=width, margin={"l": 50, "r": 20, "t": 60, "b": 40},
         legend={"orientation": "h", "y": -0.12}, template="plotly_white",
     )
     fig.update_xaxes(title_text="turn", row=3, col=1, rangemode="tozero")
     fig.update_yaxes(rangemode="tozero")
-    return fig
+    # Wrap last: a FigureWidget sends later layout changes as messages to the
+    # views that exist, so anything set before the first view must be in the
+    # figure it starts from.
+    return fig if factory is go.Figure else factory(fig)
 
 
 def _segment_line(fig: Any, boundary: float, index: int) -> None:
@@ -141,9 +143,9 @@ class LiveBudgetBurn:
     of the turn just committed, each new segment draws its boundary. Call
     `close()` to stop listening."""
 
-    def __init__(self, rollout: Any) -> None:
+    def __init__(self, rollout: Any, *, width: int | None = None, height: int | None = None) -> None:
         self.trace: Trace = rollout.trace
-        self.figure = _burn_figure(self.trace, go.FigureWidget)
+        self.figure = _burn_figure(self.trace, go.FigureWidget, width=width, height=height)
         self._points = 0
         self._calls_seen = 0  # model_calls only ever grows: read each once
         self._segments_drawn = 1
@@ -234,7 +236,7 @@ def _timeline_traces(trace: Trace, now: float | None = None) -> list[dict[str, A
 
 
 def _timeline_figure(trace: Trace, factory: type = go.Figure) -> Any:
-    fig = factory()
+    fig = go.Figure()
     for item in _timeline_traces(trace):
         fig.add_trace(go.Bar(orientation="h", marker={"color": _COLORS[item["name"]]}, hoverinfo="text", **item))
     fig.update_layout(
@@ -243,7 +245,7 @@ def _timeline_figure(trace: Trace, factory: type = go.Figure) -> Any:
         yaxis={"categoryorder": "array", "categoryarray": _TIMELINE_ORDER},
         margin={"l": 130, "r": 20, "t": 50, "b": 40}, template="plotly_white", showlegend=False,
     )
-    return fig
+    return fig if factory is go.Figure else factory(fig)
 
 
 def phase_timeline(trace: Trace) -> go.Figure:

@@ -138,7 +138,7 @@ async def test_step_on_a_closed_rollout_says_so() -> None:
 async def test_step_after_a_limit_ended_the_exchange_says_close() -> None:
     ro = await _opened(demo_agent(limits={"max_turns": 1}), arithmetic_tasks(1)[0])
     assert not await ro.astep()
-    assert ro.status.text == "stopped by max_turns after 1 turns: close to score it"
+    assert ro.status.text == "stopped by max_turns after 1 turn: close to score it"
     with pytest.raises(RolloutEnded, match=r"is over \(stopped by max_turns.*call ro.close\(\) to finalize and score it"):
         await ro.astep()
     await ro.aclose()
@@ -192,7 +192,7 @@ async def test_send_schedules_the_step_and_returns_at_once() -> None:
     gate.open.set()
     await ro.wait()
     assert "Echo: hello &lt;b&gt;there&lt;/b&gt;" in panel.transcript.value
-    assert "waiting for the user after 1 turns" in panel.status.value
+    assert "waiting for the user after 1 turn" in panel.status.value
     assert '<td class="rk-gauge-value">1 / 5</td>' in panel.gauges.value
     assert panel.chart.points == 1
     assert panel.chart.figure.data[0].y == (1,)

@@ -44,7 +44,7 @@ STYLE = """<style>
 .rk-missing {color: #b00020; font-style: italic;}
 .rk-ok {color: #1e7e34; font-weight: 600;} .rk-bad {color: #b00020; font-weight: 600;}
 .rk-stopped {color: #8a6d00; font-weight: 600;}
-.rk-bar {display: inline-block; height: 9px; background: #4e79a7; vertical-align: middle;}
+.rk-bar {display: block; height: 9px; background: #4e79a7;}
 .rk-bartrack {display: inline-block; width: 120px; height: 9px; background: #e0e0e0; vertical-align: middle;}
 </style>"""
 

@@ -100,9 +100,7 @@ class RolloutPanel(widgets.VBox):
         if chart:
             from ..plots import LiveBudgetBurn
 
-            self.chart = LiveBudgetBurn(ro.rollout)
-            self.chart.figure.layout.width = 460
-            self.chart.figure.layout.height = 420
+            self.chart = LiveBudgetBurn(ro.rollout, width=460, height=420)
             self.chart.figure.add_class("rk-chart")
             right.append(self.chart.figure)
         left = widgets.VBox(

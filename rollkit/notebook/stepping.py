@@ -179,16 +179,16 @@ class NotebookRollout:
         if trace.errors:
             return Status("failed", _failure(trace) + " (close to end it; a failed run is not scored)")
         if self._action == "step":
-            return Status("running", f"running: the agent is working (turn {trace.num_turns})")
+            return Status("running", f"running: the agent is working ({_turns(trace.num_turns)} so far)")
         if state == "ended":
             if trace.stop_condition:
-                return Status("stopped", f"stopped by {trace.stop_condition} after {trace.num_turns} turns: close to score it")
+                return Status("stopped", f"stopped by {trace.stop_condition} after {_turns(trace.num_turns)}: close to score it")
             return Status("ended", "ended: the last step added no turn, so the exchange is over: close to score it")
         if self.needs_message:
             return Status("waiting", "waiting for the user: this task has no prompt, so type the opening message")
         if self._steps == 0:
             return Status("waiting", "open: step to let the agent answer the prompt")
-        return Status("waiting", f"waiting for the user after {trace.num_turns} turns (this wait costs no agent time)")
+        return Status("waiting", f"waiting for the user after {_turns(trace.num_turns)} (this wait costs no agent time)")
 
     # ---- watchers (the panel refreshes on these) ---------------------------
     def watch(self, callback: Callable[[], Any]) -> Callable[[], None]:
@@ -371,6 +371,10 @@ class NotebookRollout:
 
     def _repr_html_(self) -> str:
         return f'{chat_html(self.trace.messages)}<p class="rk-status"><i>{html.escape(self.status.text)}</i></p>'
+
+
+def _turns(n: int) -> str:
+    return "1 turn" if n == 1 else f"{n} turns"
 
 
 def _failure(trace: Trace) -> str:
