@@ -113,6 +113,12 @@ class ProgramHarness(Harness):
         if name is not None:
             self.name = name
 
+    @property
+    def command(self) -> str:
+        """The command line, as errors name it."""
+        text = shlex.join(self.argv)
+        return text if len(text) <= 200 else text[:197] + "..."
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "argv": list(self.argv), "persistent": self.persistent}
 
@@ -268,7 +274,7 @@ class ProgramHarness(Harness):
         failure = run.registration.failure
         if failure is not None:
             raise failure  # the model or a hook broke, not the program: keep its type (L31)
-        raise HarnessError(f"program {self.argv[0]!r} {_exit_text(status)}; {self._stderr_text(run)}")
+        raise HarnessError(f"program {self.command!r} {_exit_text(status)}; {self._stderr_text(run)}")
 
     def _stderr_text(self, run: _Run) -> str:
         text = b"".join(run.stderr).decode(errors="replace").strip()

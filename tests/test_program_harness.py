@@ -1,0 +1,241 @@
+"""ProgramHarness with a real agent program (tests/programs/agent.py: the
+openai SDK and an MCP client, no rollkit) on ScriptedModel: the lifecycle
+rules hold for a program exactly as for an in-process harness.
+
+Each launch of the agent costs a program start (~2 s here), so each test
+proves one rule with one launch and asserts everything the trace shows."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+import rollkit as rk
+
+from conftest_programs import AGENT, exited, gone, other_tasks
+
+ADD_THEN_ANSWER = [rk.ScriptedModel.call("add", a=2, b=3), "it is 5"]
+
+
+class Adding(rk.Task):
+    """2 + 3 with an add tool; the reward reads the program's answer file."""
+
+    @rk.tool
+    def add(self, a: int, b: int) -> int:
+        """Add two whole numbers."""
+        return a + b
+
+    @rk.tool
+    def explode(self) -> str:
+        """A tool that always fails."""
+        raise RuntimeError("the tool exploded")
+
+    async def finalize(self, ctx):
+        ctx.state["answer"] = ctx.runtime.read("answer.txt") if ctx.runtime.path("answer.txt").exists() else None
+
+    @rk.reward
+    def says_five(self, ctx) -> float:
+        return float("5" in (ctx.state.get("answer") or ""))
+
+
+def _agent(model, *, env=None, persistent=False, limits=None, timeouts=None, stop_grace=5.0, argv=AGENT):
+    harness = rk.ProgramHarness(argv, env=env, persistent=persistent, stop_grace=stop_grace)
+    return rk.Agent(model=model, harness=harness, runtime=rk.SubprocessRuntime, limits=limits, timeouts=timeouts)
+
+
+async def test_program_runs_its_tool_loop_over_mcp_and_resumes_on_the_whole_conversation():
+    seen = []
+
+    def model(request):
+        seen.append([m.role for m in request.messages])
+        return [*ADD_THEN_ANSWER, "you are welcome, it was 5"][len(seen) - 1]
+
+    rollout = _agent(rk.ScriptedModel(model)).rollout(Adding(prompt="what is 2+3?", system_prompt="be exact"), user=True)
+    assert await rollout.open()
+    services = dict(rollout.ctx.services)
+    assert await rollout.step() is True
+    assert await rollout.step("thanks") is True
+    trace = await rollout.close()
+    assert trace.ok is True and trace.errors == []
+    assert trace.transcript == "\n".join([
+        "system: be exact", "user: what is 2+3?", 'assistant: [calls add({"a": 2, "b": 3})]',
+        "tool[call_1]: 5", "assistant: it is 5", "user: thanks", "assistant: you are welcome, it was 5",
+    ])
+    # The relaunched program was handed the whole conversation so far.
+    assert seen[-1] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    runs = trace.info["program_runs"]
+    assert [(r["segment"], r["exit"]) for r in runs] == [(0, 0), (1, 0)] and runs[0]["pid"] != runs[1]["pid"]
+    assert trace.rewards == {"says_five": 1.0}
+    assert trace.metrics["tool_call_success_rate"] == 1.0
+    assert services["openai"].startswith("http://127.0.0.1:") and services["openai"].endswith("/v1")
+    assert services["mcp:Adding"].startswith("http://127.0.0.1:")
+    assert trace.info["network"]["kept"] == list(services.values())
+
+
+async def test_persistent_program_serves_every_turn_without_a_restart():
+    def model(request):
+        users = [m.content for m in request.messages if m.role == "user"]
+        return f"turn {len(users)}: {users[-1]}"
+
+    agent = _agent(rk.ScriptedModel(model), persistent=True)
+    async with agent.interaction(Adding(prompt="first")) as it:
+        assert await it.turn() == "turn 1: first"
+        assert await it.turn("second") == "turn 2: second"
+        assert await it.turn("third") == "turn 3: third"
+    trace = it.trace
+    assert trace.ok is True and trace.num_turns == 3
+    assert len(trace.info["program_runs"]) == 1  # one program for three turns
+    assert [s.turns_added for s in trace.segments] == [1, 1, 1]
+
+
+async def test_L11_L13_L24_turn_limit_refuses_the_call_and_the_exit_is_a_clean_stop():
+    rollout = _agent(rk.ScriptedModel(ADD_THEN_ANSWER), limits={"max_turns": 1}).rollout(Adding(prompt="2+3?"))
+    assert await rollout.open()
+    assert await rollout.step() is False
+    trace = await rollout.close()
+    assert trace.stop_condition == "max_turns"
+    assert trace.ok is True and trace.errors == []
+    assert trace.num_turns == 1
+    assert trace.info["program_runs"][0]["exit"] == 1  # the SDK raised on the 410 and the program died
+    assert trace.rewards == {"says_five": 0.0}  # a stopped run is still scored (L24)
+
+
+class StopOnToolResult(Adding):
+    @rk.stop
+    def tool_answered(self, request: rk.Request) -> bool:
+        return request.messages[-1].role == "tool"
+
+
+async def test_request_stop_ends_the_program_cleanly_before_the_model_sees_it():
+    trace = await _agent(rk.ScriptedModel(ADD_THEN_ANSWER)).run(StopOnToolResult(prompt="2+3?"))
+    assert trace.stop_condition == "tool_answered"
+    assert trace.ok is True and trace.num_turns == 1
+    assert len(trace.model_calls) == 1  # the refused call never reached the model
+    assert trace.metrics["tool_call_success_rate"] == 1.0
+
+
+class Shouting(Adding):
+    @rk.intercept
+    def shout(self, response: rk.Response) -> rk.Response | None:
+        if response.message.content:
+            return response.model_copy(update={"message": rk.AssistantMessage(content=response.message.content.upper())})
+        return None
+
+
+async def test_response_intercept_rewrites_what_a_streaming_program_receives():
+    trace = await _agent(rk.ScriptedModel(["it is five (5)"]), env={"AGENT_MODE": "stream"}).run(Shouting(prompt="2+3?"))
+    assert trace.ok is True
+    assert trace.last_reply == "IT IS FIVE (5)"
+    assert [(r.hook, r.boundary, r.call) for r in trace.response_rewrites] == [("shout", "response", 0)]
+    assert trace.rewards == {"says_five": 1.0}  # the program wrote what it was sent: the rewrite
+
+
+class StopAfterOneTurn(Adding):
+    @rk.stop
+    def one_is_enough(self, trace: rk.Trace) -> bool:
+        return trace.num_turns >= 1
+
+
+async def test_trace_stop_is_checked_before_the_programs_next_call():
+    trace = await _agent(rk.ScriptedModel(ADD_THEN_ANSWER)).run(StopAfterOneTurn(prompt="2+3?"))
+    assert trace.stop_condition == "one_is_enough"
+    assert trace.ok is True and trace.errors == [] and trace.num_turns == 1
+
+
+async def test_L10_agent_timeout_kills_the_program_and_its_model_call():
+    never = asyncio.Event()
+
+    async def stuck(request):
+        await never.wait()
+
+    rollout = _agent(rk.ScriptedModel(stuck), timeouts={"agent": 4}, env={"AGENT_MODE": "spawn"}).rollout(
+        Adding(prompt="2+3?"))
+    assert await rollout.open()
+    tasks_before = other_tasks()
+    assert await rollout.step() is False
+    pid = rollout.trace.info["program_runs"][0]["pid"]
+    child = int(rollout.runtime.read("child.pid")) if rollout.runtime.path("child.pid").exists() else None
+    trace = await rollout.close()
+    assert trace.ok is False
+    assert trace.error.type == "HarnessError"
+    assert trace.error.message == "agent timeout: the agent used its whole 4.0s agent-time budget"
+    assert gone(pid)
+    assert child is None or await exited(child)
+    assert other_tasks() <= tasks_before  # the stuck model call was cancelled too
+    assert trace.rewards == {}  # a failed run is not scored (L23)
+
+
+async def test_crashing_program_is_a_harness_error_with_its_stderr():
+    trace = await _agent(rk.ScriptedModel(ADD_THEN_ANSWER), env={"AGENT_MODE": "crash"}).run(Adding(prompt="2+3?"))
+    assert trace.ok is False
+    assert trace.error.type == "HarnessError" and trace.error.phase == "agent"
+    assert trace.error.message.startswith(f"program {' '.join(AGENT)!r} exited with status 1; stderr ends with:\n")
+    assert "RuntimeError: the agent crashed on purpose after its first reply" in trace.error.message
+    assert trace.num_turns == 1 and trace.rewards == {}
+
+
+async def test_model_failure_behind_the_program_keeps_its_provider_type():
+    trace = await _agent(rk.ScriptedModel([])).run(Adding(prompt="2+3?"))
+    assert trace.ok is False
+    assert trace.error.type == "ProviderError" and trace.error.status == 400
+    assert "ScriptedModel 'scripted' has no reply #1" in trace.error.message
+
+
+async def test_program_ignoring_the_refusal_is_killed_and_the_stop_stays_clean():
+    agent = _agent(rk.ScriptedModel(ADD_THEN_ANSWER), limits={"max_turns": 1},
+                   env={"AGENT_MODE": "ignore-refusal"}, stop_grace=1.0)
+    rollout = agent.rollout(Adding(prompt="2+3?"))
+    assert await rollout.open()
+    registration = rollout.ctx.state["rollkit.program"].registration
+    assert await rollout.step() is False
+    trace = await rollout.close()
+    assert trace.stop_condition == "max_turns" and trace.ok is True and trace.num_turns == 1
+    assert registration.refusals >= 2  # it did keep calling, and every call was refused
+    assert trace.info["program_runs"][0]["exit"] == -9  # killed after its grace
+    assert gone(trace.info["program_runs"][0]["pid"])
+
+
+# ---- bad input ----------------------------------------------------------------------
+async def test_missing_program_is_named_at_open():
+    trace = await _agent(rk.ScriptedModel(["x"]), argv=["./no-such-agent", "--flag"]).run(Adding(prompt="hi"))
+    assert trace.ok is False and trace.error.type == "HarnessError" and trace.error.phase == "setup"
+    assert "ProgramHarness cannot run './no-such-agent': program './no-such-agent' does not exist" in (
+        trace.error.message)
+
+
+class WithScript(Adding):
+    async def setup(self, ctx):
+        ctx.runtime.write("agent.sh", "#!/bin/sh\nexit 0\n")  # not executable
+
+
+async def test_non_executable_program_is_named_at_open():
+    trace = await _agent(rk.ScriptedModel(["x"]), argv=["./agent.sh"]).run(WithScript(prompt="hi"))
+    assert trace.error.type == "HarnessError"
+    assert "program './agent.sh' is not executable" in trace.error.message and "chmod +x" in trace.error.message
+
+
+async def test_program_harness_needs_a_subprocess_runtime():
+    agent = rk.Agent(model=rk.ScriptedModel(["x"]), harness=rk.ProgramHarness(AGENT))
+    trace = await agent.run(Adding(prompt="hi"))
+    assert trace.error.type == "HarnessError"
+    assert "ProgramHarness runs programs, which LocalRuntime cannot; give the agent runtime=rk.SubprocessRuntime" in (
+        trace.error.message)
+
+
+async def test_L14_program_that_never_calls_the_model_ends_the_exchange():
+    silent = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    rollout = _agent(rk.ScriptedModel(["x"]), argv=silent).rollout(Adding(prompt="hi"), user=True)
+    assert await rollout.open()
+    assert await rollout.step() is False
+    assert rollout.state == "ended"
+    trace = await rollout.close()
+    assert trace.num_turns == 0 and trace.segments[0].turns_added == 0
+    assert trace.info["program_runs"][0]["exit"] == 0
+
+
+def test_argv_must_be_a_program():
+    with pytest.raises(TypeError, match="ProgramHarness needs argv, a non-empty list of strings, got \\[\\]"):
+        rk.ProgramHarness([])
+    assert rk.ProgramHarness("python agent.py --fast").argv == ["python", "agent.py", "--fast"]
