@@ -98,6 +98,13 @@ def _reward(trace: Trace) -> float:
     return trace.reward
 
 
+def _last_turn(trace: Trace) -> Any:
+    for call in reversed(trace.model_calls):
+        if call.committed:
+            return call
+    return None
+
+
 def _waited(trace: Trace) -> float:
     """Wall time between segments: the rollout waiting for its user (L9: free)."""
     segments = trace.segments
@@ -138,11 +145,14 @@ def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
         cols["error_phase"].append(error.phase if error else None)
         cols["error_message"].append(error.message if error else None)
         cols["reward"].append(_reward(trace))
-        cols["turns"].append(trace.num_turns)
+        # The last committed call carries the totals (the trace's own running
+        # aggregates are private attributes, slow to read through pydantic).
+        last = _last_turn(trace)
+        cols["turns"].append(last.cum_turns if last else 0)
         cols["model_calls"].append(len(trace.model_calls))
-        cols["input_tokens"].append(trace.num_input_tokens)
-        cols["output_tokens"].append(trace.num_output_tokens)
-        cols["total_tokens"].append(trace.num_total_tokens)
+        cols["input_tokens"].append(last.cum_input_tokens if last else 0)
+        cols["output_tokens"].append(last.cum_output_tokens if last else 0)
+        cols["total_tokens"].append(last.cum_total_tokens if last else 0)
         cols["segments"].append(len(trace.segments))
         agent_time = trace.agent_time
         model_time = trace.model_time

@@ -40,6 +40,7 @@ __all__ = [
     "rewards",
     "LiveBudgetBurn",
     "LivePhaseTimeline",
+    "segment_boundaries",
 ]
 
 _COLORS = {
@@ -91,6 +92,10 @@ def _burn_figure(trace: Trace, factory: type = go.Figure, *, width: int | None =
                        legendgroup=name, hovertemplate=f"turn %{{x}}<br>{name} %{{y}}<extra></extra>"),
             row=row, col=1,
         )
+    # All segment boundaries are one path shape (shape 0): adding a shape per
+    # segment would make plotly revalidate every shape on each new segment.
+    fig.add_shape(type="path", xref="x", yref="paper", path="M0,0", visible=False,
+                  line={"color": "#888", "dash": "dot", "width": 1})
     for row, name, _attr, (table, key) in _BURN_LINES:
         limit = getattr(trace, table).get(key)
         if limit is not None:
@@ -104,7 +109,7 @@ def _burn_figure(trace: Trace, factory: type = go.Figure, *, width: int | None =
         title={"text": f"budget burn · {trace.task.key}"}, height=height or 460, width=width, margin={"l": 50, "r": 20, "t": 60, "b": 40},
         legend={"orientation": "h", "y": -0.12}, template="plotly_white",
     )
-    fig.update_xaxes(title_text="turn", row=3, col=1, rangemode="tozero")
+    fig.update_xaxes(title_text="turn (dotted: a new segment began, the user spoke)", row=3, col=1, rangemode="tozero")
     fig.update_yaxes(rangemode="tozero")
     # Wrap last: a FigureWidget sends later layout changes as messages to the
     # views that exist, so anything set before the first view must be in the
@@ -112,17 +117,20 @@ def _burn_figure(trace: Trace, factory: type = go.Figure, *, width: int | None =
     return fig if factory is go.Figure else factory(fig)
 
 
-def _segment_line(fig: Any, boundary: float, index: int) -> None:
-    fig.add_shape(type="line", xref="x", x0=boundary, x1=boundary, yref="paper", y0=0, y1=1,
-                  line={"color": "#888", "dash": "dot", "width": 1})
-    fig.add_annotation(xref="x", x=boundary, yref="paper", y=1.0, text=f"segment {index}",
-                       showarrow=False, xanchor="left", yanchor="bottom", font={"size": 10, "color": "#666"})
+def _boundary_path(boundaries: list[float]) -> str:
+    return " ".join(f"M{x:g},0 L{x:g},1" for x in boundaries)
+
+
+def segment_boundaries(fig: Any) -> list[float]:
+    """The x positions of the segment boundaries a budget burn chart draws."""
+    path = fig.layout.shapes[0].path or ""
+    return [float(move.split(",")[0]) for move in path.split("M")[1:]]
 
 
 def budget_burn(trace: Trace) -> go.Figure:
     """Cumulative turns, tokens and agent time after each turn of one
     rollout, against their limits (dashed), with dotted lines where a new
-    segment began: agent time does not rise across them, because waiting
+    segment began (the user spoke): agent time does not rise across them, because waiting
     for the user costs nothing (L9)."""
     if not isinstance(trace, Trace):
         raise TypeError(f"budget_burn draws one rk.Trace, got {type(trace).__name__}")
@@ -131,9 +139,13 @@ def budget_burn(trace: Trace) -> go.Figure:
     for i, (_row, _name, attr, _limit) in enumerate(_BURN_LINES):
         fig.data[i].x = [call.cum_turns for call in committed]
         fig.data[i].y = [getattr(call, attr) for call in committed]
-    for segment in trace.segments[1:]:
-        _segment_line(fig, segment.turns_before + 0.5, segment.index)
+    _draw_boundaries(fig, [s.turns_before + 0.5 for s in trace.segments[1:]])
     return fig
+
+
+def _draw_boundaries(fig: Any, boundaries: list[float]) -> None:
+    if boundaries:
+        fig.layout.shapes[0].update(path=_boundary_path(boundaries), visible=True)
 
 
 class LiveBudgetBurn:
@@ -149,6 +161,7 @@ class LiveBudgetBurn:
         self._points = 0
         self._calls_seen = 0  # model_calls only ever grows: read each once
         self._segments_drawn = 1
+        self._boundaries: list[float] = []
         # Catch up with what happened before this chart was made.
         self._sync()
         self._unsubscribe = rollout.subscribe(self._on_event)
@@ -169,8 +182,9 @@ class LiveBudgetBurn:
                 data = self.figure.data[i]
                 data.x = (*data.x, *(c.cum_turns for c in new))
                 data.y = (*data.y, *(getattr(c, attr) for c in new))
-            for segment in segments:
-                _segment_line(self.figure, segment.turns_before + 0.5, segment.index)
+            if segments:
+                self._boundaries.extend(s.turns_before + 0.5 for s in segments)
+                _draw_boundaries(self.figure, self._boundaries)
         if new:
             self._points = new[-1].cum_turns
         self._segments_drawn += len(segments)

@@ -38,9 +38,10 @@ async def test_budget_burn_draws_cumulative_values_limits_and_segments() -> None
     assert len(_shapes_at(fig, yref="y", y0=6, y1=6)) == 1
     assert len(_shapes_at(fig, yref="y2", y0=500, y1=500)) == 1
     assert len(_shapes_at(fig, yref="y3", y0=60.0, y1=60.0)) == 1
-    assert not _shapes_at(fig, yref="y2", y0=None)  # no line for a limit that is not set
+    assert len(fig.layout.shapes) == 1 + 3  # boundaries, then one line per limit that is set
     # the second segment starts after turn 2
-    assert [s.x0 for s in _shapes_at(fig, yref="paper")] == [2.5]
+    assert plots.segment_boundaries(fig) == [2.5]
+    assert fig.layout.shapes[0].path == "M2.5,0 L2.5,1" and fig.layout.shapes[0].visible
 
 
 async def test_waiting_for_the_user_costs_no_agent_time_on_the_chart() -> None:
@@ -77,7 +78,7 @@ async def test_live_budget_burn_grows_one_point_per_turn_from_events() -> None:
     await rollout.step("And 3 boxes with 4 pens each?")
     assert live.figure.data[0].x == (1, 2, 3, 4)
     assert live.figure.data[3].y == tuple(c.cum_total_tokens for c in rollout.trace.turns)
-    assert [s.x0 for s in live.figure.layout.shapes if s.yref == "paper"] == [2.5]
+    assert plots.segment_boundaries(live.figure) == [2.5]
     live.close()
     await rollout.step("And 2 boxes with 2 pens each?")
     assert live.points == 4  # unsubscribed: no more updates

@@ -1,0 +1,109 @@
+"""Benchmark of the notebook layer.
+
+Prints:
+1. the time to build the four DataFrames (rollouts, turns, phases, signals)
+   from 10,000 saved traces (aim: under 2 s), after loading them with rk.load;
+2. the time one live-plot update takes per turn (aim: under 20 ms), for the
+   budget burn chart and the phase timeline, and for the whole rollout panel.
+
+Run: python benchmarks/notebook.py [--traces 10000] [--turns 60]
+Writes its trace file to a temporary folder and removes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import rollkit as rk
+from rollkit import frames, plots
+from rollkit.examples import arithmetic_tasks, demo_agent
+from rollkit.notebook.stepping import NotebookRollout
+
+
+async def _make_traces(n: int) -> list[rk.Trace]:
+    agent = demo_agent()
+    base = await asyncio.gather(*(agent.run(t) for t in arithmetic_tasks(24)))
+    broken = rk.Agent(model=rk.ScriptedModel([], name="broken"))
+    base += await asyncio.gather(*(broken.run(t) for t in arithmetic_tasks(2)))
+    return [base[i % len(base)].model_copy(update={"id": f"t{i:06d}"}) for i in range(n)]
+
+
+def bench_frames(n: int) -> None:
+    traces = asyncio.run(_make_traces(n))
+    with tempfile.TemporaryDirectory(prefix="rollkit-bench-") as folder:
+        path = rk.save(traces, Path(folder))
+        t0 = time.perf_counter()
+        loaded = rk.load(path)
+        load_s = time.perf_counter() - t0
+    timings = {}
+    shapes = {}
+    for build in (frames.rollouts, frames.turns, frames.phases, frames.signals):
+        t0 = time.perf_counter()
+        frame = build(loaded)
+        timings[build.__name__] = time.perf_counter() - t0
+        shapes[build.__name__] = frame.shape
+    total = sum(timings.values())
+    print(f"frames from {len(loaded)} saved traces (rk.load took {load_s:.2f} s, not counted):")
+    for name, seconds in timings.items():
+        print(f"  {name:<9} {seconds * 1000:8.1f} ms  rows x cols = {shapes[name]}")
+    verdict = "ok" if total < 2.0 else "OVER the 2 s aim"
+    print(f"  all four  {total * 1000:8.1f} ms  ({verdict})")
+
+
+async def _bench_live(turns: int) -> None:
+    agent = rk.Agent(model="echo", limits={"max_turns": turns + 1, "max_total_tokens": 10**9})
+    ro = NotebookRollout(agent, rk.Task(id="bench"))
+    await ro.aopen()
+    burn = plots.LiveBudgetBurn(ro.rollout)
+    timeline = plots.LivePhaseTimeline(ro.rollout)
+    panel = ro.panel(chart=False)
+    samples: dict[str, list[float]] = {"budget burn": [], "phase timeline": [], "panel (no chart)": []}
+    # Time each view's own event handler, on the events it receives per turn.
+    burn.close()
+    timeline.close()
+    panel._unsubscribe()
+
+    def timed(name: str, handler):  # type: ignore[no-untyped-def]
+        current: list[float] = []
+
+        def on_event(event: rk.Event) -> None:
+            t0 = time.perf_counter()
+            handler(event)
+            current.append(time.perf_counter() - t0)
+            if event.kind == "segment_end":  # one user turn: one segment, one model turn
+                samples[name].append(sum(current))
+                current.clear()
+
+        return on_event
+
+    ro.subscribe(timed("budget burn", burn._on_event))
+    ro.subscribe(timed("phase timeline", timeline._on_event))
+    ro.subscribe(timed("panel (no chart)", panel._on_event))
+    for i in range(turns):
+        await ro.astep(f"message number {i}")
+    await ro.aclose()
+    print(f"live updates, per turn, over {turns} turns (all events of that turn):")
+    for name, values in samples.items():
+        values = values[1:]  # the first turn pays one-off imports and template work
+        median = statistics.median(values) * 1000
+        worst = max(values) * 1000
+        verdict = "ok" if median < 20 else "OVER the 20 ms aim"
+        print(f"  {name:<17} median {median:6.2f} ms   max {worst:6.2f} ms  ({verdict})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--traces", type=int, default=10_000)
+    parser.add_argument("--turns", type=int, default=60)
+    args = parser.parse_args()
+    bench_frames(args.traces)
+    asyncio.run(_bench_live(args.turns))
+
+
+if __name__ == "__main__":
+    main()
