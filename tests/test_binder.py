@@ -48,7 +48,11 @@ def test_binder_files_build_an_environment_that_runs_a_notebook(tmp_path: Path) 
         "JUPYTER_DATA_DIR": str(tmp_path / "data"),
         "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
         "IPYTHONDIR": str(tmp_path / "ipython"),
+        # `ipykernel install` and pip's builds make temporary folders; keep them
+        # in tmp_path so nothing is left behind in /tmp.
+        "TMPDIR": str(tmp_path / "tmp"),
     }
+    (tmp_path / "tmp").mkdir()
     # As repo2docker does: from the repository root.
     _run([str(python), "-m", "pip", "install", "-q", "-r", str(BINDER / "requirements.txt")], cwd=ROOT, env=env)
     post_build = BINDER / "postBuild"

@@ -54,7 +54,10 @@ class _Voila:
 
     def __init__(self, notebook: Path, runtime_dir: Path) -> None:
         self.port = _free_port()
-        env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime_dir), "PYTHONUNBUFFERED": "1"}
+        # Voila's connection files and temporary folders stay under runtime_dir.
+        runtime_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime_dir), "TMPDIR": str(runtime_dir),
+               "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={self.port}",
              "--Voila.ip=127.0.0.1", "--show_tracebacks=True"],
