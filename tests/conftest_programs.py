@@ -29,7 +29,7 @@ def processes_in(folder: str | os.PathLike[str]) -> list[int]:
         if not entry.isdigit():
             continue
         try:
-            cwd = os.readlink(f"/proc/{entry}/cwd")
+            cwd = os.readlink(f"/proc/{entry}/cwd").removesuffix(" (deleted)")
         except OSError:
             continue
         if (cwd == folder or cwd.startswith(folder + os.sep)) and not gone(int(entry)):

@@ -9,7 +9,7 @@ as JSON lines on stdin.
 Its loop: ask the model; run the tool calls it asks for on the MCP servers;
 repeat until it answers without tool calls; write the answer to answer.txt.
 In persistent mode it then writes {"yield": answer} and waits for the next
-line. AGENT_MODE picks a behaviour for the tests:
+line. AGENT_MODE picks behaviours for the tests (comma-separated):
 
 - "tools" (default): the loop above.
 - "stream": the same, with streamed completions.
@@ -31,7 +31,7 @@ import openai
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-MODE = os.environ.get("AGENT_MODE", "tools")
+MODES = set(os.environ.get("AGENT_MODE", "tools").split(","))
 MODEL = os.environ.get("ROLLKIT_MODEL", "default")
 
 
@@ -55,7 +55,7 @@ async def ask(client, conversation, specs):
     options = {"model": MODEL, "messages": conversation}
     if specs:
         options["tools"] = specs
-    if MODE != "stream":
+    if "stream" not in MODES:
         completion = await client.chat.completions.create(**options)
         return completion.choices[0].message.model_dump(exclude_none=True)
     content, calls = "", {}
@@ -78,11 +78,11 @@ async def run_turn(client, conversation, specs, owners):
         try:
             reply = await ask(client, conversation, specs)
         except openai.APIStatusError:
-            if MODE == "ignore-refusal":
+            if "ignore-refusal" in MODES:
                 continue
             raise
         conversation.append(reply)
-        if MODE == "crash":
+        if "crash" in MODES:
             raise RuntimeError("the agent crashed on purpose after its first reply")
         if not reply.get("tool_calls"):
             return reply.get("content") or ""
@@ -94,7 +94,7 @@ async def run_turn(client, conversation, specs, owners):
 
 
 async def main():
-    if MODE == "spawn":
+    if "spawn" in MODES:
         child = subprocess.Popen(["sleep", "300"])
         with open("child.pid", "w") as f:
             f.write(str(child.pid))
