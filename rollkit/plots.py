@@ -12,7 +12,8 @@ From data to picture in one call; every function returns a figure:
 - `rewards(traces)`: each reward and metric's values per signal, with how
   many are missing drawn as missing, never as zero.
 
-`LiveBudgetBurn(rollout)` and `LivePhaseTimeline(rollout)` hold a plotly
+`LiveBudgetBurn(rollout)`, `LivePhaseTimeline(rollout)` and `LiveRewards()`
+(which `watch(rollout)`s any number of rollouts) hold a plotly
 `FigureWidget` that subscribes to the rollout's events and redraws only what
 an event changed; nothing polls. They accept a core `Rollout` or a notebook
 `NotebookRollout` (anything with `.subscribe` and `.trace`).
@@ -40,6 +41,7 @@ __all__ = [
     "rewards",
     "LiveBudgetBurn",
     "LivePhaseTimeline",
+    "LiveRewards",
     "segment_boundaries",
 ]
 
@@ -337,28 +339,109 @@ def phase_durations(data: Any, *, by: str = "id") -> go.Figure:
     return fig
 
 
+def _rewards_figure(names: list[str], xs: list[str], ys: list[float], present: list[int],
+                    missing: list[int], n: int, factory: type = go.Figure) -> Any:
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.7, 0.3], vertical_spacing=0.12,
+                        subplot_titles=("values (missing left out)", "rollouts with / without a value"))
+    # One box trace for all signals (a box per x category), so a live chart
+    # only ever appends points to the same three traces.
+    fig.add_trace(go.Box(x=xs, y=ys, name="values", boxpoints="all", jitter=0.4, pointpos=0,
+                         marker={"size": 5}, showlegend=False), row=1, col=1)
+    fig.add_trace(go.Bar(x=names, y=present, name="present", marker={"color": "#4e79a7"}), row=2, col=1)
+    fig.add_trace(go.Bar(x=names, y=missing, name="missing", marker={"color": "#e15759"}), row=2, col=1)
+    fig.update_layout(
+        title={"text": f"rewards and metrics · {n} rollouts"}, barmode="stack", template="plotly_white",
+        height=460, margin={"l": 50, "r": 20, "t": 60, "b": 40},
+    )
+    fig.update_xaxes(categoryorder="array", categoryarray=names)
+    return fig if factory is go.Figure else factory(fig)
+
+
 def rewards(data: Any) -> go.Figure:
     """Each reward and metric: its values (top, one box of points per signal)
     and how many rollouts have it versus miss it (bottom, missing in red).
     `data` is traces or `rk.frames.rollouts(...)`. A missing value is never
     drawn as zero: it is left out of the top and counted at the bottom."""
     frame = _rollout_frame(data)
-    columns = [c for c in frame.columns if c.startswith(("reward.", "metric."))]
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.7, 0.3], vertical_spacing=0.12,
-                        subplot_titles=("values", "present / missing"))
-    present_counts, missing_counts = [], []
-    for column in columns:
-        values = frame[column]
-        present = values.dropna()
-        missing = int(values.isna().sum())
-        present_counts.append(len(present))
-        missing_counts.append(missing)
-        fig.add_trace(go.Box(y=present, name=column, boxpoints="all", jitter=0.4, pointpos=0,
-                             marker={"size": 5}, showlegend=False), row=1, col=1)
-    fig.add_trace(go.Bar(x=columns, y=present_counts, name="present", marker={"color": "#4e79a7"}), row=2, col=1)
-    fig.add_trace(go.Bar(x=columns, y=missing_counts, name="missing", marker={"color": "#e15759"}), row=2, col=1)
-    fig.update_layout(
-        title={"text": f"rewards and metrics · {len(frame)} rollouts"}, barmode="stack", template="plotly_white",
-        height=460, margin={"l": 50, "r": 20, "t": 60, "b": 40},
-    )
-    return fig
+    names = [c for c in frame.columns if c.startswith(("reward.", "metric."))]
+    xs: list[str] = []
+    ys: list[float] = []
+    present: list[int] = []
+    for name in names:
+        values = frame[name].dropna()
+        xs.extend([name] * len(values))
+        ys.extend(values.tolist())
+        present.append(len(values))
+    missing = [len(frame) - p for p in present]
+    return _rewards_figure(names, xs, ys, present, missing, len(frame))
+
+
+def _signal_values(trace: Trace) -> dict[str, float | None]:
+    values: dict[str, float | None] = {f"reward.{k}": v for k, v in trace.rewards.items()}
+    values.update({f"metric.{k}": v for k, v in trace.metrics.items()})
+    return values
+
+
+class LiveRewards:
+    """A rewards chart that grows as rollouts finish.
+
+    `watch(rollout)` adds the rollout's trace when it closes (its `closed`
+    event); `add(trace)` adds a finished trace directly (e.g. from a batch
+    run). Each addition appends its values; a signal missing from a rollout,
+    including every signal of a failed one, counts as missing."""
+
+    def __init__(self, traces: Iterable[Trace] = ()) -> None:
+        self._n = 0
+        self._present: dict[str, int] = {}
+        self._seen: set[str] = set()
+        self._unsubscribes: list[Any] = []
+        self.figure = _rewards_figure([], [], [], [], [], 0, go.FigureWidget)
+        for trace in traces:
+            self.add(trace)
+
+    def add(self, trace: Trace) -> None:
+        if trace.id in self._seen:
+            return
+        self._seen.add(trace.id)
+        self._n += 1
+        xs, ys = [], []
+        for name, value in _signal_values(trace).items():
+            self._present.setdefault(name, 0)
+            if value is not None:
+                self._present[name] += 1
+                xs.append(name)
+                ys.append(value)
+        names = list(self._present)
+        box, present, missing = self.figure.data
+        with self.figure.batch_update():
+            if xs:
+                box.x = (*box.x, *xs)
+                box.y = (*box.y, *ys)
+            present.x = missing.x = names
+            present.y = [self._present[n] for n in names]
+            missing.y = [self._n - self._present[n] for n in names]
+            self.figure.layout.title.text = f"rewards and metrics · {self._n} rollouts"
+            self.figure.update_xaxes(categoryarray=names)
+
+    def watch(self, rollout: Any) -> None:
+        """Add `rollout`'s trace when it closes."""
+
+        def on_event(event: Event) -> None:
+            if event.kind == "closed":
+                self.add(rollout.trace)
+
+        self._unsubscribes.append(rollout.subscribe(on_event))
+
+    @property
+    def rollouts(self) -> int:
+        return self._n
+
+    def close(self) -> None:
+        for unsubscribe in self._unsubscribes:
+            unsubscribe()
+        self._unsubscribes.clear()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.figure)

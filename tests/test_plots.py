@@ -135,18 +135,57 @@ async def test_phase_durations_split_agent_into_model_and_harness() -> None:
     assert list(again.data[2].y) == list(bars["agent · model"].y)
 
 
+def _box_values(fig: go.Figure) -> dict[str, list[float]]:
+    box = fig.data[0]
+    out: dict[str, list[float]] = {}
+    for name, value in zip(box.x, box.y):
+        out.setdefault(name, []).append(value)
+    return out
+
+
+def _counts(fig: go.Figure) -> dict[str, dict[str, int]]:
+    return {d.name: dict(zip(d.x, d.y)) for d in fig.data if d.type == "bar"}
+
+
 async def test_rewards_plot_counts_missing_instead_of_drawing_zero() -> None:
     kinds = await assorted_traces()
     traces = [kinds["ok"], kinds["wrong"], kinds["failed"], kinds["raised"]]
     fig = plots.rewards(traces)
-    boxes = {d.name: d for d in fig.data if d.type == "box"}
-    assert sorted(boxes["reward.correct"].y) == [0.0, 1.0, 1.0]  # the failed run is not a 0
-    assert list(boxes["metric.broken"].y) == []
-    counts = {d.name: dict(zip(d.x, d.y)) for d in fig.data if d.type == "bar"}
+    values = _box_values(fig)
+    assert sorted(values["reward.correct"]) == [0.0, 1.0, 1.0]  # the failed run is not a 0
+    assert "metric.broken" not in values
+    counts = _counts(fig)
     assert counts["missing"]["reward.correct"] == 1
     assert counts["present"]["reward.correct"] == 3
     assert counts["missing"]["metric.broken"] == 4
-    assert not any(isinstance(v, float) and math.isnan(v) for d in boxes.values() for v in d.y)
+    assert not any(math.isnan(v) for v in fig.data[0].y)
+
+
+async def test_live_rewards_grow_as_watched_rollouts_close() -> None:
+    kinds = await assorted_traces()
+    live = plots.LiveRewards([kinds["ok"]])
+    assert live.rollouts == 1
+    tasks = arithmetic_tasks(2)
+    rollouts = [demo_agent().rollout(t) for t in tasks]
+    broken = rk.Agent(model=rk.ScriptedModel([], name="broken")).rollout(tasks[0])
+    for rollout in (*rollouts, broken):
+        live.watch(rollout)
+    for rollout in (*rollouts, broken):
+        await rollout.open()
+        await rollout.step()
+        await rollout.close()
+    assert live.rollouts == 4
+    assert sorted(_box_values(live.figure)["reward.correct"]) == [0.0, 1.0, 1.0]
+    counts = _counts(live.figure)
+    assert counts["present"]["reward.correct"] == 3 and counts["missing"]["reward.correct"] == 1
+    assert live.figure.layout.title.text == "rewards and metrics · 4 rollouts"
+    live.close()
+    extra = demo_agent().rollout(tasks[0])
+    live.watch(extra)
+    live.close()
+    await extra.open()
+    await extra.close()
+    assert live.rollouts == 4
 
 
 def test_plots_name_what_is_wrong_with_their_input() -> None:
@@ -159,5 +198,5 @@ def test_plots_name_what_is_wrong_with_their_input() -> None:
 
 
 def test_empty_input_gives_an_empty_figure() -> None:
-    assert plots.rewards([]).data[0].x == () or list(plots.rewards([]).data[0].x) == []
+    assert all(len(d.x) == 0 for d in plots.rewards([]).data)
     assert all(len(d.y) == 0 for d in plots.phase_durations([]).data)
