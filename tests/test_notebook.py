@@ -46,11 +46,14 @@ def test_sync_facade_in_a_plain_script() -> None:
         ro = rk.notebook.open(rk.Agent(model="echo"), rk.Task())
         first = ro.step("hello")
         second = ro.step("again")
+        panel = ro.panel(chart=False)
+        panel.text.value = "from the panel"
+        panel.send_button.click()  # no loop runs here: the step runs to its end at once
         trace = ro.close()
-        print(first.reply, "|", second.reply, "|", trace.num_turns, trace.ok, ro.status.kind)
+        print(first.reply, "|", second.reply, "|", trace.last_reply, "|", trace.num_turns, trace.ok, ro.status.kind)
         """
     )
-    assert out.strip() == "You said: hello | You said: again | 2 True closed"
+    assert out.strip() == "You said: hello | You said: again | You said: from the panel | 3 True closed"
 
 
 def test_sync_facade_inside_a_running_loop() -> None:
@@ -142,6 +145,26 @@ async def test_step_after_a_limit_ended_the_exchange_says_close() -> None:
     with pytest.raises(RolloutEnded, match=r"is over \(stopped by max_turns.*call ro.close\(\) to finalize and score it"):
         await ro.astep()
     await ro.aclose()
+
+
+class BrokenSetup(rk.Task):
+    async def setup(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        raise OSError("the fixture file is missing")
+
+
+async def test_open_that_failed_says_why_and_refuses_steps() -> None:
+    ro = NotebookRollout(demo_agent(), BrokenSetup(prompt="hi"))
+    assert not await ro.aopen()
+    assert ro.status.kind == "failed"
+    assert ro.status.text.startswith("failed in setup: TaskError: task.setup: OSError: the fixture file is missing")
+    panel = ro.panel(chart=False)
+    assert panel.send_button.disabled and panel.step_button.disabled
+    assert not panel.close_button.disabled
+    with pytest.raises(RolloutEnded, match="is over"):
+        await ro.astep("hello")
+    trace = await ro.aclose()
+    assert trace.ok is False and trace.rewards == {}
+    panel.close()
 
 
 async def test_failed_status_names_the_error() -> None:
