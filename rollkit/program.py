@@ -21,6 +21,9 @@ What the program gets (the contract a program author writes against):
   message). Default mode: that is the only line; stdin then closes, and the
   segment ends when the program exits. A resumed rollout relaunches the
   program on the whole conversation.
+- its working folder: the runtime's (`ctx.runtime.workdir`), where a task's
+  `setup` may put files and its `finalize` read what the program wrote. A
+  runtime lent to many rollouts lends them all the same folder.
 - persistent mode (`persistent=True`): the program stays alive for the whole
   rollout. After the first line, each later line holds only the new user
   messages of the next turn. The program yields (ends the segment, waiting
@@ -168,7 +171,9 @@ class ProgramHarness(Harness):
     # ---- step -----------------------------------------------------------------
     async def segment(self, ctx: RolloutContext, messages: list[Message]) -> None:
         run: _Run = ctx.state[_STATE]
-        if run.program is not None and run.program.running:
+        if run.program is not None and not run.program.running:
+            await self._end_program(run)  # a persistent program that ended while the user spoke
+        if run.program is not None:
             self._send(run, messages, close=False)
         else:
             # A fresh program learns the whole conversation so far; step()

@@ -239,3 +239,67 @@ def test_argv_must_be_a_program():
     with pytest.raises(TypeError, match="ProgramHarness needs argv, a non-empty list of strings, got \\[\\]"):
         rk.ProgramHarness([])
     assert rk.ProgramHarness("python agent.py --fast").argv == ["python", "agent.py", "--fast"]
+
+
+# ---- the MCP tool server, with an in-process MCP client (no program start) ------
+async def test_tool_server_serves_the_tools_with_errors_as_results_and_checks_the_secret():
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from rollkit.mcp_tools import ToolServer
+
+    rollout = rk.Agent(model=rk.ScriptedModel(["x"])).rollout(Adding(prompt="hi"))
+    server = ToolServer(rollout.ctx)
+    urls = await server.start()
+    try:
+        url = urls["Adding"]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp/Adding/")
+        auth = {"Authorization": f"Bearer {rollout.ctx.secret}"}
+        async with httpx2.AsyncClient(headers=auth) as http, Client(streamable_http_client(url, http_client=http)) as mcp:
+            tools = {t.name: t.input_schema for t in (await mcp.list_tools()).tools}
+            results = [await mcp.call_tool("add", {"a": 2, "b": 3}), await mcp.call_tool("explode", {}),
+                       await mcp.call_tool("add", {"a": "two"}), await mcp.call_tool("nope", {})]
+        async with httpx2.AsyncClient(headers={"Authorization": "Bearer wrong"}) as http:
+            refused = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    finally:
+        await server.stop()
+        await rollout.abort()
+    assert set(tools) == {"add", "explode"}
+    assert tools["add"]["required"] == ["a", "b"]
+    assert [(r.content[0].text, r.is_error) for r in results] == [
+        ("5", False),
+        ("error: tool 'explode' raised RuntimeError: the tool exploded", True),
+        ("error: invalid arguments for tool 'add': a: Input should be a valid integer, unable to parse string "
+         "as an integer; b: Field required", True),
+        ("error: there is no tool named 'nope'; available tools: add, explode", True),
+    ]
+    assert (rollout.ctx.tool_calls, rollout.ctx.tool_failures) == (4, 3)
+    assert refused.status_code == 401 and "missing or wrong bearer token" in refused.json()["error"]
+
+
+class Recording(Adding):
+    async def finalize(self, ctx):
+        ctx.state["seen"] = __import__("json").loads(ctx.runtime.read("seen.json"))
+
+
+async def test_program_contract_environment_and_stdin(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "the-host-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://host.example/v1")
+    script = ("import json, os, sys; json.dump({'env': dict(os.environ), 'stdin': sys.stdin.read()}, "
+              "open('seen.json', 'w'))")
+    agent = _agent(rk.ScriptedModel(["x"]), argv=[sys.executable, "-c", script], env={"EXTRA": "1"})
+    rollout = agent.rollout(Recording(prompt="2+3?", system_prompt="be exact"))
+    assert await rollout.open()
+    services = dict(rollout.ctx.services)
+    secret = rollout.ctx.secret
+    await rollout.step()
+    await rollout.close()
+    seen = rollout.ctx.state["seen"]
+    env = seen["env"]
+    assert env["OPENAI_API_KEY"] == secret != "the-host-key"
+    assert env["OPENAI_BASE_URL"] == services["openai"]
+    assert __import__("json").loads(env["ROLLKIT_MCP_SERVERS"]) == {"Adding": services["mcp:Adding"]}
+    assert (env["ROLLKIT_MODEL"], env["ROLLKIT_ROLLOUT_ID"], env["EXTRA"]) == ("scripted", rollout.id, "1")
+    assert "ROLLKIT_PERSISTENT" not in env
+    assert seen["stdin"] == '{"messages": [{"role": "system", "content": "be exact"}, {"role": "user", "content": "2+3?"}]}\n'
