@@ -299,7 +299,7 @@ async def test_program_contract_environment_and_stdin(monkeypatch):
     env = seen["env"]
     assert env["OPENAI_API_KEY"] == secret != "the-host-key"
     assert env["OPENAI_BASE_URL"] == services["openai"]
-    assert __import__("json").loads(env["ROLLKIT_MCP_SERVERS"]) == {"Adding": services["mcp:Adding"]}
+    assert __import__("json").loads(env["ROLLKIT_MCP_SERVERS"]) == {"Recording": services["mcp:Recording"]}
     assert (env["ROLLKIT_MODEL"], env["ROLLKIT_ROLLOUT_ID"], env["EXTRA"]) == ("scripted", rollout.id, "1")
     assert "ROLLKIT_PERSISTENT" not in env
     assert seen["stdin"] == '{"messages": [{"role": "system", "content": "be exact"}, {"role": "user", "content": "2+3?"}]}\n'
