@@ -56,7 +56,7 @@ from typing import Any
 
 from . import interception
 from .context import RolloutContext
-from .errors import HarnessError
+from .errors import HarnessError, ToolsetError, crossing
 from .harness import Harness
 from .hooks import metric
 from .messages import Message
@@ -149,10 +149,15 @@ class ProgramHarness(Harness):
         run = ctx.state[_STATE] = _Run(server=server, registration=registration)
         services = {"openai": server.base_url}
         if ctx.tools:
-            from .mcp_tools import ToolServer
-
+            try:
+                from .mcp_tools import ToolServer
+            except ImportError as exc:
+                raise ToolsetError(
+                    f"serving the task's tools to a program needs the mcp package ({exc}); pip install mcp"
+                ) from exc
             run.tools = ToolServer(ctx)
-            urls = await run.tools.start()
+            with crossing(ToolsetError, "MCP tool server start"):
+                urls = await run.tools.start()
             services.update({f"mcp:{name}": url for name, url in urls.items()})
         run.env = {
             **self.env,
