@@ -229,6 +229,24 @@ async def test_send_schedules_the_step_and_returns_at_once() -> None:
     panel.close()
 
 
+async def test_a_second_click_before_the_step_ran_does_not_start_another() -> None:
+    gate = Gate()
+    ro = await _opened(rk.Agent(model=rk.ScriptedModel(gate.reply)), rk.Task())
+    panel = ro.panel(chart=False)
+    panel.text.value = "first"
+    panel.send_button.click()
+    panel.text.value = "second"
+    panel._on_send()  # a double click: the first step has not even started yet
+    assert "is busy (step)" in panel.error.value
+    assert panel.text.value == "second"  # kept, to send again
+    gate.open.set()
+    await ro.wait()
+    assert len(ro.trace.segments) == 1
+    assert ro.trace.last_reply == "Echo: first"
+    await ro.aclose()
+    panel.close()
+
+
 async def test_send_with_an_empty_message_shows_an_error_and_runs_nothing() -> None:
     ro = await _opened(rk.Agent(model="echo"), rk.Task())
     panel = ro.panel(chart=False)

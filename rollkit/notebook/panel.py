@@ -125,21 +125,24 @@ class RolloutPanel(widgets.VBox):
         return button
 
     # ---- intent: forward to the rollout, never decide ----------------------
-    def _act(self, action: Any, *args: Any) -> None:
+    def _act(self, action: Any, *args: Any) -> bool:
         self.error.value = ""
         try:
             action(*args)
         except Exception as exc:  # a user mistake: say it, keep the panel alive
             self._show_error(exc)
+            self.refresh()
+            return False
         self.refresh()
+        return True
 
     def _on_send(self, _button: Any = None) -> None:
         text = self.text.value
         if not text.strip():
             self.error.value = f'<span style="color:#b00020">{html.escape(_EMPTY_MESSAGE)}</span>'
             return
-        self.text.value = ""
-        self._act(self.ro.step_soon, text)
+        if self._act(self.ro.step_soon, text):
+            self.text.value = ""  # only once sent: a refused message stays to retry
 
     def _on_step(self, _button: Any = None) -> None:
         self._act(self.ro.step_soon)

@@ -170,6 +170,8 @@ class NotebookRollout:
             reward = _reward_text(trace)
             stop = f", stopped by {trace.stop_condition}" if trace.stop_condition else ""
             return Status("closed", f"closed: ok{stop}, reward {reward}")
+        if self._action == "abort":
+            return Status("closing", "aborting: cancelling and freeing resources")
         if state == "closing" or self._action == "close":
             return Status("closing", "closing: finalizing and scoring")
         if state == "opening" or self._action == "open":
@@ -248,7 +250,8 @@ class NotebookRollout:
         try:
             return await coro
         finally:
-            self._action = None
+            if self._action == action:  # an abort may have taken over meanwhile
+                self._action = None
             self._notify()
 
     async def aopen(self) -> bool:
@@ -260,6 +263,9 @@ class NotebookRollout:
     async def astep(self, message: Any = None) -> StepResult:
         """Run one segment on `message` (the user's words, or None)."""
         self._check_step(message)
+        return await self._run_step(message)
+
+    async def _run_step(self, message: Any) -> StepResult:
         before = len(self.trace.messages)
         more = await self._guarded("step", self._step(message))
         return StepResult(more=more, messages=list(self.trace.messages[before:]), status=self.status)
@@ -275,6 +281,9 @@ class NotebookRollout:
             return self.trace
         if self.busy:
             raise RuntimeError(f"rollout {self.id} is busy ({self._action}); wait for it (await ro.wait()) or abort it")
+        return await self._close()
+
+    async def _close(self) -> Trace:
         return await self._guarded("close", self.rollout.close())
 
     async def aabort(self) -> Trace:
@@ -324,7 +333,10 @@ class NotebookRollout:
         return _loop.run(self.aabort())
 
     # ---- non-blocking forms (widget callbacks) ---------------------------------
-    def _soon(self, coro: Any) -> asyncio.Future[Any]:
+    def _soon(self, coro: Any, action: str) -> asyncio.Future[Any]:
+        # Busy from the click on, not from when the task first runs: a second
+        # click in between must not start a second step.
+        self._action = action
         self.last_error = None
         future = _loop.schedule(coro)
         self._inflight = future
@@ -339,22 +351,25 @@ class NotebookRollout:
         # escapes, and keep a failure where the panel can show it.
         if not future.cancelled() and future.exception() is not None:
             self.last_error = future.exception()
+        if self._inflight is future:
+            self._action = None  # also when the task was cancelled before it ran
         self._notify()
 
     def step_soon(self, message: Any = None) -> asyncio.Future[Any]:
         """Start a step and return at once (a future of its StepResult).
         Mistakes (an empty message, a closed rollout) raise here, at once."""
         self._check_step(message)
-        return self._soon(self.astep(message))
+        return self._soon(self._run_step(message), "step")
 
     def close_soon(self) -> asyncio.Future[Any]:
+        """Start closing and return at once (a future of the trace)."""
         if self.busy:
             raise RuntimeError(f"rollout {self.id} is busy ({self._action}); wait for it or abort it")
-        return self._soon(self.aclose())
+        return self._soon(self._close(), "close")
 
     def abort_soon(self) -> asyncio.Future[Any]:
         """Start an abort and return at once; a running step is cancelled."""
-        return self._soon(self._abort(self._inflight))
+        return self._soon(self._abort(self._inflight), "abort")
 
     # ---- views ------------------------------------------------------------------
     def panel(self, *, chart: bool = True) -> RolloutPanel:
