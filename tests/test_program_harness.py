@@ -8,6 +8,7 @@ proves one rule with one launch and asserts everything the trace shows."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 
 import pytest
@@ -280,7 +281,7 @@ async def test_tool_server_serves_the_tools_with_errors_as_results_and_checks_th
 
 class Recording(Adding):
     async def finalize(self, ctx):
-        ctx.state["seen"] = __import__("json").loads(ctx.runtime.read("seen.json"))
+        ctx.state["seen"] = json.loads(ctx.runtime.read("seen.json"))
 
 
 async def test_program_contract_environment_and_stdin(monkeypatch):
@@ -299,7 +300,7 @@ async def test_program_contract_environment_and_stdin(monkeypatch):
     env = seen["env"]
     assert env["OPENAI_API_KEY"] == secret != "the-host-key"
     assert env["OPENAI_BASE_URL"] == services["openai"]
-    assert __import__("json").loads(env["ROLLKIT_MCP_SERVERS"]) == {"Recording": services["mcp:Recording"]}
+    assert json.loads(env["ROLLKIT_MCP_SERVERS"]) == {"Recording": services["mcp:Recording"]}
     assert (env["ROLLKIT_MODEL"], env["ROLLKIT_ROLLOUT_ID"], env["EXTRA"]) == ("scripted", rollout.id, "1")
     assert "ROLLKIT_PERSISTENT" not in env
     assert seen["stdin"] == '{"messages": [{"role": "system", "content": "be exact"}, {"role": "user", "content": "2+3?"}]}\n'
