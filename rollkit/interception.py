@@ -11,7 +11,10 @@ What this module owns: the aiohttp server (127.0.0.1, a free port, in the
 event loop that runs the rollouts, so it works inside a notebook kernel), the
 registry of rollouts by secret (checked in constant time; a missing or wrong
 token gets 401 and touches no trace), the wire translation, body-size limits
-(413), answering an SDK retry of the last request from what was recorded, and
+(413), answering an SDK retry (a request carrying a non-zero
+`x-stainless-retry-count`, the openai SDKs' retry header) of the last request,
+or of one still running, from that call instead of sampling again (a
+deliberate repeat without the header is a new call), and
 the status codes of refusals (410 with `x-should-retry: false`, which the
 openai SDK does not retry) and failures. One server serves every rollout of a
 loop: `acquire()` starts it with the first rollout and `release()` stops it

@@ -109,7 +109,7 @@ class StopOnToolResult(Adding):
         return request.messages[-1].role == "tool"
 
 
-async def test_request_stop_ends_the_program_cleanly_before_the_model_sees_it():
+async def test_L13_request_stop_ends_the_program_cleanly_before_the_model_sees_it():
     trace = await _agent(rk.ScriptedModel(ADD_THEN_ANSWER)).run(StopOnToolResult(prompt="2+3?"))
     assert trace.stop_condition == "tool_answered"
     assert trace.ok is True and trace.num_turns == 1
@@ -125,7 +125,7 @@ class Shouting(Adding):
         return None
 
 
-async def test_response_intercept_rewrites_what_a_streaming_program_receives():
+async def test_L19_response_intercept_rewrites_what_a_streaming_program_receives():
     trace = await _agent(rk.ScriptedModel(["it is five (5)"]), env={"AGENT_MODE": "stream"}).run(Shouting(prompt="2+3?"))
     assert trace.ok is True
     assert trace.last_reply == "IT IS FIVE (5)"
@@ -139,7 +139,7 @@ class StopAfterOneTurn(Adding):
         return trace.num_turns >= 1
 
 
-async def test_trace_stop_is_checked_before_the_programs_next_call():
+async def test_L12_trace_stop_is_checked_before_the_programs_next_call():
     trace = await _agent(rk.ScriptedModel(ADD_THEN_ANSWER)).run(StopAfterOneTurn(prompt="2+3?"))
     assert trace.stop_condition == "one_is_enough"
     assert trace.ok is True and trace.errors == [] and trace.num_turns == 1
@@ -168,7 +168,7 @@ async def test_L10_agent_timeout_kills_the_program_and_its_model_call():
     assert trace.rewards == {}  # a failed run is not scored (L23)
 
 
-async def test_crashing_program_is_a_harness_error_with_its_stderr():
+async def test_L31_L23_crashing_program_is_a_harness_error_with_its_stderr():
     trace = await _agent(rk.ScriptedModel(ADD_THEN_ANSWER), env={"AGENT_MODE": "crash"}).run(Adding(prompt="2+3?"))
     assert trace.ok is False
     assert trace.error.type == "HarnessError" and trace.error.phase == "agent"
@@ -177,14 +177,14 @@ async def test_crashing_program_is_a_harness_error_with_its_stderr():
     assert trace.num_turns == 1 and trace.rewards == {}
 
 
-async def test_model_failure_behind_the_program_keeps_its_provider_type():
+async def test_L31_model_failure_behind_the_program_keeps_its_provider_type():
     trace = await _agent(rk.ScriptedModel([])).run(Adding(prompt="2+3?"))
     assert trace.ok is False
     assert trace.error.type == "ProviderError" and trace.error.status == 400
     assert "ScriptedModel 'scripted' has no reply #1" in trace.error.message
 
 
-async def test_program_ignoring_the_refusal_is_killed_and_the_stop_stays_clean():
+async def test_L13_program_ignoring_the_refusal_is_killed_and_the_stop_stays_clean():
     agent = _agent(rk.ScriptedModel(ADD_THEN_ANSWER), limits={"max_turns": 1},
                    env={"AGENT_MODE": "ignore-refusal"}, stop_grace=1.0)
     rollout = agent.rollout(Adding(prompt="2+3?"))
@@ -199,7 +199,7 @@ async def test_program_ignoring_the_refusal_is_killed_and_the_stop_stays_clean()
 
 
 # ---- bad input ----------------------------------------------------------------------
-async def test_missing_program_is_named_at_open():
+async def test_L8_missing_program_is_named_at_open():
     trace = await _agent(rk.ScriptedModel(["x"]), argv=["./no-such-agent", "--flag"]).run(Adding(prompt="hi"))
     assert trace.ok is False and trace.error.type == "HarnessError" and trace.error.phase == "setup"
     assert "ProgramHarness cannot run './no-such-agent': program './no-such-agent' does not exist" in (
@@ -211,7 +211,7 @@ class WithScript(Adding):
         ctx.runtime.write("agent.sh", "#!/bin/sh\nexit 0\n")  # not executable
 
 
-async def test_non_executable_program_is_named_at_open():
+async def test_L8_non_executable_program_is_named_at_open():
     trace = await _agent(rk.ScriptedModel(["x"]), argv=["./agent.sh"]).run(WithScript(prompt="hi"))
     assert trace.error.type == "HarnessError"
     assert "program './agent.sh' is not executable" in trace.error.message and "chmod +x" in trace.error.message
