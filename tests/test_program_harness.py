@@ -304,3 +304,12 @@ async def test_program_contract_environment_and_stdin(monkeypatch):
     assert (env["ROLLKIT_MODEL"], env["ROLLKIT_ROLLOUT_ID"], env["EXTRA"]) == ("scripted", rollout.id, "1")
     assert "ROLLKIT_PERSISTENT" not in env
     assert seen["stdin"] == '{"messages": [{"role": "system", "content": "be exact"}, {"role": "user", "content": "2+3?"}]}\n'
+
+
+async def test_L32_a_crashing_program_does_not_touch_its_sibling_on_the_same_server():
+    crashing = _agent(rk.ScriptedModel(ADD_THEN_ANSWER), env={"AGENT_MODE": "crash"})
+    healthy = _agent(rk.ScriptedModel(ADD_THEN_ANSWER))
+    bad, good = await asyncio.gather(crashing.run(Adding(prompt="2+3?")), healthy.run(Adding(prompt="2+3?")))
+    assert bad.ok is False and bad.error.type == "HarnessError"
+    assert good.ok is True and good.errors == [] and good.rewards == {"says_five": 1.0}
+    assert good.last_reply == "it is 5"
