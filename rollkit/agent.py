@@ -61,6 +61,9 @@ class RolloutTimeouts(BaseModel):
     agent: float | None = None
     finalize: float | None = 120.0
     scoring: float | None = 120.0
+    # Harness cleanup, tool services and runtime stop each get this long;
+    # a hung teardown only warns, it never hangs close().
+    teardown: float | None = 30.0
 
     @field_validator("*", mode="before")
     @classmethod

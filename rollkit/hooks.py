@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,7 +71,12 @@ def stop(fn: Callable | None = None, *, priority: int = 0, name: str | None = No
 
 def intercept(fn: Callable | None = None, *, priority: int = 0, name: str | None = None) -> Any:
     """Mark a rewriter. Annotate its one boundary parameter as `Request` or
-    `Response`; return a replacement of that type, or None for no change."""
+    `Response`; return a replacement of that type, or None for no change
+    (do not mutate the argument: only a returned replacement is recorded).
+
+    A request rewriter runs over the initial prompt once at open (L7) and then
+    over every request, which re-sends the conversation so far: write it to be
+    idempotent (rewrite only what is not yet rewritten)."""
     return _hook_decorator("intercept", fn, priority=priority, name=name)
 
 
@@ -94,19 +100,33 @@ def _source_for(param: inspect.Parameter, hint: Any) -> str | None:
     return None
 
 
+def _hint(fn: Callable, param: inspect.Parameter) -> Any:
+    """The parameter's annotation resolved to a type, one parameter at a time
+    (so one unresolvable annotation does not hide the others), with
+    `X | None` unwrapped to X."""
+    annotation = param.annotation
+    if annotation is param.empty:
+        return None
+    if isinstance(annotation, str):
+        try:
+            annotation = eval(annotation, getattr(fn, "__globals__", {}), {})  # noqa: S307 - the author's own annotation
+        except Exception:
+            return None
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if args and typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    return annotation
+
+
 @functools.lru_cache(maxsize=None)
 def _plan(fn: Callable, hook_name: str) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
     """(parameter, source) pairs for `fn`, plus the boundaries it annotates."""
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:
-        hints = {}
     plan = []
     boundaries = []
     for param in inspect.signature(fn).parameters.values():
         if param.name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        hint = hints.get(param.name)
+        hint = _hint(fn, param)
         source = _source_for(param, hint)
         if source is None:
             if param.default is not param.empty:
@@ -122,10 +142,25 @@ def _plan(fn: Callable, hook_name: str) -> tuple[tuple[tuple[str, str], ...], tu
     return tuple(plan), tuple(boundaries)
 
 
+# What each kind of hook can be given. Scoring sees the finished trace; a
+# boundary hook sees its own boundary object, and a rewriter never the ledger
+# (neither the trace nor the context that holds it, L18).
+_SCORING_SOURCES = {"trace", "task", "data", "runtime", "ctx"}
+_BOUNDARY_SOURCES = {
+    ("stop", "trace"): {"trace", "task", "data", "runtime", "ctx"},
+    ("stop", "request"): {"request", "task", "data", "runtime", "ctx"},
+    ("stop", "response"): {"response", "task", "data", "runtime", "ctx"},
+    ("intercept", "request"): {"request", "task", "data", "runtime"},
+    ("intercept", "response"): {"response", "task", "data", "runtime"},
+}
+
+
 def _route(kind: str, fn: Callable, hook_name: str) -> str | None:
-    """Where a stop or intercept hangs, from its annotations alone (L16-L18)."""
+    """Where a stop or intercept hangs, from its annotations alone (L16-L18),
+    and a check that every parameter can be given at that place."""
     plan, boundaries = _plan(fn, hook_name)
     if kind not in ("stop", "intercept"):
+        _check_sources(kind, hook_name, plan, _SCORING_SOURCES, "a scoring function")
         return None
     allowed = "Request, Response or Trace" if kind == "stop" else "Request or Response"
     if len(boundaries) != 1:
@@ -135,12 +170,22 @@ def _route(kind: str, fn: Callable, hook_name: str) -> str | None:
             f"(the boundary it hangs on); found {found}"
         )
     boundary = boundaries[0]
-    if kind == "intercept" and (boundary == "trace" or any(src == "trace" for _, src in plan)):
+    if kind == "intercept" and (boundary == "trace" or any(src in ("trace", "ctx") for _, src in plan)):
         raise TypeError(
             f"@intercept hook {hook_name!r} cannot take the Trace: rewriters do not read the whole "
             "ledger. Annotate its parameter as Request or Response, or make it a @stop"
         )
+    _check_sources(kind, hook_name, plan, _BOUNDARY_SOURCES[(kind, boundary)], f"a {boundary} @{kind}")
     return boundary
+
+
+def _check_sources(kind: str, hook_name: str, plan: tuple[tuple[str, str], ...], allowed: set[str], where: str) -> None:
+    for param, source in plan:
+        if source not in allowed:
+            raise TypeError(
+                f"@{kind} hook {hook_name!r}: parameter {param!r} asks for the {source}, which {where} "
+                f"is not given; it may take {', '.join(sorted(allowed))}"
+            )
 
 
 @dataclass(frozen=True)

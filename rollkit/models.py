@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, Union
@@ -46,16 +45,15 @@ def count_tokens(message: Any) -> int:
     """ScriptedModel's token count of one message: 1, plus one per
     whitespace-separated word of its content, plus for each tool call 1 plus
     the words of its name and of its JSON arguments."""
-    n = 1 + _words(getattr(message, "content", None))
-    for call in getattr(message, "tool_calls", None) or ():
-        n += 1 + _words(call.name) + _words(call.arguments)
+    n = 1 + _words(message.content)
+    if type(message) is AssistantMessage:
+        for call in message.tool_calls:
+            n += 1 + _words(call.name) + _words(call.arguments)
     return n
 
 
 Reply = Union[str, AssistantMessage, Response]
 ReplySource = Union[Reply, Callable[[Request], Any]]
-
-_call_ids = itertools.count(1)
 
 
 class ScriptedModel(Model):
@@ -92,8 +90,9 @@ class ScriptedModel(Model):
 
     @staticmethod
     def call(tool: str, content: str | None = None, /, **arguments: Any) -> AssistantMessage:
-        """An assistant message that calls `tool` with `arguments`."""
-        call = ToolCall(id=f"call_{next(_call_ids)}", name=tool, arguments=json.dumps(arguments))
+        """An assistant message that calls `tool` with `arguments`. Its call id
+        is set per conversation when the model replies with it."""
+        call = ToolCall(id="call", name=tool, arguments=json.dumps(arguments))
         return AssistantMessage(content=content, tool_calls=[call])
 
     async def complete(self, request: Request) -> Response:
@@ -126,6 +125,12 @@ class ScriptedModel(Model):
                 f"ScriptedModel {self.name!r} got a reply of type {type(reply).__name__}; "
                 "a reply is a str, an AssistantMessage or a Response"
             )
+        if message.tool_calls:
+            # Ids numbered by position in the conversation: transcripts stay
+            # the same from run to run, and unique within one conversation.
+            turn = sum(1 for m in request.messages if m.role == "assistant")
+            calls = [c.model_copy(update={"id": f"call_{turn}_{j}"}) for j, c in enumerate(message.tool_calls)]
+            message = message.model_copy(update={"tool_calls": calls})
         usage = Usage.model_construct(
             input_tokens=sum(count_tokens(m) for m in request.messages),
             output_tokens=count_tokens(message),

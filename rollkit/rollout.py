@@ -13,6 +13,7 @@ scoring through `scoring.score`; this module only sequences them.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import secrets
 import time
@@ -38,9 +39,22 @@ log = logging.getLogger("rollkit")
 
 
 async def _maybe_await(value: Any) -> Any:
-    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+    if inspect.isawaitable(value):
         return await value
     return value
+
+
+def _check_signal_names(signals: list[Any]) -> None:
+    # Two signals under one name would silently overwrite each other's row (L27).
+    owners: dict[str, str] = {}
+    for hook in signals:
+        where = f"{hook.owner} {hook.kind}"
+        if hook.name in owners:
+            raise TypeError(
+                f"two signals are named {hook.name!r} ({owners[hook.name]} and {where}); "
+                "rename one, e.g. @rk.reward(name=...)"
+            )
+        owners[hook.name] = where
 
 
 class Rollout:
@@ -66,6 +80,7 @@ class Rollout:
         task_hooks = collect_hooks(task, "task")
         self.hooks = HookSet.build(task_hooks)
         self._signals = [*self.hooks.rewards, *self.hooks.metrics, *agent.harness_metrics, *agent.judges]
+        _check_signal_names(self._signals)
         self.trace = Trace(
             task=TaskRef(type=type(task).__qualname__, key=task.key, data=task.data.model_dump(mode="json")),
             agent=agent.describe(),
@@ -73,13 +88,16 @@ class Rollout:
             timeouts=self.timeouts.model_dump(),
         )
         self.id = self.trace.id
-        self._state = "new"  # new -> opening -> open -> ended -> closed
+        self._state = "new"  # new -> opening -> open <-> stepping -> ended -> closing/aborting -> closed
         self._failed = False
         self._opened = False
         self._pending: list[Any] | None = None
         self._remaining = self.timeouts.agent
         self._charged = 0.0
         self._segment_t0: float | None = None
+        self._step_task: asyncio.Task[Any] | None = None
+        self._step_done: asyncio.Event | None = None
+        self._setup_started = False
         self.toolsets = task.all_toolsets()
         self._values: dict[str, Any] = {"trace": self.trace, "task": task, "data": task.data, "runtime": self.runtime}
         self.session = Session(
@@ -172,6 +190,7 @@ class Rollout:
             self._phase_end("boot")
             phase = "setup"
             self._check_prompt()
+            self._setup_started = True
             self._phase_start("setup")
             await self._setup()
             await self._serve()
@@ -232,7 +251,7 @@ class Rollout:
     async def _serve(self) -> None:
         for toolset in self.toolsets:
             with crossing(ToolsetError, f"toolset {toolset.name!r} start"):
-                await toolset.start(self.ctx)
+                self.ctx.services.update(await toolset.start(self.ctx) or {})
         with crossing(HarnessError, "harness.serve"):
             self.ctx.services.update(await self.harness.serve(self.ctx))
         with crossing(SandboxError, "network policy"):
@@ -256,20 +275,22 @@ class Rollout:
     # ---- step -------------------------------------------------------------
     async def step(self, messages: Any = None) -> bool:
         """Run one segment. Returns whether the exchange can continue (L15)."""
+        if self._state == "stepping":
+            raise RuntimeError(
+                f"rollout {self.id} is already running a step; await it before stepping again"
+            )
         if self._state != "open":
             return False
         new = to_messages(messages)
+        if self._pending is not None and not self.task.data.prompt and not any(m.role == "user" for m in new):
+            raise ValueError(
+                f"task {self.task.name} has no prompt, so the user speaks first: "
+                "pass the opening message, e.g. step('hello')"
+            )
+        await self._check_borrowed_runtime()
         if self._pending is not None:
-            if not self.task.data.prompt and not any(m.role == "user" for m in new):
-                raise ValueError(
-                    f"task {self.task.name} has no prompt, so the user speaks first: "
-                    "pass the opening message, e.g. step('hello')"
-                )
             new = [*self._pending, *new]
             self._pending = None
-        if not self.owns_runtime and self.runtime.stopped:
-            await self.abort()
-            raise LifetimeError(f"the borrowed runtime {self.runtime!r} was stopped by its owner while the rollout ran")
         self.trace.messages.extend(new)
         segment = Segment(
             index=len(self.trace.segments),
@@ -278,15 +299,34 @@ class Rollout:
             user_messages=sum(1 for m in new if m.role == "user"),
         )
         self.trace.segments.append(segment)
+        self._state = "stepping"
+        self._step_task = asyncio.current_task()
+        self._step_done = asyncio.Event()
         self._phase_start("agent")
         self._emit("segment_start", segment=segment.index)
         self._segment_t0 = time.perf_counter()
+        lifetime_error: LifetimeError | None = None
         try:
             await self._run_segment(new)
+        except LifetimeError as exc:
+            lifetime_error = exc
         except asyncio.CancelledError:
-            self._end_segment(segment)
+            # A segment cut off midway left a half-updated conversation (a
+            # reply without its tool results); scoring it would mean nothing.
+            self._fail(HarnessError("the step was cancelled before the agent yielded; the trajectory is incomplete"), "agent")
             raise
-        self._end_segment(segment)
+        finally:
+            self._end_segment(segment)
+            if self._state == "stepping":
+                self._state = "open"
+            self._step_task = None
+            self._step_done.set()
+        if lifetime_error is not None:
+            await self.abort()
+            raise lifetime_error
+        await self._check_borrowed_runtime()
+        if self._state != "open":
+            return False  # aborted or closed while the segment ran
         if self._failed or self.session.stopped or segment.turns_added == 0:
             # A segment that committed nothing cannot be waiting on the user;
             # treating it as continuable would hand the user a conversation
@@ -295,30 +335,38 @@ class Rollout:
             return False
         return True
 
+    async def _check_borrowed_runtime(self) -> None:
+        # A borrowed runtime stopped by its owner is the owner's bug, never the
+        # rollout's failure (L3): free what we hold, raise to the caller,
+        # record nothing.
+        if not self.owns_runtime and self.runtime.stopped:
+            await self.abort()
+            raise LifetimeError(f"the borrowed runtime {self.runtime!r} was stopped by its owner while the rollout ran")
+
     async def _run_segment(self, new: list[Any]) -> None:
-        budget = self._remaining
-        timer = asyncio.timeout(budget)
+        timer = asyncio.timeout(self._remaining)
         try:
             async with timer:
                 with crossing(HarnessError, f"harness {self.harness.name!r}"):
                     await self.harness.segment(self.ctx, new)
-        except Refused:
-            pass  # a clean stop; the session recorded the condition
-        except TimeoutError as exc:
-            if not timer.expired():  # the harness's own I/O timed out (L10)
-                self._fail(HarnessError(f"harness {self.harness.name!r}: TimeoutError: {exc}"), "agent")
-            else:
-                total = self.timeouts.agent
-                self._fail(HarnessError(f"agent timeout: the agent used its whole {total}s agent-time budget"), "agent")
+        except Refused as refused:
+            # Usually the session already stopped; a harness may also relay a
+            # refusal from elsewhere, which ends the exchange the same way.
+            self.session.stop(refused.condition)
         except LifetimeError:
             raise
         except Exception as exc:
             if not self.owns_runtime and self.runtime.stopped:
-                await self.abort()
                 raise LifetimeError(
                     f"the borrowed runtime {self.runtime!r} was stopped by its owner while the rollout ran"
                 ) from exc
-            self._fail(exc, "agent")
+            if not timer.expired():
+                self._fail(exc, "agent")
+        if timer.expired() and not self._failed:
+            # Checked after every exit path: a harness that swallowed the
+            # cancellation, or turned it into another error, still ran out (L10).
+            error = HarnessError(f"agent timeout: the agent used its whole {self.timeouts.agent}s agent-time budget")
+            self._fail(error, "agent")
 
     def _end_segment(self, segment: Segment) -> None:
         spent = time.perf_counter() - (self._segment_t0 or time.perf_counter())
@@ -333,26 +381,39 @@ class Rollout:
         self._phase_end("agent")
         self._emit("segment_end", segment=segment.index, turns_added=segment.turns_added)
 
+    async def _cancel_running_step(self) -> None:
+        """Cancel a step running in another task and wait until it has ended."""
+        task, done = self._step_task, self._step_done
+        if task is not None and task is not asyncio.current_task() and done is not None:
+            task.cancel()
+            await done.wait()
+
     # ---- close ------------------------------------------------------------
     async def close(self) -> Trace:
         """Close the harness session, finalize, score, tear down (L21).
-        Idempotent; always returns the trace."""
-        if self._state == "closed":
+        Idempotent; always returns the trace. A step still running is
+        cancelled first, and then the run counts as failed (L23)."""
+        if self._state in ("closed", "closing"):
             return self.trace
+        if self._state == "stepping":
+            await self._cancel_running_step()
+        if self._opened:
+            await self._check_borrowed_runtime()
         self._state = "closing"
-        await self._release_harness()
-        if self._opened and not self._failed:
-            await self._finalize()
-        if self._opened and not self._failed:
-            self._phase_start("scoring")
-            await score(self.trace, self._signals, self._values, self.timeouts.scoring)
-            self._phase_end("scoring")
-            self._emit("scored", reward=self.trace.reward)
-        await self._teardown_runtime()
-        self.trace._close_open_spans(time.time())
-        self.trace.ok = self._opened and not self._failed  # L25, decided last
-        self.trace.completed = True
-        self._state = "closed"
+        try:
+            if self._opened and not self._failed:
+                await self._release_harness()
+                await self._finalize()
+                if not self._failed:
+                    await self._score()
+            else:
+                await self._release_harness()
+        finally:
+            await self._teardown_runtime()
+            self.trace._close_open_spans(time.time())
+            self.trace.ok = self._opened and not self._failed  # L25, decided last
+            self.trace.completed = True
+            self._state = "closed"
         self._emit("closed", ok=self.trace.ok)
         log.info(self._done_line())
         return self.trace
@@ -362,18 +423,25 @@ class Rollout:
         reward = None if self._failed or not trace.rewards else round(trace.reward, 6)
         return f"rollout done: id={trace.id} reward={reward} turns={trace.num_turns} stop={trace.stop}"
 
-    async def _release_harness(self) -> None:
-        # A failed teardown only warns: the generation already happened, and a
-        # transport failure must not throw away a scorable trajectory (L22).
+    async def _bounded(self, what: str, action: Any) -> None:
+        """Run a teardown action under the teardown deadline; failures only warn.
+
+        A failed teardown must not throw away a trajectory that can be scored
+        (L22), and a hung one must not hang close()."""
         try:
-            await self.harness.cleanup(self.ctx)
+            async with asyncio.timeout(self.timeouts.teardown):
+                await action()
+        except TimeoutError:
+            self._warn(f"{what} did not finish within the {self.timeouts.teardown}s teardown deadline")
         except Exception as exc:
-            self._warn(f"harness cleanup failed: {type(exc).__name__}: {exc}")
+            self._warn(f"{what} failed: {type(exc).__name__}: {exc}")
+
+    async def _release_harness(self) -> None:
+        if not self._setup_started:
+            return  # nothing was brought up
+        await self._bounded("harness cleanup", lambda: self.harness.cleanup(self.ctx))
         for toolset in self.toolsets:
-            try:
-                await toolset.stop()
-            except Exception as exc:
-                self._warn(f"toolset {toolset.name!r} stop failed: {type(exc).__name__}: {exc}")
+            await self._bounded(f"toolset {toolset.name!r} stop", toolset.stop)
 
     async def _finalize(self) -> None:
         self._phase_start("finalize")
@@ -383,31 +451,40 @@ class Rollout:
                     await _maybe_await(self.task.finalize(self.ctx))
         except TimeoutError:
             self._fail(TaskError(f"task.finalize timed out after {self.timeouts.finalize}s"), "finalize")
-        except RolloutError as exc:
-            self._fail(exc, "finalize")
+        except Exception as exc:  # Refused included: finalize may not call the model
+            self._fail(exc if isinstance(exc, RolloutError) else TaskError(f"task.finalize: {exc}"), "finalize")
         self._phase_end("finalize")
+
+    async def _score(self) -> None:
+        self._phase_start("scoring")
+        await score(self.trace, self._signals, self._values, self.timeouts.scoring)
+        self._phase_end("scoring")
+        self._emit("scored", reward=self.trace.reward)
 
     async def _teardown_runtime(self) -> None:
         # Last, and only if owned: cross-trace judging needs traces, not a live box.
         if self.owns_runtime and self.runtime.started:
-            try:
-                await self.runtime.stop()
-            except Exception as exc:
-                self._warn(f"runtime stop failed: {type(exc).__name__}: {exc}")
+            await self._bounded("runtime stop", self.runtime.stop)
 
     def _warn(self, message: str) -> None:
         self.trace.warnings.append(message)
         log.warning("rollout %s: %s", self.id, message)
 
     async def abort(self) -> Trace:
-        """Free everything without finalizing or scoring. Idempotent."""
-        if self._state == "closed":
+        """Free everything without finalizing or scoring. Idempotent. A step
+        running in another task is cancelled first."""
+        if self._state in ("closed", "aborting"):
             return self.trace
-        self._state = "closed"
-        await self._release_harness()
-        await self._teardown_runtime()
-        self.trace._close_open_spans(time.time())
-        self.trace.aborted = True
-        self.trace.ok = False
+        if self._state == "stepping":
+            await self._cancel_running_step()
+        self._state = "aborting"
+        try:
+            await self._release_harness()
+            await self._teardown_runtime()
+        finally:
+            self.trace._close_open_spans(time.time())
+            self.trace.aborted = True
+            self.trace.ok = False
+            self._state = "closed"
         self._emit("closed", ok=False, aborted=True)
         return self.trace

@@ -43,7 +43,7 @@ class Runtime:
     kind = "runtime"
 
     def __init__(self) -> None:
-        self._state = "new"  # new -> running -> stopped
+        self._state = "new"  # new -> starting -> running -> stopped
 
     @property
     def started(self) -> bool:
@@ -62,6 +62,9 @@ class Runtime:
             return
         if self._state == "stopped":
             raise SandboxError(f"{self.kind} runtime was stopped and cannot start again; make a new one")
+        # "starting" counts as started, so a start cut short (cancelled, or
+        # failed halfway) is still stopped by whoever owns the runtime.
+        self._state = "starting"
         await self._start()
         self._state = "running"
 

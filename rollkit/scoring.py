@@ -20,7 +20,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import HarnessError, RolloutError, TaskError, crossing
+from .errors import HarnessError, TaskError, crossing
 from .hooks import BoundHook
 from .trace import Trace
 
@@ -66,25 +66,27 @@ def _record(trace: Trace, hook: BoundHook, value: Any) -> None:
     signals[hook.name] = _number(hook, hook.name, value)
 
 
-async def _run(trace: Trace, hook: BoundHook, values: dict[str, Any]) -> None:
+async def _run(trace: Trace, hook: BoundHook, values: dict[str, Any], finished: set[str]) -> None:
     error_type = HarnessError if hook.owner == "harness" else TaskError
     try:
         with crossing(error_type, f"{hook.owner} {hook.kind} {hook.name!r}"):
             value = await hook.call(values)
         _record(trace, hook, value)
-    except RolloutError as exc:
+    except Exception as exc:  # Refused too: a scorer that calls the model after a stop
         trace.signal_errors[hook.name] = f"{type(exc).__name__}: {exc}"
+    finished.add(hook.name)  # not reached when the scoring deadline cancels it
 
 
 async def score(trace: Trace, hooks: list[BoundHook], values: dict[str, Any], timeout: float | None) -> None:
     _seed(trace, hooks)
     if not hooks:
         return
+    finished: set[str] = set()
     try:
         async with asyncio.timeout(timeout):
-            await asyncio.gather(*(_run(trace, hook, values) for hook in hooks))
+            await asyncio.gather(*(_run(trace, hook, values, finished) for hook in hooks))
     except TimeoutError:
         for hook in hooks:
-            if _signals(trace, hook).get(hook.name, 0) is None and hook.name not in trace.signal_errors:
+            if hook.name not in finished:
                 trace.signal_errors[hook.name] = f"{_TIMED_OUT} after {timeout}s"
 

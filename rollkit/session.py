@@ -14,11 +14,12 @@ start segments, charge agent time or score.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import ProviderError, Refused, RolloutError, crossing
+from .errors import ProviderError, Refused, crossing
 from .hooks import HookSet, check_stop, rewrite
 from .messages import Request, Response
 from .trace import ErrorInfo, Rewrite
@@ -63,6 +64,8 @@ class Session:
         self._limits = [(name, limit, attr) for name, limit, attr in self._limits if limit is not None]
         self.stop_condition: str | None = None
         self.last: tuple[Request, Response] | None = None
+        self._next_call = 0
+        self._in_flight = 0
 
     @property
     def stopped(self) -> bool:
@@ -83,7 +86,10 @@ class Session:
         """Limits, then trace @stops: checked between turns (L12)."""
         trace = self.trace
         for name, limit, attr in self._limits:
-            if getattr(trace, attr) >= limit:
+            used = getattr(trace, attr)
+            if name == "max_turns":
+                used += self._in_flight  # calls running side by side count as turns already
+            if used >= limit:
                 return name
         for hook in self.hooks.trace_stops:
             if await check_stop(hook, self.values):
@@ -92,30 +98,37 @@ class Session:
 
     async def complete(self, request: Request) -> Response:
         if self.stop_condition is not None:
+            # A harness that retries every refusal in a loop must still let the
+            # event loop run (the agent deadline, other rollouts).
+            await asyncio.sleep(0)
             raise Refused(self.stop_condition)
         condition = await self.check_before_turn()
         if condition is not None:
             raise self._refuse(condition)
+        index = self._next_call
+        self._next_call += 1
         hooks = self.hooks
         if hooks.request_interceptors:
-            request = await self.rewrite_request(request, call=len(self.trace.model_calls))
+            request = await self.rewrite_request(request, call=index)
         for hook in hooks.request_stops:
             if await check_stop(hook, {**self.values, "request": request}):
                 raise self._refuse(hook.name)
 
-        index = len(self.trace.model_calls)
+        self._in_flight += 1
+        try:
+            return await self._call_model(index, request)
+        finally:
+            self._in_flight -= 1
+
+    async def _call_model(self, index: int, request: Request) -> Response:
         self._emit("call_start", call=index)
         start = time.time()
         try:
             with crossing(ProviderError, f"model {self.model.name!r}"):
                 response = await self.model.complete(request)
-        except RolloutError as exc:
-            end = time.time()
-            self.trace._record_call(
-                segment=self._segment(), start=start, end=end, response=None,
-                error=ErrorInfo.from_exception(exc, "agent"), agent_time=self._agent_time(),
-            )
-            self._emit("call_end", call=index, ok=False)
+        except BaseException as exc:
+            # Cancelled calls too: their time was spent waiting for the model.
+            self._record_failed_call(index, start, exc)
             condition = getattr(exc, "stop_condition", None)
             if condition:  # e.g. the prompt outgrew the context window: a clean stop
                 raise self._refuse(condition) from exc
@@ -123,21 +136,26 @@ class Session:
         end = time.time()
 
         stop_after: str | None = None
-        for hook in hooks.response_interceptors:
-            new = await rewrite(hook, {**self.values, "response": response}, response)
-            if new is not None and new != response:
-                response = new
-                self.trace.response_rewrites.append(Rewrite(hook=hook.name, boundary="response", call=index))
-        for hook in hooks.response_stops:
-            if await check_stop(hook, {**self.values, "response": response}):
-                stop_after = hook.name
-                break
+        try:
+            for hook in self.hooks.response_interceptors:
+                new = await rewrite(hook, {**self.values, "response": response}, response)
+                if new is not None and new != response:
+                    response = new
+                    self.trace.response_rewrites.append(Rewrite(hook=hook.name, boundary="response", call=index))
+            for hook in self.hooks.response_stops:
+                if await check_stop(hook, {**self.values, "response": response}):
+                    stop_after = hook.name
+                    break
+        except BaseException as exc:
+            # The model answered and its tokens were spent: keep the call on record.
+            self._record_failed_call(index, start, exc, end=end, response=response)
+            raise
 
+        extended = self.trace._record_conversation(request.messages, response.message)
         self.trace._record_call(
-            segment=self._segment(), start=start, end=end, response=response,
-            error=None, agent_time=self._agent_time(),
+            index=index, segment=self._segment(), start=start, end=end, response=response,
+            error=None, agent_time=self._agent_time(), continues_prompt=extended,
         )
-        self.trace._record_conversation(request.messages, response.message)
         self.last = (request, response)
         self._emit("call_end", call=index, ok=True)
         self._emit("turn", turn=self.trace.num_turns)
@@ -145,6 +163,18 @@ class Session:
             # The reply was sampled and is kept; the exchange ends after it.
             self.stop(stop_after)
         return response
+
+    def _record_failed_call(
+        self, index: int, start: float, exc: BaseException, *, end: float | None = None, response: Response | None = None
+    ) -> None:
+        if isinstance(exc, asyncio.CancelledError):
+            exc = ProviderError("the model call was cancelled before it answered (agent timeout, abort or close)")
+        self.trace._record_call(
+            index=index, segment=self._segment(), start=start, end=end or time.time(), response=None,
+            error=ErrorInfo.from_exception(exc, "agent"), agent_time=self._agent_time(),
+            usage=response.usage if response is not None else None,
+        )
+        self._emit("call_end", call=index, ok=False)
 
     async def rewrite_request(self, request: Request, call: int | None) -> Request:
         """Run the request interceptors over `request`, recording each change

@@ -10,6 +10,7 @@ tasks from keyword arguments: `Arithmetic(prompt="2+2?", answer=4)`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any, ClassVar
@@ -31,7 +32,7 @@ class TaskData(BaseModel):
     system_prompt: str | None = None
     id: str | None = None
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         if self.id is not None:
             return self.id

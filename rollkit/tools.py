@@ -99,14 +99,19 @@ def _validation_text(exc: Exception) -> str:
     return str(exc)
 
 
+@functools.lru_cache(maxsize=None)
+def _tool_attrs(cls: type) -> tuple[tuple[str, Any], ...]:
+    found = []
+    for attr in dir(cls):
+        marker = getattr(getattr(cls, attr, None), "__rollkit_tool__", None)
+        if marker is not None:
+            found.append((attr, marker))
+    return tuple(found)
+
+
 def tools_of(obj: Any) -> list[Tool]:
     """The @tool methods declared on `obj`'s class, bound to `obj`."""
-    found = []
-    for attr in dir(type(obj)):
-        marker = getattr(getattr(type(obj), attr, None), "__rollkit_tool__", None)
-        if marker is not None:
-            found.append(Tool(getattr(obj, attr), *marker))
-    return found
+    return [Tool(getattr(obj, attr), *marker) for attr, marker in _tool_attrs(type(obj))]
 
 
 class Toolset:
@@ -125,8 +130,10 @@ class Toolset:
                 raise ValueError(f"toolset {self.name!r} has two tools named {t.name!r}")
             self.tools[t.name] = t
 
-    async def start(self, ctx: Any) -> None:
-        """Bring the service up (called by open(), L6)."""
+    async def start(self, ctx: Any) -> dict[str, str] | None:
+        """Bring the service up (called by open(), L6). Return the URLs it
+        serves ({name: url}); the network policy keeps them reachable."""
+        return None
 
     async def stop(self) -> None:
         """Bring the service down (called by close() and abort())."""

@@ -269,19 +269,25 @@ class Trace(_Record):
     def _record_call(
         self,
         *,
+        index: int,
         segment: int,
         start: float,
         end: float,
         response: Response | None,
         error: ErrorInfo | None,
         agent_time: float,
+        usage: Usage | None = None,
+        continues_prompt: bool = True,
     ) -> ModelCall:
+        """Record one model call; a call with a response is a committed turn.
+        `continues_prompt` is False when the prompt did not extend the previous
+        sequence (the harness rewrote history): then all of it is new input."""
         call = ModelCall.model_construct(
-            index=len(self.model_calls),
+            index=index,
             segment=segment,
             start=start,
             end=end,
-            usage=response.usage if response else Usage(),
+            usage=response.usage if response else (usage or Usage()),
             new_input_tokens=0,
             finish_reason=response.finish_reason if response else None,
             committed=response is not None,
@@ -295,7 +301,10 @@ class Trace(_Record):
         if response is not None:
             usage = response.usage
             # Only the part of the prompt the previous sequence did not hold is new.
-            new_input = max(0, usage.input_tokens - self._num_total) if self._num_turns else usage.input_tokens
+            if self._num_turns and continues_prompt:
+                new_input = max(0, usage.input_tokens - self._num_total)
+            else:
+                new_input = usage.input_tokens
             self._num_turns += 1
             self._num_input += new_input
             self._num_output += usage.output_tokens
@@ -308,15 +317,17 @@ class Trace(_Record):
         self.model_calls.append(call)
         return call
 
-    def _record_conversation(self, sent: list[Any], reply: AssistantMessage | None) -> None:
+    def _record_conversation(self, sent: list[Any], reply: AssistantMessage | None) -> bool:
         """Bring the ledger up to what the model saw, then add its reply.
 
         Harnesses usually extend one list, so the ledger is a prefix of what was
         sent: checked by identity first (O(1)), by equality otherwise. A harness
-        that rewrote history replaces the ledger with what the model saw."""
+        that rewrote history replaces the ledger with what the model saw.
+        Returns whether what was sent extended the ledger."""
         ledger = self.messages
         n = len(ledger)
-        if len(sent) >= n and (n == 0 or sent[n - 1] is ledger[n - 1] or sent[:n] == ledger):
+        extended = len(sent) >= n and (n == 0 or sent[n - 1] is ledger[n - 1] or sent[:n] == ledger)
+        if extended:
             ledger.extend(sent[n:])
         else:
             keep = [i for i in self.sampled if i < len(sent) and sent[i] == ledger[i]]
@@ -325,3 +336,4 @@ class Trace(_Record):
         if reply is not None:
             self.sampled.append(len(ledger))
             ledger.append(reply)
+        return extended

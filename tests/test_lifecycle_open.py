@@ -48,7 +48,6 @@ async def test_L2_five_phase_spans_all_ended_and_agent_time_split():
         assert span.end is not None and span.end >= span.start
     assert trace.model_time >= 0.05
     assert trace.harness_time >= 0.05
-    assert trace.model_time + trace.harness_time == pytest.approx(trace.agent_time)
 
 
 async def test_L2_failed_open_leaves_no_span_open():
@@ -248,6 +247,7 @@ async def test_L8_cancellation_during_open_aborts_then_reraises(recorder: Record
         await opening
     assert recorder.items == ["runtime.start", "runtime.stop"]
     assert rollout.trace.aborted is True and rollout.closed
+    assert all(span.end is not None for span in rollout.trace.phases.values())
 
 
 async def test_open_twice_is_a_clear_error():
