@@ -34,6 +34,8 @@ _LAZY = {
     "SubprocessRuntime": ("rollkit.subprocess_runtime", "SubprocessRuntime"),
     "ProgramHarness": ("rollkit.program", "ProgramHarness"),
     "evaluate": ("rollkit.evaluate", "evaluate"),
+    "evaluate_async": ("rollkit.evaluate", "evaluate_async"),
+    "load_run": ("rollkit.evaluate", "load_run"),
     "notebook": ("rollkit.notebook", None),
     "frames": ("rollkit.frames", None),
     "plots": ("rollkit.plots", None),
