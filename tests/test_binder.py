@@ -69,7 +69,7 @@ def test_binder_files_build_an_environment_that_runs_a_notebook(tmp_path: Path) 
         # Prove where the kernel runs: this environment, and rollkit installed into it.
         nb.cells.append(nbformat.v4.new_code_cell(
             "import sys, rollkit; print('PREFIX', sys.prefix); print('ROLLKIT', rollkit.__file__)"))
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+        nbclient.NotebookClient(nb, timeout=300, startup_timeout=300, kernel_name="python3",
                                 resources={{"metadata": {{"path": {str(tmp_path)!r}}}}}).execute()
         print(nb.cells[-1].outputs[0]["text"])
         """
