@@ -314,3 +314,12 @@ async def test_gauges_show_limits_budget_and_phase() -> None:
     assert '<td class="rk-phase" colspan="3">none: waiting for the user</td>' in gauges
     await ro.aclose()
     panel.close()
+
+
+def test_open_names_a_wrong_argument() -> None:
+    with pytest.raises(TypeError, match=r"rk.notebook.open needs an rk.Agent first, got str"):
+        rk.notebook.open("echo", rk.Task(prompt="hi"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"rk.notebook.open needs an rk.Task second, got dict"):
+        rk.notebook.open(rk.Agent(model="echo"), {"prompt": "hi"})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"TraceBrowser shows rk.Trace objects; item 0 is a str"):
+        rk.notebook.TraceBrowser(["not a trace"])  # type: ignore[list-item]
