@@ -247,6 +247,13 @@ class Trace(_Record):
         """What ended the run: the error type, or the stop condition."""
         return self.error.type if self.error else self.stop_condition
 
+    def _repr_html_(self) -> str:
+        """How a notebook shows a trace: summary, transcript, signals, phases,
+        with everything a model or user wrote escaped."""
+        from .display import trace_html
+
+        return trace_html(self)
+
     def summary(self) -> str:
         reward = f"{self.reward:.3f}" if self.rewards else "-"
         return (

@@ -79,14 +79,11 @@ async def test_saved_trace_loads_back_and_displays_the_same(tmp_path) -> None:
     assert [trace_html(t) for t in loaded] == [trace_html(t) for t in traces]
 
 
-async def test_ipython_shows_a_trace_as_html() -> None:
+async def test_ipython_shows_a_trace_as_html_without_the_notebook_layer() -> None:
     from IPython.core.interactiveshell import InteractiveShell
-
-    from rollkit.notebook.display import _register_ipython
 
     shell = InteractiveShell.instance()
     try:
-        _register_ipython()
         trace = await _script_trace()
         data, _meta = shell.display_formatter.format(trace)
         assert data["text/html"] == trace_html(trace)

@@ -6,15 +6,15 @@
     ro.close()                           # finalize and score; returns the trace
     rk.notebook.TraceBrowser(traces)     # many traces: pick one, read it, see its plots
 
-Importing this package teaches a running IPython to show an `rk.Trace` as
-HTML (`trace_html`). It needs the notebook extra (ipywidgets, plotly,
+A trace shows itself as HTML in any notebook (`rk.Trace._repr_html_`, drawn
+by `rollkit.display`); this package needs the notebook extra (ipywidgets, plotly,
 anywidget, nest-asyncio); the core never imports it.
 """
 
 from __future__ import annotations
 
 from .browser import TraceBrowser
-from .display import chat_html, trace_html
+from ..display import chat_html, trace_html
 from .panel import RolloutPanel
 from .stepping import NotebookRollout, RolloutEnded, Status, StepResult, open
 
@@ -39,7 +39,3 @@ def show(trace):  # type: ignore[no-untyped-def]
 
     display(HTML(trace_html(trace)))
 
-
-from .display import _register_ipython  # noqa: E402
-
-_register_ipython()

@@ -16,7 +16,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..trace import Trace
-from .display import trace_html
+from ..display import trace_html
 
 __all__ = ["TraceBrowser"]
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 
 from ..events import Event
-from .display import STYLE, message_html
+from ..display import STYLE, message_html
 
 if TYPE_CHECKING:
     from .stepping import NotebookRollout

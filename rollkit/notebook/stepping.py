@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..messages import AssistantMessage, to_messages
 from ..trace import Trace
 from . import _loop
-from .display import chat_html
+from ..display import chat_html
 
 if TYPE_CHECKING:
     from ..agent import Agent

@@ -9,7 +9,8 @@ file, or picked in the browser.
 Everything a model, a user, a tool or a task wrote passes through
 `html.escape` before it becomes HTML: a reply holding `<script>` is shown as
 text, never run. This module produces strings only; it holds no widget and
-runs nothing.
+runs nothing, and imports nothing beyond the standard library and the
+trace, so the core `Trace._repr_html_` can use it without the notebook extra.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from ..trace import PHASES, Trace
+from .trace import PHASES, Trace
 
 __all__ = ["chat_html", "message_html", "trace_html", "status_html", "STYLE"]
 
@@ -184,18 +185,3 @@ def trace_html(trace: Trace) -> str:
         f"<details><summary><b>phases</b></summary>{_phases_html(trace)}</details>"
         "</div>"
     )
-
-
-def _register_ipython() -> None:
-    """Teach a running IPython to show traces as HTML. The core Trace knows
-    nothing of notebooks, so the notebook layer registers the formatter from
-    its side when it is imported (keeping the import arrow one-way)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - ipykernel is a notebook dependency
-        return
-    shell = get_ipython()
-    if shell is None:
-        return
-    formatter = shell.display_formatter.formatters["text/html"]
-    formatter.for_type(Trace, trace_html)
