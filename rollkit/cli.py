@@ -72,7 +72,7 @@ def _load_tasks(spec: str) -> list[Any]:
 
 
 def _run(agent: Any, tasks: list[Any], **options: Any) -> Any:
-    from .evaluate import RunFolderError, evaluate
+    from .evaluation import RunFolderError, evaluate
 
     try:
         return evaluate(agent, tasks, **options)
@@ -184,7 +184,7 @@ def show(folder: Path) -> None:
     """Summarize the run folder DIR: rollouts by stop condition and error
     type, mean reward with how many are missing one, phase time totals, and
     group signals."""
-    from .evaluate import load_run
+    from .evaluation import load_run
     from .store import TraceFileError
 
     try:

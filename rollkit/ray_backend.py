@@ -6,9 +6,9 @@ sends each the agent once, and then sends them (task, ids) pairs; each actor
 runs many rollouts at once on its own event loop through the same
 `_run_rollout` as the local backend, and returns the finished trace as JSON.
 The driver awaits each result as it finishes, so the progress bar, the trace
-file, resume and group scoring (all in `rollkit.evaluate`) behave exactly as
-locally. Cancelling the driver cancels the actor calls in flight, which abort
-their rollouts.
+file, resume and group scoring (rollkit.evaluation, rollkit.runfolder and
+rollkit.groups) behave exactly as locally. Cancelling the driver cancels the
+actor calls in flight, which abort their rollouts.
 
 Needs the `rollkit[ray]` extra. Tasks and agents travel by cloudpickle, so
 their classes must be importable on the workers (a local Ray instance started
@@ -43,7 +43,7 @@ class _RolloutActor:
         self.agent = agent
 
     async def run(self, task: Task, info: dict[str, Any]) -> str:
-        from .evaluate import _run_rollout
+        from .evaluation import _run_rollout
 
         trace = await _run_rollout(self.agent, task, info)
         return trace.model_dump_json()

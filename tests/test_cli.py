@@ -127,7 +127,7 @@ def test_show_of_a_missing_or_corrupt_folder_is_a_clear_error(tmp_path):
 
 def test_import_rollkit_loads_no_cli_progress_table_or_ray_library():
     code = (
-        "import sys, rollkit as rk; rk.evaluate; import rollkit.evaluate; "
+        "import sys, rollkit as rk; rk.evaluate; import rollkit.evaluation; "
         "print(sorted(m for m in ('pandas', 'tqdm', 'ray', 'click', 'typer') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

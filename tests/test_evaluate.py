@@ -13,7 +13,7 @@ import pytest
 from evaluate_helpers import BadHook, BrokenSetup, Said, said_agent, said_tasks
 
 import rollkit as rk
-from rollkit.evaluate import EvalResult, best_of_n, evaluate_async, load_run, pass_at_k
+from rollkit.evaluation import EvalResult, best_of_n, evaluate_async, load_run, pass_at_k
 
 
 def test_every_trace_carries_example_id_and_rollout_id():
@@ -264,11 +264,11 @@ async def test_bad_arguments_are_refused_before_anything_runs_in_a_loop():
         rk.evaluate(said_agent(), said_tasks(1), concurrency=0)
 
 
-def test_rk_evaluate_stays_callable_after_importing_the_module(tmp_path):
-    import rollkit.evaluate as module
+def test_rk_evaluate_stays_the_function_after_importing_the_module(tmp_path):
+    import rollkit.evaluation as module
 
-    assert callable(rk.evaluate) and callable(module)
-    result = module(said_agent(), said_tasks(1), out=tmp_path, progress=False)
+    assert rk.evaluate is module.evaluate
+    result = rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, progress=False)
     assert [t.model_dump() for t in load_run(tmp_path)] == [t.model_dump() for t in result]
 
 

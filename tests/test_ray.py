@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs the rollkit[ray] 
 from evaluate_helpers import HERE, BadHook, BrokenSetup, said_agent, said_tasks  # noqa: E402
 
 import rollkit as rk  # noqa: E402
-from rollkit.evaluate import RunFolderError, load_run, pass_at_k  # noqa: E402
+from rollkit.evaluation import RunFolderError, load_run, pass_at_k  # noqa: E402
 from rollkit.examples import arithmetic_tasks, demo_agent  # noqa: E402
 from rollkit.ray_backend import RayBackend, RayUnavailable  # noqa: E402
 

@@ -1,50 +1,40 @@
 """Run many: a task set times `repeats`, many rollouts in flight, one result.
 
-This module owns batch evaluation and its run folder: `evaluate` (sync, or an
-awaitable when an event loop already runs) and `evaluate_async` bound the
-rollouts in flight, tag every trace with its example id and rollout id, keep a
-`tqdm.auto` progress bar, append each finished trace to the run folder's trace
-file the moment it finishes, resume a folder, run group scorers once all the
-repeats of a task are done, and hand back an `EvalResult` that builds the
-DataFrames (through `rollkit.frames`).
-
-A run folder (`out=DIR`) holds:
-- `manifest.json`: rollkit version, run id, start time, agent config, the task
-  set (keys and a fingerprint), repeats, group scorer names;
-- `traces.jsonl`: one finished trace per line, in finishing order;
-- `groups.jsonl`: one line per (task, group scorer), see `GroupSignal`.
+This module owns batch evaluation: `evaluate` (sync, or an awaitable when an
+event loop already runs) and `evaluate_async` bound the rollouts in flight,
+tag every trace with its example id and rollout id, keep a `tqdm.auto`
+progress bar, append each finished trace to the run folder's trace file the
+moment it finishes, resume a folder, run group scorers once all the repeats
+of a task are done, and hand back an `EvalResult` that builds the DataFrames
+(through `rollkit.frames`); `load_run` reads a run folder back as one.
 
 Each trace's `info` gets `example_id` (the task key), `repeat`, `rollout_id`
 (`<task key>#<repeat>`) and `run_id`. Group signals (pass@k, best-of-n, ...)
-are not on the traces, which were written before the group was complete; they
-are their own table, `EvalResult.groups` / `EvalResult.group_signals()`.
+are not on the traces; they are `EvalResult.groups` /
+`EvalResult.group_signals()`.
 
 This module does not drive a rollout's lifecycle (the rollout does), build
-DataFrames (rollkit.frames does) or know Ray (rollkit.ray_backend does).
+DataFrames (rollkit.frames does), know Ray (rollkit.ray_backend does), define
+the run folder format (rollkit.runfolder does) or judge a group
+(rollkit.groups does).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import inspect
 import json
 import logging
-import math
-import numbers
 import os
-import sys
-import types
-import uuid
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .agent import Agent
-from .store import TraceFileError, append_trace, load
+from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
+from .runfolder import GROUPS, TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
+from .store import append_trace
 from .task import Task
 from .trace import PHASES, ErrorInfo, TaskRef, Trace
 
@@ -55,111 +45,14 @@ __all__ = [
     "evaluate",
     "evaluate_async",
     "EvalResult",
-    "GroupSignal",
     "load_run",
+    "GroupSignal",
     "pass_at_k",
     "best_of_n",
     "RunFolderError",
 ]
 
 log = logging.getLogger("rollkit")
-
-MANIFEST = "manifest.json"
-TRACES = "traces.jsonl"
-GROUPS = "groups.jsonl"
-
-GroupScorer = Callable[[list[Trace]], Any]
-
-
-class RunFolderError(ValueError):
-    """A run folder cannot be used as asked (another run's, or damaged)."""
-
-
-# ---- group scorers ----------------------------------------------------------
-
-
-@dataclass
-class GroupSignal:
-    """One group scorer's judgement of all the traces of one task."""
-
-    example_id: str
-    signal: str
-    value: float | None
-    n: int
-    error: str | None = None
-
-
-def pass_at_k(k: int, threshold: float = 1.0) -> GroupScorer:
-    """Group scorer `pass@k`: the chance that at least one of k repeats drawn
-    from the n run has reward >= threshold (the unbiased estimator
-    1 - C(n-c, k) / C(n, k), c the passing repeats). Needs repeats >= k."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"pass_at_k needs k >= 1, got {k!r}")
-
-    def score(traces: list[Trace]) -> float | None:
-        n = len(traces)
-        if n < k:
-            return None  # not enough repeats to judge: missing, not zero
-        c = sum(1 for t in traces if not t.failed and t.rewards and t.reward >= threshold)
-        if n - c < k:
-            return 1.0
-        return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-    score.__name__ = f"pass@{k}"
-    return score
-
-
-def best_of_n() -> GroupScorer:
-    """Group scorer `best_of_n`: the highest reward among the task's scored
-    repeats (missing when none was scored, e.g. all failed)."""
-
-    def score(traces: list[Trace]) -> float | None:
-        rewards = [t.reward for t in traces if not t.failed and any(v is not None for v in t.rewards.values())]
-        return max(rewards) if rewards else None
-
-    score.__name__ = "best_of_n"
-    return score
-
-
-def _group_scorers(scorers: Any) -> dict[str, GroupScorer]:
-    if scorers is None:
-        return {}
-    if callable(scorers):
-        scorers = [scorers]
-    if isinstance(scorers, Mapping):
-        named = dict(scorers)
-    else:
-        named = {}
-        for scorer in scorers:
-            name = getattr(scorer, "__name__", None) or type(scorer).__name__
-            if name in named:
-                raise ValueError(f"two group scorers are named {name!r}; pass a dict of name -> scorer")
-            named[name] = scorer
-    for name, scorer in named.items():
-        if not callable(scorer):
-            raise TypeError(f"group scorer {name!r} must be a function of a list of traces, got {type(scorer).__name__}")
-    return named
-
-
-async def _run_group(example_id: str, traces: list[Trace], scorers: dict[str, GroupScorer]) -> list[GroupSignal]:
-    """Judge one task's traces. A scorer that raises records a missing value
-    with the reason (as L27 does for a trace's signals), never a crash."""
-    results = []
-    ordered = sorted(traces, key=lambda t: t.info.get("repeat", 0))
-    for name, scorer in scorers.items():
-        try:
-            value = scorer(list(ordered))
-            if inspect.isawaitable(value):
-                value = await value
-            values = value if isinstance(value, Mapping) else {name: value}
-            for key, item in values.items():
-                if item is not None and (isinstance(item, bool) or not isinstance(item, numbers.Real)):
-                    raise TypeError(f"returned {type(item).__name__} {item!r}; return a number, None, or a mapping")
-                number = None if item is None else float(item)
-                results.append(GroupSignal(example_id, str(key), number, len(traces)))
-        except Exception as exc:
-            results.append(GroupSignal(example_id, name, None, len(traces), f"{type(exc).__name__}: {exc}"))
-    return results
 
 
 # ---- the result ---------------------------------------------------------------
@@ -289,167 +182,13 @@ def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> 
     return "\n".join(lines)
 
 
-# ---- the run folder -------------------------------------------------------------
-
-
-def _fingerprint(tasks: list[Task]) -> str:
-    digest = hashlib.sha1()
-    for task in tasks:
-        blob = json.dumps([type(task).__qualname__, task.key, task.data.model_dump(mode="json")], sort_keys=True, default=str)
-        digest.update(blob.encode())
-        digest.update(b"\n")
-    return digest.hexdigest()
-
-
-def _agent_config(agent: Agent) -> dict[str, Any]:
-    return {**agent.describe(), "limits": agent.limits.model_dump(), "timeouts": agent.timeouts.model_dump()}
-
-
-def _read_jsonl_groups(path: Path) -> list[GroupSignal]:
-    if not path.exists():
-        return []
-    groups = []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            groups.append(GroupSignal(**json.loads(line)))
-        except (ValueError, TypeError) as exc:
-            if number == len(lines):  # torn by a crash: recomputed on resume
-                warnings.warn(f"{path}: line {number} is torn (a write cut short); skipped", stacklevel=3)
-                continue
-            raise RunFolderError(f"{path}: line {number} is not a group signal ({exc})") from None
-    return groups
-
-
-def _latest(groups: list[GroupSignal]) -> list[GroupSignal]:
-    """One signal per (task, name): the last written. groups.jsonl is
-    append-only, so a group judged again after a resume with more repeats
-    appears twice; the later judgement saw all the repeats."""
-    latest = {(g.example_id, g.signal): g for g in groups}
-    return [g for g in groups if latest[(g.example_id, g.signal)] is g]
-
-
 def load_run(path: str | os.PathLike[str]) -> EvalResult:
     """Read a run folder back: the same traces (in the same order) and group
     signals as the in-memory result of the run that wrote it. A torn last
     line is skipped with a warning; a bad line in the middle raises
     `TraceFileError` naming it."""
-    folder = Path(path)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no run folder at {folder}")
-    manifest_path = folder / MANIFEST
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {}
-    traces = load(folder / TRACES) if (folder / TRACES).exists() else []
-    if not manifest and not traces:
-        raise FileNotFoundError(f"{folder} is not a run folder: it holds neither {MANIFEST} nor {TRACES}")
-    return EvalResult(traces, _latest(_read_jsonl_groups(folder / GROUPS)), out=folder, manifest=manifest)
-
-
-def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    found = []
-    if old.get("tasks", {}).get("fingerprint") != new["tasks"]["fingerprint"]:
-        found.append(
-            f"task set ({old.get('tasks', {}).get('count')} tasks there, {new['tasks']['count']} here, "
-            "or the same count with other keys or data)"
-        )
-    if old.get("agent") != new["agent"]:
-        found.append(f"agent ({old.get('agent')} there, {new['agent']} here)")
-    return found
-
-
-def _repair_torn_tail(path: Path) -> None:
-    """Make the file end at a line boundary before appending. A last line
-    without its newline was a write cut short; `load` skipped it (with a
-    warning), so it is cut off and its rollout runs again. Appending after it
-    would otherwise glue the next trace onto a broken line in the middle."""
-    with open(path, "rb+") as f:
-        data = f.read()
-        if not data or data.endswith(b"\n"):
-            return
-        cut = data.rfind(b"\n") + 1
-        tail = data[cut:]
-        try:
-            Trace.model_validate_json(tail)
-        except ValueError:
-            f.truncate(cut)
-            return
-        f.write(b"\n")  # complete JSON that lost only its newline: keep it
-
-
-@dataclass
-class _Folder:
-    """The run folder as prepared for writing: what is already there."""
-
-    path: Path
-    manifest: dict[str, Any]
-    traces: list[Trace] = field(default_factory=list)
-    groups: list[GroupSignal] = field(default_factory=list)
-
-
-def _prepare_folder(out: Path, manifest: dict[str, Any], resume: bool) -> _Folder:
-    if out.exists() and not out.is_dir():
-        raise RunFolderError(f"out={str(out)!r} is a file; pass a folder (it will hold {MANIFEST} and {TRACES})")
-    manifest_path = out / MANIFEST
-    traces_path = out / TRACES
-    if manifest_path.exists():
-        try:
-            old = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise RunFolderError(f"{manifest_path} is not valid JSON ({exc}); choose another out folder") from None
-        if not resume:
-            raise RunFolderError(
-                f"{out} already holds a run (run {old.get('run_id')}, started {old.get('started')}); "
-                "pass resume=True (rollkit eval --resume) to continue it, or choose another out folder"
-            )
-        differs = _differences(old, manifest)
-        if differs:
-            raise RunFolderError(
-                f"{out} holds another run: its {' and '.join(differs)} differ from this call; resume only "
-                "continues the same run, so choose another out folder"
-            )
-        try:
-            traces = load(traces_path) if traces_path.exists() else []
-        except TraceFileError as exc:
-            raise RunFolderError(
-                f"cannot resume: {exc}. A bad line in the middle means the file was changed by something "
-                f"other than rollkit; resume refuses to guess which rollouts finished. Fix or remove line "
-                f"{exc.line} of {traces_path}"
-            ) from None
-        if traces_path.exists():
-            _repair_torn_tail(traces_path)
-        groups_path = out / GROUPS
-        groups = _read_jsonl_groups(groups_path)
-        if groups_path.exists():
-            _repair_group_tail(groups_path)
-        # The run keeps its identity across resumes; repeats may grow.
-        merged = {**old, "repeats": manifest["repeats"], "group_scorers": manifest["group_scorers"]}
-        merged.setdefault("resumed", []).append(manifest["started"])
-        _write_manifest(out, merged)
-        return _Folder(out, merged, traces, groups)
-    if traces_path.exists():
-        raise RunFolderError(
-            f"{out} holds {TRACES} but no {MANIFEST}: it was not written by rollkit.evaluate; "
-            "choose another out folder"
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    _write_manifest(out, manifest)
-    return _Folder(out, manifest)
-
-
-def _repair_group_tail(path: Path) -> None:
-    with open(path, "rb+") as f:
-        data = f.read()
-        if data and not data.endswith(b"\n"):
-            f.truncate(data.rfind(b"\n") + 1)
-
-
-def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, out / MANIFEST)
+    folder = read_folder(path)
+    return EvalResult(folder.traces, folder.groups, out=folder.path, manifest=folder.manifest)
 
 
 # ---- the plan and the run ---------------------------------------------------------
@@ -494,7 +233,7 @@ class _Plan:
     progress: bool
     scorers: dict[str, GroupScorer]
     manifest: dict[str, Any]
-    folder: _Folder | None
+    folder: RunFolder | None
 
     @property
     def run_id(self) -> str:
@@ -518,24 +257,14 @@ def _plan(
     task_list = _task_list(tasks)
     _whole("repeats", repeats, "how many times each task runs")
     _whole("concurrency", concurrency, "how many rollouts run at once")
-    scorers = _group_scorers(group_scorers)
+    scorers = named_scorers(group_scorers)
     backend = _backend(backend)
     if resume and out is None:
         raise ValueError("resume=True needs out=DIR: the run folder to continue")
     if hasattr(backend, "check"):
         backend.check()  # e.g. Ray installed and its address answering, before any file is written
-    from . import __version__
-
-    manifest = {
-        "rollkit": __version__,
-        "run_id": uuid.uuid4().hex[:12],
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "agent": _agent_config(agent),
-        "tasks": {"count": len(task_list), "fingerprint": _fingerprint(task_list), "keys": [t.key for t in task_list]},
-        "repeats": repeats,
-        "group_scorers": list(scorers),
-    }
-    folder = _prepare_folder(Path(out), manifest, resume) if out is not None else None
+    manifest = new_manifest(agent, task_list, repeats, list(scorers))
+    folder = prepare_folder(Path(out), manifest, resume) if out is not None else None
     if folder is not None:
         manifest = folder.manifest
     return _Plan(agent, task_list, repeats, concurrency, backend, progress, scorers, manifest, folder)
@@ -675,7 +404,7 @@ class _Run:
             seen.add(rollout_id)
             self.by_example.setdefault(trace.info.get("example_id", trace.task.key), []).append(trace)
         # A group judged on fewer repeats than now asked (resume with more
-        # repeats) is judged again; the newer record wins (see _latest).
+        # repeats) is judged again; the newer record wins (see rollkit.runfolder.latest).
         self.judged = {g.example_id for g in self.groups if g.n == plan.repeats}
         self.todo = [(t, r) for t in plan.tasks for r in range(plan.repeats) if f"{t.key}#{r}" not in seen]
         planned = {t.key for t in plan.tasks}
@@ -696,7 +425,7 @@ class _Run:
         if len({t.info.get("repeat") for t in mine}) < plan.repeats:
             return
         self.judged.add(example_id)
-        for signal in await _run_group(example_id, mine, plan.scorers):
+        for signal in await run_group(example_id, mine, plan.scorers):
             self.groups.append(signal)
             if self.group_file is not None:
                 self.group_file.write(json.dumps(asdict(signal)) + "\n")
@@ -758,7 +487,7 @@ class _Run:
             for file in (self.trace_file, self.group_file):
                 if file is not None:
                     file.close()
-        return EvalResult(self.traces, _latest(self.groups), out=folder.path if folder else None, manifest=plan.manifest)
+        return EvalResult(self.traces, latest(self.groups), out=folder.path if folder else None, manifest=plan.manifest)
 
 
 async def _execute(plan: _Plan) -> EvalResult:
@@ -845,14 +574,3 @@ class _Pending:
             "result = await rk.evaluate(...)>"
         )
 
-
-class _CallableModule(types.ModuleType):
-    """`rk.evaluate(...)` must work even after `import rollkit.evaluate`, which
-    makes the attribute `rollkit.evaluate` this module instead of the function
-    (Python binds a submodule on its package when imported)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return evaluate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,234 @@
+"""The run folder format: what `rk.evaluate(..., out=DIR)` writes, and reading it back.
+
+A run folder (`out=DIR`) holds:
+- `manifest.json`: rollkit version, run id, start time, agent config, the task
+  set (keys and a fingerprint), repeats, group scorer names;
+- `traces.jsonl`: one finished trace per line, in finishing order;
+- `groups.jsonl`: one line per (task, group scorer), see `GroupSignal`.
+
+This module owns that format: building and writing the manifest, preparing a
+folder for a new run or a resume (and refusing another run's folder, a damaged
+one, or a resume without a manifest), cutting a torn tail (a write cut short
+by a crash) before appending, and reading a folder back (manifest, traces,
+the latest group signal per task and scorer).
+
+This module does not run rollouts or append finished traces and group signals
+as they come (rollkit.evaluation does), judge groups (rollkit.groups does) or
+parse a trace line (rollkit.store does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .agent import Agent
+from .groups import GroupSignal
+from .store import TraceFileError, load
+from .task import Task
+from .trace import Trace
+
+__all__ = [
+    "MANIFEST",
+    "TRACES",
+    "GROUPS",
+    "RunFolderError",
+    "RunFolder",
+    "new_manifest",
+    "prepare_folder",
+    "read_folder",
+    "latest",
+]
+
+MANIFEST = "manifest.json"
+TRACES = "traces.jsonl"
+GROUPS = "groups.jsonl"
+
+
+class RunFolderError(ValueError):
+    """A run folder cannot be used as asked (another run's, or damaged)."""
+
+
+def _fingerprint(tasks: list[Task]) -> str:
+    digest = hashlib.sha1()
+    for task in tasks:
+        blob = json.dumps([type(task).__qualname__, task.key, task.data.model_dump(mode="json")], sort_keys=True, default=str)
+        digest.update(blob.encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _agent_config(agent: Agent) -> dict[str, Any]:
+    return {**agent.describe(), "limits": agent.limits.model_dump(), "timeouts": agent.timeouts.model_dump()}
+
+def new_manifest(agent: Agent, tasks: list[Task], repeats: int, group_scorers: list[str]) -> dict[str, Any]:
+    """The manifest of a new run (a resume keeps the folder's run id and start)."""
+    from . import __version__
+
+    return {
+        "rollkit": __version__,
+        "run_id": uuid.uuid4().hex[:12],
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "agent": _agent_config(agent),
+        "tasks": {"count": len(tasks), "fingerprint": _fingerprint(tasks), "keys": [t.key for t in tasks]},
+        "repeats": repeats,
+        "group_scorers": group_scorers,
+    }
+
+
+def _read_groups(path: Path, stacklevel: int = 3) -> list[GroupSignal]:
+    if not path.exists():
+        return []
+    groups = []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            groups.append(GroupSignal(**json.loads(line)))
+        except (ValueError, TypeError) as exc:
+            if number == len(lines):  # torn by a crash: recomputed on resume
+                warnings.warn(f"{path}: line {number} is torn (a write cut short); skipped", stacklevel=stacklevel)
+                continue
+            raise RunFolderError(f"{path}: line {number} is not a group signal ({exc})") from None
+    return groups
+
+
+def latest(groups: list[GroupSignal]) -> list[GroupSignal]:
+    """One signal per (task, name): the last written. groups.jsonl is
+    append-only, so a group judged again after a resume with more repeats
+    appears twice; the later judgement saw all the repeats."""
+    last = {(g.example_id, g.signal): g for g in groups}
+    return [g for g in groups if last[(g.example_id, g.signal)] is g]
+
+
+def read_folder(path: str | os.PathLike[str]) -> RunFolder:
+    """Read a run folder as written: its manifest, traces (in the order
+    written) and latest group signals. A torn last line is skipped with a
+    warning; a bad line in the middle raises `TraceFileError` naming it."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no run folder at {folder}")
+    manifest_path = folder / MANIFEST
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {}
+    traces = load(folder / TRACES) if (folder / TRACES).exists() else []
+    if not manifest and not traces:
+        raise FileNotFoundError(f"{folder} is not a run folder: it holds neither {MANIFEST} nor {TRACES}")
+    # stacklevel 4: a torn-line warning names the caller of load_run
+    return RunFolder(folder, manifest, traces, latest(_read_groups(folder / GROUPS, stacklevel=4)))
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    found = []
+    if old.get("tasks", {}).get("fingerprint") != new["tasks"]["fingerprint"]:
+        found.append(
+            f"task set ({old.get('tasks', {}).get('count')} tasks there, {new['tasks']['count']} here, "
+            "or the same count with other keys or data)"
+        )
+    if old.get("agent") != new["agent"]:
+        found.append(f"agent ({old.get('agent')} there, {new['agent']} here)")
+    return found
+
+
+def _repair_torn_tail(path: Path) -> None:
+    """Make the file end at a line boundary before appending. A last line
+    without its newline was a write cut short; `load` skipped it (with a
+    warning), so it is cut off and its rollout runs again. Appending after it
+    would otherwise glue the next trace onto a broken line in the middle."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data or data.endswith(b"\n"):
+            return
+        cut = data.rfind(b"\n") + 1
+        tail = data[cut:]
+        try:
+            Trace.model_validate_json(tail)
+        except ValueError:
+            f.truncate(cut)
+            return
+        f.write(b"\n")  # complete JSON that lost only its newline: keep it
+
+
+@dataclass
+class RunFolder:
+    """A run folder as read or prepared for writing: what is already there."""
+
+    path: Path
+    manifest: dict[str, Any]
+    traces: list[Trace] = field(default_factory=list)
+    groups: list[GroupSignal] = field(default_factory=list)
+
+
+def prepare_folder(out: Path, manifest: dict[str, Any], resume: bool) -> RunFolder:
+    """Make `out` ready for this run: a new folder with its manifest, or, with
+    `resume`, the same run's folder with its tails repaired and the manifest
+    updated. Refuses (RunFolderError) anything else."""
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"out={str(out)!r} is a file; pass a folder (it will hold {MANIFEST} and {TRACES})")
+    manifest_path = out / MANIFEST
+    traces_path = out / TRACES
+    if manifest_path.exists():
+        try:
+            old = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise RunFolderError(f"{manifest_path} is not valid JSON ({exc}); choose another out folder") from None
+        if not resume:
+            raise RunFolderError(
+                f"{out} already holds a run (run {old.get('run_id')}, started {old.get('started')}); "
+                "pass resume=True (rollkit eval --resume) to continue it, or choose another out folder"
+            )
+        differs = _differences(old, manifest)
+        if differs:
+            raise RunFolderError(
+                f"{out} holds another run: its {' and '.join(differs)} differ from this call; resume only "
+                "continues the same run, so choose another out folder"
+            )
+        try:
+            traces = load(traces_path) if traces_path.exists() else []
+        except TraceFileError as exc:
+            raise RunFolderError(
+                f"cannot resume: {exc}. A bad line in the middle means the file was changed by something "
+                f"other than rollkit; resume refuses to guess which rollouts finished. Fix or remove line "
+                f"{exc.line} of {traces_path}"
+            ) from None
+        if traces_path.exists():
+            _repair_torn_tail(traces_path)
+        groups_path = out / GROUPS
+        groups = _read_groups(groups_path)
+        if groups_path.exists():
+            _repair_group_tail(groups_path)
+        # The run keeps its identity across resumes; repeats may grow.
+        merged = {**old, "repeats": manifest["repeats"], "group_scorers": manifest["group_scorers"]}
+        merged.setdefault("resumed", []).append(manifest["started"])
+        _write_manifest(out, merged)
+        return RunFolder(out, merged, traces, groups)
+    if traces_path.exists():
+        raise RunFolderError(
+            f"{out} holds {TRACES} but no {MANIFEST}: it was not written by rollkit.evaluate; "
+            "choose another out folder"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    _write_manifest(out, manifest)
+    return RunFolder(out, manifest)
+
+
+def _repair_group_tail(path: Path) -> None:
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+
+
+def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, out / MANIFEST)
+
