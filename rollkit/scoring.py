@@ -16,6 +16,7 @@ L23); it only scores.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -82,9 +83,22 @@ async def score(trace: Trace, hooks: list[BoundHook], values: dict[str, Any], ti
     if not hooks:
         return
     finished: set[str] = set()
+    # Plain functions cannot overlap anything, so they run inline; only
+    # coroutine scorers get tasks. Spawning tasks for every signal would let
+    # other rollouts run inside this one's scoring span and inflate it.
+    waiting = []
+    for hook in hooks:
+        run = _run(trace, hook, values, finished)
+        if inspect.iscoroutinefunction(hook.fn):
+            waiting.append(run)
+        else:
+            await run  # completes without suspending
     try:
         async with asyncio.timeout(timeout):
-            await asyncio.gather(*(_run(trace, hook, values, finished) for hook in hooks))
+            if len(waiting) == 1:
+                await waiting[0]
+            elif waiting:
+                await asyncio.gather(*waiting)
     except TimeoutError:
         for hook in hooks:
             if hook.name not in finished:
