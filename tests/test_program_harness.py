@@ -60,10 +60,12 @@ async def test_program_runs_its_tool_loop_over_mcp_and_resumes_on_the_whole_conv
     assert await rollout.step("thanks") is True
     trace = await rollout.close()
     assert trace.ok is True and trace.errors == []
+    call_id = trace.messages[3].tool_call_id
     assert trace.transcript == "\n".join([
         "system: be exact", "user: what is 2+3?", 'assistant: [calls add({"a": 2, "b": 3})]',
-        "tool[call_1]: 5", "assistant: it is 5", "user: thanks", "assistant: you are welcome, it was 5",
+        f"tool[{call_id}]: 5", "assistant: it is 5", "user: thanks", "assistant: you are welcome, it was 5",
     ])
+    assert call_id == trace.messages[2].tool_calls[0].id
     # The relaunched program was handed the whole conversation so far.
     assert seen[-1] == ["system", "user", "assistant", "tool", "assistant", "user"]
     runs = trace.info["program_runs"]
