@@ -302,8 +302,8 @@ class ProgramHarness(Harness):
         if run.exit is not None:
             if not run.exit.done():
                 await asyncio.wait({run.exit})
-            if not run.exit.cancelled():
-                run.exit.exception()  # retrieved: a killed program's exit is expected
+            if not run.exit.cancelled() and run.exit.exception() is None and run.runs:
+                run.runs[-1]["exit"] = run.exit.result()
         tasks = [t for t in (*run.readers, run.writer) if t is not None]
         # With the group dead the pipes close, so the readers end by themselves.
         done, pending = await asyncio.wait(tasks, timeout=5.0) if tasks else (set(), set())

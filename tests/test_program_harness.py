@@ -90,6 +90,7 @@ async def test_persistent_program_serves_every_turn_without_a_restart():
     trace = it.trace
     assert trace.ok is True and trace.num_turns == 3
     assert len(trace.info["program_runs"]) == 1  # one program for three turns
+    assert trace.info["program_runs"][0]["exit"] == 0  # it ended by itself when its stdin closed
     assert [s.turns_added for s in trace.segments] == [1, 1, 1]
 
 
