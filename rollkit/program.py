@@ -225,7 +225,13 @@ class ProgramHarness(Harness):
 
     async def _read_stdout(self, program: Any, run: _Run) -> None:
         stream = program.process.stdout
-        while line := await stream.readline():
+        while True:
+            try:
+                line = await stream.readline()
+            except ValueError:
+                continue  # longer than the stream's limit, so no yield line; asyncio dropped it
+            if not line:
+                return
             try:
                 message = json.loads(line)
             except ValueError:

@@ -240,6 +240,7 @@ class SubprocessRuntime(Runtime):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # its own process group, killed as a whole
+            limit=1 << 24,  # lines up to 16 MiB: a program may print a whole conversation
         )
         program = Program(process, argv, self)
         self._programs.add(program)
