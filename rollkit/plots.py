@@ -112,6 +112,8 @@ def _burn_figure(trace: Trace, factory: type = go.Figure, *, width: int | None =
         legend={"orientation": "h", "y": -0.12}, template="plotly_white",
     )
     fig.update_xaxes(title_text="turn (dotted: a new segment began, the user spoke)", row=3, col=1, rangemode="tozero")
+    # Turns are whole numbers: show at least 0..5 so a short chart gets whole ticks.
+    fig.update_xaxes(tickformat="d", rangemode="tozero", autorangeoptions={"include": [0, 5]})
     fig.update_yaxes(rangemode="tozero")
     # Wrap last: a FigureWidget sends later layout changes as messages to the
     # views that exist, so anything set before the first view must be in the
