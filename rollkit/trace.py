@@ -193,6 +193,11 @@ class Trace(_Record):
         )
 
     @property
+    def scored(self) -> bool:
+        """Whether scoring ran: the rollout opened, closed and did not fail (L23)."""
+        return "scoring" in self.phases
+
+    @property
     def failed(self) -> bool:
         return bool(self.errors)
 
