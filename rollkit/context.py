@@ -35,7 +35,8 @@ class RolloutContext:
     trace: Trace
     runtime: Runtime
     session: Session
-    secret: str
+    # Kept out of repr: a context printed in a log or a notebook must not leak it.
+    secret: str = field(repr=False)
     tools: dict[str, Tool] = field(default_factory=dict)
     tool_specs: list[dict[str, Any]] = field(default_factory=list)
     # URLs of the services open() brought up (interception, tool servers).

@@ -137,3 +137,9 @@ def test_import_loads_no_heavy_dependency():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_rollout_secret_never_shows_in_the_context_repr():
+    rollout = rk.Agent().rollout(prompt_task())
+    assert rollout.ctx.secret not in repr(rollout.ctx)
+    assert len(rollout.ctx.secret) >= 32
