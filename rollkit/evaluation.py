@@ -1,7 +1,7 @@
 """Run many: a task set times `repeats`, many rollouts in flight, one result.
 
-This module owns batch evaluation: `evaluate` (sync, or an awaitable when an
-event loop already runs) and `evaluate_async` bound the rollouts in flight,
+This module owns batch evaluation: `evaluate` (runs to the end from sync
+code, an awaitable wherever an event loop runs) and `evaluate_async` bound the rollouts in flight,
 tag every trace with its example id and rollout id, keep a `tqdm.auto`
 progress bar, append each finished trace to the run folder's trace file the
 moment it finishes, resume a folder, run group scorers once all the repeats
@@ -50,9 +50,26 @@ __all__ = [
     "pass_at_k",
     "best_of_n",
     "RunFolderError",
+    "EvaluateArgumentError",
 ]
 
 log = logging.getLogger("rollkit")
+
+
+class EvaluateArgumentError(Exception):
+    """An argument of `rk.evaluate` that cannot be used as given; the message
+    names it and says what to pass. Each one raised is also a `ValueError`
+    (a bad value) or a `TypeError` (a wrong type), so code catching the
+    built-in types keeps working, while the CLI can catch this class alone
+    and leave a real bug's TypeError its traceback."""
+
+
+class _BadValue(EvaluateArgumentError, ValueError):
+    pass
+
+
+class _BadType(EvaluateArgumentError, TypeError):
+    pass
 
 
 # ---- the result ---------------------------------------------------------------
@@ -196,7 +213,7 @@ def load_run(path: str | os.PathLike[str]) -> EvalResult:
 
 def _whole(name: str, value: Any, meaning: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number >= 1 ({meaning}); got {value!r}")
+        raise _BadValue(f"{name} must be a whole number >= 1 ({meaning}); got {value!r}")
     return value
 
 
@@ -204,16 +221,16 @@ def _task_list(tasks: Any) -> list[Task]:
     if isinstance(tasks, Task):
         tasks = [tasks]
     if not isinstance(tasks, Iterable) or isinstance(tasks, (str, bytes)):
-        raise TypeError(f"tasks must be a list (or iterable) of rk.Task, got {type(tasks).__name__}")
+        raise _BadType(f"tasks must be a list (or iterable) of rk.Task, got {type(tasks).__name__}")
     listed = list(tasks)
     if not listed:
-        raise ValueError("the task set is empty: pass at least one rk.Task (e.g. rollkit.examples.arithmetic_tasks())")
+        raise _BadValue("the task set is empty: pass at least one rk.Task (e.g. rollkit.examples.arithmetic_tasks())")
     seen: dict[str, int] = {}
     for index, task in enumerate(listed):
         if not isinstance(task, Task):
-            raise TypeError(f"tasks[{index}] is a {type(task).__name__}, not a rk.Task")
+            raise _BadType(f"tasks[{index}] is a {type(task).__name__}, not a rk.Task")
         if task.key in seen:
-            raise ValueError(
+            raise _BadValue(
                 f"tasks[{seen[task.key]}] and tasks[{index}] have the same key {task.key!r}; give each task a "
                 "distinct id (TaskData id=...): the key names its rollouts in the trace file and on resume"
             )
@@ -233,7 +250,9 @@ class _Plan:
     progress: bool
     scorers: dict[str, GroupScorer]
     manifest: dict[str, Any]
-    folder: RunFolder | None
+    out: Path | None
+    resume: bool
+    folder: RunFolder | None = None  # set by _execute, the only place that touches the folder
 
     @property
     def run_id(self) -> str:
@@ -253,21 +272,25 @@ def _plan(
     group_scorers: Any,
 ) -> _Plan:
     if not isinstance(agent, Agent):
-        raise TypeError(f"agent must be a rk.Agent (e.g. rollkit.examples.demo_agent()), got {type(agent).__name__}")
+        raise _BadType(f"agent must be a rk.Agent (e.g. rollkit.examples.demo_agent()), got {type(agent).__name__}")
     task_list = _task_list(tasks)
     _whole("repeats", repeats, "how many times each task runs")
     _whole("concurrency", concurrency, "how many rollouts run at once")
-    scorers = named_scorers(group_scorers)
+    try:
+        scorers = named_scorers(group_scorers)
+    except TypeError as exc:
+        raise _BadType(f"group_scorers: {exc}") from None
+    except ValueError as exc:
+        raise _BadValue(f"group_scorers: {exc}") from None
     backend = _backend(backend)
     if resume and out is None:
-        raise ValueError("resume=True needs out=DIR: the run folder to continue")
+        raise _BadValue("resume=True needs out=DIR: the run folder to continue")
     if hasattr(backend, "check"):
         backend.check()  # e.g. Ray installed and its address answering, before any file is written
+    # Nothing on disk yet: the run folder is prepared by _execute (see there).
     manifest = new_manifest(agent, task_list, repeats, list(scorers))
-    folder = prepare_folder(Path(out), manifest, resume) if out is not None else None
-    if folder is not None:
-        manifest = folder.manifest
-    return _Plan(agent, task_list, repeats, concurrency, backend, progress, scorers, manifest, folder)
+    folder_path = Path(out) if out is not None else None
+    return _Plan(agent, task_list, repeats, concurrency, backend, progress, scorers, manifest, folder_path, resume)
 
 
 def _backend(backend: Any) -> Any:
@@ -279,7 +302,7 @@ def _backend(backend: Any) -> Any:
         return RayBackend()
     if hasattr(backend, "start") and hasattr(backend, "run") and hasattr(backend, "stop"):
         return backend  # e.g. rollkit.ray_backend.RayBackend(address=...)
-    raise ValueError(f"backend must be 'local', 'ray' or a rollkit.ray_backend.RayBackend(...), got {backend!r}")
+    raise _BadValue(f"backend must be 'local', 'ray' or a rollkit.ray_backend.RayBackend(...), got {backend!r}")
 
 
 def _rollout_info(task: Task, repeat: int, run_id: str) -> dict[str, Any]:
@@ -403,9 +426,12 @@ class _Run:
                 warnings.warn(f"the run folder holds rollout {rollout_id} twice; both are kept as written", stacklevel=4)
             seen.add(rollout_id)
             self.by_example.setdefault(trace.info.get("example_id", trace.task.key), []).append(trace)
-        # A group judged on fewer repeats than now asked (resume with more
-        # repeats) is judged again; the newer record wins (see rollkit.runfolder.latest).
-        self.judged = {g.example_id for g in self.groups if g.n == plan.repeats}
+        # What is judged is a (task, scorer) pair, not a task: a scorer added
+        # on resume still runs for tasks completed before, and a crash between
+        # two scorers' lines leaves only the missing scorer to run. A group
+        # judged on fewer repeats than now asked (resume with more repeats) is
+        # judged again; the newer record wins (see rollkit.runfolder.latest).
+        self.judged = {(g.example_id, g.scorer_name) for g in self.groups if g.n == plan.repeats}
         self.todo = [(t, r) for t in plan.tasks for r in range(plan.repeats) if f"{t.key}#{r}" not in seen]
         planned = {t.key for t in plan.tasks}
         self.finished_before = [
@@ -419,17 +445,20 @@ class _Run:
         """Group scoring, once every repeat of the task finished. Traces
         only: the runtimes are gone by now (L21)."""
         plan = self.plan
-        if not plan.scorers or example_id in self.judged:
+        todo = {name: scorer for name, scorer in plan.scorers.items() if (example_id, name) not in self.judged}
+        if not todo:
             return
         mine = [t for t in self.by_example.get(example_id, []) if t.info.get("repeat", 0) < plan.repeats]
         if len({t.info.get("repeat") for t in mine}) < plan.repeats:
             return
-        self.judged.add(example_id)
-        for signal in await run_group(example_id, mine, plan.scorers):
-            self.groups.append(signal)
-            if self.group_file is not None:
-                self.group_file.write(json.dumps(asdict(signal)) + "\n")
-                self.group_file.flush()
+        self.judged.update((example_id, name) for name in todo)
+        signals = await run_group(example_id, mine, todo)
+        self.groups.extend(signals)
+        if self.group_file is not None and signals:
+            # One write for the task's lines, flushed: a crash rarely splits
+            # them, and a scorer whose line is missing runs again on resume.
+            self.group_file.write("".join(json.dumps(asdict(signal)) + "\n" for signal in signals))
+            self.group_file.flush()
 
     def finished(self, trace: Trace) -> None:
         # On disk first, flushed: a crash now loses only what is in flight.
@@ -491,6 +520,13 @@ class _Run:
 
 
 async def _execute(plan: _Plan) -> EvalResult:
+    # The run folder is touched here, when the evaluation really starts, and
+    # not while planning: an `rk.evaluate(...)` awaitable that is never
+    # awaited must not leave a manifest behind, or the next run on the same
+    # out= would be refused as "already holds a run".
+    if plan.out is not None:
+        plan.folder = prepare_folder(plan.out, plan.manifest, plan.resume)
+        plan.manifest = plan.folder.manifest
     return await _Run(plan).execute()
 
 
@@ -539,22 +575,27 @@ def evaluate(
       `[pass_at_k(1), best_of_n()]`; results in `EvalResult.groups`.
     - `progress=False` turns the tqdm bar off.
 
-    Called from sync code it runs to the end and returns an `EvalResult`.
-    Called where an event loop already runs (async code, Jupyter), it returns
-    an awaitable: `result = await rk.evaluate(...)`. Arguments are checked
-    at once either way. Ctrl-C stops new work, aborts the rollouts in flight
-    and keeps every finished trace in the run folder.
+    Called from sync code (no event loop running) it runs to the end and
+    returns an `EvalResult`. Called where an event loop runs (async code,
+    Jupyter, with or without nest-asyncio) it always returns an awaitable:
+    `result = await rk.evaluate(...)`; one rule, so the same cell works in
+    every notebook. Arguments are checked at once either way
+    (`EvaluateArgumentError`, also a ValueError or TypeError); the run
+    folder is written only once the evaluation runs. Ctrl-C stops new work,
+    aborts the rollouts in flight and keeps every finished trace in the run
+    folder.
     """
     plan = _plan(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
         backend=backend, progress=progress, group_scorers=group_scorers,
     )
     try:
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(_execute(plan))
-    if getattr(loop, "_nest_patched", False):  # nest-asyncio (the notebook layer) allows re-entry
-        return loop.run_until_complete(_execute(plan))
+    # Even where nest-asyncio would allow running to the end here, return the
+    # awaitable: otherwise `await rk.evaluate(...)` would work in one notebook
+    # and fail in another, depending on whether something patched the loop.
     return _Pending(_execute(plan))
 
 
@@ -568,9 +609,15 @@ class _Pending:
     def __await__(self) -> Any:
         return self._coroutine.__await__()
 
+    _HINT = "an event loop runs here, so await it: result = await rk.evaluate(...)"
+
     def __repr__(self) -> str:
-        return (
-            "<rollkit evaluation, not started: an event loop runs here, so await it: "
-            "result = await rk.evaluate(...)>"
-        )
+        return f"<rollkit evaluation, not started: {self._HINT}>"
+
+    def __getattr__(self, name: str) -> Any:
+        # e.g. `rk.evaluate(...).summary()` in a notebook: say what to do
+        # instead of a bare "'_Pending' object has no attribute".
+        if name.startswith("__"):
+            raise AttributeError(name)  # protocol probes (copy, pickle, ...) get the plain answer
+        raise AttributeError(f"no attribute {name!r}: this evaluation has not run yet; {self._HINT}")
 

@@ -13,7 +13,15 @@ import pytest
 from evaluate_helpers import BadHook, BrokenSetup, Said, said_agent, said_tasks
 
 import rollkit as rk
-from rollkit.evaluation import EvalResult, best_of_n, evaluate_async, load_run, pass_at_k
+from rollkit.evaluation import (
+    EvalResult,
+    EvaluateArgumentError,
+    RunFolderError,
+    best_of_n,
+    evaluate_async,
+    load_run,
+    pass_at_k,
+)
 
 
 def test_every_trace_carries_example_id_and_rollout_id():
@@ -242,6 +250,7 @@ def test_bad_arguments_are_refused_with_a_clear_message(kwargs, message):
     with pytest.raises(ValueError) as info:
         rk.evaluate(said_agent(), said_tasks(1), progress=False, **kwargs)
     assert message in str(info.value)
+    assert isinstance(info.value, EvaluateArgumentError)  # what the CLI reports as bad input
 
 
 def test_empty_task_set_is_refused():
@@ -255,8 +264,15 @@ def test_duplicate_task_keys_are_refused_naming_the_key():
 
 
 def test_not_a_task_is_refused_naming_its_index():
-    with pytest.raises(TypeError, match=r"tasks\[1\] is a str, not a rk.Task"):
+    with pytest.raises(TypeError, match=r"tasks\[1\] is a str, not a rk.Task") as info:
         rk.evaluate(said_agent(), [said_tasks(1)[0], "say 2"], progress=False)
+    assert isinstance(info.value, EvaluateArgumentError)
+
+
+def test_bad_group_scorers_are_argument_errors():
+    with pytest.raises(TypeError, match="group_scorers: group scorer 'x' must be a function") as info:
+        rk.evaluate(said_agent(), said_tasks(1), progress=False, group_scorers={"x": 3})
+    assert isinstance(info.value, EvaluateArgumentError)
 
 
 async def test_bad_arguments_are_refused_before_anything_runs_in_a_loop():
@@ -272,8 +288,9 @@ def test_rk_evaluate_stays_the_function_after_importing_the_module(tmp_path):
     assert [t.model_dump() for t in load_run(tmp_path)] == [t.model_dump() for t in result]
 
 
-def test_evaluate_runs_to_the_end_where_nest_asyncio_allows_reentry():
-    # In a subprocess: nest_asyncio patches asyncio for the whole process.
+def test_evaluate_in_a_running_loop_is_awaited_even_where_nest_asyncio_allows_reentry():
+    # One rule whatever patched the loop: `await rk.evaluate(...)` works in
+    # every notebook. In a subprocess: nest_asyncio patches the whole process.
     pytest.importorskip("nest_asyncio")
     code = """
 import asyncio, sys
@@ -283,7 +300,9 @@ from evaluate_helpers import said_agent, said_tasks
 
 async def notebook_cell():
     nest_asyncio.apply(asyncio.get_running_loop())  # what rollkit.notebook does in Jupyter
-    result = rk.evaluate(said_agent(), said_tasks(3), progress=False)
+    pending = rk.evaluate(said_agent(), said_tasks(3), progress=False)
+    print(repr(pending))
+    result = await pending
     print(type(result).__name__, sorted(t.info["rollout_id"] for t in result.traces))
 
 asyncio.run(notebook_cell())
@@ -292,4 +311,26 @@ asyncio.run(notebook_cell())
 
     done = subprocess.run([sys.executable, "-c", code, str(HERE)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "EvalResult ['said-0#0', 'said-1#0', 'said-2#0']"
+    assert done.stdout.splitlines() == [
+        "<rollkit evaluation, not started: an event loop runs here, so await it: result = await rk.evaluate(...)>",
+        "EvalResult ['said-0#0', 'said-1#0', 'said-2#0']",
+    ]
+
+
+async def test_an_evaluation_never_awaited_writes_nothing_and_the_folder_stays_usable(tmp_path):
+    out = tmp_path / "run"
+    forgotten = rk.evaluate(said_agent(), said_tasks(2), out=out, progress=False)
+    with pytest.raises(AttributeError, match=r"this evaluation has not run yet; an event loop runs here, so await it"):
+        forgotten.traces  # noqa: B018 - what a notebook user who forgot `await` types next
+    forgotten._coroutine.close()  # dropped without running (no "never awaited" warning in the test log)
+    assert not out.exists()
+    # The next run on the same out= is a new run, not refused as "already holds a run".
+    result = await rk.evaluate(said_agent(), said_tasks(2), out=out, progress=False)
+    assert sorted(t.info["rollout_id"] for t in load_run(out)) == sorted(t.info["rollout_id"] for t in result.traces)
+
+
+async def test_a_folder_problem_is_raised_when_the_evaluation_is_awaited(tmp_path):
+    await rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, progress=False)
+    again = rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, progress=False)  # no error yet: nothing touched
+    with pytest.raises(RunFolderError, match="already holds a run"):
+        await again
