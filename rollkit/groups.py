@@ -34,13 +34,21 @@ GroupScorer = Callable[[list[Trace]], Any]
 
 @dataclass
 class GroupSignal:
-    """One group scorer's judgement of all the traces of one task."""
+    """One group scorer's judgement of all the traces of one task. `signal`
+    is the scorer's name, or a key of the mapping it returned; `scorer` is
+    the scorer's name (None in lines written before it was recorded: then
+    it is `signal`), which is how a resume knows which scorers already ran."""
 
     example_id: str
     signal: str
     value: float | None
     n: int
     error: str | None = None
+    scorer: str | None = None
+
+    @property
+    def scorer_name(self) -> str:
+        return self.scorer if self.scorer is not None else self.signal
 
 
 def pass_at_k(k: int, threshold: float = 1.0) -> GroupScorer:
@@ -112,7 +120,7 @@ async def run_group(example_id: str, traces: list[Trace], scorers: dict[str, Gro
                 if item is not None and (isinstance(item, bool) or not isinstance(item, numbers.Real)):
                     raise TypeError(f"returned {type(item).__name__} {item!r}; return a number, None, or a mapping")
                 number = None if item is None else float(item)
-                results.append(GroupSignal(example_id, str(key), number, len(traces)))
+                results.append(GroupSignal(example_id, str(key), number, len(traces), scorer=name))
         except Exception as exc:
-            results.append(GroupSignal(example_id, name, None, len(traces), f"{type(exc).__name__}: {exc}"))
+            results.append(GroupSignal(example_id, name, None, len(traces), f"{type(exc).__name__}: {exc}", scorer=name))
     return results

@@ -7,10 +7,11 @@ A run folder (`out=DIR`) holds:
 - `groups.jsonl`: one line per (task, group scorer), see `GroupSignal`.
 
 This module owns that format: building and writing the manifest, preparing a
-folder for a new run or a resume (and refusing another run's folder, a damaged
-one, or a resume without a manifest), cutting a torn tail (a write cut short
-by a crash) before appending, and reading a folder back (manifest, traces,
-the latest group signal per task and scorer).
+folder for a new run or a resume (refusing another run's folder or a damaged
+one; a resume of a missing or empty folder starts a new run there, with a
+warning, so `--resume` also works for a first run), cutting a torn tail (a
+write cut short by a crash) before appending, and reading a folder back
+(manifest, traces, the latest group signal per task and scorer).
 
 This module does not run rollouts or append finished traces and group signals
 as they come (rollkit.evaluation does), judge groups (rollkit.groups does) or
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import uuid
 import warnings
@@ -51,6 +53,8 @@ MANIFEST = "manifest.json"
 TRACES = "traces.jsonl"
 GROUPS = "groups.jsonl"
 
+log = logging.getLogger("rollkit")
+
 
 class RunFolderError(ValueError):
     """A run folder cannot be used as asked (another run's, or damaged)."""
@@ -67,6 +71,7 @@ def _fingerprint(tasks: list[Task]) -> str:
 
 def _agent_config(agent: Agent) -> dict[str, Any]:
     return {**agent.describe(), "limits": agent.limits.model_dump(), "timeouts": agent.timeouts.model_dump()}
+
 
 def new_manifest(agent: Agent, tasks: list[Task], repeats: int, group_scorers: list[str]) -> dict[str, Any]:
     """The manifest of a new run (a resume keeps the folder's run id and start)."""
@@ -113,17 +118,31 @@ def latest(groups: list[GroupSignal]) -> list[GroupSignal]:
 def read_folder(path: str | os.PathLike[str]) -> RunFolder:
     """Read a run folder as written: its manifest, traces (in the order
     written) and latest group signals. A torn last line is skipped with a
-    warning; a bad line in the middle raises `TraceFileError` naming it."""
+    warning; a bad line in the middle raises `TraceFileError` naming it; a
+    damaged manifest or groups.jsonl raises `RunFolderError` naming the file."""
     folder = Path(path)
     if not folder.is_dir():
         raise FileNotFoundError(f"no run folder at {folder}")
     manifest_path = folder / MANIFEST
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {}
+    manifest = _read_manifest(manifest_path) if manifest_path.exists() else {}
     traces = load(folder / TRACES) if (folder / TRACES).exists() else []
     if not manifest and not traces:
         raise FileNotFoundError(f"{folder} is not a run folder: it holds neither {MANIFEST} nor {TRACES}")
     # stacklevel 4: a torn-line warning names the caller of load_run
     return RunFolder(folder, manifest, traces, latest(_read_groups(folder / GROUPS, stacklevel=4)))
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise RunFolderError(f"{path} is not valid JSON ({exc}); restore it, or choose another out folder") from None
+    if not isinstance(manifest, dict):
+        raise RunFolderError(
+            f"{path} holds a JSON {type(manifest).__name__}, not a rollkit manifest (an object); "
+            "restore it, or choose another out folder"
+        )
+    return manifest
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -170,16 +189,16 @@ class RunFolder:
 def prepare_folder(out: Path, manifest: dict[str, Any], resume: bool) -> RunFolder:
     """Make `out` ready for this run: a new folder with its manifest, or, with
     `resume`, the same run's folder with its tails repaired and the manifest
-    updated. Refuses (RunFolderError) anything else."""
+    updated. `resume` on a folder without a manifest or traces (missing or
+    empty) starts a new run there and logs "nothing to resume in DIR".
+    Refuses (RunFolderError) anything else: a file, another run's folder,
+    a damaged manifest or trace file, traces without a manifest."""
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"out={str(out)!r} is a file; pass a folder (it will hold {MANIFEST} and {TRACES})")
     manifest_path = out / MANIFEST
     traces_path = out / TRACES
     if manifest_path.exists():
-        try:
-            old = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise RunFolderError(f"{manifest_path} is not valid JSON ({exc}); choose another out folder") from None
+        old = _read_manifest(manifest_path)
         if not resume:
             raise RunFolderError(
                 f"{out} already holds a run (run {old.get('run_id')}, started {old.get('started')}); "
@@ -215,6 +234,11 @@ def prepare_folder(out: Path, manifest: dict[str, Any], resume: bool) -> RunFold
             f"{out} holds {TRACES} but no {MANIFEST}: it was not written by rollkit.evaluate; "
             "choose another out folder"
         )
+    if resume:
+        # Friendlier than refusing: `--resume` on a first run just runs it.
+        # Said out loud, since a mistyped folder would otherwise quietly
+        # start over instead of continuing the run the user meant.
+        log.warning("nothing to resume in %s: starting a new run", out)
     out.mkdir(parents=True, exist_ok=True)
     _write_manifest(out, manifest)
     return RunFolder(out, manifest)

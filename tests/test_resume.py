@@ -234,3 +234,81 @@ def test_out_that_is_a_file_is_refused(tmp_path):
     target.write_text("")
     with pytest.raises(RunFolderError, match="is a file; pass a folder"):
         rk.evaluate(said_agent(), said_tasks(1), out=target, progress=False)
+
+
+def test_a_group_scorer_added_on_resume_judges_tasks_completed_before(tmp_path):
+    calls = []
+
+    def counted(traces: list[rk.Trace]) -> float:
+        calls.append(traces[0].info["example_id"])
+        return float(len(traces))
+
+    rk.evaluate(said_agent(), said_tasks(2), repeats=2, out=tmp_path, progress=False, group_scorers=[best_of_n()])
+    # Every rollout is done; the resume only adds a scorer.
+    second = rk.evaluate(said_agent(), said_tasks(2), repeats=2, out=tmp_path, resume=True, progress=False,
+                         group_scorers=[best_of_n(), counted])
+    assert sorted(calls) == ["said-0", "said-1"]
+    assert sorted((g.example_id, g.signal, g.value) for g in second.groups) == [
+        ("said-0", "best_of_n", 1.0), ("said-0", "counted", 2.0),
+        ("said-1", "best_of_n", 0.0), ("said-1", "counted", 2.0),
+    ]
+    # best_of_n was judged once, by the first run: not again.
+    written = [json.loads(line) for line in (tmp_path / "groups.jsonl").read_text().splitlines()]
+    assert Counter((g["example_id"], g["signal"]) for g in written) == Counter(
+        {("said-0", "best_of_n"): 1, ("said-1", "best_of_n"): 1, ("said-0", "counted"): 1, ("said-1", "counted"): 1}
+    )
+    assert load_run(tmp_path).groups == second.groups
+
+
+def test_a_crash_between_two_scorers_lines_runs_only_the_missing_scorer(tmp_path):
+    scorers = {"first": best_of_n(), "second": pass_at_k(1)}
+    rk.evaluate(said_agent(), said_tasks(2), out=tmp_path, progress=False, group_scorers=scorers)
+    path = tmp_path / "groups.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    assert [json.loads(line)["signal"] for line in lines] == ["first", "second", "first", "second"]
+    path.write_text("".join(lines[:3]))  # died after said-1's "first" line
+    second = rk.evaluate(said_agent(), said_tasks(2), out=tmp_path, resume=True, progress=False, group_scorers=scorers)
+    written = [(g["example_id"], g["signal"]) for g in map(json.loads, path.read_text().splitlines())]
+    assert written == [("said-0", "first"), ("said-0", "second"), ("said-1", "first"), ("said-1", "second")]
+    assert sorted((g.example_id, g.signal, g.value) for g in second.groups) == [
+        ("said-0", "first", 1.0), ("said-0", "second", 1.0), ("said-1", "first", 0.0), ("said-1", "second", 0.0),
+    ]
+
+
+def test_a_mapping_scorer_counts_as_judged_by_its_name(tmp_path):
+    calls = []
+
+    def both(traces: list[rk.Trace]) -> dict[str, float]:
+        calls.append(traces[0].info["example_id"])
+        return {"lo": 0.0, "hi": 1.0}
+
+    rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, progress=False, group_scorers=[both])
+    rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, resume=True, progress=False, group_scorers=[both])
+    assert calls == ["said-0"]  # its lines say "lo" and "hi", yet it is not run again
+    written = [json.loads(line) for line in (tmp_path / "groups.jsonl").read_text().splitlines()]
+    assert [(g["signal"], g["scorer"]) for g in written] == [("lo", "both"), ("hi", "both")]
+
+
+@pytest.mark.parametrize("make", [lambda path: None, lambda path: path.mkdir()], ids=["missing", "empty"])
+def test_resume_of_a_missing_or_empty_folder_starts_a_new_run_and_says_so(tmp_path, caplog, make):
+    out = tmp_path / "run"
+    make(out)
+    with caplog.at_level("WARNING", logger="rollkit"):
+        result = rk.evaluate(said_agent(), said_tasks(2), out=out, resume=True, progress=False)
+    assert f"nothing to resume in {out}: starting a new run" in caplog.messages
+    assert json.loads((out / "manifest.json").read_text())["run_id"] == result.manifest["run_id"]
+    assert "resumed" not in result.manifest
+    assert sorted(_rollout_ids(out)) == ["said-0#0", "said-1#0"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rollkit"):
+        rk.evaluate(said_agent(), said_tasks(2), out=out, resume=True, progress=False)
+    assert not any("nothing to resume" in m for m in caplog.messages)  # a real resume says nothing of the kind
+
+
+def test_a_damaged_manifest_is_refused_naming_the_file(tmp_path):
+    rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, progress=False)
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(RunFolderError, match=r"manifest.json is not valid JSON"):
+        load_run(tmp_path)
+    with pytest.raises(RunFolderError, match=r"manifest.json is not valid JSON"):
+        rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, resume=True, progress=False)
