@@ -12,6 +12,7 @@ only by the `rollkit` script and `python -m rollkit`, never by
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -72,11 +73,15 @@ def _load_tasks(spec: str) -> list[Any]:
 
 
 def _run(agent: Any, tasks: list[Any], **options: Any) -> Any:
-    from .evaluation import RunFolderError, evaluate
+    from .evaluation import EvaluateArgumentError, RunFolderError, evaluate
+    from .ray_backend import RayUnavailable  # does not import Ray itself
 
     try:
         return evaluate(agent, tasks, **options)
-    except (RunFolderError, ValueError, TypeError, ConnectionError) as exc:  # ConnectionError: Ray unreachable
+    # Only the errors that mean bad input (an argument, the run folder, a Ray
+    # cluster out of reach) become one `Error:` line; anything else is a bug
+    # and keeps its traceback.
+    except (EvaluateArgumentError, RunFolderError, RayUnavailable) as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         out = options.get("out")
@@ -184,15 +189,17 @@ def show(folder: Path) -> None:
     """Summarize the run folder DIR: rollouts by stop condition and error
     type, mean reward with how many are missing one, phase time totals, and
     group signals."""
-    from .evaluation import load_run
+    from .evaluation import RunFolderError, load_run
     from .store import TraceFileError
 
     try:
         result = load_run(folder)
     except FileNotFoundError as exc:
         raise click.ClickException(f"{exc}; pass the --out folder of a rollkit eval or demo run") from None
-    except TraceFileError as exc:
+    except (TraceFileError, RunFolderError) as exc:  # each names the damaged file (and line)
         raise click.ClickException(str(exc)) from None
+    except json.JSONDecodeError as exc:  # load_run names the file itself; this is the fallback
+        raise click.ClickException(f"a file in {folder} is not valid JSON: {exc}") from None
     manifest = result.manifest
     if manifest:
         agent = manifest.get("agent", {})

@@ -14,6 +14,7 @@ import pytest
 from evaluate_helpers import HERE, BrokenSetup, said_agent, said_tasks
 
 import rollkit as rk
+from rollkit.evaluation import best_of_n
 
 
 def rollkit_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -174,3 +175,50 @@ def test_ctrl_c_keeps_finished_traces_and_resume_finishes_the_run(tmp_path):
     resumed = rollkit_cli("eval", "evaluate_helpers:GATED", "-m", "echo", "-c", "2", "--out", str(out), "--resume", "--no-progress")
     assert resumed.returncode == 0, resumed.stderr
     assert sorted(t.info["rollout_id"] for t in rk.load(out)) == [f"gated-{i}#0" for i in range(6)]
+
+
+def test_show_of_a_damaged_manifest_or_groups_file_names_the_file(tmp_path):
+    rk.evaluate(said_agent(), said_tasks(2), out=tmp_path, progress=False, group_scorers=[best_of_n()])
+    groups = tmp_path / "groups.jsonl"
+    lines = groups.read_text().splitlines(keepends=True)
+    groups.write_text("garbage\n" + "".join(lines))  # a bad line in the middle
+    bad_groups = rollkit_cli("show", str(tmp_path))
+    assert bad_groups.returncode == 1
+    assert bad_groups.stderr.startswith(f"Error: {groups}: line 1 is not a group signal")
+    assert "Traceback" not in bad_groups.stderr
+    groups.write_text("".join(lines))
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text('{"run_id": "cut short')
+    bad_manifest = rollkit_cli("show", str(tmp_path))
+    assert bad_manifest.returncode == 1
+    assert bad_manifest.stderr.startswith(f"Error: {manifest} is not valid JSON")
+    assert "Traceback" not in bad_manifest.stderr
+    manifest.write_text("[1, 2]")
+    not_a_manifest = rollkit_cli("show", str(tmp_path))
+    assert not_a_manifest.returncode == 1
+    assert f"Error: {manifest} holds a JSON list, not a rollkit manifest" in not_a_manifest.stderr
+
+
+def test_eval_resume_of_a_new_folder_says_it_starts_a_new_run(tmp_path):
+    out = tmp_path / "fresh"
+    done = rollkit_cli("eval", "evaluate_helpers:make_tasks", "-m", "echo", "--out", str(out), "--resume", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert f"nothing to resume in {out}: starting a new run" in done.stderr
+    assert sorted(t.info["rollout_id"] for t in rk.load(out)) == ["made-0#0", "made-1#0", "made-2#0"]
+
+
+def test_eval_keeps_the_traceback_of_a_bug_rather_than_calling_it_bad_input(monkeypatch):
+    # A TypeError from inside rollkit is a bug, not the user's mistake: it must
+    # not shrink to a one-line "Error:" that hides where it came from.
+    from click.testing import CliRunner
+
+    import rollkit.evaluation
+    from rollkit.cli import cli
+
+    def buggy(*args, **kwargs):
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+    monkeypatch.setattr(rollkit.evaluation, "evaluate", buggy)
+    done = CliRunner().invoke(cli, ["eval", "evaluate_helpers:TASKS", "-m", "echo", "--no-progress"])
+    assert isinstance(done.exception, TypeError)
+    assert "Error:" not in done.output
