@@ -22,7 +22,7 @@ from typing import Any
 
 from .trace import PHASES, Trace
 
-__all__ = ["chat_html", "message_html", "trace_html", "status_html", "STYLE"]
+__all__ = ["chat_html", "message_html", "trace_html", "status_html", "scored_reward", "STYLE"]
 
 # Texts longer than this (or with more lines) are folded behind a summary
 # line, so one huge tool result does not push the conversation off screen.
@@ -97,6 +97,14 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else html.escape(str(value))
 
 
+def scored_reward(trace: Trace) -> float | None:
+    """The trace's reward, or None when it was not scored or every reward
+    came back missing (a missing reward is never shown as 0, L23)."""
+    if not trace.scored or all(v is None for v in trace.rewards.values()):
+        return None
+    return trace.reward
+
+
 def status_html(trace: Trace) -> str:
     """A one-line verdict: ok, stopped (and why), failed (and with what)."""
     if trace.errors:
@@ -109,7 +117,8 @@ def status_html(trace: Trace) -> str:
         return '<span class="rk-bad">aborted</span> (not scored)'
     if not trace.completed:
         return '<span class="rk-stopped">not closed</span>'
-    reward = f" · reward {trace.reward:.3f}" if any(v is not None for v in trace.rewards.values()) else ""
+    value = scored_reward(trace)
+    reward = "" if value is None else f" · reward {value:.3f}"
     if trace.stop_condition:
         return f'<span class="rk-stopped">stopped</span> by {html.escape(trace.stop_condition)}{reward}'
     return f'<span class="rk-ok">ok</span>{reward}'
@@ -135,20 +144,22 @@ def _signals_html(trace: Trace) -> str:
 
 
 def _phases_html(trace: Trace) -> str:
-    spans = [trace.phases[p] for p in PHASES if p in trace.phases]
+    # Keyed by the PHASES name, never Span.name: a loaded trace file can hold
+    # any text in `name`, and the key is what the row means.
+    spans = [(p, trace.phases[p]) for p in PHASES if p in trace.phases]
     if not spans:
         return '<p class="rk-missing">no phase started</p>'
-    longest = max((s.duration or 0.0) for s in spans) or 1.0
+    longest = max((s.duration or 0.0) for _, s in spans) or 1.0
     rows = []
-    for span in spans:
+    for phase, span in spans:
         duration = span.duration
         width = 0 if duration is None else max(1, int(120 * duration / longest))
         note = ""
-        if span.name == "agent":
+        if phase == "agent":
             note = f"model {trace.model_time * 1000:.1f} ms · harness {trace.harness_time * 1000:.1f} ms"
         shown = "running" if duration is None else f"{duration * 1000:.1f} ms"
         rows.append(
-            f"<tr><td>{span.name}</td><td>{shown}</td>"
+            f"<tr><td>{phase}</td><td>{shown}</td>"
             f'<td><span class="rk-bartrack"><span class="rk-bar" style="width:{width}px"></span></span></td>'
             f"<td>{note}</td></tr>"
         )

@@ -2,6 +2,10 @@
 
 Four builders, each `traces -> pandas.DataFrame`, one row per thing:
 
+Every frame has `example_id`, `repeat` and `rollout_id` right after the
+trace `id`, read from `trace.info` where a batch evaluation wrote them
+(missing otherwise), so a report can group by task or by rollout.
+
 - `rollouts(traces)`: one row per rollout (ids, task, ok, stop, error,
   reward, one column per reward `reward.<name>` and per metric
   `metric.<name>`, turns and token totals, agent/model/harness time and one
@@ -30,6 +34,8 @@ from typing import Any
 
 import pandas as pd
 
+from .display import scored_reward
+from .scoring import _TIMED_OUT
 from .trace import PHASES, Trace
 
 __all__ = ["rollouts", "turns", "phases", "signals", "ROLLOUT_COLUMNS", "TURN_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS"]
@@ -43,11 +49,14 @@ RUN_FAILED = "run failed"
 RUN_ABORTED = "run aborted"
 NOT_SCORED = "not scored"
 SCORING_RAISED = "scoring raised"
-SCORING_TIMED_OUT = "scoring timed out"
+SCORING_TIMED_OUT = _TIMED_OUT  # the prefix scoring writes, so the two cannot drift
 RETURNED_NONE = "returned None"
 
+# The ids a batch evaluation writes to `trace.info` (rollkit.evaluation).
+_INFO_IDS = ("example_id", "repeat", "rollout_id")
+
 ROLLOUT_COLUMNS = (
-    "id", "task_key", "task_type", "agent", "model", "ok", "completed", "aborted",
+    "id", *_INFO_IDS, "task_key", "task_type", "agent", "model", "ok", "completed", "aborted",
     "stop", "stop_condition", "error_type", "error_phase", "error_message", "reward",
     "turns", "model_calls", "input_tokens", "output_tokens", "total_tokens",
     "segments", "agent_time", "model_time", "harness_time", "wait_time",
@@ -55,13 +64,13 @@ ROLLOUT_COLUMNS = (
     "start", "end",
 )  # followed by reward.<name> and metric.<name> columns, sorted by name
 TURN_COLUMNS = (
-    "id", "task_key", "turn", "call", "segment", "start", "end", "latency",
+    "id", *_INFO_IDS, "task_key", "turn", "call", "segment", "start", "end", "latency",
     "input_tokens", "output_tokens", "new_input_tokens", "finish_reason",
     "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time",
     *_LIMITS, "agent_budget",
 )
-PHASE_COLUMNS = ("id", "task_key", "phase", "start", "end", "duration", "offset", "ok")
-SIGNAL_COLUMNS = ("id", "task_key", "task_type", "kind", "name", "value", "weight", "missing", "why_missing", "error")
+PHASE_COLUMNS = ("id", *_INFO_IDS, "task_key", "phase", "start", "end", "duration", "offset", "ok")
+SIGNAL_COLUMNS = ("id", *_INFO_IDS, "task_key", "task_type", "kind", "name", "value", "weight", "missing", "why_missing", "error")
 
 
 def _list(traces: Iterable[Trace]) -> list[Trace]:
@@ -85,17 +94,12 @@ def _frame(columns: dict[str, list[Any]], order: Iterable[str]) -> pd.DataFrame:
     return pd.DataFrame({name: columns[name] for name in order}, columns=list(order))
 
 
-def _scored(trace: Trace) -> bool:
-    """A run that failed, was aborted or never closed has no scores (L23)."""
-    return not trace.errors and not trace.aborted and "scoring" in trace.phases
-
-
-def _reward(trace: Trace) -> float:
-    # A failed run is not scored: its reward is missing, not 0 (L23). A scored
-    # run whose rewards all came back missing has no reward either.
-    if not _scored(trace) or not any(v is not None for v in trace.rewards.values()):
-        return _NAN
-    return trace.reward
+def _ids(cols: dict[str, list[Any]], trace: Trace) -> None:
+    """Append the trace id and the batch ids from `trace.info` (None if absent)."""
+    info = trace.info
+    cols["id"].append(trace.id)
+    for name in _INFO_IDS:
+        cols[name].append(info.get(name))
 
 
 def _last_turn(trace: Trace) -> Any:
@@ -129,9 +133,9 @@ def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
     signal_cols = {f"reward.{n}": [] for n in sorted(reward_names)}
     signal_cols.update({f"metric.{n}": [] for n in sorted(metric_names)})
     for trace in traces:
-        error = trace.errors[0] if trace.errors else None
+        error = trace.error
         phase_spans = trace.phases
-        cols["id"].append(trace.id)
+        _ids(cols, trace)
         cols["task_key"].append(trace.task.key)
         cols["task_type"].append(trace.task.type)
         cols["agent"].append(trace.agent.get("name"))
@@ -139,12 +143,13 @@ def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
         cols["ok"].append(trace.ok)
         cols["completed"].append(trace.completed)
         cols["aborted"].append(trace.aborted)
-        cols["stop"].append(error.type if error else trace.stop_condition)
+        cols["stop"].append(trace.stop)
         cols["stop_condition"].append(trace.stop_condition)
         cols["error_type"].append(error.type if error else None)
         cols["error_phase"].append(error.phase if error else None)
         cols["error_message"].append(error.message if error else None)
-        cols["reward"].append(_reward(trace))
+        # Missing, not 0, for a run that was not scored (L23).
+        cols["reward"].append(_num(scored_reward(trace)))
         # The last committed call carries the totals (the trace's own running
         # aggregates are private attributes, slow to read through pydantic).
         last = _last_turn(trace)
@@ -154,11 +159,9 @@ def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
         cols["output_tokens"].append(last.cum_output_tokens if last else 0)
         cols["total_tokens"].append(last.cum_total_tokens if last else 0)
         cols["segments"].append(len(trace.segments))
-        agent_time = trace.agent_time
-        model_time = trace.model_time
-        cols["agent_time"].append(agent_time)
-        cols["model_time"].append(model_time)
-        cols["harness_time"].append(max(0.0, agent_time - model_time))
+        cols["agent_time"].append(trace.agent_time)
+        cols["model_time"].append(trace.model_time)
+        cols["harness_time"].append(trace.harness_time)
         cols["wait_time"].append(_waited(trace))
         start = end = None
         for phase in PHASES:
@@ -198,7 +201,7 @@ def turns(traces: Iterable[Trace]) -> pd.DataFrame:
                 continue
             number += 1
             usage = call.usage
-            cols["id"].append(trace.id)
+            _ids(cols, trace)
             cols["task_key"].append(key)
             cols["turn"].append(number)
             cols["call"].append(call.index)
@@ -231,14 +234,15 @@ def phases(traces: Iterable[Trace]) -> pd.DataFrame:
     traces = _list(traces)
     cols: dict[str, list[Any]] = {name: [] for name in PHASE_COLUMNS}
     for trace in traces:
-        spans = [trace.phases[p] for p in PHASES if p in trace.phases]
+        # The PHASES key names the row, not Span.name: a loaded file may hold anything there.
+        spans = [(p, trace.phases[p]) for p in PHASES if p in trace.phases]
         if not spans:
             continue
-        t0 = min(span.start for span in spans)
-        for span in spans:
-            cols["id"].append(trace.id)
+        t0 = min(span.start for _, span in spans)
+        for phase, span in spans:
+            _ids(cols, trace)
             cols["task_key"].append(trace.task.key)
-            cols["phase"].append(span.name)
+            cols["phase"].append(phase)
             cols["start"].append(span.start)
             cols["end"].append(_num(span.end))
             cols["duration"].append(_num(span.duration))
@@ -279,7 +283,7 @@ def signals(traces: Iterable[Trace]) -> pd.DataFrame:
     # Signal names per task type, in first-seen order, from the scored runs.
     known: dict[str, dict[tuple[str, str], float | None]] = {}
     for trace in traces:
-        if _scored(trace):
+        if trace.scored:
             names = known.setdefault(trace.task.type, {})
             for name in trace.rewards:
                 names.setdefault(("reward", name), trace.reward_weights.get(name, 1.0))
@@ -289,7 +293,7 @@ def signals(traces: Iterable[Trace]) -> pd.DataFrame:
 
     def add(trace: Trace, kind: str | None, name: str | None, value: float | None,
             weight: float | None, why: str | None, error: str | None) -> None:
-        cols["id"].append(trace.id)
+        _ids(cols, trace)
         cols["task_key"].append(trace.task.key)
         cols["task_type"].append(trace.task.type)
         cols["kind"].append(kind)
@@ -301,7 +305,7 @@ def signals(traces: Iterable[Trace]) -> pd.DataFrame:
         cols["error"].append(error)
 
     for trace in traces:
-        if not _scored(trace):
+        if not trace.scored:
             why, error = _unscored_reason(trace)
             expected = known.get(trace.task.type)
             if not expected:

@@ -18,12 +18,19 @@ From data to picture in one call; every function returns a figure:
 an event changed; nothing polls. They accept a core `Rollout` or a notebook
 `NotebookRollout` (anything with `.subscribe` and `.trace`).
 
+Plotly renders a subset of HTML in titles, labels and hover text (links,
+bold, inline styles), so every string taken from a trace (task keys, signal
+names, category labels) passes through `_text` (`html.escape`) before it
+enters a figure: a task named `<a href=...>` is shown, never followed.
+
 This module reads traces and frames; it runs nothing.
 """
 
 from __future__ import annotations
 
+import html
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -74,6 +81,11 @@ _BURN_LINES = (
 )
 
 
+def _text(value: Any) -> str:
+    """A string from trace data, made safe for plotly's HTML subset."""
+    return html.escape(str(value))
+
+
 def _traces(data: Any) -> list[Trace]:
     if isinstance(data, Trace):
         return [data]
@@ -108,7 +120,7 @@ def _burn_figure(trace: Trace, factory: type = go.Figure, *, width: int | None =
             fig.add_annotation(xref="paper", x=1, yref=yref, y=limit, text=f"{key} {limit:g}",
                                showarrow=False, xanchor="right", yanchor="bottom", font={"size": 10})
     fig.update_layout(
-        title={"text": f"budget burn · {trace.task.key}"}, height=height or 460, width=width, margin={"l": 50, "r": 20, "t": 60, "b": 40},
+        title={"text": f"budget burn · {_text(trace.task.key)}"}, height=height or 460, width=width, margin={"l": 50, "r": 20, "t": 60, "b": 40},
         legend={"orientation": "h", "y": -0.12}, template="plotly_white",
     )
     fig.update_xaxes(title_text="turn (dotted: a new segment began, the user spoke)", row=3, col=1, rangemode="tozero")
@@ -212,17 +224,19 @@ class LiveBudgetBurn:
 
 def _timeline_rows(trace: Trace, now: float | None = None) -> list[tuple[str, str, float, float, str]]:
     """(row, colour key, start offset, duration, hover) for one rollout."""
-    spans = [trace.phases[p] for p in PHASES if p in trace.phases]
+    # Rows are named by the PHASES key, never Span.name: a loaded trace file
+    # can hold any text there.
+    spans = [(p, trace.phases[p]) for p in PHASES if p in trace.phases]
     if not spans:
         return []
     now = now or time.time()
-    t0 = min(span.start for span in spans)
+    t0 = min(span.start for _, span in spans)
     rows = []
-    for span in spans:
+    for phase, span in spans:
         end = span.end if span.end is not None else now
         state = "" if span.end is not None else " (running)"
-        rows.append((span.name, span.name, span.start - t0, end - span.start,
-                     f"{span.name}{state}: {(end - span.start) * 1000:.1f} ms"))
+        rows.append((phase, phase, span.start - t0, end - span.start,
+                     f"{phase}{state}: {(end - span.start) * 1000:.1f} ms"))
     for segment in trace.segments:
         end = segment.end if segment.end is not None else now
         rows.append(("agent: segments", "segments", segment.start - t0, end - segment.start,
@@ -258,7 +272,7 @@ def _timeline_figure(trace: Trace, factory: type = go.Figure) -> Any:
     for item in _timeline_traces(trace):
         fig.add_trace(go.Bar(orientation="h", marker={"color": _COLORS[item["name"]]}, hoverinfo="text", **item))
     fig.update_layout(
-        title={"text": f"phase timeline · {trace.task.key}"}, barmode="overlay", height=320,
+        title={"text": f"phase timeline · {_text(trace.task.key)}"}, barmode="overlay", height=320,
         xaxis={"title": {"text": "seconds since boot"}, "rangemode": "tozero"},
         yaxis={"categoryorder": "array", "categoryarray": _TIMELINE_ORDER},
         margin={"l": 130, "r": 20, "t": 50, "b": 40}, template="plotly_white", showlegend=False,
@@ -317,6 +331,11 @@ def phase_durations(data: Any, *, by: str = "id") -> go.Figure:
     then finalize and scoring. `data` is traces or `rk.frames.rollouts(...)`;
     `by` names the column that labels the bars."""
     frame = _rollout_frame(data)
+    if by not in frame.columns:
+        raise ValueError(
+            f"phase_durations(by={by!r}): the rollouts frame has no column {by!r}; "
+            f"pick one of: {', '.join(map(str, frame.columns))}"
+        )
     parts = [
         ("boot", frame["phase.boot"]),
         ("setup", frame["phase.setup"]),
@@ -326,7 +345,7 @@ def phase_durations(data: Any, *, by: str = "id") -> go.Figure:
         ("finalize", frame["phase.finalize"]),
         ("scoring", frame["phase.scoring"]),
     ]
-    labels = frame[by].astype(str) if by in frame.columns else frame["id"]
+    labels = [_text(label) for label in frame[by]]
     fig = go.Figure()
     for name, values in parts:
         if name == "waiting for the user" and not (values.fillna(0) > 0).any():
@@ -335,7 +354,7 @@ def phase_durations(data: Any, *, by: str = "id") -> go.Figure:
                              hovertemplate=f"%{{x}}<br>{name}: %{{y:.2f}} ms<extra></extra>"))
     fig.update_layout(
         title={"text": f"phase durations · {len(frame)} rollouts"}, barmode="stack", template="plotly_white",
-        yaxis={"title": {"text": "milliseconds"}}, xaxis={"title": {"text": by}}, height=380,
+        yaxis={"title": {"text": "milliseconds"}}, xaxis={"title": {"text": _text(by)}}, height=380,
         margin={"l": 60, "r": 20, "t": 50, "b": 60},
     )
     return fig
@@ -371,16 +390,17 @@ def rewards(data: Any) -> go.Figure:
     present: list[int] = []
     for name in names:
         values = frame[name].dropna()
-        xs.extend([name] * len(values))
+        xs.extend([_text(name)] * len(values))
         ys.extend(values.tolist())
         present.append(len(values))
     missing = [len(frame) - p for p in present]
-    return _rewards_figure(names, xs, ys, present, missing, len(frame))
+    return _rewards_figure([_text(n) for n in names], xs, ys, present, missing, len(frame))
 
 
 def _signal_values(trace: Trace) -> dict[str, float | None]:
-    values: dict[str, float | None] = {f"reward.{k}": v for k, v in trace.rewards.items()}
-    values.update({f"metric.{k}": v for k, v in trace.metrics.items()})
+    """Values by category label (escaped, as `rewards` labels them)."""
+    values: dict[str, float | None] = {_text(f"reward.{k}"): v for k, v in trace.rewards.items()}
+    values.update({_text(f"metric.{k}"): v for k, v in trace.metrics.items()})
     return values
 
 

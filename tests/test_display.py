@@ -11,6 +11,7 @@ import pytest
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
+from rollkit.display import status_html
 from rollkit.notebook import TraceBrowser, chat_html, trace_html
 
 from conftest_notebook import assorted_traces
@@ -103,6 +104,56 @@ async def test_trace_browser_picks_a_trace_and_shows_it() -> None:
     assert [i for _label, i in browser.table.options] == [1]
     with pytest.raises(IndexError, match="there are 4 traces; pick 0..3, not 9"):
         browser.select(9)
+
+
+async def test_a_phase_name_from_a_loaded_file_is_not_html(tmp_path) -> None:
+    """Only the phase key names a row: a file can hold any text in `name`."""
+    trace = await demo_agent().run(arithmetic_tasks(1)[0])
+    record = json.loads(trace.model_dump_json())
+    record["phases"]["boot"]["name"] = "<img src=x onerror=alert(1)>"
+    path = tmp_path / "forged.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    (loaded,) = rk.load(path)
+    page = trace_html(loaded)
+    assert "<img" not in page and "onerror" not in page
+    assert "<tr><td>boot</td>" in page
+
+
+async def test_status_shows_a_reward_only_for_a_scored_run() -> None:
+    kinds = await assorted_traces()
+    ok = kinds["ok"]
+    assert ok.scored and not kinds["failed"].scored and not kinds["aborted"].scored
+    assert status_html(ok) == '<span class="rk-ok">ok</span> · reward 1.000'
+    # Rewards on a trace whose scoring never ran are not its score.
+    unscored = ok.model_copy(update={"phases": {k: v for k, v in ok.phases.items() if k != "scoring"}})
+    assert not unscored.scored
+    assert status_html(unscored) == '<span class="rk-ok">ok</span>'
+
+
+async def test_trace_browser_select_clears_a_filter_that_hides_the_trace() -> None:
+    traces = [await demo_agent().run(t) for t in arithmetic_tasks(4)]
+    browser = TraceBrowser(traces, plots=False)
+    browser.filter.value = "arith-0-001"
+    assert [i for _label, i in browser.table.options] == [1]
+    assert browser.select(3) is traces[3]  # hidden by the filter: it is cleared
+    assert browser.filter.value == ""
+    assert [i for _label, i in browser.table.options] == [0, 1, 2, 3]
+    assert browser.selected is traces[3]
+    assert browser.detail.value == trace_html(traces[3])
+    browser.filter.value = "arith-0-00"  # still shows trace 3: the filter stays
+    assert browser.select(2) is traces[2] and browser.filter.value == "arith-0-00"
+
+
+async def test_trace_browser_filter_matches_a_stop_only_where_there_is_one() -> None:
+    kinds = await assorted_traces()
+    traces = [kinds["ok"], kinds["stopped"], kinds["failed"]]
+    browser = TraceBrowser(traces, plots=False)
+    browser.filter.value = "none"  # no trace's key, id or stop holds it
+    assert browser.table.options == ()
+    browser.filter.value = "max_turns"
+    assert [i for _label, i in browser.table.options] == [1]
+    browser.filter.value = "ProviderError"
+    assert [i for _label, i in browser.table.options] == [2]
 
 
 # ---- bad trace files ----------------------------------------------------------

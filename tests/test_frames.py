@@ -145,9 +145,47 @@ async def test_saved_traces_build_the_same_frames(kinds, tmp_path) -> None:
 async def test_thousands_of_traces_build_every_row() -> None:
     agent = demo_agent()
     base = [await agent.run(t) for t in arithmetic_tasks(6)]
-    traces = [t.model_copy(update={"id": f"{i:05d}"}) for i in range(400) for t in base]
-    assert len(frames.rollouts(traces)) == 2400
+    traces = [t.model_copy(update={"id": f"{i:05d}-{j}"}) for i in range(400) for j, t in enumerate(base)]
+    runs = frames.rollouts(traces)
+    assert len(runs) == 2400
+    assert runs["id"].is_unique
     assert len(frames.turns(traces)) == sum(t.num_turns for t in traces)
     assert len(frames.phases(traces)) == 2400 * 5
     # correct, used_calculator, reply_words and the harness's tool_call_success_rate
     assert len(frames.signals(traces)) == 2400 * 4
+
+
+@pytest.mark.parametrize(
+    "columns", [frames.ROLLOUT_COLUMNS, frames.TURN_COLUMNS, frames.PHASE_COLUMNS, frames.SIGNAL_COLUMNS]
+)
+def test_batch_ids_follow_the_trace_id_in_every_frame(columns) -> None:
+    assert columns[:4] == ("id", "example_id", "repeat", "rollout_id")
+
+
+async def test_batch_ids_come_from_trace_info_and_stay_missing_without_it(kinds) -> None:
+    """A batch evaluation writes example_id, repeat and rollout_id to
+    trace.info; every frame carries them, missing where a trace has none."""
+    batch = kinds["ok"].model_copy(deep=True)
+    batch.info.update(example_id="arith-0-000", repeat=2, rollout_id="arith-0-000#2")
+    plain = kinds["failed"]
+    for build in (frames.rollouts, frames.turns, frames.phases, frames.signals):
+        frame = build([batch, plain])
+        ours = frame[frame["id"] == batch.id]
+        assert len(ours) > 0
+        assert set(ours["example_id"]) == {"arith-0-000"}, build.__name__
+        assert set(ours["repeat"]) == {2}, build.__name__
+        assert set(ours["rollout_id"]) == {"arith-0-000#2"}, build.__name__
+        theirs = frame[frame["id"] == plain.id]
+        if len(theirs):  # the failed run committed no turn
+            assert theirs["example_id"].isna().all() and theirs["rollout_id"].isna().all()
+            assert theirs["repeat"].isna().all()
+
+
+async def test_rollouts_reward_is_missing_when_scoring_never_ran(kinds) -> None:
+    """Rewards on a trace whose scoring phase never ran are not a score (Trace.scored)."""
+    ok = kinds["ok"]
+    unscored = ok.model_copy(update={"id": "unscored", "phases": {k: v for k, v in ok.phases.items() if k != "scoring"}})
+    frame = frames.rollouts([ok, unscored]).set_index("id")
+    assert frame.loc[ok.id, "reward"] == 1.0
+    assert math.isnan(frame.loc["unscored", "reward"])
+    assert frame.loc[ok.id, "harness_time"] == ok.harness_time

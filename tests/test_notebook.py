@@ -99,11 +99,18 @@ async def test_async_form_and_step_results() -> None:
     assert bool(result) is True
     assert result.reply == "The answer is 378."
     assert [m.role for m in result.messages] == ["system", "user", "assistant", "tool", "assistant"]
-    assert "&lt;" not in result._repr_html_()  # nothing to escape here, and nothing double-escaped
     assert ro.status.kind == "waiting"
     trace = await ro.aclose()
     assert trace.reward == 1.0
     assert ro.status.text == "closed: ok, reward 1.000"
+
+
+async def test_step_result_html_escapes_the_reply_once() -> None:
+    ro = await _opened(rk.Agent(model=rk.ScriptedModel(["a < b & <b>c</b>"])), rk.Task(prompt="hi"))
+    page = (await ro.astep())._repr_html_()
+    assert "a &lt; b &amp; &lt;b&gt;c&lt;/b&gt;" in page  # escaped, and only once
+    assert "<b>c" not in page
+    await ro.aclose()
 
 
 async def test_prompt_less_task_needs_the_users_opening_message() -> None:
@@ -323,3 +330,136 @@ def test_open_names_a_wrong_argument() -> None:
         rk.notebook.open(rk.Agent(model="echo"), {"prompt": "hi"})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"TraceBrowser shows rk.Trace objects; item 0 is a str"):
         rk.notebook.TraceBrowser(["not a trace"])  # type: ignore[list-item]
+
+
+# ---- text from the run is escaped in every widget ------------------------------
+
+
+class BoldStop(rk.Task):
+    @rk.stop(name="<b>x</b>")
+    def after_the_first_reply(self, response: rk.Response) -> bool:
+        return True
+
+
+class BoldBoom(rk.Harness):
+    async def segment(self, ctx, messages):  # type: ignore[no-untyped-def]
+        raise ValueError("<b>boom</b>")
+
+
+def _assert_escaped(value: str, raw: str) -> None:
+    shown = raw.replace("<", "&lt;").replace(">", "&gt;")
+    assert shown in value
+    assert raw not in value
+
+
+async def test_a_stop_condition_is_escaped_in_status_error_and_trace() -> None:
+    from rollkit.notebook import trace_html
+
+    ro = await _opened(rk.Agent(model="echo"), BoldStop(prompt="hi"))
+    panel = ro.panel(chart=False)
+    assert not await ro.astep()
+    assert ro.trace.stop_condition == "<b>x</b>"
+    _assert_escaped(panel.status.value, "stopped by <b>x</b> after 1 turn")
+    panel._on_step()  # a click that raced the end of the exchange
+    assert "RolloutEnded" in panel.error.value
+    _assert_escaped(panel.error.value, "(stopped by <b>x</b> after 1 turn")
+    await ro.aclose()
+    _assert_escaped(panel.status.value, "closed: ok, stopped by <b>x</b>")
+    page = trace_html(ro.trace)
+    assert '<span class="rk-stopped">stopped</span> by &lt;b&gt;x&lt;/b&gt;' in page
+    assert "<b>x" not in page
+    panel.close()
+
+
+async def test_an_error_message_is_escaped_in_status_error_and_trace() -> None:
+    from rollkit.notebook import trace_html
+
+    ro = await _opened(rk.Agent(harness=BoldBoom()), rk.Task(prompt="hi"))
+    panel = ro.panel(chart=False)
+    assert not await ro.astep()
+    assert ro.trace.error.message.endswith("ValueError: <b>boom</b>")
+    _assert_escaped(panel.status.value, "ValueError: <b>boom</b>")
+    panel._on_step()
+    assert "RolloutEnded" in panel.error.value
+    _assert_escaped(panel.error.value, "ValueError: <b>boom</b>")
+    await ro.aclose()
+    _assert_escaped(panel.status.value, "ValueError: <b>boom</b>")
+    _assert_escaped(trace_html(ro.trace), "ValueError: <b>boom</b>")
+    panel.close()
+
+
+# ---- the facade reads the core, and the panel follows it ----------------------
+
+
+async def test_agent_time_is_the_rollouts_own_clock(monkeypatch) -> None:
+    """The gauge shows what the rollout charges (perf_counter while a segment
+    runs), not the wall clock since the segment started."""
+    import time
+
+    gate = Gate()
+    ro = await _opened(rk.Agent(model=rk.ScriptedModel(gate.reply)), rk.Task(prompt="go"))
+    ro.step_soon()
+    await gate.called.wait()
+    wall = time.time()
+    monkeypatch.setattr(time, "time", lambda: wall + 3600.0)  # the wall clock jumps an hour
+    before = ro.rollout._agent_time()
+    shown = ro.agent_time
+    after = ro.rollout._agent_time()
+    monkeypatch.undo()
+    assert before <= shown <= after < 3600.0
+    gate.open.set()
+    await ro.wait()
+    assert ro.agent_time == ro.trace.agent_time  # between segments: what was charged
+    await ro.aclose()
+
+
+async def test_an_awaited_abort_says_aborting_while_it_runs() -> None:
+    gate = Gate()
+    ro = await _opened(rk.Agent(model=rk.ScriptedModel(gate.reply)), rk.Task(prompt="go"))
+    ro.step_soon()
+    await gate.called.wait()
+    seen: list[str] = []
+    ro.watch(lambda: seen.append(ro.status.text))
+    trace = await ro.aabort()
+    assert "aborting: cancelling and freeing resources" in seen
+    assert seen[-1] == "aborted: resources freed, not finalized or scored"
+    assert trace.aborted and ro.closed and not ro.busy
+    assert trace.segments[0].end is not None  # the core cancelled the step and waited for it
+    await ro.wait()
+
+
+class Rewriter(rk.Harness):
+    """Sends the model a history of its own instead of extending the
+    conversation, so the trace replaces its message list."""
+
+    async def segment(self, ctx, messages):  # type: ignore[no-untyped-def]
+        await ctx.complete(rk.Request(messages=[rk.UserMessage(content="rewritten history")]))
+
+
+async def test_transcript_is_redrawn_when_the_trace_replaces_its_message_list() -> None:
+    ro = await _opened(rk.Agent(model="echo", harness=Rewriter()), rk.Task(prompt="original prompt"))
+    panel = ro.panel(chart=False)
+    first = ro.trace.messages
+    await ro.astep()
+    assert ro.trace.messages is not first  # the ledger was replaced, and is longer
+    assert [m.content for m in ro.trace.messages] == ["rewritten history", "You said: rewritten history"]
+    assert "original prompt" not in panel.transcript.value
+    assert "rewritten history" in panel.transcript.value
+    await ro.aclose()
+    panel.close()
+
+
+async def test_panel_is_reused_until_closed_or_asked_with_other_options() -> None:
+    ro = await _opened(rk.Agent(model="echo"), rk.Task(prompt="hi"))
+    panel = ro.panel(chart=False)
+    assert ro.panel(chart=False) is panel
+    panel.close()
+    assert panel.closed
+    again = ro.panel(chart=False)
+    assert again is not panel and not again.closed and again.chart is None
+    charted = ro.panel(chart=True)
+    assert charted is not again and charted.chart is not None
+    assert ro.panel() is charted
+    await ro.aclose()
+    again.close()
+    charted.close()

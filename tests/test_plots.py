@@ -200,3 +200,76 @@ def test_plots_name_what_is_wrong_with_their_input() -> None:
 def test_empty_input_gives_an_empty_figure() -> None:
     assert all(len(d.x) == 0 for d in plots.rewards([]).data)
     assert all(len(d.y) == 0 for d in plots.phase_durations([]).data)
+
+
+EVIL = '<a href="https://evil.example">k</a>'
+EVIL_SHOWN = "&lt;a href=&quot;https://evil.example&quot;&gt;k&lt;/a&gt;"
+
+
+class EvilSignals(rk.Task):
+    @rk.reward(name="<b>r</b>")
+    def bold(self) -> float:
+        return 1.0
+
+    @rk.metric(name=EVIL)
+    def linked(self) -> float:
+        return 0.5
+
+
+def _strings(value: object) -> list[str]:
+    """Every string anywhere in a figure's plotly JSON."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    if hasattr(value, "tolist"):  # numpy arrays
+        return _strings(value.tolist())
+    return []
+
+
+def _assert_no_html_from_the_trace(fig: object) -> list[str]:
+    strings = _strings(fig.to_plotly_json())  # type: ignore[attr-defined]
+    assert not [s for s in strings if "<a " in s or "<b>r" in s or "evil.example\">" in s]
+    return strings
+
+
+async def test_strings_from_traces_enter_figures_escaped() -> None:
+    """Plotly renders links, bold and styles in titles, labels and hover
+    text: a task id or signal name from a trace must be shown, not rendered."""
+    trace = await rk.Agent(model="echo").run(EvilSignals(prompt="hi", id=EVIL))
+    assert trace.task.key == EVIL
+    for fig in (plots.budget_burn(trace), plots.phase_timeline(trace)):
+        strings = _assert_no_html_from_the_trace(fig)
+        assert fig.layout.title.text.endswith(f" · {EVIL_SHOWN}")
+        assert any(EVIL_SHOWN in s for s in strings)
+
+    durations = plots.phase_durations([trace], by="task_key")
+    _assert_no_html_from_the_trace(durations)
+    assert list(durations.data[0].x) == [EVIL_SHOWN]
+
+    chart = plots.rewards([trace])
+    _assert_no_html_from_the_trace(chart)
+    names = ["reward.&lt;b&gt;r&lt;/b&gt;", f"metric.{EVIL_SHOWN}", "metric.tool_call_success_rate"]
+    assert _counts(chart)["present"] == {names[0]: 1, names[1]: 1, names[2]: 0}  # the chat harness made no tool call
+    assert list(chart.layout.xaxis.categoryarray) == names
+
+    live = plots.LiveRewards([trace])
+    _assert_no_html_from_the_trace(live.figure)
+    assert _box_values(live.figure) == {names[0]: [1.0], names[1]: [0.5]}
+    assert list(live.figure.layout.xaxis.categoryarray) == names
+
+
+async def test_phase_timeline_names_rows_by_phase_not_by_the_stored_name() -> None:
+    trace = await demo_agent().run(arithmetic_tasks(1)[0])
+    forged = trace.model_copy(deep=True)
+    forged.phases["boot"].name = "<b>boot</b>"
+    bars = {d.name: d for d in plots.phase_timeline(forged).data}
+    assert list(bars["boot"].y) == ["boot"]
+    assert bars["boot"].hovertext[0].startswith("boot: ")
+
+
+def test_phase_durations_by_an_unknown_column_names_the_columns() -> None:
+    with pytest.raises(ValueError, match=r"no column 'operation'; pick one of: id, example_id, repeat, rollout_id, task_key"):
+        plots.phase_durations([], by="operation")

@@ -16,14 +16,14 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..trace import Trace
-from ..display import trace_html
+from ..display import scored_reward, trace_html
 
 __all__ = ["TraceBrowser"]
 
 
 def _row(trace: Trace) -> str:
-    scored = any(v is not None for v in trace.rewards.values()) and not trace.errors
-    reward = f"{trace.reward:6.3f}" if scored else "   –  "
+    value = scored_reward(trace)
+    reward = "   –  " if value is None else f"{value:6.3f}"
     ok = {True: "ok  ", False: "FAIL", None: "open"}[trace.ok]
     stop = (trace.stop or "")[:18]
     return (f"{trace.task.key[:16]:<16} {ok} {reward} {trace.num_turns:>5} "
@@ -52,7 +52,7 @@ class TraceBrowser(widgets.VBox):
         self.detail.add_class("rk-trace-detail")
         self.figures = widgets.Output()
         ok = sum(1 for t in self.traces if t.ok)
-        rewards = [t.reward for t in self.traces if t.ok and any(v is not None for v in t.rewards.values())]
+        rewards = [r for r in map(scored_reward, self.traces) if r is not None]
         mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "–"
         self.summary = widgets.HTML(
             f"<b>{len(self.traces)} traces</b> · {ok} ok · {len(self.traces) - ok} not ok · mean reward {mean}"
@@ -62,21 +62,29 @@ class TraceBrowser(widgets.VBox):
         self.table.layout.font_family = "monospace"
         self._show()
 
+    @staticmethod
+    def _matches(trace: Trace, needle: str) -> bool:
+        # A trace with no stop has nothing to match there: str(None) would
+        # make "none" (or "no") match every trace that ran to its end.
+        return (not needle or needle in trace.task.key.lower() or needle in trace.id.lower()
+                or needle in (trace.stop or "").lower())
+
     def _show(self, needle: str = "") -> None:
         # Options carry the trace's position, so a filtered table still picks
         # the right trace.
-        self.table.options = [
-            (_row(t), i) for i, t in enumerate(self.traces)
-            if not needle or needle in t.task.key.lower() or needle in t.id or needle in str(t.stop).lower()
-        ]
+        self.table.options = [(_row(t), i) for i, t in enumerate(self.traces) if self._matches(t, needle)]
 
     def _on_filter(self, change: dict[str, Any]) -> None:
         self._show(change["new"].strip().lower())
 
     def select(self, index: int) -> Trace:
-        """Show trace number `index` (its position in the list given)."""
+        """Show trace number `index` (its position in the list given). A
+        filter that hides that trace is cleared, so the pick is always seen
+        in the table."""
         if not 0 <= index < len(self.traces):
             raise IndexError(f"there are {len(self.traces)} traces; pick 0..{len(self.traces) - 1}, not {index}")
+        if not self._matches(self.traces[index], self.filter.value.strip().lower()):
+            self.filter.value = ""  # its observer redraws the table with every trace
         self.table.value = index
         return self.traces[index]
 

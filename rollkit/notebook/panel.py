@@ -60,7 +60,10 @@ class RolloutPanel(widgets.VBox):
 
     def __init__(self, ro: NotebookRollout, *, chart: bool = True) -> None:
         self.ro = ro
+        self.options = {"chart": chart}  # what it was built with; ro.panel() compares
+        self._closed = False
         self._rendered: list[str] = []  # escaped HTML per message, so a refresh renders only new ones
+        self._rendered_from: list[Any] | None = None  # the message list `_rendered` was made from
         trace = ro.trace
         self.header = widgets.HTML(
             f"{STYLE}<b>{html.escape(ro.task.name)}</b> · task {html.escape(trace.task.key)} · "
@@ -183,8 +186,12 @@ class RolloutPanel(widgets.VBox):
 
     def _refresh_transcript(self) -> None:
         messages = self.ro.trace.messages
-        if len(messages) < len(self._rendered):  # a harness rewrote history
+        # A harness that rewrote history makes the trace replace its message
+        # list (Trace._record_conversation), possibly with one as long or
+        # longer: the cached bubbles then belong to another conversation.
+        if messages is not self._rendered_from or len(messages) < len(self._rendered):
             self._rendered = []
+            self._rendered_from = messages
         if len(messages) == len(self._rendered) and self.transcript.value:
             return
         self._rendered.extend(message_html(m) for m in messages[len(self._rendered):])
@@ -208,8 +215,14 @@ class RolloutPanel(widgets.VBox):
             + "</table>"
         )
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called: a closed panel shows nothing any more."""
+        return self._closed
+
     def close(self) -> None:
         """Stop listening to the rollout and close the widgets."""
+        self._closed = True
         self._unsubscribe()
         self._unwatch()
         if self.chart is not None:

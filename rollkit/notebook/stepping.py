@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import html
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -153,11 +152,9 @@ class NotebookRollout:
     @property
     def agent_time(self) -> float:
         """Agent time used so far, including the segment running now."""
-        trace = self.trace
-        used = trace.agent_time
-        if trace.segments and trace.segments[-1].end is None:
-            used += max(0.0, time.time() - trace.segments[-1].start)
-        return used
+        # The rollout's own clock, the one its budget is charged on (L9), so
+        # the gauge never disagrees with what the rollout will bill.
+        return self.rollout._agent_time()
 
     @property
     def status(self) -> Status:
@@ -289,18 +286,13 @@ class NotebookRollout:
     async def aabort(self) -> Trace:
         """Free everything without finalizing or scoring; cancels a running
         step first. Idempotent."""
-        return await self._abort(self._inflight)
+        return await self._abort()
 
-    async def _abort(self, inflight: asyncio.Future[Any] | None) -> Trace:
-        if inflight is not None and not inflight.done():
-            inflight.cancel()
-            try:
-                await inflight
-            except (asyncio.CancelledError, Exception):
-                pass  # the step is being thrown away on purpose
-        trace = await self.rollout.abort()
-        self._notify()
-        return trace
+    async def _abort(self) -> Trace:
+        # The core cancels a running step and waits for it to end
+        # (Rollout.abort); the facade only marks itself busy aborting, so the
+        # status says so meanwhile.
+        return await self._guarded("abort", self.rollout.abort())
 
     async def wait(self) -> None:
         """Wait until the actions started by `*_soon` calls have ended. Their
@@ -341,18 +333,20 @@ class NotebookRollout:
         future = _loop.schedule(coro)
         self._inflight = future
         if future.done():
-            self._settle(future)
+            self._settle(action, future)
         else:
-            future.add_done_callback(self._settle)
+            future.add_done_callback(lambda done: self._settle(action, done))
         return future
 
-    def _settle(self, future: asyncio.Future[Any]) -> None:
+    def _settle(self, action: str, future: asyncio.Future[Any]) -> None:
         # Retrieve the outcome so no "exception was never retrieved" warning
         # escapes, and keep a failure where the panel can show it.
         if not future.cancelled() and future.exception() is not None:
             self.last_error = future.exception()
-        if self._inflight is future:
-            self._action = None  # also when the task was cancelled before it ran
+        # Not busy any more, also when the task was cancelled before it ran;
+        # but an abort awaited meanwhile (aabort) has taken over and is still running.
+        if self._inflight is future and self._action == action:
+            self._action = None
         self._notify()
 
     def step_soon(self, message: Any = None) -> asyncio.Future[Any]:
@@ -369,13 +363,15 @@ class NotebookRollout:
 
     def abort_soon(self) -> asyncio.Future[Any]:
         """Start an abort and return at once; a running step is cancelled."""
-        return self._soon(self._abort(self._inflight), "abort")
+        return self._soon(self._abort(), "abort")
 
     # ---- views ------------------------------------------------------------------
     def panel(self, *, chart: bool = True) -> RolloutPanel:
-        """The widget panel for this rollout (built once, then reused)."""
+        """The widget panel for this rollout. Showing it again in another
+        cell reuses the same one; a closed panel, or other options
+        (`chart=`), get a new one."""
         existing = getattr(self, "_panel", None)
-        if existing is None:
+        if existing is None or existing.closed or existing.options != {"chart": chart}:
             from .panel import RolloutPanel
 
             existing = self._panel = RolloutPanel(self, chart=chart)
