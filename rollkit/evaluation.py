@@ -310,9 +310,10 @@ def _rollout_info(task: Task, repeat: int, run_id: str) -> dict[str, Any]:
     return {"example_id": task.key, "repeat": repeat, "rollout_id": f"{task.key}#{repeat}", "run_id": run_id}
 
 
-def _failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseException) -> Trace:
+def _failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseException, phase: str = "build") -> Trace:
     """A trace for a rollout that could not even be built (e.g. a hook of the
-    wrong shape, L17): the failure is data, like any other (L32)."""
+    wrong shape, L17), or (phase "ray") never came back from its Ray worker:
+    the failure is data, like any other (L32)."""
     trace = Trace(
         task=TaskRef(type=type(task).__qualname__, key=task.key, data=task.data.model_dump(mode="json")),
         agent=agent.describe(),
@@ -320,7 +321,7 @@ def _failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseExce
         timeouts=agent.timeouts.model_dump(),
     )
     trace.info.update(info)
-    trace.errors.append(ErrorInfo.from_exception(exc, "build"))
+    trace.errors.append(ErrorInfo.from_exception(exc, phase))
     trace.ok = False
     trace.completed = True
     return trace

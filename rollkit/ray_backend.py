@@ -8,7 +8,8 @@ runs many rollouts at once on its own event loop through the same
 The driver awaits each result as it finishes, so the progress bar, the trace
 file, resume and group scoring (rollkit.evaluation, rollkit.runfolder and
 rollkit.groups) behave exactly as locally. Cancelling the driver cancels the
-actor calls in flight, which abort their rollouts.
+actor calls in flight, which abort their rollouts; `stop` waits (bounded) for
+those aborts before it kills the actors, so the workers free their runtimes.
 
 Needs the `rollkit[ray]` extra. Tasks and agents travel by cloudpickle, so
 their classes must be importable on the workers (a local Ray instance started
@@ -19,6 +20,7 @@ here gets this process's import path). This module must not be imported by
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import sys
@@ -27,9 +29,11 @@ from urllib.parse import urlparse
 
 from .agent import Agent
 from .task import Task
-from .trace import ErrorInfo, TaskRef, Trace
+from .trace import Trace
 
 __all__ = ["RayBackend", "RayUnavailable"]
+
+log = logging.getLogger("rollkit")
 
 
 class RayUnavailable(ConnectionError):
@@ -87,6 +91,9 @@ class RayBackend:
     `actors`: how many rollout actors (default: one per CPU of the cluster,
     at most `concurrency`); each takes one CPU and runs up to `concurrency`
     rollouts at once. `init` passes extra keyword arguments to `ray.init`.
+    `abort_wait`: after an interruption, how many seconds `stop` waits for
+    the workers to abort the rollouts in flight (freeing their runtimes)
+    before it kills the actors anyway.
     """
 
     name = "ray"
@@ -98,17 +105,26 @@ class RayBackend:
         actors: int | None = None,
         connect_timeout: float = 5.0,
         init: dict[str, Any] | None = None,
+        abort_wait: float = 10.0,
     ) -> None:
         if actors is not None and (isinstance(actors, bool) or not isinstance(actors, int) or actors < 1):
             raise ValueError(f"actors must be a whole number >= 1, got {actors!r}")
+        if isinstance(abort_wait, bool) or not isinstance(abort_wait, (int, float)) or abort_wait < 0:
+            raise ValueError(f"abort_wait must be a number of seconds >= 0, got {abort_wait!r}")
         self.address = address
         self.actors = actors
         self.connect_timeout = connect_timeout
         self.init_options = dict(init or {})
+        self.abort_wait = float(abort_wait)
         self._ray: Any = None
         self._owns = False
+        self._agent: Agent | None = None
         self._pool: list[Any] = []
         self._load: list[int] = []
+        # Calls submitted and not yet answered, cancelled ones included until
+        # `stop` has seen them end: killing an actor before its cancelled
+        # call finished aborting would leave the rollout's runtime running.
+        self._unsettled: set[Any] = set()
 
     def check(self) -> None:
         """Before anything is written: Ray is installed and the address answers."""
@@ -119,6 +135,7 @@ class RayBackend:
     async def start(self, agent: Agent, concurrency: int) -> None:
         ray = self._ray or _import_ray()
         self._ray = ray
+        self._agent = agent
         if not ray.is_initialized():
             options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, **self.init_options}
             if self.address is None:
@@ -140,25 +157,66 @@ class RayBackend:
         self._load = [0] * count
 
     async def run(self, task: Task, info: dict[str, Any]) -> Trace:
+        from .evaluation import _failure_trace
+
         # The least busy actor takes the next rollout.
         index = min(range(len(self._pool)), key=self._load.__getitem__)
         self._load[index] += 1
-        ref = self._pool[index].run.remote(task, info)
+        ref = None
         try:
+            # Submitting pickles the task, which may fail (TypeError): inside the try.
+            ref = self._pool[index].run.remote(task, info)
+            self._unsettled.add(ref)
             payload = await ref
+            self._unsettled.discard(ref)
+            return Trace.model_validate_json(payload)
         except asyncio.CancelledError:
-            self._ray.cancel(ref)
+            if ref is not None:
+                # The actor aborts the rollout; `stop` waits for that to end
+                # (the ref stays unsettled until then) before killing actors.
+                try:
+                    self._ray.cancel(ref)
+                except Exception:  # `stop` cancels it again; the cancellation must go on
+                    pass
             raise
-        except self._ray.exceptions.RayError as exc:
-            # A worker or actor that died is this rollout's failure, on its
-            # trace, not the end of the run (L32).
-            return _lost(task, info, exc)
+        except Exception as exc:
+            # Whatever kept this rollout from coming back (a worker or actor
+            # that died, a task that cannot be pickled, ...) is its failure,
+            # on its trace, not the end of the run (L32).
+            self._unsettled.discard(ref)
+            return _failure_trace(self._agent, task, info, exc, phase="ray")  # type: ignore[arg-type]
         finally:
             self._load[index] -= 1
-        return Trace.model_validate_json(payload)
+
+    async def _settle(self) -> None:
+        """Cancel what is still unanswered and wait, at most `abort_wait`
+        seconds, for the workers to finish aborting those rollouts."""
+        refs = list(self._unsettled)
+        self._unsettled.clear()
+        if not refs:
+            return
+        for ref in refs:
+            try:
+                self._ray.cancel(ref)  # a no-op for a call already cancelled or finished
+            except Exception:  # its actor or node is already gone: nothing left to abort
+                pass
+        waiting = [asyncio.wrap_future(ref.future()) for ref in refs]
+        _, late = await asyncio.wait(waiting, timeout=self.abort_wait)
+        for future in waiting:
+            if future.done() and not future.cancelled():
+                future.exception()  # TaskCancelledError, expected: mark it retrieved
+        if late:
+            for future in late:
+                future.cancel()
+            log.warning(
+                "%d rollouts on Ray workers were still aborting after %ss; their actors are killed now, "
+                "so runtimes they started may be left running (raise RayBackend(abort_wait=...))",
+                len(late), self.abort_wait,
+            )
 
     async def stop(self) -> None:
         ray = self._ray
+        await self._settle()
         for actor in self._pool:
             try:
                 ray.kill(actor)
@@ -169,11 +227,3 @@ class RayBackend:
             ray.shutdown()
             self._owns = False
 
-
-def _lost(task: Task, info: dict[str, Any], exc: BaseException) -> Trace:
-    trace = Trace(task=TaskRef(type=type(task).__qualname__, key=task.key, data=task.data.model_dump(mode="json")))
-    trace.info.update(info)
-    trace.errors.append(ErrorInfo.from_exception(exc, "ray"))
-    trace.ok = False
-    trace.completed = True
-    return trace

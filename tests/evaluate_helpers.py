@@ -127,3 +127,53 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# ---- Ray: a gate actor and a harness that reports to it -----------------------
+
+
+class Gate:
+    """Made a Ray actor by the test (`ray.remote(Gate)`): rollouts on the
+    workers report what happened ("started", "cleaned up"), and the test
+    awaits a count instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.changed = asyncio.Condition()
+
+    async def arrive(self, what: str) -> None:
+        async with self.changed:
+            self.seen.append(what)
+            self.changed.notify_all()
+
+    async def wait_for(self, what: str, count: int) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.seen.count(what) >= count)
+
+    def count(self, what: str) -> int:
+        return self.seen.count(what)
+
+
+class GateHarness(rk.ChatHarness):
+    """Reports to the gate when its segment starts, then never answers; its
+    cleanup (run when the rollout is aborted) takes a moment, as stopping a
+    container does, and reports when it is done."""
+
+    def __init__(self, gate) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.gate = gate
+
+    async def segment(self, ctx, messages):  # type: ignore[no-untyped-def]
+        await self.gate.arrive.remote("started")
+        await asyncio.Event().wait()
+
+    async def cleanup(self, ctx):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.3)  # the slow teardown under test, not a wait for the test's sake
+        await self.gate.arrive.remote("cleaned up")
+
+
+class Unpicklable(Said):
+    """A task that cannot travel to a Ray worker (say, it holds a live connection)."""
+
+    def __reduce_ex__(self, protocol):  # type: ignore[no-untyped-def]
+        raise TypeError("this task holds a live connection and cannot be pickled")

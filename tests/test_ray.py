@@ -4,6 +4,7 @@ file and resume behave as locally; an unreachable address is a clear error."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -13,10 +14,19 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the rollkit[ray] extra")
 
-from evaluate_helpers import HERE, BadHook, BrokenSetup, said_agent, said_tasks  # noqa: E402
+from evaluate_helpers import (  # noqa: E402
+    HERE,
+    BadHook,
+    BrokenSetup,
+    Gate,
+    GateHarness,
+    Unpicklable,
+    said_agent,
+    said_tasks,
+)
 
 import rollkit as rk  # noqa: E402
-from rollkit.evaluation import RunFolderError, load_run, pass_at_k  # noqa: E402
+from rollkit.evaluation import RunFolderError, evaluate_async, load_run, pass_at_k  # noqa: E402
 from rollkit.examples import arithmetic_tasks, demo_agent  # noqa: E402
 from rollkit.ray_backend import RayBackend, RayUnavailable  # noqa: E402
 
@@ -140,3 +150,34 @@ def test_resume_of_another_run_is_refused_on_ray_too(tmp_path):
     rk.evaluate(said_agent(), said_tasks(2), out=tmp_path, progress=False)
     with pytest.raises(RunFolderError, match="holds another run"):
         rk.evaluate(said_agent(), said_tasks(3), out=tmp_path, resume=True, backend=RayBackend(), progress=False)
+
+
+async def test_interrupt_on_ray_waits_for_the_workers_to_abort_before_killing_actors(local_ray):
+    gate = ray.remote(Gate).remote()
+    agent = rk.Agent(model="echo", harness=GateHarness(gate))
+    run = asyncio.ensure_future(
+        evaluate_async(agent, said_tasks(2), concurrency=2, backend=RayBackend(actors=1), progress=False)
+    )
+    await gate.wait_for.remote("started", 2)  # both rollouts are in a segment on the worker
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    # Each rollout's abort ran its (slow) harness cleanup to the end before
+    # the actor was killed: nothing was left half torn down on the worker.
+    assert await gate.count.remote("cleaned up") == 2
+
+
+def test_a_task_that_cannot_reach_a_worker_is_a_failed_trace_not_a_crash(local_ray):
+    tasks = [*said_tasks(2), Unpicklable(id="unpicklable", prompt="say 4")]
+    result = rk.evaluate(said_agent(limits=rk.RolloutLimits(max_turns=5)), tasks, backend=RayBackend(actors=1), progress=False)
+    by_key = {t.task.key: t for t in result.traces}
+    assert sorted(by_key) == ["said-0", "said-1", "unpicklable"]
+    lost = by_key["unpicklable"]
+    assert (lost.error.type, lost.error.phase) == ("TypeError", "ray")
+    assert "cannot be pickled" in lost.error.message
+    assert lost.ok is False and lost.completed is True
+    assert lost.info["rollout_id"] == "unpicklable#0"
+    # The same record as a rollout that failed to build locally: agent, limits, timeouts.
+    assert lost.agent["model"] == "odd-wrong" and lost.limits["max_turns"] == 5
+    assert lost.timeouts == by_key["said-0"].timeouts
+    assert by_key["said-0"].ok and by_key["said-1"].ok
