@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .agent import Agent
-from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
+from .groups import GroupScorer, GroupSignal, best_of_n, has_reward, named_scorers, pass_at_k, run_group
 from .runfolder import GROUPS, TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
 from .store import append_trace
 from .task import Task
@@ -122,16 +122,9 @@ class EvalResult:
         return self._frame("signals")
 
     def _frame(self, kind: str) -> pandas.DataFrame:
-        from . import frames
+        from . import frames  # it reads the ids from trace.info; nothing to add here
 
-        frame = getattr(frames, kind)(self.traces)
-        by_id = {t.id: t.info for t in self.traces}
-        at = list(frame.columns).index("id") + 1 if "id" in frame.columns else 0
-        for offset, name in enumerate(("example_id", "repeat", "rollout_id")):
-            if name not in frame.columns:
-                values = [by_id.get(i, {}).get(name) for i in frame["id"]] if "id" in frame.columns else []
-                frame.insert(at + offset, name, values)
-        return frame
+        return getattr(frames, kind)(self.traces)
 
     def group_signals(self) -> pandas.DataFrame:
         """One row per (task, group signal): example_id, signal, value, n, error."""
@@ -155,7 +148,9 @@ def _outcome(trace: Trace) -> str:
 
 
 def _scored(trace: Trace) -> bool:
-    return not trace.failed and any(v is not None for v in trace.rewards.values())
+    # One rule for "counts toward a mean reward" here, in the bar, and in
+    # the group scorers: scored with a reward value; else missing, not zero.
+    return has_reward(trace)
 
 
 def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> str:

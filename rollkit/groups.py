@@ -27,7 +27,7 @@ from typing import Any
 
 from .trace import Trace
 
-__all__ = ["GroupScorer", "GroupSignal", "pass_at_k", "best_of_n", "named_scorers", "run_group"]
+__all__ = ["GroupScorer", "GroupSignal", "pass_at_k", "best_of_n", "has_reward", "named_scorers", "run_group"]
 
 GroupScorer = Callable[[list[Trace]], Any]
 
@@ -51,18 +51,29 @@ class GroupSignal:
         return self.scorer if self.scorer is not None else self.signal
 
 
+def has_reward(trace: Trace) -> bool:
+    """Whether a trace counts toward rewards: it was scored (`Trace.scored`)
+    and at least one reward has a value. A trace that failed, was aborted or
+    whose rewards all came back missing is missing from a mean, pass@k or
+    best-of-n, never a zero (L23)."""
+    return trace.scored and any(v is not None for v in trace.rewards.values())
+
+
 def pass_at_k(k: int, threshold: float = 1.0) -> GroupScorer:
     """Group scorer `pass@k`: the chance that at least one of k repeats drawn
-    from the n run has reward >= threshold (the unbiased estimator
-    1 - C(n-c, k) / C(n, k), c the passing repeats). Needs repeats >= k."""
+    from the n with a reward has reward >= threshold (the unbiased estimator
+    1 - C(n-c, k) / C(n, k), c the passing repeats). Repeats without a
+    reward (failed, aborted) are left out, not counted as fails; with fewer
+    than k left the value is missing."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"pass_at_k needs k >= 1, got {k!r}")
 
     def score(traces: list[Trace]) -> float | None:
-        n = len(traces)
+        judged = [t for t in traces if has_reward(t)]
+        n = len(judged)
         if n < k:
             return None  # not enough repeats to judge: missing, not zero
-        c = sum(1 for t in traces if not t.failed and t.rewards and t.reward >= threshold)
+        c = sum(1 for t in judged if t.reward >= threshold)
         if n - c < k:
             return 1.0
         return 1.0 - math.comb(n - c, k) / math.comb(n, k)
@@ -76,7 +87,7 @@ def best_of_n() -> GroupScorer:
     repeats (missing when none was scored, e.g. all failed)."""
 
     def score(traces: list[Trace]) -> float | None:
-        rewards = [t.reward for t in traces if not t.failed and any(v is not None for v in t.rewards.values())]
+        rewards = [t.reward for t in traces if has_reward(t)]
         return max(rewards) if rewards else None
 
     score.__name__ = "best_of_n"

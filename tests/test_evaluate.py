@@ -194,15 +194,23 @@ def test_L21_group_scorers_judge_all_repeats_of_a_task_after_they_closed():
     assert "pass@1" in result.summary()
 
 
-def test_pass_at_k_estimator_values():
-    def traces(rewards: list[float]) -> list[rk.Trace]:
-        out = []
-        for r in rewards:
-            t = rk.Trace(task={"type": "T", "key": "k"})
+def _scored_traces(rewards: list[float | None]) -> list[rk.Trace]:
+    """Traces as a closed rollout leaves them: scored with these rewards;
+    None stands for a rollout that failed before scoring."""
+    out = []
+    for r in rewards:
+        t = rk.Trace(task={"type": "T", "key": "k"})
+        if r is None:
+            t.errors.append(rk.trace.ErrorInfo(type="TaskError", boundary="task", message="broke", phase="setup"))
+        else:
+            t.phases["scoring"] = rk.trace.Span(name="scoring", start=0.0, end=1.0)
             t.rewards["x"] = r
-            out.append(t)
-        return out
+        out.append(t)
+    return out
 
+
+def test_pass_at_k_estimator_values():
+    traces = _scored_traces
     assert pass_at_k(1)(traces([1, 0, 0, 0])) == pytest.approx(0.25)
     assert pass_at_k(2)(traces([1, 0, 0, 0])) == pytest.approx(0.5)
     assert pass_at_k(5)(traces([1, 0, 0, 0])) is None  # fewer repeats than k: missing
@@ -334,3 +342,15 @@ async def test_a_folder_problem_is_raised_when_the_evaluation_is_awaited(tmp_pat
     again = rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, progress=False)  # no error yet: nothing touched
     with pytest.raises(RunFolderError, match="already holds a run"):
         await again
+
+
+def test_group_scorers_count_a_trace_that_was_not_scored_as_missing_not_zero():
+    # One failed rollout (None) among the repeats: left out, not a fail.
+    assert pass_at_k(1)(_scored_traces([1, 0, None])) == pytest.approx(0.5)
+    assert pass_at_k(2)(_scored_traces([1, None])) is None  # one judged repeat < k
+    assert best_of_n()(_scored_traces([None, None])) is None
+    # Rewards recorded but scoring never ran (an aborted rollout): not counted either.
+    unscored = rk.Trace(task={"type": "T", "key": "k"}, rewards={"x": 1.0})
+    assert unscored.scored is False
+    assert pass_at_k(1)([unscored, *_scored_traces([0])]) == 0.0
+    assert best_of_n()([unscored]) is None
