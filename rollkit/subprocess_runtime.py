@@ -13,7 +13,14 @@ What it enforces, exactly:
   variables named in `pass_env`, and those given in `env`. Nothing else of the
   host (API keys included) reaches a program unless listed.
 - processes: each program starts a new session (its own process group); when
-  it exits, is killed or times out, the whole group is killed.
+  it exits, is killed or times out, the whole group is killed. Guaranteed:
+  every process that stays in that group dies with it (children, shells,
+  `cmd &` jobs). Not guaranteed: a descendant that leaves the group itself
+  (`setsid`, a daemon's double fork) escapes the kill and may outlive the
+  rollout; no rollout waits for it either: once the program exited and its
+  group was killed, its remaining output is drained for at most
+  `drain_grace` seconds, then its pipes are closed (an escaped descendant
+  keeps them open forever, and asyncio's wait() would wait for them).
 - files: `read` and `write` stay inside the working folder. Programs
   themselves run as the same user as rollkit and are not confined to it.
 - network: nothing. Programs share the host's network, so any allow or block
@@ -74,8 +81,32 @@ class Program:
         """Wait for the program to exit; then kill what it left behind in its group."""
         await self._exited()
         self._sweep()
-        # With the group gone its pipes close, which the asyncio transport awaits.
+        return await self._reap()
+
+    async def _reap(self) -> int:
+        """The exit status of a program that exited or was SIGKILLed.
+
+        asyncio's wait() (3.11) returns only once the program's pipes closed
+        too. With its group dead they close at once, unless a descendant left
+        the group (setsid) and still holds them: then what is in the pipes
+        gets `drain_grace` seconds to be read, and the pipes are closed."""
+        await self._exited()
+        try:
+            async with asyncio.timeout(self._runtime.drain_grace):
+                return await self.process.wait()
+        except TimeoutError:
+            pass
+        self._close_pipes()
         return await self.process.wait()
+
+    def _close_pipes(self) -> None:
+        transport = getattr(self.process, "_transport", None)
+        if transport is None:
+            return
+        for fd in (0, 1, 2):
+            pipe = transport.get_pipe_transport(fd)
+            if pipe is not None:
+                pipe.close()  # readers then see end-of-file after what was read
 
     async def _exited(self) -> None:
         """Return when the program itself exited, whether or not children it
@@ -112,7 +143,7 @@ class Program:
         finally:
             # Runs even when the wait above is cancelled: nothing may survive.
             self._sweep()
-        await self.process.wait()
+        await self._reap()
 
     def _signal(self, sig: int) -> None:
         try:
@@ -135,7 +166,9 @@ class SubprocessRuntime(Runtime):
     `env` adds variables to every program; `pass_env` names host variables to
     pass through (e.g. `pass_env=["OPENAI_API_KEY"]` for a program that talks
     to a provider directly). `kill_grace` is how long a program gets to exit
-    after SIGTERM before its group is killed.
+    after SIGTERM before its group is killed. `drain_grace` bounds how long
+    the output of an exited program is still read while a descendant that
+    escaped its group (setsid) holds its pipes open.
     """
 
     kind = "subprocess"
@@ -146,6 +179,7 @@ class SubprocessRuntime(Runtime):
         env: Mapping[str, str] | None = None,
         pass_env: Iterable[str] = (),
         kill_grace: float = 2.0,
+        drain_grace: float = 1.0,
     ) -> None:
         super().__init__()
         if isinstance(pass_env, str):
@@ -153,6 +187,7 @@ class SubprocessRuntime(Runtime):
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
         self.pass_env = tuple(pass_env)
         self.kill_grace = float(kill_grace)
+        self.drain_grace = float(drain_grace)
         self._workdir: Path | None = None
         self._programs: set[Program] = set()
 

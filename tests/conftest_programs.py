@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -35,6 +37,44 @@ def processes_in(folder: str | os.PathLike[str]) -> list[int]:
         if (cwd == folder or cwd.startswith(folder + os.sep)) and not gone(int(entry)):
             found.append(int(entry))
     return found
+
+
+def processes_marked(marker: str) -> list[int]:
+    """Live processes with `marker` as one of their arguments."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in argv and not gone(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def escaping_program(marker: str) -> list[str]:
+    """A shell that starts a grandchild which leaves its process group
+    (setsid) holding the shell's stdout and stderr, waits until the grandchild
+    is out of the group (it opens a fifo after setsid), then exits 0. The
+    grandchild carries `marker` in its argv so the test can kill it."""
+    sleeper = f"{shlex.quote(sys.executable)} -c \"open('escaped.fifo', 'w').write('x'); import time; time.sleep(300)\""
+    script = f"mkfifo escaped.fifo; setsid {sleeper} {marker} & read _ < escaped.fifo; echo started; exit 0"
+    return ["sh", "-c", script]
+
+
+async def kill_marked(marker: str) -> list[int]:
+    """Kill every process carrying `marker`; return their pids."""
+    pids = processes_marked(marker)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in pids:
+        await exited(pid)
+    return pids
 
 
 def listening_ports() -> set[int]:

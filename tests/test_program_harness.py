@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import uuid
 
 import pytest
 
 import rollkit as rk
 
-from conftest_programs import AGENT, exited, gone, other_tasks
+from conftest_programs import AGENT, escaping_program, exited, gone, kill_marked, other_tasks, processes_marked
 
 ADD_THEN_ANSWER = [rk.ScriptedModel.call("add", a=2, b=3), "it is 5"]
 
@@ -316,3 +317,23 @@ async def test_L32_a_crashing_program_does_not_touch_its_sibling_on_the_same_ser
     assert bad.ok is False and bad.error.type == "HarnessError"
     assert good.ok is True and good.errors == [] and good.rewards == {"says_five": 1.0}
     assert good.last_reply == "it is 5"
+
+
+async def test_program_whose_grandchild_escapes_its_group_still_ends_its_segment():
+    """`setsid cmd &` then exit 0: the grandchild holds the program's pipes
+    and escapes the group kill (documented), yet the segment ends with the
+    program's exit and the rollout is ok. The test kills the grandchild."""
+    marker = f"rollkit-escapee-{uuid.uuid4().hex}"
+    rollout = _agent(rk.ScriptedModel(["x"]), argv=escaping_program(marker)).rollout(Adding(prompt="hi"))
+    try:
+        async with asyncio.timeout(30):  # a guard against a hang, not a timing assertion
+            assert await rollout.open()
+            assert await rollout.step() is False  # it never called the model (L14)
+            trace = await rollout.close()
+        escaped = processes_marked(marker)
+    finally:
+        killed = await kill_marked(marker)
+        await rollout.abort()
+    assert trace.ok is True and trace.errors == []
+    assert [r["exit"] for r in trace.info["program_runs"]] == [0]
+    assert len(escaped) == 1 and killed == escaped  # it did escape: the case is real

@@ -7,13 +7,14 @@ import asyncio
 import json
 import os
 import sys
+import uuid
 
 import pytest
 
 import rollkit as rk
 from rollkit.subprocess_runtime import SubprocessRuntime
 
-from conftest_programs import exited, gone, processes_in
+from conftest_programs import escaping_program, exited, gone, kill_marked, processes_in, processes_marked
 
 # A shell that leaves a grandchild behind, tells its pid, then waits on it.
 SPAWNER = ["sh", "-c", "sleep 300 & echo $! > child.pid; echo ready; wait"]
@@ -177,3 +178,19 @@ async def test_L3_borrowed_runtime_stays_up_and_a_stopped_one_is_the_owners_bug(
     await rt.stop()
     with pytest.raises(rk.LifetimeError, match="its owner must start it before lending it"):
         await agent.rollout(rk.Task(prompt="b"), runtime=rt).open()
+
+
+async def test_grandchild_that_leaves_the_group_does_not_hang_the_run(runtime):
+    """A setsid grandchild keeps the program's pipes open and escapes the group
+    kill (documented): the run still returns the program's own exit and output."""
+    marker = f"rollkit-escapee-{uuid.uuid4().hex}"
+    try:
+        async with asyncio.timeout(30):  # a guard against a hang, not a timing assertion
+            done = await runtime.run(escaping_program(marker))
+        escaped = processes_marked(marker)
+    finally:
+        killed = await kill_marked(marker)
+    assert (done.returncode, done.stdout) == (0, "started\n")
+    assert len(escaped) == 1 and killed == escaped  # it did escape: the case is real
+    assert all(gone(pid) for pid in escaped)
+    assert runtime.programs == []
