@@ -59,21 +59,31 @@ def has_reward(trace: Trace) -> bool:
     return trace.scored and any(v is not None for v in trace.rewards.values())
 
 
+def agent_failed(trace: Trace) -> bool:
+    """The agent itself failed (a HarnessError: it crashed or ran out of agent
+    time). Spending all the time is a wrong answer, not a finished one (L10),
+    so for pass@k such a repeat is an attempt that did not pass. Failures of
+    the provider, the runtime, the tools or the task are not the agent's
+    answer and stay out."""
+    return trace.error is not None and trace.error.type == "HarnessError"
+
+
 def pass_at_k(k: int, threshold: float = 1.0) -> GroupScorer:
     """Group scorer `pass@k`: the chance that at least one of k repeats drawn
-    from the n with a reward has reward >= threshold (the unbiased estimator
-    1 - C(n-c, k) / C(n, k), c the passing repeats). Repeats without a
-    reward (failed, aborted) are left out, not counted as fails; with fewer
-    than k left the value is missing."""
+    from the n attempts passes (reward >= threshold), by the unbiased
+    estimator 1 - C(n-c, k) / C(n, k), c the passing repeats. Attempts are the
+    repeats with a reward plus those where the agent failed (counted as not
+    passing, see `agent_failed`); infrastructure failures and aborts are left
+    out; with fewer than k attempts the value is missing."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"pass_at_k needs k >= 1, got {k!r}")
 
     def score(traces: list[Trace]) -> float | None:
-        judged = [t for t in traces if has_reward(t)]
+        judged = [t for t in traces if has_reward(t) or agent_failed(t)]
         n = len(judged)
         if n < k:
             return None  # not enough repeats to judge: missing, not zero
-        c = sum(1 for t in judged if t.reward >= threshold)
+        c = sum(1 for t in judged if has_reward(t) and t.reward >= threshold)
         if n - c < k:
             return 1.0
         return 1.0 - math.comb(n - c, k) / math.comb(n, k)

@@ -215,6 +215,13 @@ def test_pass_at_k_estimator_values():
     assert pass_at_k(2)(traces([1, 0, 0, 0])) == pytest.approx(0.5)
     assert pass_at_k(5)(traces([1, 0, 0, 0])) is None  # fewer repeats than k: missing
     assert best_of_n()(traces([0.2, 0.7])) == pytest.approx(0.7)
+    # A task failure (infrastructure, not the agent's answer) is left out ...
+    assert pass_at_k(1)(traces([1, None])) == pytest.approx(1.0)
+    # ... but an agent failure (HarnessError, e.g. agent timeout) is an attempt that did not pass.
+    timed_out = rk.Trace(task={"type": "T", "key": "k"})
+    timed_out.errors.append(rk.trace.ErrorInfo(type="HarnessError", boundary="harness", message="agent timeout"))
+    assert pass_at_k(1)([*traces([1]), timed_out]) == pytest.approx(0.5)
+    assert best_of_n()([*traces([0.3]), timed_out]) == pytest.approx(0.3)
     with pytest.raises(ValueError, match="pass_at_k needs k >= 1"):
         pass_at_k(0)
 
