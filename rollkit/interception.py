@@ -14,9 +14,15 @@ token gets 401 and touches no trace), the wire translation, body-size limits
 (413), answering an SDK retry (a request carrying a non-zero
 `x-stainless-retry-count`, the openai SDKs' retry header) of the last request,
 or of one still running, from that call instead of sampling again (a
-deliberate repeat without the header is a new call), and
-the status codes of refusals (410 with `x-should-retry: false`, which the
-openai SDK does not retry) and failures. One server serves every rollout of a
+deliberate repeat without the header is a new call, even when sent in
+parallel), and the status codes of refusals (410 with `x-should-retry:
+false`, which the openai SDK does not retry) and failures. A harness that
+runs segments (ProgramHarness) opens and ends each one on its registration:
+between segments every call gets 409 (a program calling the model while the
+user has the turn would spend agent time nobody charges, L9), and calls still
+running when a segment ends are cancelled. An upstream 401/403 becomes a 502
+(the provider refused the host's credentials, not the program's secret), and
+an unexpected server error a JSON 500 that the SDK does not retry. One server serves every rollout of a
 loop: `acquire()` starts it with the first rollout and `release()` stops it
 with the last, so no port outlives the rollouts that needed it.
 
@@ -56,13 +62,24 @@ DEFAULT_MAX_BODY = 32 * 1024 * 1024
 _NO_RETRY = {"x-should-retry": "false"}
 _ROUTES = "POST /v1/chat/completions, GET /v1/models"
 _WIRE_FIELDS = {"messages", "tools", "model", "stream", "stream_options"}
+# The openai SDK's per-call transport options: never request fields. A program
+# sending them in its body must not set headers (Authorization!), query
+# parameters, extra body or timeouts on the host's own provider call.
+SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+
+
+class _SegmentEnded(Exception):
+    """A call was cancelled because its segment ended."""
 
 
 @dataclass(eq=False)
 class Registration:
     """One rollout as the server knows it. The harness reads `failure` (the
-    first error the pipeline raised, to report it under its own type) and
-    waits on `activity` (set after every answered call)."""
+    first error the pipeline raised in the current segment, to report it
+    under its own type) and waits on `activity` (set after every answered
+    call). `active` is False between segments: calls then get 409. A
+    registration starts active unless registered with `active=False`; a
+    harness that runs segments calls `begin_segment` and `end_segment`."""
 
     secret: str
     session: Session
@@ -73,15 +90,30 @@ class Registration:
     refusals: int = 0
     replays: int = 0
     joins: int = 0
+    active: bool = True
     activity: asyncio.Event = field(default_factory=asyncio.Event)
+    # The latest call per request body (what an SDK retry joins), and every
+    # call still running (what a segment end cancels).
     _inflight: dict[bytes, asyncio.Future] = field(default_factory=dict)
+    _running: set[asyncio.Future] = field(default_factory=set)
     _last_key: bytes | None = None
     _last_payload: dict[str, Any] | None = None
 
     def cancel_inflight(self) -> None:
         """Stop model calls still running for a program that is gone."""
-        for task in self._inflight.values():
+        for task in list(self._running):
             task.cancel()
+
+    def begin_segment(self) -> None:
+        """A segment starts: take calls, and forget the last segment's failure."""
+        self.failure = None
+        self.active = True
+
+    def end_segment(self) -> None:
+        """The segment ended: refuse calls until the next one, and cancel the
+        calls still running (their answers would reach nobody in time)."""
+        self.active = False
+        self.cancel_inflight()
 
 
 def _digest(token: str) -> bytes:
@@ -148,14 +180,18 @@ class InterceptionServer:
         return f"{self.url}/v1"
 
     # ---- registry -----------------------------------------------------------
-    def register(self, secret: str, session: Session, *, rollout_id: str = "", model: str = "rollkit") -> Registration:
-        """Serve `session` to whoever presents `secret` as bearer token."""
+    def register(
+        self, secret: str, session: Session, *, rollout_id: str = "", model: str = "rollkit", active: bool = True
+    ) -> Registration:
+        """Serve `session` to whoever presents `secret` as bearer token.
+        `active=False`: calls get 409 until `registration.begin_segment()`."""
         if not secret or len(secret) < 16:
             raise ValueError("a rollout secret must be a random string of at least 16 characters")
         digest = _digest(secret)
         if digest in self._by_digest:
             raise ValueError(f"rollout {rollout_id or '?'}: this secret is already registered")
-        registration = Registration(secret=secret, session=session, rollout_id=rollout_id, model=model)
+        registration = Registration(secret=secret, session=session, rollout_id=rollout_id, model=model,
+                                    active=active)
         self._by_digest[digest] = registration
         return registration
 
@@ -192,6 +228,12 @@ class InterceptionServer:
         except web.HTTPMethodNotAllowed:
             return _error(405, f"{request.method} is not allowed on {request.path}; this server answers {_ROUTES}",
                           "method_not_allowed")
+        except web.HTTPException:
+            raise
+        except Exception as exc:
+            # A bug of this server, not of the request: aiohttp would answer a
+            # plain-text 500 that the SDK retries, to the same bug.
+            return _error(500, f"the interception server failed: {type(exc).__name__}: {exc}", "server_error")
 
     async def _models(self, request: web.Request) -> web.Response:
         registration = self._authorize(request)
@@ -204,6 +246,8 @@ class InterceptionServer:
         registration = self._authorize(request)
         if registration is None:
             return _unauthorized(request)
+        if not registration.active:
+            return _between_segments(registration)
         if request.content_length is not None and request.content_length > self.max_body:
             return _too_large(self.max_body)
         try:
@@ -222,14 +266,16 @@ class InterceptionServer:
         usage_chunk = bool((body.get("stream_options") or {}).get("include_usage"))
 
         key = hashlib.sha256(raw).digest()
-        retry = request.headers.get("x-stainless-retry-count", "0") not in ("", "0")
+        retry = request.headers.get("x-stainless-retry-count", "0").strip() not in ("", "0")
         if retry and key == registration._last_key and registration._last_payload is not None:
             # The SDK lost our answer and asks again: sampling again would
             # commit a second turn for one request.
             registration.replays += 1
             return await _send(request, registration._last_payload, stream, usage_chunk)
         try:
-            payload = await self._run(registration, key, parsed)
+            payload = await self._run(registration, key, parsed, retry)
+        except _SegmentEnded:
+            return _between_segments(registration)
         except Refused as refused:
             registration.refusals += 1
             return _error(
@@ -241,24 +287,47 @@ class InterceptionServer:
         except RolloutError as exc:
             status = exc.status if isinstance(exc, ProviderError) and exc.status else 502
             kind = "provider_error" if isinstance(exc, ProviderError) else f"{exc.boundary}_error"
-            return _error(status if status >= 400 else 502, f"{type(exc).__name__}: {exc}", kind)
+            message = f"{type(exc).__name__}: {exc}"
+            if status in (401, 403):
+                # Passed on unchanged, it would read as "your secret is wrong"
+                # to a program whose secret is right.
+                message = (f"the model provider refused the host's credentials (HTTP {status}); the rollout's "
+                           f"secret is fine, the host must fix its provider key or permissions: {message}")
+                status = 502
+            return _error(status if status >= 400 else 502, message, kind)
         finally:
             registration.activity.set()
         return await _send(request, payload, stream, usage_chunk)
 
-    async def _run(self, registration: Registration, key: bytes, parsed: Request) -> dict[str, Any]:
-        pending = registration._inflight.get(key)
+    async def _run(self, registration: Registration, key: bytes, parsed: Request, retry: bool) -> dict[str, Any]:
+        pending = registration._inflight.get(key) if retry else None
         if pending is not None:
             # An SDK retry while the first attempt is still running: share it.
+            # Only a retry: identical requests sent in parallel on purpose
+            # (e.g. sampling n answers) are separate calls.
             registration.joins += 1
             registration.activity.set()
         else:
             pending = asyncio.ensure_future(self._complete(registration, key, parsed))
             registration._inflight[key] = pending
-            pending.add_done_callback(lambda _: registration._inflight.pop(key, None))
+            registration._running.add(pending)
+
+            def forget(done: asyncio.Future) -> None:
+                registration._running.discard(done)
+                # A later identical call may have taken the key meanwhile.
+                if registration._inflight.get(key) is done:
+                    del registration._inflight[key]
+
+            pending.add_done_callback(forget)
         # Shielded: a program that hangs up mid-call must not cancel a turn
         # that the session is committing; its retry picks up the answer.
-        return await asyncio.shield(pending)
+        try:
+            return await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if pending.cancelled() and not (task is not None and task.cancelling()):
+                raise _SegmentEnded() from None  # cancelled by end_segment, not by the client
+            raise
 
     async def _complete(self, registration: Registration, key: bytes, parsed: Request) -> dict[str, Any]:
         try:
@@ -311,8 +380,26 @@ async def release(server: InterceptionServer) -> None:
     async with shared.lock:
         shared.users -= 1
         if shared.users <= 0:
-            shared.server, shared.users = None, 0
-            await server.stop()
+            shared.users = 0
+            try:
+                await _stop_fully(server)
+            finally:
+                shared.server = None
+
+
+async def _stop_fully(server: InterceptionServer) -> None:
+    """Stop `server` even if the caller is cancelled meanwhile: a stop cut in
+    half would leave its port listening with nobody holding a reference."""
+    stopping = asyncio.ensure_future(server.stop())
+    try:
+        await asyncio.shield(stopping)
+    except asyncio.CancelledError:
+        while not stopping.done():
+            try:
+                await asyncio.shield(stopping)
+            except asyncio.CancelledError:
+                pass
+        raise
 
 
 # ---- the wire ------------------------------------------------------------------
@@ -328,6 +415,15 @@ def _unauthorized(request: web.Request) -> web.Response:
         401,
         f"{what}: set OPENAI_API_KEY to the rollout's secret (ProgramHarness sets it for the program)",
         "invalid_api_key",
+    )
+
+
+def _between_segments(registration: Registration) -> web.Response:
+    return _error(
+        409,
+        f"rollout {registration.rollout_id or '?'} is between segments (the program yielded, or its segment "
+        "ended): it takes no model calls until the user's next turn arrives on stdin",
+        "between_segments",
     )
 
 
@@ -381,21 +477,29 @@ def _message(item: Any, index: int) -> Any:
 
 def parse_request(body: Any) -> Request:
     """A chat-completions request body as a rollkit `Request`. Fields other
-    than messages, tools and model go through untouched in `params`."""
+    than messages, tools, model and streaming go through untouched in
+    `params`, except the SDK's transport options (SDK_OPTIONS), dropped."""
     if not isinstance(body, dict):
         raise ValueError("the body must be a JSON object")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValueError("'messages' must be a non-empty list")
     tools = body.get("tools") or []
-    if not isinstance(tools, list):
-        raise ValueError("'tools' must be a list")
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise ValueError("'tools' must be a list of objects")
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
+        raise ValueError("'stream' must be true or false")
+    if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
+        raise ValueError("'stream_options' must be an object, e.g. {\"include_usage\": true}")
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise ValueError("'model' must be a string")
     try:
         return Request(
             messages=[_message(m, i) for i, m in enumerate(messages)],
             tools=tools,
             model=body.get("model"),
-            params={k: v for k, v in body.items() if k not in _WIRE_FIELDS},
+            # SDK transport options are dropped: see SDK_OPTIONS.
+            params={k: v for k, v in body.items() if k not in _WIRE_FIELDS and k not in SDK_OPTIONS},
         )
     except pydantic.ValidationError as exc:
         raise ValueError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc

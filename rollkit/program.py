@@ -30,13 +30,22 @@ What the program gets (the contract a program author writes against):
   for the user) by writing a line `{"yield": ...}` to stdout; other stdout
   lines are ignored. A turn then costs no program start.
 
-How its end is read: exit status 0, or a yield, ends the segment. A non-zero
-exit is a `HarnessError` carrying the tail of stderr, unless the rollout was
-stopped (a limit or a @stop refused a call with HTTP 410: the program's
-resulting exit is a clean stop) or the failure was the model's (the session's
-`ProviderError` is reported under its own type). After a refusal the program
-gets `stop_grace` seconds to finish, then its process group is killed. The
-agent time budget kills it when it runs out (L10), as does close or abort.
+How its end is read: exit status 0, or a yield, ends the segment. A model
+call that failed during the segment (the model's `ProviderError`, a hook's
+`TaskError`) fails the rollout under its own type whatever the program did
+next, even if it caught the error and exited 0 or yielded: an in-process
+harness would have failed the same way. Otherwise a non-zero exit is a
+`HarnessError` carrying the tail of stderr, unless the rollout was stopped (a
+limit or a @stop refused a call with HTTP 410: the program's resulting exit
+is a clean stop). After a refusal the program gets `stop_grace` seconds to
+finish, then its process group is killed. The agent time budget kills it
+when it runs out (L10), as does close or abort.
+
+Between segments the program may not call the model: such a call gets HTTP
+409 (it would use agent time that nobody charges, L9), and model calls still
+running when a segment ends are cancelled. A persistent program that exits
+between turns with a non-zero status is a `HarnessError` at the next step
+(with its stderr); one that exits 0 is relaunched on the whole conversation.
 
 This module owns the program's lifetime and the wiring of the services; it
 does not interpret model calls (the session does) or serve HTTP (the
@@ -142,7 +151,10 @@ class ProgramHarness(Harness):
     async def serve(self, ctx: RolloutContext) -> dict[str, str]:
         server = await interception.acquire()
         try:
-            registration = server.register(ctx.secret, ctx.session, rollout_id=ctx.id, model=ctx.session.model.name)
+            # Closed until the first segment: no model calls outside a segment.
+            registration = server.register(
+                ctx.secret, ctx.session, rollout_id=ctx.id, model=ctx.session.model.name, active=False
+            )
         except BaseException:
             await interception.release(server)
             raise
@@ -176,8 +188,28 @@ class ProgramHarness(Harness):
     # ---- step -----------------------------------------------------------------
     async def segment(self, ctx: RolloutContext, messages: list[Message]) -> None:
         run: _Run = ctx.state[_STATE]
+        registration = run.registration
+        registration.begin_segment()
+        try:
+            await self._segment(ctx, run, messages)
+        finally:
+            registration.end_segment()
+        failure = registration.failure
+        if failure is not None:
+            # The program may have caught the failed call and exited 0 or
+            # yielded: the model or a hook broke all the same (L31).
+            raise failure
+
+    async def _segment(self, ctx: RolloutContext, run: _Run, messages: list[Message]) -> None:
         if run.program is not None and not run.program.running:
-            await self._end_program(run)  # a persistent program that ended while the user spoke
+            # A persistent program that ended while the user spoke.
+            await self._end_program(run)
+            status = run.runs[-1]["exit"] if run.runs else None
+            if status not in (0, None):
+                raise HarnessError(
+                    f"program {self.command!r} {_exit_text(status)} between turns, before the user's next "
+                    f"message reached it; {self._stderr_text(run)}"
+                )
         if run.program is not None:
             self._send(run, messages, close=False)
         else:
@@ -285,11 +317,11 @@ class ProgramHarness(Harness):
         status = run.exit.result()
         await self._end_program(run)
         run.runs[-1]["exit"] = status
-        if status == 0 or ctx.stopped:
-            return
         failure = run.registration.failure
         if failure is not None:
             raise failure  # the model or a hook broke, not the program: keep its type (L31)
+        if status == 0 or ctx.stopped:
+            return
         raise HarnessError(f"program {self.command!r} {_exit_text(status)}; {self._stderr_text(run)}")
 
     def _stderr_text(self, run: _Run) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import uuid
 
@@ -16,8 +17,9 @@ import pytest
 
 import rollkit as rk
 
-from conftest_programs import AGENT, escaping_program, exited, gone, kill_marked, other_tasks, processes_marked
+from conftest_programs import AGENT, PROGRAMS, escaping_program, exited, gone, kill_marked, other_tasks, processes_marked
 
+PLAIN = [sys.executable, str(PROGRAMS / "plain.py")]  # stdlib only: starts in milliseconds
 ADD_THEN_ANSWER = [rk.ScriptedModel.call("add", a=2, b=3), "it is 5"]
 
 
@@ -150,12 +152,14 @@ async def test_L12_trace_stop_is_checked_before_the_programs_next_call():
 
 
 async def test_L10_agent_timeout_kills_the_program_and_its_model_call():
-    never = asyncio.Event()
+    called, never = asyncio.Event(), asyncio.Event()
 
     async def stuck(request):
+        called.set()
         await never.wait()
 
-    rollout = _agent(rk.ScriptedModel(stuck), timeouts={"agent": 4}, env={"AGENT_MODE": "spawn"}).rollout(
+    # The budget must outlast the program's start (~2 s), or no call is made.
+    rollout = _agent(rk.ScriptedModel(stuck), timeouts={"agent": 6}, env={"AGENT_MODE": "spawn"}).rollout(
         Adding(prompt="2+3?"))
     assert await rollout.open()
     tasks_before = other_tasks()
@@ -163,9 +167,11 @@ async def test_L10_agent_timeout_kills_the_program_and_its_model_call():
     pid = rollout.trace.info["program_runs"][0]["pid"]
     child = int(rollout.runtime.read("child.pid")) if rollout.runtime.path("child.pid").exists() else None
     trace = await rollout.close()
+    assert called.is_set()  # the program did reach the model: the cancelled call is real
     assert trace.ok is False
     assert trace.error.type == "HarnessError"
-    assert trace.error.message == "agent timeout: the agent used its whole 4.0s agent-time budget"
+    assert trace.error.message == "agent timeout: the agent used its whole 6.0s agent-time budget"
+    assert "cancelled before it answered" in trace.model_calls[0].error.message
     assert gone(pid)
     assert child is None or await exited(child)
     assert other_tasks() <= tasks_before  # the stuck model call was cancelled too
@@ -259,7 +265,9 @@ async def test_tool_server_serves_the_tools_with_errors_as_results_and_checks_th
     urls = await server.start()
     try:
         url = urls["Adding"]
-        assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp/Adding/")
+        host, port = server._sock.getsockname()
+        assert host == "127.0.0.1"  # the socket itself is bound to loopback, not only the URL says so
+        assert url == f"http://127.0.0.1:{port}/mcp/Adding/"
         auth = {"Authorization": f"Bearer {rollout.ctx.secret}"}
         async with httpx2.AsyncClient(headers=auth) as http, Client(streamable_http_client(url, http_client=http)) as mcp:
             tools = {t.name: t.input_schema for t in (await mcp.list_tools()).tools}
@@ -291,18 +299,23 @@ class Recording(Adding):
 async def test_program_contract_environment_and_stdin(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "the-host-key")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://host.example/v1")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "another-host-secret")
     script = ("import json, os, sys; json.dump({'env': dict(os.environ), 'stdin': sys.stdin.read()}, "
               "open('seen.json', 'w'))")
     agent = _agent(rk.ScriptedModel(["x"]), argv=[sys.executable, "-c", script], env={"EXTRA": "1"})
     rollout = agent.rollout(Recording(prompt="2+3?", system_prompt="be exact"))
     assert await rollout.open()
+    registration = rollout.ctx.state["rollkit.program"].registration
+    assert registration.active is False  # no model calls before the first segment
     services = dict(rollout.ctx.services)
     secret = rollout.ctx.secret
     await rollout.step()
+    assert registration.active is False  # nor after it ended (L9)
     await rollout.close()
     seen = rollout.ctx.state["seen"]
     env = seen["env"]
     assert env["OPENAI_API_KEY"] == secret != "the-host-key"
+    assert "ANTHROPIC_API_KEY" not in env and "another-host-secret" not in json.dumps(seen)
     assert env["OPENAI_BASE_URL"] == services["openai"]
     assert json.loads(env["ROLLKIT_MCP_SERVERS"]) == {"Recording": services["mcp:Recording"]}
     assert (env["ROLLKIT_MODEL"], env["ROLLKIT_ROLLOUT_ID"], env["EXTRA"]) == ("scripted", rollout.id, "1")
@@ -337,3 +350,37 @@ async def test_program_whose_grandchild_escapes_its_group_still_ends_its_segment
     assert trace.ok is True and trace.errors == []
     assert [r["exit"] for r in trace.info["program_runs"]] == [0]
     assert len(escaped) == 1 and killed == escaped  # it did escape: the case is real
+
+
+def _failing(request):
+    raise rk.ProviderError("the provider is down", status=503)
+
+
+async def test_L31_model_failure_is_the_rollouts_even_when_the_program_swallows_it_and_exits_0():
+    agent = _agent(rk.ScriptedModel(_failing), argv=[*PLAIN, "swallow-error"])
+    trace = await agent.run(rk.Task(prompt="hi"))
+    assert [r["exit"] for r in trace.info["program_runs"]] == [0]  # the program caught the 503
+    assert trace.ok is False
+    assert trace.error.type == "ProviderError" and trace.error.status == 503 and trace.error.phase == "agent"
+    assert "the provider is down" in trace.error.message
+
+
+async def test_persistent_program_crashing_between_turns_is_a_harness_error_at_the_next_step():
+    agent = _agent(rk.ScriptedModel(["first answer", "never sent"]), argv=[*PLAIN, "crash-between-turns"],
+                   persistent=True)
+    rollout = agent.rollout(rk.Task(prompt="hi"), user=True)
+    assert await rollout.open()
+    fifo = rollout.runtime.path("crash.fifo")
+    os.mkfifo(fifo)
+    assert await rollout.step() is True  # it answered and yielded
+    run = rollout.ctx.state["rollkit.program"]
+    await asyncio.to_thread(fifo.write_text, "go")  # returns once the program opened it: it now exits
+    assert await run.exit == 3
+    assert await rollout.step("again") is False
+    trace = await rollout.close()
+    assert trace.ok is False and trace.error.type == "HarnessError" and trace.error.phase == "agent"
+    assert trace.error.message.startswith(f"program {' '.join(PLAIN + ['crash-between-turns'])!r} exited with "
+                                          "status 3 between turns, before the user's next message reached it")
+    assert "the program crashed between turns on purpose" in trace.error.message
+    assert len(trace.info["program_runs"]) == 1  # not silently relaunched
+    assert trace.num_turns == 1
