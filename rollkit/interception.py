@@ -81,7 +81,7 @@ class Registration:
     registration starts active unless registered with `active=False`; a
     harness that runs segments calls `begin_segment` and `end_segment`."""
 
-    secret: str
+    secret: str = field(repr=False)  # a registration printed in a log must not leak it
     session: Session
     rollout_id: str
     model: str

@@ -246,50 +246,157 @@ async def test_sdk_retry_after_client_timeout_joins_the_call_in_flight():
     assert registration.joins >= 1
 
 
+def _provider_down(request):
+    raise rk.ProviderError("the provider is down", status=503)
+
+
 async def test_pipeline_failure_is_reported_not_retried_and_kept_for_the_harness():
     async def body(client, ctx, messages):
         with pytest.raises(openai.APIStatusError) as caught:
             await client.chat.completions.create(model="m", messages=_wire(messages))
         ctx.state["out"] = caught.value
 
-    trace, error, registration = await _run(body, [])  # the scripted model has no reply
-    assert error.status_code == 400 and error.response.headers["x-should-retry"] == "false"
-    assert "ScriptedModel 'scripted' has no reply #1" in str(error)
+    # A 503 the SDK would retry 3 times, had the server not said x-should-retry: false.
+    trace, error, registration = await _run(body, _provider_down, max_retries=3)
+    assert error.status_code == 503 and error.response.headers["x-should-retry"] == "false"
+    assert "the provider is down" in str(error)
     assert isinstance(registration.failure, rk.ProviderError)
+    assert len(trace.model_calls) == 1  # one request, not four
     assert trace.model_calls[0].error.type == "ProviderError"
 
 
-async def test_one_server_serves_many_rollouts_and_stops_with_the_last():
-    seen = {}
+async def test_provider_refusing_the_hosts_credentials_is_a_502_not_a_401():
+    def unauthorized(request):
+        raise rk.ProviderError("Incorrect API key provided", status=401)
 
     async def body(client, ctx, messages):
-        seen[ctx.id] = ctx.state["server"]
-        completion = await client.chat.completions.create(model="m", messages=_wire(messages))
-        ctx.state["out"] = completion.choices[0].message.content
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.chat.completions.create(model="m", messages=_wire(messages))
+        ctx.state["out"] = caught.value
 
-    def model(request):
-        return "re: " + request.messages[-1].content
-
-    agent = rk.Agent(model=rk.ScriptedModel(model), harness=SDKHarness(body))
-    rollouts = [agent.rollout(rk.Task(prompt=f"task {i}")) for i in range(5)]
-    assert all(await asyncio.gather(*(r.open() for r in rollouts)))
-    await asyncio.gather(*(r.step() for r in rollouts))
-    servers = {id(s) for s in seen.values()}
-    server = next(iter(seen.values()))
-    port = server.port
-    assert len(servers) == 1 and server.rollouts == 5
-    outs = [r.ctx.state["out"] for r in rollouts]
-    traces = await asyncio.gather(*(r.close() for r in rollouts))
-    assert outs == [f"re: task {i}" for i in range(5)]
-    assert [t.transcript for t in traces] == [f"user: task {i}\nassistant: re: task {i}" for i in range(5)]
-    assert not server.running
-    assert port not in listening_ports()
+    _, error, _ = await _run(body, unauthorized)
+    assert error.status_code == 502  # a 401 would tell the program its own secret is wrong
+    assert "the model provider refused the host's credentials (HTTP 401)" in str(error)
+    assert "Incorrect API key provided" in str(error)
 
 
-async def test_server_binds_loopback_only():
+async def test_identical_requests_in_parallel_are_separate_calls():
+    calls, both, registrations = [], asyncio.Event(), []
+
+    async def model(request):
+        calls.append(request)
+        registrations[0].activity.set()  # wakes the body below
+        if len(calls) == 2:
+            both.set()
+        await both.wait()
+        return f"sample {len(calls)}"
+
+    async def body(client, ctx, messages):
+        registration = ctx.state["registration"]
+        registrations.append(registration)
+        data = json.dumps({"model": "m", "messages": _wire(messages)})
+        headers = {"Authorization": f"Bearer {ctx.secret}", "Content-Type": "application/json",
+                   "x-stainless-retry-count": "0"}
+        async with aiohttp.ClientSession() as http:
+            async def post():
+                async with http.post(ctx.services["openai"] + "/chat/completions", data=data, headers=headers) as r:
+                    return (await r.json())["choices"][0]["message"]["content"]
+
+            posts = asyncio.gather(post(), post())
+            # Until both reached the model, or the second joined the first (the bug).
+            while len(calls) < 2 and registration.joins == 0:
+                registration.activity.clear()
+                await registration.activity.wait()
+            both.set()
+            ctx.state["out"] = sorted(await posts)
+
+    trace, answers, registration = await _run(body, model)
+    assert registration.joins == 0
+    assert len(calls) == 2 and answers == ["sample 2", "sample 2"]
+    assert trace.num_turns == 2
+
+
+async def test_L9_calls_between_segments_get_409_that_the_sdk_does_not_retry():
+    async def body(client, ctx, messages):
+        ctx.state["registration"].end_segment()  # as ProgramHarness does when the program yields
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.chat.completions.create(model="m", messages=_wire(messages))
+        ctx.state["out"] = caught.value
+
+    # The SDK retries a 409 unless told not to: max_retries=3 would mean 4 requests.
+    trace, error, registration = await _run(body, ["never sent"], max_retries=3)
+    assert error.status_code == 409 and error.response.headers["x-should-retry"] == "false"
+    assert error.code == "between_segments"
+    assert "is between segments" in str(error) and "until the user's next turn" in str(error)
+    assert trace.model_calls == [] and registration.calls == 0
+
+
+async def test_segment_end_cancels_calls_still_running():
+    called, never = asyncio.Event(), asyncio.Event()
+
+    async def stuck(request):
+        called.set()
+        await never.wait()
+
+    async def body(client, ctx, messages):
+        call = asyncio.ensure_future(client.chat.completions.create(model="m", messages=_wire(messages)))
+        await called.wait()
+        ctx.state["registration"].end_segment()
+        with pytest.raises(openai.APIStatusError) as caught:
+            await call
+        ctx.state["out"] = caught.value
+
+    trace, error, registration = await _run(body, stuck)
+    assert error.status_code == 409 and error.code == "between_segments"
+    assert registration.failure is None  # a cancelled call is not the model's failure
+    assert "cancelled before it answered" in trace.model_calls[0].error.message
+    assert trace.num_turns == 0
+
+
+async def test_malformed_stream_options_is_a_400_and_a_server_bug_a_json_500(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the wire translation")
+
+    async def body(client, ctx, messages):
+        first = await _post(ctx, json.dumps({"messages": _wire(messages), "stream_options": "yes"}))
+        monkeypatch.setattr(interception, "completion_payload", broken)
+        second = await _post(ctx, json.dumps({"messages": _wire(messages)}))
+        ctx.state["out"] = (first, second)
+
+    _, ((s1, b1, _), (s2, b2, retry2)), _ = await _run(body, ["fine"])
+    assert s1 == 400 and "'stream_options' must be an object" in b1["error"]["message"]
+    assert s2 == 500 and retry2 == "false"
+    assert b2["error"]["message"] == "the interception server failed: RuntimeError: a bug in the wire translation"
+
+
+def test_sdk_transport_options_in_a_body_are_dropped_and_other_fields_kept():
+    parsed = interception.parse_request({
+        "messages": [{"role": "user", "content": "hi"}], "temperature": 0, "top_k": 5,
+        "extra_headers": {"Authorization": "Bearer stolen"}, "extra_query": {"a": "1"},
+        "extra_body": {"b": 2}, "timeout": 0.001,
+    })
+    assert parsed.params == {"temperature": 0, "top_k": 5}
+
+
+async def test_release_cancelled_mid_stop_still_frees_the_port():
     server = await interception.acquire()
+    port, entered, proceed = server.port, asyncio.Event(), asyncio.Event()
+    stop = server.stop
+
+    async def held_stop():
+        entered.set()
+        await proceed.wait()  # the cancellation lands here, in the middle of the stop
+        await stop()
+
+    server.stop = held_stop
     try:
-        assert server.address == ("127.0.0.1", server.port)
-        assert server.base_url == f"http://127.0.0.1:{server.port}/v1"
+        releasing = asyncio.ensure_future(interception.release(server))
+        await entered.wait()
+        releasing.cancel()
+        proceed.set()
+        with pytest.raises(asyncio.CancelledError):
+            await releasing
+        assert not server.running and port not in listening_ports()
+        assert interception._shared[asyncio.get_running_loop()].server is None
     finally:
-        await interception.release(server)
+        await stop()  # whatever happened above, this test leaves no port
