@@ -97,6 +97,8 @@ class Rollout:
         self._segment_t0: float | None = None
         self._step_task: asyncio.Task[Any] | None = None
         self._step_done: asyncio.Event | None = None
+        self._close_task: asyncio.Task[Any] | None = None
+        self._close_done: asyncio.Event | None = None
         self._setup_started = False
         self.toolsets = task.all_toolsets()
         self._values: dict[str, Any] = {"trace": self.trace, "task": task, "data": task.data, "runtime": self.runtime}
@@ -152,6 +154,11 @@ class Rollout:
     def _emit(self, kind: str, **data: Any) -> None:
         self.events.emit(kind, self.id, **data)
         self.agent.events.emit(kind, self.id, **data)
+
+    @property
+    def agent_time(self) -> float:
+        """Agent time charged so far, the running segment included (L9)."""
+        return self._agent_time()
 
     def _agent_time(self) -> float:
         running = time.perf_counter() - self._segment_t0 if self._segment_t0 is not None else 0.0
@@ -381,6 +388,19 @@ class Rollout:
         self._phase_end("agent")
         self._emit("segment_end", segment=segment.index, turns_added=segment.turns_added)
 
+    async def _abort_closing(self) -> Trace:
+        """Abort a close() running in another task: cancel it (its teardown
+        still runs), then mark the trace aborted rather than scored."""
+        task, done = self._close_task, self._close_done
+        if task is not None and task is not asyncio.current_task() and done is not None:
+            task.cancel()
+            await done.wait()
+        self.trace.aborted = True
+        self.trace.ok = False
+        self._state = "closed"
+        self._emit("closed", ok=False, aborted=True)
+        return self.trace
+
     async def _cancel_running_step(self) -> None:
         """Cancel a step running in another task and wait until it has ended."""
         task, done = self._step_task, self._step_done
@@ -400,6 +420,8 @@ class Rollout:
         if self._opened:
             await self._check_borrowed_runtime()
         self._state = "closing"
+        self._close_task = asyncio.current_task()
+        self._close_done = asyncio.Event()
         try:
             if self._opened and not self._failed:
                 await self._release_harness()
@@ -414,6 +436,7 @@ class Rollout:
             self.trace.ok = self._opened and not self._failed  # L25, decided last
             self.trace.completed = True
             self._state = "closed"
+            self._close_done.set()
         self._emit("closed", ok=self.trace.ok)
         log.info(self._done_line())
         return self.trace
@@ -475,6 +498,8 @@ class Rollout:
         running in another task is cancelled first."""
         if self._state in ("closed", "aborting"):
             return self.trace
+        if self._state == "closing":
+            return await self._abort_closing()
         if self._state == "stepping":
             await self._cancel_running_step()
         self._state = "aborting"

@@ -335,3 +335,36 @@ async def test_scripted_tool_call_ids_are_the_same_every_run():
     assert first.transcript == second.transcript
     ids = [m.tool_call_id for m in first.messages if m.role == "tool"]
     assert ids == ["call_0_0", "call_1_0"]
+
+
+async def test_abort_during_close_cancels_scoring_and_still_tears_down(recorder: Recorder):
+    scoring = asyncio.Event()
+
+    class SlowScore(rk.Task):
+        @rk.reward
+        async def slow(self) -> float:
+            scoring.set()
+            await asyncio.Event().wait()
+            return 1.0
+
+    rollout = rk.Agent(runtime=lambda: CountingRuntime(recorder)).rollout(SlowScore(prompt="x"))
+    await rollout.open()
+    await rollout.step()
+    closing = asyncio.create_task(rollout.close())
+    await scoring.wait()
+    trace = await rollout.abort()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    assert trace.aborted is True and trace.ok is False
+    assert recorder.items == ["runtime.start", "runtime.stop"]
+    assert all(span.end is not None for span in trace.phases.values())
+    assert await rollout.close() is trace and trace.ok is False
+
+
+async def test_agent_time_is_readable_while_running():
+    rollout = rk.Agent(model="echo").rollout(rk.Task(), user=True)
+    await rollout.open()
+    assert rollout.agent_time == 0.0
+    await rollout.step("hi")
+    assert rollout.agent_time == pytest.approx(rollout.trace.agent_time)
+    await rollout.close()

@@ -154,7 +154,7 @@ class NotebookRollout:
         """Agent time used so far, including the segment running now."""
         # The rollout's own clock, the one its budget is charged on (L9), so
         # the gauge never disagrees with what the rollout will bill.
-        return self.rollout._agent_time()
+        return self.rollout.agent_time
 
     @property
     def status(self) -> Status:
