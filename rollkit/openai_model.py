@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -47,12 +48,81 @@ _CONTEXT_WORDS = re.compile(
     re.IGNORECASE,
 )
 
+# The SDK's per-call transport options. A request's params never set them: a
+# request may come from an agent program (through the interception server),
+# which must not choose headers (Authorization!), query, body or timeout of
+# the host's provider call. The host sets them in OpenAIModel(params=...).
+_SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+# What create() takes as keyword arguments; any other field (vLLM's top_k,
+# repetition_penalty, ...) goes in the JSON body through extra_body, where a
+# keyword would raise TypeError.
+_CREATE_FIELDS = frozenset(
+    name
+    for name in inspect.signature(openai.resources.chat.completions.AsyncCompletions.create).parameters
+    if name != "self"
+) - _SDK_OPTIONS
+
+
+def _call_arguments(host: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """create() keyword arguments from the host's params and a request's."""
+    kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for source, trusted in ((host, True), (request, False)):
+        for key, value in source.items():
+            if key in _CREATE_FIELDS:
+                kwargs[key] = value
+            elif key in _SDK_OPTIONS:
+                if not trusted:
+                    continue  # see _SDK_OPTIONS
+                if key == "extra_body":
+                    extra.update(value or {})
+                else:
+                    kwargs[key] = value
+            else:
+                extra[key] = value
+    if extra:
+        kwargs["extra_body"] = extra
+    return kwargs
+
+
 # One SDK client per (loop, endpoint, key, timeout, retries): an httpx pool is
 # bound to the loop that opened its connections, so clients are not shared
-# across loops, and keyed weakly so a closed loop's clients go with it.
+# across loops, and keyed weakly so a closed loop's clients go with it. Each
+# loop's clients are closed when the loop shuts down (asyncio.run's end,
+# through its async-generator shutdown), so no connection outlives its loop;
+# a loop that never ends (a notebook kernel) keeps them for reuse.
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, openai.AsyncOpenAI]] = (
     weakref.WeakKeyDictionary()
 )
+_closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+
+def _loop_pool() -> dict[tuple, openai.AsyncOpenAI]:
+    loop = asyncio.get_running_loop()
+    pool = _pools.get(loop)
+    if pool is None:
+        pool = _pools[loop] = {}
+        closer = _close_at_shutdown(pool)
+        # Held here: the loop keeps its async generators only weakly.
+        _closers[loop] = closer
+        loop.create_task(_start(closer))
+    return pool
+
+
+async def _start(closer: Any) -> None:
+    await closer.__anext__()  # runs it to its yield; the loop now knows it
+
+
+async def _close_at_shutdown(pool: dict[tuple, openai.AsyncOpenAI]) -> Any:
+    """Suspended for the loop's life; the loop's async-generator shutdown
+    closes it, which closes the pool's clients."""
+    try:
+        yield
+    finally:
+        clients = list(pool.values())
+        pool.clear()
+        for client in clients:
+            await client.close()
 
 
 def _pool_key(base_url: str, api_key: str, timeout: float, max_retries: int) -> tuple:
@@ -62,9 +132,12 @@ def _pool_key(base_url: str, api_key: str, timeout: float, max_retries: int) -> 
 
 
 async def close_pools() -> None:
-    """Close every pooled client of the running event loop."""
-    clients = _pools.pop(asyncio.get_running_loop(), {})
-    for client in clients.values():
+    """Close every pooled client of the running event loop (the next call
+    opens a new one)."""
+    pool = _pools.get(asyncio.get_running_loop(), {})
+    clients = list(pool.values())
+    pool.clear()
+    for client in clients:
         await client.close()
 
 
@@ -73,7 +146,10 @@ class OpenAIModel(Model):
     Ollama, ...). `base_url` and `api_key` default to the environment's
     `OPENAI_BASE_URL` and `OPENAI_API_KEY`. `params` are sampling parameters
     sent with every call (a request's own `params` win). `max_retries` is the
-    SDK's retry count for 429s, 5xx and dropped connections.
+    SDK's retry count for 429s, 5xx and dropped connections. Fields the SDK
+    has no keyword for (vLLM's `top_k`, ...) are sent in the request body; the
+    SDK's transport options (`extra_headers`, `extra_query`, `extra_body`,
+    `timeout`) are honoured from `params` only, never from a request.
 
     Call `await model.aclose()` when done to close its pooled connections.
     """
@@ -116,7 +192,7 @@ class OpenAIModel(Model):
 
     # ---- the pooled client ------------------------------------------------
     def _client(self) -> openai.AsyncOpenAI:
-        pool = _pools.setdefault(asyncio.get_running_loop(), {})
+        pool = _loop_pool()
         key = _pool_key(self.base_url, self._api_key, self.timeout, self.max_retries)
         client = pool.get(key)
         if client is None:
@@ -138,7 +214,7 @@ class OpenAIModel(Model):
 
     # ---- the call -----------------------------------------------------------
     async def complete(self, request: Request) -> Response:
-        body: dict[str, Any] = {**self.params, **request.params}
+        body = _call_arguments(self.params, request.params)
         body["model"] = self.model
         body["messages"] = [to_openai_message(m) for m in request.messages]
         if request.tools:

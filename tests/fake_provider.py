@@ -12,7 +12,8 @@ queue is empty):
 - "malformed": 200, content-type JSON, body not JSON.
 - "drop": closes the connection without answering.
 
-Every request body is kept in `requests` so tests assert what was sent.
+Every request body is kept in `requests` (its headers in `headers`, its
+query in `queries`) so tests assert what was sent.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class FakeProvider:
         self.behaviours: deque[str] = deque()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.queries: list[dict[str, str]] = []
         self.release = asyncio.Event()
         self.slow_started = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -61,6 +63,7 @@ class FakeProvider:
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        self.queries.append(dict(request.query))
         behaviour = self.behaviours.popleft() if self.behaviours else "ok"
         if behaviour == "slow":
             self.slow_started.set()

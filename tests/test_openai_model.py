@@ -3,6 +3,7 @@ protocol over real HTTP (tests/fake_provider.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
@@ -160,10 +161,44 @@ async def test_clients_are_pooled_per_endpoint(provider):
     a = OpenAIModel("m1", base_url=provider.url, api_key="k")
     b = OpenAIModel("m2", base_url=provider.url, api_key="k")
     c = OpenAIModel("m1", base_url=provider.url + "/", api_key="other")
-    assert a._client() is b._client()
-    assert a._client() is not c._client()
+    shared, other = a._client(), c._client()
+    assert b._client() is shared and other is not shared
     await a.aclose()
-    assert a._client() is not c._client()
+    assert shared.is_closed() and not other.is_closed()  # only this endpoint's client
+    fresh = a._client()
+    assert fresh is not shared and b._client() is fresh and not fresh.is_closed()
+    assert (await b.complete(_request("after aclose"))).message.content == "echo: after aclose"
+
+
+def test_pooled_clients_close_when_their_loop_shuts_down():
+    async def main():
+        fake = await FakeProvider().start()
+        try:
+            model = OpenAIModel("m1", base_url=fake.url, api_key="k")
+            await model.complete(_request())
+            return model._client()
+        finally:
+            await fake.stop()
+
+    client = asyncio.run(main())  # no aclose(): the loop's end closes its pool
+    assert client.is_closed()
+
+
+async def test_request_fields_go_in_the_body_and_transport_options_only_from_the_host(provider):
+    model = OpenAIModel("m1", base_url=provider.url, api_key="k",
+                        params={"top_k": 40, "extra_headers": {"X-Host": "yes"}})
+    request = _request(
+        "hi", repetition_penalty=1.1, temperature=0.2,
+        extra_headers={"Authorization": "Bearer stolen", "OpenAI-Organization": "theirs"},
+        extra_query={"q": "1"}, extra_body={"injected": True}, timeout=0.001,
+    )
+    response = await model.complete(request)  # vLLM fields raised TypeError as keywords; a 0.001s timeout a 504
+    assert response.message.content == "echo: hi"
+    sent, headers = provider.requests[0], provider.headers[0]
+    assert (sent["top_k"], sent["repetition_penalty"], sent["temperature"]) == (40, 1.1, 0.2)
+    assert "injected" not in sent and provider.queries[0] == {}
+    assert headers["Authorization"] == "Bearer k" and not {"openai-organization", "OpenAI-Organization"} & set(headers)
+    assert headers["x-host"] == "yes"  # the host's own options are honoured
 
 
 def test_missing_key_is_a_clear_error(monkeypatch):
