@@ -55,23 +55,38 @@ def toolset_groups(ctx: RolloutContext) -> dict[str, list[str]]:
 
 
 class _RequireSecret:
-    """ASGI middleware: only requests bearing the rollout's secret pass."""
+    """ASGI middleware: only HTTP requests bearing the rollout's secret pass
+    (the scheme in any case, like the interception server; the token compared
+    in constant time). Lifespan events pass; every other scope (websocket, or
+    any a future server invents) is refused: nothing reaches the tools
+    without the secret."""
 
     def __init__(self, app: Any, secret: str) -> None:
         self.app = app
-        self.expected = f"Bearer {secret}".encode()
+        self.secret = secret.encode()
+
+    def _authorized(self, scope: dict) -> bool:
+        header = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, token = header.partition(b" ")
+        # compare_digest runs even for a wrong scheme: timing tells nothing.
+        match = hmac.compare_digest(token.strip(), self.secret)
+        return scheme.lower() == b"bearer" and match
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                body = json.dumps({"error": "missing or wrong bearer token: send the rollout's secret "
-                                            "(OPENAI_API_KEY) as 'Authorization: Bearer <secret>'"}).encode()
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"application/json")]})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
+        kind = scope["type"]
+        if kind == "lifespan" or (kind == "http" and self._authorized(scope)):
+            await self.app(scope, receive, send)
+            return
+        if kind == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # policy violation; uvicorn answers 403
+            return
+        if kind == "http":
+            body = json.dumps({"error": "missing or wrong bearer token: send the rollout's secret "
+                                        "(OPENAI_API_KEY) as 'Authorization: Bearer <secret>'"}).encode()
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": body})
+        # Unknown scope types get nothing.
 
 
 class ToolServer:
@@ -141,11 +156,13 @@ class ToolServer:
 
             root = _RequireSecret(Starlette(routes=mounts, lifespan=lifespan), self.ctx.secret)
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._sock = sock  # stop() closes it, also when bind fails
             sock.bind(("127.0.0.1", 0))
-            self._sock = sock
             # A tool call still running when the rollout closes gets 2s to finish.
+            # log_config=None: uvicorn would otherwise reconfigure the host's
+            # logging (a notebook's, a training job's) on every start.
             config = uvicorn.Config(root, log_level="warning", lifespan="on", access_log=False,
-                                    timeout_graceful_shutdown=2)
+                                    timeout_graceful_shutdown=2, log_config=None)
             config.load()
             server = uvicorn.Server(config)
             # startup()/shutdown() directly, not serve(): serve() would take

@@ -384,3 +384,32 @@ async def test_persistent_program_crashing_between_turns_is_a_harness_error_at_t
     assert "the program crashed between turns on purpose" in trace.error.message
     assert len(trace.info["program_runs"]) == 1  # not silently relaunched
     assert trace.num_turns == 1
+
+
+async def test_tool_server_secret_check_covers_every_scope_and_any_scheme_case():
+    from rollkit.mcp_tools import _RequireSecret
+
+    secret = "s" * 32
+    reached, sent = [], []
+
+    async def app(scope, receive, send):
+        reached.append(scope["type"])
+
+    async def send(message):
+        sent.append(message)
+
+    guard = _RequireSecret(app, secret)
+
+    def http(header):
+        return {"type": "http", "headers": [(b"authorization", header.encode())] if header else []}
+
+    for scope in (http(f"bearer {secret}"), http(f"BEARER {secret}"), {"type": "lifespan"}):
+        await guard(scope, None, send)
+    assert reached == ["http", "http", "lifespan"] and sent == []
+    for scope in (http("Bearer wrong"), http(f"Basic {secret}"), http(""),
+                  {"type": "websocket", "headers": [(b"authorization", f"Bearer {secret}".encode())]},
+                  {"type": "webtransport", "headers": []}):
+        await guard(scope, None, send)
+    assert reached == ["http", "http", "lifespan"]  # nothing else got through
+    assert [m.get("status") for m in sent if m["type"] == "http.response.start"] == [401, 401, 401]
+    assert {"type": "websocket.close", "code": 1008} in sent
