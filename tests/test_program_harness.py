@@ -369,15 +369,18 @@ async def test_persistent_program_crashing_between_turns_is_a_harness_error_at_t
     agent = _agent(rk.ScriptedModel(["first answer", "never sent"]), argv=[*PLAIN, "crash-between-turns"],
                    persistent=True)
     rollout = agent.rollout(rk.Task(prompt="hi"), user=True)
-    assert await rollout.open()
-    fifo = rollout.runtime.path("crash.fifo")
-    os.mkfifo(fifo)
-    assert await rollout.step() is True  # it answered and yielded
-    run = rollout.ctx.state["rollkit.program"]
-    await asyncio.to_thread(fifo.write_text, "go")  # returns once the program opened it: it now exits
-    assert await run.exit == 3
-    assert await rollout.step("again") is False
-    trace = await rollout.close()
+    try:
+        assert await rollout.open()
+        fifo = rollout.runtime.path("crash.fifo")
+        os.mkfifo(fifo)
+        assert await rollout.step() is True  # it answered and yielded
+        run = rollout.ctx.state["rollkit.program"]
+        await asyncio.to_thread(fifo.write_text, "go")  # returns once the program opened it: it now exits
+        assert await run.exit == 3
+        assert await rollout.step("again") is False
+        trace = await rollout.close()
+    finally:
+        await rollout.abort()  # a no-op after close; frees the program if an assertion failed
     assert trace.ok is False and trace.error.type == "HarnessError" and trace.error.phase == "agent"
     assert trace.error.message.startswith(f"program {' '.join(PLAIN + ['crash-between-turns'])!r} exited with "
                                           "status 3 between turns, before the user's next message reached it")
