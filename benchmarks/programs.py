@@ -74,7 +74,7 @@ async def program_overhead(calls: int = CALLS) -> tuple[float, float, float]:
     return statistics.median(samples), statistics.quantiles(samples, n=20)[-1], statistics.median(latencies)
 
 
-class _SDKHarness(rk.Harness):
+class _SDKHarness(interception.InterceptedHarness):
     """Stands in for a program inside this process: registers with the shared
     server like ProgramHarness and calls it with the openai SDK."""
 
@@ -83,12 +83,6 @@ class _SDKHarness(rk.Harness):
     def __init__(self, calls: int, latencies: list[float]) -> None:
         self.calls = calls
         self.latencies = latencies
-
-    async def serve(self, ctx):
-        server = await interception.acquire()
-        ctx.state["server"] = server
-        server.register(ctx.secret, ctx.session, rollout_id=ctx.id)
-        return {"openai": server.base_url}
 
     async def segment(self, ctx, messages):
         client = openai.AsyncOpenAI(base_url=ctx.services["openai"], api_key=ctx.secret, max_retries=0, timeout=300)
@@ -99,12 +93,6 @@ class _SDKHarness(rk.Harness):
                 self.latencies.append(time.perf_counter() - t0)
         finally:
             await client.close()
-
-    async def cleanup(self, ctx):
-        server = ctx.state.pop("server", None)
-        if server is not None:
-            server.unregister(ctx.secret)
-            await interception.release(server)
 
 
 async def concurrent(n: int, calls: int = 20) -> tuple[bool, float, float, float]:

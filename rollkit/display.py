@@ -22,7 +22,7 @@ from typing import Any
 
 from .trace import PHASES, Trace
 
-__all__ = ["chat_html", "message_html", "trace_html", "status_html", "scored_reward", "STYLE"]
+__all__ = ["chat_html", "message_html", "trace_html", "status_html", "STYLE"]
 
 # Texts longer than this (or with more lines) are folded behind a summary
 # line, so one huge tool result does not push the conversation off screen.
@@ -97,14 +97,6 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else html.escape(str(value))
 
 
-def scored_reward(trace: Trace) -> float | None:
-    """The trace's reward, or None when it was not scored or every reward
-    came back missing (a missing reward is never shown as 0, L23)."""
-    if not trace.scored or all(v is None for v in trace.rewards.values()):
-        return None
-    return trace.reward
-
-
 def status_html(trace: Trace) -> str:
     """A one-line verdict: ok, stopped (and why), failed (and with what)."""
     if trace.errors:
@@ -117,7 +109,7 @@ def status_html(trace: Trace) -> str:
         return '<span class="rk-bad">aborted</span> (not scored)'
     if not trace.completed:
         return '<span class="rk-stopped">not closed</span>'
-    value = scored_reward(trace)
+    value = trace.scored_reward
     reward = "" if value is None else f" · reward {value:.3f}"
     if trace.stop_condition:
         return f'<span class="rk-stopped">stopped</span> by {html.escape(trace.stop_condition)}{reward}'

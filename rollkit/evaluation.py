@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .agent import Agent
-from .groups import GroupScorer, GroupSignal, best_of_n, has_reward, named_scorers, pass_at_k, run_group
+from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
 from .runfolder import GROUPS, TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
 from .store import append_trace
 from .task import Task
@@ -147,12 +147,6 @@ def _outcome(trace: Trace) -> str:
     return "ok"
 
 
-def _scored(trace: Trace) -> bool:
-    # One rule for "counts toward a mean reward" here, in the bar, and in
-    # the group scorers: scored with a reward value; else missing, not zero.
-    return has_reward(trace)
-
-
 def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> str:
     """A plain-text summary table: outcomes (stop condition or error type),
     mean reward and how many are missing one, phase time totals, and the mean
@@ -169,7 +163,7 @@ def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> 
     lines.append(f"{'outcome':<{width}}  {'count':>6}")
     for key in sorted(counts, key=lambda k: (k != "ok", k.startswith("failed"), k)):
         lines.append(f"{key:<{width}}  {counts[key]:>6}")
-    scored = [t.reward for t in traces if _scored(t)]
+    scored = [t.scored_reward for t in traces if t.scored_reward is not None]
     missing = len(traces) - len(scored)
     mean = f"{sum(scored) / len(scored):.3f}" if scored else "-"
     lines.append("")
@@ -374,8 +368,9 @@ class _Progress:
     def __init__(self, enabled: bool, total: int, initial: list[Trace]) -> None:
         self.failed = sum(1 for t in initial if t.failed)
         self.stopped = sum(1 for t in initial if not t.failed and t.stop_condition)
-        self.reward_sum = sum(t.reward for t in initial if _scored(t))
-        self.scored = sum(1 for t in initial if _scored(t))
+        rewards = [t.scored_reward for t in initial if t.scored_reward is not None]
+        self.reward_sum = sum(rewards)
+        self.scored = len(rewards)
         self.bar = None
         if enabled:
             from tqdm.auto import tqdm
@@ -392,7 +387,7 @@ class _Progress:
             self.failed += 1
         elif trace.stop_condition:
             self.stopped += 1
-        if _scored(trace):
+        if trace.scored_reward is not None:
             self.scored += 1
             self.reward_sum += trace.reward
         if self.bar is not None:

@@ -34,7 +34,6 @@ from typing import Any
 
 import pandas as pd
 
-from .display import scored_reward
 from .scoring import _TIMED_OUT
 from .trace import PHASES, Trace
 
@@ -149,7 +148,7 @@ def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
         cols["error_phase"].append(error.phase if error else None)
         cols["error_message"].append(error.message if error else None)
         # Missing, not 0, for a run that was not scored (L23).
-        cols["reward"].append(_num(scored_reward(trace)))
+        cols["reward"].append(_num(trace.scored_reward))
         # The last committed call carries the totals (the trace's own running
         # aggregates are private attributes, slow to read through pydantic).
         last = _last_turn(trace)

@@ -27,7 +27,7 @@ from typing import Any
 
 from .trace import Trace
 
-__all__ = ["GroupScorer", "GroupSignal", "pass_at_k", "best_of_n", "has_reward", "named_scorers", "run_group"]
+__all__ = ["GroupScorer", "GroupSignal", "pass_at_k", "best_of_n", "named_scorers", "run_group"]
 
 GroupScorer = Callable[[list[Trace]], Any]
 
@@ -51,14 +51,6 @@ class GroupSignal:
         return self.scorer if self.scorer is not None else self.signal
 
 
-def has_reward(trace: Trace) -> bool:
-    """Whether a trace counts toward rewards: it was scored (`Trace.scored`)
-    and at least one reward has a value. A trace that failed, was aborted or
-    whose rewards all came back missing is missing from a mean, pass@k or
-    best-of-n, never a zero (L23)."""
-    return trace.scored and any(v is not None for v in trace.rewards.values())
-
-
 def agent_failed(trace: Trace) -> bool:
     """The agent itself failed (a HarnessError: it crashed or ran out of agent
     time). Spending all the time is a wrong answer, not a finished one (L10),
@@ -79,11 +71,11 @@ def pass_at_k(k: int, threshold: float = 1.0) -> GroupScorer:
         raise ValueError(f"pass_at_k needs k >= 1, got {k!r}")
 
     def score(traces: list[Trace]) -> float | None:
-        judged = [t for t in traces if has_reward(t) or agent_failed(t)]
+        judged = [t for t in traces if t.scored_reward is not None or agent_failed(t)]
         n = len(judged)
         if n < k:
             return None  # not enough repeats to judge: missing, not zero
-        c = sum(1 for t in judged if has_reward(t) and t.reward >= threshold)
+        c = sum(1 for t in judged if t.scored_reward is not None and t.scored_reward >= threshold)
         if n - c < k:
             return 1.0
         return 1.0 - math.comb(n - c, k) / math.comb(n, k)
@@ -97,7 +89,7 @@ def best_of_n() -> GroupScorer:
     repeats (missing when none was scored, e.g. all failed)."""
 
     def score(traces: list[Trace]) -> float | None:
-        rewards = [t.reward for t in traces if has_reward(t)]
+        rewards = [t.scored_reward for t in traces if t.scored_reward is not None]
         return max(rewards) if rewards else None
 
     score.__name__ = "best_of_n"

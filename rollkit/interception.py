@@ -26,6 +26,9 @@ an unexpected server error a JSON 500 that the SDK does not retry. One server se
 loop: `acquire()` starts it with the first rollout and `release()` stops it
 with the last, so no port outlives the rollouts that needed it.
 
+`InterceptedHarness` is the plumbing for an in-process harness that talks to
+the model through an OpenAI client: it registers and releases, nothing more.
+
 It must not decide anything about the lifecycle: refusals, limits and hooks
 are the session's; what a program's exit means is the harness's.
 """
@@ -45,14 +48,16 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from aiohttp import web
 
+from .context import RolloutContext
 from .errors import ProviderError, Refused, RolloutError
+from .harness import Harness
 from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, UserMessage
 
 if TYPE_CHECKING:
     from .session import Session
 
 __all__ = [
-    "InterceptionServer", "Registration", "acquire", "release", "DEFAULT_MAX_BODY",
+    "InterceptionServer", "InterceptedHarness", "Registration", "acquire", "release", "DEFAULT_MAX_BODY",
     "parse_request", "completion_payload", "wire_message",
 ]
 
@@ -403,6 +408,46 @@ async def _stop_fully(server: InterceptionServer) -> None:
 
 
 # ---- the wire ------------------------------------------------------------------
+class InterceptedHarness(Harness):
+    """Base for an in-process harness that reaches the model through an
+    OpenAI-compatible client (the openai SDK, say) instead of `ctx.complete`.
+
+    `serve` registers the rollout on the loop's shared server and hands its
+    URL out as `ctx.services["openai"]`; the client's API key is `ctx.secret`.
+    `cleanup` unregisters and releases the server. Subclasses write `segment`.
+    `served_model` is the model name the server reports (default: the
+    session's model)."""
+
+    served_model: str | None = None
+
+    async def serve(self, ctx: RolloutContext) -> dict[str, str]:
+        server = await acquire()
+        try:
+            registration = server.register(
+                ctx.secret, ctx.session, rollout_id=ctx.id, model=self.served_model or ctx.session.model.name
+            )
+        except BaseException:
+            await release(server)
+            raise
+        ctx.state[_INTERCEPTED] = (server, registration)
+        return {"openai": server.base_url}
+
+    @staticmethod
+    def registration(ctx: RolloutContext) -> Registration:
+        """This rollout's registration (its call, refusal and replay counts)."""
+        return ctx.state[_INTERCEPTED][1]
+
+    async def cleanup(self, ctx: RolloutContext) -> None:
+        entry = ctx.state.pop(_INTERCEPTED, None)
+        if entry is not None:
+            server, _ = entry
+            server.unregister(ctx.secret)
+            await release(server)
+
+
+_INTERCEPTED = "rollkit.interception"
+
+
 def _error(status: int, message: str, kind: str, *, code: str | None = None) -> web.Response:
     body = {"error": {"message": message, "type": kind, "param": None, "code": code or kind}}
     return web.json_response(body, status=status, headers=_NO_RETRY)

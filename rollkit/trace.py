@@ -198,6 +198,14 @@ class Trace(_Record):
         return "scoring" in self.phases
 
     @property
+    def scored_reward(self) -> float | None:
+        """The reward, or None when the run was not scored or every reward
+        came back missing: a missing reward is never a 0 (L23)."""
+        if not self.scored or all(v is None for v in self.rewards.values()):
+            return None
+        return self.reward
+
+    @property
     def failed(self) -> bool:
         return bool(self.errors)
 

@@ -20,18 +20,13 @@ from rollkit import interception
 from conftest_programs import listening_ports
 
 
-class SDKHarness(rk.Harness):
+class SDKHarness(interception.InterceptedHarness):
     name = "sdk"
+    served_model = "m"
 
     def __init__(self, body, **client_options) -> None:
         self.body = body
         self.client_options = {"max_retries": 0, **client_options}
-
-    async def serve(self, ctx):
-        server = await interception.acquire()
-        ctx.state["server"] = server
-        ctx.state["registration"] = server.register(ctx.secret, ctx.session, rollout_id=ctx.id, model="m")
-        return {"openai": server.base_url}
 
     async def segment(self, ctx, messages):
         client = openai.AsyncOpenAI(base_url=ctx.services["openai"], api_key=ctx.secret, **self.client_options)
@@ -39,12 +34,6 @@ class SDKHarness(rk.Harness):
             await self.body(client, ctx, messages)
         finally:
             await client.close()
-
-    async def cleanup(self, ctx):
-        server = ctx.state.pop("server", None)
-        if server is not None:
-            server.unregister(ctx.secret)
-            await interception.release(server)
 
 
 def _wire(messages):
@@ -59,7 +48,7 @@ async def _run(body, replies, *, limits=None, prompt="hi", **client_options):
     assert await rollout.open(), rollout.trace.errors
     await rollout.step()
     out = rollout.ctx.state.get("out")
-    registration = rollout.ctx.state["registration"]
+    registration = SDKHarness.registration(rollout.ctx)
     trace = await rollout.close()
     return trace, out, registration
 
@@ -232,7 +221,7 @@ async def test_sdk_retry_after_client_timeout_joins_the_call_in_flight():
         return "worth the wait"
 
     async def body(client, ctx, messages):
-        registration = ctx.state["registration"]
+        registration = SDKHarness.registration(ctx)
         task = asyncio.ensure_future(client.chat.completions.create(model="m", messages=_wire(messages)))
         while registration.joins == 0:  # woken by each request the server answers or joins
             registration.activity.clear()
@@ -292,7 +281,7 @@ async def test_identical_requests_in_parallel_are_separate_calls():
         return f"sample {len(calls)}"
 
     async def body(client, ctx, messages):
-        registration = ctx.state["registration"]
+        registration = SDKHarness.registration(ctx)
         registrations.append(registration)
         data = json.dumps({"model": "m", "messages": _wire(messages)})
         headers = {"Authorization": f"Bearer {ctx.secret}", "Content-Type": "application/json",
@@ -318,7 +307,7 @@ async def test_identical_requests_in_parallel_are_separate_calls():
 
 async def test_L9_calls_between_segments_get_409_that_the_sdk_does_not_retry():
     async def body(client, ctx, messages):
-        ctx.state["registration"].end_segment()  # as ProgramHarness does when the program yields
+        SDKHarness.registration(ctx).end_segment()  # as ProgramHarness does when the program yields
         with pytest.raises(openai.APIStatusError) as caught:
             await client.chat.completions.create(model="m", messages=_wire(messages))
         ctx.state["out"] = caught.value
@@ -341,7 +330,7 @@ async def test_segment_end_cancels_calls_still_running():
     async def body(client, ctx, messages):
         call = asyncio.ensure_future(client.chat.completions.create(model="m", messages=_wire(messages)))
         await called.wait()
-        ctx.state["registration"].end_segment()
+        SDKHarness.registration(ctx).end_segment()
         with pytest.raises(openai.APIStatusError) as caught:
             await call
         ctx.state["out"] = caught.value

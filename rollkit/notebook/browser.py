@@ -16,13 +16,13 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..trace import Trace
-from ..display import scored_reward, trace_html
+from ..display import trace_html
 
 __all__ = ["TraceBrowser"]
 
 
 def _row(trace: Trace) -> str:
-    value = scored_reward(trace)
+    value = trace.scored_reward
     reward = "   –  " if value is None else f"{value:6.3f}"
     ok = {True: "ok  ", False: "FAIL", None: "open"}[trace.ok]
     stop = (trace.stop or "")[:18]
@@ -52,7 +52,7 @@ class TraceBrowser(widgets.VBox):
         self.detail.add_class("rk-trace-detail")
         self.figures = widgets.Output()
         ok = sum(1 for t in self.traces if t.ok)
-        rewards = [r for r in map(scored_reward, self.traces) if r is not None]
+        rewards = [t.scored_reward for t in self.traces if t.scored_reward is not None]
         mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "–"
         self.summary = widgets.HTML(
             f"<b>{len(self.traces)} traces</b> · {ok} ok · {len(self.traces) - ok} not ok · mean reward {mean}"
