@@ -75,7 +75,7 @@ def _rollkit_workload():  # type: ignore[no-untyped-def]
 
 async def _rollkit_run(samples: int, conversations: int, turns: int, concurrency: int, folder: Path) -> dict:
     rk, Contains, Conversation = _rollkit_workload()
-    from rollkit.evaluation import evaluate_async
+    from rollkit.runs.evaluation import evaluate_async
 
     model = rk.ScriptedModel(lambda request: REPLY, name="instant")
     single = [Contains(id=f"s{i}", prompt=f"question {i}") for i in range(samples)]

@@ -30,7 +30,7 @@ import time
 import openai
 
 import rollkit as rk
-from rollkit import interception
+from rollkit.programs import interception
 
 CALLS = 500
 

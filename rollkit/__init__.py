@@ -1,45 +1,43 @@
 """rollkit: run LLM-agent rollouts and see inside them.
 
-`import rollkit as rk` gives the public names below. The core (everything but
-`rollkit.notebook`, `rollkit.frames` and `rollkit.plots`) imports no
-ipywidgets, plotly or pandas; those, the openai SDK and aiohttp load only when
-a feature that needs them is first used.
+`import rollkit as rk` gives the public names below. The package is layered,
+imports pointing down only:
+
+    rollkit.core       the rollout lifecycle (pydantic only)
+    rollkit.programs   agent programs and endpoints: interception server, subprocesses, OpenAIModel
+    rollkit.runs       many rollouts: evaluate, run folders, groups, Ray, the CLI
+    rollkit.notebook   the notebook face: facade, panel, browser, display, frames, plots
+    rollkit.examples   ready task sets and toy models, on top
+
+This module imports each layer's package, which registers what the layer
+provides (model names, how a trace draws itself, ...), and loads no
+ipywidgets, plotly, pandas, openai or aiohttp: the names that need them are
+imported on first use.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from .agent import Agent, Interaction, RolloutLimits, RolloutTimeouts
-from .context import RolloutContext
-from .errors import HarnessError, LifetimeError, ProviderError, Refused, RolloutError, SandboxError, TaskError, ToolsetError
-from .events import Event
-from .harness import ChatHarness, Harness
-from .hooks import intercept, metric, reward, stop
-from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
-from .models import Model, ScriptedModel
-from .rollout import Rollout
-from .runtime import LocalRuntime, NetworkPolicy, Runtime
-from .store import TraceFileError, load, save
-from .task import Task, TaskData
-from .tools import Tool, Toolset, tool
-from .trace import Trace
-
-__version__ = "0.1.0"
+from .core import (
+    Agent, AssistantMessage, ChatHarness, Event, Harness, HarnessError, Interaction, LifetimeError, LocalRuntime,
+    Model, NetworkPolicy, ProviderError, Refused, Request, Response, Rollout, RolloutContext, RolloutError,
+    RolloutLimits, RolloutTimeouts, Runtime, SandboxError, ScriptedModel, SystemMessage, Task, TaskData, TaskError,
+    Tool, ToolCall, ToolMessage, Toolset, ToolsetError, Trace, TraceFileError, Usage, UserMessage, __version__,
+    intercept, load, metric, register_model, reward, save, stop, tool,
+)
+from .core._lazy import lazy_names
+from . import programs, runs, notebook, examples  # noqa: E402,F401 - each registers what its layer provides
 
 # Names whose modules pull in heavy dependencies: imported on first use.
 _LAZY = {
-    "OpenAIModel": ("rollkit.openai_model", "OpenAIModel"),
-    "SubprocessRuntime": ("rollkit.subprocess_runtime", "SubprocessRuntime"),
-    "ProgramHarness": ("rollkit.program", "ProgramHarness"),
-    "evaluate": ("rollkit.evaluation", "evaluate"),
-    "evaluate_async": ("rollkit.evaluation", "evaluate_async"),
-    "load_run": ("rollkit.evaluation", "load_run"),
-    "notebook": ("rollkit.notebook", None),
-    "frames": ("rollkit.frames", None),
-    "plots": ("rollkit.plots", None),
-    "examples": ("rollkit.examples", None),
+    "OpenAIModel": ("rollkit.programs.openai_model", "OpenAIModel"),
+    "SubprocessRuntime": ("rollkit.programs.subprocess_runtime", "SubprocessRuntime"),
+    "ProgramHarness": ("rollkit.programs.program", "ProgramHarness"),
+    "evaluate": ("rollkit.runs.evaluation", "evaluate"),
+    "evaluate_async": ("rollkit.runs.evaluation", "evaluate_async"),
+    "load_run": ("rollkit.runs.evaluation", "load_run"),
+    "groups": ("rollkit.runs.groups", None),
+    "frames": ("rollkit.notebook.frames", None),
+    "plots": ("rollkit.notebook.plots", None),
 }
 
 __all__ = [
@@ -79,10 +77,15 @@ __all__ = [
     "TraceFileError",
     "Usage",
     "UserMessage",
+    "examples",
     "intercept",
     "load",
     "metric",
+    "notebook",
+    "programs",
+    "register_model",
     "reward",
+    "runs",
     "save",
     "stop",
     "tool",
@@ -90,11 +93,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        module_name, attr = _LAZY[name]
-        module = importlib.import_module(module_name)
-        value = module if attr is None else getattr(module, attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'rollkit' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, globals(), _LAZY)

@@ -1,5 +1,5 @@
-"""`python -m rollkit`: the `rollkit` command line (see rollkit.cli)."""
+"""`python -m rollkit`: the `rollkit` command line (see rollkit.runs.cli)."""
 
-from .cli import main
+from .runs.cli import main
 
 main()

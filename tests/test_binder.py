@@ -1,12 +1,18 @@
-"""The Binder setup cannot rot unnoticed: build a fresh virtual environment
-from exactly what binder/ holds, the way repo2docker does (`pip install -r
-binder/requirements.txt` from the repository root, then binder/postBuild if
-there is one), and run a notebook in it top to bottom.
+"""Fresh installs cannot rot unnoticed.
 
-The venv is a real fresh one (no system site-packages), so a dependency
-missing from the Binder files fails here. Binder's base image brings Jupyter
-itself; the test adds only that part (ipykernel to run the notebook, nbclient
-to drive it). pip's cache keeps the reinstall quick.
+1. The Binder setup: build a fresh virtual environment from exactly what
+   binder/ holds, the way repo2docker does (`pip install -r
+   binder/requirements.txt` from the repository root, then binder/postBuild
+   if there is one), and run a notebook in it top to bottom. Binder's base
+   image brings Jupyter itself; the test adds only that part (ipykernel to
+   run the notebook, nbclient to drive it).
+2. The default install: `pip install -e .` in a fresh virtual environment
+   and nothing else, then the README's "In a notebook" snippet, read from the
+   README itself, run as a cell in that environment's own kernel (ipykernel
+   and jupyter_client come with rollkit): the notebook stack must be there.
+
+The venvs are real fresh ones (no system site-packages), so a missing
+dependency fails here. pip's cache keeps the reinstall quick.
 """
 
 from __future__ import annotations
@@ -32,11 +38,9 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess[str]:  # type:
     return done
 
 
-def test_binder_files_build_an_environment_that_runs_a_notebook(tmp_path: Path) -> None:
-    assert (BINDER / "requirements.txt").is_file(), "binder/requirements.txt is what Binder installs"
+def _fresh_venv(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
-    python = venv / "bin" / "python"
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
         "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -53,6 +57,13 @@ def test_binder_files_build_an_environment_that_runs_a_notebook(tmp_path: Path) 
         "TMPDIR": str(tmp_path / "tmp"),
     }
     (tmp_path / "tmp").mkdir()
+    return venv, env
+
+
+def test_binder_files_build_an_environment_that_runs_a_notebook(tmp_path: Path) -> None:
+    assert (BINDER / "requirements.txt").is_file(), "binder/requirements.txt is what Binder installs"
+    venv, env = _fresh_venv(tmp_path)
+    python = venv / "bin" / "python"
     # As repo2docker does: from the repository root.
     _run([str(python), "-m", "pip", "install", "-q", "-r", str(BINDER / "requirements.txt")], cwd=ROOT, env=env)
     post_build = BINDER / "postBuild"
@@ -78,3 +89,52 @@ def test_binder_files_build_an_environment_that_runs_a_notebook(tmp_path: Path) 
     lines = dict(line.split(" ", 1) for line in done.stdout.strip().splitlines() if line.startswith(("PREFIX", "ROLLKIT")))
     assert Path(lines["PREFIX"]).resolve() == venv.resolve()
     assert Path(lines["ROLLKIT"]).resolve().is_relative_to(venv.resolve())  # installed, not the checkout
+
+
+def _readme_notebook_snippet() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## In a notebook", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_default_install_runs_the_readme_notebook_snippet(tmp_path: Path) -> None:
+    venv, env = _fresh_venv(tmp_path)
+    python = venv / "bin" / "python"
+    _run([str(python), "-m", "pip", "install", "-q", "-e", str(ROOT)], cwd=tmp_path, env=env)
+    snippet = _readme_notebook_snippet()
+    assert "ro.panel()" in snippet and "rk.plots.rewards(traces)" in snippet
+    # What the cell made, so the test checks values, not only that nothing raised.
+    check = (
+        "import sys\n"
+        "panel = ro.panel(); fig = rk.plots.rewards(traces); browser = rk.notebook.TraceBrowser(traces)\n"
+        "print('RESULT', type(panel).__name__, type(panel.chart.figure).__name__, type(fig).__name__, "
+        "len(traces), trace.ok, type(rk.frames.rollouts(traces)).__name__, sys.prefix)\n"
+    )
+    runner = textwrap.dedent(
+        """
+        import sys
+        from jupyter_client.manager import start_new_kernel
+        km, kc = start_new_kernel(kernel_name="python3", startup_timeout=300)
+        outputs = []
+        def hook(msg):
+            content = msg["content"]
+            if msg["msg_type"] == "stream":
+                outputs.append(content["text"])
+            elif msg["msg_type"] == "error":
+                outputs.append("ERROR " + content["ename"] + ": " + content["evalue"])
+        try:
+            for code in (sys.argv[1], sys.argv[2]):
+                reply = kc.execute_interactive(code, timeout=300, output_hook=hook)
+                if reply["content"]["status"] != "ok":
+                    break
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
+        print("".join(outputs))
+        """
+    )
+    done = _run([str(python), "-c", runner, snippet, check], cwd=tmp_path, env=env)
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    assert result, done.stdout[-3000:]
+    words = result[0].split()
+    assert words[1:8] == ["RolloutPanel", "FigureWidget", "Figure", "24", "True", "DataFrame", str(venv)]

@@ -14,7 +14,7 @@ import pytest
 from evaluate_helpers import HERE, BrokenSetup, said_agent, said_tasks
 
 import rollkit as rk
-from rollkit.evaluation import best_of_n
+from rollkit.runs.evaluation import best_of_n
 
 
 def rollkit_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -128,7 +128,7 @@ def test_show_of_a_missing_or_corrupt_folder_is_a_clear_error(tmp_path):
 
 def test_import_rollkit_loads_no_cli_progress_table_or_ray_library():
     code = (
-        "import sys, rollkit as rk; rk.evaluate; import rollkit.evaluation; "
+        "import sys, rollkit as rk; rk.evaluate; import rollkit.runs.evaluation; "
         "print(sorted(m for m in ('pandas', 'tqdm', 'ray', 'click', 'typer') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -212,13 +212,13 @@ def test_eval_keeps_the_traceback_of_a_bug_rather_than_calling_it_bad_input(monk
     # not shrink to a one-line "Error:" that hides where it came from.
     from click.testing import CliRunner
 
-    import rollkit.evaluation
-    from rollkit.cli import cli
+    import rollkit.runs.evaluation
+    from rollkit.runs.cli import cli
 
     def buggy(*args, **kwargs):
         raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
 
-    monkeypatch.setattr(rollkit.evaluation, "evaluate", buggy)
+    monkeypatch.setattr(rollkit.runs.evaluation, "evaluate", buggy)
     done = CliRunner().invoke(cli, ["eval", "evaluate_helpers:TASKS", "-m", "echo", "--no-progress"])
     assert isinstance(done.exception, TypeError)
     assert "Error:" not in done.output

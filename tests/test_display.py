@@ -11,7 +11,7 @@ import pytest
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
-from rollkit.display import status_html
+from rollkit.notebook.display import status_html
 from rollkit.notebook import TraceBrowser, chat_html, trace_html
 
 from conftest_notebook import assorted_traces

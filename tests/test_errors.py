@@ -9,7 +9,7 @@ import pytest
 from conftest import prompt_task
 
 import rollkit as rk
-from rollkit.agent import InteractionEnded
+from rollkit.core.agent import InteractionEnded
 
 
 class _FailingStart(rk.LocalRuntime):
@@ -89,8 +89,32 @@ def test_bad_timeout_is_refused():
 
 
 def test_unknown_model_name_lists_what_exists():
-    with pytest.raises(ValueError, match=r"unknown model name 'gpt-9': use 'echo', 'toy-calculator', 'openai/<model>'"):
+    with pytest.raises(ValueError) as caught:
         rk.Agent(model="gpt-9")
+    message = str(caught.value)
+    assert message.startswith("unknown model name 'gpt-9': use 'echo' (repeats the user's last message), ")
+    assert "'openai/<model>' (an OpenAI-compatible endpoint read from OPENAI_BASE_URL and OPENAI_API_KEY)" in message
+    assert "'toy-calculator' (the example set's toy" in message
+    assert message.endswith("or pass a Model such as rk.ScriptedModel([...])")
+
+
+def test_a_registered_model_name_and_prefix_resolve_and_bad_registrations_are_refused():
+    from rollkit.core.models import _registry
+
+    rk.register_model("mine", lambda name: rk.ScriptedModel(["hi"], name=name))
+    rk.register_model("local/", lambda rest: rk.ScriptedModel(["hi"], name=f"local:{rest}"))
+    try:
+        assert rk.Agent(model="mine").model.name == "mine"
+        assert rk.Agent(model="local/qwen").model.name == "local:qwen"
+        with pytest.raises(ValueError, match="unknown model name 'local/'"):
+            rk.Agent(model="local/")  # a prefix needs a name after it
+    finally:
+        _registry.pop("mine")
+        _registry.pop("local/")
+    with pytest.raises(ValueError, match="a model name is a non-empty string without surrounding spaces, got ' x'"):
+        rk.register_model(" x", lambda name: None)
+    with pytest.raises(TypeError, match=r"register_model\('x', ...\) needs a function of the name, got str"):
+        rk.register_model("x", "not a function")
 
 
 def test_task_needs_task_data():
@@ -99,7 +123,7 @@ def test_task_needs_task_data():
 
 
 def test_step_message_of_wrong_type_is_named():
-    from rollkit.messages import to_messages
+    from rollkit.core.messages import to_messages
 
     with pytest.raises(TypeError, match="cannot use int as a message"):
         to_messages([3])

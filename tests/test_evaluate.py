@@ -13,7 +13,7 @@ import pytest
 from evaluate_helpers import BadHook, BrokenSetup, Said, said_agent, said_tasks
 
 import rollkit as rk
-from rollkit.evaluation import (
+from rollkit.runs.evaluation import (
     EvalResult,
     EvaluateArgumentError,
     RunFolderError,
@@ -201,9 +201,9 @@ def _scored_traces(rewards: list[float | None]) -> list[rk.Trace]:
     for r in rewards:
         t = rk.Trace(task={"type": "T", "key": "k"})
         if r is None:
-            t.errors.append(rk.trace.ErrorInfo(type="TaskError", boundary="task", message="broke", phase="setup"))
+            t.errors.append(rk.core.trace.ErrorInfo(type="TaskError", boundary="task", message="broke", phase="setup"))
         else:
-            t.phases["scoring"] = rk.trace.Span(name="scoring", start=0.0, end=1.0)
+            t.phases["scoring"] = rk.core.trace.Span(name="scoring", start=0.0, end=1.0)
             t.rewards["x"] = r
         out.append(t)
     return out
@@ -219,7 +219,7 @@ def test_pass_at_k_estimator_values():
     assert pass_at_k(1)(traces([1, None])) == pytest.approx(1.0)
     # ... but an agent failure (HarnessError, e.g. agent timeout) is an attempt that did not pass.
     timed_out = rk.Trace(task={"type": "T", "key": "k"})
-    timed_out.errors.append(rk.trace.ErrorInfo(type="HarnessError", boundary="harness", message="agent timeout"))
+    timed_out.errors.append(rk.core.trace.ErrorInfo(type="HarnessError", boundary="harness", message="agent timeout"))
     assert pass_at_k(1)([*traces([1]), timed_out]) == pytest.approx(0.5)
     assert best_of_n()([*traces([0.3]), timed_out]) == pytest.approx(0.3)
     with pytest.raises(ValueError, match="pass_at_k needs k >= 1"):
@@ -296,7 +296,7 @@ async def test_bad_arguments_are_refused_before_anything_runs_in_a_loop():
 
 
 def test_rk_evaluate_stays_the_function_after_importing_the_module(tmp_path):
-    import rollkit.evaluation as module
+    import rollkit.runs.evaluation as module
 
     assert rk.evaluate is module.evaluate
     result = rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, progress=False)

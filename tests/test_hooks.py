@@ -6,7 +6,7 @@ import pytest
 from conftest import Recorder
 
 import rollkit as rk
-from rollkit.hooks import HookSet, collect_hooks
+from rollkit.core.hooks import HookSet, collect_hooks
 
 
 class Routed(rk.Task):

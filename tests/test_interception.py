@@ -15,7 +15,7 @@ import openai
 import pytest
 
 import rollkit as rk
-from rollkit import interception
+from rollkit.programs import interception
 
 from conftest_programs import listening_ports
 

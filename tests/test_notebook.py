@@ -86,7 +86,9 @@ def test_core_import_loads_no_notebook_dependencies() -> None:
         import rollkit as rk
         from rollkit.examples import arithmetic_tasks, demo_agent
         asyncio.run(demo_agent().run(arithmetic_tasks(1)[0]))
-        print(sorted(m for m in ("ipywidgets", "plotly", "pandas", "nest_asyncio", "rollkit.notebook") if m in sys.modules))
+        print(sorted(m for m in ("ipywidgets", "plotly", "pandas", "nest_asyncio", "anywidget", "ipykernel",
+                                 "rollkit.notebook.stepping", "rollkit.notebook.panel", "rollkit.notebook.frames",
+                                 "rollkit.notebook.plots") if m in sys.modules))
         """
     )
     assert out.strip() == "[]"

@@ -9,8 +9,8 @@ import socket
 import pytest
 
 import rollkit as rk
-from rollkit.models import resolve_model
-from rollkit.openai_model import ContextLengthExceeded, OpenAIModel, close_pools
+from rollkit.core.models import resolve_model
+from rollkit.programs.openai_model import ContextLengthExceeded, OpenAIModel, close_pools
 
 from fake_provider import FakeProvider
 

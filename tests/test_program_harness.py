@@ -258,7 +258,7 @@ async def test_tool_server_serves_the_tools_with_errors_as_results_and_checks_th
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    from rollkit.mcp_tools import ToolServer
+    from rollkit.programs.mcp_tools import ToolServer
 
     rollout = rk.Agent(model=rk.ScriptedModel(["x"])).rollout(Adding(prompt="hi"))
     server = ToolServer(rollout.ctx)
@@ -390,7 +390,7 @@ async def test_persistent_program_crashing_between_turns_is_a_harness_error_at_t
 
 
 async def test_tool_server_secret_check_covers_every_scope_and_any_scheme_case():
-    from rollkit.mcp_tools import _RequireSecret
+    from rollkit.programs.mcp_tools import _RequireSecret
 
     secret = "s" * 32
     reached, sent = [], []

@@ -26,9 +26,9 @@ from evaluate_helpers import (  # noqa: E402
 )
 
 import rollkit as rk  # noqa: E402
-from rollkit.evaluation import RunFolderError, evaluate_async, load_run, pass_at_k  # noqa: E402
+from rollkit.runs.evaluation import RunFolderError, evaluate_async, load_run, pass_at_k  # noqa: E402
 from rollkit.examples import arithmetic_tasks, demo_agent  # noqa: E402
-from rollkit.ray_backend import RayBackend, RayUnavailable  # noqa: E402
+from rollkit.runs.ray_backend import RayBackend, RayUnavailable  # noqa: E402
 
 
 @pytest.fixture(scope="module")

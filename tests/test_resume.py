@@ -16,7 +16,7 @@ import pytest
 from evaluate_helpers import HERE, gated_agent, said_agent, said_tasks
 
 import rollkit as rk
-from rollkit.evaluation import RunFolderError, best_of_n, load_run, pass_at_k
+from rollkit.runs.evaluation import RunFolderError, best_of_n, load_run, pass_at_k
 
 ALL_12 = sorted(f"said-{i}#{r}" for i in range(6) for r in range(2))
 FINISHED_BEFORE_BLOCK = sorted(f"said-{i}#{r}" for i in (0, 1, 3, 4) for r in range(2))

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 import rollkit as rk
-from rollkit.subprocess_runtime import SubprocessRuntime
+from rollkit.programs.subprocess_runtime import SubprocessRuntime
 
 from conftest_programs import escaping_program, exited, gone, kill_marked, processes_in, processes_marked
 

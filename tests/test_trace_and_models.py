@@ -11,7 +11,7 @@ from conftest import prompt_task
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
-from rollkit.models import count_tokens
+from rollkit.core.models import count_tokens
 
 
 async def _example_traces(n: int = 6) -> list[rk.Trace]:
@@ -132,7 +132,8 @@ def test_load_refuses_a_file_that_is_not_a_trace_file(tmp_path):
 
 def test_import_loads_no_heavy_dependency():
     code = (
-        "import sys, rollkit; heavy = [m for m in ('pandas', 'plotly', 'ipywidgets', 'openai', 'aiohttp', 'tqdm', 'ray')"
+        "import sys, rollkit; heavy = [m for m in ('pandas', 'plotly', 'ipywidgets', 'anywidget', 'nest_asyncio', "
+        "'ipykernel', 'openai', 'anthropic', 'aiohttp', 'mcp', 'tqdm', 'click', 'ray')"
         " if m in sys.modules]; print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

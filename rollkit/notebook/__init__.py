@@ -1,41 +1,72 @@
-"""rollkit in a notebook: step rollouts by hand, watch them, browse traces.
+"""The notebook face: step rollouts by hand, watch them, explore traces.
 
     ro = rk.notebook.open(agent, task)   # a NotebookRollout, opened
     ro.step()                            # or ro.step("user text"); await ro.astep(...)
     ro.panel()                           # the widget: chat, Send/Step/Close/Abort, gauges, chart
     ro.close()                           # finalize and score; returns the trace
     rk.notebook.TraceBrowser(traces)     # many traces: pick one, read it, see its plots
+    rk.frames.rollouts(traces)           # DataFrames (rollkit.notebook.frames)
+    rk.plots.rewards(traces)             # plotly figures (rollkit.notebook.plots)
 
-A trace shows itself as HTML in any notebook (`rk.Trace._repr_html_`, drawn
-by `rollkit.display`); this package needs the notebook extra (ipywidgets, plotly,
-anywidget, nest-asyncio); the core never imports it.
+What this layer owns: the synchronous facade over the async core
+(`stepping`, nest-asyncio applied only there), the rollout panel and the
+trace browser (ipywidgets), HTML of traces (`display`, standard library
+only), DataFrames (`frames`, pandas) and figures (`plots`, plotly).
+
+It imports the core, programs and runs layers, never `rollkit.examples`.
+Widgets stay thin: no lifecycle logic lives here. Its modules load
+ipywidgets, plotly, pandas and nest-asyncio, so this package's own import
+loads none of them: the names below are imported on first use. Importing it
+plugs in how a `Trace` shows itself as HTML and the DataFrame builders of
+`EvalResult` (see `rollkit.core.plugins`).
 """
 
 from __future__ import annotations
 
-from .browser import TraceBrowser
-from ..display import chat_html, trace_html
-from .panel import RolloutPanel
-from .stepping import NotebookRollout, RolloutEnded, Status, StepResult, open
+from typing import Any
 
-__all__ = [
-    "NotebookRollout",
-    "RolloutEnded",
-    "RolloutPanel",
-    "Status",
-    "StepResult",
-    "TraceBrowser",
-    "chat_html",
-    "open",
-    "show",
-    "trace_html",
-]
+from ..core._lazy import lazy_names
+from ..core.plugins import plug
+
+_LAZY = {
+    "NotebookRollout": (".stepping", "NotebookRollout"),
+    "RolloutEnded": (".stepping", "RolloutEnded"),
+    "Status": (".stepping", "Status"),
+    "StepResult": (".stepping", "StepResult"),
+    "open": (".stepping", "open"),
+    "RolloutPanel": (".panel", "RolloutPanel"),
+    "TraceBrowser": (".browser", "TraceBrowser"),
+    "chat_html": (".display", "chat_html"),
+    "trace_html": (".display", "trace_html"),
+}
+_LAZY.update({module: (f".{module}", None) for module in ("display", "frames", "plots")})
+
+__all__ = [*_LAZY, "show"]
+
+__getattr__ = lazy_names(__name__, globals(), _LAZY)
 
 
-def show(trace):  # type: ignore[no-untyped-def]
+def show(trace: Any) -> None:
     """Display a trace as HTML in the notebook (what leaving it as a cell's
-    last expression does once this package is imported)."""
+    last expression does too)."""
     from IPython.display import HTML, display
+
+    from .display import trace_html
 
     display(HTML(trace_html(trace)))
 
+
+def _trace_html(trace: Any) -> str:
+    from .display import trace_html
+
+    return trace_html(trace)
+
+
+def _frames() -> Any:
+    from . import frames
+
+    return frames
+
+
+plug("trace_html", _trace_html)
+plug("frames", _frames)

@@ -15,8 +15,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..trace import Trace
-from ..display import trace_html
+from ..core.trace import Trace
+from .display import trace_html
 
 __all__ = ["TraceBrowser"]
 
@@ -101,7 +101,7 @@ class TraceBrowser(widgets.VBox):
         trace = self.traces[index]
         self.detail.value = trace_html(trace)
         if self._plots:
-            from ..plots import budget_burn, phase_timeline
+            from .plots import budget_burn, phase_timeline
 
             with self.figures:
                 from IPython.display import display

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ..events import Event
-from ..display import STYLE, message_html
+from ..core.events import Event
+from .display import STYLE, message_html
 
 if TYPE_CHECKING:
     from .stepping import NotebookRollout
@@ -101,7 +101,7 @@ class RolloutPanel(widgets.VBox):
         self.chart = None
         right: list[Any] = [self.gauges]
         if chart:
-            from ..plots import LiveBudgetBurn
+            from .plots import LiveBudgetBurn
 
             self.chart = LiveBudgetBurn(ro.rollout, width=460, height=420)
             self.chart.figure.add_class("rk-chart")

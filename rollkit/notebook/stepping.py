@@ -22,16 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..messages import AssistantMessage, to_messages
-from ..trace import Trace
+from ..core.messages import AssistantMessage, to_messages
+from ..core.trace import Trace
 from . import _loop
-from ..display import chat_html
+from .display import chat_html
 
 if TYPE_CHECKING:
-    from ..agent import Agent
-    from ..rollout import Rollout
-    from ..runtime import Runtime
-    from ..task import Task
+    from ..core.agent import Agent
+    from ..core.rollout import Rollout
+    from ..core.runtime import Runtime
+    from ..core.task import Task
     from .panel import RolloutPanel
 
 __all__ = ["NotebookRollout", "RolloutEnded", "Status", "StepResult", "open"]
@@ -197,7 +197,7 @@ class NotebookRollout:
         return lambda: self._watchers.remove(callback) if callback in self._watchers else None
 
     def subscribe(self, subscriber: Callable[..., Any]) -> Callable[[], None]:
-        """Receive the rollout's events (see rollkit.events)."""
+        """Receive the rollout's events (see rollkit.core.events)."""
         return self.rollout.subscribe(subscriber)
 
     def _notify(self) -> None:
@@ -404,8 +404,8 @@ def open(agent: Agent, task: Task, runtime: Runtime | None = None) -> NotebookRo
     then `ro.step()`, `ro.step("user text")`, `ro.close()`. Works in a cell,
     a script, or inside a running loop. If opening failed, `ro.status` says
     why (the failure is on `ro.trace`)."""
-    from ..agent import Agent as _Agent
-    from ..task import Task as _Task
+    from ..core.agent import Agent as _Agent
+    from ..core.task import Task as _Task
 
     if not isinstance(agent, _Agent):
         raise TypeError(f"rk.notebook.open needs an rk.Agent first, got {type(agent).__name__}")

@@ -122,10 +122,15 @@ class Rollout:
             secret=secrets.token_urlsafe(24),
         )
         self._values["ctx"] = self.ctx
+        self._gather_tools()
+
+    def _gather_tools(self) -> None:
+        """Every tool of every tool set on the context; two with one name are
+        refused at build time, before anything runs."""
         for toolset in self.toolsets:
             for name, tool in toolset.tools.items():
                 if name in self.ctx.tools:
-                    raise TypeError(f"task {task.name}: two tools are named {name!r}; rename one")
+                    raise TypeError(f"task {self.task.name}: two tools are named {name!r}; rename one")
                 self.ctx.tools[name] = tool
                 self.ctx.tool_specs.append(tool.spec)
 
@@ -288,12 +293,7 @@ class Rollout:
             )
         if self._state != "open":
             return False
-        new = to_messages(messages)
-        if self._pending is not None and not self.task.data.prompt and not any(m.role == "user" for m in new):
-            raise ValueError(
-                f"task {self.task.name} has no prompt, so the user speaks first: "
-                "pass the opening message, e.g. step('hello')"
-            )
+        new = self._segment_messages(messages)
         await self._check_borrowed_runtime()
         if self._pending is not None:
             new = [*self._pending, *new]
@@ -332,6 +332,19 @@ class Rollout:
             await self.abort()
             raise lifetime_error
         await self._check_borrowed_runtime()
+        return self._continues(segment)
+
+    def _segment_messages(self, messages: Any) -> list[Any]:
+        new = to_messages(messages)
+        if self._pending is not None and not self.task.data.prompt and not any(m.role == "user" for m in new):
+            raise ValueError(
+                f"task {self.task.name} has no prompt, so the user speaks first: "
+                "pass the opening message, e.g. step('hello')"
+            )
+        return new
+
+    def _continues(self, segment: Segment) -> bool:
+        """Whether the exchange can go on after `segment` (L15)."""
         if self._state != "open":
             return False  # aborted or closed while the segment ran
         if self._failed or self.session.stopped or segment.turns_added == 0:

@@ -64,11 +64,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import interception
-from .context import RolloutContext
-from .errors import HarnessError, ToolsetError, crossing
-from .harness import Harness
-from .hooks import metric
-from .messages import Message
+from ..core.context import RolloutContext
+from ..core.errors import HarnessError, ToolsetError, crossing
+from ..core.harness import Harness
+from ..core.hooks import metric
+from ..core.messages import Message
 
 __all__ = ["ProgramHarness"]
 

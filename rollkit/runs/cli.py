@@ -25,7 +25,7 @@ __all__ = ["main", "cli"]
 
 def _load_tasks(spec: str) -> list[Any]:
     """Import MODULE:ATTRIBUTE; a callable is called with no arguments."""
-    from .task import Task
+    from ..core.task import Task
 
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
@@ -122,13 +122,16 @@ def demo(n_tasks: int, repeats: int, concurrency: int, out: Path | None, progres
     """Run the example task set (arithmetic word problems with a calculator
     tool) on the embedded toy model: no network, no key. The toy gets the
     subtraction problems wrong on purpose, so rewards vary."""
-    from .examples import arithmetic_tasks, demo_agent
+    from ..core.plugins import plugged
 
+    demo_set = plugged("demo")  # the examples plug their task set in
+    if demo_set is None:
+        raise click.ClickException("no demo task set is plugged in: import rollkit (it imports rollkit.examples)")
     try:
-        tasks = arithmetic_tasks(n_tasks)
+        agent, tasks = demo_set(n_tasks)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--tasks") from None
-    result = _run(demo_agent(), tasks, repeats=repeats, concurrency=concurrency, out=out, progress=progress)
+    result = _run(agent, tasks, repeats=repeats, concurrency=concurrency, out=out, progress=progress)
     click.echo(result.summary())
     if out:
         click.echo(f"\nrun folder: {out} (rollkit show {out})")
@@ -165,7 +168,7 @@ def eval_command(
       rollkit eval rollkit.examples:arithmetic_tasks -m toy-calculator -n 3 --out runs/arith
       rollkit eval rollkit.examples:arithmetic_tasks -m toy-calculator -n 3 --out runs/arith --resume
     """
-    from .agent import Agent, RolloutLimits
+    from ..core.agent import Agent, RolloutLimits
 
     if resume and out is None:
         raise click.BadParameter("--resume needs --out DIR, the run folder to continue", param_hint="--resume")
@@ -190,7 +193,7 @@ def show(folder: Path) -> None:
     type, mean reward with how many are missing one, phase time totals, and
     group signals."""
     from .evaluation import RunFolderError, load_run
-    from .store import TraceFileError
+    from ..core.store import TraceFileError
 
     try:
         result = load_run(folder)

@@ -27,9 +27,9 @@ from typing import Any
 
 import openai
 
-from .errors import ProviderError
-from .messages import AssistantMessage, Request, Response, ToolCall, Usage
-from .models import Model
+from ..core.errors import ProviderError
+from ..core.messages import AssistantMessage, Request, Response, ToolCall, Usage
+from ..core.models import Model
 
 __all__ = ["OpenAIModel", "ContextLengthExceeded", "close_pools"]
 

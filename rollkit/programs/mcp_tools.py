@@ -32,11 +32,11 @@ from mcp.server.lowlevel import Server
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from .errors import ToolsetError
-from .messages import ToolCall
+from ..core.errors import ToolsetError
+from ..core.messages import ToolCall
 
 if TYPE_CHECKING:
-    from .context import RolloutContext
+    from ..core.context import RolloutContext
 
 __all__ = ["ToolServer", "toolset_groups"]
 

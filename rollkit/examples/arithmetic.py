@@ -14,13 +14,13 @@ import operator
 import random
 import re
 
-from .agent import Agent, RolloutLimits
-from .hooks import metric, reward
-from .messages import Request
-from .models import ScriptedModel
-from .task import Task, TaskData
-from .tools import tool
-from .trace import Trace
+from ..core.agent import Agent, RolloutLimits
+from ..core.hooks import metric, reward
+from ..core.messages import Request
+from ..core.models import ScriptedModel
+from ..core.task import Task, TaskData
+from ..core.tools import tool
+from ..core.trace import Trace
 
 __all__ = ["Arithmetic", "ArithmeticData", "arithmetic_tasks", "toy_calculator_model", "demo_agent"]
 

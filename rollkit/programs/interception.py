@@ -48,13 +48,13 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from aiohttp import web
 
-from .context import RolloutContext
-from .errors import ProviderError, Refused, RolloutError
-from .harness import Harness
-from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ..core.context import RolloutContext
+from ..core.errors import ProviderError, Refused, RolloutError
+from ..core.harness import Harness
+from ..core.messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, UserMessage
 
 if TYPE_CHECKING:
-    from .session import Session
+    from ..core.session import Session
 
 __all__ = [
     "InterceptionServer", "InterceptedHarness", "Registration", "acquire", "release", "DEFAULT_MAX_BODY",

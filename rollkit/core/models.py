@@ -1,10 +1,14 @@
 """Models: the small async interface every model speaks, the embedded
-deterministic `ScriptedModel`, and name resolution.
+deterministic `ScriptedModel`, and the registry of model names.
 
 A model turns a `Request` into a `Response` and knows nothing of rollouts,
 budgets or hooks: those live in the session that calls it. `OpenAIModel`
-(any OpenAI-compatible endpoint) lives in `rollkit.openai_model` and loads the
-openai SDK only when used.
+(any OpenAI-compatible endpoint) lives in `rollkit.programs.openai_model`.
+
+Model names (`Agent(model="toy-calculator")`) resolve through a registry that
+higher layers register into when their package is imported: the core knows
+only "echo"; `rollkit.examples` registers "toy-calculator" and
+`rollkit.programs` the prefix "openai/". The core never imports them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any, Union
 from .errors import ProviderError
 from .messages import AssistantMessage, Request, Response, ToolCall, Usage
 
-__all__ = ["Model", "ScriptedModel", "count_tokens", "resolve_model"]
+__all__ = ["Model", "ScriptedModel", "count_tokens", "register_model", "resolve_model", "model_names"]
 
 
 class Model:
@@ -146,25 +150,48 @@ def _echo(request: Request) -> str:
     return "Hello."
 
 
+ModelFactory = Callable[[str], Model]
+
+# name -> factory(name); a name ending in "/" is a prefix ("openai/" serves
+# "openai/gpt-4o-mini"), given the part after it.
+_registry: dict[str, tuple[ModelFactory, str]] = {}
+
+
+def register_model(name: str, factory: ModelFactory, *, help: str = "") -> None:  # noqa: A002 - the word users read
+    """Make `Agent(model=name)` build `factory(name)`. A name ending in "/"
+    is a prefix: `factory` gets what follows it ("openai/" + "gpt-4o-mini").
+    `help` is shown in the error for an unknown name. Registering a name
+    again replaces it."""
+    if not isinstance(name, str) or not name or name.strip() != name:
+        raise ValueError(f"a model name is a non-empty string without surrounding spaces, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"register_model({name!r}, ...) needs a function of the name, got {type(factory).__name__}")
+    _registry[name] = (factory, help)
+
+
+def model_names() -> dict[str, str]:
+    """The registered names (prefixes end in "/") and their help texts."""
+    return {name: help for name, (_, help) in _registry.items()}
+
+
 def resolve_model(model: Model | str) -> Model:
-    """A Model from a Model or a name: "echo" (built in), "toy-calculator"
-    (the example task set's toy), or "openai/NAME" (an OpenAI-compatible
-    endpoint read from OPENAI_BASE_URL and OPENAI_API_KEY)."""
+    """A Model from a Model or a registered name (see `register_model`)."""
     if isinstance(model, Model):
         return model
     if not isinstance(model, str):
         raise TypeError(f"model must be a rollkit Model or a model name, got {type(model).__name__}")
-    if model == "echo":
-        return ScriptedModel(_echo, name="echo")
-    if model == "toy-calculator":
-        from .examples import toy_calculator_model
-
-        return toy_calculator_model()
-    if model.startswith("openai/"):
-        from .openai_model import OpenAIModel
-
-        return OpenAIModel(model.removeprefix("openai/"))
-    raise ValueError(
-        f"unknown model name {model!r}: use 'echo', 'toy-calculator', 'openai/<model>' "
-        "(reads OPENAI_BASE_URL and OPENAI_API_KEY), or pass a Model such as rk.ScriptedModel([...])"
+    entry = None if model.endswith("/") else _registry.get(model)
+    if entry is not None:
+        return entry[0](model)
+    prefix, slash, rest = model.partition("/")
+    entry = _registry.get(prefix + "/") if slash and rest else None
+    if entry is not None:
+        return entry[0](rest)
+    known = ", ".join(
+        repr(f"{name}<model>" if name.endswith("/") else name) + (f" ({help})" if help else "")
+        for name, (_, help) in _registry.items()
     )
+    raise ValueError(f"unknown model name {model!r}: use {known}, or pass a Model such as rk.ScriptedModel([...])")
+
+
+register_model("echo", lambda name: ScriptedModel(_echo, name="echo"), help="repeats the user's last message")

@@ -10,7 +10,8 @@ losslessly, so saved traces load back identical.
 The trace only records; it decides nothing. The rollout and the session write
 to it through the few `_record_*` methods below, which keep the running
 aggregates that limits read on every turn (L11) in O(1). Nothing here imports
-the rest of rollkit except the message vocabulary and the error model.
+the rest of rollkit except the message vocabulary, the error model and the
+plug points (how the notebook layer draws a trace).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from .errors import format_traceback
+from .plugins import plugged
 from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, text_of
 
 __all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "PHASES"]
@@ -260,12 +262,12 @@ class Trace(_Record):
         """What ended the run: the error type, or the stop condition."""
         return self.error.type if self.error else self.stop_condition
 
-    def _repr_html_(self) -> str:
+    def _repr_html_(self) -> str | None:
         """How a notebook shows a trace: summary, transcript, signals, phases,
-        with everything a model or user wrote escaped."""
-        from .display import trace_html
-
-        return trace_html(self)
+        with everything a model or user wrote escaped. Drawn by the notebook
+        layer (plugged in at `trace_html`); without it, the plain repr."""
+        render = plugged("trace_html")
+        return None if render is None else render(self)
 
     def summary(self) -> str:
         reward = f"{self.reward:.3f}" if self.rewards else "-"

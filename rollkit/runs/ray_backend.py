@@ -4,10 +4,10 @@ Ray cluster.
 `RayBackend` owns only where rollouts run. It starts a few async Ray actors,
 sends each the agent once, and then sends them (task, ids) pairs; each actor
 runs many rollouts at once on its own event loop through the same
-`_run_rollout` as the local backend, and returns the finished trace as JSON.
+`run_rollout` (rollkit.runs.runner) as the local backend, and returns the finished trace as JSON.
 The driver awaits each result as it finishes, so the progress bar, the trace
-file, resume and group scoring (rollkit.evaluation, rollkit.runfolder and
-rollkit.groups) behave exactly as locally. Cancelling the driver cancels the
+file, resume and group scoring (rollkit.runs.evaluation, rollkit.runs.runfolder and
+rollkit.runs.groups) behave exactly as locally. Cancelling the driver cancels the
 actor calls in flight, which abort their rollouts; `stop` waits (bounded) for
 those aborts before it kills the actors, so the workers free their runtimes.
 
@@ -27,9 +27,10 @@ import sys
 from typing import Any
 from urllib.parse import urlparse
 
-from .agent import Agent
-from .task import Task
-from .trace import Trace
+from ..core.agent import Agent
+from ..core.task import Task
+from ..core.trace import Trace
+from .runner import failure_trace, run_rollout
 
 __all__ = ["RayBackend", "RayUnavailable"]
 
@@ -47,9 +48,7 @@ class _RolloutActor:
         self.agent = agent
 
     async def run(self, task: Task, info: dict[str, Any]) -> str:
-        from .evaluation import _run_rollout
-
-        trace = await _run_rollout(self.agent, task, info)
+        trace = await run_rollout(self.agent, task, info)
         return trace.model_dump_json()
 
 
@@ -157,8 +156,6 @@ class RayBackend:
         self._load = [0] * count
 
     async def run(self, task: Task, info: dict[str, Any]) -> Trace:
-        from .evaluation import _failure_trace
-
         # The least busy actor takes the next rollout.
         index = min(range(len(self._pool)), key=self._load.__getitem__)
         self._load[index] += 1
@@ -184,7 +181,7 @@ class RayBackend:
             # that died, a task that cannot be pickled, ...) is its failure,
             # on its trace, not the end of the run (L32).
             self._unsettled.discard(ref)
-            return _failure_trace(self._agent, task, info, exc, phase="ray")  # type: ignore[arg-type]
+            return failure_trace(self._agent, task, info, exc, phase="ray")  # type: ignore[arg-type]
         finally:
             self._load[index] -= 1
 

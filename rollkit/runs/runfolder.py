@@ -14,8 +14,8 @@ write cut short by a crash) before appending, and reading a folder back
 (manifest, traces, the latest group signal per task and scorer).
 
 This module does not run rollouts or append finished traces and group signals
-as they come (rollkit.evaluation does), judge groups (rollkit.groups does) or
-parse a trace line (rollkit.store does).
+as they come (rollkit.runs.evaluation does), judge groups (rollkit.runs.groups does) or
+parse a trace line (rollkit.core.store does).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .agent import Agent
+from ..core.agent import Agent
 from .groups import GroupSignal
-from .store import TraceFileError, load
-from .task import Task
-from .trace import Trace
+from ..core.store import TraceFileError, load
+from ..core.task import Task
+from ..core.trace import Trace
 
 __all__ = [
     "MANIFEST",
@@ -75,7 +75,7 @@ def _agent_config(agent: Agent) -> dict[str, Any]:
 
 def new_manifest(agent: Agent, tasks: list[Task], repeats: int, group_scorers: list[str]) -> dict[str, Any]:
     """The manifest of a new run (a resume keeps the folder's run id and start)."""
-    from . import __version__
+    from ..core import __version__
 
     return {
         "rollkit": __version__,

@@ -12,8 +12,8 @@ written before the group was complete; they are their own table,
 scorer) in a run folder's `groups.jsonl`.
 
 This module does not decide when a group is complete or run rollouts
-(rollkit.evaluation does), nor read or write the run folder (rollkit.runfolder
-reads groups.jsonl, rollkit.evaluation appends to it). It judges traces only.
+(rollkit.runs.evaluation does), nor read or write the run folder (rollkit.runs.runfolder
+reads groups.jsonl, rollkit.runs.evaluation appends to it). It judges traces only.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .trace import Trace
+from ..core.trace import Trace
 
 __all__ = ["GroupScorer", "GroupSignal", "pass_at_k", "best_of_n", "named_scorers", "run_group"]
 

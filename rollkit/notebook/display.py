@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from .trace import PHASES, Trace
+from ..core.trace import PHASES, Trace
 
 __all__ = ["chat_html", "message_html", "trace_html", "status_html", "STYLE"]
 

@@ -34,8 +34,8 @@ from typing import Any
 
 import pandas as pd
 
-from .scoring import _TIMED_OUT
-from .trace import PHASES, Trace
+from ..core.scoring import _TIMED_OUT
+from ..core.trace import PHASES, Trace
 
 __all__ = ["rollouts", "turns", "phases", "signals", "ROLLOUT_COLUMNS", "TURN_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS"]
 
@@ -51,7 +51,7 @@ SCORING_RAISED = "scoring raised"
 SCORING_TIMED_OUT = _TIMED_OUT  # the prefix scoring writes, so the two cannot drift
 RETURNED_NONE = "returned None"
 
-# The ids a batch evaluation writes to `trace.info` (rollkit.evaluation).
+# The ids a batch evaluation writes to `trace.info` (rollkit.runs.evaluation).
 _INFO_IDS = ("example_id", "repeat", "rollout_id")
 
 ROLLOUT_COLUMNS = (

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import SandboxError
-from .runtime import NetworkPolicy, Runtime
+from ..core.errors import SandboxError
+from ..core.runtime import NetworkPolicy, Runtime
 
 __all__ = ["SubprocessRuntime", "Program", "Completed"]
 

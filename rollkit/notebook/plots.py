@@ -38,8 +38,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import frames as _frames
-from .events import Event
-from .trace import PHASES, Trace
+from ..core.events import Event
+from ..core.trace import PHASES, Trace
 
 __all__ = [
     "budget_burn",

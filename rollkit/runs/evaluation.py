@@ -6,7 +6,7 @@ tag every trace with its example id and rollout id, keep a `tqdm.auto`
 progress bar, append each finished trace to the run folder's trace file the
 moment it finishes, resume a folder, run group scorers once all the repeats
 of a task are done, and hand back an `EvalResult` that builds the DataFrames
-(through `rollkit.frames`); `load_run` reads a run folder back as one.
+(through `rollkit.notebook.frames`); `load_run` reads a run folder back as one.
 
 Each trace's `info` gets `example_id` (the task key), `repeat`, `rollout_id`
 (`<task key>#<repeat>`) and `run_id`. Group signals (pass@k, best-of-n, ...)
@@ -14,9 +14,9 @@ are not on the traces; they are `EvalResult.groups` /
 `EvalResult.group_signals()`.
 
 This module does not drive a rollout's lifecycle (the rollout does), build
-DataFrames (rollkit.frames does), know Ray (rollkit.ray_backend does), define
-the run folder format (rollkit.runfolder does) or judge a group
-(rollkit.groups does).
+DataFrames (rollkit.notebook.frames does), know Ray (rollkit.runs.ray_backend does), define
+the run folder format (rollkit.runs.runfolder does) or judge a group
+(rollkit.runs.groups does).
 """
 
 from __future__ import annotations
@@ -31,12 +31,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .agent import Agent
+from ..core.agent import Agent
 from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
+from .runner import run_rollout
 from .runfolder import GROUPS, TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
-from .store import append_trace
-from .task import Task
-from .trace import PHASES, ErrorInfo, TaskRef, Trace
+from ..core.store import append_trace
+from ..core.task import Task
+from ..core.plugins import plugged
+from ..core.trace import PHASES, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -77,7 +79,7 @@ class _BadType(EvaluateArgumentError, TypeError):
 
 class EvalResult:
     """The traces of a run (finishing order), its group signals, and where
-    it was written. The DataFrame methods call `rollkit.frames`."""
+    it was written. The DataFrame methods call `rollkit.notebook.frames`."""
 
     def __init__(
         self,
@@ -106,7 +108,7 @@ class EvalResult:
     def load(cls, path: str | os.PathLike[str]) -> EvalResult:
         return load_run(path)
 
-    # DataFrames: one row per rollout / turn / phase / signal (rollkit.frames),
+    # DataFrames: one row per rollout / turn / phase / signal (rollkit.notebook.frames),
     # each with example_id, repeat and rollout_id beside the trace id, so
     # analysis can group by task or by rollout.
     def rollouts(self) -> pandas.DataFrame:
@@ -122,9 +124,12 @@ class EvalResult:
         return self._frame("signals")
 
     def _frame(self, kind: str) -> pandas.DataFrame:
-        from . import frames  # it reads the ids from trace.info; nothing to add here
-
-        return getattr(frames, kind)(self.traces)
+        # The builders live in the notebook layer, which plugs them in (it
+        # reads the ids from trace.info; nothing to add here).
+        frames = plugged("frames")
+        if frames is None:
+            raise RuntimeError("no DataFrame builders are plugged in: import rollkit (it imports rollkit.notebook)")
+        return getattr(frames(), kind)(self.traces)
 
     def group_signals(self) -> pandas.DataFrame:
         """One row per (task, group signal): example_id, signal, value, n, error."""
@@ -290,60 +295,13 @@ def _backend(backend: Any) -> Any:
 
         return RayBackend()
     if hasattr(backend, "start") and hasattr(backend, "run") and hasattr(backend, "stop"):
-        return backend  # e.g. rollkit.ray_backend.RayBackend(address=...)
-    raise _BadValue(f"backend must be 'local', 'ray' or a rollkit.ray_backend.RayBackend(...), got {backend!r}")
+        return backend  # e.g. rollkit.runs.ray_backend.RayBackend(address=...)
+    raise _BadValue(f"backend must be 'local', 'ray' or a rollkit.runs.ray_backend.RayBackend(...), got {backend!r}")
 
 
 def _rollout_info(task: Task, repeat: int, run_id: str) -> dict[str, Any]:
     """The ids a trace of this (task, repeat) carries in `trace.info`."""
     return {"example_id": task.key, "repeat": repeat, "rollout_id": f"{task.key}#{repeat}", "run_id": run_id}
-
-
-def _failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseException, phase: str = "build") -> Trace:
-    """A trace for a rollout that could not even be built (e.g. a hook of the
-    wrong shape, L17), or (phase "ray") never came back from its Ray worker:
-    the failure is data, like any other (L32)."""
-    trace = Trace(
-        task=TaskRef(type=type(task).__qualname__, key=task.key, data=task.data.model_dump(mode="json")),
-        agent=agent.describe(),
-        limits=agent.limits.model_dump(),
-        timeouts=agent.timeouts.model_dump(),
-    )
-    trace.info.update(info)
-    trace.errors.append(ErrorInfo.from_exception(exc, phase))
-    trace.ok = False
-    trace.completed = True
-    return trace
-
-
-async def _run_rollout(agent: Agent, task: Task, info: dict[str, Any]) -> Trace:
-    """One rollout to the end, whatever happens inside it: the core records a
-    rollout's failures on its trace; anything that still escapes (a lifetime
-    error, a bug) is recorded here, so it never reaches the siblings (L32).
-    Only cancellation propagates, after aborting the rollout."""
-    try:
-        rollout = agent.rollout(task)
-    except Exception as exc:
-        return _failure_trace(agent, task, info, exc)
-    rollout.trace.info.update(info)
-    try:
-        if await rollout.open():
-            await rollout.step()
-        return await rollout.close()
-    except asyncio.CancelledError:
-        await asyncio.shield(rollout.abort())
-        raise
-    except Exception as exc:
-        trace = rollout.trace
-        trace.errors.append(ErrorInfo.from_exception(exc, "evaluate"))
-        try:
-            await rollout.abort()
-        except Exception as abort_exc:  # the trace says what happened; keep going
-            trace.warnings.append(f"abort after failure raised {type(abort_exc).__name__}: {abort_exc}")
-        trace.aborted = False  # not interrupted: it failed, and it finished as data
-        trace.ok = False
-        trace.completed = True
-        return trace
 
 
 class _LocalBackend:
@@ -355,7 +313,7 @@ class _LocalBackend:
         self.agent = agent
 
     async def run(self, task: Task, info: dict[str, Any]) -> Trace:
-        return await _run_rollout(self.agent, task, info)
+        return await run_rollout(self.agent, task, info)
 
     async def stop(self) -> None:
         pass
@@ -421,7 +379,7 @@ class _Run:
         # on resume still runs for tasks completed before, and a crash between
         # two scorers' lines leaves only the missing scorer to run. A group
         # judged on fewer repeats than now asked (resume with more repeats) is
-        # judged again; the newer record wins (see rollkit.runfolder.latest).
+        # judged again; the newer record wins (see rollkit.runs.runfolder.latest).
         self.judged = {(g.example_id, g.scorer_name) for g in self.groups if g.n == plan.repeats}
         self.todo = [(t, r) for t in plan.tasks for r in range(plan.repeats) if f"{t.key}#{r}" not in seen]
         planned = {t.key for t in plan.tasks}
@@ -559,7 +517,7 @@ def evaluate(
     - `out=DIR` writes a run folder: each trace is appended to DIR/traces.jsonl
       the moment it finishes; `resume=True` continues the run in DIR,
       skipping every (task, repeat) already there.
-    - `backend="ray"` (or `rollkit.ray_backend.RayBackend(address=...)`) runs
+    - `backend="ray"` (or `rollkit.runs.ray_backend.RayBackend(address=...)`) runs
       the rollouts on a Ray cluster; everything else behaves the same.
     - `group_scorers`: functions of one task's traces (a list, or a dict of
       name -> function), run once all its repeats are done, e.g.

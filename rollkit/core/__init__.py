@@ -1,0 +1,47 @@
+"""The core: the rollout lifecycle of LIFECYCLE.md, and nothing around it.
+
+What this layer owns: the conversation vocabulary (`messages`), the ledger
+(`trace`), events, the error model, hooks and their routing, tasks, tools,
+runtimes (the `LocalRuntime`), models (the embedded `ScriptedModel` and the
+registry of model names), the rollout context, the session every model call
+passes, harnesses (the in-process `ChatHarness`), scoring, the rollout
+itself, the agent, saving and loading traces, and the plug points where
+higher layers hand it what they build.
+
+What it must not import: anything of `rollkit.programs`, `rollkit.runs`,
+`rollkit.notebook` or `rollkit.examples` (imports point down only; a test
+walks the tree), nor ipywidgets, plotly, pandas, openai or aiohttp. Its only
+dependency beyond the standard library is pydantic.
+"""
+
+from __future__ import annotations
+
+from .agent import Agent, Interaction, InteractionEnded, RolloutLimits, RolloutTimeouts
+from .context import RolloutContext
+from .errors import (
+    HarnessError, LifetimeError, ProviderError, Refused, RolloutError, SandboxError, TaskError, ToolsetError,
+)
+from .events import Event, EventBus
+from .harness import ChatHarness, Harness
+from .hooks import intercept, metric, reward, stop
+from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
+from .models import Model, ScriptedModel, count_tokens, model_names, register_model, resolve_model
+from .plugins import plug, plugged
+from .rollout import Rollout
+from .runtime import LocalRuntime, NetworkPolicy, Runtime
+from .store import TraceFileError, load, save
+from .task import Task, TaskData
+from .tools import Tool, Toolset, tool
+from .trace import Trace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent", "AssistantMessage", "ChatHarness", "Event", "EventBus", "Harness", "HarnessError", "Interaction",
+    "InteractionEnded", "LifetimeError", "LocalRuntime", "Model", "NetworkPolicy", "ProviderError", "Refused",
+    "Request", "Response", "Rollout", "RolloutContext", "RolloutError", "RolloutLimits", "RolloutTimeouts",
+    "Runtime", "SandboxError", "ScriptedModel", "SystemMessage", "Task", "TaskData", "TaskError", "Tool",
+    "ToolCall", "ToolMessage", "Toolset", "ToolsetError", "Trace", "TraceFileError", "Usage", "UserMessage",
+    "count_tokens", "intercept", "load", "metric", "model_names", "plug", "plugged", "register_model",
+    "resolve_model", "reward", "save", "stop", "tool",
+]

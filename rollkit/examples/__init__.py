@@ -1,0 +1,30 @@
+"""Examples: ready task sets and toy models, so everything runs offline.
+
+What this package owns: the arithmetic task set (word problems with a
+calculator tool) and its deterministic toy model, which gets subtraction
+wrong on purpose so rewards vary (`arithmetic`), and the agent the README's
+main job runs (`demo_agent`).
+
+It sits on top: it may import every layer, and no layer imports it.
+Importing it registers the model name "toy-calculator" and plugs in the task
+set of `rollkit demo` (see `rollkit.core.plugins`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.models import register_model
+from ..core.plugins import plug
+from .arithmetic import Arithmetic, ArithmeticData, arithmetic_tasks, demo_agent, toy_calculator_model
+
+__all__ = ["Arithmetic", "ArithmeticData", "arithmetic_tasks", "demo_agent", "toy_calculator_model"]
+
+
+def _demo(n_tasks: int) -> tuple[Any, list[Any]]:
+    return demo_agent(), arithmetic_tasks(n_tasks)
+
+
+register_model("toy-calculator", lambda name: toy_calculator_model(),
+               help="the example set's toy, right on add and mul, wrong on sub")
+plug("demo", _demo)

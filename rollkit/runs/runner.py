@@ -1,0 +1,69 @@
+"""One rollout of a batch, run to the end as data.
+
+`run_rollout` builds, opens, steps and closes one rollout of a batch and
+always returns a trace: the core records a rollout's failures on its trace,
+and whatever still escapes (a hook of the wrong shape at build time, a
+lifetime error, a bug) becomes a failed trace here, so it never reaches the
+siblings (L32). `failure_trace` is that trace, also used by the Ray backend
+for a rollout that never came back from its worker. Both backends (local
+and Ray) call these; this module knows nothing of backends, progress or
+run folders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..core.agent import Agent
+from ..core.task import Task
+from ..core.trace import ErrorInfo, TaskRef, Trace
+
+__all__ = ["run_rollout", "failure_trace"]
+
+
+def failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseException, phase: str = "build") -> Trace:
+    """A trace for a rollout that could not even be built (e.g. a hook of the
+    wrong shape, L17), or (phase "ray") never came back from its Ray worker:
+    the failure is data, like any other (L32)."""
+    trace = Trace(
+        task=TaskRef(type=type(task).__qualname__, key=task.key, data=task.data.model_dump(mode="json")),
+        agent=agent.describe(),
+        limits=agent.limits.model_dump(),
+        timeouts=agent.timeouts.model_dump(),
+    )
+    trace.info.update(info)
+    trace.errors.append(ErrorInfo.from_exception(exc, phase))
+    trace.ok = False
+    trace.completed = True
+    return trace
+
+
+async def run_rollout(agent: Agent, task: Task, info: dict[str, Any]) -> Trace:
+    """One rollout to the end, whatever happens inside it: the core records a
+    rollout's failures on its trace; anything that still escapes (a lifetime
+    error, a bug) is recorded here, so it never reaches the siblings (L32).
+    Only cancellation propagates, after aborting the rollout."""
+    try:
+        rollout = agent.rollout(task)
+    except Exception as exc:
+        return failure_trace(agent, task, info, exc)
+    rollout.trace.info.update(info)
+    try:
+        if await rollout.open():
+            await rollout.step()
+        return await rollout.close()
+    except asyncio.CancelledError:
+        await asyncio.shield(rollout.abort())
+        raise
+    except Exception as exc:
+        trace = rollout.trace
+        trace.errors.append(ErrorInfo.from_exception(exc, "evaluate"))
+        try:
+            await rollout.abort()
+        except Exception as abort_exc:  # the trace says what happened; keep going
+            trace.warnings.append(f"abort after failure raised {type(abort_exc).__name__}: {abort_exc}")
+        trace.aborted = False  # not interrupted: it failed, and it finished as data
+        trace.ok = False
+        trace.completed = True
+        return trace

@@ -1,0 +1,230 @@
+"""The architecture is the folder layout, and the imports obey it.
+
+rollkit is layered: core < programs < runs < notebook < examples, with the
+package face (`rollkit/__init__.py`, `rollkit/__main__.py`) over them all.
+These tests read the source with `ast` (nothing is imported) and fail on:
+
+- an import from a lower layer to a higher one, wherever it stands: at the
+  top of a module, inside a function (a lazy import), under
+  `if TYPE_CHECKING:`, or as a string naming a module that exists
+  (`importlib.import_module("rollkit.x")`, a lazy-name table's
+  `"..notebook.frames"`); the failure names the file and line;
+- an import cycle between modules, lazy imports included. Imports under
+  `if TYPE_CHECKING:` never run, so they are not edges of the cycle check
+  (they are still held to the layering above);
+- a package or module without the docstring that says what it owns, a
+  sub-package without `__all__`, and a function of the core longer than 60
+  lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "rollkit"
+LAYERS = ("core", "programs", "runs", "notebook", "examples")
+FACE = len(LAYERS)  # rollkit/__init__.py and rollkit/__main__.py
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[1] in LAYERS:
+        return LAYERS.index(parts[1])
+    return FACE
+
+
+def _exists(module: str) -> bool:
+    base = ROOT.parent.joinpath(*module.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+class _Imports(ast.NodeVisitor):
+    """Every rollkit module one file imports: (line, module, runs at run time)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.module = _module_name(path)
+        self.package = self.module if path.name == "__init__.py" else self.module.rpartition(".")[0]
+        self.found: list[tuple[int, str, bool]] = []
+        self._type_checking = 0
+
+    def visit_If(self, node: ast.If) -> None:
+        if _is_type_checking(node.test):
+            self._type_checking += 1
+            for child in node.body:
+                self.visit(child)
+            self._type_checking -= 1
+            for child in node.orelse:
+                self.visit(child)
+        else:
+            self.generic_visit(node)
+
+    def _add(self, line: int, module: str) -> None:
+        if module == "rollkit" or module.startswith("rollkit."):
+            self.found.append((line, module, self._type_checking == 0))
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(node.lineno, alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            base = self.package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            module = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            module = node.module or ""
+        for alias in node.names:
+            # `from . import interception` imports a module, not a name.
+            sub = f"{module}.{alias.name}"
+            self._add(node.lineno, sub if _exists(sub) else module)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        # A module named in a string is imported by whoever reads the string
+        # (import_module, a package's table of lazy names).
+        value = node.value
+        if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+            return
+        if value.startswith("rollkit.") and _exists(value):
+            self._add(node.lineno, value)
+        elif value.startswith(".") and value.lstrip(".").replace(".", "").isidentifier():
+            level = len(value) - len(value.lstrip("."))
+            base = self.package.split(".")
+            module = ".".join([*base[: len(base) - (level - 1)], value.lstrip(".")])
+            if _exists(module):
+                self._add(node.lineno, module)
+
+
+def _all_imports() -> dict[Path, _Imports]:
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        visitor = _Imports(path)
+        visitor.visit(ast.parse(path.read_text(), filename=str(path)))
+        out[path] = visitor
+    return out
+
+
+def test_imports_point_down_only() -> None:
+    wrong = []
+    for path, imports in _all_imports().items():
+        own = _layer(imports.module)
+        for line, module, _ in imports.found:
+            if _layer(module) > own:
+                where = path.relative_to(ROOT.parent)
+                wrong.append(f"{where}:{line} imports {module} ({_layer_name(module)}) from the {_layer_name(imports.module)} layer")
+    assert wrong == [], "imports must point down (core < programs < runs < notebook < examples):\n" + "\n".join(wrong)
+
+
+def _layer_name(module: str) -> str:
+    layer = _layer(module)
+    return LAYERS[layer] if layer < FACE else "package face"
+
+
+def test_no_import_cycles_lazy_imports_included() -> None:
+    graph: dict[str, set[str]] = {}
+    lines: dict[tuple[str, str], str] = {}
+    for path, imports in _all_imports().items():
+        edges = graph.setdefault(imports.module, set())
+        for line, module, at_run_time in imports.found:
+            if at_run_time and module != imports.module:
+                edges.add(module)
+                lines.setdefault((imports.module, module), f"{path.relative_to(ROOT.parent)}:{line}")
+    cycles = _cycles(graph)
+    described = [" -> ".join(cycle) + "  (" + ", ".join(lines[(a, b)] for a, b in zip(cycle, cycle[1:])) + ")"
+                 for cycle in cycles]
+    assert described == [], "import cycles:\n" + "\n".join(described)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected part that has one (depth-first)."""
+    found: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                found.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def test_the_checks_above_can_fail() -> None:
+    """The walkers find what they look for: a lazy upward import, a
+    TYPE_CHECKING one, an import_module string, and a two-module cycle."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import importlib\n"
+        "if TYPE_CHECKING:\n    from ..notebook.frames import rollouts\n"
+        "def f():\n    from ..runs import evaluation\n    importlib.import_module('rollkit.examples')\n"
+        "_LAZY = {'rollouts': ('..notebook.frames', 'rollouts'), 'key': ('rollkit.program', None)}\n"
+    )
+    imports = _Imports(ROOT / "core" / "example.py")
+    imports.visit(ast.parse(source))
+    assert [(line, module, run) for line, module, run in imports.found] == [
+        (4, "rollkit.notebook.frames", False),
+        (6, "rollkit.runs.evaluation", True),
+        (7, "rollkit.examples", True),
+        (8, "rollkit.notebook.frames", True),  # 'rollkit.program' is no module: a plain string
+    ]
+    assert all(_layer(module) > _layer(imports.module) for _, module, _ in imports.found)
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b", "a"]]
+
+
+def test_every_module_opens_with_a_docstring_and_every_layer_lists_its_names() -> None:
+    missing = []
+    for path in sorted(ROOT.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        doc = ast.get_docstring(tree)
+        where = str(path.relative_to(ROOT.parent))
+        if not doc:
+            missing.append(f"{where}: no module docstring")
+            continue
+        if path.name == "__init__.py" and path.parent != ROOT:
+            if "owns" not in doc or "import" not in doc:
+                missing.append(f"{where}: the docstring must say what the layer owns and what it must not import")
+            if not any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in n.targets)
+                       for n in tree.body):
+                missing.append(f"{where}: no __all__")
+    assert missing == []
+
+
+def test_no_core_function_is_longer_than_60_lines() -> None:
+    long = []
+    for path in sorted((ROOT / "core").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if length > 60:
+                    long.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name} is {length} lines")
+    assert long == [], "split these into functions with names:\n" + "\n".join(long)
+
+
+def test_the_layout_is_the_readme_layout() -> None:
+    """The README's Layout section lists exactly the sub-packages there are."""
+    readme = (ROOT.parent / "README.md").read_text()
+    section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    listed = {line.split()[0].rstrip("/") for line in section.splitlines() if line.startswith("rollkit/")}
+    packages = {f"rollkit/{p.parent.name}" for p in ROOT.glob("*/__init__.py")}
+    assert listed == packages
