@@ -23,6 +23,7 @@ from .core import (
     RolloutLimits, RolloutTimeouts, Runtime, SandboxError, ScriptedModel, SystemMessage, Task, TaskData, TaskError,
     Tool, ToolCall, ToolMessage, Toolset, ToolsetError, Trace, TraceFileError, Usage, UserMessage, __version__,
     intercept, load, metric, register_model, reward, save, stop, tool,
+    AgentUser, ForkError, RecordedUser, ScriptedUser, User, UserReply, UserTurn, converse, fork,
 )
 from .core._lazy import lazy_names
 from . import programs, runs, notebook, examples  # noqa: E402,F401 - each registers what its layer provides
@@ -42,6 +43,15 @@ _LAZY = {
 
 __all__ = [
     "Agent",
+    "AgentUser",
+    "ForkError",
+    "RecordedUser",
+    "ScriptedUser",
+    "User",
+    "UserReply",
+    "UserTurn",
+    "converse",
+    "fork",
     "AssistantMessage",
     "ChatHarness",
     "Event",

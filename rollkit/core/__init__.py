@@ -5,8 +5,9 @@ What this layer owns: the conversation vocabulary (`messages`), the ledger
 runtimes (the `LocalRuntime`), models (the embedded `ScriptedModel` and the
 registry of model names), the rollout context, the session every model call
 passes, harnesses (the in-process `ChatHarness`), scoring, the rollout
-itself, the agent, saving and loading traces, and the plug points where
-higher layers hand it what they build.
+itself, users (who speaks between segments) and forks, the agent, saving
+and loading traces, and the plug points where higher layers hand it what
+they build.
 
 What it must not import: anything of `rollkit.programs`, `rollkit.runs`,
 `rollkit.notebook` or `rollkit.examples` (imports point down only; a test
@@ -22,6 +23,7 @@ from .errors import (
     HarnessError, LifetimeError, ProviderError, Refused, RolloutError, SandboxError, TaskError, ToolsetError,
 )
 from .events import Event, EventBus
+from .forks import ForkError, fork
 from .harness import ChatHarness, Harness
 from .hooks import intercept, metric, reward, stop
 from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
@@ -32,7 +34,8 @@ from .runtime import LocalRuntime, NetworkPolicy, Runtime
 from .store import TraceFileError, load, save
 from .task import Task, TaskData
 from .tools import Tool, Toolset, tool
-from .trace import Trace
+from .trace import Trace, UserTurn
+from .users import AgentUser, RecordedUser, ScriptedUser, User, UserReply, converse, similarity
 
 __version__ = "0.1.0"
 
@@ -44,4 +47,6 @@ __all__ = [
     "ToolCall", "ToolMessage", "Toolset", "ToolsetError", "Trace", "TraceFileError", "Usage", "UserMessage",
     "count_tokens", "intercept", "load", "metric", "model_names", "plug", "plugged", "register_model",
     "resolve_model", "reward", "save", "stop", "tool",
+    "AgentUser", "ForkError", "RecordedUser", "ScriptedUser", "User", "UserReply", "UserTurn", "converse", "fork",
+    "similarity",
 ]

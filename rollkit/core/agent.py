@@ -24,13 +24,15 @@ from .rollout import Rollout
 from .runtime import LocalRuntime, NetworkPolicy, Runtime
 from .task import Task
 from .trace import Trace
+from .users import User, converse
 
 __all__ = ["Agent", "RolloutLimits", "RolloutTimeouts", "Interaction"]
 
 
 class RolloutLimits(BaseModel):
     """Turn and token budgets; None means no limit. Each is checked before a
-    model call against the trace aggregate of the same name (L11, L12)."""
+    model call against the trace aggregate of the same name (L11, L12).
+    `max_user_turns` caps the turns a `rk.User` takes (rollkit.core.users)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -38,6 +40,10 @@ class RolloutLimits(BaseModel):
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
     max_total_tokens: int | None = None
+    # How often a rk.User may speak in a run with one (agent.run(task,
+    # user=...)); the turn past it is refused and the run stops with
+    # stop_condition "max_user_turns".
+    max_user_turns: int | None = None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -126,12 +132,19 @@ class Agent:
             runtime = self._runtime
         return Rollout(self, task, runtime, user=user)
 
-    async def run(self, task: Task, runtime: Runtime | None = None) -> Trace:
-        """Open, run one segment (there is no user to answer), close."""
-        rollout = self.rollout(task, runtime)
+    async def run(self, task: Task, runtime: Runtime | None = None, *, user: User | None = None) -> Trace:
+        """Open, run, close. With no `user` the run is one segment (nobody
+        answers); with one (`rk.ScriptedUser`, `rk.RecordedUser`,
+        `rk.AgentUser`, ...) the user speaks between segments until the
+        conversation is over (see rollkit.core.users). An AgentUser's own
+        trace is `trace.user_traces`."""
+        rollout = self.rollout(task, runtime, user=user is not None)
         try:
             if await rollout.open():
-                await rollout.step()
+                if user is None:
+                    await rollout.step()
+                else:
+                    rollout.trace._user_traces = await converse(rollout, user)
             return await rollout.close()
         except BaseException:
             await rollout.abort()

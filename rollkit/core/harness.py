@@ -41,6 +41,12 @@ class Harness:
         on the first segment, the user's messages after."""
         raise NotImplementedError
 
+    def restore(self, ctx: RolloutContext, messages: list[Message]) -> None:
+        """A forked rollout starts from `messages` (rollkit.core.forks): make
+        them the harness's view of the conversation. A harness that keeps
+        more per-rollout state restores it here, or refuses with an error."""
+        ctx.messages = messages
+
     async def cleanup(self, ctx: RolloutContext) -> None:
         """Close this rollout's harness session (first thing in close, L21)."""
 

@@ -28,10 +28,11 @@ from .runtime import Runtime
 from .scoring import score
 from .session import Session
 from .task import Task
-from .trace import ErrorInfo, Segment, TaskRef, Trace
+from .trace import ErrorInfo, Segment, TaskRef, Trace, UserTurn
 
 if TYPE_CHECKING:
     from .agent import Agent
+    from .forks import Prefix
 
 __all__ = ["Rollout"]
 
@@ -82,7 +83,7 @@ class Rollout:
         self._signals = [*self.hooks.rewards, *self.hooks.metrics, *agent.harness_metrics, *agent.judges]
         _check_signal_names(self._signals)
         self.trace = Trace(
-            task=TaskRef(type=type(task).__qualname__, key=task.key, data=task.data.model_dump(mode="json")),
+            task=TaskRef.of(task),
             agent=agent.describe(),
             limits=self.limits.model_dump(),
             timeouts=self.timeouts.model_dump(),
@@ -92,6 +93,7 @@ class Rollout:
         self._failed = False
         self._opened = False
         self._pending: list[Any] | None = None
+        self._prefix: Prefix | None = None  # set by rollkit.core.forks before open
         self._remaining = self.timeouts.agent
         self._charged = 0.0
         self._segment_t0: float | None = None
@@ -152,6 +154,19 @@ class Rollout:
     def state(self) -> str:
         return self._state
 
+    @property
+    def waiting_for_user(self) -> bool:
+        """Open, and the next move is the user's: the agent yielded (its last
+        message is a reply without tool calls), or nobody has spoken in a
+        task without a prompt. False when the agent has work left: the
+        prompt not answered yet, or tool results (a fork after a tool call)."""
+        if self._state != "open":
+            return False
+        if self._pending is not None:
+            return not self.task.data.prompt
+        messages = self.trace.messages
+        return bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_calls
+
     def subscribe(self, subscriber: Any) -> Any:
         """Receive this rollout's events; returns a function that unsubscribes."""
         return self.events.subscribe(subscriber)
@@ -188,6 +203,25 @@ class Rollout:
         self._emit("failure", phase=phase, error=type(exc).__name__, message=str(exc))
         log.debug("rollout %s failed in %s: %s", self.id, phase, exc)
 
+    def fail(self, error: RolloutError, phase: str = "user") -> None:
+        """Record a failure found outside the rollout's own code, between
+        segments (a user that broke, see rollkit.core.users): the exchange
+        ends and the run will not be scored (L23)."""
+        if not isinstance(error, RolloutError):
+            raise TypeError(f"fail() records a rk.RolloutError (e.g. rk.TaskError), got {type(error).__name__}")
+        if self._state not in ("open", "ended"):
+            raise RuntimeError(f"rollout {self.id} is {self._state}: a failure is recorded between segments only")
+        self._fail(error, phase)
+        self._state = "ended"
+
+    def stop(self, condition: str) -> None:
+        """End the exchange cleanly between segments, as a limit does (L13):
+        `condition` becomes `trace.stop_condition` and the run is scored."""
+        if self._state not in ("open", "ended"):
+            raise RuntimeError(f"rollout {self.id} is {self._state}: it can be stopped between segments only")
+        self.session.stop(condition)
+        self._state = "ended"
+
     # ---- open -------------------------------------------------------------
     async def open(self) -> bool:
         """Build the world up to "able to run". Returns False when something
@@ -206,7 +240,10 @@ class Rollout:
             self._phase_start("setup")
             await self._setup()
             await self._serve()
-            self._pending = await self._initial_messages()
+            if self._prefix is not None:
+                self._install_prefix(self._prefix)
+            else:
+                self._pending = await self._initial_messages()
             self._phase_end("setup")
         except asyncio.CancelledError:
             await self.abort()
@@ -284,20 +321,55 @@ class Rollout:
                 messages = list((await self.session.rewrite_request(request, call=None)).messages)
         return messages
 
+    def _install_prefix(self, prefix: Prefix) -> None:
+        """Start from where a forked rollout stood (rollkit.core.forks): its
+        record up to the turn, the budgets spent by then, and the harness's
+        view of the conversation."""
+        trace = self.trace
+        trace.messages = prefix.messages
+        trace.sampled = prefix.sampled
+        trace.model_calls = prefix.model_calls
+        trace.request_rewrites = prefix.request_rewrites
+        trace.response_rewrites = prefix.response_rewrites
+        trace.segments = prefix.segments
+        trace.user_turns = prefix.user_turns
+        trace.info.update(prefix.info)
+        trace.info["forked_from"] = [prefix.source, prefix.turn]
+        trace._recount()
+        self._charged = prefix.agent_time  # agent time is a budget of the whole trajectory (L9)
+        if self._remaining is not None:
+            self._remaining = max(0.0, self._remaining - prefix.agent_time)
+        self.session._next_call = len(prefix.model_calls)
+        self.harness.restore(self.ctx, list(trace.messages))
+
+    async def fork(self, turn: int, *, agent: Agent | None = None, runtime: Runtime | None = None) -> Rollout:
+        """A new rollout, opened, that starts where this one stood after turn
+        `turn` (see rollkit.core.forks); `agent` may differ (another model or
+        sampling). This rollout and its trace are not touched."""
+        from .forks import ForkError, fork
+
+        if self._state in ("stepping", "opening"):
+            raise ForkError(f"rollout {self.id} is {self._state}; fork it once that has finished")
+        if not self.runtime.forkable:
+            raise ForkError(
+                f"cannot fork rollout {self.id}: its {type(self.runtime).__name__} "
+                f"{self.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
+            )
+        return await fork(self.trace, turn, agent=agent or self.agent, task=self.task, runtime=runtime)
+
     # ---- step -------------------------------------------------------------
-    async def step(self, messages: Any = None) -> bool:
-        """Run one segment. Returns whether the exchange can continue (L15)."""
+    async def step(self, messages: Any = None, *, by: str = "caller") -> bool:
+        """Run one segment on `messages` (the user's turn, recorded on
+        `trace.user_turns` as spoken `by` whoever passes them). Returns
+        whether the exchange can continue (L15)."""
         if self._state == "stepping":
             raise RuntimeError(
                 f"rollout {self.id} is already running a step; await it before stepping again"
             )
         if self._state != "open":
             return False
-        new = self._segment_messages(messages)
         await self._check_borrowed_runtime()
-        if self._pending is not None:
-            new = [*self._pending, *new]
-            self._pending = None
+        new = self._take_messages(messages, by)
         self.trace.messages.extend(new)
         segment = Segment(
             index=len(self.trace.segments),
@@ -334,13 +406,24 @@ class Rollout:
         await self._check_borrowed_runtime()
         return self._continues(segment)
 
-    def _segment_messages(self, messages: Any) -> list[Any]:
+    def _take_messages(self, messages: Any, by: str) -> list[Any]:
+        """What the segment starts on: what is pending from open (the
+        prompt), then the user's turn, which is recorded as one."""
         new = to_messages(messages)
         if self._pending is not None and not self.task.data.prompt and not any(m.role == "user" for m in new):
             raise ValueError(
                 f"task {self.task.name} has no prompt, so the user speaks first: "
                 "pass the opening message, e.g. step('hello')"
             )
+        trace = self.trace
+        if new:
+            trace.user_turns.append(UserTurn.model_construct(
+                index=len(trace.user_turns), segment=len(trace.segments), by=by, messages=list(new),
+                replying_to=trace.last_reply, similarity=None, diverged=None,
+            ))
+        if self._pending is not None:
+            new = [*self._pending, *new]
+            self._pending = None
         return new
 
     def _continues(self, segment: Segment) -> bool:

@@ -41,6 +41,11 @@ class Runtime:
     enforce restrictions, `_enforce`."""
 
     kind = "runtime"
+    # Whether a rollout in this runtime can be forked at an earlier turn
+    # (rollout.fork): the fork gets a fresh runtime, which is only the same
+    # world if the runtime holds no state the turns changed.
+    forkable = False
+    unforkable_reason = "it cannot be copied as it was at an earlier turn"
 
     def __init__(self) -> None:
         self._state = "new"  # new -> starting -> running -> stopped
@@ -101,3 +106,4 @@ class LocalRuntime(Runtime):
     """No box: the harness runs in this process."""
 
     kind = "local"
+    forkable = True  # it holds nothing: a fresh one is the same world

@@ -26,7 +26,7 @@ from .errors import format_traceback
 from .plugins import plugged
 from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, text_of
 
-__all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "PHASES"]
+__all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES"]
 
 PHASES = ("boot", "setup", "agent", "finalize", "scoring")
 
@@ -118,11 +118,36 @@ class Rewrite(_Record):
 
 
 class TaskRef(_Record):
-    """Which task ran: its class, a stable key and its data."""
+    """Which task ran: its class (`module` and qualified name `type`, so a
+    fork of a saved trace can rebuild it), a stable key and its data."""
 
     type: str
     key: str
     data: dict[str, Any] = Field(default_factory=dict)
+    module: str | None = None
+
+    @classmethod
+    def of(cls, task: Any) -> TaskRef:
+        kind = type(task)
+        return cls(type=kind.__qualname__, key=task.key, data=task.data.model_dump(mode="json"), module=kind.__module__)
+
+
+class UserTurn(_Record):
+    """One time the user spoke: the messages that opened segment `segment`.
+
+    `by` says who spoke (a `rk.User`'s name, "person" for someone typing in a
+    notebook, "caller" for code calling `step(...)`), `replying_to` the
+    agent's last reply the user saw. A `RecordedUser` replaying a trace sets
+    `similarity` (of `replying_to` with the recording's, see
+    `rollkit.core.users.similarity`) and `diverged` (below its threshold)."""
+
+    index: int
+    segment: int
+    by: str = "caller"
+    messages: list[Message] = Field(default_factory=list)
+    replying_to: str = ""
+    similarity: float | None = None
+    diverged: bool | None = None
 
 
 class Trace(_Record):
@@ -149,6 +174,7 @@ class Trace(_Record):
     aborted: bool = False
     phases: dict[str, Span] = Field(default_factory=dict)
     segments: list[Segment] = Field(default_factory=list)
+    user_turns: list[UserTurn] = Field(default_factory=list)
 
     # Running totals over committed turns; derived from model_calls, kept so
     # that the limit check before every call is O(1).
@@ -156,8 +182,17 @@ class Trace(_Record):
     _num_input: int = PrivateAttr(0)
     _num_output: int = PrivateAttr(0)
     _num_total: int = PrivateAttr(0)
+    # The traces of an AgentUser that played the user in this run (kept in
+    # memory only; saved traces link them by info["user_trace_id"]).
+    _user_traces: list[Trace] = PrivateAttr(default_factory=list)
 
     def model_post_init(self, context: Any) -> None:
+        self._recount()
+
+    def _recount(self) -> None:
+        """Running totals from the recorded calls (after loading, or after a
+        fork installed a prefix)."""
+        self._num_turns = self._num_input = self._num_output = self._num_total = 0
         for call in self.model_calls:
             if call.committed:
                 self._num_turns = call.cum_turns
@@ -206,6 +241,12 @@ class Trace(_Record):
         if not self.scored or all(v is None for v in self.rewards.values()):
             return None
         return self.reward
+
+    @property
+    def user_traces(self) -> list[Trace]:
+        """The own traces of a model that played the user in this run
+        (`rk.AgentUser`), when it ran in this process."""
+        return self._user_traces
 
     @property
     def failed(self) -> bool:

@@ -3,11 +3,13 @@
 What this package owns: the arithmetic task set (word problems with a
 calculator tool) and its deterministic toy model, which gets subtraction
 wrong on purpose so rewards vary (`arithmetic`), and the agent the README's
-main job runs (`demo_agent`).
+main job runs (`demo_agent`); the order-status task set, multi-turn, whose
+reward needs the user (the customer holds the order number), with a toy
+assistant, a toy customer as a scripted user and as a model (`support`).
 
 It sits on top: it may import every layer, and no layer imports it.
-Importing it registers the model name "toy-calculator" and plugs in the task
-set of `rollkit demo` (see `rollkit.core.plugins`).
+Importing it registers the model names "toy-calculator" and "toy-support"
+and plugs in the task set of `rollkit demo` (see `rollkit.core.plugins`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,16 @@ from typing import Any
 from ..core.models import register_model
 from ..core.plugins import plug
 from .arithmetic import Arithmetic, ArithmeticData, arithmetic_tasks, demo_agent, toy_calculator_model
+from .support import (
+    OrderData, OrderStatus, customer_persona, support_agent, support_tasks, toy_customer, toy_customer_model,
+    toy_support_model,
+)
 
-__all__ = ["Arithmetic", "ArithmeticData", "arithmetic_tasks", "demo_agent", "toy_calculator_model"]
+__all__ = [
+    "Arithmetic", "ArithmeticData", "arithmetic_tasks", "demo_agent", "toy_calculator_model",
+    "OrderData", "OrderStatus", "customer_persona", "support_agent", "support_tasks", "toy_customer",
+    "toy_customer_model", "toy_support_model",
+]
 
 
 def _demo(n_tasks: int) -> tuple[Any, list[Any]]:
@@ -27,4 +37,6 @@ def _demo(n_tasks: int) -> tuple[Any, list[Any]]:
 
 register_model("toy-calculator", lambda name: toy_calculator_model(),
                help="the example set's toy, right on add and mul, wrong on sub")
+register_model("toy-support", lambda name: toy_support_model(),
+               help="the order-status toy assistant (rollkit.examples.support)")
 plug("demo", _demo)

@@ -17,6 +17,10 @@ trace `id`, read from `trace.info` where a batch evaluation wrote them
 - `signals(traces)`: one row per reward or metric, with why it is missing
   when it is ("run failed", "run aborted", "scoring raised", "scoring timed
   out", "returned None").
+- `user_turns(traces)`: one row per time the user spoke (who, what, what it
+  answered, and for a replay the similarity and whether the agent diverged).
+- `branches(traces)`: one row per branch of a forked rollout (the original
+  and each fork, rk.fork): where it split off, reward, stop, turns, tokens.
 
 Missing stays missing: NaN in numeric columns, None elsewhere, never zero.
 An empty input gives an empty frame with the same columns. Frames are built
@@ -37,7 +41,10 @@ import pandas as pd
 from ..core.scoring import _TIMED_OUT
 from ..core.trace import PHASES, Trace
 
-__all__ = ["rollouts", "turns", "phases", "signals", "ROLLOUT_COLUMNS", "TURN_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS"]
+__all__ = [
+    "rollouts", "turns", "phases", "signals", "user_turns", "branches",
+    "ROLLOUT_COLUMNS", "TURN_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS", "USER_TURN_COLUMNS", "BRANCH_COLUMNS",
+]
 
 _NAN = math.nan
 _LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
@@ -69,6 +76,13 @@ TURN_COLUMNS = (
     *_LIMITS, "agent_budget",
 )
 PHASE_COLUMNS = ("id", *_INFO_IDS, "task_key", "phase", "start", "end", "duration", "offset", "ok")
+USER_TURN_COLUMNS = (
+    "id", *_INFO_IDS, "task_key", "user_turn", "segment", "by", "text", "replying_to", "similarity", "diverged",
+)
+BRANCH_COLUMNS = (
+    "id", "root", "branch", "forked_from", "split_turn", "task_key", "model", "ok", "stop", "reward",
+    "turns", "turns_after_split", "total_tokens", "agent_time",
+)
 SIGNAL_COLUMNS = ("id", *_INFO_IDS, "task_key", "task_type", "kind", "name", "value", "weight", "missing", "why_missing", "error")
 
 
@@ -318,3 +332,74 @@ def signals(traces: Iterable[Trace]) -> pd.DataFrame:
             add(trace, "metric", name, value, None, *_why(trace, name, value))
     frame = _frame(cols, SIGNAL_COLUMNS)
     return frame.astype({"missing": "bool"})
+
+
+def user_turns(traces: Iterable[Trace]) -> pd.DataFrame:
+    """One row per user turn: `by` (which rk.User, "person" for someone in a
+    notebook), `text` (what the user said), `replying_to` (the agent reply it
+    answered) and, for a rk.RecordedUser replay, `similarity` and `diverged`
+    (NaN / None for other users)."""
+    traces = _list(traces)
+    cols: dict[str, list[Any]] = {name: [] for name in USER_TURN_COLUMNS}
+    for trace in traces:
+        for turn in trace.user_turns:
+            _ids(cols, trace)
+            cols["task_key"].append(trace.task.key)
+            cols["user_turn"].append(turn.index)
+            cols["segment"].append(turn.segment)
+            cols["by"].append(turn.by)
+            cols["text"].append("\n".join(m.content or "" for m in turn.messages))
+            cols["replying_to"].append(turn.replying_to)
+            cols["similarity"].append(_num(turn.similarity))
+            cols["diverged"].append(turn.diverged)
+    return _frame(cols, USER_TURN_COLUMNS)
+
+
+def _fork_of(trace: Trace) -> tuple[str, int] | None:
+    origin = trace.info.get("forked_from")
+    if isinstance(origin, (list, tuple)) and len(origin) == 2:
+        return str(origin[0]), int(origin[1])
+    return None
+
+
+def branches(traces: Iterable[Trace]) -> pd.DataFrame:
+    """One row per branch: each original that was forked and each fork of it
+    (a fork of a fork too), rows of one tree together, the original first.
+    `root` is the original's id, `split_turn` the turn after which a fork
+    left its parent (None for the original), `turns_after_split` what it did
+    on its own. Traces that are neither forked nor forks are left out."""
+    traces = _list(traces)
+    by_id = {trace.id: trace for trace in traces}
+    children: dict[str, list[Trace]] = {}
+    for trace in traces:
+        origin = _fork_of(trace)
+        if origin is not None:
+            children.setdefault(origin[0], []).append(trace)
+    cols: dict[str, list[Any]] = {name: [] for name in BRANCH_COLUMNS}
+
+    def add(trace: Trace, root: str, label: str) -> None:
+        origin = _fork_of(trace)
+        split = origin[1] if origin else None
+        cols["id"].append(trace.id)
+        cols["root"].append(root)
+        cols["branch"].append(label)
+        cols["forked_from"].append(origin[0] if origin else None)
+        cols["split_turn"].append(split)
+        cols["task_key"].append(trace.task.key)
+        cols["model"].append(trace.agent.get("model"))
+        cols["ok"].append(trace.ok)
+        cols["stop"].append(trace.stop)
+        cols["reward"].append(_num(trace.scored_reward))
+        cols["turns"].append(trace.num_turns)
+        cols["turns_after_split"].append(trace.num_turns - (split or 0))
+        cols["total_tokens"].append(trace.num_total_tokens)
+        cols["agent_time"].append(trace.agent_time)
+        for number, child in enumerate(children.get(trace.id, []), start=1):
+            add(child, root, f"{label}/fork@{_fork_of(child)[1]}#{number}")  # type: ignore[index]
+
+    for trace in traces:
+        origin = _fork_of(trace)
+        is_root = origin is None or origin[0] not in by_id  # a fork whose parent is not given roots its tree
+        if is_root and (origin is not None or trace.id in children):
+            add(trace, trace.id, "original" if origin is None else f"fork@{origin[1]} of {origin[0]}")
+    return _frame(cols, BRANCH_COLUMNS)

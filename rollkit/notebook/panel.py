@@ -2,8 +2,9 @@
 
 Transcript as chat, a text box with Send, Step / Close / Abort buttons that
 are enabled only when they make sense, a status line, budget gauges (turns,
-tokens, agent time against their limits, the current phase) and, by
-default, a live budget burn chart.
+tokens, agent time against their limits, the current phase), by default a
+live budget burn chart, and "Fork here": a new rollout from where this one
+stood after a turn picked, whose own panel appears below.
 
 The panel is thin. A button forwards intent to the `NotebookRollout`
 (`step_soon`, `close_soon`, `abort_soon`), which schedules the async work on
@@ -96,6 +97,14 @@ class RolloutPanel(widgets.VBox):
         self.abort_button.on_click(self._on_abort)
         self.error = widgets.HTML()
         self.error.add_class("rk-error")
+        # Fork here: a new rollout from where this one stood after the turn
+        # picked; its own panel appears below this one.
+        self.fork_turn = widgets.Dropdown(description="after turn", options=[], layout=widgets.Layout(width="160px"))
+        self.fork_turn.add_class("rk-fork-turn")
+        self.fork_button = self._button("Fork here", "", "rk-fork", "A new rollout from where this one stood after the turn picked")
+        self.fork_button.on_click(self._on_fork)
+        self.forks = widgets.VBox()
+        self.forks.add_class("rk-forks")
         self.gauges = widgets.HTML()
         self.gauges.add_class("rk-gauges")
         self.chart = None
@@ -109,11 +118,13 @@ class RolloutPanel(widgets.VBox):
         left = widgets.VBox(
             [transcript_box, self.text,
              widgets.HBox([self.send_button, self.step_button, self.close_button, self.abort_button]),
+             widgets.HBox([self.fork_turn, self.fork_button]),
              self.error],
             layout=widgets.Layout(width="55%", min_width="360px"),
         )
         super().__init__(
-            [self.header, self.status, widgets.HBox([left, widgets.VBox(right)], layout=widgets.Layout(flex_flow="row wrap"))]
+            [self.header, self.status, widgets.HBox([left, widgets.VBox(right)], layout=widgets.Layout(flex_flow="row wrap")),
+             self.forks]
         )
         self.add_class("rk-panel")
         self._unsubscribe = ro.subscribe(self._on_event)
@@ -156,6 +167,31 @@ class RolloutPanel(widgets.VBox):
     def _on_abort(self, _button: Any = None) -> None:
         self._act(self.ro.abort_soon)
 
+    def _on_fork(self, _button: Any = None) -> None:
+        turn = self.fork_turn.value
+        if not turn:
+            self.error.value = '<span style="color:#b00020">No turn to fork after yet: step the rollout first.</span>'
+            return
+        self.error.value = ""
+        try:
+            future = self.ro.fork_soon(turn)
+        except Exception as exc:
+            self._show_error(exc)
+            return
+        if future.done():  # no running loop: it ran to its end already
+            self._forked(future)
+        else:
+            future.add_done_callback(self._forked)
+
+    def _forked(self, future: Any) -> None:
+        if future.cancelled():
+            return
+        if future.exception() is not None:
+            self._show_error(future.exception())
+            return
+        fork = future.result()
+        self.forks.children = (*self.forks.children, fork.panel(chart=self.options["chart"]))
+
     def _show_error(self, exc: BaseException) -> None:
         self.error.value = (
             f'<span style="color:#b00020">{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</span>'
@@ -179,6 +215,11 @@ class RolloutPanel(widgets.VBox):
         self.text.disabled = not ro.can_step and not ro.busy
         self.close_button.disabled = not ro.can_close
         self.abort_button.disabled = not ro.can_abort
+        turns = ro.trace.num_turns
+        if len(self.fork_turn.options) != turns:
+            self.fork_turn.options = [(str(k), k) for k in range(1, turns + 1)]
+            self.fork_turn.value = turns or None
+        self.fork_button.disabled = turns == 0 or ro.busy or bool(ro.trace.errors) or not ro.rollout.runtime.forkable
         if ro.last_error is not None:
             self._show_error(ro.last_error)
         self._refresh_transcript()

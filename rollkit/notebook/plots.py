@@ -11,6 +11,9 @@ From data to picture in one call; every function returns a figure:
   the agent phase split into model and harness time.
 - `rewards(traces)`: each reward and metric's values per signal, with how
   many are missing drawn as missing, never as zero.
+- `branches(traces)`: an original rollout and its forks side by side, one
+  row per branch: the turns it shares with its parent in grey, its own in
+  colour from the split on, its reward and stop at the end.
 
 `LiveBudgetBurn(rollout)`, `LivePhaseTimeline(rollout)` and `LiveRewards()`
 (which `watch(rollout)`s any number of rollouts) hold a plotly
@@ -46,6 +49,7 @@ __all__ = [
     "phase_timeline",
     "phase_durations",
     "rewards",
+    "branches",
     "LiveBudgetBurn",
     "LivePhaseTimeline",
     "LiveRewards",
@@ -395,6 +399,41 @@ def rewards(data: Any) -> go.Figure:
         present.append(len(values))
     missing = [len(frame) - p for p in present]
     return _rewards_figure([_text(n) for n in names], xs, ys, present, missing, len(frame))
+
+
+def branches(data: Any) -> go.Figure:
+    """The branches of forked rollouts (rk.fork) side by side: one row per
+    branch (`rk.frames.branches`), turns on the x axis, the part a fork
+    shares with its parent grey, its own turns coloured by reward (grey when
+    missing), the reward and stop written at the end. `data` is traces or
+    that frame."""
+    frame = data if isinstance(data, pd.DataFrame) else _frames.branches(_traces(data))
+    if "split_turn" not in frame.columns:
+        raise ValueError("pass traces, or the frame rk.frames.branches(traces) made")
+    fig = go.Figure()
+    labels = [_text(f"{row.branch} · {row.id}") for row in frame.itertuples()]
+    for label, row in zip(labels, frame.itertuples()):
+        split = 0 if pd.isna(row.split_turn) else int(row.split_turn)
+        reward = row.reward
+        colour = "#bab0ac" if pd.isna(reward) else ("#59a14f" if reward >= 0.5 else "#e15759")
+        shown = "missing" if pd.isna(reward) else f"{reward:.3g}"
+        if split:
+            fig.add_trace(go.Scatter(x=[0, split], y=[label, label], mode="lines", line={"color": "#cccccc", "width": 6},
+                                     showlegend=False, hovertemplate=f"shared with its parent: turns 1-{split}<extra></extra>"))
+        fig.add_trace(go.Scatter(
+            x=[split, row.turns], y=[label, label], mode="lines+markers+text", line={"color": colour, "width": 6},
+            marker={"size": [6, 12], "color": colour}, text=["", _text(f"reward {shown} · {row.stop or 'done'}")],
+            textposition="middle right", showlegend=False,
+            hovertemplate=_text(f"{row.branch}: turns {split + 1}-{row.turns}, {row.total_tokens} tokens") + "<extra></extra>",
+        ))
+    roots = frame["root"].nunique() if len(frame) else 0
+    fig.update_layout(
+        title={"text": f"branches · {len(frame)} rollouts from {roots} original(s)"}, template="plotly_white",
+        xaxis={"title": {"text": "turn"}, "dtick": 1, "rangemode": "tozero"},
+        yaxis={"autorange": "reversed", "categoryorder": "array", "categoryarray": labels},
+        height=max(220, 60 + 40 * len(frame)), margin={"l": 220, "r": 160, "t": 50, "b": 40},
+    )
+    return fig
 
 
 def _signal_values(trace: Trace) -> dict[str, float | None]:

@@ -88,10 +88,10 @@ class NotebookRollout:
     a user, and the first step must carry the user's opening message.
     """
 
-    def __init__(self, agent: Agent, task: Task, runtime: Runtime | None = None) -> None:
+    def __init__(self, agent: Agent, task: Task, runtime: Runtime | None = None, *, rollout: Rollout | None = None) -> None:
         # In a notebook there is always someone to play the user, which is
         # what lets a task without a prompt open (L4).
-        self.rollout: Rollout = agent.rollout(task, runtime, user=True)
+        self.rollout: Rollout = rollout if rollout is not None else agent.rollout(task, runtime, user=True)
         self.agent = agent
         self.task = task
         self._steps = 0
@@ -268,7 +268,9 @@ class NotebookRollout:
         return StepResult(more=more, messages=list(self.trace.messages[before:]), status=self.status)
 
     async def _step(self, message: Any) -> bool:
-        more = await self.rollout.step(message)
+        # Someone typed this: recorded as the person's turn, which a
+        # rk.RecordedUser(ro.trace) replays later.
+        more = await self.rollout.step(message, by="person")
         self._steps += 1
         return more
 
@@ -364,6 +366,29 @@ class NotebookRollout:
     def abort_soon(self) -> asyncio.Future[Any]:
         """Start an abort and return at once; a running step is cancelled."""
         return self._soon(self._abort(), "abort")
+
+    # ---- forks ------------------------------------------------------------------
+    async def afork(self, turn: int, *, agent: Agent | None = None) -> NotebookRollout:
+        """A new NotebookRollout, opened, starting where this one stood after
+        turn `turn` (rollkit.core.forks); step it with another message, or
+        pass another `agent`. This rollout is not touched."""
+        if self.busy:
+            raise RuntimeError(f"rollout {self.id} is busy ({self._action}); wait for it before forking")
+        forked = await self.rollout.fork(turn, agent=agent)
+        ro = NotebookRollout(forked.agent, forked.task, rollout=forked)
+        ro._steps = max(1, self._steps)
+        return ro
+
+    def fork(self, turn: int, *, agent: Agent | None = None) -> NotebookRollout:
+        """`ro.fork(2)`: the synchronous form of `afork`."""
+        return _loop.run(self.afork(turn, agent=agent))
+
+    def fork_soon(self, turn: int) -> asyncio.Future[Any]:
+        """Start a fork and return at once (a future of the new
+        NotebookRollout); what the panel's "Fork here" calls."""
+        if self.busy:
+            raise RuntimeError(f"rollout {self.id} is busy ({self._action}); wait for it before forking")
+        return _loop.schedule(self.afork(turn))
 
     # ---- views ------------------------------------------------------------------
     def panel(self, *, chart: bool = True) -> RolloutPanel:

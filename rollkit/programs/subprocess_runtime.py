@@ -172,6 +172,10 @@ class SubprocessRuntime(Runtime):
     """
 
     kind = "subprocess"
+    unforkable_reason = (
+        "its working folder holds the files as the last turn left them, not as they were at the turn "
+        "asked, and its programs cannot be copied"
+    )
 
     def __init__(
         self,

@@ -23,16 +23,14 @@ import click
 __all__ = ["main", "cli"]
 
 
-def _load_tasks(spec: str) -> list[Any]:
-    """Import MODULE:ATTRIBUTE; a callable is called with no arguments."""
-    from ..core.task import Task
-
+def _import_object(spec: str, what: str, param: str) -> Any:
+    """Import MODULE:ATTRIBUTE and return the attribute; `what` names it in errors."""
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise click.BadParameter(
-            f"{spec!r} is not MODULE:ATTRIBUTE; name the module and the task list in it, "
+            f"{spec!r} is not MODULE:ATTRIBUTE; name the module and the {what} in it, "
             "e.g. rollkit.examples:arithmetic_tasks",
-            param_hint="TASKS",
+            param_hint=param,
         )
     # Like `python -m`, let a module in the current folder be found.
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -41,16 +39,36 @@ def _load_tasks(spec: str) -> list[Any]:
         module = importlib.import_module(module_name)
     except Exception as exc:
         raise click.ClickException(
-            f"cannot import module {module_name!r} (for task set {spec!r}): {type(exc).__name__}: {exc}; "
+            f"cannot import module {module_name!r} (for {what} {spec!r}): {type(exc).__name__}: {exc}; "
             "check the module name and that it is importable from the current folder or PYTHONPATH"
         ) from None
     if not hasattr(module, attribute):
         public = sorted(name for name in vars(module) if not name.startswith("_"))
         raise click.ClickException(
-            f"module {module_name!r} has no attribute {attribute!r} (for task set {spec!r}); "
+            f"module {module_name!r} has no attribute {attribute!r} (for {what} {spec!r}); "
             f"it has: {', '.join(public[:20]) or 'nothing public'}"
         )
-    tasks = getattr(module, attribute)
+    return getattr(module, attribute)
+
+
+def _load_user(spec: str) -> Any:
+    """MODULE:OBJ, a rk.User or a function of the task that makes one."""
+    from ..core.users import User
+
+    user = _import_object(spec, "user", "--user")
+    if not (isinstance(user, User) or callable(user)):
+        raise click.ClickException(
+            f"{spec} is a {type(user).__name__}, not a rk.User or a function of the task that makes one"
+        )
+    return user
+
+
+def _load_tasks(spec: str) -> list[Any]:
+    """Import MODULE:ATTRIBUTE; a callable is called with no arguments."""
+    from ..core.task import Task
+
+    module_name, _, attribute = spec.partition(":")
+    tasks = _import_object(spec, "task set", "TASKS")
     if callable(tasks) and not isinstance(tasks, Task):
         try:
             tasks = tasks()
@@ -145,6 +163,9 @@ def demo(n_tasks: int, repeats: int, concurrency: int, out: Path | None, progres
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run folder: manifest.json, traces.jsonl (one trace per line, written as each finishes).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out: skip every (task, repeat) already there.")
 @click.option("--max-turns", type=int, default=20, show_default=True, help="Turn limit per rollout.")
+@click.option("--user", "user_spec", default=None, metavar="MODULE:OBJ",
+              help="Who speaks between segments: a rk.User, or a function of the task making one; each rollout is then a conversation.")
+@click.option("--max-user-turns", type=int, default=None, help="Cap on the user's turns per rollout (stop condition max_user_turns).")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where rollouts run (ray needs rollkit[ray]).")
 @click.option("--ray-address", default=None, help="Ray cluster address (default: a local Ray instance).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show the progress bar.")
@@ -156,6 +177,8 @@ def eval_command(
     out: Path | None,
     resume: bool,
     max_turns: int,
+    user_spec: str | None,
+    max_user_turns: int | None,
     backend: str,
     ray_address: str | None,
     progress: bool,
@@ -173,13 +196,14 @@ def eval_command(
     if resume and out is None:
         raise click.BadParameter("--resume needs --out DIR, the run folder to continue", param_hint="--resume")
     task_list = _load_tasks(tasks)
+    user = _load_user(user_spec) if user_spec else None
     try:
-        agent = Agent(model=model, limits=RolloutLimits(max_turns=max_turns))
+        agent = Agent(model=model, limits=RolloutLimits(max_turns=max_turns, max_user_turns=max_user_turns))
     except (ValueError, TypeError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--model / --max-turns") from None
+        raise click.BadParameter(str(exc), param_hint="--model / --max-turns / --max-user-turns") from None
     result = _run(
         agent, task_list, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
-        backend=_backend(backend, ray_address), progress=progress,
+        backend=_backend(backend, ray_address), progress=progress, user=user,
     )
     click.echo(result.summary())
     if out:

@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING, Any
 from ..core.agent import Agent
 from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
 from .runner import run_rollout
-from .runfolder import GROUPS, TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
+from .runfolder import GROUPS, TRACES, USER_TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
 from ..core.store import append_trace
 from ..core.task import Task
 from ..core.plugins import plugged
 from ..core.trace import PHASES, Trace
+from ..core.users import User
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -88,8 +89,12 @@ class EvalResult:
         *,
         out: Path | None = None,
         manifest: dict[str, Any] | None = None,
+        user_traces: list[Trace] | None = None,
     ) -> None:
         self.traces = traces
+        # An AgentUser's own traces, each linked to its rollout's by
+        # info["assistant_trace_id"] (and the rollout's to it by info["user_trace_id"]).
+        self.user_traces = user_traces or []
         self.groups = groups or []
         self.out = out
         self.manifest = manifest or {}
@@ -199,7 +204,8 @@ def load_run(path: str | os.PathLike[str]) -> EvalResult:
     line is skipped with a warning; a bad line in the middle raises
     `TraceFileError` naming it."""
     folder = read_folder(path)
-    return EvalResult(folder.traces, folder.groups, out=folder.path, manifest=folder.manifest)
+    return EvalResult(folder.traces, folder.groups, out=folder.path, manifest=folder.manifest,
+                      user_traces=folder.user_traces)
 
 
 # ---- the plan and the run ---------------------------------------------------------
@@ -246,6 +252,7 @@ class _Plan:
     manifest: dict[str, Any]
     out: Path | None
     resume: bool
+    user: Any = None  # a rk.User, or a function of the task making one (runner.user_for)
     folder: RunFolder | None = None  # set by _execute, the only place that touches the folder
 
     @property
@@ -264,6 +271,7 @@ def _plan(
     backend: Any,
     progress: bool,
     group_scorers: Any,
+    user: Any = None,
 ) -> _Plan:
     if not isinstance(agent, Agent):
         raise _BadType(f"agent must be a rk.Agent (e.g. rollkit.examples.demo_agent()), got {type(agent).__name__}")
@@ -276,6 +284,11 @@ def _plan(
         raise _BadType(f"group_scorers: {exc}") from None
     except ValueError as exc:
         raise _BadValue(f"group_scorers: {exc}") from None
+    if user is not None and not (isinstance(user, User) or callable(user)):
+        raise _BadType(
+            f"user must be a rk.User (e.g. rk.ScriptedUser([...])) or a function of the task that makes one, "
+            f"got {type(user).__name__}"
+        )
     backend = _backend(backend)
     if resume and out is None:
         raise _BadValue("resume=True needs out=DIR: the run folder to continue")
@@ -283,8 +296,10 @@ def _plan(
         backend.check()  # e.g. Ray installed and its address answering, before any file is written
     # Nothing on disk yet: the run folder is prepared by _execute (see there).
     manifest = new_manifest(agent, task_list, repeats, list(scorers))
+    if user is not None:
+        manifest["user"] = getattr(user, "name", None) or repr(user)
     folder_path = Path(out) if out is not None else None
-    return _Plan(agent, task_list, repeats, concurrency, backend, progress, scorers, manifest, folder_path, resume)
+    return _Plan(agent, task_list, repeats, concurrency, backend, progress, scorers, manifest, folder_path, resume, user)
 
 
 def _backend(backend: Any) -> Any:
@@ -309,11 +324,12 @@ class _LocalBackend:
 
     name = "local"
 
-    async def start(self, agent: Agent, concurrency: int) -> None:
+    async def start(self, agent: Agent, concurrency: int, user: Any = None) -> None:
         self.agent = agent
+        self.user = user
 
     async def run(self, task: Task, info: dict[str, Any]) -> Trace:
-        return await run_rollout(self.agent, task, info)
+        return await run_rollout(self.agent, task, info, self.user)
 
     async def stop(self) -> None:
         pass
@@ -366,6 +382,7 @@ class _Run:
         self.plan = plan
         folder = plan.folder
         self.traces: list[Trace] = list(folder.traces) if folder else []
+        self.user_traces: list[Trace] = list(folder.user_traces) if folder else []
         self.groups: list[GroupSignal] = list(folder.groups) if folder else []
         self.by_example: dict[str, list[Trace]] = {}
         seen: set[str] = set()
@@ -389,6 +406,7 @@ class _Run:
         self.progress = _Progress(False, 0, [])  # the bar appears once the backend is up
         self.trace_file: Any = None
         self.group_file: Any = None
+        self.user_file: Any = None
 
     async def judge(self, example_id: str) -> None:
         """Group scoring, once every repeat of the task finished. Traces
@@ -411,6 +429,14 @@ class _Run:
 
     def finished(self, trace: Trace) -> None:
         # On disk first, flushed: a crash now loses only what is in flight.
+        # A user's own traces go first: one whose rollout's line is missing
+        # is an orphan that reading the folder drops (its rollout reruns).
+        if trace.user_traces and self.plan.folder is not None:
+            if self.user_file is None:
+                self.user_file = open(self.plan.folder.path / USER_TRACES, "a", encoding="utf-8")
+            for user_trace in trace.user_traces:
+                append_trace(user_trace, self.user_file)
+        self.user_traces.extend(trace.user_traces)
         if self.trace_file is not None:
             append_trace(trace, self.trace_file)
         self.traces.append(trace)
@@ -448,7 +474,7 @@ class _Run:
                 self.group_file = open(folder.path / GROUPS, "a", encoding="utf-8")
         started = False
         try:
-            await plan.backend.start(plan.agent, plan.concurrency)
+            await plan.backend.start(plan.agent, plan.concurrency, plan.user)
             started = True
             self.progress = _Progress(plan.progress, len(self.todo) + len(self.finished_before), self.finished_before)
             for task in plan.tasks:  # groups an earlier run completed but died before judging
@@ -462,10 +488,11 @@ class _Run:
             self.progress.close()
             if started:
                 await asyncio.shield(plan.backend.stop())
-            for file in (self.trace_file, self.group_file):
+            for file in (self.trace_file, self.group_file, self.user_file):
                 if file is not None:
                     file.close()
-        return EvalResult(self.traces, latest(self.groups), out=folder.path if folder else None, manifest=plan.manifest)
+        return EvalResult(self.traces, latest(self.groups), out=folder.path if folder else None, manifest=plan.manifest,
+                          user_traces=self.user_traces)
 
 
 async def _execute(plan: _Plan) -> EvalResult:
@@ -490,12 +517,13 @@ async def evaluate_async(
     backend: Any = "local",
     progress: bool = True,
     group_scorers: Any = None,
+    user: Any = None,
 ) -> EvalResult:
     """Run every task `repeats` times with at most `concurrency` rollouts in
     flight; see `evaluate` for the arguments."""
     plan = _plan(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
-        backend=backend, progress=progress, group_scorers=group_scorers,
+        backend=backend, progress=progress, group_scorers=group_scorers, user=user,
     )
     return await _execute(plan)
 
@@ -511,6 +539,7 @@ def evaluate(
     backend: Any = "local",
     progress: bool = True,
     group_scorers: Any = None,
+    user: Any = None,
 ) -> Any:
     """Run every task `repeats` times, at most `concurrency` rollouts at once.
 
@@ -522,6 +551,11 @@ def evaluate(
     - `group_scorers`: functions of one task's traces (a list, or a dict of
       name -> function), run once all its repeats are done, e.g.
       `[pass_at_k(1), best_of_n()]`; results in `EvalResult.groups`.
+    - `user`: who speaks between segments (rollkit.core.users), a `rk.User`
+      for every rollout or a function of the task that makes one; each
+      rollout is then a conversation that runs until the user is done (or
+      a stop, a limit, `RolloutLimits(max_user_turns=...)`). An AgentUser's
+      own traces are `EvalResult.user_traces` and DIR/user_traces.jsonl.
     - `progress=False` turns the tqdm bar off.
 
     Called from sync code (no event loop running) it runs to the end and
@@ -536,7 +570,7 @@ def evaluate(
     """
     plan = _plan(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
-        backend=backend, progress=progress, group_scorers=group_scorers,
+        backend=backend, progress=progress, group_scorers=group_scorers, user=user,
     )
     try:
         asyncio.get_running_loop()

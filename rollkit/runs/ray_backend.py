@@ -44,12 +44,14 @@ class RayUnavailable(ConnectionError):
 class _RolloutActor:
     """Runs rollouts of one agent, many at once, on the actor's event loop."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, user: Any = None) -> None:
         self.agent = agent
+        self.user = user
 
-    async def run(self, task: Task, info: dict[str, Any]) -> str:
-        trace = await run_rollout(self.agent, task, info)
-        return trace.model_dump_json()
+    async def run(self, task: Task, info: dict[str, Any]) -> list[str]:
+        """The trace, then the user's own traces (an AgentUser's), as JSON."""
+        trace = await run_rollout(self.agent, task, info, self.user)
+        return [trace.model_dump_json(), *(t.model_dump_json() for t in trace.user_traces)]
 
 
 def _import_ray() -> Any:
@@ -131,7 +133,7 @@ class RayBackend:
         if self.address is not None:
             _check_reachable(self.address, self.connect_timeout)
 
-    async def start(self, agent: Agent, concurrency: int) -> None:
+    async def start(self, agent: Agent, concurrency: int, user: Any = None) -> None:
         ray = self._ray or _import_ray()
         self._ray = ray
         self._agent = agent
@@ -151,8 +153,8 @@ class RayBackend:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         count = max(1, min(self.actors or cpus, concurrency))
         actor = ray.remote(num_cpus=1, max_concurrency=max(1, concurrency))(_RolloutActor)
-        agent_ref = ray.put(agent)
-        self._pool = [actor.remote(agent_ref) for _ in range(count)]
+        agent_ref, user_ref = ray.put(agent), ray.put(user)
+        self._pool = [actor.remote(agent_ref, user_ref) for _ in range(count)]
         self._load = [0] * count
 
     async def run(self, task: Task, info: dict[str, Any]) -> Trace:
@@ -166,7 +168,9 @@ class RayBackend:
             self._unsettled.add(ref)
             payload = await ref
             self._unsettled.discard(ref)
-            return Trace.model_validate_json(payload)
+            trace = Trace.model_validate_json(payload[0])
+            trace._user_traces = [Trace.model_validate_json(p) for p in payload[1:]]
+            return trace
         except asyncio.CancelledError:
             if ref is not None:
                 # The actor aborts the rollout; `stop` waits for that to end

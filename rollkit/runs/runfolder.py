@@ -4,7 +4,11 @@ A run folder (`out=DIR`) holds:
 - `manifest.json`: rollkit version, run id, start time, agent config, the task
   set (keys and a fingerprint), repeats, group scorer names;
 - `traces.jsonl`: one finished trace per line, in finishing order;
-- `groups.jsonl`: one line per (task, group scorer), see `GroupSignal`.
+- `groups.jsonl`: one line per (task, group scorer), see `GroupSignal`;
+- `user_traces.jsonl`: when a model played the user (`rk.AgentUser`), its
+  own traces, each written just before the trace of its rollout and linked
+  to it by `info["assistant_trace_id"]`; one whose rollout is not in
+  traces.jsonl (a crash between the two writes) is dropped on reading.
 
 This module owns that format: building and writing the manifest, preparing a
 folder for a new run or a resume (refusing another run's folder or a damaged
@@ -41,6 +45,7 @@ __all__ = [
     "MANIFEST",
     "TRACES",
     "GROUPS",
+    "USER_TRACES",
     "RunFolderError",
     "RunFolder",
     "new_manifest",
@@ -52,6 +57,7 @@ __all__ = [
 MANIFEST = "manifest.json"
 TRACES = "traces.jsonl"
 GROUPS = "groups.jsonl"
+USER_TRACES = "user_traces.jsonl"
 
 log = logging.getLogger("rollkit")
 
@@ -129,7 +135,8 @@ def read_folder(path: str | os.PathLike[str]) -> RunFolder:
     if not manifest and not traces:
         raise FileNotFoundError(f"{folder} is not a run folder: it holds neither {MANIFEST} nor {TRACES}")
     # stacklevel 4: a torn-line warning names the caller of load_run
-    return RunFolder(folder, manifest, traces, latest(_read_groups(folder / GROUPS, stacklevel=4)))
+    groups = latest(_read_groups(folder / GROUPS, stacklevel=4))
+    return RunFolder(folder, manifest, traces, groups, _read_user_traces(folder, traces))
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
@@ -184,6 +191,16 @@ class RunFolder:
     manifest: dict[str, Any]
     traces: list[Trace] = field(default_factory=list)
     groups: list[GroupSignal] = field(default_factory=list)
+    user_traces: list[Trace] = field(default_factory=list)
+
+
+def _read_user_traces(folder: Path, traces: list[Trace]) -> list[Trace]:
+    """The user traces whose rollout finished (its trace is in traces.jsonl)."""
+    path = folder / USER_TRACES
+    if not path.exists():
+        return []
+    finished = {t.id for t in traces}
+    return [u for u in load(path, errors="skip") if u.info.get("assistant_trace_id") in finished]
 
 
 def prepare_folder(out: Path, manifest: dict[str, Any], resume: bool) -> RunFolder:
@@ -228,7 +245,10 @@ def prepare_folder(out: Path, manifest: dict[str, Any], resume: bool) -> RunFold
         merged = {**old, "repeats": manifest["repeats"], "group_scorers": manifest["group_scorers"]}
         merged.setdefault("resumed", []).append(manifest["started"])
         _write_manifest(out, merged)
-        return RunFolder(out, merged, traces, groups)
+        user_traces = _read_user_traces(out, traces)
+        if (out / USER_TRACES).exists():
+            _repair_torn_tail(out / USER_TRACES)
+        return RunFolder(out, merged, traces, groups, user_traces)
     if traces_path.exists():
         raise RunFolderError(
             f"{out} holds {TRACES} but no {MANIFEST}: it was not written by rollkit.evaluate; "

@@ -16,10 +16,30 @@ import asyncio
 from typing import Any
 
 from ..core.agent import Agent
+from ..core.errors import TaskError
 from ..core.task import Task
 from ..core.trace import ErrorInfo, TaskRef, Trace
+from ..core.users import User, converse
 
-__all__ = ["run_rollout", "failure_trace"]
+__all__ = ["run_rollout", "failure_trace", "user_for", "UserSpec"]
+
+# What rk.evaluate(user=...) takes: one User for every rollout, or a
+# function of the task that makes one.
+UserSpec = Any
+
+
+def user_for(spec: UserSpec, task: Task) -> User | None:
+    """The user of one rollout of `task`: `spec` itself, or what the factory
+    `spec(task)` makes; a TaskError names a factory that breaks."""
+    if spec is None or isinstance(spec, User):
+        return spec
+    try:
+        user = spec(task)
+    except Exception as exc:
+        raise TaskError(f"the user factory {spec!r} raised {type(exc).__name__}: {exc} for task {task.key}") from exc
+    if not isinstance(user, User):
+        raise TaskError(f"the user factory {spec!r} returned {type(user).__name__} for task {task.key}, not a rk.User")
+    return user
 
 
 def failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseException, phase: str = "build") -> Trace:
@@ -27,7 +47,7 @@ def failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseExcep
     wrong shape, L17), or (phase "ray") never came back from its Ray worker:
     the failure is data, like any other (L32)."""
     trace = Trace(
-        task=TaskRef(type=type(task).__qualname__, key=task.key, data=task.data.model_dump(mode="json")),
+        task=TaskRef.of(task),
         agent=agent.describe(),
         limits=agent.limits.model_dump(),
         timeouts=agent.timeouts.model_dump(),
@@ -39,19 +59,25 @@ def failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseExcep
     return trace
 
 
-async def run_rollout(agent: Agent, task: Task, info: dict[str, Any]) -> Trace:
+async def run_rollout(agent: Agent, task: Task, info: dict[str, Any], user: UserSpec = None) -> Trace:
     """One rollout to the end, whatever happens inside it: the core records a
     rollout's failures on its trace; anything that still escapes (a lifetime
     error, a bug) is recorded here, so it never reaches the siblings (L32).
-    Only cancellation propagates, after aborting the rollout."""
+    Only cancellation propagates, after aborting the rollout. With a `user`
+    (see `user_for`) the rollout is a conversation (rollkit.core.users), and
+    an AgentUser's own traces are `trace.user_traces`."""
     try:
-        rollout = agent.rollout(task)
+        speaker = user_for(user, task)
+        rollout = agent.rollout(task, user=speaker is not None)
     except Exception as exc:
         return failure_trace(agent, task, info, exc)
     rollout.trace.info.update(info)
     try:
         if await rollout.open():
-            await rollout.step()
+            if speaker is None:
+                await rollout.step()
+            else:
+                rollout.trace._user_traces = await converse(rollout, speaker)
         return await rollout.close()
     except asyncio.CancelledError:
         await asyncio.shield(rollout.abort())

@@ -1,0 +1,154 @@
+"""Forks: a new rollout that starts where another stood after turn k.
+
+`await rollout.fork(turn=k)` (or `await rk.fork(trace, turn=k, agent=...)`
+for a closed or saved trace) builds and opens a new rollout whose
+conversation, trace prefix and budgets are those right after turn k of the
+original: the messages up to turn k's reply (and the tool results that
+answered it), the model calls, rewrites, segments and user turns up to it,
+the turn and token totals, and the agent time charged so far, which the new
+rollout's agent budget carries over (L9). Its `trace.info["forked_from"]` is
+`[original trace id, k]`. Step it with another user message, or fork with
+another agent (model, sampling, limits); the original is never touched.
+
+The fork runs in a fresh runtime and repeats the task's and the harness's
+setup, so only a runtime that holds no state the turns changed can be forked
+(`Runtime.forkable`: `LocalRuntime` yes, `SubprocessRuntime` no). A harness
+with per-rollout state beyond `ctx.messages` restores it in `Harness.restore`.
+
+Refused, with the limit named: a turn out of range, a failed trace (its
+trajectory is incomplete), a trace whose harness rewrote history (turns and
+messages no longer line up), and a runtime that cannot be copied.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .messages import AssistantMessage, Message, ToolMessage
+from .trace import ModelCall, Rewrite, Segment, Trace, UserTurn
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .rollout import Rollout
+    from .runtime import Runtime
+    from .task import Task
+
+__all__ = ["fork", "ForkError", "Prefix", "prefix_of"]
+
+
+class ForkError(ValueError):
+    """A fork that cannot be made as asked; the message names the limit."""
+
+
+@dataclass
+class Prefix:
+    """What a fork starts from: the original's record up to turn `turn`."""
+
+    source: str
+    turn: int
+    messages: list[Message]
+    sampled: list[int]
+    model_calls: list[ModelCall]
+    request_rewrites: list[Rewrite]
+    response_rewrites: list[Rewrite]
+    segments: list[Segment]
+    user_turns: list[UserTurn]
+    agent_time: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _check(trace: Trace, turn: Any) -> None:
+    n = trace.num_turns
+    if isinstance(turn, bool) or not isinstance(turn, int):
+        raise ForkError(f"turn must be a whole number from 1 to {n} (a committed turn of trace {trace.id}), got {turn!r}")
+    if n == 0:
+        raise ForkError(f"cannot fork trace {trace.id}: it has no committed turn to fork after")
+    if not 1 <= turn <= n:
+        raise ForkError(f"cannot fork trace {trace.id} at turn {turn}: it has turns 1 to {n}")
+    if trace.failed:
+        error = trace.error
+        raise ForkError(
+            f"cannot fork trace {trace.id}: it failed ({error.type}: {error.message}); "  # type: ignore[union-attr]
+            "a failed trajectory is incomplete"
+        )
+    if len(trace.sampled) != n:
+        raise ForkError(
+            f"cannot fork trace {trace.id}: its harness rewrote the conversation's history, so its messages "
+            "no longer line up with its turns"
+        )
+
+
+def prefix_of(trace: Trace, turn: int) -> Prefix:
+    """Deep copies of `trace`'s record up to and including turn `turn`."""
+    _check(trace, turn)
+    call = trace.turns[turn - 1]
+    end = trace.sampled[turn - 1] + 1
+    reply = trace.messages[end - 1]
+    answered = {c.id for c in reply.tool_calls} if isinstance(reply, AssistantMessage) else set()
+    while end < len(trace.messages) and isinstance(trace.messages[end], ToolMessage) \
+            and trace.messages[end].tool_call_id in answered:
+        end += 1
+    segments = [s.model_copy(deep=True) for s in trace.segments if s.index <= call.segment]
+    last = segments[-1]
+    last.turns_added = turn - last.turns_before
+    last.end = call.end
+    last.charged = max(0.0, call.cum_agent_time - sum(s.charged for s in segments[:-1]))
+
+    def upto(rewrites: list[Rewrite]) -> list[Rewrite]:
+        return [r.model_copy() for r in rewrites if r.call is None or r.call <= call.index]
+
+    return Prefix(
+        source=trace.id,
+        turn=turn,
+        messages=[m.model_copy(deep=True) for m in trace.messages[:end]],
+        sampled=list(trace.sampled[:turn]),
+        model_calls=[c.model_copy(deep=True) for c in trace.model_calls if c.index <= call.index],
+        request_rewrites=upto(trace.request_rewrites),
+        response_rewrites=upto(trace.response_rewrites),
+        segments=segments,
+        user_turns=[u.model_copy(deep=True) for u in trace.user_turns if u.segment <= call.segment],
+        agent_time=call.cum_agent_time,
+        info={k: trace.info[k] for k in ("example_id",) if k in trace.info},
+    )
+
+
+def _task_of(trace: Trace) -> Task:
+    from .task import Task
+
+    ref = trace.task
+    try:
+        owner: Any = importlib.import_module(ref.module or "")
+        for part in ref.type.split("."):
+            owner = getattr(owner, part)
+        if not (isinstance(owner, type) and issubclass(owner, Task)):
+            raise TypeError(f"{ref.type} is not a rk.Task")
+        return owner(owner.Data.model_validate(ref.data))
+    except Exception as exc:
+        raise ForkError(
+            f"cannot rebuild the task of trace {trace.id} ({ref.module}.{ref.type}): {type(exc).__name__}: {exc}; "
+            "pass it: rk.fork(trace, turn=k, agent=..., task=...)"
+        ) from None
+
+
+async def fork(
+    trace: Trace, turn: int, *, agent: Agent, task: Task | None = None, runtime: Runtime | None = None
+) -> Rollout:
+    """A new rollout opened where `trace` stood after turn `turn` (see the
+    module docstring). `task` defaults to the trace's own task, rebuilt from
+    its class and data; `agent` runs the fork (the same or another)."""
+    if not isinstance(trace, Trace):
+        raise TypeError(f"rk.fork takes a rk.Trace, got {type(trace).__name__}")
+    if not callable(getattr(agent, "rollout", None)):  # by what it offers: agent imports rollout, which imports this
+        raise TypeError(f"rk.fork needs agent=, the rk.Agent that runs the fork; got {type(agent).__name__}")
+    prefix = prefix_of(trace, turn)
+    rollout = agent.rollout(task if task is not None else _task_of(trace), runtime, user=True)
+    if not rollout.runtime.forkable:
+        raise ForkError(
+            f"cannot fork trace {trace.id} at turn {turn} into a {type(rollout.runtime).__name__}: "
+            f"{rollout.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
+        )
+    rollout._prefix = prefix
+    await rollout.open()
+    return rollout

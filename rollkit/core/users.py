@@ -1,0 +1,367 @@
+"""Users: whoever speaks between segments, and running a rollout with one.
+
+A rollout is one or more segments; between them the user has the turn. The
+design this project follows treats the user as just another agent, so the
+user is an object with one question to answer: given the trace so far (its
+`last_reply` is what the agent just said), what does the user say next, or
+is the conversation over? `User.next(trace)` returns the next message(s) (a
+str, a `rk.UserMessage`, a list of messages, or a `UserReply`) or None for
+"over". Built in:
+
+- `ScriptedUser([...])`: the turns in order (the i-th answers after i user
+  turns), or a function of the trace, sync or async;
+- `RecordedUser(trace)`: replays the user turns of a saved trace, comparing
+  each agent reply with the recorded one (`similarity`) and flagging where
+  the agent diverged; then goes on, stops, or hands over to another user;
+- `AgentUser(agent, persona=...)`: a model plays the user, in a rollout of
+  its own (through `agent.interaction`), ending the exchange with a done
+  marker. Its trace is kept next to the assistant's, linked by id both ways,
+  and neither side is charged the other's tokens or time (L9: the assistant
+  waits for its user for free, and the user's rollout runs only on its turn).
+
+`converse(rollout, user)` runs an opened rollout's exchange to its end: the
+user's "over", a stop or limit, a failure, a zero-progress segment (L14), or
+the `max_user_turns` limit (the user turn past it is refused and the run
+stops with stop_condition "max_user_turns"). Every turn is recorded on
+`trace.user_turns`, so any run with a user, a person typing in a notebook
+included, can be replayed by a `RecordedUser`.
+
+A user that raises or returns something that is not a turn fails the rollout
+with a `TaskError` naming the user and what it returned: the world cut the
+exchange short, so the run is a failure and is not scored (L23).
+
+This module drives segments through the rollout's public `step`, `stop` and
+`fail`; it owns no lifecycle rule of its own.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+from .errors import RolloutError, TaskError
+from .messages import Message, to_messages
+from .task import Task, TaskData
+from .trace import Trace
+
+if TYPE_CHECKING:
+    from .agent import Agent, Interaction
+    from .rollout import Rollout
+
+__all__ = [
+    "User", "UserReply", "ScriptedUser", "RecordedUser", "AgentUser", "converse", "similarity",
+    "DEFAULT_THRESHOLD",
+]
+
+log = logging.getLogger("rollkit")
+
+DEFAULT_THRESHOLD = 0.8
+
+
+@dataclass
+class UserReply:
+    """A user's turn with notes: the messages, and for a replay how similar
+    the agent's reply was to the recorded one and whether it diverged."""
+
+    messages: list[Message]
+    similarity: float | None = None
+    diverged: bool | None = None
+
+
+Turn = Union[str, Message, Sequence[Any], UserReply, None]
+
+
+class User:
+    """Whoever speaks between segments. Override `next`; `open` and `close`
+    bracket one conversation (one rollout) and may keep per-conversation
+    state keyed by `trace.id`, so one user object serves many rollouts at
+    once. `close` returns the traces the user made of its own (AgentUser)."""
+
+    name = "user"
+
+    async def open(self, task: Task, trace: Trace) -> None:
+        """A conversation starts (the rollout is open)."""
+
+    def next(self, trace: Trace) -> Any:
+        """The user's next turn after the agent's `trace.last_reply`, or None
+        when the conversation is over. May be a coroutine function."""
+        raise NotImplementedError
+
+    async def close(self, trace: Trace) -> list[Trace]:
+        """The conversation ended; return the user's own traces, if any."""
+        return []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+def similarity(a: str, b: str) -> float:
+    """How alike two replies are, from 0 to 1: `difflib.SequenceMatcher`'s
+    ratio over the texts case-folded with runs of white space made one space
+    (1.0 for two empty texts). Cheap, deterministic, and blind to meaning:
+    "42" and "forty-two" are different replies."""
+    a, b = " ".join(a.casefold().split()), " ".join(b.casefold().split())
+    if a == b:
+        return 1.0
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+class ScriptedUser(User):
+    """The user's turns from a list (the i-th is said after i user turns;
+    past the end, or on a None, the conversation is over) or from a function
+    of the trace (sync or async) returning the next turn or None."""
+
+    def __init__(self, turns: Sequence[Turn] | Callable[[Trace], Any], *, name: str = "scripted-user") -> None:
+        if isinstance(turns, (str, bytes)) or not (callable(turns) or isinstance(turns, Sequence)):
+            raise TypeError("ScriptedUser takes a list of turns or a function of the trace, e.g. ScriptedUser(['hi', 'bye'])")
+        self.turns = turns
+        self.name = name
+
+    def next(self, trace: Trace) -> Any:
+        if callable(self.turns):
+            return self.turns(trace)
+        index = len(trace.user_turns)
+        return self.turns[index] if index < len(self.turns) else None
+
+
+class RecordedUser(User):
+    """Replays the user turns of `trace` in order.
+
+    Before each turn it compares the agent's reply now with the reply the
+    recorded user answered (`similarity`, `threshold` 0 to 1) and records on
+    the turn whether it diverged. At the first divergence it writes
+    `trace.info["diverged_at"]` (user turn and similarity) and then, by
+    `on_divergence`: "flag" goes on replaying, "stop" ends the conversation,
+    and a `User` takes over from that turn on.
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        *,
+        on_divergence: str | User = "flag",
+        threshold: float = DEFAULT_THRESHOLD,
+        name: str = "recorded-user",
+    ) -> None:
+        if not isinstance(trace, Trace):
+            raise TypeError(f"RecordedUser replays a rk.Trace, got {type(trace).__name__}")
+        if not trace.user_turns:
+            raise ValueError(
+                f"trace {trace.id} has no user turns to replay (it ran without a user speaking); record "
+                "one by stepping a rollout with the user's messages: the notebook panel, ro.step('...'), "
+                "or agent.run(task, user=...)"
+            )
+        if not (isinstance(on_divergence, User) or on_divergence in ("flag", "stop")):
+            raise ValueError(f"on_divergence must be 'flag', 'stop' or a rk.User, got {on_divergence!r}")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+            raise ValueError(f"threshold must be a number from 0 to 1 (a similarity), got {threshold!r}")
+        self.recorded = trace
+        self.on_divergence = on_divergence
+        self.threshold = float(threshold)
+        self.name = name
+        self._handed_over: set[str] = set()
+
+    async def open(self, task: Task, trace: Trace) -> None:
+        trace.info["replayed_from"] = self.recorded.id
+        if isinstance(self.on_divergence, User):
+            await self.on_divergence.open(task, trace)
+
+    def next(self, trace: Trace) -> Any:
+        if trace.id in self._handed_over:
+            return self.on_divergence.next(trace)  # type: ignore[union-attr]
+        index = len(trace.user_turns)
+        if index >= len(self.recorded.user_turns):
+            return None
+        recorded = self.recorded.user_turns[index]
+        score = similarity(trace.last_reply, recorded.replying_to)
+        diverged = score < self.threshold
+        if diverged and "diverged_at" not in trace.info:
+            trace.info["diverged_at"] = {"user_turn": index, "similarity": round(score, 4)}
+            if self.on_divergence == "stop":
+                return None
+            if isinstance(self.on_divergence, User):
+                self._handed_over.add(trace.id)
+                trace.info["handed_over_to"] = self.on_divergence.name
+                return self.on_divergence.next(trace)
+        return UserReply(list(recorded.messages), similarity=score, diverged=diverged)
+
+    async def close(self, trace: Trace) -> list[Trace]:
+        self._handed_over.discard(trace.id)
+        if isinstance(self.on_divergence, User):
+            return await self.on_divergence.close(trace)
+        return []
+
+
+class _PlayedUser(Task):
+    """The task an AgentUser's own rollout runs: play the persona."""
+
+
+class AgentUser(User):
+    """A model plays the user, in a rollout of its own.
+
+    `agent` runs the user's side; `persona` (a str, or a function of the
+    assistant's TaskData) is its system prompt, told to answer with `done`
+    when the conversation has reached its goal. Its first message is
+    `opening` when the assistant has not spoken yet (a task without a
+    prompt), otherwise each of its turns answers the assistant's last reply.
+    A reply holding `done` ends the conversation; so does the end of its
+    own exchange (its limits). Its own failure fails the assistant's run as
+    a `TaskError`. Its trace links to the assistant's by
+    `info["assistant_trace_id"]`, and the assistant's to it by
+    `info["user_trace_id"]`; `close` returns it (rk.evaluate saves it).
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        persona: str | Callable[[TaskData], str] = "",
+        *,
+        done: str = "<<done>>",
+        opening: str = "Start the conversation.",
+        name: str = "agent-user",
+    ) -> None:
+        # Checked by what it offers: the agent module imports this one.
+        if not callable(getattr(agent, "interaction", None)):
+            raise TypeError(f"AgentUser needs a rk.Agent to play the user, got {type(agent).__name__}")
+        if not isinstance(done, str) or not done.strip():
+            raise ValueError("done must be a non-empty marker the user's model writes to end the conversation")
+        self.agent = agent
+        self.persona = persona
+        self.done = done
+        self.opening = opening
+        self.name = name
+        self._talks: dict[str, Interaction] = {}
+
+    def _system_prompt(self, data: TaskData) -> str:
+        persona = self.persona(data) if callable(self.persona) else self.persona
+        return (f"{persona}\n\n" if persona else "") + (
+            f"You are the user in this conversation. When it has reached its goal, reply with {self.done}."
+        )
+
+    async def open(self, task: Task, trace: Trace) -> None:
+        talk = self.agent.interaction(_PlayedUser(system_prompt=self._system_prompt(task.data), id=f"user-of-{trace.id}"))
+        await talk.__aenter__()
+        talk.trace.info["assistant_trace_id"] = trace.id
+        trace.info["user_trace_id"] = talk.trace.id
+        self._talks[trace.id] = talk
+        if talk.trace.failed:
+            raise TaskError(f"user {self.name!r} (an AgentUser) could not open: {_failure(talk.trace)}")
+
+    async def next(self, trace: Trace) -> Any:
+        talk = self._talks[trace.id]
+        if talk.done:
+            return None  # its own limits ended its side of the exchange
+        said = trace.last_reply if trace.num_turns else ""
+        reply = await talk.turn(said or self.opening)
+        if talk.trace.failed:
+            raise TaskError(f"user {self.name!r} (an AgentUser) failed: {_failure(talk.trace)}")
+        if reply is None or self.done in reply:
+            return None
+        return reply
+
+    async def close(self, trace: Trace) -> list[Trace]:
+        talk = self._talks.pop(trace.id, None)
+        if talk is None:
+            return []
+        await talk.__aexit__(None, None, None)
+        return [talk.trace]
+
+
+def _failure(trace: Trace) -> str:
+    error = trace.error
+    return f"{error.type}: {error.message}" if error else "it ended"
+
+
+# ---- running a rollout with a user ----------------------------------------------
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
+
+
+def _as_reply(user: User, value: Any) -> UserReply | None:
+    """A user's answer as a turn, or a TaskError naming what came back."""
+    if value is None:
+        return None
+    if isinstance(value, UserReply):
+        value, notes = value.messages, value
+    else:
+        notes = None
+    if isinstance(value, str) and not value.strip():
+        raise TaskError(f"user {user.name!r} returned an empty message; return None to end the conversation")
+    try:
+        messages = to_messages(value)
+    except (TypeError, ValueError) as exc:
+        raise TaskError(
+            f"user {user.name!r} returned {_describe(value)}, which is not a turn ({exc}); a user returns "
+            "a str, a rk.UserMessage, a list of messages or a rk.UserReply, or None when the conversation is over"
+        ) from None
+    if not messages:
+        raise TaskError(f"user {user.name!r} returned no messages; return None to end the conversation")
+    if notes is None:
+        return UserReply(messages)
+    return UserReply(messages, similarity=notes.similarity, diverged=notes.diverged)
+
+
+async def _ask(user: User, trace: Trace) -> UserReply | None:
+    try:
+        value = user.next(trace)
+        if inspect.isawaitable(value):
+            value = await value
+    except RolloutError:
+        raise
+    except Exception as exc:
+        raise TaskError(f"user {user.name!r} raised {type(exc).__name__}: {exc}") from exc
+    return _as_reply(user, value)
+
+
+async def converse(rollout: Rollout, user: User) -> list[Trace]:
+    """Run the exchange of an opened `rollout` with `user` to its end (see
+    the module docstring); the rollout is left for the caller to close.
+    Returns the user's own traces (an AgentUser's)."""
+    if not isinstance(user, User):
+        raise TypeError(f"user must be a rk.User (e.g. rk.ScriptedUser([...])), got {type(user).__name__}")
+    trace = rollout.trace
+    cap = rollout.limits.max_user_turns
+    try:
+        try:
+            await user.open(rollout.task, trace)
+        except RolloutError:
+            raise
+        except Exception as exc:
+            raise TaskError(f"user {user.name!r} could not open: {type(exc).__name__}: {exc}") from exc
+        # The agent moves first unless it already yielded (a fork after a
+        # reply, a task without a prompt, where the user opens).
+        more = rollout.is_open and (rollout.waiting_for_user or await rollout.step())
+        while more:
+            reply = await _ask(user, trace)
+            if reply is None:
+                break
+            if cap is not None and len(trace.user_turns) >= cap:
+                rollout.stop("max_user_turns")  # refused like a model call past a limit (L13)
+                break
+            more = await rollout.step(reply.messages, by=user.name)
+            if reply.similarity is not None and trace.user_turns:
+                turn = trace.user_turns[-1]
+                turn.similarity, turn.diverged = round(reply.similarity, 4), reply.diverged
+    except TaskError as exc:
+        if rollout.state in ("open", "ended"):
+            rollout.fail(exc, "user")
+    finally:
+        companions = await _close(user, rollout)
+    return companions
+
+
+async def _close(user: User, rollout: Rollout) -> list[Trace]:
+    try:
+        return list(await user.close(rollout.trace))
+    except Exception as exc:  # the conversation happened; a user's teardown only warns
+        message = f"user {user.name!r} close failed: {type(exc).__name__}: {exc}"
+        rollout.trace.warnings.append(message)
+        log.warning("rollout %s: %s", rollout.id, message)
+        return []
