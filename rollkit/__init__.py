@@ -42,6 +42,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "__version__",
     "Agent",
     "AgentUser",
     "ForkError",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import rollkit as rk
@@ -44,3 +46,19 @@ def prompt_task(prompt: str = "hello", **fields) -> PromptTask:  # type: ignore[
 
 def replies(*items, **options) -> rk.ScriptedModel:  # type: ignore[no-untyped-def]
     return rk.ScriptedModel(list(items), **options)
+
+
+_STDLIB_RUN = asyncio.run
+
+
+@pytest.fixture(autouse=True)
+def _no_nest_asyncio_in_the_test_process():
+    """nest-asyncio patches asyncio.run for the whole process (its run skips
+    the loop's async-generator shutdown), which would change what later tests
+    see. Tests drive the facade's async forms (`await ro.aopen()`) inside a
+    loop, and the sync forms inside a running loop in a subprocess."""
+    yield
+    assert asyncio.run is _STDLIB_RUN, (
+        "this test applied nest-asyncio in the test process (a sync notebook call inside a running loop); "
+        "use the async forms, or run it in a subprocess"
+    )

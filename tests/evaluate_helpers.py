@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -102,13 +104,79 @@ def make_tasks() -> list[Said]:
     return said_tasks(3, prefix="made")
 
 
+async def _gated_chat(request: rk.Request) -> str:
+    """First turn: say the number; after the user spoke, say goodbye, except
+    that with ROLLKIT_TEST_GATE=block tasks numbered 2 mod 3 never answer."""
+    n = _number(request)
+    if not any(m.role == "user" and m.content == "thanks" for m in request.messages):
+        return f"number {n}"
+    if os.environ.get("ROLLKIT_TEST_GATE") == "block" and n % 3 == 2:
+        global _printed
+        _printed += 1
+        print(f"blocked said-{n}#{_printed}", flush=True)
+        await asyncio.Event().wait()
+    return "goodbye"
+
+
+def _thankful(request: rk.Request) -> str:
+    # The played user: thanks for the number, done after the goodbye.
+    return "<<done>>" if "goodbye" in (request.messages[-1].content or "") else "thanks"
+
+
+def chat_user() -> rk.AgentUser:
+    return rk.AgentUser(rk.Agent(model=rk.ScriptedModel(_thankful, name="thankful")), persona="You are polite.")
+
+
+def chat_agent() -> rk.Agent:
+    return rk.Agent(model=rk.ScriptedModel(_gated_chat, name="gated-chat"))
+
+
+def start_gated(mode: str, out: Path) -> subprocess.Popen[str]:
+    """`python evaluate_helpers.py MODE OUT` with the gate closed."""
+    env = {**os.environ, "ROLLKIT_TEST_GATE": "block", "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, str(HERE / "evaluate_helpers.py"), mode, str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_blocked(proc: subprocess.Popen[str], workers: int = 4) -> list[str]:
+    """Read the run's stdout until each of its `workers` holds a rollout
+    that never answers; the lines read."""
+    lines: list[str] = []
+    while sum(line.startswith("blocked") for line in lines) < workers:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            proc.wait()
+            raise AssertionError(f"the run ended early (rc={proc.returncode}): {proc.stderr.read()}")  # type: ignore[union-attr]
+        lines.append(line.strip())
+    return lines
+
+
+def sigkill(proc: subprocess.Popen[str]) -> int:
+    """Kill the run with SIGKILL (a crash), reap it, close its pipes; its status."""
+    try:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+    return proc.returncode
+
+
 def main(argv: list[str]) -> int:
     """`python evaluate_helpers.py run OUT`: a gated run of 6 tasks x 2
     repeats at concurrency 4 into OUT; prints `aborted <rollout id>` for every
-    rollout aborted by an interrupt, `interrupted` on Ctrl-C."""
-    if argv[:1] != ["run"] or len(argv) != 2:
-        print("usage: evaluate_helpers.py run OUT", file=sys.stderr)
+    rollout aborted by an interrupt, `interrupted` on Ctrl-C.
+    `run-users OUT`: the same with a model playing the user (chat_user)."""
+    if argv[:1] not in (["run"], ["run-users"]) or len(argv) != 2:
+        print("usage: evaluate_helpers.py run|run-users OUT", file=sys.stderr)
         return 2
+    if argv[0] == "run-users":
+        rk.evaluate(chat_agent(), said_tasks(6), repeats=2, concurrency=4, out=argv[1], progress=False, user=chat_user())
+        print("finished", flush=True)
+        return 0
     agent = gated_agent()
 
     def on_event(event: rk.Event) -> None:

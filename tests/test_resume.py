@@ -5,15 +5,12 @@ run's folder, and loading a folder back."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from evaluate_helpers import HERE, gated_agent, said_agent, said_tasks
+from evaluate_helpers import gated_agent, said_agent, said_tasks, sigkill, start_gated, wait_blocked
 
 import rollkit as rk
 from rollkit.runs.evaluation import RunFolderError, best_of_n, load_run, pass_at_k
@@ -26,45 +23,15 @@ def _rollout_ids(folder: Path) -> list[str]:
     return [json.loads(line)["info"]["rollout_id"] for line in (folder / "traces.jsonl").read_text().splitlines()]
 
 
-def _start_gated_run(out: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "ROLLKIT_TEST_GATE": "block", "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen(
-        [sys.executable, str(HERE / "evaluate_helpers.py"), "run", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
-
-def _wait_until_all_workers_blocked(proc: subprocess.Popen[str]) -> list[str]:
-    """Read the run's stdout until its 4 workers each hold a rollout that
-    never answers: by then the 8 rollouts before them have finished."""
-    lines = []
-    while sum(line.startswith("blocked") for line in lines) < 4:
-        line = proc.stdout.readline()
-        if not line:
-            proc.wait()
-            raise AssertionError(f"the run ended early (rc={proc.returncode}): {proc.stderr.read()}")
-        lines.append(line.strip())
-    return lines
-
-
 def test_kill_then_resume_gives_exactly_one_trace_per_task_and_repeat(tmp_path):
     out = tmp_path / "run"
-    proc = _start_gated_run(out)
+    proc = start_gated("run", out)
     try:
-        _wait_until_all_workers_blocked(proc)
+        wait_blocked(proc)  # by then the 8 rollouts before the blocked ones have finished
         assert sorted(_rollout_ids(out)) == FINISHED_BEFORE_BLOCK
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL
+        status = sigkill(proc)
+    assert status == -signal.SIGKILL
     kept = {t.info["rollout_id"]: t.id for t in rk.load(out)}
 
     result = rk.evaluate(gated_agent(), said_tasks(6), repeats=2, concurrency=4, out=out, resume=True, progress=False)
@@ -79,9 +46,9 @@ def test_kill_then_resume_gives_exactly_one_trace_per_task_and_repeat(tmp_path):
 
 def test_interrupt_aborts_in_flight_keeps_finished_and_resume_completes(tmp_path):
     out = tmp_path / "run"
-    proc = _start_gated_run(out)
+    proc = start_gated("run", out)
     try:
-        _wait_until_all_workers_blocked(proc)
+        wait_blocked(proc)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate()
     finally:

@@ -352,7 +352,7 @@ class Rollout:
             raise ForkError(f"rollout {self.id} is {self._state}; fork it once that has finished")
         if not self.runtime.forkable:
             raise ForkError(
-                f"cannot fork rollout {self.id}: its {type(self.runtime).__name__} "
+                f"cannot fork rollout {self.id}: it runs in a {type(self.runtime).__name__}, and "
                 f"{self.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
             )
         return await fork(self.trace, turn, agent=agent or self.agent, task=self.task, runtime=runtime)

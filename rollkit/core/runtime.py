@@ -45,7 +45,7 @@ class Runtime:
     # (rollout.fork): the fork gets a fresh runtime, which is only the same
     # world if the runtime holds no state the turns changed.
     forkable = False
-    unforkable_reason = "it cannot be copied as it was at an earlier turn"
+    unforkable_reason = "it cannot be copied as it was at an earlier turn"  # said after "it runs in a X, and"
 
     def __init__(self) -> None:
         self._state = "new"  # new -> starting -> running -> stopped

@@ -70,6 +70,7 @@ class UserReply:
     messages: list[Message]
     similarity: float | None = None
     diverged: bool | None = None
+    by: str | None = None  # who spoke, when not the user asked (a user it handed over to)
 
 
 Turn = Union[str, Message, Sequence[Any], UserReply, None]
@@ -111,9 +112,10 @@ def similarity(a: str, b: str) -> float:
 
 
 class ScriptedUser(User):
-    """The user's turns from a list (the i-th is said after i user turns;
-    past the end, or on a None, the conversation is over) or from a function
-    of the trace (sync or async) returning the next turn or None."""
+    """The user's turns from a list (its i-th turn is said once it has
+    spoken i times in this conversation; past the end, or on a None, the
+    conversation is over) or from a function of the trace (sync or async)
+    returning the next turn or None."""
 
     def __init__(self, turns: Sequence[Turn] | Callable[[Trace], Any], *, name: str = "scripted-user") -> None:
         if isinstance(turns, (str, bytes)) or not (callable(turns) or isinstance(turns, Sequence)):
@@ -124,7 +126,9 @@ class ScriptedUser(User):
     def next(self, trace: Trace) -> Any:
         if callable(self.turns):
             return self.turns(trace)
-        index = len(trace.user_turns)
+        # Counting its own turns, not all of them: it may take over from
+        # another user, or continue a fork.
+        index = sum(1 for turn in trace.user_turns if turn.by == self.name)
         return self.turns[index] if index < len(self.turns) else None
 
 
@@ -170,10 +174,17 @@ class RecordedUser(User):
         if isinstance(self.on_divergence, User):
             await self.on_divergence.open(task, trace)
 
-    def next(self, trace: Trace) -> Any:
+    async def _handover(self, trace: Trace) -> UserReply | None:
+        user: User = self.on_divergence  # type: ignore[assignment]
+        reply = await _ask(user, trace)
+        if reply is not None:
+            reply.by = user.name
+        return reply
+
+    async def next(self, trace: Trace) -> Any:
         if trace.id in self._handed_over:
-            return self.on_divergence.next(trace)  # type: ignore[union-attr]
-        index = len(trace.user_turns)
+            return await self._handover(trace)
+        index = sum(1 for turn in trace.user_turns if turn.by == self.name)
         if index >= len(self.recorded.user_turns):
             return None
         recorded = self.recorded.user_turns[index]
@@ -186,7 +197,7 @@ class RecordedUser(User):
             if isinstance(self.on_divergence, User):
                 self._handed_over.add(trace.id)
                 trace.info["handed_over_to"] = self.on_divergence.name
-                return self.on_divergence.next(trace)
+                return await self._handover(trace)
         return UserReply(list(recorded.messages), similarity=score, diverged=diverged)
 
     async def close(self, trace: Trace) -> list[Trace]:
@@ -305,7 +316,7 @@ def _as_reply(user: User, value: Any) -> UserReply | None:
         raise TaskError(f"user {user.name!r} returned no messages; return None to end the conversation")
     if notes is None:
         return UserReply(messages)
-    return UserReply(messages, similarity=notes.similarity, diverged=notes.diverged)
+    return UserReply(messages, similarity=notes.similarity, diverged=notes.diverged, by=notes.by)
 
 
 async def _ask(user: User, trace: Trace) -> UserReply | None:
@@ -345,7 +356,7 @@ async def converse(rollout: Rollout, user: User) -> list[Trace]:
             if cap is not None and len(trace.user_turns) >= cap:
                 rollout.stop("max_user_turns")  # refused like a model call past a limit (L13)
                 break
-            more = await rollout.step(reply.messages, by=user.name)
+            more = await rollout.step(reply.messages, by=reply.by or user.name)
             if reply.similarity is not None and trace.user_turns:
                 turn = trace.user_turns[-1]
                 turn.similarity, turn.diverged = round(reply.similarity, 4), reply.diverged
