@@ -70,18 +70,21 @@ async def test_streamed_completion_with_tool_call_and_usage():
         stream = await client.chat.completions.create(
             model="m", messages=_wire(messages), stream=True, stream_options={"include_usage": True},
         )
-        text, calls, usage, finish = "", [], None, None
+        text, calls, usage, finish = "", {}, None, None
         async for chunk in stream:
             usage = chunk.usage or usage
             for choice in chunk.choices:
                 text += choice.delta.content or ""
-                calls += [(c.function.name, c.function.arguments) for c in choice.delta.tool_calls or []]
+                for c in choice.delta.tool_calls or []:  # the name first, then the arguments in pieces
+                    name, arguments = calls.get(c.index, (None, ""))
+                    calls[c.index] = (name or c.function.name, arguments + (c.function.arguments or ""))
                 finish = choice.finish_reason or finish
-        ctx.state["out"] = (text, calls, usage.total_tokens, finish)
+        ctx.state["out"] = (text, list(calls.values()), usage.total_tokens, finish)
 
     reply = rk.ScriptedModel.call("add", "let me add", a=2, b=3)
     trace, out, _ = await _run(body, [reply])
     assert out == ("let me add", [("add", '{"a": 2, "b": 3}')], 2 + (1 + 3) + (1 + 1 + 4), "tool_calls")
+    assert trace.model_calls[0].dialect == "chat"
     assert trace.num_turns == 1
     assert trace.messages[-1].tool_calls[0].name == "add"
 
@@ -152,7 +155,8 @@ async def test_malformed_bodies_unknown_routes_and_methods_get_clear_errors():
     assert s3 == 400 and "messages[0]: unknown role 'wizard'" in b3["error"]["message"]
     assert s4 == 400 and "messages[0]: content must be a string" in b4["error"]["message"]
     assert s5 == 404 and b5["error"]["message"] == (
-        "no route POST /v1/completions; this server answers POST /v1/chat/completions, GET /v1/models")
+        "no route POST /v1/completions; this server answers POST /v1/chat/completions, POST /v1/responses, "
+        "POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models")
     assert s6 == 405 and "GET is not allowed on /v1/chat/completions" in b6["error"]["message"]
     assert trace.model_calls == []
 
@@ -348,7 +352,7 @@ async def test_malformed_stream_options_is_a_400_and_a_server_bug_a_json_500(mon
 
     async def body(client, ctx, messages):
         first = await _post(ctx, json.dumps({"messages": _wire(messages), "stream_options": "yes"}))
-        monkeypatch.setattr(interception, "completion_payload", broken)
+        monkeypatch.setattr(interception.CHAT, "payload", broken)
         second = await _post(ctx, json.dumps({"messages": _wire(messages)}))
         ctx.state["out"] = (first, second)
 

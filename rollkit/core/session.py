@@ -96,7 +96,10 @@ class Session:
                 return hook.name
         return None
 
-    async def complete(self, request: Request) -> Response:
+    async def complete(self, request: Request, *, dialect: str | None = None) -> Response:
+        """Run one model call through the pipeline. `dialect` names the wire
+        format it came in (the interception server's; None in process), for
+        the trace."""
         if self.stop_condition is not None:
             # A harness that retries every refusal in a loop must still let the
             # event loop run (the agent deadline, other rollouts).
@@ -116,11 +119,11 @@ class Session:
 
         self._in_flight += 1
         try:
-            return await self._call_model(index, request)
+            return await self._call_model(index, request, dialect)
         finally:
             self._in_flight -= 1
 
-    async def _call_model(self, index: int, request: Request) -> Response:
+    async def _call_model(self, index: int, request: Request, dialect: str | None = None) -> Response:
         self._emit("call_start", call=index)
         start = time.time()
         try:
@@ -128,7 +131,7 @@ class Session:
                 response = await self.model.complete(request)
         except BaseException as exc:
             # Cancelled calls too: their time was spent waiting for the model.
-            self._record_failed_call(index, start, exc)
+            self._record_failed_call(index, start, exc, dialect=dialect)
             condition = getattr(exc, "stop_condition", None)
             if condition:  # e.g. the prompt outgrew the context window: a clean stop
                 raise self._refuse(condition) from exc
@@ -148,13 +151,13 @@ class Session:
                     break
         except BaseException as exc:
             # The model answered and its tokens were spent: keep the call on record.
-            self._record_failed_call(index, start, exc, end=end, response=response)
+            self._record_failed_call(index, start, exc, end=end, response=response, dialect=dialect)
             raise
 
         extended = self.trace._record_conversation(request.messages, response.message)
         self.trace._record_call(
             index=index, segment=self._segment(), start=start, end=end, response=response,
-            error=None, agent_time=self._agent_time(), continues_prompt=extended,
+            error=None, agent_time=self._agent_time(), continues_prompt=extended, dialect=dialect,
         )
         self.last = (request, response)
         self._emit("call_end", call=index, ok=True)
@@ -165,14 +168,15 @@ class Session:
         return response
 
     def _record_failed_call(
-        self, index: int, start: float, exc: BaseException, *, end: float | None = None, response: Response | None = None
+        self, index: int, start: float, exc: BaseException, *, end: float | None = None,
+        response: Response | None = None, dialect: str | None = None,
     ) -> None:
         if isinstance(exc, asyncio.CancelledError):
             exc = ProviderError("the model call was cancelled before it answered (agent timeout, abort or close)")
         self.trace._record_call(
             index=index, segment=self._segment(), start=start, end=end or time.time(), response=None,
             error=ErrorInfo.from_exception(exc, "agent"), agent_time=self._agent_time(),
-            usage=response.usage if response is not None else None,
+            usage=response.usage if response is not None else None, dialect=dialect,
         )
         self._emit("call_end", call=index, ok=False)
 

@@ -88,6 +88,9 @@ class ModelCall(_Record):
     cum_output_tokens: int = 0
     cum_total_tokens: int = 0
     cum_agent_time: float = 0.0
+    # The wire format the call came in through the interception server
+    # ("chat", "responses", "anthropic"); None for a call made in process.
+    dialect: str | None = None
 
     @property
     def latency(self) -> float:
@@ -341,6 +344,7 @@ class Trace(_Record):
         agent_time: float,
         usage: Usage | None = None,
         continues_prompt: bool = True,
+        dialect: str | None = None,
     ) -> ModelCall:
         """Record one model call; a call with a response is a committed turn.
         `continues_prompt` is False when the prompt did not extend the previous
@@ -360,6 +364,7 @@ class Trace(_Record):
             cum_output_tokens=self._num_output,
             cum_total_tokens=self._num_total,
             cum_agent_time=agent_time,
+            dialect=dialect,
         )
         if response is not None:
             usage = response.usage

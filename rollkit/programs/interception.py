@@ -1,11 +1,14 @@
 """The interception server: the HTTP face of the session, for agent programs.
 
-A program that speaks the OpenAI chat-completions protocol points its SDK at
-this server (`OPENAI_BASE_URL`) with its rollout's secret as the API key
-(`OPENAI_API_KEY`). Each request is translated into a `Request`, run through
-the rollout's `Session.complete` (limits and stops, interceptors, the model,
-recording: the same pipeline as in-process calls) and the `Response` is sent
-back as JSON or as server-sent events.
+A program points its SDK at this server with its rollout's secret as the API
+key: `OPENAI_BASE_URL` / `OPENAI_API_KEY` for the OpenAI dialects (chat
+completions, Responses), `ANTHROPIC_BASE_URL` / `ANTHROPIC_API_KEY` for
+Anthropic Messages (see rollkit.programs.dialects). Each request is
+translated into a `Request`, run through the rollout's `Session.complete`
+(limits and stops, interceptors, the model, recording: the same pipeline as
+in-process calls, whatever the dialect) and the `Response` is sent back in
+the same dialect, as JSON or as server-sent events. The trace records which
+dialect each call came in (`ModelCall.dialect`).
 
 What this module owns: the aiohttp server (127.0.0.1, a free port, in the
 event loop that runs the rollouts, so it works inside a notebook kernel), the
@@ -51,26 +54,19 @@ from aiohttp import web
 from ..core.context import RolloutContext
 from ..core.errors import ProviderError, Refused, RolloutError
 from ..core.harness import Harness
-from ..core.messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, UserMessage
+from .dialects import ANTHROPIC, CHAT, DIALECTS, Dialect, Parsed, WireError
+from .dialects.chat import SDK_OPTIONS, completion_payload, parse_request, wire_message
 
 if TYPE_CHECKING:
     from ..core.session import Session
 
 __all__ = [
     "InterceptionServer", "InterceptedHarness", "Registration", "acquire", "release", "DEFAULT_MAX_BODY",
-    "parse_request", "completion_payload", "wire_message",
+    "ROUTES", "SDK_OPTIONS", "parse_request", "completion_payload", "wire_message",
 ]
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
-# Refusals and pipeline failures carry this so the openai SDKs answer them
-# once instead of retrying: a retry would only be refused again.
-_NO_RETRY = {"x-should-retry": "false"}
-_ROUTES = "POST /v1/chat/completions, GET /v1/models"
-_WIRE_FIELDS = {"messages", "tools", "model", "stream", "stream_options"}
-# The openai SDK's per-call transport options: never request fields. A program
-# sending them in its body must not set headers (Authorization!), query
-# parameters, extra body or timeouts on the host's own provider call.
-SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+ROUTES = ", ".join([*(f"POST {d.path}" for d in DIALECTS), "POST /v1/messages/count_tokens", "GET /v1/models"])
 
 
 class _SegmentEnded(Exception):
@@ -101,6 +97,9 @@ class Registration:
     # call still running (what a segment end cancels).
     _inflight: dict[bytes, asyncio.Future] = field(default_factory=dict)
     _running: set[asyncio.Future] = field(default_factory=set)
+    # What a dialect keeps for this rollout (the Responses history behind
+    # previous_response_id, ...): it goes with the registration.
+    memory: dict[str, Any] = field(default_factory=dict)
     _last_key: bytes | None = None
     _last_payload: dict[str, Any] | None = None
 
@@ -145,7 +144,9 @@ class InterceptionServer:
         if self._runner is not None:
             return
         app = web.Application(client_max_size=self.max_body, middlewares=[self._json_errors])
-        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        for dialect in DIALECTS:
+            app.router.add_post(dialect.path, self._handler(dialect))
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_get("/v1/models", self._models)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
@@ -209,12 +210,9 @@ class InterceptionServer:
     def rollouts(self) -> int:
         return len(self._by_digest)
 
-    def _authorize(self, request: web.Request) -> Registration | None:
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
+    def _authorize(self, token: str | None) -> Registration | None:
+        if not token:
             return None
-        token = token.strip()
         # The dict is keyed by a digest, so the lookup reveals nothing about
         # the secret; the final comparison is constant-time.
         registration = self._by_digest.get(_digest(token))
@@ -222,89 +220,114 @@ class InterceptionServer:
             return None
         return registration
 
+    def _caller(self, dialect: Dialect, request: web.Request) -> tuple[Registration | None, web.Response | None]:
+        token = dialect.token(request)
+        registration = self._authorize(token)
+        if registration is None:
+            return None, dialect.unauthorized(missing=not token)
+        return registration, None
+
     # ---- routes -------------------------------------------------------------
     @web.middleware
     async def _json_errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        shape = _shape_of(request)
         try:
             return await handler(request)
         except web.HTTPNotFound:
-            return _error(404, f"no route {request.method} {request.path}; this server answers {_ROUTES}",
-                          "not_found")
+            return shape.error(404, f"no route {request.method} {request.path}; this server answers {ROUTES}", "not_found")
         except web.HTTPMethodNotAllowed:
-            return _error(405, f"{request.method} is not allowed on {request.path}; this server answers {_ROUTES}",
-                          "method_not_allowed")
+            return shape.error(405, f"{request.method} is not allowed on {request.path}; this server answers {ROUTES}",
+                               "method_not_allowed")
         except web.HTTPException:
             raise
         except Exception as exc:
             # A bug of this server, not of the request: aiohttp would answer a
             # plain-text 500 that the SDK retries, to the same bug.
-            return _error(500, f"the interception server failed: {type(exc).__name__}: {exc}", "server_error")
+            return shape.error(500, f"the interception server failed: {type(exc).__name__}: {exc}", "server_error")
 
     async def _models(self, request: web.Request) -> web.Response:
-        registration = self._authorize(request)
+        shape = _shape_of(request)
+        registration, refusal = self._caller(shape, request)
         if registration is None:
-            return _unauthorized(request)
+            return refusal  # type: ignore[return-value]
+        if shape is ANTHROPIC:
+            model = {"type": "model", "id": registration.model, "display_name": registration.model,
+                     "created_at": "1970-01-01T00:00:00Z"}
+            return web.json_response({"data": [model], "has_more": False, "first_id": registration.model,
+                                      "last_id": registration.model})
         model = {"id": registration.model, "object": "model", "created": 0, "owned_by": "rollkit"}
         return web.json_response({"object": "list", "data": [model]})
 
-    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
-        registration = self._authorize(request)
-        if registration is None:
-            return _unauthorized(request)
-        if not registration.active:
-            return _between_segments(registration)
+    async def _body(self, dialect: Dialect, request: web.Request) -> tuple[Any, bytes, web.Response | None]:
+        """The JSON body (and its bytes), or the answer refusing it."""
         if request.content_length is not None and request.content_length > self.max_body:
-            return _too_large(self.max_body)
+            return None, b"", _too_large(dialect, self.max_body)
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return _too_large(self.max_body)
+            return None, b"", _too_large(dialect, self.max_body)
         try:
-            body = json.loads(raw)
+            return json.loads(raw), raw, None
         except ValueError as exc:
-            return _error(400, f"the request body is not JSON: {exc}", "invalid_request_error")
-        try:
-            parsed = parse_request(body)
-        except (ValueError, TypeError) as exc:
-            return _error(400, f"malformed chat-completions request: {exc}", "invalid_request_error")
-        stream = bool(body.get("stream"))
-        usage_chunk = bool((body.get("stream_options") or {}).get("include_usage"))
+            return None, raw, dialect.error(400, f"the request body is not JSON: {exc}", "invalid_request_error")
 
-        key = hashlib.sha256(raw).digest()
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        registration, refusal = self._caller(ANTHROPIC, request)
+        if registration is None:
+            return refusal  # type: ignore[return-value]
+        body, _, refusal = await self._body(ANTHROPIC, request)
+        if refusal is not None:
+            return refusal
+        try:
+            return web.json_response(ANTHROPIC.count(body, registration.memory))
+        except (WireError, ValueError, TypeError) as exc:
+            return ANTHROPIC.error(400, f"malformed count_tokens request: {exc}", "invalid_request_error")
+
+    def _handler(self, dialect: Dialect) -> Any:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self._model_call(dialect, request)
+
+        return handle
+
+    async def _model_call(self, dialect: Dialect, request: web.Request) -> web.StreamResponse:
+        registration, refusal = self._caller(dialect, request)
+        if registration is None:
+            return refusal  # type: ignore[return-value]
+        if not registration.active:
+            return _between_segments(dialect, registration)
+        body, raw, refusal = await self._body(dialect, request)
+        if refusal is not None:
+            return refusal
+        try:
+            parsed = dialect.parse(body, registration.memory)
+        except (WireError, ValueError, TypeError) as exc:
+            return dialect.error(400, f"malformed {dialect.title} request: {exc}", "invalid_request_error")
+        key = hashlib.sha256(dialect.name.encode() + b"\0" + raw).digest()
         retry = request.headers.get("x-stainless-retry-count", "0").strip() not in ("", "0")
         if retry and key == registration._last_key and registration._last_payload is not None:
             # The SDK lost our answer and asks again: sampling again would
             # commit a second turn for one request.
             registration.replays += 1
-            return await _send(request, registration._last_payload, stream, usage_chunk)
+            return await _send(dialect, request, registration._last_payload, parsed)
         try:
-            payload = await self._run(registration, key, parsed, retry)
+            payload = await self._run(registration, key, dialect, parsed, retry)
         except _SegmentEnded:
-            return _between_segments(registration)
+            return _between_segments(dialect, registration)
         except Refused as refused:
             registration.refusals += 1
-            return _error(
+            return dialect.error(
                 410,
                 f"{refused}: this rollout takes no more model calls; the program should finish",
                 "rollout_stopped",
                 code=refused.condition,
             )
         except RolloutError as exc:
-            status = exc.status if isinstance(exc, ProviderError) and exc.status else 502
-            kind = "provider_error" if isinstance(exc, ProviderError) else f"{exc.boundary}_error"
-            message = f"{type(exc).__name__}: {exc}"
-            if status in (401, 403):
-                # Passed on unchanged, it would read as "your secret is wrong"
-                # to a program whose secret is right.
-                message = (f"the model provider refused the host's credentials (HTTP {status}); the rollout's "
-                           f"secret is fine, the host must fix its provider key or permissions: {message}")
-                status = 502
-            return _error(status if status >= 400 else 502, message, kind)
+            return _failure(dialect, exc)
         finally:
             registration.activity.set()
-        return await _send(request, payload, stream, usage_chunk)
+        return await _send(dialect, request, payload, parsed)
 
-    async def _run(self, registration: Registration, key: bytes, parsed: Request, retry: bool) -> dict[str, Any]:
+    async def _run(self, registration: Registration, key: bytes, dialect: Dialect, parsed: Parsed, retry: bool) -> dict[str, Any]:
         pending = registration._inflight.get(key) if retry else None
         if pending is not None:
             # An SDK retry while the first attempt is still running: share it.
@@ -313,7 +336,7 @@ class InterceptionServer:
             registration.joins += 1
             registration.activity.set()
         else:
-            pending = asyncio.ensure_future(self._complete(registration, key, parsed))
+            pending = asyncio.ensure_future(self._complete(registration, key, dialect, parsed))
             registration._inflight[key] = pending
             registration._running.add(pending)
 
@@ -334,9 +357,9 @@ class InterceptionServer:
                 raise _SegmentEnded() from None  # cancelled by end_segment, not by the client
             raise
 
-    async def _complete(self, registration: Registration, key: bytes, parsed: Request) -> dict[str, Any]:
+    async def _complete(self, registration: Registration, key: bytes, dialect: Dialect, parsed: Parsed) -> dict[str, Any]:
         try:
-            response = await registration.session.complete(parsed)
+            response = await registration.session.complete(parsed.request, dialect=dialect.name)
         except Refused:
             raise
         except Exception as exc:
@@ -344,9 +367,9 @@ class InterceptionServer:
                 registration.failure = exc
             raise
         registration.calls += 1
-        payload = completion_payload(
-            response, model=response.model or parsed.model or registration.model,
-            id=f"chatcmpl-{registration.rollout_id}-{registration.calls}",
+        payload = dialect.payload(
+            response, parsed, model=response.model or parsed.request.model or registration.model,
+            id=f"{registration.rollout_id}-{registration.calls}", memory=registration.memory,
         )
         registration._last_key, registration._last_payload = key, payload
         return payload
@@ -448,23 +471,15 @@ class InterceptedHarness(Harness):
 _INTERCEPTED = "rollkit.interception"
 
 
-def _error(status: int, message: str, kind: str, *, code: str | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code or kind}}
-    return web.json_response(body, status=status, headers=_NO_RETRY)
+def _shape_of(request: web.Request) -> Dialect:
+    """Whose error shape an answer outside a dialect's own route takes."""
+    anthropic = request.path.startswith("/v1/messages") or "anthropic-version" in request.headers \
+        or "x-api-key" in request.headers
+    return ANTHROPIC if anthropic else CHAT
 
 
-def _unauthorized(request: web.Request) -> web.Response:
-    missing = not request.headers.get("Authorization")
-    what = "no bearer token" if missing else "a wrong bearer token"
-    return _error(
-        401,
-        f"{what}: set OPENAI_API_KEY to the rollout's secret (ProgramHarness sets it for the program)",
-        "invalid_api_key",
-    )
-
-
-def _between_segments(registration: Registration) -> web.Response:
-    return _error(
+def _between_segments(dialect: Dialect, registration: Registration) -> web.Response:
+    return dialect.error(
         409,
         f"rollout {registration.rollout_id or '?'} is between segments (the program yielded, or its segment "
         "ended): it takes no model calls until the user's next turn arrives on stdin",
@@ -472,152 +487,30 @@ def _between_segments(registration: Registration) -> web.Response:
     )
 
 
-def _too_large(limit: int) -> web.Response:
-    return _error(413, f"the request body is larger than this server's limit of {limit} bytes", "request_too_large")
+def _too_large(dialect: Dialect, limit: int) -> web.Response:
+    return dialect.error(413, f"the request body is larger than this server's limit of {limit} bytes", "request_too_large")
 
 
-def _text(content: Any, where: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") in ("text", "input_text"):
-                parts.append(str(part.get("text", "")))
-            else:
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise ValueError(f"{where}: content part of type {kind!r} is not supported (text only)")
-        return "".join(parts)
-    raise ValueError(f"{where}: content must be a string or a list of text parts")
+def _failure(dialect: Dialect, exc: RolloutError) -> web.Response:
+    """A failure behind the session (the model, a hook) in the dialect's shape."""
+    status = exc.status if isinstance(exc, ProviderError) and exc.status else 502
+    kind = "provider_error" if isinstance(exc, ProviderError) else f"{exc.boundary}_error"
+    message = f"{type(exc).__name__}: {exc}"
+    if status in (401, 403):
+        # Passed on unchanged, it would read as "your secret is wrong" to a
+        # program whose secret is right.
+        message = (f"the model provider refused the host's credentials (HTTP {status}); the rollout's "
+                   f"secret is fine, the host must fix its provider key or permissions: {message}")
+        status = 502
+    return dialect.error(status if status >= 400 else 502, message, kind)
 
 
-def _message(item: Any, index: int) -> Any:
-    where = f"messages[{index}]"
-    if not isinstance(item, dict):
-        raise ValueError(f"{where} must be an object with a 'role'")
-    role = item.get("role")
-    if role in ("system", "developer"):
-        return SystemMessage(content=_text(item.get("content"), where))
-    if role == "user":
-        return UserMessage(content=_text(item.get("content"), where))
-    if role == "assistant":
-        calls = []
-        for j, call in enumerate(item.get("tool_calls") or []):
-            function = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(function, dict) or "name" not in function:
-                raise ValueError(f"{where}.tool_calls[{j}] needs a function with a name")
-            calls.append(ToolCall(id=str(call.get("id", "")), name=function["name"],
-                                  arguments=function.get("arguments") or "{}"))
-        content = item.get("content")
-        return AssistantMessage(content=None if content is None else _text(content, where), tool_calls=calls)
-    if role == "tool":
-        if "tool_call_id" not in item:
-            raise ValueError(f"{where}: a tool message needs a tool_call_id")
-        return ToolMessage(tool_call_id=str(item["tool_call_id"]), content=_text(item.get("content"), where),
-                           name=item.get("name"))
-    raise ValueError(f"{where}: unknown role {role!r} (use system, developer, user, assistant or tool)")
-
-
-def parse_request(body: Any) -> Request:
-    """A chat-completions request body as a rollkit `Request`. Fields other
-    than messages, tools, model and streaming go through untouched in
-    `params`, except the SDK's transport options (SDK_OPTIONS), dropped."""
-    if not isinstance(body, dict):
-        raise ValueError("the body must be a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ValueError("'messages' must be a non-empty list")
-    tools = body.get("tools") or []
-    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-        raise ValueError("'tools' must be a list of objects")
-    if body.get("stream") is not None and not isinstance(body["stream"], bool):
-        raise ValueError("'stream' must be true or false")
-    if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
-        raise ValueError("'stream_options' must be an object, e.g. {\"include_usage\": true}")
-    if body.get("model") is not None and not isinstance(body["model"], str):
-        raise ValueError("'model' must be a string")
-    try:
-        return Request(
-            messages=[_message(m, i) for i, m in enumerate(messages)],
-            tools=tools,
-            model=body.get("model"),
-            # SDK transport options are dropped: see SDK_OPTIONS.
-            params={k: v for k, v in body.items() if k not in _WIRE_FIELDS and k not in SDK_OPTIONS},
-        )
-    except pydantic.ValidationError as exc:
-        raise ValueError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
-
-
-def wire_message(message: Any) -> dict[str, Any]:
-    """A rollkit message as a chat-completions message dict."""
-    if isinstance(message, AssistantMessage):
-        out: dict[str, Any] = {"role": "assistant", "content": message.content}
-        if message.tool_calls:
-            out["tool_calls"] = _wire_calls(message)
-        return out
-    if isinstance(message, ToolMessage):
-        out = {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-        if message.name:
-            out["name"] = message.name
-        return out
-    return {"role": message.role, "content": message.content}
-
-
-def _wire_calls(message: AssistantMessage) -> list[dict[str, Any]]:
-    return [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-        for c in message.tool_calls
-    ]
-
-
-def completion_payload(response: Response, *, model: str, id: str) -> dict[str, Any]:
-    """A `Response` as a chat.completion object."""
-    message: dict[str, Any] = {"role": "assistant", "content": response.message.content}
-    if response.message.tool_calls:
-        message["tool_calls"] = _wire_calls(response.message)
-    usage = response.usage
-    return {
-        "id": id,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": response.finish_reason, "logprobs": None}],
-        "usage": {
-            "prompt_tokens": usage.input_tokens,
-            "completion_tokens": usage.output_tokens,
-            "total_tokens": usage.input_tokens + usage.output_tokens,
-        },
-    }
-
-
-async def _send(request: web.Request, payload: dict[str, Any], stream: bool, usage_chunk: bool) -> web.StreamResponse:
-    if not stream:
+async def _send(dialect: Dialect, request: web.Request, payload: dict[str, Any], parsed: Parsed) -> web.StreamResponse:
+    if not parsed.stream:
         return web.json_response(payload)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
-    for chunk in _chunks(payload, usage_chunk):
-        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-    await response.write(b"data: [DONE]\n\n")
+    # One write: the whole answer is known, and each write is a syscall.
+    await response.write(b"".join(dialect.events(payload, parsed)))
     await response.write_eof()
     return response
-
-
-def _chunks(payload: dict[str, Any], usage_chunk: bool) -> list[dict[str, Any]]:
-    """The answer as chat.completion.chunk events: the whole answer is known,
-    so the text goes in one delta and each tool call in one more."""
-    head = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
-            "model": payload["model"]}
-    choice = payload["choices"][0]
-    message = choice["message"]
-    chunks = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": message["content"] or ""},
-                                    "finish_reason": None, "logprobs": None}]}]
-    for i, call in enumerate(message.get("tool_calls") or []):
-        delta = {"tool_calls": [{"index": i, **call}]}
-        chunks.append({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}]})
-    chunks.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"],
-                                        "logprobs": None}]})
-    if usage_chunk:
-        chunks.append({**head, "choices": [], "usage": payload["usage"]})
-    return chunks

@@ -1,0 +1,171 @@
+"""OpenAI chat completions: `POST /v1/chat/completions`.
+
+rollkit's messages are shaped like this protocol, so the translation is
+nearly one to one. Fields other than messages, tools, model and streaming go
+through untouched in `Request.params`, except the openai SDK's transport
+options (`SDK_OPTIONS`), which a program must never set on the host's own
+provider call. A stream sends the text and each tool call's arguments in
+pieces, as a provider does, then the finish reason, then (with
+`stream_options.include_usage`) the usage.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pydantic
+
+from ...core.messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ._base import Dialect, Parsed, WireError, chunks_of, sse, text_parts
+
+__all__ = ["CHAT", "ChatDialect", "parse_request", "completion_payload", "wire_message", "SDK_OPTIONS"]
+
+_WIRE_FIELDS = {"messages", "tools", "model", "stream", "stream_options"}
+# The openai SDK's per-call transport options: never request fields. A program
+# sending them in its body must not set headers (Authorization!), query
+# parameters, extra body or timeouts on the host's own provider call.
+SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+_TEXT = ("text", "input_text")
+
+
+def _message(item: Any, index: int) -> Any:
+    where = f"messages[{index}]"
+    if not isinstance(item, dict):
+        raise WireError(f"{where} must be an object with a 'role'", where)
+    role = item.get("role")
+    if role in ("system", "developer"):
+        return SystemMessage(content=text_parts(item.get("content"), where, _TEXT))
+    if role == "user":
+        return UserMessage(content=text_parts(item.get("content"), where, _TEXT))
+    if role == "assistant":
+        calls = []
+        for j, call in enumerate(item.get("tool_calls") or []):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or "name" not in function:
+                raise WireError(f"{where}.tool_calls[{j}] needs a function with a name", f"{where}.tool_calls[{j}]")
+            calls.append(ToolCall(id=str(call.get("id", "")), name=function["name"],
+                                  arguments=function.get("arguments") or "{}"))
+        content = item.get("content")
+        return AssistantMessage(content=None if content is None else text_parts(content, where, _TEXT), tool_calls=calls)
+    if role == "tool":
+        if "tool_call_id" not in item:
+            raise WireError(f"{where}: a tool message needs a tool_call_id", f"{where}.tool_call_id")
+        return ToolMessage(tool_call_id=str(item["tool_call_id"]), content=text_parts(item.get("content"), where, _TEXT),
+                           name=item.get("name"))
+    raise WireError(f"{where}: unknown role {role!r} (use system, developer, user, assistant or tool)", f"{where}.role")
+
+
+def parse_request(body: Any) -> Request:
+    """A chat-completions request body as a rollkit `Request`. Fields other
+    than messages, tools, model and streaming go through untouched in
+    `params`, except the SDK's transport options (SDK_OPTIONS), dropped."""
+    if not isinstance(body, dict):
+        raise WireError("the body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise WireError("'messages' must be a non-empty list", "messages")
+    tools = body.get("tools") or []
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise WireError("'tools' must be a list of objects", "tools")
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
+        raise WireError("'stream' must be true or false", "stream")
+    if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
+        raise WireError("'stream_options' must be an object, e.g. {\"include_usage\": true}", "stream_options")
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise WireError("'model' must be a string", "model")
+    try:
+        return Request(
+            messages=[_message(m, i) for i, m in enumerate(messages)],
+            tools=tools,
+            model=body.get("model"),
+            params={k: v for k, v in body.items() if k not in _WIRE_FIELDS and k not in SDK_OPTIONS},
+        )
+    except pydantic.ValidationError as exc:
+        raise WireError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
+
+
+def wire_message(message: Any) -> dict[str, Any]:
+    """A rollkit message as a chat-completions message dict."""
+    if isinstance(message, AssistantMessage):
+        out: dict[str, Any] = {"role": "assistant", "content": message.content}
+        if message.tool_calls:
+            out["tool_calls"] = _wire_calls(message)
+        return out
+    if isinstance(message, ToolMessage):
+        out = {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+        if message.name:
+            out["name"] = message.name
+        return out
+    return {"role": message.role, "content": message.content}
+
+
+def _wire_calls(message: AssistantMessage) -> list[dict[str, Any]]:
+    return [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for c in message.tool_calls
+    ]
+
+
+def completion_payload(response: Response, *, model: str, id: str) -> dict[str, Any]:
+    """A `Response` as a chat.completion object."""
+    message: dict[str, Any] = {"role": "assistant", "content": response.message.content}
+    if response.message.tool_calls:
+        message["tool_calls"] = _wire_calls(response.message)
+    usage = response.usage
+    return {
+        "id": id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": response.finish_reason, "logprobs": None}],
+        "usage": {
+            "prompt_tokens": usage.input_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+        },
+    }
+
+
+class ChatDialect(Dialect):
+    name = "chat"
+    title = "chat-completions"
+    path = "/v1/chat/completions"
+
+    def parse(self, body: Any, memory: dict[str, Any]) -> Parsed:
+        request = parse_request(body)
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return Parsed(request, stream=bool(body.get("stream")), options={"include_usage": usage})
+
+    def payload(self, response: Response, parsed: Parsed, *, model: str, id: str, memory: dict[str, Any]) -> dict[str, Any]:
+        return completion_payload(response, model=model, id=f"chatcmpl-{id}")
+
+    def events(self, payload: dict[str, Any], parsed: Parsed) -> list[bytes]:
+        head = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
+                "model": payload["model"]}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            return sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
+
+        choice = payload["choices"][0]
+        message = choice["message"]
+        out = [chunk({"role": "assistant", "content": ""})]
+        out += [chunk({"content": piece}) for piece in chunks_of(message["content"] or "", 64) if piece]
+        for i, call in enumerate(message.get("tool_calls") or []):
+            # The id and name first, then the arguments in pieces (the SDK's
+            # stream helpers accumulate them).
+            first = {"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}}
+            out.append(chunk({"tool_calls": [first]}))
+            for piece in chunks_of(call["function"]["arguments"], 24):
+                out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+        out.append(chunk({}, choice["finish_reason"]))
+        if parsed.options.get("include_usage"):
+            out.append(sse({**head, "choices": [], "usage": payload["usage"]}))
+        out.append(b"data: [DONE]\n\n")
+        return out
+
+    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
+        return {"error": {"message": message, "type": kind, "param": None, "code": code or kind}}
+
+
+CHAT = ChatDialect()
