@@ -436,7 +436,9 @@ class InterceptedHarness(Harness):
     OpenAI-compatible client (the openai SDK, say) instead of `ctx.complete`.
 
     `serve` registers the rollout on the loop's shared server and hands its
-    URL out as `ctx.services["openai"]`; the client's API key is `ctx.secret`.
+    URLs out as `ctx.services["openai"]` (the OpenAI dialects' base URL, ending
+    in /v1) and `ctx.services["anthropic"]` (Anthropic's, without /v1); the
+    client's API key is `ctx.secret`.
     `cleanup` unregisters and releases the server. Subclasses write `segment`.
     `served_model` is the model name the server reports (default: the
     session's model)."""
@@ -453,7 +455,7 @@ class InterceptedHarness(Harness):
             await release(server)
             raise
         ctx.state[_INTERCEPTED] = (server, registration)
-        return {"openai": server.base_url}
+        return {"openai": server.base_url, "anthropic": server.url}
 
     @staticmethod
     def registration(ctx: RolloutContext) -> Registration:

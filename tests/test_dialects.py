@@ -1,0 +1,341 @@
+"""The interception server's dialects, each driven by its official SDK over real HTTP.
+
+OpenAI Responses through `openai.AsyncOpenAI().responses`, Anthropic Messages
+through `anthropic.AsyncAnthropic().messages`, and chat completions'
+streaming helpers: plain and streamed answers, a tool round trip, a limit
+refusing a call, a @stop, an @intercept rewrite and a wrong key, and the
+errors each dialect gives a malformed body. `Speaker` stands in for an agent
+program inside the test process, registered like ProgramHarness does.
+"""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import anthropic
+import openai
+import pytest
+
+import rollkit as rk
+from rollkit.programs import interception
+from rollkit.programs.openai_model import OpenAIModel
+
+from fake_provider import FakeProvider
+
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+RESPONSES_TOOL = {"type": "function", "name": "add", "description": "Add two numbers.", "parameters": ADD}
+ANTHROPIC_TOOL = {"name": "add", "description": "Add two numbers.", "input_schema": ADD}
+
+
+class Speaker(interception.InterceptedHarness):
+    """Runs `body(ctx)` as its segment; the body makes its own SDK calls."""
+
+    name = "speaker"
+    served_model = "m"
+
+    def __init__(self, body) -> None:
+        self.body = body
+
+    async def segment(self, ctx, messages):
+        await self.body(ctx)
+
+
+def openai_client(ctx, **options):
+    return openai.AsyncOpenAI(base_url=ctx.services["openai"], api_key=ctx.secret, max_retries=0, **options)
+
+
+def anthropic_client(ctx, key=None):
+    return anthropic.AsyncAnthropic(base_url=ctx.services["anthropic"], api_key=key or ctx.secret, max_retries=0)
+
+
+async def run(body, replies, *, task=None, limits=None, model=None):
+    """A rollout whose harness runs `body`; returns the trace and ctx.state['out']."""
+    agent = rk.Agent(model=model or rk.ScriptedModel(replies), harness=Speaker(body), limits=limits)
+    rollout = agent.rollout(task or rk.Task(prompt="hi"))
+    assert await rollout.open(), rollout.trace.errors
+    await rollout.step()
+    out = rollout.ctx.state.get("out")
+    return await rollout.close(), out
+
+
+ADD_CALL = rk.ScriptedModel.call("add", "adding", a=2, b=3)
+
+
+# ---- OpenAI Responses -------------------------------------------------------------
+
+
+async def test_responses_plain_answer_with_instructions_and_usage():
+    async def body(ctx):
+        async with openai_client(ctx) as client:
+            ctx.state["out"] = await client.responses.create(model="m", instructions="Be brief.", input="say hello")
+
+    trace, response = await run(body, ["hello there"])
+    assert response.output_text == "hello there" and response.status == "completed"
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (6, 3)
+    assert trace.transcript == "system: Be brief.\nuser: say hello\nassistant: hello there"
+    assert [c.dialect for c in trace.model_calls] == ["responses"]
+
+
+async def test_responses_tool_round_trip_with_previous_response_id():
+    async def body(ctx):
+        async with openai_client(ctx) as client:
+            first = await client.responses.create(model="m", input="add 2 and 3", tools=[RESPONSES_TOOL])
+            [call] = [item for item in first.output if item.type == "function_call"]
+            second = await client.responses.create(
+                model="m", previous_response_id=first.id, tools=[RESPONSES_TOOL],
+                input=[{"type": "function_call_output", "call_id": call.call_id, "output": "5"}],
+            )
+            ctx.state["out"] = (first.output_text, call.name, json.loads(call.arguments), second.output_text)
+
+    trace, out = await run(body, [ADD_CALL, "it is 5"])
+    assert out == ("adding", "add", {"a": 2, "b": 3}, "it is 5")
+    assert trace.transcript == (
+        'user: add 2 and 3\nassistant: adding [calls add({"a": 2, "b": 3})]\ntool[call_0_0]: 5\nassistant: it is 5'
+    )
+    # The second request re-sent nothing: the history came from the first response.
+    assert trace.turns[1].new_input_tokens == 2 and trace.num_turns == 2
+
+
+async def test_responses_stream_with_the_sdk_helper_and_argument_deltas():
+    long_call = rk.ScriptedModel.call("add", "let me add these for you please", a=123456789, b=987654321)
+
+    async def body(ctx):
+        async with openai_client(ctx) as client:
+            kinds, deltas = [], []
+            async with client.responses.stream(model="m", input="add", tools=[RESPONSES_TOOL]) as stream:
+                async for event in stream:
+                    kinds.append(event.type)
+                    if event.type == "response.function_call_arguments.delta":
+                        deltas.append(event.delta)
+                final = await stream.get_final_response()
+            ctx.state["out"] = (kinds, deltas, final)
+
+    trace, (kinds, deltas, final) = await run(body, [long_call])
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    assert "response.output_text.delta" in kinds and "response.output_item.done" in kinds
+    assert len(deltas) > 1 and json.loads("".join(deltas)) == {"a": 123456789, "b": 987654321}
+    [call] = [item for item in final.output if item.type == "function_call"]
+    assert final.output_text == "let me add these for you please" and call.name == "add"
+    assert trace.num_turns == 1
+
+
+async def test_responses_limit_stop_and_intercept_behave_as_on_every_route():
+    class Guarded(rk.Task):
+        @rk.intercept
+        def redact(self, response: rk.Response) -> rk.Response | None:
+            text = response.message.content or ""
+            if "secret" not in text:
+                return None
+            return response.model_copy(update={"message": response.message.model_copy(update={"content": text.replace("secret", "[redacted]")})})
+
+        @rk.stop
+        def halt(self, response: rk.Response) -> bool:
+            return "halt" in (response.message.content or "")
+
+    async def body(ctx):
+        async with openai_client(ctx) as client:
+            first = await client.responses.create(model="m", input="go")
+            with pytest.raises(openai.APIStatusError) as refused:
+                await client.responses.create(model="m", input="again", previous_response_id=first.id)
+            ctx.state["out"] = (first.output_text, refused.value.status_code, refused.value.body)
+
+    trace, (text, status, error) = await run(body, ["the secret, then halt"], task=Guarded(prompt="hi"))
+    assert text == "the [redacted], then halt"
+    assert status == 410 and error["code"] == "halt" and error["type"] == "rollout_stopped"
+    assert trace.stop_condition == "halt" and [r.hook for r in trace.response_rewrites] == ["redact"]
+
+    async def twice(ctx):
+        async with openai_client(ctx) as client:
+            await client.responses.create(model="m", input="one")
+            with pytest.raises(openai.APIStatusError) as refused:
+                await client.responses.create(model="m", input="two")
+            ctx.state["out"] = refused.value.status_code
+
+    trace, status = await run(twice, ["a", "b"], limits={"max_turns": 1})
+    assert status == 410 and trace.stop_condition == "max_turns" and trace.num_turns == 1
+
+
+async def test_responses_errors_are_in_the_openai_shape_and_name_the_field():
+    async def body(ctx):
+        url = ctx.services["openai"] + "/responses"
+        headers = {"Authorization": f"Bearer {ctx.secret}"}
+        cases = [
+            {"model": "m"},
+            {"model": "m", "input": "x", "tools": [{"type": "web_search"}]},
+            {"model": "m", "input": [{"type": "input_image", "image_url": "x"}]},
+            {"model": "m", "input": "x", "previous_response_id": "resp_elsewhere"},
+        ]
+        out = []
+        async with aiohttp.ClientSession() as http:
+            for case in cases:
+                async with http.post(url, json=case, headers=headers) as answer:
+                    out.append((answer.status, await answer.json()))
+            async with http.post(url, json={"model": "m", "input": "x"}, headers={"Authorization": "Bearer wrong-key-123456789"}) as answer:
+                out.append((answer.status, await answer.json()))
+        ctx.state["out"] = out
+
+    trace, out = await run(body, [])
+    messages = [(status, error["error"]["message"]) for status, error in out]
+    assert messages[0] == (400, "malformed Responses request: 'input' is required: a string or a list of input items")
+    assert messages[1] == (400, "malformed Responses request: tools[0]: tool type 'web_search' is not supported (function tools only)")
+    assert messages[2][0] == 400 and "input[0]: input item type 'input_image' is not supported" in messages[2][1]
+    assert messages[3] == (400, "malformed Responses request: 'previous_response_id' 'resp_elsewhere' is not a response of this rollout")
+    assert messages[4][0] == 401 and messages[4][1].startswith("a wrong bearer token")
+    assert trace.model_calls == []
+
+
+# ---- Anthropic Messages --------------------------------------------------------------
+
+
+async def test_anthropic_plain_answer_with_system_and_usage():
+    async def body(ctx):
+        async with anthropic_client(ctx) as client:
+            ctx.state["out"] = await client.messages.create(
+                model="m", max_tokens=100, system="Be brief.", messages=[{"role": "user", "content": "say hello"}])
+
+    trace, message = await run(body, ["hello there"])
+    assert [b.text for b in message.content] == ["hello there"] and message.stop_reason == "end_turn"
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (6, 3)
+    assert trace.transcript == "system: Be brief.\nuser: say hello\nassistant: hello there"
+    assert [c.dialect for c in trace.model_calls] == ["anthropic"]
+
+
+async def test_anthropic_tool_round_trip_keeps_the_ledger_to_the_character():
+    async def body(ctx):
+        async with anthropic_client(ctx) as client:
+            history = [{"role": "user", "content": "add 2 and 3"}]
+            first = await client.messages.create(model="m", max_tokens=100, messages=history, tools=[ANTHROPIC_TOOL])
+            [use] = [b for b in first.content if b.type == "tool_use"]
+            history += [
+                {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "5"}]},
+            ]
+            second = await client.messages.create(model="m", max_tokens=100, messages=history, tools=[ANTHROPIC_TOOL])
+            ctx.state["out"] = (first.stop_reason, use.name, use.input, second.content[0].text)
+
+    compact = rk.AssistantMessage(content=None, tool_calls=[rk.ToolCall(id="toolu_1", name="add", arguments='{"a":2,"b":3}')])
+    trace, out = await run(body, [compact, "it is 5"])
+    assert out == ("tool_use", "add", {"a": 2, "b": 3}, "it is 5")
+    # The model wrote '{"a":2,"b":3}'; the SDK sent back an object: the ledger
+    # still holds what the model wrote, so the second turn extends it.
+    assert trace.messages[1].tool_calls[0].arguments == '{"a":2,"b":3}'
+    assert trace.turns[1].new_input_tokens == 2 and len(trace.messages) == 4
+
+
+async def test_anthropic_stream_with_the_sdk_helper_and_input_json_deltas():
+    long_call = rk.ScriptedModel.call("add", "let me add these for you please", a=123456789, b=987654321)
+
+    async def body(ctx):
+        async with anthropic_client(ctx) as client:
+            kinds = []
+            async with client.messages.stream(model="m", max_tokens=100, tools=[ANTHROPIC_TOOL],
+                                              messages=[{"role": "user", "content": "add"}]) as stream:
+                async for event in stream:
+                    kinds.append(event.type)
+                final = await stream.get_final_message()
+            ctx.state["out"] = (kinds, final)
+
+    trace, (kinds, final) = await run(body, [long_call])
+    assert kinds[0] == "message_start" and "content_block_delta" in kinds and kinds[-1] == "message_stop"
+    assert kinds.count("input_json") > 1  # the SDK's accumulated view of each input_json_delta
+    assert final.content[0].text == "let me add these for you please"
+    assert final.content[1].input == {"a": 123456789, "b": 987654321} and final.stop_reason == "tool_use"
+    assert trace.num_turns == 1
+
+
+async def test_anthropic_limit_and_stop_refuse_in_its_error_shape_without_retrying():
+    async def body(ctx):
+        async with anthropic_client(ctx) as client:
+            messages = [{"role": "user", "content": "one"}]
+            await client.messages.create(model="m", max_tokens=10, messages=messages)
+            with pytest.raises(anthropic.APIStatusError) as refused:
+                await client.messages.create(model="m", max_tokens=10, messages=messages)
+            ctx.state["out"] = (refused.value.status_code, refused.value.body)
+
+    trace, (status, body_) = await run(body, ["a", "b"], limits={"max_turns": 1})
+    assert status == 410 and body_["type"] == "error" and body_["error"]["type"] == "invalid_request_error"
+    assert "rollout stopped: max_turns" in body_["error"]["message"]
+    assert trace.stop_condition == "max_turns"
+
+
+async def test_anthropic_key_errors_and_malformed_bodies_in_its_own_shape():
+    async def body(ctx):
+        out = []
+        async with anthropic_client(ctx, key="wrong-key-123456789") as client:
+            with pytest.raises(anthropic.AuthenticationError) as wrong:
+                await client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "x"}])
+            out.append(wrong.value.body)
+        url = ctx.services["anthropic"] + "/v1/messages"
+        headers = {"x-api-key": ctx.secret, "anthropic-version": "2023-06-01"}
+        async with aiohttp.ClientSession() as http:
+            for case in (
+                {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+                {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+            ):
+                async with http.post(url, json=case, headers=headers) as answer:
+                    out.append((answer.status, await answer.json()))
+            async with http.post(ctx.services["anthropic"] + "/v1/nowhere", json={}, headers=headers) as answer:
+                out.append((answer.status, await answer.json()))
+            async with http.post(url + "/count_tokens", headers=headers,
+                                 json={"model": "m", "messages": [{"role": "user", "content": "two words"}]}) as answer:
+                out.append((answer.status, await answer.json()))
+        ctx.state["out"] = out
+
+    trace, (wrong, missing, image, nowhere, counted) = await run(body, [])
+    assert wrong["type"] == "error" and wrong["error"]["type"] == "authentication_error"
+    assert wrong["error"]["message"].startswith("a wrong API key (x-api-key or a bearer token): set ANTHROPIC_API_KEY")
+    assert missing == (400, {"type": "error", "error": {"type": "invalid_request_error", "message":
+                        "malformed Messages request: max_tokens: Field required (a whole number >= 1)"}})
+    assert image[0] == 400 and "messages.0.content.0: block type 'image' is not supported" in image[1]["error"]["message"]
+    assert nowhere[0] == 404 and nowhere[1]["error"]["type"] == "not_found_error"
+    assert "this server answers POST /v1/chat/completions, POST /v1/responses, POST /v1/messages" in nowhere[1]["error"]["message"]
+    assert counted == (200, {"input_tokens": 3})
+    assert trace.model_calls == []
+
+
+# ---- chat completions streaming, and one model behind every dialect ---------------------
+
+
+async def test_chat_stream_with_the_sdk_helper_accumulates_tool_call_deltas():
+    long_call = rk.ScriptedModel.call("add", "let me add these for you please", a=123456789, b=987654321)
+    tool = {"type": "function", "function": {"name": "add", "parameters": ADD}}
+
+    async def body(ctx):
+        async with openai_client(ctx) as client:
+            deltas = 0
+            async with client.chat.completions.stream(
+                model="m", messages=[{"role": "user", "content": "add"}], tools=[tool],
+            ) as stream:
+                async for event in stream:
+                    deltas += event.type == "tool_calls.function.arguments.delta"
+                final = await stream.get_final_completion()
+            ctx.state["out"] = (deltas, final)
+
+    trace, (deltas, final) = await run(body, [long_call])
+    message = final.choices[0].message
+    assert deltas > 1 and message.content == "let me add these for you please"
+    assert json.loads(message.tool_calls[0].function.arguments) == {"a": 123456789, "b": 987654321}
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
+async def test_a_chat_completions_endpoint_serves_programs_speaking_every_dialect():
+    """OpenAIModel (chat completions upstream, here the fake provider) behind
+    a program that speaks Responses and then Anthropic Messages."""
+    fake = await FakeProvider().start()
+    try:
+        async def body(ctx):
+            async with openai_client(ctx) as client:
+                first = await client.responses.create(model="m", input="one")
+            async with anthropic_client(ctx) as client:
+                second = await client.messages.create(model="m", max_tokens=20, messages=[{"role": "user", "content": "two"}])
+            ctx.state["out"] = (first.output_text, second.content[0].text)
+
+        model = OpenAIModel("upstream", base_url=fake.url, api_key="k")
+        trace, out = await run(body, [], model=model)
+        await model.aclose()
+    finally:
+        await fake.stop()
+    assert out == ("echo: one", "echo: two")
+    assert [c.dialect for c in trace.model_calls] == ["responses", "anthropic"]
+    assert fake.requests[-1]["max_tokens"] == 20  # the Messages max_tokens reached the chat endpoint
