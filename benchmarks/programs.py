@@ -8,6 +8,13 @@ Prints:
   latency, on the instant ScriptedModel) is subtracted. Median and p95 over
   500 calls. This is program -> HTTP -> server -> session pipeline ->
   ScriptedModel -> back, SDK included.
+- the overhead per call of each dialect (chat completions, Responses,
+  Anthropic Messages): a client in another process (stdlib http.client,
+  keep-alive, so no SDK cost on either side) posts the same body 500 times
+  to a bare aiohttp server answering a fixed body in that dialect (the
+  floor: HTTP alone), then to rollkit's server (parse, session pipeline,
+  instant ScriptedModel, recording, answer). Printed: both medians, their
+  difference (the overhead, model time subtracted) and the ratio.
 - concurrent rollouts on one server: N rollouts at once, each making 20
   calls with its own openai SDK client, all through the one shared server.
   The clients run in the server's own process and event loop (no 2-core
@@ -74,6 +81,95 @@ async def program_overhead(calls: int = CALLS) -> tuple[float, float, float]:
     return statistics.median(samples), statistics.quantiles(samples, n=20)[-1], statistics.median(latencies)
 
 
+# The dialect client: posts BODY to URL `calls` times on one keep-alive
+# connection and prints the latencies as JSON. Stdlib only, so both servers
+# are measured with the same cheap client.
+CLIENT = """
+import http.client, json, sys, time, urllib.parse
+url, headers, body, calls = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3].encode(), int(sys.argv[4])
+parts = urllib.parse.urlsplit(url)
+conn = http.client.HTTPConnection(parts.hostname, parts.port)
+latencies = []
+for _ in range(calls):
+    t0 = time.perf_counter()
+    conn.request("POST", parts.path, body=body, headers={"Content-Type": "application/json", **headers})
+    answer = conn.getresponse()
+    answer.read()
+    assert answer.status == 200, answer.status
+    latencies.append(time.perf_counter() - t0)
+print(json.dumps(latencies))
+"""
+
+DIALECT_CALLS = {
+    "chat": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    "responses": ("/v1/responses", {"model": "m", "input": "hi"}),
+    "anthropic": ("/v1/messages", {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}),
+}
+
+
+async def _client(url: str, headers: dict[str, str], body: dict, calls: int) -> list[float]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CLIENT, url, json.dumps(headers), json.dumps(body), str(calls),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await process.communicate()
+    assert process.returncode == 0, "the benchmark client failed"
+    return json.loads(out)
+
+
+async def _floor(path: str, answer: dict, body: dict, calls: int) -> list[float]:
+    """A bare aiohttp server answering `answer` on `path`: HTTP and JSON alone."""
+    from aiohttp import web
+
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(answer)
+
+    app = web.Application()
+    app.router.add_post(path, handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        return await _client(f"http://127.0.0.1:{port}{path}", {}, body, calls)
+    finally:
+        await runner.cleanup()
+
+
+class _DialectHarness(interception.InterceptedHarness):
+    """Runs the dialect client against this rollout's registration."""
+
+    name = "dialect-client"
+    served_model = "m"
+
+    def __init__(self, path: str, body: dict, calls: int) -> None:
+        self.path, self.body, self.calls = path, body, calls
+
+    async def segment(self, ctx, messages):
+        base = ctx.services["anthropic"]
+        headers = {"Authorization": f"Bearer {ctx.secret}", "x-api-key": ctx.secret, "anthropic-version": "2023-06-01"}
+        ctx.state["latencies"] = await _client(base + self.path, headers, self.body, self.calls)
+        ctx.state["payload"] = self.registration(ctx)._last_payload  # what the floor answers
+
+
+async def dialect_overhead(name: str, calls: int = CALLS) -> tuple[float, float, float]:
+    path, body = DIALECT_CALLS[name]
+    harness = _DialectHarness(path, body, calls)
+    agent = rk.Agent(model=rk.ScriptedModel(lambda request: "ok"), harness=harness)
+    rollout = agent.rollout(rk.Task(prompt="bench"))
+    assert await rollout.open(), rollout.trace.errors
+    await rollout.step()
+    trace = await rollout.close()
+    assert trace.ok and len(trace.model_calls) == calls, trace.errors
+    measured = [wall - call.latency for wall, call in zip(rollout.ctx.state["latencies"], trace.model_calls)]
+    # The floor answers with what rollkit answered: the same body size and JSON work.
+    floor = await _floor(path, rollout.ctx.state["payload"], body, calls)
+    walls = statistics.median(rollout.ctx.state["latencies"])
+    return statistics.median(measured), statistics.median(floor), walls / statistics.median(floor)
+
+
 class _SDKHarness(interception.InterceptedHarness):
     """Stands in for a program inside this process: registers with the shared
     server like ProgramHarness and calls it with the openai SDK."""
@@ -110,6 +206,11 @@ async def main() -> None:
     print(f"overhead per model call through the interception server ({CALLS} calls of one program): "
           f"median {median * 1e3:.2f} ms, p95 {p95 * 1e3:.2f} ms (median call as the program sees it: "
           f"{wall * 1e3:.2f} ms)")
+    for name in DIALECT_CALLS:
+        measured, floor, ratio = await dialect_overhead(name)
+        print(f"dialect {name:9s}: median {measured * 1e3:.3f} ms per call through rollkit (model time subtracted), "
+              f"bare aiohttp floor {floor * 1e3:.3f} ms, overhead {(measured - floor) * 1e3:.3f} ms, "
+              f"ratio {ratio:.2f}x the floor")
     sustained = 0
     for n in (1, 10, 50, 100, 200, 400):
         ok, rate, med, p95 = await concurrent(n)
