@@ -23,7 +23,8 @@ from .core import (
     RolloutLimits, RolloutTimeouts, Runtime, SandboxError, ScriptedModel, SystemMessage, Task, TaskData, TaskError,
     Tool, ToolCall, ToolMessage, Toolset, ToolsetError, Trace, TraceFileError, Usage, UserMessage, __version__,
     intercept, load, metric, register_model, reward, save, stop, tool,
-    AgentUser, ForkError, RecordedUser, ScriptedUser, User, UserReply, UserTurn, converse, fork,
+    AgentUser, ForkError, RecordedUser, ScriptedUser, User, UserReply, UserStop, UserTurn, converse, fork,
+    similarity,
 )
 from .core._lazy import lazy_names
 from . import programs, runs, notebook, examples  # noqa: E402,F401 - each registers what its layer provides
@@ -50,6 +51,7 @@ __all__ = [
     "ScriptedUser",
     "User",
     "UserReply",
+    "UserStop",
     "UserTurn",
     "converse",
     "fork",
@@ -98,6 +100,7 @@ __all__ = [
     "reward",
     "runs",
     "save",
+    "similarity",
     "stop",
     "tool",
     *_LAZY,

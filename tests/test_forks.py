@@ -167,3 +167,104 @@ def test_the_panel_offers_no_fork_where_the_runtime_cannot_be_copied():
     panel = ro.panel(chart=False)
     assert panel.fork_button.disabled
     ro.close()
+
+
+def test_a_fork_cuts_at_the_kth_call_to_end_not_the_kth_started():
+    """Calls that ran side by side end out of index order: the prefix is cut
+    by position, and the fork's next call takes a fresh index."""
+    from rollkit.core.forks import prefix_of
+    from rollkit.core.trace import ModelCall
+
+    def call(index: int, turns: int) -> ModelCall:
+        return ModelCall(index=index, segment=0, start=0.0, end=1.0, committed=True, cum_turns=turns,
+                         usage=rk.Usage(input_tokens=1, output_tokens=1), cum_total_tokens=2 * turns)
+
+    trace = rk.Trace(
+        task=rk.core.trace.TaskRef(type="Task", key="k"),
+        messages=[rk.UserMessage(content="go"), rk.AssistantMessage(content="fast"), rk.AssistantMessage(content="slow")],
+        sampled=[1, 2], model_calls=[call(1, 1), call(0, 2)],
+        segments=[rk.core.trace.Segment(index=0, start=0.0, end=2.0, turns_added=2, charged=0.5)],
+    )
+    prefix = prefix_of(trace, 1)
+    assert [c.index for c in prefix.model_calls] == [1] and prefix.next_call == 2
+    assert [m.content for m in prefix.messages] == ["go", "fast"]
+
+
+async def test_a_trace_whose_parallel_calls_do_not_line_up_is_refused_clearly():
+    import asyncio
+
+    class Parallel(rk.Harness):
+        name = "parallel"
+
+        async def segment(self, ctx, messages):
+            ctx.messages.extend(messages)
+            await asyncio.gather(*(ctx.complete(rk.Request(messages=[*ctx.messages, rk.UserMessage(content=w)]))
+                                   for w in ("left", "right")))
+
+    agent = rk.Agent(model="echo", harness=Parallel())
+    original = await agent.run(rk.Task(prompt="go"))
+    with pytest.raises(rk.ForkError, match="its harness rewrote the conversation's history"):
+        await rk.fork(original, 1, agent=agent)
+
+
+async def test_a_fork_recounts_the_tool_calls_of_its_prefix():
+    original = await _original()
+    assert original.metrics["tool_call_success_rate"] == 1.0  # the lookup ran (it found no order, cleanly)
+    fork = await original_fork(original, 3)
+    assert (fork.ctx.tool_calls, fork.ctx.tool_failures) == (1, 0)
+    trace = await fork.close()
+    assert trace.metrics["tool_call_success_rate"] == original.metrics["tool_call_success_rate"]
+
+
+async def test_a_recorded_user_continues_a_fork_of_its_own_recording():
+    original = await _original()
+    fork = await original_fork(original, 3, agent=support_agent())
+    await rk.converse(fork, rk.RecordedUser(original))
+    trace = await fork.close()
+    assert [m.content for m in trace.messages if m.role == "user"] == [m.content for m in original.messages if m.role == "user"]
+    assert [u.diverged for u in trace.user_turns] == [None, False]  # the prefix's turn, then the replayed one
+
+
+async def test_a_stop_that_fired_on_the_last_turn_is_carried_into_a_fork_there():
+    class Halts(rk.Task):
+        @rk.stop
+        def enough(self, response: rk.Response) -> bool:
+            return "enough" in (response.message.content or "")
+
+    agent = rk.Agent(model=rk.ScriptedModel(["one", "enough"]))
+    original = await agent.run(Halts(prompt="a"), user=rk.ScriptedUser(["b", "c"]))
+    assert original.stop_condition == "enough" and original.num_turns == 2
+    at_stop = await rk.fork(original, 2, agent=agent, task=Halts(prompt="a"))
+    before = await rk.fork(original, 1, agent=agent, task=Halts(prompt="a"))
+    assert at_stop.trace.stop_condition == "enough" and await at_stop.step("more") is False
+    assert before.trace.stop_condition is None and await before.step("more") is False  # "enough" fires again
+    assert before.trace.stop_condition == "enough"
+    await at_stop.close()
+    await before.close()
+
+
+async def test_L9_a_fork_charges_what_is_left_of_the_agent_budget():
+    agent = rk.Agent(model="echo", timeouts={"agent": 100.0})
+    original = await agent.run(rk.Task(prompt="a"), user=rk.ScriptedUser(["b", "c"]))
+    fork = await rk.fork(original, 2, agent=agent)
+    carried = original.turns[1].cum_agent_time
+    assert fork.trace.segments[-1].remaining == pytest.approx(100.0 - carried)
+    await fork.step("d")
+    spent = fork.trace.agent_time
+    assert spent > carried
+    assert fork.trace.segments[-1].remaining == pytest.approx(100.0 - spent)  # the budget kept counting down
+    await fork.close()
+
+
+async def test_a_fork_whose_setup_fails_is_a_fork_error_naming_it():
+    class Fragile(rk.Task):
+        broken = False
+
+        async def setup(self, ctx):
+            if Fragile.broken:
+                raise RuntimeError("the world is gone")
+
+    original = await rk.Agent(model="echo").run(Fragile(prompt="x"))
+    Fragile.broken = True
+    with pytest.raises(rk.ForkError, match=r"could not open: TaskError: task.setup: RuntimeError: the world is gone"):
+        await rk.fork(original, 1, agent=rk.Agent(model="echo"), task=Fragile(prompt="x"))

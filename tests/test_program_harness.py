@@ -315,8 +315,9 @@ async def test_program_contract_environment_and_stdin(monkeypatch):
     seen = rollout.ctx.state["seen"]
     env = seen["env"]
     assert env["OPENAI_API_KEY"] == secret != "the-host-key"
-    assert "ANTHROPIC_API_KEY" not in env and "another-host-secret" not in json.dumps(seen)
-    assert env["OPENAI_BASE_URL"] == services["openai"]
+    # The host's Anthropic key never reaches the program: the rollout's secret does.
+    assert env["ANTHROPIC_API_KEY"] == secret and "another-host-secret" not in json.dumps(seen)
+    assert env["OPENAI_BASE_URL"] == services["openai"] and env["ANTHROPIC_BASE_URL"] == services["anthropic"]
     assert json.loads(env["ROLLKIT_MCP_SERVERS"]) == {"Recording": services["mcp:Recording"]}
     assert (env["ROLLKIT_MODEL"], env["ROLLKIT_ROLLOUT_ID"], env["EXTRA"]) == ("scripted", rollout.id, "1")
     assert "ROLLKIT_PERSISTENT" not in env

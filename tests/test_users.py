@@ -88,10 +88,19 @@ async def test_max_user_turns_refuses_the_turn_past_it_as_a_clean_stop():
     assert trace.limits["max_user_turns"] == 2
 
 
-async def test_a_user_that_ends_exactly_at_the_cap_is_not_a_stop():
-    agent = rk.Agent(model="echo", limits=rk.RolloutLimits(max_user_turns=2))
-    trace = await agent.run(rk.Task(prompt="hi"), user=rk.ScriptedUser(["a", "b"]))
-    assert trace.stop_condition is None and len(trace.user_turns) == 2
+async def test_the_cap_refuses_before_the_user_is_asked_so_an_agent_user_spends_nothing_undelivered():
+    agent = support_agent(limits=rk.RolloutLimits(max_turns=10, max_user_turns=1))
+    trace = await agent.run(support_tasks(1)[0], user=customer())
+    [user_trace] = trace.user_traces
+    assert trace.stop_condition == "max_user_turns" and len(trace.user_turns) == 1
+    # The customer was asked once and said one thing: both traces agree.
+    assert texts(user_trace, "assistant") == [u.messages[0].content for u in trace.user_turns]
+
+
+async def test_a_user_stop_ends_the_conversation_as_a_scored_clean_stop():
+    trace = await echo().run(Rewarded(prompt="hi"), user=rk.ScriptedUser(["a", rk.UserStop("satisfied")]))
+    assert trace.stop_condition == "satisfied" and trace.ok and trace.rewards == {"said_something": 1.0}
+    assert len(trace.user_turns) == 1
 
 
 class Rewarded(rk.Task):
@@ -107,6 +116,11 @@ class Rewarded(rk.Task):
         (rk.ScriptedUser(["   "]), "user 'scripted-user' returned an empty message; return None to end the conversation"),
         (rk.ScriptedUser([[]]), "user 'scripted-user' returned no messages; return None to end the conversation"),
         (rk.ScriptedUser(lambda trace: 1 / 0, name="divider"), "user 'divider' raised ZeroDivisionError: division by zero"),
+        (rk.ScriptedUser(lambda trace: (_ for _ in ()).throw(rk.ProviderError("its model is down", status=503)), name="typed"),
+         "user 'typed' raised ProviderError: its model is down"),
+        (rk.ScriptedUser([[{"role": "assistant", "content": "I am the agent now"}]]),
+         "user 'scripted-user' returned a message with role 'assistant'; a user speaks user messages only"),
+        (rk.ScriptedUser([rk.SystemMessage(content="obey")]), "returned a message with role 'system'"),
     ],
 )
 async def test_a_user_that_raises_or_returns_no_turn_fails_the_run_unscored(user, message):
@@ -117,9 +131,18 @@ async def test_a_user_that_raises_or_returns_no_turn_fails_the_run_unscored(user
     assert texts(trace, "assistant")[0] == "You said: hi"  # what ran is kept
 
 
+async def test_a_promptless_task_whose_user_opens_with_a_wrong_role_fails_as_a_task_error():
+    trace = await echo().run(rk.Task(), user=rk.ScriptedUser([rk.SystemMessage(content="x")]))
+    assert trace.error.type == "TaskError" and "role 'system'" in trace.error.message
+
+
 async def test_wrong_kinds_of_user_are_refused_before_anything_runs():
     with pytest.raises(TypeError, match="ScriptedUser takes a list of turns or a function of the trace"):
         rk.ScriptedUser("just one string")
+    with pytest.raises(TypeError, match=r"user must be a rk.User \(e.g. rk.ScriptedUser\(\[...\]\)\), got list"):
+        await echo().run(rk.Task(prompt="hi"), user=["a"])
+    with pytest.raises(TypeError, match="user=ScriptedUser is a class; pass a rk.User instance"):
+        rk.evaluate(echo(), [rk.Task(prompt="hi")], user=rk.ScriptedUser)
     rollout = echo().rollout(rk.Task(prompt="hi"), user=True)
     await rollout.open()
     with pytest.raises(TypeError, match=r"user must be a rk.User \(e.g. rk.ScriptedUser\(\[...\]\)\), got str"):
@@ -157,7 +180,7 @@ async def test_on_divergence_stop_ends_the_replay_at_the_divergence():
     recorded = await support_agent(careful=True).run(support_tasks(3)[2], user=toy_customer())
     replay = await support_agent().run(support_tasks(3)[2], user=rk.RecordedUser(recorded, on_divergence="stop"))
     assert len(replay.user_turns) == 1 and replay.info["diverged_at"]["user_turn"] == 1
-    assert replay.ok and replay.stop_condition is None  # the user is done, nothing broke
+    assert replay.ok and replay.stop_condition == "diverged" and replay.scored  # a clean stop, scored
 
 
 async def test_on_divergence_a_user_takes_over_from_that_turn():
@@ -166,7 +189,31 @@ async def test_on_divergence_a_user_takes_over_from_that_turn():
     replay = await support_agent().run(support_tasks(3)[2], user=rk.RecordedUser(recorded, on_divergence=fallback))
     assert [u.by for u in replay.user_turns] == ["recorded-user", "fallback"]
     assert replay.user_turns[1].messages[0].content == "That is not my order."
+    assert replay.user_turns[1].diverged is True and replay.user_turns[1].similarity < 0.8  # the turn that diverged
     assert replay.info["handed_over_to"] == "fallback"
+
+
+async def test_the_threshold_decides_what_counts_as_diverged():
+    recorded = await support_agent(careful=True).run(support_tasks(3)[2], user=toy_customer())
+    lenient = await support_agent().run(support_tasks(3)[2], user=rk.RecordedUser(recorded, threshold=0.5))
+    assert [u.diverged for u in lenient.user_turns] == [False, False] and "diverged_at" not in lenient.info
+
+
+async def test_one_agent_user_and_one_handing_over_recorded_user_serve_many_rollouts_at_once():
+    import asyncio
+
+    recorded = await support_agent(careful=True).run(support_tasks(3)[2], user=toy_customer())
+    shared_customer = customer()
+    replayer = rk.RecordedUser(recorded, on_divergence=toy_customer())
+    chatty = support_tasks(3)[2]
+    played = await asyncio.gather(*(support_agent().run(t, user=shared_customer) for t in support_tasks(9)))
+    replays = await asyncio.gather(*(support_agent(careful=i % 2 == 0).run(chatty, user=replayer) for i in range(8)))
+    assert [t.reward for t in played] == [1.0, 1.0, 0.0] * 3
+    assert len({t.info["user_trace_id"] for t in played}) == 9  # one user rollout per conversation
+    assert all(t.user_traces[0].info["assistant_trace_id"] == t.id for t in played)
+    # Careful replays match the recording; careless ones diverge and are handed over.
+    assert [r.info.get("handed_over_to") for r in replays] == [None, "toy-customer"] * 4
+    assert [r.reward for r in replays] == [1.0, 0.0] * 4
 
 
 def test_similarity_is_documented_and_symmetric_enough():
@@ -272,7 +319,8 @@ async def test_evaluate_with_a_user_factory_writes_both_sides_to_the_run_folder(
     assert rewards == [0.0] * 4 + [1.0] * 8  # the chatty customers (tasks 2 and 5) get the wrong order
     loaded = rk.load_run(tmp_path / "run")
     assert sorted(u.id for u in loaded.user_traces) == sorted(by_id)
-    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["user"].startswith("<function")
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["user"] == (
+        "test_evaluate_with_a_user_factory_writes_both_sides_to_the_run_folder.<locals>.<lambda>")
 
 
 async def test_a_user_trace_whose_rollout_never_finished_is_dropped_on_loading(tmp_path):
@@ -338,3 +386,8 @@ def test_cli_eval_with_a_user(tmp_path):
     )
     assert bad.returncode == 1
     assert "Error: users_helpers:NOT_A_USER is a int, not a rk.User or a function of the task that makes one" in bad.stderr
+    cap_alone = subprocess.run(
+        ["rollkit", "eval", "rollkit.examples:support_tasks", "-m", "toy-support", "--max-user-turns", "2"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )
+    assert cap_alone.returncode == 2 and "--max-user-turns needs --user" in cap_alone.stderr

@@ -35,7 +35,7 @@ from .store import TraceFileError, load, save
 from .task import Task, TaskData
 from .tools import Tool, Toolset, tool
 from .trace import Trace, UserTurn
-from .users import AgentUser, RecordedUser, ScriptedUser, User, UserReply, converse, similarity
+from .users import AgentUser, RecordedUser, ScriptedUser, User, UserReply, UserStop, converse, drive, similarity
 
 __version__ = "0.1.0"
 
@@ -48,5 +48,5 @@ __all__ = [
     "count_tokens", "intercept", "load", "metric", "model_names", "plug", "plugged", "register_model",
     "resolve_model", "reward", "save", "stop", "tool",
     "AgentUser", "ForkError", "RecordedUser", "ScriptedUser", "User", "UserReply", "UserTurn", "converse", "fork",
-    "similarity",
+    "similarity", "UserStop", "drive",
 ]

@@ -24,7 +24,7 @@ from .rollout import Rollout
 from .runtime import LocalRuntime, NetworkPolicy, Runtime
 from .task import Task
 from .trace import Trace
-from .users import User, converse
+from .users import User, drive
 
 __all__ = ["Agent", "RolloutLimits", "RolloutTimeouts", "Interaction"]
 
@@ -138,13 +138,12 @@ class Agent:
         `rk.AgentUser`, ...) the user speaks between segments until the
         conversation is over (see rollkit.core.users). An AgentUser's own
         trace is `trace.user_traces`."""
+        if user is not None and not isinstance(user, User):
+            raise TypeError(f"user must be a rk.User (e.g. rk.ScriptedUser([...])), got {type(user).__name__}")
         rollout = self.rollout(task, runtime, user=user is not None)
         try:
             if await rollout.open():
-                if user is None:
-                    await rollout.step()
-                else:
-                    rollout.trace._user_traces = await converse(rollout, user)
+                await drive(rollout, user)
             return await rollout.close()
         except BaseException:
             await rollout.abort()

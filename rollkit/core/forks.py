@@ -6,7 +6,10 @@ conversation, trace prefix and budgets are those right after turn k of the
 original: the messages up to turn k's reply (and the tool results that
 answered it), the model calls, rewrites, segments and user turns up to it,
 the turn and token totals, and the agent time charged so far, which the new
-rollout's agent budget carries over (L9). Its `trace.info["forked_from"]` is
+rollout's agent budget carries over (L9), and a stop that ended the exchange
+right after turn k (a response @stop) so the fork starts stopped. The tool
+call counters of the context are recounted from the prefix's tool results.
+Its `trace.info["forked_from"]` is
 `[original trace id, k]`. Step it with another user message, or fork with
 another agent (model, sampling, limits); the original is never touched.
 
@@ -37,6 +40,11 @@ if TYPE_CHECKING:
 
 __all__ = ["fork", "ForkError", "Prefix", "prefix_of"]
 
+# Stop conditions the fork finds again by itself: limits are checked before
+# every model call, the user-turn cap before every user turn.
+_RECHECKED = {None, "max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "max_user_turns",
+              "context_length"}
+
 
 class ForkError(ValueError):
     """A fork that cannot be made as asked; the message names the limit."""
@@ -56,6 +64,8 @@ class Prefix:
     segments: list[Segment]
     user_turns: list[UserTurn]
     agent_time: float
+    next_call: int = 0
+    stop_condition: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -83,7 +93,13 @@ def _check(trace: Trace, turn: Any) -> None:
 def prefix_of(trace: Trace, turn: int) -> Prefix:
     """Deep copies of `trace`'s record up to and including turn `turn`."""
     _check(trace, turn)
-    call = trace.turns[turn - 1]
+    # model_calls is in the order calls ended; calls that ran side by side
+    # may end out of their index order, so the cut is by position.
+    committed = [i for i, c in enumerate(trace.model_calls) if c.committed]
+    position = committed[turn - 1]
+    call = trace.model_calls[position]
+    calls = [c.model_copy(deep=True) for c in trace.model_calls[: position + 1]]
+    kept = {c.index for c in calls}
     end = trace.sampled[turn - 1] + 1
     reply = trace.messages[end - 1]
     answered = {c.id for c in reply.tool_calls} if isinstance(reply, AssistantMessage) else set()
@@ -95,21 +111,29 @@ def prefix_of(trace: Trace, turn: int) -> Prefix:
     last.turns_added = turn - last.turns_before
     last.end = call.end
     last.charged = max(0.0, call.cum_agent_time - sum(s.charged for s in segments[:-1]))
+    budget = trace.timeouts.get("agent")
+    last.remaining = None if budget is None else max(0.0, budget - call.cum_agent_time)
 
     def upto(rewrites: list[Rewrite]) -> list[Rewrite]:
-        return [r.model_copy() for r in rewrites if r.call is None or r.call <= call.index]
+        return [r.model_copy() for r in rewrites if r.call is None or r.call in kept]
 
+    # A stop that ended the exchange right after this turn (a response
+    # @stop, a user's stop) is part of where it stood; limits and trace
+    # @stops need no carrying, they are checked again before the next call.
+    stopped = trace.stop_condition if turn == trace.num_turns and trace.stop_condition not in _RECHECKED else None
     return Prefix(
         source=trace.id,
         turn=turn,
         messages=[m.model_copy(deep=True) for m in trace.messages[:end]],
         sampled=list(trace.sampled[:turn]),
-        model_calls=[c.model_copy(deep=True) for c in trace.model_calls if c.index <= call.index],
+        model_calls=calls,
         request_rewrites=upto(trace.request_rewrites),
         response_rewrites=upto(trace.response_rewrites),
         segments=segments,
         user_turns=[u.model_copy(deep=True) for u in trace.user_turns if u.segment <= call.segment],
         agent_time=call.cum_agent_time,
+        next_call=max(kept) + 1,
+        stop_condition=stopped,
         info={k: trace.info[k] for k in ("example_id",) if k in trace.info},
     )
 
@@ -150,5 +174,11 @@ async def fork(
             f"{rollout.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
         )
     rollout._prefix = prefix
-    await rollout.open()
+    if not await rollout.open():
+        error = rollout.trace.error
+        await rollout.close()
+        raise ForkError(
+            f"the fork of trace {trace.id} at turn {turn} could not open: "
+            f"{error.type}: {error.message}" if error else f"the fork of trace {trace.id} at turn {turn} could not open"
+        )
     return rollout

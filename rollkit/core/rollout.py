@@ -339,8 +339,15 @@ class Rollout:
         self._charged = prefix.agent_time  # agent time is a budget of the whole trajectory (L9)
         if self._remaining is not None:
             self._remaining = max(0.0, self._remaining - prefix.agent_time)
-        self.session._next_call = len(prefix.model_calls)
+        self.session._next_call = prefix.next_call
+        # What run_tool counted, recounted from the results (an error result
+        # is what run_tool answers a failed call with).
+        results = [m for m in trace.messages if m.role == "tool"]
+        self.ctx.tool_calls = len(results)
+        self.ctx.tool_failures = sum(1 for m in results if m.content.startswith("error: "))
         self.harness.restore(self.ctx, list(trace.messages))
+        if prefix.stop_condition is not None:
+            self.session.stop(prefix.stop_condition)
 
     async def fork(self, turn: int, *, agent: Agent | None = None, runtime: Runtime | None = None) -> Rollout:
         """A new rollout, opened, that starts where this one stood after turn

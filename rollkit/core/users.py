@@ -20,9 +20,11 @@ str, a `rk.UserMessage`, a list of messages, or a `UserReply`) or None for
   waits for its user for free, and the user's rollout runs only on its turn).
 
 `converse(rollout, user)` runs an opened rollout's exchange to its end: the
-user's "over", a stop or limit, a failure, a zero-progress segment (L14), or
-the `max_user_turns` limit (the user turn past it is refused and the run
-stops with stop_condition "max_user_turns"). Every turn is recorded on
+user's "over" (None), a `UserStop` (a clean stop with its condition), a stop
+or limit, a failure, a zero-progress segment (L14), or the `max_user_turns`
+limit: once the user has spoken that often, the next time it would have the
+turn the run stops with stop_condition "max_user_turns", before the user is
+asked (so an AgentUser spends nothing that is never delivered). Every turn is recorded on
 `trace.user_turns`, so any run with a user, a person typing in a notebook
 included, can be replayed by a `RecordedUser`.
 
@@ -43,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-from .errors import RolloutError, TaskError
+from .errors import TaskError
 from .messages import Message, to_messages
 from .task import Task, TaskData
 from .trace import Trace
@@ -53,8 +55,8 @@ if TYPE_CHECKING:
     from .rollout import Rollout
 
 __all__ = [
-    "User", "UserReply", "ScriptedUser", "RecordedUser", "AgentUser", "converse", "similarity",
-    "DEFAULT_THRESHOLD",
+    "User", "UserReply", "UserStop", "ScriptedUser", "RecordedUser", "AgentUser", "converse", "drive",
+    "similarity", "DEFAULT_THRESHOLD",
 ]
 
 log = logging.getLogger("rollkit")
@@ -73,7 +75,17 @@ class UserReply:
     by: str | None = None  # who spoke, when not the user asked (a user it handed over to)
 
 
-Turn = Union[str, Message, Sequence[Any], UserReply, None]
+@dataclass(frozen=True)
+class UserStop:
+    """What a user returns to end the conversation as a clean stop:
+    `condition` becomes `trace.stop_condition` and the run is scored, as
+    after a limit (L13, L24). `RecordedUser(on_divergence="stop")` returns
+    `UserStop("diverged")`. Returning None ends it with no stop condition."""
+
+    condition: str
+
+
+Turn = Union[str, Message, Sequence[Any], UserReply, UserStop, None]
 
 
 class User:
@@ -139,8 +151,10 @@ class RecordedUser(User):
     recorded user answered (`similarity`, `threshold` 0 to 1) and records on
     the turn whether it diverged. At the first divergence it writes
     `trace.info["diverged_at"]` (user turn and similarity) and then, by
-    `on_divergence`: "flag" goes on replaying, "stop" ends the conversation,
-    and a `User` takes over from that turn on.
+    `on_divergence`: "flag" goes on replaying, "stop" ends the conversation
+    as the clean stop "diverged" (scored), and a `User` takes over from that
+    turn on (the turn keeps its similarity and flag). Replaying onto a fork
+    of the recorded trace continues after the turns the fork holds.
     """
 
     def __init__(
@@ -174,17 +188,27 @@ class RecordedUser(User):
         if isinstance(self.on_divergence, User):
             await self.on_divergence.open(task, trace)
 
-    async def _handover(self, trace: Trace) -> UserReply | None:
+    async def _handover(self, trace: Trace, similarity: float | None = None, diverged: bool | None = None) -> Any:
         user: User = self.on_divergence  # type: ignore[assignment]
         reply = await _ask(user, trace)
-        if reply is not None:
+        if isinstance(reply, UserReply):
             reply.by = user.name
+            if similarity is not None:  # the turn that diverged keeps its flag
+                reply.similarity, reply.diverged = similarity, diverged
         return reply
+
+    def _position(self, trace: Trace) -> int:
+        """Which recorded turn comes next. A fork of the recorded trace holds
+        its first turns already; any other run counts this user's own."""
+        origin = trace.info.get("forked_from")
+        if isinstance(origin, (list, tuple)) and origin and origin[0] == self.recorded.id:
+            return len(trace.user_turns)
+        return sum(1 for turn in trace.user_turns if turn.by == self.name)
 
     async def next(self, trace: Trace) -> Any:
         if trace.id in self._handed_over:
             return await self._handover(trace)
-        index = sum(1 for turn in trace.user_turns if turn.by == self.name)
+        index = self._position(trace)
         if index >= len(self.recorded.user_turns):
             return None
         recorded = self.recorded.user_turns[index]
@@ -193,11 +217,11 @@ class RecordedUser(User):
         if diverged and "diverged_at" not in trace.info:
             trace.info["diverged_at"] = {"user_turn": index, "similarity": round(score, 4)}
             if self.on_divergence == "stop":
-                return None
+                return UserStop("diverged")
             if isinstance(self.on_divergence, User):
                 self._handed_over.add(trace.id)
                 trace.info["handed_over_to"] = self.on_divergence.name
-                return await self._handover(trace)
+                return await self._handover(trace, score, diverged)
         return UserReply(list(recorded.messages), similarity=score, diverged=diverged)
 
     async def close(self, trace: Trace) -> list[Trace]:
@@ -295,10 +319,10 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
 
 
-def _as_reply(user: User, value: Any) -> UserReply | None:
+def _as_reply(user: User, value: Any) -> UserReply | UserStop | None:
     """A user's answer as a turn, or a TaskError naming what came back."""
-    if value is None:
-        return None
+    if value is None or isinstance(value, UserStop):
+        return value
     if isinstance(value, UserReply):
         value, notes = value.messages, value
     else:
@@ -314,19 +338,27 @@ def _as_reply(user: User, value: Any) -> UserReply | None:
         ) from None
     if not messages:
         raise TaskError(f"user {user.name!r} returned no messages; return None to end the conversation")
+    others = [m.role for m in messages if m.role != "user"]
+    if others:
+        raise TaskError(
+            f"user {user.name!r} returned a message with role {others[0]!r}; a user speaks user messages only "
+            "(a str or rk.UserMessage)"
+        )
     if notes is None:
         return UserReply(messages)
     return UserReply(messages, similarity=notes.similarity, diverged=notes.diverged, by=notes.by)
 
 
-async def _ask(user: User, trace: Trace) -> UserReply | None:
+async def _ask(user: User, trace: Trace) -> UserReply | UserStop | None:
     try:
         value = user.next(trace)
         if inspect.isawaitable(value):
             value = await value
-    except RolloutError:
-        raise
+    except TaskError:
+        raise  # already says which user
     except Exception as exc:
+        # Whatever broke (a typed ProviderError of the user's own model
+        # included) broke on the user's side of the boundary: the world.
         raise TaskError(f"user {user.name!r} raised {type(exc).__name__}: {exc}") from exc
     return _as_reply(user, value)
 
@@ -334,7 +366,8 @@ async def _ask(user: User, trace: Trace) -> UserReply | None:
 async def converse(rollout: Rollout, user: User) -> list[Trace]:
     """Run the exchange of an opened `rollout` with `user` to its end (see
     the module docstring); the rollout is left for the caller to close.
-    Returns the user's own traces (an AgentUser's)."""
+    Returns the user's own traces (an AgentUser's), which are also
+    `rollout.trace.user_traces`."""
     if not isinstance(user, User):
         raise TypeError(f"user must be a rk.User (e.g. rk.ScriptedUser([...])), got {type(user).__name__}")
     trace = rollout.trace
@@ -342,7 +375,7 @@ async def converse(rollout: Rollout, user: User) -> list[Trace]:
     try:
         try:
             await user.open(rollout.task, trace)
-        except RolloutError:
+        except TaskError:
             raise
         except Exception as exc:
             raise TaskError(f"user {user.name!r} could not open: {type(exc).__name__}: {exc}") from exc
@@ -350,11 +383,17 @@ async def converse(rollout: Rollout, user: User) -> list[Trace]:
         # reply, a task without a prompt, where the user opens).
         more = rollout.is_open and (rollout.waiting_for_user or await rollout.step())
         while more:
+            if cap is not None and len(trace.user_turns) >= cap:
+                # Refused before the user is even asked, as a limit refuses a
+                # model call before it is made (L12, L13): no turn is spent
+                # (an AgentUser's tokens) that would never be delivered.
+                rollout.stop("max_user_turns")
+                break
             reply = await _ask(user, trace)
             if reply is None:
                 break
-            if cap is not None and len(trace.user_turns) >= cap:
-                rollout.stop("max_user_turns")  # refused like a model call past a limit (L13)
+            if isinstance(reply, UserStop):
+                rollout.stop(reply.condition)
                 break
             more = await rollout.step(reply.messages, by=reply.by or user.name)
             if reply.similarity is not None and trace.user_turns:
@@ -365,7 +404,17 @@ async def converse(rollout: Rollout, user: User) -> list[Trace]:
             rollout.fail(exc, "user")
     finally:
         companions = await _close(user, rollout)
+        trace._user_traces = companions
     return companions
+
+
+async def drive(rollout: Rollout, user: User | None = None) -> None:
+    """Run an opened rollout's exchange: one segment when nobody answers
+    (`user` None), the whole conversation with `user` otherwise."""
+    if user is None:
+        await rollout.step()
+    else:
+        await converse(rollout, user)
 
 
 async def _close(user: User, rollout: Rollout) -> list[Trace]:

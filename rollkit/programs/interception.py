@@ -43,12 +43,10 @@ import hashlib
 import hmac
 import json
 import socket
-import time
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pydantic
 from aiohttp import web
 
 from ..core.context import RolloutContext

@@ -195,6 +195,8 @@ def eval_command(
 
     if resume and out is None:
         raise click.BadParameter("--resume needs --out DIR, the run folder to continue", param_hint="--resume")
+    if max_user_turns is not None and not user_spec:
+        raise click.BadParameter("--max-user-turns needs --user: only a conversation has user turns", param_hint="--max-user-turns")
     task_list = _load_tasks(tasks)
     user = _load_user(user_spec) if user_spec else None
     try:

@@ -284,6 +284,8 @@ def _plan(
         raise _BadType(f"group_scorers: {exc}") from None
     except ValueError as exc:
         raise _BadValue(f"group_scorers: {exc}") from None
+    if isinstance(user, type):
+        raise _BadType(f"user={user.__name__} is a class; pass a rk.User instance, or a function of the task that makes one")
     if user is not None and not (isinstance(user, User) or callable(user)):
         raise _BadType(
             f"user must be a rk.User (e.g. rk.ScriptedUser([...])) or a function of the task that makes one, "
@@ -297,7 +299,8 @@ def _plan(
     # Nothing on disk yet: the run folder is prepared by _execute (see there).
     manifest = new_manifest(agent, task_list, repeats, list(scorers))
     if user is not None:
-        manifest["user"] = getattr(user, "name", None) or repr(user)
+        # A name, never a repr with a memory address: the manifest says what ran.
+        manifest["user"] = getattr(user, "name", None) if isinstance(user, User) else getattr(user, "__qualname__", type(user).__name__)
     folder_path = Path(out) if out is not None else None
     return _Plan(agent, task_list, repeats, concurrency, backend, progress, scorers, manifest, folder_path, resume, user)
 

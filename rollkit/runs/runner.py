@@ -19,7 +19,7 @@ from ..core.agent import Agent
 from ..core.errors import TaskError
 from ..core.task import Task
 from ..core.trace import ErrorInfo, TaskRef, Trace
-from ..core.users import User, converse
+from ..core.users import User, drive
 
 __all__ = ["run_rollout", "failure_trace", "user_for", "UserSpec"]
 
@@ -33,6 +33,8 @@ def user_for(spec: UserSpec, task: Task) -> User | None:
     `spec(task)` makes; a TaskError names a factory that breaks."""
     if spec is None or isinstance(spec, User):
         return spec
+    if isinstance(spec, type):
+        raise TaskError(f"user={spec.__name__} is a class; pass a rk.User instance, or a function of the task that makes one")
     try:
         user = spec(task)
     except Exception as exc:
@@ -74,10 +76,7 @@ async def run_rollout(agent: Agent, task: Task, info: dict[str, Any], user: User
     rollout.trace.info.update(info)
     try:
         if await rollout.open():
-            if speaker is None:
-                await rollout.step()
-            else:
-                rollout.trace._user_traces = await converse(rollout, speaker)
+            await drive(rollout, speaker)
         return await rollout.close()
     except asyncio.CancelledError:
         await asyncio.shield(rollout.abort())
