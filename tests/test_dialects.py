@@ -162,7 +162,7 @@ async def test_responses_errors_are_in_the_openai_shape_and_name_the_field():
         headers = {"Authorization": f"Bearer {ctx.secret}"}
         cases = [
             {"model": "m"},
-            {"model": "m", "input": "x", "tools": [{"type": "web_search"}]},
+            {"model": "m", "input": "x", "tools": [{"type": "teleport"}]},
             {"model": "m", "input": [{"type": "input_image", "image_url": "x"}]},
             {"model": "m", "input": "x", "previous_response_id": "resp_elsewhere"},
         ]
@@ -178,11 +178,41 @@ async def test_responses_errors_are_in_the_openai_shape_and_name_the_field():
     trace, out = await run(body, [])
     messages = [(status, error["error"]["message"]) for status, error in out]
     assert messages[0] == (400, "malformed Responses request: 'input' is required: a string or a list of input items")
-    assert messages[1] == (400, "malformed Responses request: tools[0]: tool type 'web_search' is not supported (function tools only)")
+    assert messages[1] == (400, "malformed Responses request: tools[0]: tool type 'teleport' is not supported "
+                                "(function, namespace and custom tools; hosted tools are left out)")
     assert messages[2][0] == 400 and "input[0]: input item type 'input_image' is not supported" in messages[2][1]
     assert messages[3] == (400, "malformed Responses request: 'previous_response_id' 'resp_elsewhere' is not a response of this rollout")
     assert messages[4][0] == 401 and messages[4][1].startswith("a wrong bearer token")
     assert trace.model_calls == []
+
+
+async def test_responses_namespace_custom_and_hosted_tools_as_codex_sends_them():
+    """Codex CLI sends namespaced functions, custom (free-form) tools and a
+    hosted web search: the model sees the first two as functions, the third
+    not at all, and its calls come back in the shape each tool was given in."""
+    tools = [
+        {"type": "namespace", "name": "agents", "description": "sub-agents",
+         "tools": [{"type": "function", "name": "spawn", "parameters": {"type": "object", "properties": {}}}]},
+        {"type": "custom", "name": "apply_patch", "description": "apply a patch"},
+        {"type": "web_search", "external_web_access": True},
+    ]
+    seen = {}
+
+    def reply(request):
+        seen["tools"] = [tool["function"]["name"] for tool in request.tools]
+        calls = [rk.ToolCall(id="c1", name="agents.spawn", arguments="{}"),
+                 rk.ToolCall(id="c2", name="apply_patch", arguments=json.dumps({"input": "*** Begin Patch"}))]
+        return rk.AssistantMessage(content=None, tool_calls=calls)
+
+    async def body(ctx):
+        async with openai_client(ctx) as client:
+            ctx.state["out"] = await client.responses.create(model="m", input="go", tools=tools)
+
+    trace, response = await run(body, [reply])
+    assert seen["tools"] == ["agents.spawn", "apply_patch"]
+    spawn, patch = response.output
+    assert (spawn.type, spawn.name, spawn.namespace) == ("function_call", "spawn", "agents")
+    assert (patch.type, patch.name, patch.input) == ("custom_tool_call", "apply_patch", "*** Begin Patch")
 
 
 # ---- Anthropic Messages --------------------------------------------------------------
@@ -339,3 +369,12 @@ async def test_a_chat_completions_endpoint_serves_programs_speaking_every_dialec
     assert out == ("echo: one", "echo: two")
     assert [c.dialect for c in trace.model_calls] == ["responses", "anthropic"]
     assert fake.requests[-1]["max_tokens"] == 20  # the Messages max_tokens reached the chat endpoint
+
+
+def test_anthropic_system_messages_within_the_conversation_are_read_as_claude_code_sends_them():
+    from rollkit.programs.dialects import ANTHROPIC
+
+    parsed = ANTHROPIC.parse({"model": "m", "max_tokens": 5, "system": [{"type": "text", "text": "base"}],
+                              "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "reminder"}]}, {})
+    assert [(m.role, m.content) for m in parsed.request.messages] == [("system", "base"), ("user", "hi"), ("system", "reminder")]
+    assert parsed.request.params == {"max_tokens": 5}

@@ -5,10 +5,13 @@ calculator tool) and its deterministic toy model, which gets subtraction
 wrong on purpose so rewards vary (`arithmetic`), and the agent the README's
 main job runs (`demo_agent`); the order-status task set, multi-turn, whose
 reward needs the user (the customer holds the order number), with a toy
-assistant, a toy customer as a scripted user and as a model (`support`).
+assistant, a toy customer as a scripted user and as a model (`support`);
+an answer-in-a-file task set for agent programs that work in a folder, with
+a toy model that drives any program's shell tool (`workspace`).
 
 It sits on top: it may import every layer, and no layer imports it.
-Importing it registers the model names "toy-calculator" and "toy-support"
+Importing it registers the model names "toy-calculator", "toy-support" and
+"toy-shell"
 and plugs in the task set of `rollkit demo` (see `rollkit.core.plugins`).
 """
 
@@ -19,6 +22,7 @@ from typing import Any
 from ..core.models import register_model
 from ..core.plugins import plug
 from .arithmetic import Arithmetic, ArithmeticData, arithmetic_tasks, demo_agent, toy_calculator_model
+from .workspace import AnswerFile, AnswerFileData, answer_file_tasks, toy_shell_model
 from .support import (
     OrderData, OrderStatus, customer_persona, support_agent, support_tasks, toy_customer, toy_customer_model,
     toy_support_model,
@@ -28,6 +32,7 @@ __all__ = [
     "Arithmetic", "ArithmeticData", "arithmetic_tasks", "demo_agent", "toy_calculator_model",
     "OrderData", "OrderStatus", "customer_persona", "support_agent", "support_tasks", "toy_customer",
     "toy_customer_model", "toy_support_model",
+    "AnswerFile", "AnswerFileData", "answer_file_tasks", "toy_shell_model",
 ]
 
 
@@ -37,6 +42,8 @@ def _demo(n_tasks: int) -> tuple[Any, list[Any]]:
 
 register_model("toy-calculator", lambda name: toy_calculator_model(),
                help="the example set's toy, right on add and mul, wrong on sub")
+register_model("toy-shell", lambda name: toy_shell_model(),
+               help="the embedded model for shell-using agent programs (rollkit.examples.workspace)")
 register_model("toy-support", lambda name: toy_support_model(),
                help="the order-status toy assistant (rollkit.examples.support)")
 plug("demo", _demo)

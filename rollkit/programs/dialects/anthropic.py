@@ -157,8 +157,10 @@ class AnthropicDialect(Dialect):
                 messages.extend(_user(blocks, where))
             elif turn.get("role") == "assistant":
                 messages.append(_assistant(blocks, where, arguments))
+            elif turn.get("role") == "system":  # a system message within the conversation (Claude Code sends them)
+                messages.append(SystemMessage(content=text_parts(blocks, f"{where}.content", ("text",))))
             else:
-                raise WireError(f"{where}.role: must be 'user' or 'assistant', got {turn.get('role')!r}", f"{where}.role")
+                raise WireError(f"{where}.role: must be 'user', 'assistant' or 'system', got {turn.get('role')!r}", f"{where}.role")
         return messages
 
     def parse(self, body: Any, memory: dict[str, Any]) -> Parsed:

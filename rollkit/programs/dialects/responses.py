@@ -3,7 +3,12 @@
 Read: `input` (a string, or items: messages with text parts, `function_call`
 and `function_call_output` items; `reasoning` items are skipped),
 `instructions` (a system message first), function tools (flat
-`{"type": "function", "name", "parameters"}`; other tool types are refused),
+`{"type": "function", "name", "parameters"}`), `namespace` tools (their
+functions, named `namespace.name` for the model and answered with their
+namespace), `custom` tools (free-form input: a function of one string
+`input` for the model, answered as `custom_tool_call` items); hosted tools
+(web search, file search, code interpreter, ...) are left out, since the
+model behind cannot run them; any other type is refused,
 `tool_choice`, `temperature`, `top_p`, `max_output_tokens` (sent to the model
 as `max_tokens`), `parallel_tool_calls`, and `previous_response_id`: the
 conversation of an earlier response of the same rollout continued by the
@@ -21,6 +26,7 @@ typed events the openai SDK parses (`response.created`, `.in_progress`,
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -35,22 +41,50 @@ _PASSED = {"temperature": "temperature", "top_p": "top_p", "max_output_tokens": 
            "parallel_tool_calls": "parallel_tool_calls", "seed": "seed"}
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
+# Tools the provider itself runs (a web search, a code interpreter, ...): the
+# model behind rollkit cannot serve them, so they are left out of its request.
+HOSTED = frozenset({"web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation",
+                    "computer_use_preview", "computer_use", "mcp", "local_shell", "shell", "tool_search"})
+
+
+def _function(tool: dict[str, Any], where: str, name: str | None = None) -> dict[str, Any]:
+    if not isinstance(tool.get("name"), str) or not tool["name"]:
+        raise WireError(f"{where}: a function tool needs a 'name'", f"{where}.name")
+    function = {"name": name or tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+    if tool.get("description"):
+        function["description"] = tool["description"]
+    return {"type": "function", "function": function}
+
+
+def _tools(tools: Any, kinds: dict[str, tuple[str, str | None, str]]) -> list[dict[str, Any]]:
+    """Function tools in chat form. A `namespace` tool's functions are named
+    `namespace.name`; a `custom` tool (free-form text input) becomes a
+    function taking one string `input`; hosted tools are left out. `kinds`
+    learns each chat name's (kind, namespace, name), to answer in kind."""
     if tools is None:
         return []
     if not isinstance(tools, list):
         raise WireError("'tools' must be a list of tool objects", "tools")
     out = []
     for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
-            raise WireError(f"tools[{i}]: tool type {kind!r} is not supported (function tools only)", f"tools[{i}].type")
-        if not isinstance(tool.get("name"), str) or not tool["name"]:
-            raise WireError(f"tools[{i}]: a function tool needs a 'name'", f"tools[{i}].name")
-        function = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
-        if tool.get("description"):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
+        where = f"tools[{i}]"
+        kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
+        if kind == "function":
+            out.append(_function(tool, where))
+            kinds[tool["name"]] = ("function", None, tool["name"])
+        elif kind == "namespace":
+            for j, inner in enumerate(tool.get("tools") or []):
+                if isinstance(inner, dict) and inner.get("type") == "function" and isinstance(inner.get("name"), str):
+                    name = f"{tool.get('name')}.{inner['name']}"
+                    out.append(_function(inner, f"{where}.tools[{j}]", name))
+                    kinds[name] = ("function", tool.get("name"), inner["name"])
+        elif kind == "custom":
+            schema = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+            out.append(_function({**tool, "parameters": schema}, where))
+            kinds[tool["name"]] = ("custom", None, tool["name"])
+        elif kind not in HOSTED:
+            raise WireError(f"{where}: tool type {kind!r} is not supported (function, namespace and custom tools; "
+                            "hosted tools are left out)", f"{where}.type")
     return out
 
 
@@ -97,24 +131,33 @@ def _items(value: Any) -> list[Any]:
                     messages.append(AssistantMessage(content=text))
             else:
                 raise WireError(f"{where}: unknown role {role!r} (use system, developer, user or assistant)", f"{where}.role")
-        elif kind == "function_call":
+        elif kind in ("function_call", "custom_tool_call"):
             if not isinstance(item.get("name"), str) or "call_id" not in item:
-                raise WireError(f"{where}: a function_call needs a 'name' and a 'call_id'", where)
+                raise WireError(f"{where}: a {kind} needs a 'name' and a 'call_id'", where)
+            name = f"{item['namespace']}.{item['name']}" if item.get("namespace") else item["name"]
+            arguments = item.get("arguments") or "{}" if kind == "function_call" else json.dumps({"input": item.get("input", "")})
             message = _assistant(messages)
-            message.tool_calls = [*message.tool_calls,
-                                  ToolCall(id=str(item["call_id"]), name=item["name"], arguments=item.get("arguments") or "{}")]
-        elif kind == "function_call_output":
+            message.tool_calls = [*message.tool_calls, ToolCall(id=str(item["call_id"]), name=name, arguments=arguments)]
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             if "call_id" not in item:
-                raise WireError(f"{where}: a function_call_output needs a 'call_id'", f"{where}.call_id")
+                raise WireError(f"{where}: a {kind} needs a 'call_id'", f"{where}.call_id")
             output = item.get("output")
             text = output if isinstance(output, str) else text_parts(output, f"{where}.output", _TEXT)
             messages.append(ToolMessage(tool_call_id=str(item["call_id"]), content=text))
-        elif kind == "reasoning":
-            continue  # no reasoning to carry: the model behind answers in messages
+        elif kind in ("reasoning", "web_search_call", "file_search_call"):
+            continue  # nothing the model behind can use: it answers in messages and tool calls
         else:
             raise WireError(f"{where}: input item type {kind!r} is not supported (messages, function_call, "
                             "function_call_output)", f"{where}.type")
     return messages
+
+
+def _loads_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 class ResponsesDialect(Dialect):
@@ -150,8 +193,9 @@ class ResponsesDialect(Dialect):
         params = {target: body[source] for source, target in _PASSED.items() if body.get(source) is not None}
         if body.get("tool_choice") is not None:
             params["tool_choice"] = _tool_choice(body["tool_choice"])
-        request = Request(messages=messages, tools=_tools(body.get("tools")), model=body.get("model"), params=params)
-        options = {"conversation": conversation, "instructions": instructions, "previous": previous,
+        kinds: dict[str, tuple[str, str | None, str]] = {}
+        request = Request(messages=messages, tools=_tools(body.get("tools"), kinds), model=body.get("model"), params=params)
+        options = {"conversation": conversation, "instructions": instructions, "previous": previous, "kinds": kinds,
                    "tools": body.get("tools") or [], "tool_choice": body.get("tool_choice") or "auto"}
         return Parsed(request, stream=bool(body.get("stream")), options=options)
 
@@ -162,9 +206,19 @@ class ResponsesDialect(Dialect):
         if message.content:
             output.append({"type": "message", "id": f"msg_{id}", "status": "completed", "role": "assistant",
                            "content": [{"type": "output_text", "text": message.content, "annotations": [], "logprobs": []}]})
+        kinds = parsed.options.get("kinds", {})
         for j, call in enumerate(message.tool_calls):
-            output.append({"type": "function_call", "id": f"fc_{id}_{j}", "call_id": call.id, "name": call.name,
-                           "arguments": call.arguments, "status": "completed"})
+            kind, namespace, name = kinds.get(call.name, ("function", None, call.name))
+            if kind == "custom":
+                text = _loads_object(call.arguments).get("input", call.arguments)
+                output.append({"type": "custom_tool_call", "id": f"ctc_{id}_{j}", "call_id": call.id, "name": name,
+                               "input": text if isinstance(text, str) else json.dumps(text), "status": "completed"})
+                continue
+            item = {"type": "function_call", "id": f"fc_{id}_{j}", "call_id": call.id, "name": name,
+                    "arguments": call.arguments, "status": "completed"}
+            if namespace:
+                item["namespace"] = namespace
+            output.append(item)
         # The conversation after this response, for a later previous_response_id.
         memory.setdefault(_HISTORY, {})[response_id] = [*parsed.options["conversation"], message]
         incomplete = response.finish_reason == "length"
@@ -206,6 +260,11 @@ class ResponsesDialect(Dialect):
                       text=text, logprobs=[])
                 event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
                       part=item["content"][0])
+            elif item["type"] == "custom_tool_call":
+                event("response.output_item.added", output_index=index, item={**item, "input": "", "status": "in_progress"})
+                for piece in chunks_of(item["input"], 24):
+                    event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index, delta=piece)
+                event("response.custom_tool_call_input.done", item_id=item["id"], output_index=index, input=item["input"])
             else:
                 event("response.output_item.added", output_index=index,
                       item={**item, "arguments": "", "status": "in_progress"})
