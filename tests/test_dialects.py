@@ -378,3 +378,52 @@ def test_anthropic_system_messages_within_the_conversation_are_read_as_claude_co
                               "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "reminder"}]}, {})
     assert [(m.role, m.content) for m in parsed.request.messages] == [("system", "base"), ("user", "hi"), ("system", "reminder")]
     assert parsed.request.params == {"max_tokens": 5}
+
+
+class Guarded(rk.Task):
+    """Redacts 'secret' in every reply; stops after a reply saying 'halt'."""
+
+    @rk.intercept
+    def redact(self, response: rk.Response) -> rk.Response | None:
+        text = response.message.content or ""
+        if "secret" not in text:
+            return None
+        message = response.message.model_copy(update={"content": text.replace("secret", "[redacted]")})
+        return response.model_copy(update={"message": message})
+
+    @rk.stop
+    def halt(self, response: rk.Response) -> bool:
+        return "halt" in (response.message.content or "")
+
+
+async def _say_twice(dialect: str, ctx) -> tuple[str, int]:
+    """One call answered, a second refused: (the first reply's text, the refusal's status)."""
+    if dialect == "anthropic":
+        async with anthropic_client(ctx) as client:
+            first = await client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "go"}])
+            with pytest.raises(anthropic.APIStatusError) as refused:
+                await client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "go"}])
+            return first.content[0].text, refused.value.status_code
+    async with openai_client(ctx) as client:
+        if dialect == "responses":
+            first = (await client.responses.create(model="m", input="go")).output_text
+            call = client.responses.create(model="m", input="again")
+        else:
+            first = (await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}])).choices[0].message.content
+            call = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "again"}])
+        with pytest.raises(openai.APIStatusError) as refused:
+            await call
+        return first, refused.value.status_code
+
+
+@pytest.mark.parametrize("dialect", ["chat", "responses", "anthropic"])
+async def test_stop_and_intercept_behave_the_same_on_every_dialect(dialect):
+    async def body(ctx):
+        ctx.state["out"] = await _say_twice(dialect, ctx)
+
+    trace, (text, status) = await run(body, ["the secret, then halt", "never"], task=Guarded(prompt="hi"))
+    assert (text, status) == ("the [redacted], then halt", 410)
+    assert trace.stop_condition == "halt" and trace.num_turns == 1
+    assert [(r.hook, r.call) for r in trace.response_rewrites] == [("redact", 0)]
+    assert [c.dialect for c in trace.model_calls] == [dialect]
+    assert list(rk.frames.turns(trace)["dialect"]) == [dialect]

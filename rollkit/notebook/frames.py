@@ -71,7 +71,7 @@ ROLLOUT_COLUMNS = (
 )  # followed by reward.<name> and metric.<name> columns, sorted by name
 TURN_COLUMNS = (
     "id", *_INFO_IDS, "task_key", "turn", "call", "segment", "start", "end", "latency",
-    "input_tokens", "output_tokens", "new_input_tokens", "finish_reason",
+    "input_tokens", "output_tokens", "new_input_tokens", "finish_reason", "dialect",
     "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time",
     *_LIMITS, "agent_budget",
 )
@@ -226,6 +226,7 @@ def turns(traces: Iterable[Trace]) -> pd.DataFrame:
             cols["output_tokens"].append(usage.output_tokens)
             cols["new_input_tokens"].append(call.new_input_tokens)
             cols["finish_reason"].append(call.finish_reason)
+            cols["dialect"].append(call.dialect)
             cols["cum_turns"].append(call.cum_turns)
             cols["cum_input_tokens"].append(call.cum_input_tokens)
             cols["cum_output_tokens"].append(call.cum_output_tokens)
