@@ -24,7 +24,7 @@ from .core import (
     Tool, ToolCall, ToolMessage, Toolset, ToolsetError, Trace, TraceFileError, Usage, UserMessage, __version__,
     intercept, load, metric, register_model, reward, save, stop, tool,
     AgentUser, ForkError, RecordedUser, ScriptedUser, User, UserReply, UserStop, UserTurn, converse, fork,
-    similarity,
+    similarity, HumanModel,
 )
 from .core._lazy import lazy_names
 from . import programs, runs, notebook, examples  # noqa: E402,F401 - each registers what its layer provides
@@ -60,6 +60,7 @@ __all__ = [
     "Event",
     "Harness",
     "HarnessError",
+    "HumanModel",
     "Interaction",
     "LifetimeError",
     "LocalRuntime",

@@ -37,6 +37,10 @@ class Model:
     async def aclose(self) -> None:
         """Release pooled connections, if any."""
 
+    def check(self) -> None:
+        """Raise a clear error when this model cannot answer at all (called
+        by `Rollout.open` before anything starts)."""
+
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "type": type(self).__name__}
 

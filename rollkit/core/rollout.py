@@ -228,6 +228,9 @@ class Rollout:
         failed; the failure is on the trace (L8)."""
         if self._state != "new":
             raise RuntimeError(f"rollout {self.id} was already opened; build a new one with agent.rollout(task)")
+        # A model that cannot answer at all (a HumanModel with nobody to ask)
+        # is the caller's setup mistake: refused before anything starts.
+        self.agent.model.check()
         self._state = "opening"
         phase = "boot"
         try:

@@ -4,7 +4,9 @@ Transcript as chat, a text box with Send, Step / Close / Abort buttons that
 are enabled only when they make sense, a status line, budget gauges (turns,
 tokens, agent time against their limits, the current phase), by default a
 live budget burn chart, and "Fork here": a new rollout from where this one
-stood after a turn picked, whose own panel appears below.
+stood after a turn picked, whose own panel appears below. With
+`seat="agent"` it also holds the agent's seat (rollkit.notebook.seat): a
+person answers as the model.
 
 The panel is thin. A button forwards intent to the `NotebookRollout`
 (`step_soon`, `close_soon`, `abort_soon`), which schedules the async work on
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["RolloutPanel"]
 
 _STATUS_COLOURS = {
-    "waiting": "#1a73e8", "running": "#8a6d00", "opening": "#8a6d00", "closing": "#8a6d00",
+    "waiting": "#1a73e8", "asked": "#1a73e8", "running": "#8a6d00", "opening": "#8a6d00", "closing": "#8a6d00",
     "stopped": "#8a6d00", "ended": "#8a6d00", "closed": "#1e7e34", "failed": "#b00020",
     "aborted": "#b00020", "new": "#555",
 }
@@ -59,9 +61,9 @@ class RolloutPanel(widgets.VBox):
     """A widget for one rollout. Build it with `ro.panel()` and show it by
     leaving it as the last expression of a cell."""
 
-    def __init__(self, ro: NotebookRollout, *, chart: bool = True) -> None:
+    def __init__(self, ro: NotebookRollout, *, chart: bool = True, seat: str = "user") -> None:
         self.ro = ro
-        self.options = {"chart": chart}  # what it was built with; ro.panel() compares
+        self.options = {"chart": chart, "seat": seat}  # what it was built with; ro.panel() compares
         self._closed = False
         self._rendered: list[str] = []  # escaped HTML per message, so a refresh renders only new ones
         self._rendered_from: list[Any] | None = None  # the message list `_rendered` was made from
@@ -115,8 +117,13 @@ class RolloutPanel(widgets.VBox):
             self.chart = LiveBudgetBurn(ro.rollout, width=460, height=420)
             self.chart.figure.add_class("rk-chart")
             right.append(self.chart.figure)
+        self.seat = None
+        if seat == "agent":
+            from .seat import AgentSeat
+
+            self.seat = AgentSeat(ro)
         left = widgets.VBox(
-            [transcript_box, self.text,
+            [transcript_box, *([self.seat] if self.seat is not None else []), self.text,
              widgets.HBox([self.send_button, self.step_button, self.close_button, self.abort_button]),
              widgets.HBox([self.fork_turn, self.fork_button]),
              self.error],
@@ -222,6 +229,8 @@ class RolloutPanel(widgets.VBox):
         self.fork_button.disabled = turns == 0 or ro.busy or bool(ro.trace.errors) or not ro.rollout.runtime.forkable
         if ro.last_error is not None:
             self._show_error(ro.last_error)
+        if self.seat is not None:
+            self.seat.refresh()
         self._refresh_transcript()
         self._refresh_gauges()
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..core.human import HumanModel, check_tool_call
 from ..core.messages import AssistantMessage, to_messages
 from ..core.trace import Trace
 from . import _loop
@@ -44,7 +45,8 @@ class RolloutEnded(RuntimeError):
 @dataclass(frozen=True)
 class Status:
     """Where a rollout stands. `kind` is one of: new, opening, running,
-    waiting, stopped, ended, closing, closed, failed, aborted."""
+    asked (a HumanModel waits for the person's answer), waiting, stopped,
+    ended, closing, closed, failed, aborted."""
 
     kind: str
     text: str
@@ -99,6 +101,13 @@ class NotebookRollout:
         self._inflight: asyncio.Future[Any] | None = None
         self._watchers: list[Callable[[], Any]] = []
         self.last_error: BaseException | None = None
+        # The person in the agent's seat: a HumanModel with nobody else to
+        # ask is answered here (ro.answer, or the panel's agent seat).
+        self.pending: tuple[Any, asyncio.Future[Any]] | None = None
+        model = self.rollout.agent.model
+        self.seat_is_yours = isinstance(model, HumanModel) and model.ask is None
+        if self.seat_is_yours:
+            model.attach(self._ask)
 
     # ---- what it is ---------------------------------------------------------
     @property
@@ -177,6 +186,8 @@ class NotebookRollout:
             return Status("new", "not opened yet: call ro.open()")
         if trace.errors:
             return Status("failed", _failure(trace) + " (close to end it; a failed run is not scored)")
+        if self._action == "step" and self.pending is not None:
+            return Status("asked", f"your turn as the model: answer the request ({_turns(trace.num_turns)} so far)")
         if self._action == "step":
             return Status("running", f"running: the agent is working ({_turns(trace.num_turns)} so far)")
         if state == "ended":
@@ -318,6 +329,13 @@ class NotebookRollout:
     def step(self, message: Any = None) -> StepResult:
         """Run one segment and return what it did (true while the exchange can go on)."""
         self._check_step(message)  # fail before touching the loop
+        if self.seat_is_yours:
+            # The segment would wait for an answer only this kernel can give.
+            raise RuntimeError(
+                "you are the model of this rollout (a HumanModel): a blocking ro.step() would wait for you "
+                "forever; start it with ro.step_soon() and answer with ro.answer(...) / ro.call(...), "
+                "or use ro.panel(seat='agent')"
+            )
         return _loop.run(self.astep(message))
 
     def close(self) -> Trace:
@@ -367,6 +385,50 @@ class NotebookRollout:
         """Start an abort and return at once; a running step is cancelled."""
         return self._soon(self._abort(), "abort")
 
+    # ---- the agent's seat (a HumanModel answered here) -----------------------
+    async def _ask(self, request: Any) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending = (request, future)
+        self._notify()
+        try:
+            return await future
+        finally:
+            self.pending = None
+            self._notify()
+
+    @property
+    def asked(self) -> Any:
+        """The request the model (you) is asked to answer now, or None."""
+        return self.pending[0] if self.pending else None
+
+    def answer(self, reply: Any) -> None:
+        """Answer the pending request as the model: a str (text), an
+        `rk.AssistantMessage` (`rk.HumanModel.call("tool", **arguments)` for
+        a tool call). A tool call is checked against the tool's schema first:
+        a bad one raises ValueError and nothing is sent."""
+        if self.pending is None:
+            raise RuntimeError(
+                "nothing to answer: the model is not being asked right now; start a step "
+                "(ro.step_soon(), or Step in the panel) and answer when it asks"
+            )
+        if isinstance(reply, str) and not reply.strip():
+            raise ValueError("empty reply: write what the model says, or call a tool")
+        for call in getattr(reply, "tool_calls", None) or []:
+            tool = self.rollout.ctx.tools.get(call.name)
+            if tool is None:
+                known = ", ".join(sorted(self.rollout.ctx.tools)) or "none"
+                raise ValueError(f"there is no tool named {call.name!r}; this task's tools: {known}")
+            problem = check_tool_call(tool, call.args())
+            if problem is not None:
+                raise ValueError(problem)
+        _request, future = self.pending
+        if not future.done():
+            future.set_result(reply)
+
+    def call(self, tool: str, **arguments: Any) -> None:
+        """Answer the pending request with a call of `tool` (checked first)."""
+        self.answer(HumanModel.call(tool, **arguments))
+
     # ---- forks ------------------------------------------------------------------
     async def afork(self, turn: int, *, agent: Agent | None = None) -> NotebookRollout:
         """A new NotebookRollout, opened, starting where this one stood after
@@ -391,15 +453,20 @@ class NotebookRollout:
         return _loop.schedule(self.afork(turn))
 
     # ---- views ------------------------------------------------------------------
-    def panel(self, *, chart: bool = True) -> RolloutPanel:
-        """The widget panel for this rollout. Showing it again in another
-        cell reuses the same one; a closed panel, or other options
-        (`chart=`), get a new one."""
+    def panel(self, *, chart: bool = True, seat: str = "user") -> RolloutPanel:
+        """The widget panel for this rollout. `seat="agent"` adds the agent's
+        seat: the request the model is asked, the task's tools with their
+        schemas, and a reply box and a tool-call form to answer as the model
+        (for a `rk.HumanModel`). Showing it again in another cell reuses the
+        same one; a closed panel, or other options, get a new one."""
+        if seat not in ("user", "agent"):
+            raise ValueError(f"seat must be 'user' or 'agent', got {seat!r}")
+        options = {"chart": chart, "seat": seat}
         existing = getattr(self, "_panel", None)
-        if existing is None or existing.closed or existing.options != {"chart": chart}:
+        if existing is None or existing.closed or existing.options != options:
             from .panel import RolloutPanel
 
-            existing = self._panel = RolloutPanel(self, chart=chart)
+            existing = self._panel = RolloutPanel(self, chart=chart, seat=seat)
         return existing
 
     def __repr__(self) -> str:

@@ -1,0 +1,79 @@
+"""A person plays the model: `HumanModel`.
+
+For a task author who wants to sit in the agent's seat: answer as the model
+would, with text or with calls of the task's tools, and see whether the
+rewards, stops and budgets do what they meant, with no model at all. The
+answer goes through the session like any model reply (limits, `@stop`,
+`@intercept`, the trace), and usage is counted by the embedded model's
+documented token rule (`rollkit.core.models.count_tokens`), so budgets burn
+as they would.
+
+Who answers: `HumanModel(ask=fn)`, a function (sync or async) of the
+`Request` returning a reply, as `ScriptedModel` replies are (a str, an
+`AssistantMessage` such as `HumanModel.call("calculator", expression="6*7")`,
+or a `Response`); or, in a notebook, the rollout's panel in the agent seat
+(`ro.panel(seat="agent")`), which attaches itself as the asker when the
+rollout is built (`rk.notebook.open`). With neither, `open()` refuses to
+start: there would be nobody to answer.
+
+`check_tool_call(tool, arguments)` validates a call against the tool's
+schema (its argument model) and says what is wrong, so a form can refuse a
+bad argument before anything is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pydantic
+
+from .messages import Request
+from .models import ScriptedModel
+from .tools import Tool, _validation_text
+
+__all__ = ["HumanModel", "check_tool_call", "NobodyToAsk"]
+
+Ask = Callable[[Request], Any | Awaitable[Any]]
+
+
+class NobodyToAsk(RuntimeError):
+    """A HumanModel was asked to answer with no function and no panel to ask."""
+
+
+class HumanModel(ScriptedModel):
+    """A model whose replies come from a person (see the module docstring)."""
+
+    def __init__(self, ask: Ask | None = None, *, name: str = "human") -> None:
+        if ask is not None and not callable(ask):
+            raise TypeError(f"HumanModel(ask=...) takes a function of the request, got {type(ask).__name__}")
+        super().__init__(self._answer, name=name)
+        self.ask = ask
+
+    def attach(self, ask: Ask) -> None:
+        """Let `ask` answer (what the notebook panel does); replaces any other."""
+        self.ask = ask
+
+    def check(self) -> None:
+        """Called at open: refuse to start when nobody can answer."""
+        if self.ask is None:
+            raise NobodyToAsk(
+                f"HumanModel {self.name!r} has nobody to ask: pass HumanModel(ask=a function of the request), "
+                "or open the rollout in a notebook (ro = rk.notebook.open(agent, task)) and answer in "
+                "ro.panel(seat='agent') or with ro.answer(...)"
+            )
+
+    def _answer(self, request: Request) -> Any:
+        if self.ask is None:
+            self.check()
+        return self.ask(request)  # type: ignore[misc]
+
+
+def check_tool_call(tool: Tool, arguments: dict[str, Any]) -> str | None:
+    """What is wrong with calling `tool` with `arguments` (validated by the
+    tool's own argument model, as the rollout will), or None if nothing."""
+    try:
+        tool.arguments_model.model_validate(arguments)
+    except pydantic.ValidationError as exc:
+        return f"invalid arguments for tool {tool.name!r}: {_validation_text(exc)}"
+    return None

@@ -1,0 +1,152 @@
+"""The agent's seat: a person answers as the model, in the rollout panel.
+
+`AgentSeat(ro)` is the part of `ro.panel(seat="agent")` that shows what the
+model (a `rk.HumanModel` answered by this rollout) is asked, the task's
+tools with their JSON schemas, a reply box, and a tool-call form generated
+from each tool's schema: a text field for a string, a number field for an
+integer or a number, a check box for a boolean, a drop-down for an enum,
+JSON for anything else. A call is checked against the tool's own argument
+model before it is sent (`NotebookRollout.answer`): a bad argument is shown
+in the form, and nothing goes to the rollout.
+
+Like the panel, the seat is thin: it forwards the answer to the
+NotebookRollout and redraws when it says something changed. Every text
+from the task or the conversation is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+
+from ..core.human import HumanModel
+
+if TYPE_CHECKING:
+    from .stepping import NotebookRollout
+
+__all__ = ["AgentSeat", "field_for"]
+
+
+def field_for(name: str, schema: dict[str, Any], required: bool) -> widgets.Widget:
+    """The input widget for one argument of a tool, from its JSON schema."""
+    label = f"{name}{' *' if required else ''}"
+    kind = schema.get("type")
+    if "enum" in schema:
+        widget: widgets.Widget = widgets.Dropdown(options=list(schema["enum"]), description=label)
+    elif kind == "boolean":
+        widget = widgets.Checkbox(description=label, value=bool(schema.get("default", False)))
+    elif kind == "integer":
+        widget = widgets.IntText(description=label, value=schema.get("default", 0))
+    elif kind == "number":
+        widget = widgets.FloatText(description=label, value=schema.get("default", 0.0))
+    elif kind == "string":
+        widget = widgets.Text(description=label, value=schema.get("default", ""), continuous_update=False,
+                              placeholder=schema.get("description", ""))
+    else:
+        widget = widgets.Text(description=label, continuous_update=False, placeholder="JSON")
+        widget.json = True  # type: ignore[attr-defined]
+    widget.add_class(f"rk-arg-{name}")
+    return widget
+
+
+def _value(widget: widgets.Widget) -> Any:
+    value = widget.value
+    if getattr(widget, "json", False):
+        return json.loads(value) if value.strip() else None
+    return value
+
+
+class AgentSeat(widgets.VBox):
+    """Answer as the model: text, or a call of one of the task's tools."""
+
+    def __init__(self, ro: NotebookRollout) -> None:
+        self.ro = ro
+        tools = ro.rollout.ctx.tools
+        self.asked = widgets.HTML()
+        self.asked.add_class("rk-asked")
+        specs = "".join(
+            f"<details><summary><code>{html.escape(name)}</code> {html.escape(tool.description)}</summary>"
+            f"<pre>{html.escape(json.dumps(tool.spec['function']['parameters'], indent=1))}</pre></details>"
+            for name, tool in tools.items()
+        ) or "<i>this task has no tools</i>"
+        self.tools_view = widgets.HTML(f"<b>tools</b>{specs}")
+        self.reply = widgets.Textarea(placeholder="Reply as the model, then press Send reply",
+                                      continuous_update=False, layout=widgets.Layout(width="100%", height="56px"))
+        self.reply.add_class("rk-reply")
+        self.send_reply = widgets.Button(description="Send reply", button_style="primary")
+        self.send_reply.add_class("rk-send-reply")
+        self.send_reply.on_click(self._on_reply)
+        self.tool = widgets.Dropdown(options=list(tools), description="tool")
+        self.tool.add_class("rk-tool-pick")
+        self.tool.observe(lambda change: self._build_form(), names="value")
+        self.form = widgets.VBox()
+        self.call_button = widgets.Button(description="Call tool", button_style="info")
+        self.call_button.add_class("rk-call-tool")
+        self.call_button.on_click(self._on_call)
+        self.error = widgets.HTML()
+        self.error.add_class("rk-form-error")
+        self.fields: dict[str, widgets.Widget] = {}
+        self._build_form()
+        calls = [widgets.HBox([self.tool, self.call_button]), self.form] if tools else []
+        super().__init__([widgets.HTML("<b>the agent's seat: you answer as the model</b>"), self.asked,
+                          self.reply, self.send_reply, *calls, self.error, self.tools_view])
+        self.add_class("rk-agent-seat")
+        self.refresh()
+
+    def _build_form(self) -> None:
+        tool = self.ro.rollout.ctx.tools.get(self.tool.value) if self.tool.value else None
+        if tool is None:
+            self.fields, self.form.children = {}, ()
+            return
+        parameters = tool.spec["function"]["parameters"]
+        required = set(parameters.get("required", []))
+        self.fields = {name: field_for(name, schema, name in required)
+                       for name, schema in (parameters.get("properties") or {}).items()}
+        self.form.children = tuple(self.fields.values())
+
+    def _arguments(self) -> dict[str, Any]:
+        arguments = {}
+        for name, widget in self.fields.items():
+            value = _value(widget)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                # Left empty: an optional argument takes the tool's default; a
+                # required one is missing, which the check below reports.
+                continue
+            arguments[name] = value
+        return arguments
+
+    def _deliver(self, reply: Any) -> bool:
+        self.error.value = ""
+        try:
+            self.ro.answer(reply)
+        except (ValueError, RuntimeError) as exc:  # a bad argument, or nothing asked: say it, send nothing
+            self.error.value = f'<span style="color:#b00020">{html.escape(str(exc))}</span>'
+            return False
+        return True
+
+    def _on_reply(self, _button: Any = None) -> None:
+        if self._deliver(self.reply.value):
+            self.reply.value = ""
+
+    def _on_call(self, _button: Any = None) -> None:
+        try:
+            arguments = self._arguments()
+        except ValueError as exc:  # a JSON field that is not JSON
+            self.error.value = f'<span style="color:#b00020">{html.escape(f"not JSON: {exc}")}</span>'
+            return
+        self._deliver(HumanModel.call(self.tool.value, **arguments))
+
+    def refresh(self) -> None:
+        request = self.ro.asked
+        waiting = request is None
+        if waiting:
+            self.asked.value = '<i class="rk-not-asked">not asked yet: press Step, and answer when the model is asked</i>'
+        else:
+            last = request.messages[-1]
+            said = html.escape(f"{last.role}: {getattr(last, 'content', '') or ''}")
+            self.asked.value = f'<div class="rk-asked-now"><b>asked</b> after <code>{said}</code></div>'
+        for control in (self.reply, self.send_reply, self.call_button):
+            control.disabled = waiting
