@@ -40,6 +40,7 @@ _LAZY = {
     "groups": ("rollkit.runs.groups", None),
     "frames": ("rollkit.notebook.frames", None),
     "plots": ("rollkit.notebook.plots", None),
+    "replay_hooks": ("rollkit.notebook.whatif", "replay_hooks"),
 }
 
 __all__ = [

@@ -37,6 +37,7 @@ _LAZY = {
     "RolloutPanel": (".panel", "RolloutPanel"),
     "TraceBrowser": (".browser", "TraceBrowser"),
     "chat_html": (".display", "chat_html"),
+    "replay_hooks": (".whatif", "replay_hooks"),
     "trace_html": (".display", "trace_html"),
 }
 _LAZY.update({module: (f".{module}", None) for module in ("display", "frames", "plots")})

@@ -19,6 +19,9 @@ trace `id`, read from `trace.info` where a batch evaluation wrote them
   out", "returned None").
 - `user_turns(traces)`: one row per time the user spoke (who, what, what it
   answered, and for a replay the similarity and whether the agent diverged).
+- `forecast(trace_or_rollout)`: one row per limit, with the turn it would
+  end the run at, which binds first and which are unreachable
+  (rollkit.core.forecast).
 - `branches(traces)`: one row per branch of a forked rollout (the original
   and each fork, rk.fork): where it split off, reward, stop, turns, tokens.
 
@@ -42,7 +45,7 @@ from ..core.scoring import _TIMED_OUT
 from ..core.trace import PHASES, Trace
 
 __all__ = [
-    "rollouts", "turns", "phases", "signals", "user_turns", "branches",
+    "rollouts", "turns", "phases", "signals", "user_turns", "branches", "forecast",
     "ROLLOUT_COLUMNS", "TURN_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS", "USER_TURN_COLUMNS", "BRANCH_COLUMNS",
 ]
 
@@ -404,3 +407,18 @@ def branches(traces: Iterable[Trace]) -> pd.DataFrame:
         if is_root and (origin is not None or trace.id in children):
             add(trace, trace.id, "original" if origin is None else f"fork@{origin[1]} of {origin[0]}")
     return _frame(cols, BRANCH_COLUMNS)
+
+
+def forecast(source: Any) -> pd.DataFrame:
+    """The budget forecast of a trace, or of a rollout still running (a
+    `rk.Rollout` or a notebook rollout, whose agent time so far counts):
+    one row per limit, `ends_after` the turn it would end the run after,
+    `binds_first`, `reachable`, and a `note` in words."""
+    from ..core.forecast import as_columns, forecast as forecast_rows
+
+    trace = source if isinstance(source, Trace) else getattr(source, "trace", None)
+    if not isinstance(trace, Trace):
+        raise TypeError(f"forecast takes a rk.Trace or a rollout, got {type(source).__name__}")
+    running = None if isinstance(source, Trace) else getattr(source, "agent_time", None)
+    columns = as_columns(forecast_rows(trace, agent_time=running))
+    return pd.DataFrame(columns, columns=list(columns))

@@ -57,6 +57,15 @@ def _gauge(label: str, used: float, limit: float | None, unit: str = "", digits:
     )
 
 
+def _forecast(ro: Any) -> str:
+    from ..core.forecast import forecast_text
+
+    if ro.closed:
+        stop = ro.trace.stop
+        return f"ended by {stop}" if stop else "ended: no limit was reached"
+    return forecast_text(ro.trace, agent_time=ro.agent_time)
+
+
 class RolloutPanel(widgets.VBox):
     """A widget for one rollout. Build it with `ro.panel()` and show it by
     leaving it as the last expression of a cell."""
@@ -262,6 +271,7 @@ class RolloutPanel(widgets.VBox):
             + _gauge("total tokens", trace.num_total_tokens, limits.get("max_total_tokens"))
             + _gauge("agent time", ro.agent_time, trace.timeouts.get("agent"), " s", 3)
             + f'<tr><td>phase</td><td class="rk-phase" colspan="3">{html.escape(phase)}</td></tr>'
+            + f'<tr><td>forecast</td><td class="rk-forecast" colspan="3">{html.escape(_forecast(ro))}</td></tr>'
             + "</table>"
         )
 

@@ -11,6 +11,10 @@ From data to picture in one call; every function returns a figure:
   the agent phase split into model and harness time.
 - `rewards(traces)`: each reward and metric's values per signal, with how
   many are missing drawn as missing, never as zero.
+- `hook_matrix(frame)`: a what-if replay (`rk.replay_hooks`): which hook
+  or limit fired at which turn on how many traces, and when they would end.
+- `stop_reasons(traces)`: what actually ended each rollout (a limit, a
+  stop, a failure, done), counted.
 - `branches(traces)`: an original rollout and its forks side by side, one
   row per branch: the turns it shares with its parent in grey, its own in
   colour from the split on, its reward and stop at the end.
@@ -50,6 +54,8 @@ __all__ = [
     "phase_durations",
     "rewards",
     "branches",
+    "hook_matrix",
+    "stop_reasons",
     "LiveBudgetBurn",
     "LivePhaseTimeline",
     "LiveRewards",
@@ -147,11 +153,14 @@ def segment_boundaries(fig: Any) -> list[float]:
     return [float(move.split(",")[0]) for move in path.split("M")[1:]]
 
 
-def budget_burn(trace: Trace) -> go.Figure:
+def budget_burn(trace: Trace, *, forecast: bool = True) -> go.Figure:
     """Cumulative turns, tokens and agent time after each turn of one
     rollout, against their limits (dashed), with dotted lines where a new
     segment began (the user spoke): agent time does not rise across them, because waiting
-    for the user costs nothing (L9)."""
+    for the user costs nothing (L9). With `forecast` (and a limit that will
+    bind) a running rollout's lines go on, dotted and faint, at their rate so
+    far up to the turn the binding limit ends the run, and the title says
+    which (rollkit.core.forecast)."""
     if not isinstance(trace, Trace):
         raise TypeError(f"budget_burn draws one rk.Trace, got {type(trace).__name__}")
     fig = _burn_figure(trace)
@@ -160,7 +169,28 @@ def budget_burn(trace: Trace) -> go.Figure:
         fig.data[i].x = [call.cum_turns for call in committed]
         fig.data[i].y = [getattr(call, attr) for call in committed]
     _draw_boundaries(fig, [s.turns_before + 0.5 for s in trace.segments[1:]])
+    if forecast and committed and not trace.completed:  # a finished run's end is known: no projection
+        _draw_projection(fig, trace)
     return fig
+
+
+def _draw_projection(fig: Any, trace: Trace) -> None:
+    from ..core.forecast import forecast as forecast_rows, forecast_text
+
+    rows = forecast_rows(trace)
+    first = next((r for r in rows if r.binds_first), None)
+    if first is None or first.ends_after is None or first.ends_after <= trace.num_turns:
+        return
+    last, n, end = trace.turns[-1], trace.num_turns, first.ends_after
+    for row, name, attr, _limit in _BURN_LINES:
+        used = getattr(last, attr)
+        at_end = used + used / n * (end - n)
+        fig.add_trace(go.Scatter(x=[n, end], y=[used, at_end], mode="lines", name=f"{name} (forecast)",
+                                 line={"color": _COLORS[name], "dash": "dot", "width": 1}, opacity=0.6,
+                                 legendgroup=name, showlegend=False,
+                                 hovertemplate=f"forecast: turn %{{x}}<br>{name} %{{y:.4g}}<extra></extra>"),
+                      row=row, col=1)
+    fig.layout.title.text = f"{fig.layout.title.text} · {_text(forecast_text(trace))}"
 
 
 def _draw_boundaries(fig: Any, boundaries: list[float]) -> None:
@@ -433,6 +463,70 @@ def branches(data: Any) -> go.Figure:
         yaxis={"autorange": "reversed", "categoryorder": "array", "categoryarray": labels},
         height=max(220, 60 + 40 * len(frame)), margin={"l": 220, "r": 160, "t": 50, "b": 40},
     )
+    return fig
+
+
+def hook_matrix(frame: pd.DataFrame) -> go.Figure:
+    """What-if replay (`rk.replay_hooks`) at a glance: for each hook or limit
+    (rows) and turn (columns), how many of the traces it fired on (a stop, a
+    limit reached, a rewrite that changed something), hook errors counted
+    apart; beneath, after how many turns the traces would have ended."""
+    needed = {"hook", "turn", "fired", "error", "ends_after", "id"}
+    if not isinstance(frame, pd.DataFrame) or not needed <= set(frame.columns):
+        raise ValueError("hook_matrix draws the frame rk.replay_hooks(traces, hooks) made")
+    hooks = list(dict.fromkeys(frame["hook"]))
+    turns = sorted(frame["turn"].unique().tolist()) if len(frame) else []
+    fired = frame[frame["fired"]].groupby(["hook", "turn"]).size()
+    errors = frame[frame["error"].notna()].groupby(["hook", "turn"]).size()
+    z = [[int(fired.get((h, k), 0)) for k in turns] for h in hooks]
+    text = [[f"{z[i][j]}" + (f" ({int(errors.get((h, k), 0))} errors)" if errors.get((h, k), 0) else "")
+             for j, k in enumerate(turns)] for i, h in enumerate(hooks)]
+    traces = frame["id"].nunique()
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.65, 0.35], vertical_spacing=0.18,
+                        subplot_titles=("traces it fired on, by turn (0: the prompt at open)",
+                                        "traces by the turn they would have ended after"))
+    fig.add_trace(go.Heatmap(z=z, x=turns, y=[_text(h) for h in hooks], text=text, texttemplate="%{text}",
+                             colorscale="Blues", showscale=False,
+                             hovertemplate="%{y} at turn %{x}: %{z} traces<extra></extra>"), row=1, col=1)
+    ends = frame.groupby("id")["ends_after"].first()
+    labels = ["never"] + [str(int(k)) for k in sorted(ends.dropna().unique())]
+    counts = [int(ends.isna().sum())] + [int((ends == float(k)).sum()) for k in labels[1:]]
+    fig.add_trace(go.Bar(x=labels, y=counts, marker={"color": "#4e79a7"}, showlegend=False,
+                         hovertemplate="ends after %{x}: %{y} traces<extra></extra>"), row=2, col=1)
+    fig.update_layout(title={"text": f"what-if replay · {len(hooks)} hooks and limits over {traces} traces"},
+                      template="plotly_white", height=max(360, 220 + 32 * len(hooks)),
+                      margin={"l": 140, "r": 20, "t": 70, "b": 40})
+    fig.update_xaxes(dtick=1, row=1, col=1)
+    return fig
+
+
+def stop_reasons(data: Any) -> go.Figure:
+    """What ended each rollout: its stop condition (a limit, a @stop, a
+    user's stop), its error type, or "done" (the agent finished), counted
+    over many traces, coloured by kind."""
+    traces = _traces(data)
+    limits = {"max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "max_user_turns", "context_length"}
+    counts: dict[str, int] = {}
+    for trace in traces:
+        reason = "aborted" if trace.aborted else (trace.stop or "done")
+        counts[reason] = counts.get(reason, 0) + 1
+    names = sorted(counts, key=lambda r: (-counts[r], r))
+
+    def colour(reason: str) -> str:
+        if reason == "done":
+            return "#59a14f"
+        if reason in limits:
+            return "#f28e2b"
+        if reason.endswith("Error") or reason == "aborted":
+            return "#e15759"
+        return "#4e79a7"  # a @stop or a user's stop
+
+    fig = go.Figure(go.Bar(x=[_text(n) for n in names], y=[counts[n] for n in names],
+                           marker={"color": [colour(n) for n in names]},
+                           hovertemplate="%{x}: %{y} rollouts<extra></extra>"))
+    fig.update_layout(title={"text": f"what ended {len(traces)} rollouts (orange: a limit, blue: a stop, red: a failure)"},
+                      template="plotly_white", height=360, margin={"l": 50, "r": 20, "t": 60, "b": 60},
+                      yaxis={"title": {"text": "rollouts"}})
     return fig
 
 

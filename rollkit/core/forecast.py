@@ -1,0 +1,145 @@
+"""Budget forecast: which limit will end a rollout, and at about which turn.
+
+From the turns a trace has so far, each limit's use is projected forward at
+its average rate per turn, and the turn it would bind at is worked out the
+way the session checks it (L11, L12):
+
+- `max_turns` N: the run does N turns, then the next call is refused;
+- a token limit: the first turn after which the total has reached the
+  limit is the last one (the turn that crosses still completes; the next
+  call is refused). Already reached: the turn it was reached at;
+- agent time (`timeouts.agent`): it runs out during a turn, which fails the
+  run (L10); `ends_after` counts the turns completed before it.
+
+The limit with the smallest `ends_after` binds first. A limit that could
+only bind after it is unreachable: it never ends this rollout, whatever its
+value (the reported pain of caps that contradict each other: a token cap
+tripping at turn 5 of a 12-turn budget). A limit whose use does not grow is
+unreachable too. With no turn yet there is no rate: only `max_turns` has a
+forecast. This module computes rows of plain values; `rk.frames.forecast`
+makes the DataFrame and the panel shows `forecast_text`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .session import LIMIT_NAMES
+from .trace import Trace
+
+__all__ = ["Forecast", "forecast", "forecast_text", "as_columns"]
+
+
+@dataclass
+class Forecast:
+    """One limit's forecast. `ends_after`: the turns the run would have done
+    when this limit ends it (None: it would not). `per_turn`: the average
+    use per turn so far. `note` says it in words."""
+
+    limit: str
+    value: float
+    used: float
+    per_turn: float | None
+    ends_after: int | None
+    reached: bool
+    binds_first: bool = False
+    reachable: bool = True
+    note: str = ""
+
+
+def _cumulative(trace: Trace, attr: str) -> list[float]:
+    return [getattr(call, attr) for call in trace.turns]
+
+
+def _token_forecast(name: str, limit: int, series: list[float]) -> Forecast:
+    n = len(series)
+    used = series[-1] if series else 0.0
+    for k, value in enumerate(series, start=1):
+        if value >= limit:
+            return Forecast(name, limit, used, used / n, k, True)
+    if n == 0:
+        return Forecast(name, limit, used, None, 0 if limit <= 0 else None, limit <= 0)
+    rate = used / n
+    if rate <= 0:
+        return Forecast(name, limit, used, rate, None, False)
+    return Forecast(name, limit, used, rate, n + max(1, math.ceil((limit - used) / rate)), False)
+
+
+def _time_forecast(budget: float, used: float, n: int) -> Forecast:
+    if n == 0 or used <= 0:
+        return Forecast("agent_time", budget, used, None, None, used >= budget)
+    rate = used / n
+    # It runs out during turn k where k * rate first exceeds the budget; the
+    # turns before it completed.
+    during = math.floor(budget / rate) + 1
+    return Forecast("agent_time", budget, used, rate, max(n, during - 1), used >= budget)
+
+
+def forecast(trace: Trace, *, agent_time: float | None = None) -> list[Forecast]:
+    """The forecast of every limit `trace` runs under (its `limits` and its
+    agent-time budget). `agent_time` is the time charged so far when the
+    rollout is still running (Rollout.agent_time); otherwise the trace's."""
+    rows: list[Forecast] = []
+    turns = trace.num_turns
+    for name, attr in LIMIT_NAMES.items():
+        limit = trace.limits.get(name)
+        if limit is None:
+            continue
+        if name == "max_turns":
+            rows.append(Forecast(name, limit, turns, 1.0 if turns else None, limit, turns >= limit))
+        else:
+            rows.append(_token_forecast(name, limit, _cumulative(trace, f"cum_{attr.removeprefix('num_')}")))
+    budget = trace.timeouts.get("agent")
+    if budget is not None:
+        used = trace.agent_time if agent_time is None else agent_time
+        rows.append(_time_forecast(budget, used, turns))
+    _rank(rows)
+    return rows
+
+
+def _when(row: Forecast) -> str:
+    if row.reached:
+        return f"reached at turn {row.ends_after}" if row.limit != "agent_time" else "used up"
+    if row.limit == "agent_time":
+        return f"runs out during turn {row.ends_after + 1}"  # type: ignore[operator]
+    return f"at about turn {row.ends_after}"
+
+
+def _rank(rows: list[Forecast]) -> None:
+    known = [r for r in rows if r.ends_after is not None]
+    # Ties: a turn or token limit before agent time (it refuses the call
+    # that would have run out of time).
+    first = min(known, key=lambda r: (r.ends_after, r.limit == "agent_time")) if known else None
+    for row in rows:
+        if row is first:
+            row.binds_first = True
+            row.note = f"binds first: {row.limit} {_when(row)}"
+        elif row.ends_after is None and row.per_turn is None:
+            row.note = f"{row.limit}: no forecast yet (no turn so far)"
+        elif row.ends_after is None:
+            row.reachable = False
+            row.note = f"{row.limit} is unreachable: its use does not grow"
+        elif first is not None and row.ends_after > first.ends_after:  # type: ignore[operator]
+            row.reachable = False
+            row.note = (f"{row.limit} is unreachable: {first.limit} ends the run first "
+                        f"(about turn {first.ends_after}; this one at about turn {row.ends_after})")
+        else:
+            row.note = f"{row.limit} {_when(row)} as well"
+
+
+def forecast_text(trace: Trace, *, agent_time: float | None = None) -> str:
+    """One line: which limit binds first and when, and which cannot bind."""
+    rows = forecast(trace, agent_time=agent_time)
+    first = next((r for r in rows if r.binds_first), None)
+    if first is None:
+        return "no limits to forecast" if not rows else "no forecast yet: no turn so far"
+    unreachable = [r.limit for r in rows if not r.reachable]
+    return first.note + (f" ({', '.join(unreachable)} unreachable)" if unreachable else "")
+
+
+def as_columns(rows: list[Forecast]) -> dict[str, list[Any]]:
+    """Rows as columns (for a DataFrame)."""
+    names = ("limit", "value", "used", "per_turn", "ends_after", "reached", "binds_first", "reachable", "note")
+    return {name: [getattr(r, name) for r in rows] for name in names}

@@ -1,0 +1,235 @@
+"""What-if replay: new or edited hooks, and limits, over traces already recorded.
+
+`replay(traces, hooks, limits=None)` runs `@stop` and `@intercept` hooks,
+and optionally `RolloutLimits`, over recorded traces with no model call,
+turn by turn, in the order the session would have run them (L12, L13):
+before turn k the limits and the `Trace` stops see the trace as it stood
+then; the `Request` interceptors rewrite the request turn k sent, the
+`Request` stops see the rewritten request; the `Response` interceptors
+rewrite turn k's reply and the `Response` stops see the rewritten reply. The
+request interceptors also run over the initial prompt, as at open (turn 0,
+L7). It reports, per (trace, turn, hook), whether the stop would have fired
+(or the limit been reached), whether the rewrite would have changed the
+request or the reply (with a short diff), and per trace the turn it would
+have ended after: `k - 1` when a limit, a trace stop or a request stop fires
+before turn k, `k` when a response stop fires on turn k's reply.
+
+What the harness would have kept is carried forward: the prompt as the
+request interceptors rewrote it at open, and each reply as the response
+interceptors rewrote it, so a later request holds them as in a live run
+(a request rewrite is the session's alone and is not kept). Beyond that the
+replay is faithful to what was recorded, not to what would have followed:
+the model's later replies are the recorded ones, so after a rewrite that
+would have changed them, or a stop, rows describe the recorded turns.
+
+`hooks` is a Task subclass (built per trace from the trace's own data, so
+hooks that read `self.data` see each task's), a Task, or hook functions
+decorated with `@rk.stop` / `@rk.intercept`. Hooks get `trace`, `task`,
+`data`, `request`, `response`; `runtime` and `ctx` are None (nothing runs).
+A hook that raises is reported on its row (`error`), and the replay goes on.
+
+This module computes columns of plain values; `rk.replay_hooks` turns them
+into a DataFrame (rollkit.notebook).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .agent import RolloutLimits
+from .hooks import BoundHook, HookSet, bind, check_stop, collect_hooks, hook_spec, rewrite
+from .messages import Request, Response, ToolMessage
+from .session import LIMIT_NAMES
+from .task import Task
+from .trace import Trace
+
+__all__ = ["replay", "REPLAY_COLUMNS"]
+
+REPLAY_COLUMNS = ("id", "example_id", "task_key", "turn", "hook", "kind", "boundary", "fired", "changed",
+                  "diff", "error", "ends_after")
+
+
+def _hook_source(hooks: Any) -> Any:
+    """A function of a trace giving (HookSet, task) for it."""
+    if isinstance(hooks, type) and issubclass(hooks, Task):
+        def per_trace(trace: Trace) -> tuple[HookSet, Task]:
+            task = hooks(hooks.Data.model_validate(trace.task.data))
+            return HookSet.build(collect_hooks(task, "task")), task
+
+        return per_trace
+    if isinstance(hooks, Task):
+        fixed = (HookSet.build(collect_hooks(hooks, "task")), hooks)
+        return lambda trace: fixed
+    if callable(hooks):
+        hooks = [hooks]
+    if not isinstance(hooks, Iterable):
+        raise TypeError("hooks must be a Task subclass, a Task, or @rk.stop / @rk.intercept functions")
+    bound = [bind(fn, hook_spec(fn), "replay") for fn in hooks]
+    for hook in bound:
+        if hook.kind not in ("stop", "intercept"):
+            raise TypeError(f"replay runs @stop and @intercept hooks; {hook.name!r} is a @{hook.kind}")
+    fixed = (HookSet.build(bound), None)
+    return lambda trace: fixed
+
+
+def _diff(old: Any, new: Any) -> str:
+    """Where a rewrite changed a request (first changed message) or a reply."""
+    if isinstance(old, Request):
+        for i, (a, b) in enumerate(zip(old.messages, new.messages)):
+            if a != b:
+                return f"message {i} ({a.role}): {_short(getattr(a, 'content', ''))} -> {_short(getattr(b, 'content', ''))}"
+        if len(old.messages) != len(new.messages):
+            return f"{len(old.messages)} messages -> {len(new.messages)}"
+        return "tools or parameters changed"
+    a, b = old.message, new.message
+    if a.content != b.content:
+        return f"reply: {_short(a.content)} -> {_short(b.content)}"
+    if a.tool_calls != b.tool_calls:
+        return f"tool calls: {[c.name for c in a.tool_calls]} -> {[c.name for c in b.tool_calls]}"
+    return "usage or finish reason changed"
+
+
+def _short(text: Any) -> str:
+    text = "" if text is None else str(text)
+    return repr(text if len(text) <= 48 else text[:45] + "...")
+
+
+def _before(trace: Trace, turn: int, positions: list[int]) -> Trace:
+    """The trace as it stood before turn `turn` (1-based): its earlier calls,
+    and the messages the ledger held then (the reply of the turn before, the
+    user messages of a segment starting now), without the tool results that
+    only reach the ledger with the next request."""
+    end = trace.sampled[turn - 1]
+    messages = trace.messages[:end]
+    if turn > 1:
+        previous = trace.sampled[turn - 2]
+        tail = [m for m in messages[previous + 1:] if not isinstance(m, ToolMessage)]
+        messages = [*messages[: previous + 1], *tail]
+    calls = trace.model_calls[: positions[turn - 1]]
+    return Trace.model_construct(task=trace.task, limits=trace.limits, timeouts=trace.timeouts, messages=messages,
+                                 model_calls=calls, segments=trace.segments, user_turns=trace.user_turns,
+                                 info=trace.info)
+
+
+class _Rows:
+    def __init__(self) -> None:
+        self.cols: dict[str, list[Any]] = {name: [] for name in REPLAY_COLUMNS}
+        self.start = 0
+
+    def add(self, trace: Trace, turn: int, hook: str, kind: str, boundary: str, fired: bool,
+            changed: bool | None = None, diff: str | None = None, error: str | None = None) -> None:
+        cols = self.cols
+        cols["id"].append(trace.id)
+        cols["example_id"].append(trace.info.get("example_id"))
+        cols["task_key"].append(trace.task.key)
+        cols["turn"].append(turn)
+        cols["hook"].append(hook)
+        cols["kind"].append(kind)
+        cols["boundary"].append(boundary)
+        cols["fired"].append(fired)
+        cols["changed"].append(changed)
+        cols["diff"].append(diff)
+        cols["error"].append(error)
+
+    def close_trace(self, ends_after: int | None) -> None:
+        n = len(self.cols["id"])
+        self.cols["ends_after"].extend([ends_after] * (n - self.start))
+        self.start = n
+
+
+async def _stop(rows: _Rows, trace: Trace, turn: int, hook: BoundHook, values: dict[str, Any]) -> bool:
+    try:
+        fired = await check_stop(hook, values)
+    except Exception as exc:
+        rows.add(trace, turn, hook.name, "stop", hook.boundary or "", False, error=f"{type(exc).__name__}: {exc}")
+        return False
+    rows.add(trace, turn, hook.name, "stop", hook.boundary or "", fired)
+    return fired
+
+
+async def _rewrite(rows: _Rows, trace: Trace, turn: int, hook: BoundHook, values: dict[str, Any], current: Any) -> Any:
+    try:
+        new = await rewrite(hook, values, current)
+    except Exception as exc:
+        rows.add(trace, turn, hook.name, "intercept", hook.boundary or "", False, error=f"{type(exc).__name__}: {exc}")
+        return current
+    changed = new is not None and new != current
+    rows.add(trace, turn, hook.name, "intercept", hook.boundary or "", changed, changed, _diff(current, new) if changed else None)
+    return new if changed else current
+
+
+def _with(messages: list[Any], replaced: dict[int, Any]) -> list[Any]:
+    if not replaced:
+        return messages
+    return [replaced.get(i, m) for i, m in enumerate(messages)]
+
+
+async def _replay_one(rows: _Rows, trace: Trace, hooks: HookSet, task: Task | None, limits: list[tuple[str, int, str]],
+                      tools: list[dict[str, Any]]) -> None:
+    data = task.data if task is not None else None
+    base = {"task": task, "data": data, "runtime": None, "ctx": None}
+    ends: int | None = None
+    turns = trace.num_turns if len(trace.sampled) == trace.num_turns else 0  # 0: history rewritten, no replay
+    positions = [i for i, c in enumerate(trace.model_calls) if c.committed]
+    # What the harness would have held instead of the recorded messages: the
+    # prompt as rewritten at open (L7) and every reply as rewritten, which a
+    # harness keeps; a request rewrite is the session's alone and does not last.
+    replaced: dict[int, Any] = {}
+    if hooks.request_interceptors and turns:
+        first = Request.model_construct(messages=trace.messages[: trace.sampled[0]], tools=tools, model=None, params={})
+        request = first
+        for hook in hooks.request_interceptors:
+            request = await _rewrite(rows, trace, 0, hook, {**base, "request": request}, request)
+        if request is not first and len(request.messages) == len(first.messages):
+            replaced.update(enumerate(request.messages))
+    for turn in range(1, turns + 1):
+        if limits or hooks.trace_stops:
+            view = _before(trace, turn, positions)
+            if replaced:
+                view.messages = _with(view.messages, replaced)
+        for name, limit, attr in limits:
+            reached = getattr(view, attr) >= limit
+            rows.add(trace, turn, name, "limit", "limit", reached)
+            if reached and ends is None:
+                ends = turn - 1
+        for hook in hooks.trace_stops:
+            if await _stop(rows, trace, turn, hook, {**base, "trace": view}) and ends is None:
+                ends = turn - 1
+        index = trace.sampled[turn - 1]
+        request = Request.model_construct(messages=_with(trace.messages[:index], replaced), tools=tools, model=None, params={})
+        for hook in hooks.request_interceptors:
+            request = await _rewrite(rows, trace, turn, hook, {**base, "request": request}, request)
+        for hook in hooks.request_stops:
+            if await _stop(rows, trace, turn, hook, {**base, "request": request}) and ends is None:
+                ends = turn - 1
+        call = trace.model_calls[positions[turn - 1]]
+        recorded = Response.model_construct(message=trace.messages[index], usage=call.usage,
+                                            finish_reason=call.finish_reason or "stop", model=None)
+        response = recorded
+        for hook in hooks.response_interceptors:
+            response = await _rewrite(rows, trace, turn, hook, {**base, "response": response}, response)
+        if response is not recorded:
+            replaced[index] = response.message
+        for hook in hooks.response_stops:
+            if await _stop(rows, trace, turn, hook, {**base, "response": response}) and ends is None:
+                ends = turn
+    rows.close_trace(ends)
+
+
+async def replay(traces: Iterable[Trace], hooks: Any = (), *, limits: Any = None) -> dict[str, list[Any]]:
+    """The replay's columns (REPLAY_COLUMNS), one row per (trace, turn, hook
+    or limit); see the module docstring."""
+    hooks_for = _hook_source(hooks)
+    active: list[tuple[str, int, str]] = []
+    if limits is not None:
+        limits = limits if isinstance(limits, RolloutLimits) else RolloutLimits(**dict(limits))
+        active = [(name, getattr(limits, name), attr) for name, attr in LIMIT_NAMES.items() if getattr(limits, name) is not None]
+    rows = _Rows()
+    for i, trace in enumerate(traces):
+        if not isinstance(trace, Trace):
+            raise TypeError(f"item {i} is a {type(trace).__name__}, not an rk.Trace")
+        hook_set, task = hooks_for(trace)
+        tools = [t.spec for ts in task.all_toolsets() for t in ts.tools.values()] if task is not None else []
+        await _replay_one(rows, trace, hook_set, task, active, tools)
+    return rows.cols
