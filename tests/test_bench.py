@@ -1,0 +1,277 @@
+"""The task author's bench: a person plays the agent (HumanModel and the
+agent seat), what-if replay of hooks and limits over saved traces, and the
+budget forecast."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+import rollkit as rk
+from rollkit.core.forecast import forecast, forecast_text
+from rollkit.examples import Arithmetic, arithmetic_tasks, demo_agent, toy_calculator_model
+from rollkit.notebook.stepping import NotebookRollout
+from rollkit.notebook.whatif import areplay_hooks
+
+TASK = arithmetic_tasks(1)[0]  # Ann has 34 apples and buys 8 more
+
+
+# ---- a person plays the agent ------------------------------------------------------
+
+
+def _solver(request: rk.Request):
+    """What a person would answer: call the calculator, then say the result."""
+    if request.messages[-1].role == "tool":
+        return f"The answer is {request.messages[-1].content}."
+    return rk.HumanModel.call("calculator", expression="34 + 8")
+
+
+async def test_human_model_answers_through_the_session_like_any_model():
+    seen = []
+
+    def ask(request):
+        seen.append([m.role for m in request.messages])
+        return _solver(request)
+
+    agent = rk.Agent(model=rk.HumanModel(ask=ask), limits={"max_turns": 5})
+    trace = await agent.run(TASK)
+    assert trace.rewards == {"correct": 1.0} and trace.num_turns == 2
+    assert seen == [["system", "user"], ["system", "user", "assistant", "tool"]]
+    # Usage by the embedded model's documented token rule, so budgets burn as they would.
+    assert (trace.turns[0].usage.input_tokens, trace.turns[0].usage.output_tokens) == (30, 7)
+
+
+async def test_human_model_async_ask_and_a_limit_refusing_the_person():
+    async def ask(request):
+        await asyncio.sleep(0)
+        return _solver(request)
+
+    trace = await rk.Agent(model=rk.HumanModel(ask=ask), limits={"max_turns": 1}).run(TASK)
+    assert trace.stop_condition == "max_turns" and trace.num_turns == 1
+
+
+async def test_human_model_with_nobody_to_ask_is_refused_at_open():
+    rollout = rk.Agent(model=rk.HumanModel()).rollout(TASK)
+    with pytest.raises(rk.core.NobodyToAsk, match="HumanModel 'human' has nobody to ask: pass HumanModel"):
+        await rollout.open()
+    assert rollout.state == "new" and rollout.trace.errors == []  # refused before anything started
+    with pytest.raises(TypeError, match="HumanModel\\(ask=...\\) takes a function of the request, got str"):
+        rk.HumanModel(ask="me")
+
+
+async def _seated() -> tuple[NotebookRollout, asyncio.Future]:
+    ro = NotebookRollout(rk.Agent(model=rk.HumanModel()), TASK)
+    await ro.aopen()
+    future = ro.step_soon()
+    while ro.asked is None:  # the step runs until the model (the person) is asked
+        await asyncio.sleep(0)
+    return ro, future
+
+
+async def test_the_person_answers_from_code_and_bad_tool_calls_are_refused_before_sending():
+    ro, step = await _seated()
+    assert ro.status.kind == "asked" and ro.seat_is_yours
+    with pytest.raises(ValueError, match="invalid arguments for tool 'calculator': expression: Field required"):
+        ro.call("calculator")
+    with pytest.raises(ValueError, match="there is no tool named 'abacus'; this task's tools: calculator"):
+        ro.call("abacus", beads=3)
+    assert ro.asked is not None and ro.trace.num_turns == 0  # nothing was sent
+    ro.call("calculator", expression="34 + 8")
+    while ro.trace.num_turns < 1 or ro.asked is None:
+        await asyncio.sleep(0)
+    ro.answer("The answer is 42.")
+    result = await step
+    assert result.reply == "The answer is 42."
+    assert (await ro.aclose()).rewards == {"correct": 1.0}
+    with pytest.raises(RuntimeError, match="nothing to answer: the model is not being asked right now"):
+        ro.answer("late")
+
+
+def test_a_blocking_step_with_you_as_the_model_is_refused_with_what_to_do():
+    ro = rk.notebook.open(rk.Agent(model=rk.HumanModel()), TASK)
+    with pytest.raises(RuntimeError, match=r"you are the model of this rollout .* start it with ro.step_soon\(\)"):
+        ro.step()
+    ro.close()
+
+
+async def test_the_agent_seat_form_validates_against_the_schema_and_sends_only_good_calls():
+    ro, step = await _seated()
+    panel = ro.panel(seat="agent", chart=False)
+    seat = panel.seat
+    assert list(seat.fields) == ["expression"] and "&quot;expression&quot;" in seat.tools_view.value
+    assert not seat.call_button.disabled
+    seat.call_button.click()  # the required expression left empty
+    assert "invalid arguments for tool &#x27;calculator&#x27;: expression: Field required" in seat.error.value
+    assert ro.trace.num_turns == 0 and ro.asked is not None
+    seat.fields["expression"].value = "34 + 8"
+    seat.call_button.click()
+    assert seat.error.value == ""
+    while ro.trace.num_turns < 1 or ro.asked is None:
+        await asyncio.sleep(0)
+    assert "tool: 42" in seat.asked.value
+    seat.reply.value = "The answer is 42."
+    seat.send_reply.click()
+    await step
+    assert seat.send_reply.disabled  # nothing asked any more
+    assert (await ro.aclose()).rewards == {"correct": 1.0}
+
+
+def test_form_fields_follow_the_schema_types():
+    from rollkit.notebook.seat import field_for
+
+    kinds = {name: type(field_for(name, schema, True)).__name__ for name, schema in {
+        "s": {"type": "string"}, "i": {"type": "integer"}, "f": {"type": "number"},
+        "b": {"type": "boolean"}, "e": {"type": "string", "enum": ["a", "b"]}, "o": {"type": "object"},
+    }.items()}
+    assert kinds == {"s": "Text", "i": "IntText", "f": "FloatText", "b": "Checkbox", "e": "Dropdown", "o": "Text"}
+
+
+# ---- what-if replay ---------------------------------------------------------------------
+
+
+class Stricter(Arithmetic):
+    """The example task with a stricter @stop and a prompt rewriter."""
+
+    @rk.stop
+    def no_big_numbers(self, response: rk.Response) -> bool:
+        return any(int(n) > 100 for n in re.findall(r"\d+", response.message.content or ""))
+
+    @rk.intercept
+    def shout(self, request: rk.Request) -> rk.Request | None:
+        first = request.messages[0]
+        if first.role == "system" and not first.content.isupper():
+            return request.model_copy(update={"messages": [first.model_copy(update={"content": first.content.upper()}),
+                                                           *request.messages[1:]]})
+        return None
+
+    @rk.intercept
+    def tidy(self, response: rk.Response) -> rk.Response | None:
+        text = response.message.content or ""
+        if "answer is" not in text:
+            return None
+        return response.model_copy(update={"message": response.message.model_copy(update={"content": text + " (checked)"})})
+
+
+async def test_replayed_hooks_equal_what_a_live_run_with_them_records():
+    tasks = arithmetic_tasks(12)
+    recorded = [await demo_agent().run(t) for t in tasks]  # without the hooks
+    live = [await demo_agent().run(Stricter(t.data)) for t in tasks]  # with them
+    frame = await areplay_hooks(recorded, Stricter)
+    for before, after in zip(recorded, live):
+        rows = frame[frame["id"] == before.id]
+        ends = rows["ends_after"].iloc[0]
+        # Same stop turn: the live run stopped after the turn the replay says.
+        if after.stop_condition == "no_big_numbers":
+            assert ends == after.num_turns
+        else:
+            assert ends != ends  # NaN: never
+        # Same rewrites, at the same calls (turn 0: the prompt at open).
+        changed = rows[rows["kind"].eq("intercept") & rows["fired"]]
+        replayed = sorted((h, None if turn == 0 else int(turn) - 1) for h, turn in zip(changed["hook"], changed["turn"]))
+        recorded_live = sorted((r.hook, r.call) for r in [*after.request_rewrites, *after.response_rewrites])
+        assert replayed == recorded_live, before.task.key
+    assert set(frame["kind"]) == {"stop", "intercept"}
+    assert frame["diff"].dropna().str.contains("->").all()
+
+
+async def test_replayed_limits_say_when_each_trace_would_have_been_stopped():
+    tasks = arithmetic_tasks(6)
+    recorded = [await demo_agent().run(t) for t in tasks]
+    limits = {"max_total_tokens": 36, "max_turns": 4}
+    frame = await areplay_hooks(recorded, limits=rk.RolloutLimits(**limits))
+    ends = frame.groupby("id")["ends_after"].first()
+    stopped = 0
+    for task, trace in zip(tasks, recorded):
+        live = await demo_agent(limits=limits).run(task)
+        if live.stop_condition == "max_total_tokens":
+            stopped += 1
+            assert ends[trace.id] == live.num_turns == 1  # turn 1 crossed it: turn 2 was refused
+        else:
+            assert ends[trace.id] != ends[trace.id] and live.stop_condition is None  # NaN: never stopped
+    assert 0 < stopped < len(tasks)
+    fired = frame[frame["fired"]]
+    assert set(zip(fired["hook"], fired["turn"])) == {("max_total_tokens", 2)} and len(fired) == stopped
+
+
+async def test_replay_reports_a_raising_hook_on_its_row_and_goes_on():
+    @rk.stop
+    def broken(trace: rk.Trace) -> bool:
+        raise ValueError("oops")
+
+    @rk.stop
+    def two_turns(trace: rk.Trace) -> bool:
+        return trace.num_turns >= 1
+
+    recorded = [await demo_agent().run(t) for t in arithmetic_tasks(2)]
+    frame = await areplay_hooks(recorded, [broken, two_turns])
+    assert set(frame[frame["hook"] == "broken"]["error"]) == {"TaskError: @stop 'broken': ValueError: oops"}
+    assert list(frame.groupby("id")["ends_after"].first()) == [1.0, 1.0]
+    with pytest.raises(TypeError, match="replay runs @stop and @intercept hooks; 'correct' is a @reward"):
+        await areplay_hooks(recorded, [Arithmetic.correct])
+    fig = rk.plots.hook_matrix(frame)
+    assert fig.layout.title.text == "what-if replay · 2 hooks and limits over 2 traces"
+
+
+# ---- budget forecast ------------------------------------------------------------------------
+
+
+async def test_the_forecast_names_the_limit_that_binds_on_the_budget_runs_of_notebook_02():
+    budgets = {  # as notebooks/02_hooks_and_budgets runs them
+        "max_turns": dict(limits={"max_turns": 1}),
+        "max_input_tokens": dict(limits={"max_input_tokens": 20}),
+        "max_output_tokens": dict(limits={"max_output_tokens": 5}),
+        "max_total_tokens": dict(limits={"max_total_tokens": 30}),
+    }
+    for name, options in budgets.items():
+        trace = await demo_agent(**options).run(TASK)
+        [first] = [r for r in forecast(trace) if r.binds_first]
+        assert (first.limit, trace.stop_condition, first.ends_after, trace.num_turns) == (name, name, 1, 1)
+
+
+async def test_a_mid_run_forecast_predicts_the_limit_and_turn_that_end_the_run():
+    agent = rk.Agent(model="echo", limits={"max_turns": 12, "max_total_tokens": 60}, timeouts={"agent": 100.0})
+    rollout = agent.rollout(rk.Task(prompt="hello there friend"), user=True)
+    await rollout.open()
+    await rollout.step()
+    await rollout.step("hello there friend")
+    frame = rk.frames.forecast(rollout)
+    first = frame[frame["binds_first"]].iloc[0]
+    assert (first["limit"], first["ends_after"]) == ("max_total_tokens", 6)
+    assert set(frame[~frame["reachable"]]["limit"]) == {"max_turns", "agent_time"}
+    assert forecast_text(rollout.trace) == (
+        "binds first: max_total_tokens at about turn 6 (max_turns, agent_time unreachable)")
+    fig = rk.plots.budget_burn(rollout.trace)
+    assert "binds first: max_total_tokens at about turn 6" in fig.layout.title.text
+    assert [list(d.x) for d in fig.data[5:]] == [[2, 6]] * 5  # each line projected to the binding turn
+    while await rollout.step("hello there friend"):
+        pass
+    trace = await rollout.close()
+    assert (trace.stop_condition, trace.num_turns) == ("max_total_tokens", 6)
+
+
+def test_forecast_without_turns_or_limits_says_so():
+    trace = rk.Trace(task=rk.core.trace.TaskRef(type="T", key="k"), limits={"max_turns": 3})
+    assert forecast_text(trace) == "binds first: max_turns at about turn 3"
+    assert forecast_text(rk.Trace(task=rk.core.trace.TaskRef(type="T", key="k"))) == "no limits to forecast"
+    with pytest.raises(TypeError, match="forecast takes a rk.Trace or a rollout, got int"):
+        rk.frames.forecast(3)
+
+
+async def test_stop_reasons_counts_what_ended_each_rollout():
+    traces = [await demo_agent(limits={"max_turns": 1}).run(t) for t in arithmetic_tasks(2)]
+    traces += [await demo_agent().run(t) for t in arithmetic_tasks(3)]
+    traces.append(await rk.Agent(model=rk.ScriptedModel([], name="mute")).run(TASK))
+    fig = rk.plots.stop_reasons(traces)
+    assert dict(zip(fig.data[0].x, fig.data[0].y)) == {"done": 3, "max_turns": 2, "ProviderError": 1}
+
+
+def test_the_panel_gauges_show_the_forecast():
+    ro = rk.notebook.open(demo_agent(limits={"max_turns": 4, "max_total_tokens": 200}), TASK)
+    ro.step()
+    panel = ro.panel(chart=False)
+    assert "binds first: max_turns" in panel.gauges.value or "binds first: max_total_tokens" in panel.gauges.value
+    ro.close()
+    panel.refresh()
+    assert "ended: no limit was reached" in panel.gauges.value
