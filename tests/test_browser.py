@@ -1,7 +1,12 @@
-"""The rollout panel in a real browser: Voila serves tests/browser_app/panel.ipynb
-on 127.0.0.1, headless Chromium (Debian's, driven by Playwright) types a user
-message and clicks Send, and the DOM must show the agent's reply, a budget
-chart with new points, and a status line that moved.
+"""The rollout panel in a real browser: Voila serves a notebook of
+tests/browser_app/ on 127.0.0.1, headless Chromium (Debian's, driven by
+Playwright) works the panel, and the DOM must show what happened.
+
+- panel.ipynb: type a user message and click Send; the agent's reply, a
+  budget chart with new points and a status line that moved appear.
+- agent_seat.ipynb: play the agent (a HumanModel): a tool call with its
+  argument left empty is refused in the form; pick the calculator, fill its
+  argument, call it; answer in text; close; the reward shows in the status.
 
 Follows ../shared/notes/browser-testing.md: readiness is Voila's own "running
 at" line plus an open port (its /api answers 403 in this mode); every request
@@ -13,6 +18,7 @@ path printed); set ROLLKIT_SCREENSHOT=<file.png> to keep a copy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
@@ -29,7 +35,7 @@ playwright_sync = pytest.importorskip("playwright.sync_api")
 pytest.importorskip("voila")
 
 CHROMIUM = "/usr/bin/chromium"
-APP = Path(__file__).parent / "browser_app" / "panel.ipynb"
+APPS = Path(__file__).parent / "browser_app"
 BUDGET_MS = 90_000  # first render takes ~8 s here; generous for a loaded machine
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -104,8 +110,9 @@ class _Voila:
 
 
 @pytest.fixture
-def voila(tmp_path: Path):
-    server = _Voila(APP, tmp_path / "runtime")
+def voila(tmp_path: Path, request):
+    app = getattr(request, "param", "panel.ipynb")
+    server = _Voila(APPS / app, tmp_path / "runtime")
     try:
         server.wait_ready(timeout=120)
         yield server
@@ -120,47 +127,24 @@ def _local_only(route) -> None:  # type: ignore[no-untyped-def]
         route.abort()
 
 
-def test_send_in_the_browser_shows_reply_chart_points_and_status(voila: _Voila, tmp_path: Path) -> None:
-    expect = playwright_sync.expect
-    expect.set_options(timeout=BUDGET_MS)
-    screenshot = tmp_path / "panel.png"
+@contextlib.contextmanager
+def _page(voila: _Voila, tmp_path: Path, name: str):  # type: ignore[no-untyped-def]
+    """A page on the Voila app; on failure the browser console and Voila's log
+    are printed, and the screenshot is always saved."""
+    playwright_sync.expect.set_options(timeout=BUDGET_MS)
+    screenshot = tmp_path / f"{name}.png"
     console: list[str] = []
     with playwright_sync.sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
             viewport={"width": 1280, "height": 900},
         )
+        page = context.new_page()
         try:
-            page = context.new_page()
             page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
             page.route("**/*", _local_only)
             page.goto(voila.url, wait_until="domcontentloaded")
-
-            status = page.locator(".rk-status-line")
-            expect(status).to_contain_text("type the opening message")
-            expect(status).to_have_attribute("data-kind", "waiting")
-            # plotly draws no point before the first one exists: wait for the
-            # chart itself (title, axes), then count its points.
-            chart = page.locator(".rk-chart")
-            expect(chart.locator(".gtitle")).to_contain_text("budget burn")
-            expect(chart.locator(".x3title")).to_contain_text("turn")  # the shared x axis, under the last row
-            points = chart.locator("path.point")
-            assert points.count() == 0
-            step = page.locator("button.rk-step")
-            expect(step).to_be_disabled()  # the user speaks first
-
-            page.locator(".rk-input textarea").fill("hello <b>from</b> the browser")
-            page.locator("button.rk-send").click()
-
-            transcript = page.locator(".rk-transcript")
-            expect(transcript.locator(".rk-assistant")).to_contain_text("You said: hello <b>from</b> the browser")
-            expect(transcript.locator(".rk-user")).to_have_count(1)
-            expect(transcript.locator("b", has_text="from")).to_have_count(0)  # escaped, not markup
-            expect(status).to_contain_text("waiting for the user after 1 turn")
-            # one point per budget line (turns, input, output, total, agent time)
-            expect(points).to_have_count(5)
-            expect(page.locator(".rk-gauges")).to_contain_text("1 / 10")
-            expect(step).to_be_enabled()
+            yield page
             page.screenshot(path=str(screenshot), full_page=True)
         except BaseException:
             page.screenshot(path=str(screenshot), full_page=True)
@@ -171,5 +155,64 @@ def test_send_in_the_browser_shows_reply_chart_points_and_status(voila: _Voila, 
             print(f"screenshot: {screenshot}")
             keep = os.environ.get("ROLLKIT_SCREENSHOT")
             if keep and screenshot.exists():
-                shutil.copyfile(screenshot, keep)
+                shutil.copyfile(screenshot, keep.replace(".png", f"-{name}.png"))
             context.close()
+
+
+def test_send_in_the_browser_shows_reply_chart_points_and_status(voila: _Voila, tmp_path: Path) -> None:
+    expect = playwright_sync.expect
+    with _page(voila, tmp_path, "panel") as page:
+        status = page.locator(".rk-status-line")
+        expect(status).to_contain_text("type the opening message")
+        expect(status).to_have_attribute("data-kind", "waiting")
+        # plotly draws no point before the first one exists: wait for the
+        # chart itself (title, axes), then count its points.
+        chart = page.locator(".rk-chart")
+        expect(chart.locator(".gtitle")).to_contain_text("budget burn")
+        expect(chart.locator(".x3title")).to_contain_text("turn")  # the shared x axis, under the last row
+        points = chart.locator("path.point")
+        assert points.count() == 0
+        step = page.locator("button.rk-step")
+        expect(step).to_be_disabled()  # the user speaks first
+
+        page.locator(".rk-input textarea").fill("hello <b>from</b> the browser")
+        page.locator("button.rk-send").click()
+
+        transcript = page.locator(".rk-transcript")
+        expect(transcript.locator(".rk-assistant")).to_contain_text("You said: hello <b>from</b> the browser")
+        expect(transcript.locator(".rk-user")).to_have_count(1)
+        expect(transcript.locator("b", has_text="from")).to_have_count(0)  # escaped, not markup
+        expect(status).to_contain_text("waiting for the user after 1 turn")
+        # one point per budget line (turns, input, output, total, agent time)
+        expect(points).to_have_count(5)
+        expect(page.locator(".rk-gauges")).to_contain_text("1 / 10")
+        expect(step).to_be_enabled()
+
+
+@pytest.mark.parametrize("voila", ["agent_seat.ipynb"], indirect=True)
+def test_play_the_agent_in_the_browser_call_a_tool_answer_and_read_the_reward(voila: _Voila, tmp_path: Path) -> None:
+    expect = playwright_sync.expect
+    with _page(voila, tmp_path, "agent-seat") as page:
+        status = page.locator(".rk-status-line")
+        expect(status).to_have_attribute("data-kind", "asked")
+        seat = page.locator(".rk-agent-seat")
+        expect(seat.locator(".rk-asked")).to_contain_text("asked after")
+        # A required argument left empty is refused in the form: nothing is sent.
+        seat.locator("button.rk-call-tool").click()
+        expect(seat.locator(".rk-form-error")).to_contain_text("expression: Field required")
+        expect(page.locator(".rk-gauges")).to_contain_text("0 / 6")
+        expect(seat.locator(".rk-tool-pick select")).to_have_value("calculator")
+        argument = seat.locator(".rk-arg-expression input")
+        argument.fill("34 + 8")
+        argument.press("Tab")  # the field sends its value on blur
+        seat.locator("button.rk-call-tool").click()
+        expect(seat.locator(".rk-asked")).to_contain_text("tool: 42")  # the tool ran; the model is asked again
+        reply = seat.locator(".rk-reply textarea")
+        reply.fill("The answer is 42.")
+        reply.press("Tab")
+        seat.locator("button.rk-send-reply").click()
+        expect(status).to_contain_text("after 2 turns")
+        expect(page.locator(".rk-transcript .rk-assistant").last).to_contain_text("The answer is 42.")
+        expect(page.locator(".rk-transcript .rk-tool")).to_contain_text("42")  # the tool's result, on the trace
+        page.locator("button.rk-close").click()
+        expect(status).to_contain_text("closed: ok, reward 1.000")

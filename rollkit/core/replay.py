@@ -106,10 +106,11 @@ def _before(trace: Trace, turn: int, positions: list[int]) -> Trace:
         previous = trace.sampled[turn - 2]
         tail = [m for m in messages[previous + 1:] if not isinstance(m, ToolMessage)]
         messages = [*messages[: previous + 1], *tail]
-    calls = trace.model_calls[: positions[turn - 1]]
-    return Trace.model_construct(task=trace.task, limits=trace.limits, timeouts=trace.timeouts, messages=messages,
-                                 model_calls=calls, segments=trace.segments, user_turns=trace.user_turns,
-                                 info=trace.info)
+    # A shallow copy with two fields replaced: model_construct would build
+    # every default again (slow in pydantic), and nothing here is mutated.
+    view = trace.model_copy(update={"messages": messages, "model_calls": trace.model_calls[: positions[turn - 1]]})
+    view._recount()
+    return view
 
 
 class _Rows:

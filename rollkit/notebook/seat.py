@@ -142,7 +142,9 @@ class AgentSeat(widgets.VBox):
     def refresh(self) -> None:
         request = self.ro.asked
         waiting = request is None
-        if waiting:
+        if waiting and self.ro.closed:
+            self.asked.value = '<i class="rk-not-asked">the rollout is closed: nothing more to answer</i>'
+        elif waiting:
             self.asked.value = '<i class="rk-not-asked">not asked yet: press Step, and answer when the model is asked</i>'
         else:
             last = request.messages[-1]
