@@ -11,7 +11,7 @@ import pytest
 
 import rollkit as rk
 from rollkit.core.forecast import forecast, forecast_text
-from rollkit.examples import Arithmetic, arithmetic_tasks, demo_agent, toy_calculator_model
+from rollkit.examples import Arithmetic, arithmetic_tasks, demo_agent
 from rollkit.notebook.stepping import NotebookRollout
 from rollkit.notebook.whatif import areplay_hooks
 
