@@ -194,3 +194,26 @@ async def test_grandchild_that_leaves_the_group_does_not_hang_the_run(runtime):
     assert len(escaped) == 1 and killed == escaped  # it did escape: the case is real
     assert all(gone(pid) for pid in escaped)
     assert runtime.programs == []
+
+
+async def test_cancelled_launch_neither_hangs_nor_leaves_the_group_behind(runtime):
+    # Cancelled inside asyncio's create_subprocess_exec, before the program's
+    # pipes are connected, CPython 3.11 kills the shell alone and then waits
+    # forever for pipes that never connect. Cancel at each early loop turn:
+    # every launch must end, and with it everything the shell started.
+    script = "sleep 300 & echo $! > child.$$; wait"
+    for turns in range(12):
+        task = asyncio.ensure_future(runtime.launch(["sh", "-c", script], stdin=False))
+        for _ in range(turns):
+            await asyncio.sleep(0)  # one loop turn each: no waiting on time
+        task.cancel()
+        async with asyncio.timeout(20):  # a hang fails here instead of stalling the suite
+            try:
+                program = await task
+            except asyncio.CancelledError:
+                pass
+            else:
+                await program.kill(grace=0)
+        assert runtime.programs == []
+    async with asyncio.timeout(20):
+        assert [pid for pid in processes_in(runtime.workdir) if not await exited(pid)] == []

@@ -270,7 +270,7 @@ class SubprocessRuntime(Runtime):
             raise SandboxError(f"cannot launch {argv[0]!r}: {self!r} is not running")
         full_env = self.environment(env)
         executable = self.resolve(argv[0], full_env)
-        process = await asyncio.create_subprocess_exec(
+        creating = asyncio.ensure_future(asyncio.create_subprocess_exec(
             executable,
             *argv[1:],
             cwd=self.workdir,
@@ -280,9 +280,24 @@ class SubprocessRuntime(Runtime):
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # its own process group, killed as a whole
             limit=1 << 24,  # lines up to 16 MiB: a program may print a whole conversation
-        )
+        ))
+        cancelled = False
+        while True:
+            # Shielded: cancelled before the pipes are connected, CPython 3.11's
+            # create_subprocess_exec kills the program alone (not its group)
+            # and then waits forever for pipes that never connect.
+            try:
+                process = await asyncio.shield(creating)
+                break
+            except asyncio.CancelledError:
+                if creating.done() and creating.cancelled():
+                    raise
+                cancelled = True
         program = Program(process, argv, self)
         self._programs.add(program)
+        if cancelled:
+            await asyncio.shield(program.kill(grace=0))
+            raise asyncio.CancelledError
         return program
 
     async def run(
