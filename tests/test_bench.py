@@ -89,6 +89,60 @@ async def test_the_person_answers_from_code_and_bad_tool_calls_are_refused_befor
         ro.answer("late")
 
 
+async def _until_asked(*rollouts: NotebookRollout) -> None:
+    async with asyncio.timeout(30):  # bounds a hang; no timing is asserted
+        while any(ro.asked is None for ro in rollouts):
+            await asyncio.sleep(0)
+
+
+async def test_one_human_model_serves_each_rollout_from_its_own_seat():
+    model = rk.HumanModel()
+    agent = rk.Agent(model=model, limits={"max_turns": 5})
+    first, second = arithmetic_tasks(2)
+    ro1, ro2 = NotebookRollout(agent, first), NotebookRollout(agent, second)
+    await ro1.aopen()
+    await ro2.aopen()
+    steps = ro1.step_soon(), ro2.step_soon()
+    await _until_asked(ro1, ro2)
+    # Each seat holds its own rollout's request, not the other's.
+    asked = [ro.asked.messages[-1].content for ro in (ro1, ro2)]
+    assert asked == [ro.trace.messages[-1].content for ro in (ro1, ro2)] and asked[0] != asked[1]
+    ro2.answer("second's answer")
+    ro1.answer("first's answer")
+    assert [(await s).reply for s in steps] == ["first's answer", "second's answer"]
+    with pytest.raises(RuntimeError, match=f"rollout {ro1.id} already has someone answering as its model"):
+        model.attach(lambda request: "x", rollout=ro1.id)
+    await ro1.aclose()
+    assert model.answers(ro1.id) is None and model.answers(ro2.id) is not None  # detached at close
+    await ro2.aclose()
+    assert model.answers(ro2.id) is None
+
+
+async def test_requests_asked_at_once_wait_in_order_and_each_gets_its_own_answer():
+    ro = NotebookRollout(rk.Agent(model=rk.HumanModel()), TASK)
+    await ro.aopen()
+    token = rk.core.models.calling_rollout.set(ro.id)
+    try:
+        calls = [asyncio.ensure_future(ro.rollout.agent.model.complete(rk.Request(messages=[rk.UserMessage(content=t)])))
+                 for t in ("one", "two")]
+        await _until_asked(ro)
+        while len(ro._asking) < 2:
+            await asyncio.sleep(0)
+    finally:
+        rk.core.models.calling_rollout.reset(token)
+    assert ro.asked.messages[0].content == "one"
+    ro.answer("to one")
+    assert ro.asked.messages[0].content == "two"  # the second waits, not overwritten
+    ro.answer("to two")
+    assert [(await c).message.content for c in calls] == ["to one", "to two"]
+    assert ro.asked is None
+    with pytest.raises(ValueError, match="invalid arguments for tool 'calculator': expression: Field required"):
+        ro._asking.append((None, asyncio.get_running_loop().create_future()))
+        ro.answer(rk.Response(message=rk.HumanModel.call("calculator")))  # a Response's calls are checked too
+    ro._asking.clear()
+    await ro.aclose()
+
+
 def test_a_blocking_step_with_you_as_the_model_is_refused_with_what_to_do():
     ro = rk.notebook.open(rk.Agent(model=rk.HumanModel()), TASK)
     with pytest.raises(RuntimeError, match=r"you are the model of this rollout .* start it with ro.step_soon\(\)"):

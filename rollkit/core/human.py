@@ -29,7 +29,7 @@ from typing import Any
 import pydantic
 
 from .messages import Request
-from .models import ScriptedModel
+from .models import ScriptedModel, calling_rollout
 from .tools import Tool, _validation_text
 
 __all__ = ["HumanModel", "check_tool_call", "NobodyToAsk"]
@@ -42,21 +42,41 @@ class NobodyToAsk(RuntimeError):
 
 
 class HumanModel(ScriptedModel):
-    """A model whose replies come from a person (see the module docstring)."""
+    """A model whose replies come from a person (see the module docstring).
+
+    One HumanModel may serve several rollouts at once (an agent reused, a
+    fork): each rollout's panel attaches its own asker with
+    `attach(ask, rollout=id)`, and a request is answered by the asker of the
+    rollout that made it (`calling_rollout`), never by another's."""
 
     def __init__(self, ask: Ask | None = None, *, name: str = "human") -> None:
         if ask is not None and not callable(ask):
             raise TypeError(f"HumanModel(ask=...) takes a function of the request, got {type(ask).__name__}")
         super().__init__(self._answer, name=name)
         self.ask = ask
+        self._askers: dict[str, Ask] = {}
 
-    def attach(self, ask: Ask) -> None:
-        """Let `ask` answer (what the notebook panel does); replaces any other."""
-        self.ask = ask
+    def attach(self, ask: Ask, *, rollout: str) -> None:
+        """Let `ask` answer the requests of rollout `rollout` (what the
+        notebook's agent seat does). One asker per rollout."""
+        if rollout in self._askers:
+            raise RuntimeError(
+                f"rollout {rollout} already has someone answering as its model; detach it first "
+                "(one agent seat per rollout)"
+            )
+        self._askers[rollout] = ask
 
-    def check(self) -> None:
+    def detach(self, rollout: str) -> None:
+        """Forget the asker of `rollout` (its rollout closed)."""
+        self._askers.pop(rollout, None)
+
+    def answers(self, rollout: str | None) -> Ask | None:
+        """Who answers requests of `rollout`: its own asker, else `ask`."""
+        return self._askers.get(rollout, self.ask) if rollout is not None else self.ask
+
+    def check(self, rollout: str | None = None) -> None:
         """Called at open: refuse to start when nobody can answer."""
-        if self.ask is None:
+        if self.answers(rollout) is None:
             raise NobodyToAsk(
                 f"HumanModel {self.name!r} has nobody to ask: pass HumanModel(ask=a function of the request), "
                 "or open the rollout in a notebook (ro = rk.notebook.open(agent, task)) and answer in "
@@ -64,9 +84,11 @@ class HumanModel(ScriptedModel):
             )
 
     def _answer(self, request: Request) -> Any:
-        if self.ask is None:
-            self.check()
-        return self.ask(request)  # type: ignore[misc]
+        rollout = calling_rollout.get()
+        ask = self.answers(rollout)
+        if ask is None:
+            self.check(rollout)
+        return ask(request)  # type: ignore[misc]
 
 
 def check_tool_call(tool: Tool, arguments: dict[str, Any]) -> str | None:

@@ -14,6 +14,7 @@ only "echo"; `rollkit.examples` registers "toy-calculator" and
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import json
 from collections.abc import Callable, Sequence
@@ -22,7 +23,14 @@ from typing import Any, Union
 from .errors import ProviderError
 from .messages import AssistantMessage, Request, Response, ToolCall, Usage
 
-__all__ = ["Model", "ScriptedModel", "count_tokens", "register_model", "resolve_model", "model_names"]
+__all__ = [
+    "Model", "ScriptedModel", "count_tokens", "register_model", "resolve_model", "model_names", "calling_rollout",
+]
+
+# The id of the rollout whose model call is running (set by the session
+# around `model.complete`), for a model that serves several rollouts and
+# must tell them apart (a HumanModel's per-rollout askers).
+calling_rollout: contextvars.ContextVar[str | None] = contextvars.ContextVar("calling_rollout", default=None)
 
 
 class Model:
@@ -37,9 +45,9 @@ class Model:
     async def aclose(self) -> None:
         """Release pooled connections, if any."""
 
-    def check(self) -> None:
-        """Raise a clear error when this model cannot answer at all (called
-        by `Rollout.open` before anything starts)."""
+    def check(self, rollout: str | None = None) -> None:
+        """Raise a clear error when this model cannot answer at all for
+        rollout `rollout` (called by `Rollout.open` before anything starts)."""
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "type": type(self).__name__}

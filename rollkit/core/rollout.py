@@ -230,7 +230,7 @@ class Rollout:
             raise RuntimeError(f"rollout {self.id} was already opened; build a new one with agent.rollout(task)")
         # A model that cannot answer at all (a HumanModel with nobody to ask)
         # is the caller's setup mistake: refused before anything starts.
-        self.agent.model.check()
+        self.agent.model.check(self.id)
         self._state = "opening"
         phase = "boot"
         try:

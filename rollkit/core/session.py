@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ProviderError, Refused, crossing
 from .hooks import HookSet, check_stop, rewrite
 from .messages import Request, Response
+from .models import calling_rollout
 from .trace import ErrorInfo, Rewrite
 
 if TYPE_CHECKING:
@@ -127,8 +128,12 @@ class Session:
         self._emit("call_start", call=index)
         start = time.time()
         try:
-            with crossing(ProviderError, f"model {self.model.name!r}"):
-                response = await self.model.complete(request)
+            token = calling_rollout.set(self.trace.id)
+            try:
+                with crossing(ProviderError, f"model {self.model.name!r}"):
+                    response = await self.model.complete(request)
+            finally:
+                calling_rollout.reset(token)
         except BaseException as exc:
             # Cancelled calls too: their time was spent waiting for the model.
             self._record_failed_call(index, start, exc, dialect=dialect)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..core.human import HumanModel, check_tool_call
-from ..core.messages import AssistantMessage, to_messages
+from ..core.messages import AssistantMessage, Response, to_messages
 from ..core.trace import Trace
 from . import _loop
 from .display import chat_html
@@ -103,11 +103,13 @@ class NotebookRollout:
         self.last_error: BaseException | None = None
         # The person in the agent's seat: a HumanModel with nobody else to
         # ask is answered here (ro.answer, or the panel's agent seat).
-        self.pending: tuple[Any, asyncio.Future[Any]] | None = None
+        # Requests wait here in the order the model was asked (parallel calls
+        # of a program each wait for their own answer).
+        self._asking: list[tuple[Any, asyncio.Future[Any]]] = []
         model = self.rollout.agent.model
         self.seat_is_yours = isinstance(model, HumanModel) and model.ask is None
         if self.seat_is_yours:
-            model.attach(self._ask)
+            model.attach(self._ask, rollout=self.id)
 
     # ---- what it is ---------------------------------------------------------
     @property
@@ -260,6 +262,8 @@ class NotebookRollout:
         finally:
             if self._action == action:  # an abort may have taken over meanwhile
                 self._action = None
+            if self.seat_is_yours and self.rollout.closed:
+                self.rollout.agent.model.detach(self.id)  # type: ignore[attr-defined]
             self._notify()
 
     async def aopen(self) -> bool:
@@ -387,19 +391,26 @@ class NotebookRollout:
 
     # ---- the agent's seat (a HumanModel answered here) -----------------------
     async def _ask(self, request: Any) -> Any:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.pending = (request, future)
+        asking = (request, asyncio.get_running_loop().create_future())
+        self._asking.append(asking)
         self._notify()
         try:
-            return await future
+            return await asking[1]
         finally:
-            self.pending = None
+            self._asking.remove(asking)
             self._notify()
 
     @property
+    def pending(self) -> tuple[Any, asyncio.Future[Any]] | None:
+        """The oldest unanswered (request, future), or None."""
+        return next((a for a in self._asking if not a[1].done()), None)
+
+    @property
     def asked(self) -> Any:
-        """The request the model (you) is asked to answer now, or None."""
-        return self.pending[0] if self.pending else None
+        """The request the model (you) is asked to answer now (the oldest
+        unanswered one when a program asked several at once), or None."""
+        pending = self.pending
+        return pending[0] if pending else None
 
     def answer(self, reply: Any) -> None:
         """Answer the pending request as the model: a str (text), an
@@ -413,7 +424,8 @@ class NotebookRollout:
             )
         if isinstance(reply, str) and not reply.strip():
             raise ValueError("empty reply: write what the model says, or call a tool")
-        for call in getattr(reply, "tool_calls", None) or []:
+        message = reply.message if isinstance(reply, Response) else reply
+        for call in getattr(message, "tool_calls", None) or []:
             tool = self.rollout.ctx.tools.get(call.name)
             if tool is None:
                 known = ", ".join(sorted(self.rollout.ctx.tools)) or "none"
@@ -421,9 +433,7 @@ class NotebookRollout:
             problem = check_tool_call(tool, call.args())
             if problem is not None:
                 raise ValueError(problem)
-        _request, future = self.pending
-        if not future.done():
-            future.set_result(reply)
+        self.pending[1].set_result(reply)
 
     def call(self, tool: str, **arguments: Any) -> None:
         """Answer the pending request with a call of `tool` (checked first)."""
