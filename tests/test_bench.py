@@ -230,6 +230,89 @@ async def test_replayed_hooks_equal_what_a_live_run_with_them_records():
     assert frame["diff"].dropna().str.contains("->").all()
 
 
+def _rewrites_replayed(rows) -> list[tuple[str, int | None]]:
+    """(hook, call) of each rewrite the replay says would change something,
+    in the live trace's terms (turn 0 is the prompt at open: call None)."""
+    changed = rows[rows["kind"].eq("intercept") & rows["fired"]]
+    return sorted((h, None if t == 0 else int(t) - 1) for h, t in zip(changed["hook"], changed["turn"]))
+
+
+def _rewrites_live(trace: rk.Trace) -> list[tuple[str, int | None]]:
+    return sorted(((r.hook, r.call) for r in [*trace.request_rewrites, *trace.response_rewrites]),
+                  key=lambda hc: (hc[0], -1 if hc[1] is None else hc[1]))
+
+
+class OneTurn(Arithmetic):
+    @rk.stop
+    def after_one(self, trace: rk.Trace) -> bool:
+        return trace.num_turns >= 1
+
+
+class Noted(Arithmetic):
+    """A prompt rewrite that adds a message: the harness then holds one more."""
+
+    @rk.intercept
+    def note(self, request: rk.Request) -> rk.Request | None:
+        if any(m.content == "Be brief." for m in request.messages):
+            return None
+        return request.model_copy(update={"messages": [rk.SystemMessage(content="Be brief."), *request.messages]})
+
+
+class Greeted(rk.Task):
+    """No prompt: the user speaks first, and there is nothing to rewrite at open."""
+
+    @rk.intercept
+    def polite(self, request: rk.Request) -> rk.Request | None:
+        last = request.messages[-1]
+        if last.role != "user" or last.content.startswith("Please, "):
+            return None
+        return request.model_copy(update={"messages": [*request.messages[:-1],
+                                                       last.model_copy(update={"content": "Please, " + last.content})]})
+
+
+async def test_replay_equals_live_runs_at_the_edges():
+    task = arithmetic_tasks(1)[0]
+    live = await demo_agent().run(OneTurn(task.data))
+    assert (live.stop_condition, live.num_turns) == ("after_one", 1)
+    # A recording cut by a limit, and one whose second call failed: the run
+    # tried another call after its last turn, so the trace stop is checked
+    # before it, as the live session does.
+    cut = await demo_agent(limits={"max_turns": 1}).run(task)
+
+    def fails_second(request: rk.Request):
+        if request.messages[-1].role == "tool":
+            raise rk.ProviderError("the provider went away")
+        return _solver(request)
+
+    failed = await rk.Agent(model=rk.ScriptedModel(fails_second)).run(task)
+    assert (cut.stop_condition, cut.num_turns) == ("max_turns", 1)
+    assert failed.num_turns == 1 and [c.committed for c in failed.model_calls] == [True, False]
+    frame = await areplay_hooks([cut, failed], OneTurn)
+    assert list(frame.groupby("id", sort=False)["ends_after"].first()) == [live.num_turns] * 2
+    assert set(zip(frame["turn"], frame["fired"])) == {(1, False), (2, True)}
+
+    # A prompt rewrite that adds a message lasts: later requests hold it.
+    live = await demo_agent().run(Noted(task.data))
+    frame = await areplay_hooks([await demo_agent().run(task)], Noted)
+    assert _rewrites_replayed(frame) == _rewrites_live(live) == [("note", None)]
+
+    # No prompt: nothing is rewritten at open, live or replayed.
+    user = rk.ScriptedUser(["what is 2 + 2?"])
+    live = await rk.Agent(model="echo").run(Greeted(), user=user)
+    frame = await areplay_hooks([await rk.Agent(model="echo").run(rk.Task(), user=user)], Greeted)
+    assert _rewrites_replayed(frame) == _rewrites_live(live) == [("polite", 0)]
+    assert 0 not in set(frame["turn"])
+
+
+async def test_a_trace_with_rewritten_history_is_left_out_with_a_row_saying_so():
+    trace = await demo_agent().run(arithmetic_tasks(1)[0])
+    trace.sampled = trace.sampled[:1]  # as a harness that rewrote history leaves it
+    frame = await areplay_hooks([trace], OneTurn)
+    assert list(zip(frame["kind"], frame["hook"])) == [("skipped", "(not replayed)")]
+    assert frame["error"].iloc[0].startswith("the harness rewrote the conversation's history")
+    assert rk.plots.hook_matrix(frame).layout.title.text.endswith("(1 with rewritten history left out)")
+
+
 async def test_replayed_limits_say_when_each_trace_would_have_been_stopped():
     tasks = arithmetic_tasks(6)
     recorded = [await demo_agent().run(t) for t in tasks]

@@ -8,7 +8,9 @@ then; the `Request` interceptors rewrite the request turn k sent, the
 `Request` stops see the rewritten request; the `Response` interceptors
 rewrite turn k's reply and the `Response` stops see the rewritten reply. The
 request interceptors also run over the initial prompt, as at open (turn 0,
-L7). It reports, per (trace, turn, hook), whether the stop would have fired
+L7), when the task has one. When the recorded run tried one more call after
+its last turn (refused by a limit or a stop, or failed), the limits and
+`Trace` stops are checked before it too, as turn `num_turns + 1`. It reports, per (trace, turn, hook), whether the stop would have fired
 (or the limit been reached), whether the rewrite would have changed the
 request or the reply (with a short diff), and per trace the turn it would
 have ended after: `k - 1` when a limit, a trace stop or a request stop fires
@@ -27,6 +29,8 @@ hooks that read `self.data` see each task's), a Task, or hook functions
 decorated with `@rk.stop` / `@rk.intercept`. Hooks get `trace`, `task`,
 `data`, `request`, `response`; `runtime` and `ctx` are None (nothing runs).
 A hook that raises is reported on its row (`error`), and the replay goes on.
+A trace whose harness rewrote the conversation's history (its turns no longer
+line up with its messages) gets one row of kind "skipped" saying so.
 
 This module computes columns of plain values; `rk.replay_hooks` turns them
 into a DataFrame (rollkit.notebook).
@@ -99,18 +103,32 @@ def _before(trace: Trace, turn: int, positions: list[int]) -> Trace:
     """The trace as it stood before turn `turn` (1-based): its earlier calls,
     and the messages the ledger held then (the reply of the turn before, the
     user messages of a segment starting now), without the tool results that
-    only reach the ledger with the next request."""
-    end = trace.sampled[turn - 1]
+    only reach the ledger with the next request. Turn `num_turns + 1` is the
+    call the recorded run attempted after its last turn (refused or failed)."""
+    recorded = turn <= len(trace.sampled)
+    end = trace.sampled[turn - 1] if recorded else len(trace.messages)
     messages = trace.messages[:end]
     if turn > 1:
         previous = trace.sampled[turn - 2]
         tail = [m for m in messages[previous + 1:] if not isinstance(m, ToolMessage)]
         messages = [*messages[: previous + 1], *tail]
+    calls = trace.model_calls[: positions[turn - 1]] if recorded else trace.model_calls
     # A shallow copy with two fields replaced: model_construct would build
     # every default again (slow in pydantic), and nothing here is mutated.
-    view = trace.model_copy(update={"messages": messages, "model_calls": trace.model_calls[: positions[turn - 1]]})
+    view = trace.model_copy(update={"messages": messages, "model_calls": calls})
     view._recount()
     return view
+
+
+def _attempted_after_last_turn(trace: Trace, positions: list[int], hooks: HookSet) -> bool:
+    """Whether the recorded run tried one more call after its last turn: a
+    call that failed, or one refused by a limit or a trace/request @stop
+    (the live session checks those before every call, L12)."""
+    after = positions[-1] + 1 if positions else 0
+    if any(not call.committed for call in trace.model_calls[after:]):
+        return True
+    refusers = {h.name for h in (*hooks.trace_stops, *hooks.request_stops)}
+    return trace.stop_condition is not None and (trace.stop_condition in LIMIT_NAMES or trace.stop_condition in refusers)
 
 
 class _Rows:
@@ -160,35 +178,69 @@ async def _rewrite(rows: _Rows, trace: Trace, turn: int, hook: BoundHook, values
     return new if changed else current
 
 
-def _with(messages: list[Any], replaced: dict[int, Any]) -> list[Any]:
-    if not replaced:
+class _Held:
+    """What the harness would hold instead of the recorded messages: the
+    opening messages as the request interceptors rewrote them at open (L7,
+    any number of them), and every reply as the response interceptors
+    rewrote it. A request rewrite is the session's alone and does not last."""
+
+    def __init__(self) -> None:
+        self.head: list[Any] | None = None
+        self.head_of = 0  # how many recorded messages `head` stands for
+        self.replies: dict[int, Any] = {}
+
+    def __bool__(self) -> bool:
+        return self.head is not None or bool(self.replies)
+
+    def __call__(self, messages: list[Any]) -> list[Any]:
+        if self.replies:
+            messages = [self.replies.get(i, m) for i, m in enumerate(messages)]
+        if self.head is not None:
+            messages = [*self.head, *messages[self.head_of:]]
         return messages
-    return [replaced.get(i, m) for i, m in enumerate(messages)]
+
+
+def _request(messages: list[Any], tools: list[dict[str, Any]]) -> Request:
+    return Request.model_construct(messages=messages, tools=tools, model=None, params={})
+
+
+async def _replay_open(rows: _Rows, trace: Trace, hooks: HookSet, task: Task | None, base: dict[str, Any],
+                       tools: list[dict[str, Any]], held: _Held) -> None:
+    """The prompt rewrite at open (turn 0), run only when the task has a
+    prompt, as live (a user-first task opens with nothing to rewrite)."""
+    data = task.data.model_dump() if task is not None else trace.task.data
+    if not hooks.request_interceptors or not data.get("prompt"):
+        return
+    count = 2 if data.get("system_prompt") else 1
+    first = _request(trace.messages[:count], tools)
+    request = first
+    for hook in hooks.request_interceptors:
+        request = await _rewrite(rows, trace, 0, hook, {**base, "request": request}, request)
+    if request is not first:
+        held.head, held.head_of = list(request.messages), count
 
 
 async def _replay_one(rows: _Rows, trace: Trace, hooks: HookSet, task: Task | None, limits: list[tuple[str, int, str]],
                       tools: list[dict[str, Any]]) -> None:
     data = task.data if task is not None else None
     base = {"task": task, "data": data, "runtime": None, "ctx": None}
+    if len(trace.sampled) != trace.num_turns:
+        rows.add(trace, 0, "(not replayed)", "skipped", "", False, error=(
+            "the harness rewrote the conversation's history, so its turns no longer line up with its "
+            "messages; this trace is left out"))
+        rows.close_trace(None)
+        return
     ends: int | None = None
-    turns = trace.num_turns if len(trace.sampled) == trace.num_turns else 0  # 0: history rewritten, no replay
+    turns = trace.num_turns
     positions = [i for i, c in enumerate(trace.model_calls) if c.committed]
-    # What the harness would have held instead of the recorded messages: the
-    # prompt as rewritten at open (L7) and every reply as rewritten, which a
-    # harness keeps; a request rewrite is the session's alone and does not last.
-    replaced: dict[int, Any] = {}
-    if hooks.request_interceptors and turns:
-        first = Request.model_construct(messages=trace.messages[: trace.sampled[0]], tools=tools, model=None, params={})
-        request = first
-        for hook in hooks.request_interceptors:
-            request = await _rewrite(rows, trace, 0, hook, {**base, "request": request}, request)
-        if request is not first and len(request.messages) == len(first.messages):
-            replaced.update(enumerate(request.messages))
-    for turn in range(1, turns + 1):
+    held = _Held()
+    await _replay_open(rows, trace, hooks, task, base, tools, held)
+    last = turns + 1 if _attempted_after_last_turn(trace, positions, hooks) else turns
+    for turn in range(1, last + 1):
         if limits or hooks.trace_stops:
             view = _before(trace, turn, positions)
-            if replaced:
-                view.messages = _with(view.messages, replaced)
+            if held:
+                view.messages = held(view.messages)
         for name, limit, attr in limits:
             reached = getattr(view, attr) >= limit
             rows.add(trace, turn, name, "limit", "limit", reached)
@@ -197,8 +249,10 @@ async def _replay_one(rows: _Rows, trace: Trace, hooks: HookSet, task: Task | No
         for hook in hooks.trace_stops:
             if await _stop(rows, trace, turn, hook, {**base, "trace": view}) and ends is None:
                 ends = turn - 1
+        if turn > turns:
+            break  # the attempted call itself was not recorded: no request, no reply
         index = trace.sampled[turn - 1]
-        request = Request.model_construct(messages=_with(trace.messages[:index], replaced), tools=tools, model=None, params={})
+        request = _request(held(trace.messages[:index]), tools)
         for hook in hooks.request_interceptors:
             request = await _rewrite(rows, trace, turn, hook, {**base, "request": request}, request)
         for hook in hooks.request_stops:
@@ -211,7 +265,7 @@ async def _replay_one(rows: _Rows, trace: Trace, hooks: HookSet, task: Task | No
         for hook in hooks.response_interceptors:
             response = await _rewrite(rows, trace, turn, hook, {**base, "response": response}, response)
         if response is not recorded:
-            replaced[index] = response.message
+            held.replies[index] = response.message
         for hook in hooks.response_stops:
             if await _stop(rows, trace, turn, hook, {**base, "response": response}) and ends is None:
                 ends = turn

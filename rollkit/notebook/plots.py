@@ -46,6 +46,7 @@ from plotly.subplots import make_subplots
 
 from . import frames as _frames
 from ..core.events import Event
+from ..core.session import LIMIT_NAMES
 from ..core.trace import PHASES, Trace
 
 __all__ = [
@@ -474,6 +475,9 @@ def hook_matrix(frame: pd.DataFrame) -> go.Figure:
     needed = {"hook", "turn", "fired", "error", "ends_after", "id"}
     if not isinstance(frame, pd.DataFrame) or not needed <= set(frame.columns):
         raise ValueError("hook_matrix draws the frame rk.replay_hooks(traces, hooks) made")
+    skipped = frame["id"][frame["kind"].eq("skipped")].nunique() if "kind" in frame.columns else 0
+    if skipped:
+        frame = frame[frame["kind"].ne("skipped")]
     hooks = list(dict.fromkeys(frame["hook"]))
     turns = sorted(frame["turn"].unique().tolist()) if len(frame) else []
     fired = frame[frame["fired"]].groupby(["hook", "turn"]).size()
@@ -493,7 +497,8 @@ def hook_matrix(frame: pd.DataFrame) -> go.Figure:
     counts = [int(ends.isna().sum())] + [int((ends == float(k)).sum()) for k in labels[1:]]
     fig.add_trace(go.Bar(x=labels, y=counts, marker={"color": "#4e79a7"}, showlegend=False,
                          hovertemplate="ends after %{x}: %{y} traces<extra></extra>"), row=2, col=1)
-    fig.update_layout(title={"text": f"what-if replay · {len(hooks)} hooks and limits over {traces} traces"},
+    left_out = f" ({skipped} with rewritten history left out)" if skipped else ""
+    fig.update_layout(title={"text": f"what-if replay · {len(hooks)} hooks and limits over {traces} traces{left_out}"},
                       template="plotly_white", height=max(360, 220 + 32 * len(hooks)),
                       margin={"l": 140, "r": 20, "t": 70, "b": 40})
     fig.update_xaxes(dtick=1, row=1, col=1)
@@ -505,7 +510,8 @@ def stop_reasons(data: Any) -> go.Figure:
     user's stop), its error type, or "done" (the agent finished), counted
     over many traces, coloured by kind."""
     traces = _traces(data)
-    limits = {"max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "max_user_turns", "context_length"}
+    # Limits, the user-turn cap, and a prompt that outgrew the context window.
+    limits = {*LIMIT_NAMES, "max_user_turns", "context_length"}
     counts: dict[str, int] = {}
     for trace in traces:
         reason = "aborted" if trace.aborted else (trace.stop or "done")
