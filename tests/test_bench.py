@@ -388,6 +388,29 @@ async def test_a_mid_run_forecast_predicts_the_limit_and_turn_that_end_the_run()
     assert (trace.stop_condition, trace.num_turns) == ("max_total_tokens", 6)
 
 
+async def test_the_forecast_goes_by_what_each_turn_adds_not_the_prompt_paid_once():
+    # A long prompt, short turns after it: its 120 words are in turn 1's total
+    # only. The average per turn (127) would say turn 3; each turn adds 10.
+    agent = rk.Agent(model="echo", limits={"max_turns": 30, "max_total_tokens": 400})
+    rollout = agent.rollout(rk.Task(prompt=" ".join(["word"] * 120)), user=True)
+    await rollout.open()
+    await rollout.step()
+    await rollout.step("short reply here")
+    assert [c.cum_total_tokens for c in rollout.trace.turns] == [244, 254]
+    [row] = [r for r in forecast(rollout.trace) if r.limit == "max_total_tokens"]
+    assert (row.per_turn, row.ends_after, row.binds_first) == (10.0, 17, True)
+    while await rollout.step("short reply here"):
+        pass
+    assert (rollout.trace.stop_condition, rollout.trace.num_turns) == ("max_total_tokens", 17)
+    # Stopped, not yet closed: nothing left to project.
+    assert forecast_text(rollout.trace) == "ended by max_total_tokens"
+    assert [(r.limit, r.note) for r in forecast(rollout.trace)] == [
+        ("max_turns", "max_turns: not reached (ended by max_total_tokens)"),
+        ("max_total_tokens", "max_total_tokens reached at turn 17")]
+    assert len(rk.plots.budget_burn(rollout.trace).data) == 5  # the lines, no projection
+    await rollout.close()
+
+
 def test_forecast_without_turns_or_limits_says_so():
     trace = rk.Trace(task=rk.core.trace.TaskRef(type="T", key="k"), limits={"max_turns": 3})
     assert forecast_text(trace) == "binds first: max_turns at about turn 3"
@@ -408,7 +431,8 @@ def test_the_panel_gauges_show_the_forecast():
     ro = rk.notebook.open(demo_agent(limits={"max_turns": 4, "max_total_tokens": 200}), TASK)
     ro.step()
     panel = ro.panel(chart=False)
-    assert "binds first: max_turns" in panel.gauges.value or "binds first: max_total_tokens" in panel.gauges.value
+    # Two turns: 37 then 44 total tokens, 7 a turn: 200 would be reached at about turn 25, after max_turns.
+    assert "binds first: max_turns at about turn 4 (max_total_tokens unreachable)" in panel.gauges.value
     ro.close()
     panel.refresh()
     assert "ended: no limit was reached" in panel.gauges.value

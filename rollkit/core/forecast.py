@@ -1,8 +1,11 @@
 """Budget forecast: which limit will end a rollout, and at about which turn.
 
 From the turns a trace has so far, each limit's use is projected forward at
-its average rate per turn, and the turn it would bind at is worked out the
-way the session checks it (L11, L12):
+its rate per turn, and the turn it would bind at is worked out the way the
+session checks it (L11, L12). The rate is the marginal one, what each turn
+after the first added (`per_turn_rate`): the first turn also carries the
+prompt, which later turns do not pay again; with one turn only, that turn's
+use is all there is to go by.
 
 - `max_turns` N: the run does N turns, then the next call is refused;
 - a token limit: the first turn after which the total has reached the
@@ -16,7 +19,9 @@ only bind after it is unreachable: it never ends this rollout, whatever its
 value (the reported pain of caps that contradict each other: a token cap
 tripping at turn 5 of a 12-turn budget). A limit whose use does not grow is
 unreachable too. With no turn yet there is no rate: only `max_turns` has a
-forecast. This module computes rows of plain values; `rk.frames.forecast`
+forecast. A run that has ended (a stop, an error, an abort, closed) has
+nothing left to forecast: limits it reached say so, the others are "not
+reached". This module computes rows of plain values; `rk.frames.forecast`
 makes the DataFrame and the panel shows `forecast_text`.
 """
 
@@ -29,7 +34,7 @@ from typing import Any
 from .session import LIMIT_NAMES
 from .trace import Trace
 
-__all__ = ["Forecast", "forecast", "forecast_text", "as_columns"]
+__all__ = ["Forecast", "forecast", "forecast_text", "as_columns", "per_turn_rate", "ended"]
 
 
 @dataclass
@@ -53,15 +58,37 @@ def _cumulative(trace: Trace, attr: str) -> list[float]:
     return [getattr(call, attr) for call in trace.turns]
 
 
+def per_turn_rate(series: list[float]) -> float | None:
+    """How much a limit's use grows per turn, from its running totals after
+    each turn: the marginal rate `(last - first) / (turns - 1)` (the first
+    turn carries the prompt), or the one turn's use; None with no turn."""
+    if not series:
+        return None
+    if len(series) == 1:
+        return float(series[0])
+    return (series[-1] - series[0]) / (len(series) - 1)
+
+
+def ended(trace: Trace) -> str | None:
+    """Why the run is over ("ended by max_turns", ...), or None while it can go on."""
+    if trace.aborted:
+        return "ended: aborted"
+    if trace.stop is not None:
+        return f"ended by {trace.stop}"
+    if trace.completed:
+        return "ended: no limit was reached"
+    return None
+
+
 def _token_forecast(name: str, limit: int, series: list[float]) -> Forecast:
     n = len(series)
     used = series[-1] if series else 0.0
+    rate = per_turn_rate(series)
     for k, value in enumerate(series, start=1):
         if value >= limit:
-            return Forecast(name, limit, used, used / n, k, True)
-    if n == 0:
+            return Forecast(name, limit, used, rate, k, True)
+    if rate is None:
         return Forecast(name, limit, used, None, 0 if limit <= 0 else None, limit <= 0)
-    rate = used / n
     if rate <= 0:
         return Forecast(name, limit, used, rate, None, False)
     return Forecast(name, limit, used, rate, n + max(1, math.ceil((limit - used) / rate)), False)
@@ -95,8 +122,23 @@ def forecast(trace: Trace, *, agent_time: float | None = None) -> list[Forecast]
     if budget is not None:
         used = trace.agent_time if agent_time is None else agent_time
         rows.append(_time_forecast(budget, used, turns))
-    _rank(rows)
+    over = ended(trace)
+    if over is None:
+        _rank(rows)
+    else:
+        _settle(rows, trace, over)
     return rows
+
+
+def _settle(rows: list[Forecast], trace: Trace, over: str) -> None:
+    """An ended run: what it reached, and nothing projected."""
+    for row in rows:
+        if row.reached:
+            row.binds_first = row.limit == trace.stop_condition
+            row.note = f"{row.limit} {_when(row)}"
+        else:
+            row.ends_after, row.reachable = None, False
+            row.note = f"{row.limit}: not reached ({over})"
 
 
 def _when(row: Forecast) -> str:
@@ -131,6 +173,9 @@ def _rank(rows: list[Forecast]) -> None:
 
 def forecast_text(trace: Trace, *, agent_time: float | None = None) -> str:
     """One line: which limit binds first and when, and which cannot bind."""
+    over = ended(trace)
+    if over is not None:
+        return over
     rows = forecast(trace, agent_time=agent_time)
     first = next((r for r in rows if r.binds_first), None)
     if first is None:

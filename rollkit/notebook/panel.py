@@ -60,9 +60,6 @@ def _gauge(label: str, used: float, limit: float | None, unit: str = "", digits:
 def _forecast(ro: Any) -> str:
     from ..core.forecast import forecast_text
 
-    if ro.closed:
-        stop = ro.trace.stop
-        return f"ended by {stop}" if stop else "ended: no limit was reached"
     return forecast_text(ro.trace, agent_time=ro.agent_time)
 
 

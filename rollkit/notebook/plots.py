@@ -154,14 +154,15 @@ def segment_boundaries(fig: Any) -> list[float]:
     return [float(move.split(",")[0]) for move in path.split("M")[1:]]
 
 
-def budget_burn(trace: Trace, *, forecast: bool = True) -> go.Figure:
+def budget_burn(trace: Trace, *, forecast: bool = True, agent_time: float | None = None) -> go.Figure:
     """Cumulative turns, tokens and agent time after each turn of one
     rollout, against their limits (dashed), with dotted lines where a new
     segment began (the user spoke): agent time does not rise across them, because waiting
     for the user costs nothing (L9). With `forecast` (and a limit that will
     bind) a running rollout's lines go on, dotted and faint, at their rate so
     far up to the turn the binding limit ends the run, and the title says
-    which (rollkit.core.forecast)."""
+    which (rollkit.core.forecast). `agent_time` is the time charged so far
+    for a rollout still running (`Rollout.agent_time`)."""
     if not isinstance(trace, Trace):
         raise TypeError(f"budget_burn draws one rk.Trace, got {type(trace).__name__}")
     fig = _burn_figure(trace)
@@ -170,28 +171,31 @@ def budget_burn(trace: Trace, *, forecast: bool = True) -> go.Figure:
         fig.data[i].x = [call.cum_turns for call in committed]
         fig.data[i].y = [getattr(call, attr) for call in committed]
     _draw_boundaries(fig, [s.turns_before + 0.5 for s in trace.segments[1:]])
-    if forecast and committed and not trace.completed:  # a finished run's end is known: no projection
-        _draw_projection(fig, trace)
+    if forecast and committed:
+        _draw_projection(fig, trace, agent_time)
     return fig
 
 
-def _draw_projection(fig: Any, trace: Trace) -> None:
-    from ..core.forecast import forecast as forecast_rows, forecast_text
+def _draw_projection(fig: Any, trace: Trace, agent_time: float | None) -> None:
+    from ..core.forecast import ended, forecast as forecast_rows, forecast_text, per_turn_rate
 
-    rows = forecast_rows(trace)
+    if ended(trace) is not None:
+        return  # a run that is over has its end drawn already: no projection
+    rows = forecast_rows(trace, agent_time=agent_time)
     first = next((r for r in rows if r.binds_first), None)
     if first is None or first.ends_after is None or first.ends_after <= trace.num_turns:
         return
-    last, n, end = trace.turns[-1], trace.num_turns, first.ends_after
+    n, end = trace.num_turns, first.ends_after
     for row, name, attr, _limit in _BURN_LINES:
-        used = getattr(last, attr)
-        at_end = used + used / n * (end - n)
+        series = [getattr(call, attr) for call in trace.turns]
+        used = series[-1]
+        at_end = used + (per_turn_rate(series) or 0.0) * (end - n)
         fig.add_trace(go.Scatter(x=[n, end], y=[used, at_end], mode="lines", name=f"{name} (forecast)",
                                  line={"color": _COLORS[name], "dash": "dot", "width": 1}, opacity=0.6,
                                  legendgroup=name, showlegend=False,
                                  hovertemplate=f"forecast: turn %{{x}}<br>{name} %{{y:.4g}}<extra></extra>"),
                       row=row, col=1)
-    fig.layout.title.text = f"{fig.layout.title.text} · {_text(forecast_text(trace))}"
+    fig.layout.title.text = f"{fig.layout.title.text} · {_text(forecast_text(trace, agent_time=agent_time))}"
 
 
 def _draw_boundaries(fig: Any, boundaries: list[float]) -> None:
