@@ -182,6 +182,50 @@ def test_form_fields_follow_the_schema_types():
     assert kinds == {"s": "Text", "i": "IntText", "f": "FloatText", "b": "Checkbox", "e": "Dropdown", "o": "Text"}
 
 
+class Colour(str, __import__("enum").Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Paint(rk.Task):
+    """A tool whose schema has refs, an enum, and optional numbers and flags."""
+
+    @rk.tool
+    def paint(self, colour: Colour, coats: int, thinned: bool | None = None, ratio: float | None = None,
+              shade: Colour | None = None) -> str:
+        """Paint the wall."""
+        return f"{colour.value} x{coats} thinned={thinned} ratio={ratio} shade={shade and shade.value}"
+
+
+async def test_the_form_resolves_refs_and_optionals_and_leaves_optional_fields_unsent():
+    ro = NotebookRollout(rk.Agent(model=rk.HumanModel()), Paint(prompt="paint it"))
+    await ro.aopen()
+    step = ro.step_soon()
+    await _until_asked(ro)
+    seat = ro.panel(seat="agent", chart=False).seat
+    f = seat.fields
+    kinds = {name: type(widget).__name__ for name, widget in f.items()}
+    assert kinds == {"colour": "Dropdown", "coats": "IntText", "thinned": "Dropdown", "ratio": "Text", "shade": "Dropdown"}
+    assert [label for label, _ in f["colour"].options] == ["red", "blue"]
+    assert [label for label, _ in f["shade"].options] == ["(default)", "red", "blue"]
+    f["ratio"].value = "a lot"
+    seat.call_button.click()
+    assert "ratio: &#x27;a lot&#x27; is not a number" in seat.error.value and ro.trace.num_turns == 0
+    f["ratio"].value = ""  # optional: left empty, not sent
+    f["colour"].value, f["coats"].value = "blue", 2
+    seat.call_button.click()
+    assert seat.error.value == ""
+    while ro.trace.num_turns < 1 or ro.asked is None:
+        await asyncio.sleep(0)
+    asked = ro.asked.messages
+    assert [m.role for m in asked] == ["user", "assistant", "tool"]
+    assert asked[1].tool_calls[0].args() == {"colour": "blue", "coats": 2}  # nothing optional sent
+    assert asked[2].content == "blue x2 thinned=None ratio=None shade=None"
+    ro.answer("Painted.")
+    await step
+    await ro.aclose()
+
+
 # ---- what-if replay ---------------------------------------------------------------------
 
 

@@ -78,13 +78,19 @@ def _compile(fn: Callable, name: str | None, description: str | None) -> tuple[s
     doc = inspect.getdoc(fn) or ""
     description = description or doc.split("\n\n")[0].replace("\n", " ")
     fields: dict[str, Any] = {}
-    for param in inspect.signature(fn).parameters.values():
+    try:
+        # Annotations written as strings (`from __future__ import annotations`)
+        # are read in the function's module, where its types are defined.
+        signature = inspect.signature(fn, eval_str=True)
+    except NameError:  # a type local to a function: pydantic tries the module below
+        signature = inspect.signature(fn)
+    for param in signature.parameters.values():
         if param.name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         annotation = Any if param.annotation is param.empty else param.annotation
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, default)
-    model = pydantic.create_model(f"{name}_arguments", **fields)  # type: ignore[call-overload]
+    model = pydantic.create_model(f"{name}_arguments", __module__=fn.__module__, **fields)  # type: ignore[call-overload]
     schema = model.model_json_schema()
     schema.pop("title", None)
     spec = {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}

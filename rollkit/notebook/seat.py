@@ -3,9 +3,10 @@
 `AgentSeat(ro)` is the part of `ro.panel(seat="agent")` that shows what the
 model (a `rk.HumanModel` answered by this rollout) is asked, the task's
 tools with their JSON schemas, a reply box, and a tool-call form generated
-from each tool's schema: a text field for a string, a number field for an
-integer or a number, a check box for a boolean, a drop-down for an enum,
-JSON for anything else. A call is checked against the tool's own argument
+from each tool's schema (`$ref`s and `Optional[...]` resolved): a text
+field for a string, a number field for an integer or a number, a check box
+for a boolean, a drop-down for an enum, JSON for anything else; an optional
+argument's field can be left alone (then the tool's default applies). A call is checked against the tool's own argument
 model before it is sent (`NotebookRollout.answer`): a bad argument is shown
 in the form, and nothing goes to the rollout.
 
@@ -30,33 +31,86 @@ if TYPE_CHECKING:
 __all__ = ["AgentSeat", "field_for"]
 
 
-def field_for(name: str, schema: dict[str, Any], required: bool) -> widgets.Widget:
-    """The input widget for one argument of a tool, from its JSON schema."""
+# What an optional field left alone gives: no argument, so the tool's default.
+_UNSET: Any = type("Unset", (), {"__repr__": lambda self: "(default)"})()
+
+
+def _resolved(schema: dict[str, Any], defs: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The schema of one argument with `$ref`s looked up in the tool's
+    `$defs` and `Optional[X]` (`anyOf` X or null) taken as X; and whether
+    null was allowed."""
+    nullable = False
+    for _ in range(8):  # refs to refs, bounded
+        if "$ref" in schema:
+            target = defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {})
+            schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+            continue
+        branches = schema.get("anyOf") or schema.get("oneOf")
+        if branches:
+            kept = [b for b in branches if b.get("type") != "null"]
+            nullable = nullable or len(kept) < len(branches)
+            if len(kept) == 1:
+                rest = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")}
+                schema = {**kept[0], **rest}
+                continue
+        if isinstance(schema.get("type"), list):  # {"type": ["integer", "null"]}
+            kinds = [t for t in schema["type"] if t != "null"]
+            nullable = nullable or len(kinds) < len(schema["type"])
+            schema = {**schema, "type": kinds[0] if len(kinds) == 1 else kinds}
+        break
+    return schema, nullable
+
+
+def field_for(name: str, schema: dict[str, Any], required: bool, defs: dict[str, Any] | None = None) -> widgets.Widget:
+    """The input widget for one argument of a tool, from its JSON schema
+    (`defs`: the tool's `$defs`, for enums and models it refers to). An
+    optional argument's field can be left alone, and then is not sent."""
+    schema, _nullable = _resolved(schema, defs or {})
     label = f"{name}{' *' if required else ''}"
     kind = schema.get("type")
+    default = schema.get("default")
+    hint = schema.get("description", "")
+    parse: Any = None
     if "enum" in schema:
-        widget: widgets.Widget = widgets.Dropdown(options=list(schema["enum"]), description=label)
+        options = [(str(v), v) for v in schema["enum"]]
+        widget: widgets.Widget = widgets.Dropdown(options=options if required else [("(default)", _UNSET), *options],
+                                                  description=label)
+    elif kind == "boolean" and required:
+        widget = widgets.Checkbox(description=label, value=bool(default or False))
     elif kind == "boolean":
-        widget = widgets.Checkbox(description=label, value=bool(schema.get("default", False)))
-    elif kind == "integer":
-        widget = widgets.IntText(description=label, value=schema.get("default", 0))
-    elif kind == "number":
-        widget = widgets.FloatText(description=label, value=schema.get("default", 0.0))
+        widget = widgets.Dropdown(options=[("(default)", _UNSET), ("true", True), ("false", False)], description=label)
+    elif kind in ("integer", "number") and required:
+        box = widgets.IntText if kind == "integer" else widgets.FloatText
+        widget = box(description=label, value=default if default is not None else 0)
+    elif kind in ("integer", "number"):
+        # A number box cannot be empty: an optional number is typed as text.
+        widget = widgets.Text(description=label, continuous_update=False,
+                              placeholder=f"{kind}, optional" + (f" (default {default})" if default is not None else ""))
+        parse = int if kind == "integer" else float
     elif kind == "string":
-        widget = widgets.Text(description=label, value=schema.get("default", ""), continuous_update=False,
-                              placeholder=schema.get("description", ""))
+        widget = widgets.Text(description=label, value=default or "", continuous_update=False, placeholder=hint)
     else:
         widget = widgets.Text(description=label, continuous_update=False, placeholder="JSON")
-        widget.json = True  # type: ignore[attr-defined]
+        parse = json.loads
+    widget.rk_parse = parse  # type: ignore[attr-defined]
     widget.add_class(f"rk-arg-{name}")
     return widget
 
 
-def _value(widget: widgets.Widget) -> Any:
+def _value(name: str, widget: widgets.Widget) -> Any:
+    """What the field holds, `_UNSET` when left empty; ValueError naming
+    the field when its text is not what the schema asks."""
     value = widget.value
-    if getattr(widget, "json", False):
-        return json.loads(value) if value.strip() else None
-    return value
+    if isinstance(value, str) and not value.strip():
+        return _UNSET
+    parse = getattr(widget, "rk_parse", None)
+    if parse is None or not isinstance(value, str):
+        return value
+    try:
+        return parse(value)
+    except ValueError as exc:
+        wanted = {int: "an integer", float: "a number", json.loads: "JSON"}[parse]
+        raise ValueError(f"{name}: {value!r} is not {wanted} ({exc})") from None
 
 
 class AgentSeat(widgets.VBox):
@@ -103,19 +157,19 @@ class AgentSeat(widgets.VBox):
             return
         parameters = tool.spec["function"]["parameters"]
         required = set(parameters.get("required", []))
-        self.fields = {name: field_for(name, schema, name in required)
+        defs = parameters.get("$defs") or parameters.get("definitions") or {}
+        self.fields = {name: field_for(name, schema, name in required, defs)
                        for name, schema in (parameters.get("properties") or {}).items()}
         self.form.children = tuple(self.fields.values())
 
     def _arguments(self) -> dict[str, Any]:
         arguments = {}
         for name, widget in self.fields.items():
-            value = _value(widget)
-            if value is None or (isinstance(value, str) and not value.strip()):
+            value = _value(name, widget)
+            if value is not _UNSET:
                 # Left empty: an optional argument takes the tool's default; a
-                # required one is missing, which the check below reports.
-                continue
-            arguments[name] = value
+                # required one is missing, which the check reports.
+                arguments[name] = value
         return arguments
 
     def _deliver(self, reply: Any) -> bool:
@@ -134,8 +188,8 @@ class AgentSeat(widgets.VBox):
     def _on_call(self, _button: Any = None) -> None:
         try:
             arguments = self._arguments()
-        except ValueError as exc:  # a JSON field that is not JSON
-            self.error.value = f'<span style="color:#b00020">{html.escape(f"not JSON: {exc}")}</span>'
+        except ValueError as exc:  # a field whose text is not what its schema asks
+            self.error.value = f'<span style="color:#b00020">{html.escape(str(exc))}</span>'
             return
         self._deliver(HumanModel.call(self.tool.value, **arguments))
 
