@@ -183,6 +183,8 @@ async def test_responses_errors_are_in_the_openai_shape_and_name_the_field():
     assert messages[2][0] == 400 and "input[0]: input item type 'input_image' is not supported" in messages[2][1]
     assert messages[3] == (400, "malformed Responses request: 'previous_response_id' 'resp_elsewhere' is not a response of this rollout")
     assert messages[4][0] == 401 and messages[4][1].startswith("a wrong bearer token")
+    # `param` names the field at fault, as OpenAI's errors do.
+    assert [error["error"]["param"] for _status, error in out] == ["input", "tools[0].type", "input[0].type", "previous_response_id", None]
     assert trace.model_calls == []
 
 

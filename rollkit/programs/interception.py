@@ -299,7 +299,8 @@ class InterceptionServer:
         try:
             parsed = dialect.parse(body, registration.memory)
         except (WireError, ValueError, TypeError) as exc:
-            return dialect.error(400, f"malformed {dialect.title} request: {exc}", "invalid_request_error")
+            return dialect.error(400, f"malformed {dialect.title} request: {exc}", "invalid_request_error",
+                                 param=getattr(exc, "field", None))
         key = hashlib.sha256(dialect.name.encode() + b"\0" + raw).digest()
         retry = request.headers.get("x-stainless-retry-count", "0").strip() not in ("", "0")
         if retry and key == registration._last_key and registration._last_payload is not None:

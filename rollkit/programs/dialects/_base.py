@@ -59,11 +59,15 @@ class Dialect:
         """The payload as server-sent events, in the order the SDK reads them."""
         raise NotImplementedError
 
-    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
-        raise NotImplementedError
+    def error_body(self, status: int, message: str, kind: str, code: str | None,
+                   param: str | None = None) -> dict[str, Any]:
+        """OpenAI's error shape (chat completions and Responses); `param`
+        names the request field at fault."""
+        return {"error": {"message": message, "type": kind, "param": param, "code": code or kind}}
 
-    def error(self, status: int, message: str, kind: str, *, code: str | None = None) -> web.Response:
-        return web.json_response(self.error_body(status, message, kind, code), status=status, headers=NO_RETRY)
+    def error(self, status: int, message: str, kind: str, *, code: str | None = None,
+              param: str | None = None) -> web.Response:
+        return web.json_response(self.error_body(status, message, kind, code, param), status=status, headers=NO_RETRY)
 
     def unauthorized(self, missing: bool) -> web.Response:
         what = f"no {self.key_name}" if missing else f"a wrong {self.key_name}"

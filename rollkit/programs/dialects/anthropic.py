@@ -233,7 +233,8 @@ class AnthropicDialect(Dialect):
         event("message_stop")
         return out
 
-    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
+    def error_body(self, status: int, message: str, kind: str, code: str | None,
+                   param: str | None = None) -> dict[str, Any]:
         kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
 

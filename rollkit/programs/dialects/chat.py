@@ -164,8 +164,5 @@ class ChatDialect(Dialect):
         out.append(b"data: [DONE]\n\n")
         return out
 
-    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
-        return {"error": {"message": message, "type": kind, "param": None, "code": code or kind}}
-
 
 CHAT = ChatDialect()

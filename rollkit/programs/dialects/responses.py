@@ -276,8 +276,5 @@ class ResponsesDialect(Dialect):
         event("response.completed" if payload["status"] == "completed" else "response.incomplete", response=payload)
         return out
 
-    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
-        return {"error": {"message": message, "type": kind, "param": None, "code": code or kind}}
-
 
 RESPONSES = ResponsesDialect()
