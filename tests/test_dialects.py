@@ -326,6 +326,26 @@ async def test_anthropic_key_errors_and_malformed_bodies_in_its_own_shape():
     assert trace.model_calls == []
 
 
+async def test_anthropic_tool_result_with_an_image_reaches_the_model_as_a_placeholder():
+    """Claude Code's Read tool returns a picture as an image block in a
+    tool_result; the call goes on with a line saying what was left out."""
+    async def body(ctx):
+        async with anthropic_client(ctx) as client:
+            ctx.state["out"] = await client.messages.create(model="m", max_tokens=50, messages=[
+                {"role": "user", "content": "look at the chart"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "c.png"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+                    {"type": "text", "text": "c.png:"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                ]}]},
+            ])
+
+    trace, reply = await run(body, lambda request: "a bar chart")
+    assert trace.errors == [] and reply.content[0].text == "a bar chart"
+    [tool] = [m for m in trace.messages if m.role == "tool"]
+    assert tool.content == "c.png:[image left out: image/png; rollkit's messages carry text only]"
+
+
 # ---- chat completions streaming, and one model behind every dialect ---------------------
 
 

@@ -4,7 +4,8 @@ Read: `model`, `max_tokens` (required, as by the API; sent to the model as
 `max_tokens`), `system` (a string or text blocks), `messages` whose content
 is a string or blocks: `text`, `tool_use` (an assistant's tool call),
 `tool_result` (a user turn's tool results, which become tool messages ahead
-of the turn's text); `thinking` blocks are skipped, images refused. `tools`
+of the turn's text; an image or document in a result becomes a placeholder
+line); `thinking` blocks are skipped, images in a user's own turn refused. `tools`
 (`name`, `description`, `input_schema`), `tool_choice` (auto, any, tool,
 none), `temperature`, `top_p`, `top_k`, `stop_sequences` (as `stop`).
 `anthropic-version` and `anthropic-beta` headers are accepted; the key comes
@@ -88,7 +89,7 @@ def _user(blocks: list[dict[str, Any]], where: str) -> list[Any]:
         if kind == "tool_result":
             if "tool_use_id" not in block:
                 raise WireError(f"{where}.content.{j}.tool_use_id: Field required", f"{where}.content.{j}.tool_use_id")
-            text = text_parts(block.get("content"), f"{where}.content.{j}.content", ("text",))
+            text = _tool_result_text(block.get("content"), f"{where}.content.{j}.content")
             if block.get("is_error"):
                 text = f"error: {text}"
             results.append(ToolMessage(tool_call_id=str(block["tool_use_id"]), content=text))
@@ -98,6 +99,24 @@ def _user(blocks: list[dict[str, Any]], where: str) -> list[Any]:
             raise WireError(f"{where}.content.{j}: block type {kind!r} is not supported in a user turn "
                             "(text and tool_result only)", f"{where}.content.{j}.type")
     return [*results, *([UserMessage(content="".join(texts))] if texts else [])]
+
+
+def _tool_result_text(content: Any, where: str) -> str:
+    """A tool result's text. An image or document a tool returned (Claude
+    Code's Read of a picture) becomes a placeholder line rather than failing
+    the call: rollkit's messages carry text, and the program goes on."""
+    if isinstance(content, list):
+        content = [
+            {"type": "text", "text": f"[{part['type']} left out: {_media(part)}; rollkit's messages carry text only]"}
+            if isinstance(part, dict) and part.get("type") in ("image", "document") else part
+            for part in content
+        ]
+    return text_parts(content, where, ("text",))
+
+
+def _media(part: dict[str, Any]) -> str:
+    source = part.get("source") if isinstance(part.get("source"), dict) else {}
+    return str(source.get("media_type") or source.get("type") or "unknown type")
 
 
 def _assistant(blocks: list[dict[str, Any]], where: str, arguments: dict[str, str]) -> AssistantMessage:
