@@ -86,15 +86,18 @@ async def test_responses_tool_round_trip_with_previous_response_id():
                 model="m", previous_response_id=first.id, tools=[RESPONSES_TOOL],
                 input=[{"type": "function_call_output", "call_id": call.call_id, "output": "5"}],
             )
-            ctx.state["out"] = (first.output_text, call.name, json.loads(call.arguments), second.output_text)
+            third = await client.responses.create(model="m", previous_response_id=second.id, input="thanks")
+            ctx.state["out"] = (first.output_text, call.name, json.loads(call.arguments), second.output_text,
+                                third.output_text)
 
-    trace, out = await run(body, [ADD_CALL, "it is 5"])
-    assert out == ("adding", "add", {"a": 2, "b": 3}, "it is 5")
+    trace, out = await run(body, [ADD_CALL, "it is 5", "you are welcome"])
+    assert out == ("adding", "add", {"a": 2, "b": 3}, "it is 5", "you are welcome")
     assert trace.transcript == (
         'user: add 2 and 3\nassistant: adding [calls add({"a": 2, "b": 3})]\ntool[call_0_0]: 5\nassistant: it is 5'
+        "\nuser: thanks\nassistant: you are welcome"
     )
-    # The second request re-sent nothing: the history came from the first response.
-    assert trace.turns[1].new_input_tokens == 2 and trace.num_turns == 2
+    # The later requests re-sent nothing: the history came from the chain of responses.
+    assert trace.turns[1].new_input_tokens == 2 and trace.num_turns == 3
 
 
 async def test_responses_stream_with_the_sdk_helper_and_argument_deltas():

@@ -35,7 +35,10 @@ from ._base import Dialect, Parsed, WireError, chunks_of, sse, text_parts
 
 __all__ = ["RESPONSES", "ResponsesDialect"]
 
-_HISTORY = "responses.history"  # memory key: response id -> the conversation after it
+# Memory key: response id -> (the response it followed, the messages it
+# added: its new input and its reply). A chain of n responses keeps n links,
+# not n copies of a growing conversation.
+_HISTORY = "responses.history"
 _TEXT = ("input_text", "output_text", "text")
 _PASSED = {"temperature": "temperature", "top_p": "top_p", "max_output_tokens": "max_tokens",
            "parallel_tool_calls": "parallel_tool_calls", "seed": "seed"}
@@ -160,6 +163,15 @@ def _loads_object(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _conversation(known: dict[str, Any], last: str | None) -> list[Any]:
+    """The messages up to and including response `last`, from its links."""
+    pieces = []
+    while last is not None:
+        last, added = known[last]
+        pieces.append(added)
+    return [m for piece in reversed(pieces) for m in piece]
+
+
 class ResponsesDialect(Dialect):
     name = "responses"
     title = "Responses"
@@ -184,7 +196,7 @@ class ResponsesDialect(Dialect):
             known = memory.get(_HISTORY, {})
             if previous not in known:
                 raise WireError(f"'previous_response_id' {previous!r} is not a response of this rollout", "previous_response_id")
-            history = list(known[previous])
+            history = _conversation(known, previous)
         new = _items(body["input"])
         conversation = [*history, *new]
         messages = ([SystemMessage(content=instructions)] if instructions else []) + conversation
@@ -195,7 +207,7 @@ class ResponsesDialect(Dialect):
             params["tool_choice"] = _tool_choice(body["tool_choice"])
         kinds: dict[str, tuple[str, str | None, str]] = {}
         request = Request(messages=messages, tools=_tools(body.get("tools"), kinds), model=body.get("model"), params=params)
-        options = {"conversation": conversation, "instructions": instructions, "previous": previous, "kinds": kinds,
+        options = {"new": new, "instructions": instructions, "previous": previous, "kinds": kinds,
                    "tools": body.get("tools") or [], "tool_choice": body.get("tool_choice") or "auto"}
         return Parsed(request, stream=bool(body.get("stream")), options=options)
 
@@ -220,7 +232,7 @@ class ResponsesDialect(Dialect):
                 item["namespace"] = namespace
             output.append(item)
         # The conversation after this response, for a later previous_response_id.
-        memory.setdefault(_HISTORY, {})[response_id] = [*parsed.options["conversation"], message]
+        memory.setdefault(_HISTORY, {})[response_id] = (parsed.options["previous"], [*parsed.options["new"], message])
         incomplete = response.finish_reason == "length"
         usage = response.usage
         return {
