@@ -143,6 +143,24 @@ async def test_requests_asked_at_once_wait_in_order_and_each_gets_its_own_answer
     await ro.aclose()
 
 
+async def test_a_rollout_played_by_a_person_forks_with_its_own_seat():
+    ro, step = await _seated()
+    ro.answer("I think it is 42.")
+    await step
+    fork = await ro.afork(1)
+    model = ro.rollout.agent.model
+    assert fork.seat_is_yours and model.answers(fork.id) is not None and fork.id != ro.id
+    again = fork.step_soon("are you sure?")
+    await _until_asked(fork)
+    assert fork.asked.messages[-1].content == "are you sure?" and ro.asked is None  # asked in the fork's seat
+    fork.answer("Yes: 34 + 8 = 42.")
+    await again
+    assert [m.content for m in fork.trace.messages[-2:]] == ["are you sure?", "Yes: 34 + 8 = 42."]
+    await fork.aclose()
+    await ro.aclose()
+    assert model.answers(fork.id) is None and model.answers(ro.id) is None
+
+
 def test_a_blocking_step_with_you_as_the_model_is_refused_with_what_to_do():
     ro = rk.notebook.open(rk.Agent(model=rk.HumanModel()), TASK)
     with pytest.raises(RuntimeError, match=r"you are the model of this rollout .* start it with ro.step_soon\(\)"):
@@ -346,6 +364,24 @@ async def test_replay_equals_live_runs_at_the_edges():
     frame = await areplay_hooks([await rk.Agent(model="echo").run(rk.Task(), user=user)], Greeted)
     assert _rewrites_replayed(frame) == _rewrites_live(live) == [("polite", 0)]
     assert 0 not in set(frame["turn"])
+
+
+class Rude(rk.Task):
+    @rk.stop
+    def rude(self, request: rk.Request) -> bool:
+        return request.messages[-1].content == "stop now"
+
+
+async def test_a_request_stop_that_refused_the_last_call_fires_again_in_replay():
+    user = rk.ScriptedUser(["stop now"])
+    live = await rk.Agent(model="echo").run(Rude(prompt="hi"), user=user)
+    assert (live.stop_condition, live.num_turns) == ("rude", 1)
+    plain = await rk.Agent(model="echo").run(rk.Task(prompt="hi"), user=user)
+    assert plain.num_turns == 2
+    # The trace it ended, and a recording without it: both stop after turn 1.
+    frame = await areplay_hooks([live, plain], Rude)
+    assert list(frame.groupby("id", sort=False)["ends_after"].first()) == [1, 1]
+    assert set(zip(frame["turn"], frame["fired"])) == {(1, False), (2, True)}
 
 
 async def test_a_trace_with_rewritten_history_is_left_out_with_a_row_saying_so():

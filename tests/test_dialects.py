@@ -100,6 +100,21 @@ async def test_responses_tool_round_trip_with_previous_response_id():
     assert trace.turns[1].new_input_tokens == 2 and trace.num_turns == 3
 
 
+def test_responses_memory_keeps_one_link_per_response_not_a_copy_of_the_conversation():
+    from rollkit.programs.dialects import RESPONSES
+
+    memory: dict = {}
+    previous = None
+    for i in range(30):
+        parsed = RESPONSES.parse({"model": "m", "input": f"turn {i}", "previous_response_id": previous}, memory)
+        assert len(parsed.request.messages) == 2 * i + 1  # the whole conversation reaches the model
+        reply = rk.Response(message=rk.AssistantMessage(content=f"reply {i}"))
+        previous = RESPONSES.payload(reply, parsed, model="m", id=str(i), memory=memory)["id"]
+    links = memory["responses.history"]
+    assert len(links) == 30 and all(len(added) == 2 for _parent, added in links.values())
+    assert links["resp_1"][0] == "resp_0" and links["resp_0"][0] is None
+
+
 async def test_responses_stream_with_the_sdk_helper_and_argument_deltas():
     long_call = rk.ScriptedModel.call("add", "let me add these for you please", a=123456789, b=987654321)
 

@@ -26,6 +26,7 @@ messages no longer line up), and a runtime that cannot be copied.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -157,11 +158,14 @@ def _task_of(trace: Trace) -> Task:
 
 
 async def fork(
-    trace: Trace, turn: int, *, agent: Agent, task: Task | None = None, runtime: Runtime | None = None
+    trace: Trace, turn: int, *, agent: Agent, task: Task | None = None, runtime: Runtime | None = None,
+    before_open: Callable[[Rollout], Any] | None = None,
 ) -> Rollout:
     """A new rollout opened where `trace` stood after turn `turn` (see the
     module docstring). `task` defaults to the trace's own task, rebuilt from
-    its class and data; `agent` runs the fork (the same or another)."""
+    its class and data; `agent` runs the fork (the same or another).
+    `before_open(rollout)` runs once the fork is built, before it opens (the
+    notebook seats a person as its model there)."""
     if not isinstance(trace, Trace):
         raise TypeError(f"rk.fork takes a rk.Trace, got {type(trace).__name__}")
     if not callable(getattr(agent, "rollout", None)):  # by what it offers: agent imports rollout, which imports this
@@ -174,6 +178,8 @@ async def fork(
             f"{rollout.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
         )
     rollout._prefix = prefix
+    if before_open is not None:
+        before_open(rollout)
     if not await rollout.open():
         error = rollout.trace.error
         await rollout.close()

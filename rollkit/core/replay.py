@@ -10,7 +10,10 @@ rewrite turn k's reply and the `Response` stops see the rewritten reply. The
 request interceptors also run over the initial prompt, as at open (turn 0,
 L7), when the task has one. When the recorded run tried one more call after
 its last turn (refused by a limit or a stop, or failed), the limits and
-`Trace` stops are checked before it too, as turn `num_turns + 1`. It reports, per (trace, turn, hook), whether the stop would have fired
+`Trace` stops are checked before it too, as turn `num_turns + 1`, and the
+`Request` hooks on its request when the trace holds all of it (not when it
+carried the results of tools the last reply called: a refused request's
+tool results are not recorded). It reports, per (trace, turn, hook), whether the stop would have fired
 (or the limit been reached), whether the rewrite would have changed the
 request or the reply (with a short diff), and per trace the turn it would
 have ended after: `k - 1` when a limit, a trace stop or a request stop fires
@@ -30,7 +33,8 @@ decorated with `@rk.stop` / `@rk.intercept`. Hooks get `trace`, `task`,
 `data`, `request`, `response`; `runtime` and `ctx` are None (nothing runs).
 A hook that raises is reported on its row (`error`), and the replay goes on.
 A trace whose harness rewrote the conversation's history (its turns no longer
-line up with its messages) gets one row of kind "skipped" saying so.
+line up with its messages) gets one row of kind "skipped" saying so (its
+`ends_after` is empty: look at `kind` before counting it as never stopped).
 
 This module computes columns of plain values; `rk.replay_hooks` turns them
 into a DataFrame (rollkit.notebook).
@@ -112,7 +116,8 @@ def _before(trace: Trace, turn: int, positions: list[int]) -> Trace:
         previous = trace.sampled[turn - 2]
         tail = [m for m in messages[previous + 1:] if not isinstance(m, ToolMessage)]
         messages = [*messages[: previous + 1], *tail]
-    calls = trace.model_calls[: positions[turn - 1]] if recorded else trace.model_calls
+    # Before the attempted call: the calls up to the last turn (not the failed one being checked).
+    calls = trace.model_calls[: positions[turn - 1] if recorded else (positions[-1] + 1 if positions else 0)]
     # A shallow copy with two fields replaced: model_construct would build
     # every default again (slow in pydantic), and nothing here is mutated.
     view = trace.model_copy(update={"messages": messages, "model_calls": calls})
@@ -129,6 +134,14 @@ def _attempted_after_last_turn(trace: Trace, positions: list[int], hooks: HookSe
         return True
     refusers = {h.name for h in (*hooks.trace_stops, *hooks.request_stops)}
     return trace.stop_condition is not None and (trace.stop_condition in LIMIT_NAMES or trace.stop_condition in refusers)
+
+
+def _rebuildable(trace: Trace) -> bool:
+    """Whether the request of the call attempted after the last turn can be
+    rebuilt from the trace: it can unless the last reply called tools, whose
+    results reach the ledger only with a request that was then refused."""
+    last = trace.messages[-1] if trace.messages else None
+    return not getattr(last, "tool_calls", None)
 
 
 class _Rows:
@@ -249,15 +262,17 @@ async def _replay_one(rows: _Rows, trace: Trace, hooks: HookSet, task: Task | No
         for hook in hooks.trace_stops:
             if await _stop(rows, trace, turn, hook, {**base, "trace": view}) and ends is None:
                 ends = turn - 1
-        if turn > turns:
-            break  # the attempted call itself was not recorded: no request, no reply
-        index = trace.sampled[turn - 1]
+        if turn > turns and not _rebuildable(trace):
+            break  # its request held tool results the trace never recorded
+        index = trace.sampled[turn - 1] if turn <= turns else len(trace.messages)
         request = _request(held(trace.messages[:index]), tools)
         for hook in hooks.request_interceptors:
             request = await _rewrite(rows, trace, turn, hook, {**base, "request": request}, request)
         for hook in hooks.request_stops:
             if await _stop(rows, trace, turn, hook, {**base, "request": request}) and ends is None:
                 ends = turn - 1
+        if turn > turns:
+            break  # the attempted call has no recorded reply
         call = trace.model_calls[positions[turn - 1]]
         recorded = Response.model_construct(message=trace.messages[index], usage=call.usage,
                                             finish_reason=call.finish_reason or "stop", model=None)

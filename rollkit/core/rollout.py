@@ -17,6 +17,7 @@ import inspect
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .context import RolloutContext
@@ -352,7 +353,8 @@ class Rollout:
         if prefix.stop_condition is not None:
             self.session.stop(prefix.stop_condition)
 
-    async def fork(self, turn: int, *, agent: Agent | None = None, runtime: Runtime | None = None) -> Rollout:
+    async def fork(self, turn: int, *, agent: Agent | None = None, runtime: Runtime | None = None,
+                   before_open: Callable[[Rollout], Any] | None = None) -> Rollout:
         """A new rollout, opened, that starts where this one stood after turn
         `turn` (see rollkit.core.forks); `agent` may differ (another model or
         sampling). This rollout and its trace are not touched."""
@@ -365,7 +367,8 @@ class Rollout:
                 f"cannot fork rollout {self.id}: it runs in a {type(self.runtime).__name__}, and "
                 f"{self.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
             )
-        return await fork(self.trace, turn, agent=agent or self.agent, task=self.task, runtime=runtime)
+        return await fork(self.trace, turn, agent=agent or self.agent, task=self.task, runtime=runtime,
+                          before_open=before_open)
 
     # ---- step -------------------------------------------------------------
     async def step(self, messages: Any = None, *, by: str = "caller") -> bool:

@@ -82,7 +82,8 @@ def _compile(fn: Callable, name: str | None, description: str | None) -> tuple[s
         # Annotations written as strings (`from __future__ import annotations`)
         # are read in the function's module, where its types are defined.
         signature = inspect.signature(fn, eval_str=True)
-    except NameError:  # a type local to a function: pydantic tries the module below
+    except (NameError, AttributeError, SyntaxError, TypeError):  # e.g. a type local to a function:
+        # pydantic resolves what it can in the module below, and names what it cannot.
         signature = inspect.signature(fn)
     for param in signature.parameters.values():
         if param.name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):

@@ -188,8 +188,13 @@ def _draw_projection(fig: Any, trace: Trace, agent_time: float | None) -> None:
     n, end = trace.num_turns, first.ends_after
     for row, name, attr, _limit in _BURN_LINES:
         series = [getattr(call, attr) for call in trace.turns]
-        used = series[-1]
-        at_end = used + (per_turn_rate(series) or 0.0) * (end - n)
+        if attr == "cum_agent_time":
+            # As the forecast goes: the time charged so far, at its average per turn.
+            used = series[-1] if agent_time is None else agent_time
+            rate = used / n
+        else:
+            used, rate = series[-1], per_turn_rate(series) or 0.0
+        at_end = used + rate * (end - n)
         fig.add_trace(go.Scatter(x=[n, end], y=[used, at_end], mode="lines", name=f"{name} (forecast)",
                                  line={"color": _COLORS[name], "dash": "dot", "width": 1}, opacity=0.6,
                                  legendgroup=name, showlegend=False,

@@ -262,8 +262,8 @@ class NotebookRollout:
         finally:
             if self._action == action:  # an abort may have taken over meanwhile
                 self._action = None
-            if self.seat_is_yours and self.rollout.closed:
-                self.rollout.agent.model.detach(self.id)  # type: ignore[attr-defined]
+            if self.rollout.closed:
+                self._leave_seat()
             self._notify()
 
     async def aopen(self) -> bool:
@@ -390,6 +390,10 @@ class NotebookRollout:
         return self._soon(self._abort(), "abort")
 
     # ---- the agent's seat (a HumanModel answered here) -----------------------
+    def _leave_seat(self) -> None:
+        if self.seat_is_yours:
+            self.rollout.agent.model.detach(self.id)  # type: ignore[attr-defined]
+
     async def _ask(self, request: Any) -> Any:
         asking = (request, asyncio.get_running_loop().create_future())
         self._asking.append(asking)
@@ -446,8 +450,20 @@ class NotebookRollout:
         pass another `agent`. This rollout is not touched."""
         if self.busy:
             raise RuntimeError(f"rollout {self.id} is busy ({self._action}); wait for it before forking")
-        forked = await self.rollout.fork(turn, agent=agent)
-        ro = NotebookRollout(forked.agent, forked.task, rollout=forked)
+        seated: list[NotebookRollout] = []
+
+        def seat(rollout: Rollout) -> None:
+            # Built before the fork opens, so a HumanModel has its seat when
+            # the fork checks there is someone to ask.
+            seated.append(NotebookRollout(rollout.agent, rollout.task, rollout=rollout))
+
+        try:
+            await self.rollout.fork(turn, agent=agent, before_open=seat)
+        except BaseException:
+            for ro in seated:
+                ro._leave_seat()
+            raise
+        [ro] = seated
         ro._steps = max(1, self._steps)
         return ro
 

@@ -293,6 +293,10 @@ class SubprocessRuntime(Runtime):
                 if creating.done() and creating.cancelled():
                     raise
                 cancelled = True
+            except BaseException as exc:
+                if cancelled:  # it failed after the cancellation came: the cancellation wins
+                    raise asyncio.CancelledError from exc
+                raise
         program = Program(process, argv, self)
         self._programs.add(program)
         if cancelled:
