@@ -157,6 +157,16 @@ async def test_a_rollout_played_by_a_person_forks_with_its_own_seat():
     await again
     assert [m.content for m in fork.trace.messages[-2:]] == ["are you sure?", "Yes: 34 + 8 = 42."]
     await fork.aclose()
+    # "Fork here" in an agent-seat panel: the fork's panel has the seat too.
+    panel = ro.panel(seat="agent", chart=False)
+    panel.fork_turn.value = 1
+    panel.fork_button.click()
+    async with asyncio.timeout(30):  # bounds a hang; no timing is asserted
+        while not panel.forks.children:
+            await asyncio.sleep(0)
+    [child] = panel.forks.children
+    assert child.options == {"chart": False, "seat": "agent"} and child.seat.ro is child.ro
+    await child.ro.aclose()
     await ro.aclose()
     assert model.answers(fork.id) is None and model.answers(ro.id) is None
 

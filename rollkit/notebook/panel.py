@@ -203,7 +203,7 @@ class RolloutPanel(widgets.VBox):
             self._show_error(future.exception())
             return
         fork = future.result()
-        self.forks.children = (*self.forks.children, fork.panel(chart=self.options["chart"]))
+        self.forks.children = (*self.forks.children, fork.panel(**self.options))  # the same seat and chart
 
     def _show_error(self, exc: BaseException) -> None:
         self.error.value = (
