@@ -294,10 +294,7 @@ async def test_replayed_hooks_equal_what_a_live_run_with_them_records():
         else:
             assert ends != ends  # NaN: never
         # Same rewrites, at the same calls (turn 0: the prompt at open).
-        changed = rows[rows["kind"].eq("intercept") & rows["fired"]]
-        replayed = sorted((h, None if turn == 0 else int(turn) - 1) for h, turn in zip(changed["hook"], changed["turn"]))
-        recorded_live = sorted((r.hook, r.call) for r in [*after.request_rewrites, *after.response_rewrites])
-        assert replayed == recorded_live, before.task.key
+        assert _rewrites_replayed(rows) == _rewrites_live(after), before.task.key
     assert set(frame["kind"]) == {"stop", "intercept"}
     assert frame["diff"].dropna().str.contains("->").all()
 

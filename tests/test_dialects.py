@@ -139,18 +139,7 @@ async def test_responses_stream_with_the_sdk_helper_and_argument_deltas():
 
 
 async def test_responses_limit_stop_and_intercept_behave_as_on_every_route():
-    class Guarded(rk.Task):
-        @rk.intercept
-        def redact(self, response: rk.Response) -> rk.Response | None:
-            text = response.message.content or ""
-            if "secret" not in text:
-                return None
-            return response.model_copy(update={"message": response.message.model_copy(update={"content": text.replace("secret", "[redacted]")})})
-
-        @rk.stop
-        def halt(self, response: rk.Response) -> bool:
-            return "halt" in (response.message.content or "")
-
+    # Guarded (below) redacts and halts; here the refusal body and a limit, in the Responses shape.
     async def body(ctx):
         async with openai_client(ctx) as client:
             first = await client.responses.create(model="m", input="go")

@@ -41,8 +41,7 @@ async def test_openai_agents_sdk_solves_the_arithmetic_set_with_its_tools_over_m
     agent = _agent(toy_calculator_model(), harnesses.agents_sdk(api))
     traces = [await agent.run(task) for task in arithmetic_tasks(3)]
     assert [t.reward for t in traces] == [1.0, 0.0, 1.0], [t.errors for t in traces]  # the toy is wrong on subtraction
-    dialect = "responses" if api == "responses" else "chat"
-    assert all([c.dialect for c in t.model_calls] == [dialect, dialect] for t in traces)
+    assert all([c.dialect for c in t.model_calls] == [api, api] for t in traces)  # the SDK's path is the dialect
     assert {c.name for t in traces for m in t.messages if m.role == "assistant" for c in m.tool_calls} == {"calculator"}
     assert traces[0].metrics["tool_call_success_rate"] == 1.0  # the calls went through rollkit's MCP server
 

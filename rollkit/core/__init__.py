@@ -26,7 +26,7 @@ from .events import Event, EventBus
 from .forks import ForkError, fork
 from .harness import ChatHarness, Harness
 from .hooks import intercept, metric, reward, stop
-from .human import HumanModel, NobodyToAsk, check_tool_call
+from .human import HumanModel, NobodyToAsk, check_reply, check_tool_call
 from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
 from .models import Model, ScriptedModel, count_tokens, model_names, register_model, resolve_model
 from .plugins import plug, plugged
@@ -49,5 +49,5 @@ __all__ = [
     "count_tokens", "intercept", "load", "metric", "model_names", "plug", "plugged", "register_model",
     "resolve_model", "reward", "save", "stop", "tool",
     "AgentUser", "ForkError", "RecordedUser", "ScriptedUser", "User", "UserReply", "UserTurn", "converse", "fork",
-    "similarity", "UserStop", "drive", "HumanModel", "NobodyToAsk", "check_tool_call",
+    "similarity", "UserStop", "drive", "HumanModel", "NobodyToAsk", "check_tool_call", "check_reply",
 ]

@@ -28,7 +28,7 @@ makes the DataFrame and the panel shows `forecast_text`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from .session import LIMIT_NAMES
@@ -40,8 +40,9 @@ __all__ = ["Forecast", "forecast", "forecast_text", "as_columns", "per_turn_rate
 @dataclass
 class Forecast:
     """One limit's forecast. `ends_after`: the turns the run would have done
-    when this limit ends it (None: it would not). `per_turn`: the average
-    use per turn so far. `note` says it in words."""
+    when this limit ends it (None: it would not). `per_turn`: the use per
+    turn it is projected at (`per_turn_rate`; agent time: its average).
+    `note` says it in words."""
 
     limit: str
     value: float
@@ -54,8 +55,8 @@ class Forecast:
     note: str = ""
 
 
-def _cumulative(trace: Trace, attr: str) -> list[float]:
-    return [getattr(call, attr) for call in trace.turns]
+def _cumulative(turns: list[Any], attr: str) -> list[float]:
+    return [getattr(call, attr) for call in turns]
 
 
 def per_turn_rate(series: list[float]) -> float | None:
@@ -109,7 +110,8 @@ def forecast(trace: Trace, *, agent_time: float | None = None) -> list[Forecast]
     agent-time budget). `agent_time` is the time charged so far when the
     rollout is still running (Rollout.agent_time); otherwise the trace's."""
     rows: list[Forecast] = []
-    turns = trace.num_turns
+    committed = trace.turns
+    turns = len(committed)
     for name, attr in LIMIT_NAMES.items():
         limit = trace.limits.get(name)
         if limit is None:
@@ -117,7 +119,7 @@ def forecast(trace: Trace, *, agent_time: float | None = None) -> list[Forecast]
         if name == "max_turns":
             rows.append(Forecast(name, limit, turns, 1.0 if turns else None, limit, turns >= limit))
         else:
-            rows.append(_token_forecast(name, limit, _cumulative(trace, f"cum_{attr.removeprefix('num_')}")))
+            rows.append(_token_forecast(name, limit, _cumulative(committed, f"cum_{attr.removeprefix('num_')}")))
     budget = trace.timeouts.get("agent")
     if budget is not None:
         used = trace.agent_time if agent_time is None else agent_time
@@ -171,12 +173,13 @@ def _rank(rows: list[Forecast]) -> None:
             row.note = f"{row.limit} {_when(row)} as well"
 
 
-def forecast_text(trace: Trace, *, agent_time: float | None = None) -> str:
-    """One line: which limit binds first and when, and which cannot bind."""
+def forecast_text(trace: Trace, *, agent_time: float | None = None, rows: list[Forecast] | None = None) -> str:
+    """One line: which limit binds first and when, and which cannot bind
+    (`rows`: the trace's forecast when the caller has it already)."""
     over = ended(trace)
     if over is not None:
         return over
-    rows = forecast(trace, agent_time=agent_time)
+    rows = forecast(trace, agent_time=agent_time) if rows is None else rows
     first = next((r for r in rows if r.binds_first), None)
     if first is None:
         return "no limits to forecast" if not rows else "no forecast yet: no turn so far"
@@ -186,5 +189,4 @@ def forecast_text(trace: Trace, *, agent_time: float | None = None) -> str:
 
 def as_columns(rows: list[Forecast]) -> dict[str, list[Any]]:
     """Rows as columns (for a DataFrame)."""
-    names = ("limit", "value", "used", "per_turn", "ends_after", "reached", "binds_first", "reachable", "note")
-    return {name: [getattr(r, name) for r in rows] for name in names}
+    return {f.name: [getattr(r, f.name) for r in rows] for f in fields(Forecast)}

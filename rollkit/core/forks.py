@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .messages import AssistantMessage, Message, ToolMessage
+from .session import LIMIT_STOPS
 from .trace import ModelCall, Rewrite, Segment, Trace, UserTurn
 
 if TYPE_CHECKING:
@@ -43,8 +44,7 @@ __all__ = ["fork", "ForkError", "Prefix", "prefix_of"]
 
 # Stop conditions the fork finds again by itself: limits are checked before
 # every model call, the user-turn cap before every user turn.
-_RECHECKED = {None, "max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "max_user_turns",
-              "context_length"}
+_RECHECKED = {None, *LIMIT_STOPS}
 
 
 class ForkError(ValueError):

@@ -18,21 +18,20 @@ start: there would be nobody to answer.
 
 `check_tool_call(tool, arguments)` validates a call against the tool's
 schema (its argument model) and says what is wrong, so a form can refuse a
-bad argument before anything is sent.
+bad argument before anything is sent; `check_reply(reply, tools)` does it
+for a whole reply.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import pydantic
-
-from .messages import Request
+from .messages import AssistantMessage, Request, Response
 from .models import ScriptedModel, calling_rollout
-from .tools import Tool, _validation_text
+from .tools import Tool
 
-__all__ = ["HumanModel", "check_tool_call", "NobodyToAsk"]
+__all__ = ["HumanModel", "check_tool_call", "check_reply", "NobodyToAsk"]
 
 Ask = Callable[[Request], Any | Awaitable[Any]]
 
@@ -91,11 +90,26 @@ class HumanModel(ScriptedModel):
         return ask(request)  # type: ignore[misc]
 
 
+def check_reply(reply: Any, tools: Mapping[str, Tool]) -> str | None:
+    """What is wrong with `reply` as the model's answer in a rollout with
+    `tools` (an empty text, a reply of another type, a call of a tool it
+    does not have or with bad arguments), or None if nothing."""
+    if isinstance(reply, str):
+        return None if reply.strip() else "empty reply: write what the model says, or call a tool"
+    message = reply.message if isinstance(reply, Response) else reply
+    if not isinstance(message, AssistantMessage):
+        return f"a reply is a str, an rk.AssistantMessage or an rk.Response, got {type(reply).__name__}"
+    for call in message.tool_calls:
+        tool = tools.get(call.name)
+        if tool is None:
+            return f"there is no tool named {call.name!r}; this task's tools: {', '.join(sorted(tools)) or 'none'}"
+        problem = check_tool_call(tool, call.args())
+        if problem is not None:
+            return problem
+    return None
+
+
 def check_tool_call(tool: Tool, arguments: dict[str, Any]) -> str | None:
     """What is wrong with calling `tool` with `arguments` (validated by the
     tool's own argument model, as the rollout will), or None if nothing."""
-    try:
-        tool.arguments_model.model_validate(arguments)
-    except pydantic.ValidationError as exc:
-        return f"invalid arguments for tool {tool.name!r}: {_validation_text(exc)}"
-    return None
+    return tool.check(arguments)

@@ -26,6 +26,7 @@ __all__ = [
     "Response",
     "text_of",
     "to_messages",
+    "opening_messages",
 ]
 
 
@@ -121,6 +122,17 @@ _MESSAGE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Message)
 def text_of(message: Any) -> str:
     """The text content of a message ("" when it has none)."""
     return getattr(message, "content", None) or ""
+
+
+def opening_messages(system_prompt: str | None, prompt: str | None) -> list[Message]:
+    """What a conversation opens with: the system prompt, then the task's
+    prompt, each only when given."""
+    opening: list[Message] = []
+    if system_prompt:
+        opening.append(SystemMessage(content=system_prompt))
+    if prompt:
+        opening.append(UserMessage(content=prompt))
+    return opening
 
 
 def to_messages(messages: Any) -> list[Any]:

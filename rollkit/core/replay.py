@@ -47,8 +47,8 @@ from typing import Any
 
 from .agent import RolloutLimits
 from .hooks import BoundHook, HookSet, bind, check_stop, collect_hooks, hook_spec, rewrite
-from .messages import Request, Response, ToolMessage
-from .session import LIMIT_NAMES
+from .messages import Request, Response, ToolMessage, opening_messages
+from .session import LIMIT_NAMES, active_limits
 from .task import Task
 from .trace import Trace
 
@@ -224,7 +224,7 @@ async def _replay_open(rows: _Rows, trace: Trace, hooks: HookSet, task: Task | N
     data = task.data.model_dump() if task is not None else trace.task.data
     if not hooks.request_interceptors or not data.get("prompt"):
         return
-    count = 2 if data.get("system_prompt") else 1
+    count = len(opening_messages(data.get("system_prompt"), data.get("prompt")))
     first = _request(trace.messages[:count], tools)
     request = first
     for hook in hooks.request_interceptors:
@@ -250,12 +250,14 @@ async def _replay_one(rows: _Rows, trace: Trace, hooks: HookSet, task: Task | No
     await _replay_open(rows, trace, hooks, task, base, tools, held)
     last = turns + 1 if _attempted_after_last_turn(trace, positions, hooks) else turns
     for turn in range(1, last + 1):
-        if limits or hooks.trace_stops:
+        if hooks.trace_stops:
             view = _before(trace, turn, positions)
             if held:
                 view.messages = held(view.messages)
+        # Each committed call holds the budget totals right after it.
+        spent = trace.model_calls[positions[turn - 2]] if turn > 1 else None
         for name, limit, attr in limits:
-            reached = getattr(view, attr) >= limit
+            reached = (getattr(spent, "cum_" + attr.removeprefix("num_")) if spent else 0) >= limit
             rows.add(trace, turn, name, "limit", "limit", reached)
             if reached and ends is None:
                 ends = turn - 1
@@ -294,12 +296,12 @@ async def replay(traces: Iterable[Trace], hooks: Any = (), *, limits: Any = None
     active: list[tuple[str, int, str]] = []
     if limits is not None:
         limits = limits if isinstance(limits, RolloutLimits) else RolloutLimits(**dict(limits))
-        active = [(name, getattr(limits, name), attr) for name, attr in LIMIT_NAMES.items() if getattr(limits, name) is not None]
+        active = active_limits(limits)
     rows = _Rows()
     for i, trace in enumerate(traces):
         if not isinstance(trace, Trace):
             raise TypeError(f"item {i} is a {type(trace).__name__}, not an rk.Trace")
         hook_set, task = hooks_for(trace)
-        tools = [t.spec for ts in task.all_toolsets() for t in ts.tools.values()] if task is not None else []
+        tools = [spec for ts in task.all_toolsets() for spec in ts.specs()] if task is not None else []
         await _replay_one(rows, trace, hook_set, task, active, tools)
     return rows.cols

@@ -24,7 +24,7 @@ from .context import RolloutContext
 from .errors import HarnessError, LifetimeError, Refused, RolloutError, SandboxError, TaskError, ToolsetError, crossing
 from .events import EventBus
 from .hooks import HookSet, collect_hooks
-from .messages import Request, SystemMessage, UserMessage, to_messages
+from .messages import Request, opening_messages, to_messages
 from .runtime import Runtime
 from .scoring import score
 from .session import Session
@@ -314,15 +314,11 @@ class Rollout:
 
     async def _initial_messages(self) -> list[Any]:
         data = self.task.data
-        messages: list[Any] = []
-        if data.system_prompt:
-            messages.append(SystemMessage(content=data.system_prompt))
-        if data.prompt:
-            messages.append(UserMessage(content=data.prompt))
-            if self.hooks.request_interceptors:
-                # The harness sees the prompt only after the interceptors rewrote it (L7).
-                request = Request(messages=messages, tools=self.ctx.tool_specs)
-                messages = list((await self.session.rewrite_request(request, call=None)).messages)
+        messages: list[Any] = opening_messages(data.system_prompt, data.prompt)
+        if data.prompt and self.hooks.request_interceptors:
+            # The harness sees the prompt only after the interceptors rewrote it (L7).
+            request = Request(messages=messages, tools=self.ctx.tool_specs)
+            messages = list((await self.session.rewrite_request(request, call=None)).messages)
         return messages
 
     def _install_prefix(self, prefix: Prefix) -> None:

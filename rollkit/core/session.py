@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .models import Model
     from .trace import Trace
 
-__all__ = ["Session", "Refused", "LIMIT_NAMES"]
+__all__ = ["Session", "Refused", "LIMIT_NAMES", "LIMIT_STOPS", "active_limits"]
 
 # Each limit reads the trace aggregate of the same name (L11).
 LIMIT_NAMES = {
@@ -39,6 +39,15 @@ LIMIT_NAMES = {
     "max_output_tokens": "num_output_tokens",
     "max_total_tokens": "num_total_tokens",
 }
+
+# Stop conditions set by a limit rather than a hook: the four above, the
+# user-turn cap, and a prompt that outgrew the model's context window.
+LIMIT_STOPS = frozenset({*LIMIT_NAMES, "max_user_turns", "context_length"})
+
+
+def active_limits(limits: RolloutLimits) -> list[tuple[str, int, str]]:
+    """(name, value, trace aggregate) of each limit that is set."""
+    return [(name, getattr(limits, name), attr) for name, attr in LIMIT_NAMES.items() if getattr(limits, name) is not None]
 
 
 class Session:
@@ -61,8 +70,7 @@ class Session:
         self._emit = emit
         self._agent_time = agent_time
         self._segment = segment
-        self._limits = [(name, getattr(limits, name), attr) for name, attr in LIMIT_NAMES.items()]
-        self._limits = [(name, limit, attr) for name, limit, attr in self._limits if limit is not None]
+        self._limits = active_limits(limits)
         self.stop_condition: str | None = None
         self.last: tuple[Request, Response] | None = None
         self._next_call = 0

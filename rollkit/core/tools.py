@@ -54,13 +54,23 @@ class Tool:
             getattr(fn, "__func__", fn), name, description
         )
 
+    def check(self, arguments: dict[str, Any]) -> str | None:
+        """What is wrong with calling this tool with `arguments`, or None."""
+        try:
+            self.arguments_model.model_validate(arguments)
+        except (ValueError, pydantic.ValidationError) as exc:
+            return self._invalid(exc)
+        return None
+
+    def _invalid(self, exc: Exception) -> str:
+        return f"invalid arguments for tool {self.name!r}: {_validation_text(exc)}"
+
     async def __call__(self, call: ToolCall) -> ToolResult:
         try:
             raw = call.args()
             args = self.arguments_model.model_validate(raw)
         except (ValueError, pydantic.ValidationError) as exc:
-            detail = _validation_text(exc)
-            return ToolResult(f"error: invalid arguments for tool {self.name!r}: {detail}", ok=False)
+            return ToolResult(f"error: {self._invalid(exc)}", ok=False)
         try:
             result = self.fn(**{k: getattr(args, k) for k in self.arguments_model.model_fields})
             if inspect.isawaitable(result):

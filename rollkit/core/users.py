@@ -108,6 +108,10 @@ class User:
         """The conversation ended; return the user's own traces, if any."""
         return []
 
+    def _spoken(self, trace: Trace) -> int:
+        """How many of the trace's user turns this user spoke."""
+        return sum(1 for turn in trace.user_turns if turn.by == self.name)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
@@ -140,7 +144,7 @@ class ScriptedUser(User):
             return self.turns(trace)
         # Counting its own turns, not all of them: it may take over from
         # another user, or continue a fork.
-        index = sum(1 for turn in trace.user_turns if turn.by == self.name)
+        index = self._spoken(trace)
         return self.turns[index] if index < len(self.turns) else None
 
 
@@ -203,7 +207,7 @@ class RecordedUser(User):
         origin = trace.info.get("forked_from")
         if isinstance(origin, (list, tuple)) and origin and origin[0] == self.recorded.id:
             return len(trace.user_turns)
-        return sum(1 for turn in trace.user_turns if turn.by == self.name)
+        return self._spoken(trace)
 
     async def next(self, trace: Trace) -> Any:
         if trace.id in self._handed_over:

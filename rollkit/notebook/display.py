@@ -22,7 +22,7 @@ from typing import Any
 
 from ..core.trace import PHASES, Trace
 
-__all__ = ["chat_html", "message_html", "trace_html", "status_html", "STYLE"]
+__all__ = ["chat_html", "message_html", "trace_html", "status_html", "error_html", "STYLE"]
 
 # Texts longer than this (or with more lines) are folded behind a summary
 # line, so one huge tool result does not push the conversation off screen.
@@ -83,6 +83,11 @@ def message_html(message: Any) -> str:
         parts.append('<span class="rk-missing">(empty reply)</span>')
     css = role if role in ("user", "assistant", "system", "tool") else "assistant"
     return f'<div class="rk-msg rk-{css}" data-role="{html.escape(role)}">{"".join(parts)}</div>'
+
+
+def error_html(text: str) -> str:
+    """A refusal or failure shown beside a widget's controls, escaped."""
+    return f'<span style="color:#b00020">{html.escape(text)}</span>'
 
 
 def chat_html(messages: Iterable[Any], *, style: bool = True) -> str:

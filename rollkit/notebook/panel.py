@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 
 from ..core.events import Event
-from .display import STYLE, message_html
+from .display import STYLE, error_html, message_html
 
 if TYPE_CHECKING:
     from .stepping import NotebookRollout
@@ -166,7 +166,7 @@ class RolloutPanel(widgets.VBox):
     def _on_send(self, _button: Any = None) -> None:
         text = self.text.value
         if not text.strip():
-            self.error.value = f'<span style="color:#b00020">{html.escape(_EMPTY_MESSAGE)}</span>'
+            self.error.value = error_html(_EMPTY_MESSAGE)
             return
         if self._act(self.ro.step_soon, text):
             self.text.value = ""  # only once sent: a refused message stays to retry
@@ -183,7 +183,7 @@ class RolloutPanel(widgets.VBox):
     def _on_fork(self, _button: Any = None) -> None:
         turn = self.fork_turn.value
         if not turn:
-            self.error.value = '<span style="color:#b00020">No turn to fork after yet: step the rollout first.</span>'
+            self.error.value = error_html("No turn to fork after yet: step the rollout first.")
             return
         self.error.value = ""
         try:
@@ -206,9 +206,7 @@ class RolloutPanel(widgets.VBox):
         self.forks.children = (*self.forks.children, fork.panel(**self.options))  # the same seat and chart
 
     def _show_error(self, exc: BaseException) -> None:
-        self.error.value = (
-            f'<span style="color:#b00020">{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</span>'
-        )
+        self.error.value = error_html(f"{type(exc).__name__}: {exc}")
 
     # ---- view: redrawn from the rollout's state -----------------------------
     def _on_event(self, event: Event) -> None:

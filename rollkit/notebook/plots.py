@@ -46,7 +46,7 @@ from plotly.subplots import make_subplots
 
 from . import frames as _frames
 from ..core.events import Event
-from ..core.session import LIMIT_NAMES
+from ..core.session import LIMIT_STOPS
 from ..core.trace import PHASES, Trace
 
 __all__ = [
@@ -172,22 +172,23 @@ def budget_burn(trace: Trace, *, forecast: bool = True, agent_time: float | None
         fig.data[i].y = [getattr(call, attr) for call in committed]
     _draw_boundaries(fig, [s.turns_before + 0.5 for s in trace.segments[1:]])
     if forecast and committed:
-        _draw_projection(fig, trace, agent_time)
+        _draw_projection(fig, trace, committed, agent_time)
     return fig
 
 
-def _draw_projection(fig: Any, trace: Trace, agent_time: float | None) -> None:
+def _draw_projection(fig: Any, trace: Trace, committed: list[Any], agent_time: float | None) -> None:
     from ..core.forecast import ended, forecast as forecast_rows, forecast_text, per_turn_rate
 
     if ended(trace) is not None:
         return  # a run that is over has its end drawn already: no projection
     rows = forecast_rows(trace, agent_time=agent_time)
     first = next((r for r in rows if r.binds_first), None)
-    if first is None or first.ends_after is None or first.ends_after <= trace.num_turns:
+    n = len(committed)
+    if first is None or first.ends_after is None or first.ends_after <= n:
         return
-    n, end = trace.num_turns, first.ends_after
+    end = first.ends_after
     for row, name, attr, _limit in _BURN_LINES:
-        series = [getattr(call, attr) for call in trace.turns]
+        series = [getattr(call, attr) for call in committed]
         if attr == "cum_agent_time":
             # As the forecast goes: the time charged so far, at its average per turn.
             used = series[-1] if agent_time is None else agent_time
@@ -200,7 +201,7 @@ def _draw_projection(fig: Any, trace: Trace, agent_time: float | None) -> None:
                                  legendgroup=name, showlegend=False,
                                  hovertemplate=f"forecast: turn %{{x}}<br>{name} %{{y:.4g}}<extra></extra>"),
                       row=row, col=1)
-    fig.layout.title.text = f"{fig.layout.title.text} · {_text(forecast_text(trace, agent_time=agent_time))}"
+    fig.layout.title.text = f"{fig.layout.title.text} · {_text(forecast_text(trace, rows=rows))}"
 
 
 def _draw_boundaries(fig: Any, boundaries: list[float]) -> None:
@@ -519,8 +520,6 @@ def stop_reasons(data: Any) -> go.Figure:
     user's stop), its error type, or "done" (the agent finished), counted
     over many traces, coloured by kind."""
     traces = _traces(data)
-    # Limits, the user-turn cap, and a prompt that outgrew the context window.
-    limits = {*LIMIT_NAMES, "max_user_turns", "context_length"}
     counts: dict[str, int] = {}
     for trace in traces:
         reason = "aborted" if trace.aborted else (trace.stop or "done")
@@ -530,7 +529,7 @@ def stop_reasons(data: Any) -> go.Figure:
     def colour(reason: str) -> str:
         if reason == "done":
             return "#59a14f"
-        if reason in limits:
+        if reason in LIMIT_STOPS:
             return "#f28e2b"
         if reason.endswith("Error") or reason == "aborted":
             return "#e15759"

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 
 from ..core.human import HumanModel
+from .display import error_html
 
 if TYPE_CHECKING:
     from .stepping import NotebookRollout
@@ -35,11 +36,9 @@ __all__ = ["AgentSeat", "field_for"]
 _UNSET: Any = type("Unset", (), {"__repr__": lambda self: "(default)"})()
 
 
-def _resolved(schema: dict[str, Any], defs: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+def _resolved(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """The schema of one argument with `$ref`s looked up in the tool's
-    `$defs` and `Optional[X]` (`anyOf` X or null) taken as X; and whether
-    null was allowed."""
-    nullable = False
+    `$defs` and `Optional[X]` (`anyOf` X or null) taken as X."""
     for _ in range(8):  # refs to refs, bounded
         if "$ref" in schema:
             target = defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {})
@@ -48,24 +47,22 @@ def _resolved(schema: dict[str, Any], defs: dict[str, Any]) -> tuple[dict[str, A
         branches = schema.get("anyOf") or schema.get("oneOf")
         if branches:
             kept = [b for b in branches if b.get("type") != "null"]
-            nullable = nullable or len(kept) < len(branches)
             if len(kept) == 1:
                 rest = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")}
                 schema = {**kept[0], **rest}
                 continue
         if isinstance(schema.get("type"), list):  # {"type": ["integer", "null"]}
             kinds = [t for t in schema["type"] if t != "null"]
-            nullable = nullable or len(kinds) < len(schema["type"])
             schema = {**schema, "type": kinds[0] if len(kinds) == 1 else kinds}
         break
-    return schema, nullable
+    return schema
 
 
 def field_for(name: str, schema: dict[str, Any], required: bool, defs: dict[str, Any] | None = None) -> widgets.Widget:
     """The input widget for one argument of a tool, from its JSON schema
     (`defs`: the tool's `$defs`, for enums and models it refers to). An
     optional argument's field can be left alone, and then is not sent."""
-    schema, _nullable = _resolved(schema, defs or {})
+    schema = _resolved(schema, defs or {})
     label = f"{name}{' *' if required else ''}"
     kind = schema.get("type")
     default = schema.get("default")
@@ -177,7 +174,7 @@ class AgentSeat(widgets.VBox):
         try:
             self.ro.answer(reply)
         except (ValueError, RuntimeError) as exc:  # a bad argument, or nothing asked: say it, send nothing
-            self.error.value = f'<span style="color:#b00020">{html.escape(str(exc))}</span>'
+            self.error.value = error_html(str(exc))
             return False
         return True
 
@@ -189,7 +186,7 @@ class AgentSeat(widgets.VBox):
         try:
             arguments = self._arguments()
         except ValueError as exc:  # a field whose text is not what its schema asks
-            self.error.value = f'<span style="color:#b00020">{html.escape(str(exc))}</span>'
+            self.error.value = error_html(str(exc))
             return
         self._deliver(HumanModel.call(self.tool.value, **arguments))
 

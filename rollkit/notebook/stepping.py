@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core.human import HumanModel, check_tool_call
-from ..core.messages import AssistantMessage, Response, to_messages
+from ..core.human import HumanModel, check_reply
+from ..core.messages import AssistantMessage, to_messages
 from ..core.trace import Trace
 from . import _loop
 from .display import chat_html
@@ -188,7 +188,7 @@ class NotebookRollout:
             return Status("new", "not opened yet: call ro.open()")
         if trace.errors:
             return Status("failed", _failure(trace) + " (close to end it; a failed run is not scored)")
-        if self._action == "step" and self.pending is not None:
+        if self._action == "step" and self._pending() is not None:
             return Status("asked", f"your turn as the model: answer the request ({_turns(trace.num_turns)} so far)")
         if self._action == "step":
             return Status("running", f"running: the agent is working ({_turns(trace.num_turns)} so far)")
@@ -404,16 +404,16 @@ class NotebookRollout:
             self._asking.remove(asking)
             self._notify()
 
-    @property
-    def pending(self) -> tuple[Any, asyncio.Future[Any]] | None:
-        """The oldest unanswered (request, future), or None."""
+    def _pending(self) -> tuple[Any, asyncio.Future[Any]] | None:
+        """The oldest unanswered (request, future): a cancelled one stays
+        listed until its step has unwound."""
         return next((a for a in self._asking if not a[1].done()), None)
 
     @property
     def asked(self) -> Any:
         """The request the model (you) is asked to answer now (the oldest
         unanswered one when a program asked several at once), or None."""
-        pending = self.pending
+        pending = self._pending()
         return pending[0] if pending else None
 
     def answer(self, reply: Any) -> None:
@@ -421,23 +421,16 @@ class NotebookRollout:
         `rk.AssistantMessage` (`rk.HumanModel.call("tool", **arguments)` for
         a tool call). A tool call is checked against the tool's schema first:
         a bad one raises ValueError and nothing is sent."""
-        if self.pending is None:
+        pending = self._pending()
+        if pending is None:
             raise RuntimeError(
                 "nothing to answer: the model is not being asked right now; start a step "
                 "(ro.step_soon(), or Step in the panel) and answer when it asks"
             )
-        if isinstance(reply, str) and not reply.strip():
-            raise ValueError("empty reply: write what the model says, or call a tool")
-        message = reply.message if isinstance(reply, Response) else reply
-        for call in getattr(message, "tool_calls", None) or []:
-            tool = self.rollout.ctx.tools.get(call.name)
-            if tool is None:
-                known = ", ".join(sorted(self.rollout.ctx.tools)) or "none"
-                raise ValueError(f"there is no tool named {call.name!r}; this task's tools: {known}")
-            problem = check_tool_call(tool, call.args())
-            if problem is not None:
-                raise ValueError(problem)
-        self.pending[1].set_result(reply)
+        problem = check_reply(reply, self.rollout.ctx.tools)
+        if problem is not None:
+            raise ValueError(problem)
+        pending[1].set_result(reply)
 
     def call(self, tool: str, **arguments: Any) -> None:
         """Answer the pending request with a call of `tool` (checked first)."""

@@ -19,15 +19,14 @@ import pandas as pd
 from ..core.replay import REPLAY_COLUMNS, replay
 from ..core.trace import Trace
 from . import _loop
+from .frames import _list
 
 __all__ = ["replay_hooks", "areplay_hooks"]
 
 
 async def areplay_hooks(traces: Iterable[Trace] | Trace, hooks: Any = (), *, limits: Any = None) -> pd.DataFrame:
     """`await rk.notebook.whatif.areplay_hooks(...)`: the async form."""
-    if isinstance(traces, Trace):
-        traces = [traces]
-    columns = await replay(traces, hooks, limits=limits)
+    columns = await replay(_list(traces), hooks, limits=limits)
     frame = pd.DataFrame(columns, columns=list(REPLAY_COLUMNS))
     return frame.astype({"fired": "bool", "ends_after": "float"})
 

@@ -39,6 +39,7 @@ are the session's; what a program's exit means is the harness's.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import json
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
-ROUTES = ", ".join([*(f"POST {d.path}" for d in DIALECTS), "POST /v1/messages/count_tokens", "GET /v1/models"])
+ROUTES = ", ".join([*(f"POST {d.path}" for d in DIALECTS), f"POST {ANTHROPIC.count_path}", "GET /v1/models"])
 
 
 class _SegmentEnded(Exception):
@@ -143,8 +144,8 @@ class InterceptionServer:
             return
         app = web.Application(client_max_size=self.max_body, middlewares=[self._json_errors])
         for dialect in DIALECTS:
-            app.router.add_post(dialect.path, self._handler(dialect))
-        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+            app.router.add_post(dialect.path, functools.partial(self._model_call, dialect))
+        app.router.add_post(ANTHROPIC.count_path, self._count_tokens)
         app.router.add_get("/v1/models", self._models)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
@@ -228,33 +229,26 @@ class InterceptionServer:
     # ---- routes -------------------------------------------------------------
     @web.middleware
     async def _json_errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        shape = _shape_of(request)
         try:
             return await handler(request)
         except web.HTTPNotFound:
-            return shape.error(404, f"no route {request.method} {request.path}; this server answers {ROUTES}", "not_found")
+            return _shape_of(request).error(404, f"no route {request.method} {request.path}; this server answers {ROUTES}", "not_found")
         except web.HTTPMethodNotAllowed:
-            return shape.error(405, f"{request.method} is not allowed on {request.path}; this server answers {ROUTES}",
+            return _shape_of(request).error(405, f"{request.method} is not allowed on {request.path}; this server answers {ROUTES}",
                                "method_not_allowed")
         except web.HTTPException:
             raise
         except Exception as exc:
             # A bug of this server, not of the request: aiohttp would answer a
             # plain-text 500 that the SDK retries, to the same bug.
-            return shape.error(500, f"the interception server failed: {type(exc).__name__}: {exc}", "server_error")
+            return _shape_of(request).error(500, f"the interception server failed: {type(exc).__name__}: {exc}", "server_error")
 
     async def _models(self, request: web.Request) -> web.Response:
         shape = _shape_of(request)
         registration, refusal = self._caller(shape, request)
         if registration is None:
             return refusal  # type: ignore[return-value]
-        if shape is ANTHROPIC:
-            model = {"type": "model", "id": registration.model, "display_name": registration.model,
-                     "created_at": "1970-01-01T00:00:00Z"}
-            return web.json_response({"data": [model], "has_more": False, "first_id": registration.model,
-                                      "last_id": registration.model})
-        model = {"id": registration.model, "object": "model", "created": 0, "owned_by": "rollkit"}
-        return web.json_response({"object": "list", "data": [model]})
+        return web.json_response(shape.models_body(registration.model))
 
     async def _body(self, dialect: Dialect, request: web.Request) -> tuple[Any, bytes, web.Response | None]:
         """The JSON body (and its bytes), or the answer refusing it."""
@@ -281,12 +275,6 @@ class InterceptionServer:
         except (WireError, ValueError, TypeError) as exc:
             return ANTHROPIC.error(400, f"malformed count_tokens request: {exc}", "invalid_request_error")
 
-    def _handler(self, dialect: Dialect) -> Any:
-        async def handle(request: web.Request) -> web.StreamResponse:
-            return await self._model_call(dialect, request)
-
-        return handle
-
     async def _model_call(self, dialect: Dialect, request: web.Request) -> web.StreamResponse:
         registration, refusal = self._caller(dialect, request)
         if registration is None:
@@ -301,7 +289,9 @@ class InterceptionServer:
         except (WireError, ValueError, TypeError) as exc:
             return dialect.error(400, f"malformed {dialect.title} request: {exc}", "invalid_request_error",
                                  param=getattr(exc, "field", None))
-        key = hashlib.sha256(dialect.name.encode() + b"\0" + raw).digest()
+        digest = hashlib.sha256(dialect.name.encode() + b"\0")
+        digest.update(raw)  # not concatenated: a body may be megabytes
+        key = digest.digest()
         retry = request.headers.get("x-stainless-retry-count", "0").strip() not in ("", "0")
         if retry and key == registration._last_key and registration._last_payload is not None:
             # The SDK lost our answer and asks again: sampling again would

@@ -33,8 +33,6 @@ def user_for(spec: UserSpec, task: Task) -> User | None:
     `spec(task)` makes; a TaskError names a factory that breaks."""
     if spec is None or isinstance(spec, User):
         return spec
-    if isinstance(spec, type):
-        raise TaskError(f"user={spec.__name__} is a class; pass a rk.User instance, or a function of the task that makes one")
     try:
         user = spec(task)
     except Exception as exc:

@@ -69,12 +69,29 @@ class Dialect:
               param: str | None = None) -> web.Response:
         return web.json_response(self.error_body(status, message, kind, code, param), status=status, headers=NO_RETRY)
 
+    def models_body(self, model: str) -> dict[str, Any]:
+        """`GET /v1/models` in OpenAI's shape: the one model the rollout serves."""
+        return {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "rollkit"}]}
+
     def unauthorized(self, missing: bool) -> web.Response:
         what = f"no {self.key_name}" if missing else f"a wrong {self.key_name}"
         return self.error(401, f"{what}: {self.key_hint}", "invalid_api_key")
 
     key_name = "bearer token"
     key_hint = "set OPENAI_API_KEY to the rollout's secret (ProgramHarness sets it for the program)"
+
+
+def function_tool(name: str, parameters: Any, description: Any = None) -> dict[str, Any]:
+    """A tool in rollkit's (chat completions) form; no schema means no arguments."""
+    function = {"name": name, "parameters": parameters or {"type": "object", "properties": {}}}
+    if description:
+        function["description"] = description
+    return {"type": "function", "function": function}
+
+
+def named_tool_choice(name: Any) -> dict[str, Any]:
+    """A tool choice that forces the tool `name`, in rollkit's form."""
+    return {"type": "function", "function": {"name": name}}
 
 
 def sse(data: dict[str, Any], event: str | None = None) -> bytes:

@@ -33,14 +33,14 @@ from aiohttp import web
 
 from ...core.messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ...core.models import count_tokens
-from ._base import Dialect, Parsed, WireError, chunks_of, sse, text_parts
+from ._base import Dialect, Parsed, WireError, chunks_of, function_tool, named_tool_choice, sse, text_parts
 
 __all__ = ["ANTHROPIC", "AnthropicDialect"]
 
 _ARGUMENTS = "anthropic.arguments"  # memory key: tool call id -> the arguments text the model wrote
 _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal"}
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 409: "invalid_request_error", 410: "invalid_request_error",
+# Other 4xx are invalid_request_error, 5xx api_error.
+_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
                 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
 
 
@@ -56,17 +56,14 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
         if tool.get("type") not in (None, "custom"):
             raise WireError(f"tools.{i}: tool type {tool['type']!r} is not supported (custom tools with an input_schema only)",
                             f"tools.{i}.type")
-        function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object", "properties": {}}}
-        if tool.get("description"):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
+        out.append(function_tool(tool["name"], tool.get("input_schema"), tool.get("description")))
     return out
 
 
 def _tool_choice(choice: Any) -> Any:
     kind = choice.get("type") if isinstance(choice, dict) else None
     if kind == "tool":
-        return {"type": "function", "function": {"name": choice.get("name")}}
+        return named_tool_choice(choice.get("name"))
     return {"auto": "auto", "any": "required", "none": "none"}.get(kind or "", "auto")
 
 
@@ -151,12 +148,17 @@ class AnthropicDialect(Dialect):
     name = "anthropic"
     title = "Messages"
     path = "/v1/messages"
+    count_path = "/v1/messages/count_tokens"
     key_name = "API key (x-api-key or a bearer token)"
     key_hint = "set ANTHROPIC_API_KEY to the rollout's secret (ProgramHarness sets it for the program)"
 
     def token(self, request: web.Request) -> str | None:
         key = request.headers.get("x-api-key", "").strip()
         return key or super().token(request)
+
+    def models_body(self, model: str) -> dict[str, Any]:
+        entry = {"type": "model", "id": model, "display_name": model, "created_at": "1970-01-01T00:00:00Z"}
+        return {"data": [entry], "has_more": False, "first_id": model, "last_id": model}
 
     def _messages(self, body: dict[str, Any], memory: dict[str, Any]) -> list[Any]:
         system = body.get("system")

@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from ...core.messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ._base import Dialect, Parsed, WireError, chunks_of, sse, text_parts
+from ._base import Dialect, Parsed, WireError, chunks_of, function_tool, named_tool_choice, sse, text_parts
 
 __all__ = ["RESPONSES", "ResponsesDialect"]
 
@@ -53,10 +53,7 @@ HOSTED = frozenset({"web_search", "web_search_preview", "file_search", "code_int
 def _function(tool: dict[str, Any], where: str, name: str | None = None) -> dict[str, Any]:
     if not isinstance(tool.get("name"), str) or not tool["name"]:
         raise WireError(f"{where}: a function tool needs a 'name'", f"{where}.name")
-    function = {"name": name or tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
-    if tool.get("description"):
-        function["description"] = tool["description"]
-    return {"type": "function", "function": function}
+    return function_tool(name or tool["name"], tool.get("parameters"), tool.get("description"))
 
 
 def _tools(tools: Any, kinds: dict[str, tuple[str, str | None, str]]) -> list[dict[str, Any]]:
@@ -93,7 +90,7 @@ def _tools(tools: Any, kinds: dict[str, tuple[str, str | None, str]]) -> list[di
 
 def _tool_choice(choice: Any) -> Any:
     if isinstance(choice, dict) and choice.get("type") == "function":
-        return {"type": "function", "function": {"name": choice.get("name")}}
+        return named_tool_choice(choice.get("name"))
     return choice
 
 
