@@ -391,6 +391,7 @@ async def test_persistent_program_crashing_between_turns_is_a_harness_error_at_t
 
 
 async def test_tool_server_secret_check_covers_every_scope_and_any_scheme_case():
+    from rollkit.programs.guard import ConnectionGuard
     from rollkit.programs.mcp_tools import _RequireSecret
 
     secret = "s" * 32
@@ -402,7 +403,7 @@ async def test_tool_server_secret_check_covers_every_scope_and_any_scheme_case()
     async def send(message):
         sent.append(message)
 
-    guard = _RequireSecret(app, secret)
+    guard = _RequireSecret(app, secret, ConnectionGuard())
 
     def http(header):
         return {"type": "http", "headers": [(b"authorization", header.encode())] if header else []}

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .cancellation import finish
 from .context import RolloutContext
 from .errors import HarnessError, LifetimeError, Refused, RolloutError, SandboxError, TaskError, ToolsetError, crossing
 from .events import EventBus
@@ -29,7 +30,7 @@ from .runtime import Runtime
 from .scoring import score
 from .session import Session
 from .task import Task
-from .trace import ErrorInfo, Segment, TaskRef, Trace, UserTurn
+from .trace import PHASES, ErrorInfo, Segment, TaskRef, Trace, UserTurn
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -79,8 +80,7 @@ class Rollout:
         self.limits = agent.limits
         self.timeouts = agent.timeouts
         # Routing and shape checks happen here, at build time (L16, L17).
-        task_hooks = collect_hooks(task, "task")
-        self.hooks = HookSet.build(task_hooks)
+        self.hooks = HookSet.build(collect_hooks(task, "task"))
         self._signals = [*self.hooks.rewards, *self.hooks.metrics, *agent.harness_metrics, *agent.judges]
         _check_signal_names(self._signals)
         self.trace = Trace(
@@ -98,10 +98,11 @@ class Rollout:
         self._remaining = self.timeouts.agent
         self._charged = 0.0
         self._segment_t0: float | None = None
+        # Who runs a step or a close (abort cancels and awaits it); cleanups run once, to their end.
         self._step_task: asyncio.Task[Any] | None = None
-        self._step_done: asyncio.Event | None = None
         self._close_task: asyncio.Task[Any] | None = None
-        self._close_done: asyncio.Event | None = None
+        self._step_done = self._close_done = None  # type: asyncio.Event | None
+        self._releasing = self._aborting = None  # type: asyncio.Future[Any] | None
         self._setup_started = False
         self.toolsets = task.all_toolsets()
         self._values: dict[str, Any] = {"trace": self.trace, "task": task, "data": task.data, "runtime": self.runtime}
@@ -402,6 +403,7 @@ class Rollout:
             # A segment cut off midway left a half-updated conversation (a
             # reply without its tool results); scoring it would mean nothing.
             self._fail(HarnessError("the step was cancelled before the agent yielded; the trajectory is incomplete"), "agent")
+            self._mark_cut("agent")
             raise
         finally:
             self._end_segment(segment)
@@ -495,15 +497,13 @@ class Rollout:
 
     async def _abort_closing(self) -> Trace:
         """Abort a close() running in another task: cancel it (its teardown
-        still runs), then mark the trace aborted rather than scored."""
+        still runs), which marks the trace aborted rather than scored. Once
+        the score is written the run is whole: the abort only waits for the
+        teardown."""
         task, done = self._close_task, self._close_done
         if task is not None and task is not asyncio.current_task() and done is not None:
             task.cancel()
             await done.wait()
-        self.trace.aborted = True
-        self.trace.ok = False
-        self._state = "closed"
-        self._emit("closed", ok=False, aborted=True)
         return self.trace
 
     async def _cancel_running_step(self) -> None:
@@ -517,7 +517,10 @@ class Rollout:
     async def close(self) -> Trace:
         """Close the harness session, finalize, score, tear down (L21).
         Idempotent; always returns the trace. A step still running is
-        cancelled first, and then the run counts as failed (L23)."""
+        cancelled first, and then the run counts as failed (L23). A close
+        cancelled before its score is written (in finalize or scoring) still
+        tears everything down, and marks the trace aborted where it was cut
+        (`trace.aborted_in`): an unscored run must not pass for a whole one."""
         if self._state in ("closed", "closing"):
             return self.trace
         if self._state == "stepping":
@@ -528,23 +531,38 @@ class Rollout:
         self._close_task = asyncio.current_task()
         self._close_done = asyncio.Event()
         try:
+            await self._release_harness()
             if self._opened and not self._failed:
-                await self._release_harness()
                 await self._finalize()
                 if not self._failed:
                     await self._score()
-            else:
-                await self._release_harness()
+        except asyncio.CancelledError:
+            self._mark_cut(self._running_phase() or "teardown")
+            raise
         finally:
-            await self._teardown_runtime()
-            self.trace._close_open_spans(time.time())
-            self.trace.ok = self._opened and not self._failed  # L25, decided last
-            self.trace.completed = True
-            self._state = "closed"
-            self._close_done.set()
-        self._emit("closed", ok=self.trace.ok)
+            try:
+                await self._teardown_runtime()  # runs to its end, even when cancelled (Runtime.stop)
+            finally:
+                self.trace._close_open_spans(time.time())
+                self.trace.ok = self._opened and not self._failed and not self.trace.aborted  # L25, decided last
+                self.trace.completed = True
+                self._state = "closed"
+                self._close_done.set()
+                self._emit("closed", ok=self.trace.ok, **({"aborted": True} if self.trace.aborted else {}))
         log.info(self._done_line())
         return self.trace
+
+    def _running_phase(self) -> str | None:
+        """The phase whose span is open now (the one a cancellation cuts)."""
+        running = [name for name in PHASES if (span := self.trace.phases.get(name)) is not None and span.end is None]
+        return running[-1] if running else None
+
+    def _mark_cut(self, where: str | None) -> None:
+        """The run was cut short by a cancellation or an abort: not ok, not
+        scored as a whole run, and the trace says in which phase."""
+        self.trace.aborted = True
+        if self.trace.aborted_in is None:
+            self.trace.aborted_in = where
 
     def _done_line(self) -> str:
         trace = self.trace
@@ -565,8 +583,17 @@ class Rollout:
             self._warn(f"{what} failed: {type(exc).__name__}: {exc}")
 
     async def _release_harness(self) -> None:
+        """Close the harness session and stop the tool sets, once. It runs to
+        its end even if the caller is cancelled meanwhile (each step under
+        the teardown deadline): a cleanup cut in half would leave a program
+        running or a server listening."""
         if not self._setup_started:
             return  # nothing was brought up
+        if self._releasing is None:
+            self._releasing = asyncio.ensure_future(self._release_all())
+        await finish(self._releasing)
+
+    async def _release_all(self) -> None:
         await self._bounded("harness cleanup", lambda: self.harness.cleanup(self.ctx))
         for toolset in self.toolsets:
             await self._bounded(f"toolset {toolset.name!r} stop", toolset.stop)
@@ -599,12 +626,21 @@ class Rollout:
         log.warning("rollout %s: %s", self.id, message)
 
     async def abort(self) -> Trace:
-        """Free everything without finalizing or scoring. Idempotent. A step
-        running in another task is cancelled first."""
-        if self._state in ("closed", "aborting"):
+        """Free everything without finalizing or scoring. Idempotent: a
+        second call waits for the first one's cleanup. A step running in
+        another task is cancelled first. The cleanup runs to its end even if
+        the caller is cancelled meanwhile; `trace.aborted_in` says which
+        phase the abort cut (None between segments)."""
+        if self._state == "closed":
             return self.trace
         if self._state == "closing":
             return await self._abort_closing()
+        if self._aborting is None:
+            self._aborting = asyncio.ensure_future(self._abort())
+        return await finish(self._aborting)
+
+    async def _abort(self) -> Trace:
+        where = "agent" if self._state == "stepping" else self._running_phase()
         if self._state == "stepping":
             await self._cancel_running_step()
         self._state = "aborting"
@@ -613,7 +649,7 @@ class Rollout:
             await self._teardown_runtime()
         finally:
             self.trace._close_open_spans(time.time())
-            self.trace.aborted = True
+            self._mark_cut(where)
             self.trace.ok = False
             self._state = "closed"
         self._emit("closed", ok=False, aborted=True)

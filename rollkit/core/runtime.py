@@ -12,10 +12,12 @@ rollouts, traces or models.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .cancellation import finish
 from .errors import SandboxError
 
 __all__ = ["Runtime", "LocalRuntime", "NetworkPolicy"]
@@ -49,6 +51,7 @@ class Runtime:
 
     def __init__(self) -> None:
         self._state = "new"  # new -> starting -> running -> stopped
+        self._stopping: asyncio.Future[None] | None = None
 
     @property
     def started(self) -> bool:
@@ -74,10 +77,15 @@ class Runtime:
         self._state = "running"
 
     async def stop(self) -> None:
-        if self._state == "stopped":
-            return
-        self._state = "stopped"
-        await self._stop()
+        """Stop the runtime and free what it holds. The stop runs to its end
+        even if the caller is cancelled meanwhile (rollkit.core.cancellation):
+        marked stopped at once, a stop cut short would never be retried and
+        would leave its programs and files behind. A second call waits for
+        the first one's stop."""
+        if self._stopping is None:
+            self._state = "stopped"
+            self._stopping = asyncio.ensure_future(self._stop())
+        await finish(self._stopping)
 
     async def apply_network_policy(self, policy: NetworkPolicy, keep: list[str]) -> dict[str, Any]:
         """Apply `policy`, keeping `keep` (the framework's routes) reachable.

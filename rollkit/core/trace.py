@@ -175,6 +175,10 @@ class Trace(_Record):
     ok: bool | None = None
     completed: bool = False
     aborted: bool = False
+    # Where an abort (or a cancellation) cut the run: the phase then running
+    # ("boot", "setup", "agent", "finalize", "scoring", or "teardown" for the
+    # harness session's close), None when it came between segments.
+    aborted_in: str | None = None
     phases: dict[str, Span] = Field(default_factory=dict)
     segments: list[Segment] = Field(default_factory=list)
     user_turns: list[UserTurn] = Field(default_factory=list)

@@ -42,19 +42,21 @@ import asyncio
 import functools
 import hashlib
 import hmac
-import json
 import socket
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from pydantic_core import from_json
 
+from ..core.cancellation import finish
 from ..core.context import RolloutContext
 from ..core.errors import ProviderError, Refused, RolloutError
 from ..core.harness import Harness
 from .dialects import ANTHROPIC, CHAT, DIALECTS, Dialect, Parsed, WireError
 from .dialects.chat import SDK_OPTIONS, completion_payload, parse_request, wire_message
+from .guard import DEFAULT_LIMITS, ConnectionGuard, ServerLimits
 
 if TYPE_CHECKING:
     from ..core.session import Session
@@ -130,29 +132,43 @@ class InterceptionServer:
     also own one: `server = InterceptionServer(); await server.start()`.
     """
 
-    def __init__(self, *, max_body: int = DEFAULT_MAX_BODY) -> None:
-        if not isinstance(max_body, int) or max_body <= 0:
+    def __init__(self, *, max_body: int = DEFAULT_MAX_BODY, limits: ServerLimits | None = None) -> None:
+        if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body <= 0:
             raise ValueError(f"max_body must be a positive number of bytes, got {max_body!r}")
+        if limits is not None and not isinstance(limits, ServerLimits):
+            raise TypeError(f"limits must be a rollkit.programs.guard.ServerLimits, got {type(limits).__name__}")
         self.max_body = max_body
+        self.limits = limits or DEFAULT_LIMITS
+        self.guard = ConnectionGuard(self.limits)
         self._by_digest: dict[bytes, Registration] = {}
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.AbstractServer | None = None
         self.port: int | None = None
 
     # ---- lifetime -----------------------------------------------------------
     async def start(self) -> None:
+        """Listen on 127.0.0.1 (a free port). A start cut short by a
+        cancellation is finished and then stopped (rollkit.core.cancellation):
+        left half made, its socket would be closed behind the event loop's
+        back, and a later descriptor with the same number never watched."""
         if self._runner is not None:
             return
+        await finish(self._start(), undo=lambda _: self.stop())
+
+    async def _start(self) -> None:
         app = web.Application(client_max_size=self.max_body, middlewares=[self._json_errors])
         for dialect in DIALECTS:
             app.router.add_post(dialect.path, functools.partial(self._model_call, dialect))
         app.router.add_post(ANTHROPIC.count_path, self._count_tokens)
         app.router.add_get("/v1/models", self._models)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=self.limits.idle_timeout)
         await runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.bind(("127.0.0.1", 0))  # loopback only, any free port
-            await web.SockSite(runner, sock).start()
+            # Every connection passes the guard (rollkit.programs.guard) before aiohttp's protocol.
+            loop = asyncio.get_running_loop()
+            self._listener = await loop.create_server(self.guard.protocol(runner.server), sock=sock)
         except BaseException:
             sock.close()
             await runner.cleanup()
@@ -165,6 +181,9 @@ class InterceptionServer:
         for registration in list(self._by_digest.values()):
             registration.cancel_inflight()
         self._by_digest.clear()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()  # no new connections; the loop stops watching the socket
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
@@ -204,6 +223,7 @@ class InterceptionServer:
         registration = self._by_digest.pop(_digest(secret), None)
         if registration is not None:
             registration.cancel_inflight()
+            self.guard.release(registration)  # its connections would only get 401 from now on
 
     @property
     def rollouts(self) -> int:
@@ -224,11 +244,23 @@ class InterceptionServer:
         registration = self._authorize(token)
         if registration is None:
             return None, dialect.unauthorized(missing=not token)
+        if not self.guard.claim(_peer(request), registration):
+            cap = self.limits.per_rollout
+            refusal = dialect.error(
+                429,
+                f"rollout {registration.rollout_id or '?'} already holds {cap} connections to this server, its "
+                "limit; reuse a connection (an SDK client keeps a pool) or close idle ones",
+                "too_many_connections",
+            )
+            refusal.force_close()
+            return None, refusal
         return registration, None
 
     # ---- routes -------------------------------------------------------------
     @web.middleware
     async def _json_errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        peer = _peer(request)
+        self.guard.busy(peer)  # a request is in hand: the connection is not idle
         try:
             return await handler(request)
         except web.HTTPNotFound:
@@ -242,6 +274,8 @@ class InterceptionServer:
             # A bug of this server, not of the request: aiohttp would answer a
             # plain-text 500 that the SDK retries, to the same bug.
             return _shape_of(request).error(500, f"the interception server failed: {type(exc).__name__}: {exc}", "server_error")
+        finally:
+            self.guard.idle(peer)
 
     async def _models(self, request: web.Request) -> web.Response:
         shape = _shape_of(request)
@@ -255,13 +289,23 @@ class InterceptionServer:
         if request.content_length is not None and request.content_length > self.max_body:
             return None, b"", _too_large(dialect, self.max_body)
         try:
-            raw = await request.read()
+            async with asyncio.timeout(self.limits.body_timeout):
+                raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return None, b"", _too_large(dialect, self.max_body)
+        except TimeoutError:
+            refusal = dialect.error(408, f"the request body did not arrive within {self.limits.body_timeout}s",
+                                    "request_timeout")
+            refusal.force_close()
+            return None, b"", refusal
         try:
-            return json.loads(raw), raw, None
+            # pydantic-core's parser: faster than json.loads, and it refuses
+            # nesting deeper than 200 levels with a ValueError (a 400) where
+            # json.loads would raise RecursionError (a 500).
+            return from_json(raw), raw, None
         except ValueError as exc:
-            return None, raw, dialect.error(400, f"the request body is not JSON: {exc}", "invalid_request_error")
+            problem = "nests deeper than 200 levels" if "recursion limit" in str(exc) else "is not JSON"
+            return None, raw, dialect.error(400, f"the request body {problem}: {exc}", "invalid_request_error")
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         registration, refusal = self._caller(ANTHROPIC, request)
@@ -297,7 +341,7 @@ class InterceptionServer:
             # The SDK lost our answer and asks again: sampling again would
             # commit a second turn for one request.
             registration.replays += 1
-            return await _send(dialect, request, registration._last_payload, parsed)
+            return await _send(dialect, request, registration._last_payload, parsed, self.limits.send_timeout)
         try:
             payload = await self._run(registration, key, dialect, parsed, retry)
         except _SegmentEnded:
@@ -314,7 +358,7 @@ class InterceptionServer:
             return _failure(dialect, exc)
         finally:
             registration.activity.set()
-        return await _send(dialect, request, payload, parsed)
+        return await _send(dialect, request, payload, parsed, self.limits.send_timeout)
 
     async def _run(self, registration: Registration, key: bytes, dialect: Dialect, parsed: Parsed, retry: bool) -> dict[str, Any]:
         pending = registration._inflight.get(key) if retry else None
@@ -399,24 +443,11 @@ async def release(server: InterceptionServer) -> None:
         if shared.users <= 0:
             shared.users = 0
             try:
-                await _stop_fully(server)
+                # Finished even if the caller is cancelled: a stop cut in half
+                # would leave its port listening with nobody holding it.
+                await finish(server.stop())
             finally:
                 shared.server = None
-
-
-async def _stop_fully(server: InterceptionServer) -> None:
-    """Stop `server` even if the caller is cancelled meanwhile: a stop cut in
-    half would leave its port listening with nobody holding a reference."""
-    stopping = asyncio.ensure_future(server.stop())
-    try:
-        await asyncio.shield(stopping)
-    except asyncio.CancelledError:
-        while not stopping.done():
-            try:
-                await asyncio.shield(stopping)
-            except asyncio.CancelledError:
-                pass
-        raise
 
 
 # ---- the wire ------------------------------------------------------------------
@@ -496,12 +527,25 @@ def _failure(dialect: Dialect, exc: RolloutError) -> web.Response:
     return dialect.error(status if status >= 400 else 502, message, kind)
 
 
-async def _send(dialect: Dialect, request: web.Request, payload: dict[str, Any], parsed: Parsed) -> web.StreamResponse:
+def _peer(request: web.Request) -> Any:
+    """The connection a request came on, as the guard knows it."""
+    transport = request.transport
+    return None if transport is None else transport.get_extra_info("peername")
+
+
+async def _send(dialect: Dialect, request: web.Request, payload: dict[str, Any], parsed: Parsed,
+                timeout: float) -> web.StreamResponse:
     if not parsed.stream:
         return web.json_response(payload)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
-    # One write: the whole answer is known, and each write is a syscall.
-    await response.write(b"".join(dialect.events(payload, parsed)))
-    await response.write_eof()
+    try:
+        async with asyncio.timeout(timeout):
+            await response.prepare(request)
+            # One write: the whole answer is known, and each write is a syscall.
+            await response.write(b"".join(dialect.events(payload, parsed)))
+            await response.write_eof()
+    except TimeoutError:
+        # A client that does not read its answer holds a connection forever.
+        if request.transport is not None:
+            request.transport.close()
     return response

@@ -17,7 +17,9 @@ on the trace beyond the harness's tool-call counters.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -32,8 +34,10 @@ from mcp.server.lowlevel import Server
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
+from ..core.cancellation import finish
 from ..core.errors import ToolsetError
 from ..core.messages import ToolCall
+from .guard import DEFAULT_LIMITS, ConnectionGuard, ServerLimits
 
 if TYPE_CHECKING:
     from ..core.context import RolloutContext
@@ -59,11 +63,13 @@ class _RequireSecret:
     (the scheme in any case, like the interception server; the token compared
     in constant time). Lifespan events pass; every other scope (websocket, or
     any a future server invents) is refused: nothing reaches the tools
-    without the secret."""
+    without the secret. It also tells the connection guard when a request is
+    in hand, and holds the request's body and answer to their deadlines."""
 
-    def __init__(self, app: Any, secret: str) -> None:
+    def __init__(self, app: Any, secret: str, guard: ConnectionGuard) -> None:
         self.app = app
         self.secret = secret.encode()
+        self.guard = guard
 
     def _authorized(self, scope: dict) -> bool:
         header = dict(scope["headers"]).get(b"authorization", b"")
@@ -74,8 +80,16 @@ class _RequireSecret:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         kind = scope["type"]
-        if kind == "lifespan" or (kind == "http" and self._authorized(scope)):
+        if kind == "lifespan":
             await self.app(scope, receive, send)
+            return
+        if kind == "http" and self._authorized(scope):
+            peer = scope.get("client")
+            self.guard.busy(peer)
+            try:
+                await self.app(scope, self._timed_receive(receive), self._timed_send(send))
+            finally:
+                self.guard.idle(peer)
             return
         if kind == "websocket":
             await send({"type": "websocket.close", "code": 1008})  # policy violation; uvicorn answers 403
@@ -88,17 +102,44 @@ class _RequireSecret:
             await send({"type": "http.response.body", "body": body})
         # Unknown scope types get nothing.
 
+    def _timed_receive(self, receive: Any) -> Any:
+        limits, body_done = self.guard.limits, False
+
+        async def timed() -> dict:
+            nonlocal body_done
+            if body_done:  # after the body: waiting for a disconnect is no request to time
+                return await receive()
+            async with asyncio.timeout(limits.body_timeout):  # a body trickled in forever holds a connection
+                message = await receive()
+            body_done = message.get("type") != "http.request" or not message.get("more_body", False)
+            return message
+
+        return timed
+
+    def _timed_send(self, send: Any) -> Any:
+        limit = self.guard.limits.send_timeout
+
+        async def timed(message: dict) -> None:
+            async with asyncio.timeout(limit):  # a client that never reads its answer
+                await send(message)
+
+        return timed
+
 
 class ToolServer:
-    """One rollout's MCP tool server. `urls` maps each tool set to its URL."""
+    """One rollout's MCP tool server. `urls` maps each tool set to its URL.
+    `limits` bound its connections and their time (rollkit.programs.guard);
+    the server is the rollout's own, so it holds at most `per_rollout`."""
 
-    def __init__(self, ctx: RolloutContext) -> None:
+    def __init__(self, ctx: RolloutContext, *, limits: ServerLimits | None = None) -> None:
         self.ctx = ctx
         self.groups = toolset_groups(ctx)
         self.urls: dict[str, str] = {}
+        limits = limits or DEFAULT_LIMITS
+        self.guard = ConnectionGuard(dataclasses.replace(
+            limits, max_connections=min(limits.max_connections, limits.per_rollout)))
         self._server: uvicorn.Server | None = None
         self._sock: socket.socket | None = None
-        self._managers: list[Any] = []
 
     def _mcp_server(self, names: list[str]) -> Server:
         ctx = self.ctx
@@ -134,9 +175,14 @@ class ToolServer:
         return content, ok
 
     async def start(self) -> dict[str, str]:
-        """Bring the server up; returns {toolset: url}."""
+        """Bring the server up; returns {toolset: url}. A start cut short by
+        a cancellation is finished and then stopped (rollkit.core.cancellation),
+        so no socket is left registered with the event loop half made."""
         if not self.groups:
             return {}
+        return await finish(self._start(), undo=lambda _: self.stop())
+
+    async def _start(self) -> dict[str, str]:
         try:
             apps, mounts = [], []
             for slug, names in self.groups.items():
@@ -154,7 +200,7 @@ class ToolServer:
                         await stack.enter_async_context(app.router.lifespan_context(app))
                     yield
 
-            root = _RequireSecret(Starlette(routes=mounts, lifespan=lifespan), self.ctx.secret)
+            root = _RequireSecret(Starlette(routes=mounts, lifespan=lifespan), self.ctx.secret, self.guard)
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self._sock = sock  # stop() closes it, also when bind fails
             sock.bind(("127.0.0.1", 0))
@@ -162,14 +208,20 @@ class ToolServer:
             # log_config=None: uvicorn would otherwise reconfigure the host's
             # logging (a notebook's, a training job's) on every start.
             config = uvicorn.Config(root, log_level="warning", lifespan="on", access_log=False,
-                                    timeout_graceful_shutdown=2, log_config=None)
+                                    timeout_graceful_shutdown=2, log_config=None,
+                                    timeout_keep_alive=max(1, int(self.guard.limits.idle_timeout)))
             config.load()
+            # Every connection passes the guard before uvicorn's own protocol.
+            config.http_protocol_class = self.guard.protocol(config.http_protocol_class)
             server = uvicorn.Server(config)
             # startup()/shutdown() directly, not serve(): serve() would take
             # over the process's signal handlers (a notebook kernel's too).
             server.lifespan = config.lifespan_class(config)
             self._server = server
-            await server.startup(sockets=[sock])
+            try:
+                await server.startup(sockets=[sock])
+            except SystemExit:  # uvicorn exits the process when the app's lifespan fails to start
+                raise ToolsetError("the MCP tool server's application failed to start (see the log above)") from None
             if server.should_exit:
                 raise ToolsetError("the MCP tool server failed to start (see the log above)")
         except BaseException:
@@ -184,7 +236,11 @@ class ToolServer:
         sock, self._sock = self._sock, None
         if server is not None:
             try:
-                await server.shutdown(sockets=[sock] if sock is not None else None)
+                if hasattr(server, "servers"):  # started: listening, lifespan up
+                    await server.shutdown(sockets=[sock] if sock is not None else None)
+                elif server.lifespan.startup_event.is_set() and not server.lifespan.should_exit:
+                    # The lifespan came up, the listener did not: take the lifespan down.
+                    await server.lifespan.shutdown()
             except Exception as exc:  # teardown only warns (L22)
                 log.warning("MCP tool server shutdown: %s: %s", type(exc).__name__, exc)
         if sock is not None:

@@ -25,6 +25,11 @@ What it enforces, exactly:
   themselves run as the same user as rollkit and are not confined to it.
 - network: nothing. Programs share the host's network, so any allow or block
   list is refused at open with a `SandboxError` rather than pretended.
+- a killed host: while a runtime is alive, rollkit's watchdog
+  (rollkit.programs.watchdog) knows its folder and its programs' groups; if
+  this process dies without cleaning up (SIGKILL, a crash), the watchdog
+  kills those groups and removes the folder. `kill_all_programs()` kills
+  every program of every runtime of this process at once (a second Ctrl-C).
 
 It must not know about rollouts, models or the interception server.
 """
@@ -36,6 +41,7 @@ import os
 import shutil
 import signal
 import tempfile
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,11 +49,27 @@ from typing import Any
 
 from ..core.errors import SandboxError
 from ..core.runtime import NetworkPolicy, Runtime
+from . import watchdog
 
-__all__ = ["SubprocessRuntime", "Program", "Completed"]
+__all__ = ["SubprocessRuntime", "Program", "Completed", "kill_all_programs"]
 
 # Harmless host variables a program usually needs to run at all.
 _HOST_VARS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+
+_alive: weakref.WeakSet[SubprocessRuntime] = weakref.WeakSet()
+
+
+def kill_all_programs() -> int:
+    """SIGKILL the process group of every program of every runtime alive in
+    this process, now (the orderly stops that follow then find them dead);
+    returns how many. Safe to call from a signal handler's callback."""
+    killed = 0
+    for runtime in list(_alive):
+        for program in list(runtime._programs):
+            if program.running:
+                program._signal(signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 @dataclass(frozen=True)
@@ -153,7 +175,9 @@ class Program:
 
     def _sweep(self) -> None:
         self._signal(signal.SIGKILL)
-        self._runtime._programs.discard(self)
+        if self in self._runtime._programs:
+            self._runtime._programs.discard(self)
+            watchdog.forget_group(self.pid)
 
     def __repr__(self) -> str:
         state = "running" if self.running else f"exited {self.returncode}"
@@ -198,13 +222,19 @@ class SubprocessRuntime(Runtime):
     # ---- lifetime -----------------------------------------------------------
     async def _start(self) -> None:
         self._workdir = Path(tempfile.mkdtemp(prefix="rollkit-"))
+        watchdog.watch_folder(self._workdir)
+        _alive.add(self)
 
     async def _stop(self) -> None:
-        programs = list(self._programs)
-        if programs:
-            await asyncio.gather(*(p.kill() for p in programs), return_exceptions=True)
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+        try:
+            programs = list(self._programs)
+            if programs:
+                await asyncio.gather(*(p.kill() for p in programs), return_exceptions=True)
+        finally:
+            _alive.discard(self)
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                watchdog.forget_folder(self._workdir)
 
     @property
     def workdir(self) -> Path:
@@ -299,6 +329,7 @@ class SubprocessRuntime(Runtime):
                 raise
         program = Program(process, argv, self)
         self._programs.add(program)
+        watchdog.watch_group(program.pid)
         if cancelled:
             await asyncio.shield(program.kill(grace=0))
             raise asyncio.CancelledError

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -101,11 +102,14 @@ def _run(agent: Any, tasks: list[Any], **options: Any) -> Any:
     # and keeps its traceback.
     except (EvaluateArgumentError, RunFolderError, RayUnavailable) as exc:
         raise click.ClickException(str(exc)) from None
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit) as exc:
+        terminated = isinstance(exc, SystemExit)
+        if terminated and exc.code != 128 + signal.SIGTERM:
+            raise  # an exit of someone else's, not the SIGTERM rk.evaluate turned into one
         out = options.get("out")
         hint = f"; the finished traces are in {out}, continue with --resume" if out else ""
-        click.echo(f"interrupted{hint}", err=True)
-        sys.exit(130)
+        click.echo(f"{'terminated' if terminated else 'interrupted'}{hint}", err=True)
+        sys.exit(exc.code if terminated else 130)
 
 
 def _backend(backend: str, address: str | None) -> Any:
@@ -245,7 +249,14 @@ def show(folder: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the `rollkit` script and of `python -m rollkit`."""
+    """Entry point of the `rollkit` script and of `python -m rollkit`.
+
+    A shell that is not interactive starts its `&` jobs with SIGINT ignored,
+    and Python keeps that: such a `rollkit eval` would never react to
+    Ctrl-C (or `kill -INT`). The command puts Python's default handling
+    back first, so it always does."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     cli.main(args=argv, prog_name="rollkit")
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.agent import Agent
+from ..core.cancellation import finish
+from . import interrupts
 from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
 from .runner import run_rollout
 from .runfolder import GROUPS, TRACES, USER_TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
@@ -463,10 +465,13 @@ class _Run:
         except BaseException:
             # Cancelled or interrupted: no new work, and the rollouts in flight
             # abort (each worker's rollout aborts on cancellation). Finished
-            # traces are already on disk.
+            # traces are already on disk. A worker is cancelled once only: the
+            # gather already cancelled them all if it was cancelled itself,
+            # and a second cancellation would cut a rollout's abort short.
             for worker in workers:
-                worker.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+                if not worker.done() and not worker.cancelling():
+                    worker.cancel()
+            await finish(asyncio.gather(*workers, return_exceptions=True))
             raise
 
     async def execute(self) -> EvalResult:
@@ -569,7 +574,12 @@ def evaluate(
     (`EvaluateArgumentError`, also a ValueError or TypeError); the run
     folder is written only once the evaluation runs. Ctrl-C stops new work,
     aborts the rollouts in flight and keeps every finished trace in the run
-    folder.
+    folder. From sync code, SIGINT and SIGTERM are handled through the event
+    loop even when the process inherited SIGINT as ignored (a `&` job of a
+    script): the first aborts the run and raises KeyboardInterrupt
+    (SystemExit(143) for SIGTERM) once the cleanup is done, a second kills
+    the programs still running at once, a third stops waiting
+    (rollkit.runs.interrupts).
     """
     plan = _plan(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
@@ -578,7 +588,7 @@ def evaluate(
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_execute(plan))
+        return interrupts.run(_execute(plan))
     # Even where nest-asyncio would allow running to the end here, return the
     # awaitable: otherwise `await rk.evaluate(...)` would work in one notebook
     # and fail in another, depending on whether something patched the loop.

@@ -77,7 +77,7 @@ async def run_rollout(agent: Agent, task: Task, info: dict[str, Any], user: User
             await drive(rollout, speaker)
         return await rollout.close()
     except asyncio.CancelledError:
-        await asyncio.shield(rollout.abort())
+        await rollout.abort()  # runs to its end however often this task is cancelled again
         raise
     except Exception as exc:
         trace = rollout.trace

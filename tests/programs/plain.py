@@ -10,10 +10,15 @@ argv[1] picks the behaviour:
 - "crash-between-turns" (persistent): answers the first turn and yields, then
   waits until the test opens crash.fifo for writing, and exits 3 with a
   message on stderr, before the user's next turn.
+- "spawn-answer MARKER": first starts a grandchild (a sleeping python
+  carrying MARKER in its argv, its pid in child.pid) that it never cleans
+  up, then makes one model call and writes the answer to answer.txt: to
+  prove nothing a program leaves behind survives an interrupted run.
 """
 
 import json
 import os
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -36,6 +41,14 @@ def call(messages):
 def main():
     mode = sys.argv[1]
     messages = json.loads(sys.stdin.readline())["messages"]
+    if mode == "spawn-answer":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", sys.argv[2]])
+        with open("child.pid", "w") as f:
+            f.write(str(child.pid))
+        status, body = call(messages)
+        with open("answer.txt", "w") as f:
+            f.write(body["choices"][0]["message"]["content"] if status == 200 else "")
+        return 0
     status, body = call(messages)
     if mode == "swallow-error":
         if status != 200:
