@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -46,8 +47,17 @@ class BrokenSetup(Said):
         raise RuntimeError("disk on fire")
 
 
-def said_tasks(n: int = 6, prefix: str = "said") -> list[Said]:
-    return [Said(id=f"{prefix}-{i}", prompt=f"say {i}") for i in range(n)]
+class ToolSaid(Said):
+    """Said with a tool, so a program's rollout also runs an MCP tool server."""
+
+    @rk.tool
+    def shout(self, text: str) -> str:
+        """Upper-case a text."""
+        return text.upper()
+
+
+def said_tasks(n: int = 6, prefix: str = "said", kind: type[Said] = Said) -> list[Said]:
+    return [kind(id=f"{prefix}-{i}", prompt=f"say {i}") for i in range(n)]
 
 
 def _number(request: rk.Request) -> int:
@@ -80,6 +90,16 @@ async def _gated(request: rk.Request) -> str:
 
 def gated_agent() -> rk.Agent:
     return rk.Agent(model=rk.ScriptedModel(_gated, name="gated"))
+
+
+PLAIN = [sys.executable, str(HERE / "programs" / "plain.py")]
+
+
+def gated_program_agent(marker: str) -> rk.Agent:
+    """The gated model behind a real program in a SubprocessRuntime; each
+    program leaves a grandchild carrying `marker` in its argv."""
+    harness = rk.ProgramHarness([*PLAIN, "spawn-answer", marker])
+    return rk.Agent(model=rk.ScriptedModel(_gated, name="gated"), harness=harness, runtime=rk.SubprocessRuntime)
 
 
 class GatedSetup(Said):
@@ -131,11 +151,18 @@ def chat_agent() -> rk.Agent:
     return rk.Agent(model=rk.ScriptedModel(_gated_chat, name="gated-chat"))
 
 
-def start_gated(mode: str, out: Path) -> subprocess.Popen[str]:
-    """`python evaluate_helpers.py MODE OUT` with the gate closed."""
-    env = {**os.environ, "ROLLKIT_TEST_GATE": "block", "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, str(HERE / "evaluate_helpers.py"), mode, str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+def start_gated(mode: str, out: Path, *extra: str, env: dict[str, str] | None = None,
+                shell_job: bool = False) -> subprocess.Popen[str]:
+    """`python evaluate_helpers.py MODE OUT [EXTRA...]` with the gate closed.
+    `shell_job=True` starts it as a `&` job of a non-interactive shell, which
+    starts it with SIGINT ignored; its pid is then in OUT's sibling
+    `<OUT>.pid` once the shell has started it."""
+    env = {**os.environ, "ROLLKIT_TEST_GATE": "block", **(env or {}),
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, str(HERE / "evaluate_helpers.py"), mode, str(out), *extra]
+    if shell_job:
+        argv = ["sh", "-c", f'"$@" & echo $! > {shlex.quote(str(out))}.pid; wait $!', "sh", *argv]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def wait_blocked(proc: subprocess.Popen[str], workers: int = 4) -> list[str]:
@@ -169,23 +196,32 @@ def main(argv: list[str]) -> int:
     """`python evaluate_helpers.py run OUT`: a gated run of 6 tasks x 2
     repeats at concurrency 4 into OUT; prints `aborted <rollout id>` for every
     rollout aborted by an interrupt, `interrupted` on Ctrl-C.
-    `run-users OUT`: the same with a model playing the user (chat_user)."""
-    if argv[:1] not in (["run"], ["run-users"]) or len(argv) != 2:
-        print("usage: evaluate_helpers.py run|run-users OUT", file=sys.stderr)
+    `run-users OUT`: the same with a model playing the user (chat_user).
+    `run-programs OUT MARKER`: the same with each rollout a real program
+    (gated_program_agent); with ROLLKIT_TEST_EVENTS=1 it also prints
+    `event <kind>` for every event of the run (the fault suite picks a
+    moment to interrupt by them)."""
+    modes = {"run": 2, "run-users": 2, "run-programs": 3}
+    if not argv or modes.get(argv[0]) != len(argv):
+        print("usage: evaluate_helpers.py run|run-users OUT | run-programs OUT MARKER", file=sys.stderr)
         return 2
     if argv[0] == "run-users":
         rk.evaluate(chat_agent(), said_tasks(6), repeats=2, concurrency=4, out=argv[1], progress=False, user=chat_user())
         print("finished", flush=True)
         return 0
-    agent = gated_agent()
+    agent = gated_program_agent(argv[2]) if argv[0] == "run-programs" else gated_agent()
+    events = os.environ.get("ROLLKIT_TEST_EVENTS") == "1"
 
     def on_event(event: rk.Event) -> None:
+        if events:
+            print(f"event {event.kind}", flush=True)
         if event.kind == "closed" and event.data.get("aborted"):
             print(f"aborted {event.rollout_id}", flush=True)
 
     agent.subscribe(on_event)
     try:
-        rk.evaluate(agent, said_tasks(6), repeats=2, concurrency=4, out=argv[1], progress=False)
+        tasks = said_tasks(6, kind=ToolSaid if argv[0] == "run-programs" else Said)
+        rk.evaluate(agent, tasks, repeats=2, concurrency=4, out=argv[1], progress=False)
     except KeyboardInterrupt:
         print("interrupted", flush=True)
         return 3

@@ -1,0 +1,166 @@
+"""Interrupting a real run from outside: Ctrl-C (once or twice), SIGTERM,
+SIGINT sent to a run a script started in the background (which inherits
+SIGINT as ignored), and SIGKILL. Each run is `python evaluate_helpers.py`
+in its own process, its rollouts real programs (tests/programs/plain.py)
+that each leave a grandchild behind; after each interruption no program, no
+grandchild and no working folder may remain, every finished trace is kept,
+and a resume completes the run with exactly one trace per (task, repeat)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from evaluate_helpers import ToolSaid, gated_program_agent, said_tasks, sigkill, start_gated, wait_blocked
+
+import rollkit as rk
+
+from conftest_programs import exited, processes_marked
+
+ALL_12 = Counter(f"said-{i}#{r}" for i in range(6) for r in range(2))
+FINISHED_BEFORE_BLOCK = sorted(f"said-{i}#{r}" for i in (0, 1, 3, 4) for r in range(2))
+
+
+def _rollout_ids(folder: Path) -> list[str]:
+    return [json.loads(line)["info"]["rollout_id"] for line in (folder / "traces.jsonl").read_text().splitlines()]
+
+
+def _leftover_folders(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith("rollkit-"))
+
+
+@pytest.fixture
+def marked(tmp_path):
+    """A marker for this test's grandchildren, a TMPDIR for its runs'
+    working folders, and whatever still carries the marker killed at the end
+    (so a failing test leaves nothing behind either)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    marker = f"rollkit-interrupt-{os.getpid()}-{tmp_path.name}"
+    yield marker, tmp
+    for pid in processes_marked(marker):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _programs(marker: str, run: subprocess.Popen[str]) -> list[int]:
+    """The programs and grandchildren of `run` (its own argv carries the marker too)."""
+    return [pid for pid in processes_marked(marker) if pid != run.pid]
+
+
+def _finish(proc: subprocess.Popen[str]) -> tuple[str, str, float]:
+    """Wait for the run to exit by itself (bounded: a hang fails the test)."""
+    start = time.monotonic()
+    try:
+        stdout, stderr = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the run did not exit within 90 s of the interruption; stderr:\n{stderr[-3000:]}")
+    return stdout, stderr, time.monotonic() - start
+
+
+def _resume(out: Path, marker: str) -> rk.runs.EvalResult:
+    return rk.evaluate(gated_program_agent(marker), said_tasks(6, kind=ToolSaid), repeats=2, concurrency=4, out=out,
+                       resume=True, progress=False)
+
+
+@pytest.mark.parametrize("presses", [1, 2], ids=["once", "twice"])
+def test_ctrl_c_of_a_program_run_leaves_no_program_no_folder_and_resume_completes(tmp_path, marked, presses):
+    """Before the fix Ctrl-C cancelled the workers twice, which cut their
+    rollouts' aborts short: programs and folders outlived the run."""
+    marker, tmp = marked
+    out = tmp_path / "run"
+    proc = start_gated("run-programs", out, marker, env={"TMPDIR": str(tmp)})
+    wait_blocked(proc)
+    assert len(_programs(marker, proc)) == 8  # four programs in flight, each with its grandchild
+    for _ in range(presses):
+        proc.send_signal(signal.SIGINT)
+    stdout, stderr, took = _finish(proc)
+    print(f"Ctrl-C x{presses}: the run exited {took:.2f} s after the interruption")
+    assert proc.returncode == 3, stderr
+    assert stdout.splitlines()[-1] == "interrupted"
+    assert "SIGINT: stopping the evaluation" in stderr
+    if presses == 2:
+        assert "SIGINT again: killed" in stderr
+    assert processes_marked(marker) == []
+    assert _leftover_folders(tmp) == []
+    assert sorted(_rollout_ids(out)) == FINISHED_BEFORE_BLOCK
+
+    result = _resume(out, marker)
+    assert Counter(_rollout_ids(out)) == ALL_12 and len(result) == 12
+    assert processes_marked(marker) == []
+
+
+def test_sigint_stops_a_run_that_a_script_started_in_the_background(tmp_path, marked):
+    """A non-interactive shell starts `cmd &` with SIGINT ignored; asyncio
+    then installs no handler and such a run ignored Ctrl-C forever."""
+    marker, tmp = marked
+    out = tmp_path / "run"
+    proc = start_gated("run-programs", out, marker, env={"TMPDIR": str(tmp)}, shell_job=True)
+    wait_blocked(proc)
+    run_pid = int(Path(f"{out}.pid").read_text())
+    # What the run inherited (it handles SIGINT itself by now): a sibling job
+    # of the same shell form shows it.
+    sibling = subprocess.run(["sh", "-c", "grep SigIgn /proc/self/status & wait"], capture_output=True, text=True)
+    assert int(sibling.stdout.split()[1], 16) & (1 << (signal.SIGINT - 1))
+    os.kill(run_pid, signal.SIGINT)
+    stdout, stderr, took = _finish(proc)
+    print(f"SIGINT to a background job: exited {took:.2f} s after it")
+    assert proc.returncode == 3, stderr  # the shell passes the run's status on
+    assert stdout.splitlines()[-1] == "interrupted"
+    assert processes_marked(marker) == [] and _leftover_folders(tmp) == []
+    Path(f"{out}.pid").unlink()
+
+
+def test_sigterm_aborts_like_ctrl_c_and_exits_143(tmp_path, marked):
+    marker, tmp = marked
+    out = tmp_path / "run"
+    proc = start_gated("run-programs", out, marker, env={"TMPDIR": str(tmp)})
+    wait_blocked(proc)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr, _ = _finish(proc)
+    assert proc.returncode == 143, stderr
+    assert "SIGTERM: stopping the evaluation" in stderr
+    assert len([line for line in stdout.splitlines() if line.startswith("aborted ")]) == 4
+    assert processes_marked(marker) == [] and _leftover_folders(tmp) == []
+    assert sorted(_rollout_ids(out)) == FINISHED_BEFORE_BLOCK
+
+
+def _children(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    found = []
+    for task in tasks.iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+async def test_sigkill_of_a_run_leaves_no_program_and_no_folder_and_resume_finds_no_strays(tmp_path, marked):
+    """Before the watchdog, every program of a run killed with SIGKILL kept
+    running (own process group, nothing tied to the parent)."""
+    marker, tmp = marked
+    out = tmp_path / "run"
+    proc = start_gated("run-programs", out, marker, env={"TMPDIR": str(tmp)})
+    try:
+        wait_blocked(proc)
+        alive = _programs(marker, proc)
+        assert len(alive) == 8 and len(_leftover_folders(tmp)) == 4
+        watchdogs = [c for c in _children(proc.pid) if b"_watchdog_main.py" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        assert len(watchdogs) == 1
+    finally:
+        assert sigkill(proc) == -signal.SIGKILL
+    for pid in alive:
+        assert await exited(pid), f"program {pid} outlived the run"
+    assert await exited(watchdogs[0])  # it exits once it has cleaned up
+    assert _leftover_folders(tmp) == []
+    assert sorted(_rollout_ids(out)) == FINISHED_BEFORE_BLOCK
+
+    result = await rk.evaluate(gated_program_agent(marker), said_tasks(6, kind=ToolSaid), repeats=2, concurrency=4, out=out,
+                               resume=True, progress=False)
+    assert Counter(_rollout_ids(out)) == ALL_12 and len(result) == 12
+    assert processes_marked(marker) == []
