@@ -1,0 +1,212 @@
+"""A broken or hostile program cannot hurt the rollouts beside it
+(rollkit.programs.guard): idle and slowloris connections are closed, one
+rollout's connections are capped (429 in its dialect), the server's are
+capped (503 before the request is read), a body that never arrives gets a
+408, a body nested 100,000 deep gets a 400 (it was a 500), and a program
+holding 1,100 connections leaves a new rollout able to run in a process
+whose descriptor limit is 512 (it failed with an unrelated error before).
+Raw sockets play the abuser: the SDKs would never misbehave this way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rollkit as rk
+from rollkit.programs import interception
+from rollkit.programs.guard import ServerLimits
+from rollkit.programs.mcp_tools import ToolServer
+
+HERE = Path(__file__).resolve().parent
+
+
+async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def _closed_by_server(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sent until it closed the connection (bounded:
+    a connection the server keeps open fails the test instead of hanging)."""
+    async with asyncio.timeout(30):
+        return await reader.read()
+
+
+def _head(method: str, path: str, secret: str | None, body: bytes = b"", *, length: int | None = None,
+          headers: str = "") -> bytes:
+    auth = f"Authorization: Bearer {secret}\r\n" if secret else ""
+    return (f"{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}{headers}Content-Type: application/json\r\n"
+            f"Content-Length: {len(body) if length is None else length}\r\n\r\n").encode() + body
+
+
+def _status_and_json(raw: bytes) -> tuple[int, dict]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+@pytest.fixture
+async def served():
+    """An interception server with short timeouts and small caps, and one
+    registered rollout's secret."""
+    server = interception.InterceptionServer(
+        limits=ServerLimits(max_connections=12, per_rollout=3, idle_timeout=0.3, body_timeout=0.3))
+    await server.start()
+    rollout = rk.Agent(model=rk.ScriptedModel(["ok"])).rollout(rk.Task(prompt="hi"))
+    server.register(rollout.ctx.secret, rollout.session, rollout_id=rollout.id)
+    yield server, rollout.ctx.secret
+    await server.stop()
+    await rollout.abort()
+
+
+async def test_idle_connections_are_closed_after_the_idle_timeout(served):
+    server, _ = served
+    connections = [await _connect(server.port) for _ in range(10)]
+    assert server.guard.connections == 10
+    for reader, writer in connections:
+        assert await _closed_by_server(reader) == b""
+        writer.close()
+    assert server.guard.connections == 0 and server.guard.expired == 10
+
+
+async def test_a_request_head_trickled_in_slowly_is_cut_off(served):
+    server, secret = served
+    reader, writer = await _connect(server.port)
+    head = _head("GET", "/v1/models", secret)
+
+    async def trickle():
+        for byte in head[:-2]:  # never the final line break: the head never completes
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.05)  # the attack's pace: a byte well inside the idle timeout
+
+    trickling = asyncio.ensure_future(trickle())
+    assert await _closed_by_server(reader) == b""
+    trickling.cancel()
+    writer.close()
+    assert server.guard.expired == 1
+
+
+async def test_one_rollout_gets_429_in_its_dialect_past_its_connection_cap(served):
+    server, secret = served
+    held = []
+    for _ in range(3):
+        reader, writer = await _connect(server.port)
+        writer.write(_head("GET", "/v1/models", secret))
+        assert (await reader.readuntil(b"\r\n")).split()[1] == b"200"
+        held.append(writer)
+    for path, headers, shape in (("/v1/chat/completions", "", "openai"),
+                                 ("/v1/messages", "anthropic-version: 2023-06-01\r\n", "anthropic")):
+        reader, writer = await _connect(server.port)
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 5}).encode()
+        writer.write(_head("POST", path, secret, body, headers=headers))
+        status, answer = _status_and_json(await _closed_by_server(reader))
+        writer.close()
+        assert status == 429
+        error = answer["error"]
+        if shape == "anthropic":
+            assert answer["type"] == "error"
+        assert error["message"].startswith("rollout ") and "already holds 3 connections to this server, its limit" in error["message"]
+    for writer in held:
+        writer.close()
+
+
+async def test_past_the_servers_connection_cap_a_connection_gets_503_before_its_request(served):
+    server, _ = served
+    held = [await _connect(server.port) for _ in range(12)]
+    reader, writer = await _connect(server.port)
+    status, answer = _status_and_json(await _closed_by_server(reader))  # nothing was sent
+    writer.close()
+    assert status == 503
+    assert answer["error"]["message"] == ("this server holds its limit of 12 connections; "
+                                          "close idle connections and retry")
+    assert server.guard.refused == 1
+    for _, held_writer in held:
+        held_writer.close()
+
+
+async def test_a_body_that_never_arrives_gets_408(served):
+    server, secret = served
+    reader, writer = await _connect(server.port)
+    writer.write(_head("POST", "/v1/chat/completions", secret, b'{"messages": ', length=500))
+    status, answer = _status_and_json(await _closed_by_server(reader))
+    writer.close()
+    assert status == 408
+    assert answer["error"]["message"] == "the request body did not arrive within 0.3s"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+async def test_a_body_nested_100000_deep_gets_400_not_500(served, path):
+    server, secret = served
+    reader, writer = await _connect(server.port)
+    writer.write(_head("POST", path, secret, b"[" * 100_000 + b"]" * 100_000, headers="Connection: close\r\n"))
+    status, answer = _status_and_json(await _closed_by_server(reader))
+    writer.close()
+    assert status == 400
+    message = answer["error"]["message"]
+    assert message.startswith("the request body nests deeper than 200 levels: recursion limit exceeded")
+
+
+class Shout(rk.Task):
+    @rk.tool
+    def shout(self, text: str) -> str:
+        """Upper-case a text."""
+        return text.upper()
+
+
+@pytest.fixture
+async def tool_server():
+    rollout = rk.Agent(model=rk.ScriptedModel(["ok"])).rollout(Shout(prompt="hi"))
+    server = ToolServer(rollout.ctx, limits=ServerLimits(per_rollout=4, idle_timeout=0.3, body_timeout=0.3))
+    urls = await server.start()
+    port = int(urls["Shout"].split(":")[2].split("/")[0])
+    yield server, port, rollout.ctx.secret
+    await server.stop()
+    await rollout.abort()
+
+
+async def test_mcp_server_closes_idle_connections_and_caps_them_for_its_rollout(tool_server):
+    server, port, _ = tool_server
+    held = [await _connect(port) for _ in range(4)]
+    reader, writer = await _connect(port)
+    status, answer = _status_and_json(await _closed_by_server(reader))
+    writer.close()
+    assert status == 503 and "its limit of 4 connections" in answer["error"]["message"]
+    for held_reader, held_writer in held:
+        assert await _closed_by_server(held_reader) == b""  # idle: closed
+        held_writer.close()
+    assert server.guard.expired == 4
+
+
+async def test_mcp_server_refuses_a_deep_body_and_a_body_that_never_arrives(tool_server):
+    _, port, secret = tool_server
+    headers = "Accept: application/json, text/event-stream\r\nConnection: close\r\n"
+    reader, writer = await _connect(port)
+    writer.write(_head("POST", "/mcp/Shout/", secret, b"[" * 100_000 + b"]" * 100_000, headers=headers))
+    raw = await _closed_by_server(reader)
+    writer.close()
+    assert 400 <= int(raw.split()[1]) < 500
+    reader, writer = await _connect(port)
+    writer.write(_head("POST", "/mcp/Shout/", secret, b'{"jsonrpc": ', length=500, headers=headers))
+    raw = await _closed_by_server(reader)
+    writer.close()
+    assert raw == b"" or int(raw.split()[1]) >= 400  # cut off, not held open
+
+
+def test_a_program_holding_1100_connections_does_not_starve_a_new_rollout():
+    """Run in a process whose descriptor limit is 512: before the guard, the
+    hog's connections took every descriptor, the hog itself never got an
+    answer, and the new rollout could not start."""
+    result = subprocess.run([sys.executable, str(HERE / "abuse_helpers.py"), "hog", "1100", "512"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    print(f"hog of 1100 connections: {report['counts']}, server held {report['held_while_holding']}")
+    assert report["b_ok"] is True, report["b_error"]
+    assert report["a_ok"] is True, report["a_error"]
+    counts = report["counts"]
+    assert counts["200"] == 64 and counts["model 200"] == 1
+    assert counts["200"] + counts.get("429", 0) + counts.get("503", 0) + counts.get("error", 0) == 1100
+    assert report["held_while_holding"] <= 64
