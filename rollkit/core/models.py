@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, Union
 
+from .checks import seconds
 from .errors import ProviderError
 from .messages import AssistantMessage, Request, Response, ToolCall, Usage
 
@@ -102,7 +103,7 @@ class ScriptedModel(Model):
             raise TypeError("ScriptedModel replies must be a list of replies or a function of the request")
         self.replies = replies
         self.name = name
-        self.delay = delay
+        self.delay = seconds("ScriptedModel", "delay", delay)
 
     @staticmethod
     def call(tool: str, content: str | None = None, /, **arguments: Any) -> AssistantMessage:

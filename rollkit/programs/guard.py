@@ -38,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.checks import seconds, whole
+
 __all__ = ["ConnectionGuard", "ServerLimits", "DEFAULT_LIMITS"]
 
 
@@ -60,13 +62,9 @@ class ServerLimits:
 
     def __post_init__(self) -> None:
         for name in ("max_connections", "per_rollout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ServerLimits.{name} must be a whole number >= 1, got {value!r}")
+            whole("ServerLimits", name, getattr(self, name), minimum=1)
         for name in ("idle_timeout", "body_timeout", "send_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"ServerLimits.{name} must be a number of seconds > 0, got {value!r}")
+            seconds("ServerLimits", name, getattr(self, name), zero=False)
 
 
 DEFAULT_LIMITS = ServerLimits()

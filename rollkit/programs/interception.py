@@ -51,6 +51,7 @@ from aiohttp import web
 from pydantic_core import from_json
 
 from ..core.cancellation import finish
+from ..core.checks import whole
 from ..core.context import RolloutContext
 from ..core.errors import ProviderError, Refused, RolloutError
 from ..core.harness import Harness
@@ -133,8 +134,7 @@ class InterceptionServer:
     """
 
     def __init__(self, *, max_body: int = DEFAULT_MAX_BODY, limits: ServerLimits | None = None) -> None:
-        if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body <= 0:
-            raise ValueError(f"max_body must be a positive number of bytes, got {max_body!r}")
+        whole("InterceptionServer", "max_body", max_body, minimum=1)
         if limits is not None and not isinstance(limits, ServerLimits):
             raise TypeError(f"limits must be a rollkit.programs.guard.ServerLimits, got {type(limits).__name__}")
         self.max_body = max_body

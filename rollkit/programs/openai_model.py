@@ -27,6 +27,7 @@ from typing import Any
 
 import openai
 
+from ..core.checks import seconds, whole
 from ..core.errors import ProviderError
 from ..core.messages import AssistantMessage, Request, Response, ToolCall, Usage
 from ..core.models import Model
@@ -174,13 +175,11 @@ class OpenAIModel(Model):
                 f"OpenAIModel {model!r} has no API key: pass api_key=... or set OPENAI_API_KEY "
                 "(for a local server that needs none, pass any string, e.g. api_key='none')"
             )
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
-            raise ValueError(f"OpenAIModel timeout must be a number of seconds > 0, got {timeout!r}")
         self.model = model
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
-        self.timeout = float(timeout)
-        self.max_retries = int(max_retries)
+        self.timeout = seconds("OpenAIModel", "timeout", timeout, zero=False)
+        self.max_retries = whole("OpenAIModel", "max_retries", max_retries)
         self.params = dict(params or {})
         self.name = name or model
 

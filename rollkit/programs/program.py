@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import interception
+from ..core.checks import seconds, whole
 from ..core.context import RolloutContext
 from ..core.errors import HarnessError, ToolsetError, crossing
 from ..core.harness import Harness
@@ -123,8 +124,8 @@ class ProgramHarness(Harness):
         self.argv = argv
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
         self.persistent = persistent
-        self.stop_grace = float(stop_grace)
-        self.stderr_tail = int(stderr_tail)
+        self.stop_grace = seconds("ProgramHarness", "stop_grace", stop_grace)
+        self.stderr_tail = whole("ProgramHarness", "stderr_tail", stderr_tail)
         if name is not None:
             self.name = name
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.checks import seconds
 from ..core.errors import SandboxError
 from ..core.runtime import NetworkPolicy, Runtime
 from . import watchdog
@@ -214,8 +215,8 @@ class SubprocessRuntime(Runtime):
             raise TypeError("pass_env is a list of variable names, e.g. pass_env=['OPENAI_API_KEY']")
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
         self.pass_env = tuple(pass_env)
-        self.kill_grace = float(kill_grace)
-        self.drain_grace = float(drain_grace)
+        self.kill_grace = seconds("SubprocessRuntime", "kill_grace", kill_grace)
+        self.drain_grace = seconds("SubprocessRuntime", "drain_grace", drain_grace)
         self._workdir: Path | None = None
         self._programs: set[Program] = set()
 

@@ -209,7 +209,24 @@ def prepare_folder(out: Path, manifest: dict[str, Any], resume: bool) -> RunFold
     updated. `resume` on a folder without a manifest or traces (missing or
     empty) starts a new run there and logs "nothing to resume in DIR".
     Refuses (RunFolderError) anything else: a file, another run's folder,
-    a damaged manifest or trace file, traces without a manifest."""
+    a damaged manifest or trace file, traces without a manifest, a folder
+    that cannot be written (named, with the system's reason)."""
+    try:
+        folder = _prepare(out, manifest, resume)
+        for name in (TRACES, GROUPS, USER_TRACES):  # what the run appends to must be writable too
+            path = out / name
+            if path.exists() and not os.access(path, os.W_OK):
+                raise PermissionError(13, "Permission denied", str(path))
+        return folder
+    except OSError as exc:
+        raise RunFolderError(
+            f"cannot write the run folder {out}: {exc.strerror or exc}"
+            f"{f' ({exc.filename})' if exc.filename and str(exc.filename) != str(out) else ''}; "
+            "choose a folder you can write (out=..., rollkit eval --out DIR)"
+        ) from None
+
+
+def _prepare(out: Path, manifest: dict[str, Any], resume: bool) -> RunFolder:
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"out={str(out)!r} is a file; pass a folder (it will hold {MANIFEST} and {TRACES})")
     manifest_path = out / MANIFEST
