@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BINDER = ROOT / "binder"
 NOTEBOOK = ROOT / "notebooks" / "01_step_by_hand.ipynb"
 
-pytestmark = pytest.mark.slow
+# A fresh virtual environment installs from the registry: slower than any other test.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
