@@ -12,6 +12,8 @@ so a test knows exactly when every worker is stuck and what has finished.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import shlex
 import signal
@@ -95,11 +97,55 @@ def gated_agent() -> rk.Agent:
 PLAIN = [sys.executable, str(HERE / "programs" / "plain.py")]
 
 
+class _SecondSignal(logging.Filter):
+    """Notices the run's log lines for the first and the second signal (a
+    filter, not a handler, so the lines still reach stderr as they would)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = self.second_seen = False
+        self.second: asyncio.Event | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if ": stopping the evaluation" in message:
+            self.first = True
+        elif " again: killed " in message:
+            self.second_seen = True
+            if self.second is not None:
+                self.second.set()
+        return True
+
+
+_signals = _SecondSignal()
+
+
+class HeldRuntime(rk.SubprocessRuntime):
+    """With ROLLKIT_TEST_HOLD_CLEANUP=1, a runtime stopped after the first
+    signal waits for the second one before it stops (at most 60 s): the
+    cleanup is then surely still running when a second Ctrl-C comes, which
+    two signals sent back to back cannot promise (the kernel merges a
+    pending SIGINT with the next one)."""
+
+    async def _stop(self) -> None:
+        if os.environ.get("ROLLKIT_TEST_HOLD_CLEANUP") == "1" and _signals.first:
+            if _signals.second is None:
+                _signals.second = asyncio.Event()
+            if not _signals.second_seen:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(60):
+                        await _signals.second.wait()
+        await super()._stop()
+
+
+logging.getLogger("rollkit").addFilter(_signals)
+
+
 def gated_program_agent(marker: str) -> rk.Agent:
     """The gated model behind a real program in a SubprocessRuntime; each
     program leaves a grandchild carrying `marker` in its argv."""
     harness = rk.ProgramHarness([*PLAIN, "spawn-answer", marker])
-    return rk.Agent(model=rk.ScriptedModel(_gated, name="gated"), harness=harness, runtime=rk.SubprocessRuntime)
+    return rk.Agent(model=rk.ScriptedModel(_gated, name="gated"), harness=harness, runtime=HeldRuntime)
 
 
 class GatedSetup(Said):

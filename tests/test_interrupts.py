@@ -65,6 +65,18 @@ def _finish(proc: subprocess.Popen[str]) -> tuple[str, str, float]:
     return stdout, stderr, time.monotonic() - start
 
 
+def _read_until(proc: subprocess.Popen[str], text: str) -> str:
+    """Read the run's stderr up to `text`; what was read. Straight from the
+    pipe, so nothing sits in a buffer that `communicate` would not see."""
+    seen = b""
+    while text.encode() not in seen:
+        chunk = os.read(proc.stderr.fileno(), 65536)  # type: ignore[union-attr]
+        if not chunk:
+            pytest.fail(f"the run ended without printing {text!r}: {seen.decode()}")
+        seen += chunk
+    return seen.decode()
+
+
 def _resume(out: Path, marker: str) -> rk.runs.EvalResult:
     return rk.evaluate(gated_program_agent(marker), said_tasks(6, kind=ToolSaid), repeats=2, concurrency=4, out=out,
                        resume=True, progress=False)
@@ -76,12 +88,17 @@ def test_ctrl_c_of_a_program_run_leaves_no_program_no_folder_and_resume_complete
     rollouts' aborts short: programs and folders outlived the run."""
     marker, tmp = marked
     out = tmp_path / "run"
-    proc = start_gated("run-programs", out, marker, env={"TMPDIR": str(tmp)})
+    proc = start_gated("run-programs", out, marker, env={"TMPDIR": str(tmp), "ROLLKIT_TEST_HOLD_CLEANUP": str(int(presses == 2))})
     wait_blocked(proc)
     assert len(_programs(marker, proc)) == 8  # four programs in flight, each with its grandchild
-    for _ in range(presses):
+    proc.send_signal(signal.SIGINT)
+    if presses == 2:
+        # The second press once the first is seen: two sent back to back
+        # can reach the run as one. The cleanup waits for it (HeldRuntime).
+        early = _read_until(proc, "SIGINT: stopping the evaluation")
         proc.send_signal(signal.SIGINT)
     stdout, stderr, took = _finish(proc)
+    stderr = early + stderr if presses == 2 else stderr
     print(f"Ctrl-C x{presses}: the run exited {took:.2f} s after the interruption")
     assert proc.returncode == 3, stderr
     assert stdout.splitlines()[-1] == "interrupted"
