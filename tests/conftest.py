@@ -62,3 +62,13 @@ def _no_nest_asyncio_in_the_test_process():
         "this test applied nest-asyncio in the test process (a sync notebook call inside a running loop); "
         "use the async forms, or run it in a subprocess"
     )
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    """The fault suite's counts (tests/fault_report.py), whatever the outcome."""
+    from fault_report import LINES
+
+    if LINES:
+        terminalreporter.section("fault suite")
+        for line in LINES:
+            terminalreporter.write_line(f"fault suite: {line}")

@@ -12,6 +12,10 @@ queue is empty):
 - "malformed": 200, content-type JSON, body not JSON.
 - "drop": closes the connection without answering.
 
+With nothing queued, a request whose last user message starts with
+`fake:<behaviour>` gets that behaviour (every time it is asked, retries
+included), so concurrent rollouts each bring their own fault.
+
 Every request body is kept in `requests` (its headers in `headers`, its
 query in `queries`) so tests assert what was sent.
 """
@@ -64,7 +68,7 @@ class FakeProvider:
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         self.queries.append(dict(request.query))
-        behaviour = self.behaviours.popleft() if self.behaviours else "ok"
+        behaviour = self.behaviours.popleft() if self.behaviours else _asked(body)
         if behaviour == "slow":
             self.slow_started.set()
             await self.release.wait()
@@ -97,6 +101,12 @@ class FakeProvider:
             request.transport.close()
             return web.Response()
         raise AssertionError(f"unknown fake behaviour {behaviour!r}")
+
+
+def _asked(body: dict[str, Any]) -> str:
+    last = next((m for m in reversed(body["messages"]) if m["role"] == "user"), {"content": ""})
+    text = last["content"] if isinstance(last["content"], str) else ""
+    return text.split()[0].removeprefix("fake:") if text.startswith("fake:") else "ok"
 
 
 def _completion(body: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from rollkit.programs.guard import ServerLimits
 from rollkit.programs.interception import InterceptionServer
 from rollkit.runs.evaluation import RunFolderError
 
+pytestmark = pytest.mark.faults  # part of the fault suite (tests/test_faults.py)
+
 
 @pytest.mark.parametrize(("make", "error", "message"), [
     (lambda: rk.SubprocessRuntime(kill_grace="2s"), TypeError,

@@ -18,6 +18,8 @@ from rollkit.runs.runner import run_rollout
 
 from conftest_programs import PROGRAMS, exited, listening_ports, other_tasks, processes_marked
 
+pytestmark = pytest.mark.faults  # part of the fault suite (tests/test_faults.py)
+
 PLAIN = [sys.executable, str(PROGRAMS / "plain.py")]
 
 

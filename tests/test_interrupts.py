@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 from evaluate_helpers import ToolSaid, gated_program_agent, said_tasks, sigkill, start_gated, wait_blocked
+from fault_report import report
 
 import rollkit as rk
 
 from conftest_programs import exited, processes_marked
+
+pytestmark = pytest.mark.faults  # part of the fault suite (tests/test_faults.py)
 
 ALL_12 = Counter(f"said-{i}#{r}" for i in range(6) for r in range(2))
 FINISHED_BEFORE_BLOCK = sorted(f"said-{i}#{r}" for i in (0, 1, 3, 4) for r in range(2))
@@ -99,7 +102,7 @@ def test_ctrl_c_of_a_program_run_leaves_no_program_no_folder_and_resume_complete
         proc.send_signal(signal.SIGINT)
     stdout, stderr, took = _finish(proc)
     stderr = early + stderr if presses == 2 else stderr
-    print(f"Ctrl-C x{presses}: the run exited {took:.2f} s after the interruption")
+    report(f"Ctrl-C x{presses} of a program run: exited {took:.2f} s after the interruption")
     assert proc.returncode == 3, stderr
     assert stdout.splitlines()[-1] == "interrupted"
     assert "SIGINT: stopping the evaluation" in stderr
@@ -128,7 +131,7 @@ def test_sigint_stops_a_run_that_a_script_started_in_the_background(tmp_path, ma
     assert int(sibling.stdout.split()[1], 16) & (1 << (signal.SIGINT - 1))
     os.kill(run_pid, signal.SIGINT)
     stdout, stderr, took = _finish(proc)
-    print(f"SIGINT to a background job: exited {took:.2f} s after it")
+    report(f"SIGINT to a background job (SIGINT inherited ignored): exited {took:.2f} s after it")
     assert proc.returncode == 3, stderr  # the shell passes the run's status on
     assert stdout.splitlines()[-1] == "interrupted"
     assert processes_marked(marker) == [] and _leftover_folders(tmp) == []

@@ -14,9 +14,14 @@ argv[1] picks the behaviour:
   carrying MARKER in its argv, its pid in child.pid) that it never cleans
   up, then makes one model call and writes the answer to answer.txt: to
   prove nothing a program leaves behind survives an interrupted run.
+- "fault": the fault suite's program, led by the last user message: one
+  containing "exit" makes one model call and exits 4 with a message on
+  stderr; "hang" makes one model call and then never ends; anything else
+  makes one model call and exits 0.
 """
 
 import json
+import threading
 import os
 import subprocess
 import sys
@@ -50,6 +55,14 @@ def main():
             f.write(body["choices"][0]["message"]["content"] if status == 200 else "")
         return 0
     status, body = call(messages)
+    if mode == "fault":
+        asked = messages[-1]["content"]
+        if "exit" in asked:
+            print("the program failed on purpose", file=sys.stderr)
+            return 4
+        if "hang" in asked:
+            threading.Event().wait()  # until killed
+        return 0
     if mode == "swallow-error":
         if status != 200:
             print(f"caught HTTP {status}: {body['error']['message']}", file=sys.stderr)
