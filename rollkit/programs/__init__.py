@@ -4,8 +4,10 @@ What this layer owns: `OpenAIModel` (any OpenAI-compatible endpoint, through
 the openai SDK), the HTTP interception server every program's model calls
 pass (`interception`: the wire dialects, the per-rollout secret, refusals),
 `SubprocessRuntime` (programs as subprocesses in a private folder),
-`ProgramHarness` (an existing agent program as the harness) and the MCP tool
-server that hands a task's tools to a program.
+`ProgramHarness` (an existing agent program as the harness), the MCP tool
+server that hands a task's tools to a program, the connection guard both
+servers share against hostile programs (`guard`), and the watchdog process
+that kills a run's programs when the run itself is killed (`watchdog`).
 
 It imports the core and nothing above it (`rollkit.runs`,
 `rollkit.notebook`, `rollkit.examples`). Its modules load the openai SDK,
