@@ -136,15 +136,22 @@ async def _bench_live(turns: int) -> None:
         print(f"  {name:<17} median {median:6.2f} ms   max {worst:6.2f} ms  ({verdict})")
 
 
-# Run in a child process: its peak RSS (ru_maxrss) is then what loading took.
+# Run in a child process: its peak RSS is then what loading took. VmHWM
+# (Linux) starts afresh at exec; ru_maxrss would carry the parent's peak.
 _CHILD = """
 import resource, sys, time
+def peak_mb():
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 import rollkit as rk
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak_mb()
 t0 = time.perf_counter()
 traces = rk.load(sys.argv[1])
 load_s = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = peak_mb()
 from rollkit import frames
 t0 = time.perf_counter()
 shapes = [build(traces).shape for build in (frames.rollouts, frames.turns, frames.phases, frames.signals)]
@@ -154,7 +161,7 @@ del traces
 t0 = time.perf_counter()
 frames.rollouts(sys.argv[1])
 direct_s = time.perf_counter() - t0
-print(count, load_s, before / 1024, peak / 1024, frames_s, direct_s, shapes)
+print(count, load_s, before, peak, frames_s, direct_s, shapes)
 """
 
 
@@ -164,7 +171,9 @@ def bench_big_load(n: int) -> None:
         path = rk.save(traces, Path(folder) / "big.jsonl")
         size = path.stat().st_size / 1e6
         del traces
-        done = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, check=True)
+        done = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"the loading process failed:\n{done.stderr}")
     count, load_s, before, peak, frames_s, direct_s, shapes = done.stdout.strip().split(" ", 6)
     load_s, frames_s, direct_s, before, peak = map(float, (load_s, frames_s, direct_s, before, peak))
     print(f"rk.load of {count} saved traces ({size:.0f} MB file): {load_s:.2f} s "
