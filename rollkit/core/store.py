@@ -30,9 +30,12 @@ import pydantic
 
 from .trace import Trace
 
-__all__ = ["save", "load", "TraceFileError", "append_trace", "register_format", "formats", "TraceFormat", "ROLLKIT"]
+__all__ = ["save", "load", "TraceFileError", "append_trace", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
 
 ROLLKIT = "rollkit"
+# Why a signal of an imported trace is missing when its tool did not record
+# it (the trace's signal_errors, and the why_missing of rk.frames.signals).
+NOT_IN_SOURCE = "not in the source"
 # How much of a file the sniffers see.
 _HEAD = 64 * 1024
 

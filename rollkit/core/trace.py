@@ -326,7 +326,8 @@ class Trace(_Record):
         return None if render is None else render(self)
 
     def summary(self) -> str:
-        reward = f"{self.reward:.3f}" if self.rewards else "-"
+        scored = self.scored_reward  # a missing reward is "-", never 0
+        reward = f"{scored:.3f}" if scored is not None else "-"
         return (
             f"trace {self.id} task={self.task.key} ok={self.ok} reward={reward} "
             f"turns={self.num_turns} tokens={self.num_total_tokens} stop={self.stop}"

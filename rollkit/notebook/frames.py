@@ -16,7 +16,8 @@ trace `id`, read from `trace.info` where a batch evaluation wrote them
 - `phases(traces)`: one row per phase span that started.
 - `signals(traces)`: one row per reward or metric, with why it is missing
   when it is ("run failed", "run aborted", "scoring raised", "scoring timed
-  out", "returned None").
+  out", "returned None", "not in the source" for a trace imported from a
+  tool that did not record it).
 - `user_turns(traces)`: one row per time the user spoke (who, what, what it
   answered, and for a replay the similarity and whether the agent diverged).
 - `forecast(trace_or_rollout)`: one row per limit, with the turn it would
@@ -48,7 +49,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.scoring import _TIMED_OUT
-from ..core.store import _checked, load
+from ..core.store import NOT_IN_SOURCE as _NOT_IN_SOURCE, _checked, load
 from ..core.trace import PHASES, Trace
 
 __all__ = [
@@ -67,6 +68,7 @@ NOT_SCORED = "not scored"
 SCORING_RAISED = "scoring raised"
 SCORING_TIMED_OUT = _TIMED_OUT  # the prefix scoring writes, so the two cannot drift
 RETURNED_NONE = "returned None"
+NOT_IN_SOURCE = _NOT_IN_SOURCE  # an imported trace whose tool did not record it (rollkit.runs.formats)
 
 # The ids a batch evaluation writes to `trace.info` (rollkit.runs.evaluation).
 _INFO_IDS = ("example_id", "repeat", "rollout_id")
@@ -295,6 +297,8 @@ def _why(trace: Trace, name: str, value: float | None) -> tuple[str | None, str 
     reason = trace.signal_errors.get(name)
     if reason is None:
         return RETURNED_NONE, None
+    if reason == NOT_IN_SOURCE:
+        return NOT_IN_SOURCE, None
     if reason.startswith(SCORING_TIMED_OUT):
         return SCORING_TIMED_OUT, reason
     return SCORING_RAISED, reason
