@@ -2,7 +2,8 @@
 
 Where the tool installs here its fixture is made by the tool itself in the
 test: inspect-ai evaluates a small task with its `mockllm` model and writes
-`.eval` and `.json` logs; mini-swe-agent's own `DefaultAgent` runs two bash
+`.eval` and `.json` logs (`rollkit.examples.peers.inspect_log`, which
+notebook 03 uses too); mini-swe-agent's own `DefaultAgent` runs two bash
 actions from its `DeterministicToolcallModel` and saves its `.traj.json`.
 verifiers and tau2-bench are not installed here: their fixtures are written
 in the tests from their documented schemas (verifiers' `state_to_output` in
@@ -25,67 +26,18 @@ import pytest
 
 import rollkit as rk
 from rollkit import frames
-from rollkit.examples import arithmetic_tasks, demo_agent
+from rollkit.examples import arithmetic_tasks, demo_agent, peers
 
 
 # ---- fixtures made by the real tools ---------------------------------------
 
-_INSPECT_TASK = '''
-import sys
-from inspect_ai import Task, eval as inspect_eval
-from inspect_ai.dataset import Sample
-from inspect_ai.model import ModelOutput, ModelUsage, get_model
-from inspect_ai.scorer import includes
-from inspect_ai.solver import generate, use_tools
-from inspect_ai.tool import tool
-
-
-@tool
-def add():
-    async def execute(a: int, b: int) -> int:
-        """Add two numbers.
-
-        Args:
-            a: first number
-            b: second number
-        """
-        return a + b
-    return execute
-
-
-def outputs(input, tools, tool_choice, config):
-    # A tool call first, then the answer the tool gave; usage set so that
-    # mockllm counts no tokens (it would fetch a tokenizer).
-    last = input[-1]
-    if last.role == "tool":
-        out = ModelOutput.from_content(model="mockllm", content=f"The answer is {last.text}.")
-    else:
-        a, b = [int(x) for x in last.text.split() if x.isdigit()]
-        out = ModelOutput.for_tool_call(model="mockllm", tool_name="add", tool_arguments={"a": a, "b": b})
-    out.usage = ModelUsage(input_tokens=10 * len(input), output_tokens=5, total_tokens=10 * len(input) + 5)
-    return out
-
-
-task = Task(dataset=[Sample(input="Add 2 and 3", target="5", id="s1"), Sample(input="Add 4 and 4", target="9", id="s2")],
-            solver=[use_tools(add()), generate()], scorer=includes(), name="adding")
-for log_format in ("eval", "json"):
-    [log] = inspect_eval(task, model=get_model("mockllm/model", custom_outputs=outputs), log_dir=sys.argv[1],
-                         log_format=log_format, display="none", epochs=2)
-    assert log.status == "success", log.error
-    print(log.location)
-'''
-
-
 @pytest.fixture(scope="module")
 def inspect_logs(tmp_path_factory) -> dict[str, Path]:
+    """inspect-ai's own eval of four samples, two epochs, with its mockllm
+    (rollkit.examples.peers), written as an .eval and a .json log."""
     pytest.importorskip("inspect_ai", reason="the inspect-ai extra: pip install 'rollkit[inspect]'")
     folder = tmp_path_factory.mktemp("inspect")
-    env = {**os.environ, "INSPECT_LOG_DIR": str(folder), "INSPECT_DISPLAY": "none"}
-    done = subprocess.run([sys.executable, "-c", _INSPECT_TASK, str(folder / "logs")], capture_output=True,
-                          text=True, env=env, cwd=folder, timeout=240)
-    assert done.returncode == 0, done.stderr
-    paths = [Path(line) for line in done.stdout.split()]
-    return {path.suffix.lstrip("."): path for path in paths}
+    return {fmt: peers.inspect_log(folder / fmt, fmt) for fmt in ("eval", "json")}
 
 
 _MINI = '''
@@ -239,22 +191,22 @@ async def _rollkit_traces(n: int = 2) -> list[rk.Trace]:
 
 def test_inspect_log_is_one_trace_per_sample_and_epoch(inspect_logs):
     traces = rk.load(inspect_logs["eval"])
-    assert sorted(t.info["rollout_id"] for t in traces) == ["s1#0", "s1#1", "s2#0", "s2#1"]
-    first = next(t for t in traces if t.info["rollout_id"] == "s1#0")
+    assert sorted(t.info["rollout_id"] for t in traces) == [f"add-{i}#{e}" for i in range(4) for e in range(2)]
+    first = next(t for t in traces if t.info["rollout_id"] == "add-0#0")
     assert [m.role for m in first.messages] == ["user", "assistant", "tool", "assistant"]
     call = first.messages[1].tool_calls[0]
     assert (call.name, call.args()) == ("add", {"a": 2, "b": 3})
     assert first.messages[2].content == "5" and first.messages[3].content == "The answer is 5."
     assert first.num_turns == 2 and first.sampled == [1, 3]
-    assert [(c.usage.input_tokens, c.usage.output_tokens) for c in first.model_calls] == [(10, 5), (30, 5)]
+    assert [(c.usage.input_tokens, c.usage.output_tokens) for c in first.model_calls] == [(12, 6), (36, 6)]
     assert all(c.end >= c.start > 1e9 for c in first.model_calls)
     assert list(first.phases) == ["setup", "agent", "scoring"]
     assert first.rewards == {"includes": 1.0} and first.scored_reward == 1.0
     assert first.info["format"] == "inspect" and first.info["file"] == str(inspect_logs["eval"])
     assert first.task.type == "inspect:adding" and first.task.data["target"] == "5"
     assert first.agent["model"] == "mockllm/model"
-    wrong = next(t for t in traces if t.info["rollout_id"] == "s2#0")
-    assert wrong.rewards == {"includes": 0.0}  # 4 + 4 is not the target 9
+    wrong = next(t for t in traces if t.info["rollout_id"] == "add-3#0")
+    assert wrong.rewards == {"includes": 0.0}  # 6 + 9 is not the target 16
 
 
 def test_inspect_json_log_reads_the_same_as_the_eval_log(inspect_logs):
@@ -316,10 +268,10 @@ def test_inspect_truncated_and_malformed_logs_name_the_file(inspect_logs, tmp_pa
 
 
 async def test_fork_of_an_imported_inspect_trace_is_refused_naming_why_and_runs_with_a_task(inspect_logs):
-    trace = next(t for t in rk.load(inspect_logs["eval"]) if t.info["rollout_id"] == "s1#0")
+    trace = next(t for t in rk.load(inspect_logs["eval"]) if t.info["rollout_id"] == "add-0#0")
     with pytest.raises(rk.ForkError, match=(
             rf"cannot fork trace {trace.id}: it was imported from a inspect file \({inspect_logs['eval']}\), and "
-            r"its task inspect:adding 's1' is not a rollkit Task that can be rebuilt .*task=\.\.\.\)")):
+            r"its task inspect:adding 'add-0' is not a rollkit Task that can be rebuilt .*task=\.\.\.\)")):
         await rk.fork(trace, 1, agent=rk.Agent(model="echo"))
     fork = await rk.fork(trace, 2, agent=rk.Agent(model="echo"), task=rk.Task(prompt="Add 2 and 3"))
     await fork.step("and 1 more?")
@@ -491,9 +443,9 @@ async def test_load_recognises_each_format_by_content(tmp_path, verifiers_run, t
 async def test_imported_and_rollkit_traces_share_one_frame(inspect_logs, verifiers_run):
     traces = [*rk.load(inspect_logs["eval"]), *rk.load(verifiers_run), *await _rollkit_traces(2)]
     frame = frames.rollouts(traces)
-    assert len(frame) == 9
-    assert frame["task_type"].tolist()[:4] == ["inspect:adding"] * 4
-    assert frame["task_type"].tolist()[4:7] == ["verifiers:arith"] * 3
+    assert len(frame) == 13
+    assert frame["task_type"].tolist()[:8] == ["inspect:adding"] * 8
+    assert frame["task_type"].tolist()[8:11] == ["verifiers:arith"] * 3
     assert set(frame.columns) >= {"reward.includes", "reward.reward", "reward.correct"}
     signals = frames.signals(traces)
     assert (signals["why_missing"] == "not in the source").sum() == 0  # every one of these has its reward
@@ -503,5 +455,5 @@ def test_rollkit_show_reads_an_inspect_log(inspect_logs):
     done = subprocess.run([sys.executable, "-m", "rollkit", "show", str(inspect_logs["eval"])], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert f"{inspect_logs['eval']}: 4 traces (inspect)" in done.stdout
-    assert "rollouts: 4 over 2 tasks" in done.stdout and "mean reward: 0.500 over 4 rollouts" in done.stdout
+    assert f"{inspect_logs['eval']}: 8 traces (inspect)" in done.stdout
+    assert "rollouts: 8 over 4 tasks" in done.stdout and "mean reward: 0.750 over 8 rollouts" in done.stdout
