@@ -7,10 +7,14 @@ Prints:
    hooks (a response @stop, a request @intercept, a trace @stop) and one
    limit (aim: under 2 s);
 3. the time one live-plot update takes per turn (aim: under 20 ms), for the
-   budget burn chart and the phase timeline, and for the whole rollout panel.
+   budget burn chart and the phase timeline, and for the whole rollout panel;
+4. `rk.load` of 100,000 saved example traces (aim: under 5 s and under 600 MB
+   peak RSS, in a fresh process so the peak is the load's own), the four
+   frames over them (aim: under 3 s), and `rk.frames.rollouts(path)` reading
+   the file itself.
 
-Run: python benchmarks/notebook.py [--traces 10000] [--turns 60]
-Writes its trace file to a temporary folder and removes it.
+Run: python benchmarks/notebook.py [--traces 10000] [--turns 60] [--big 100000]
+Writes its trace files to a temporary folder and removes it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -130,13 +136,64 @@ async def _bench_live(turns: int) -> None:
         print(f"  {name:<17} median {median:6.2f} ms   max {worst:6.2f} ms  ({verdict})")
 
 
+# Run in a child process: its peak RSS is then what loading took. VmHWM
+# (Linux) starts afresh at exec; ru_maxrss would carry the parent's peak.
+_CHILD = """
+import resource, sys, time
+def peak_mb():
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+import rollkit as rk
+before = peak_mb()
+t0 = time.perf_counter()
+traces = rk.load(sys.argv[1])
+load_s = time.perf_counter() - t0
+peak = peak_mb()
+from rollkit import frames
+t0 = time.perf_counter()
+shapes = [build(traces).shape for build in (frames.rollouts, frames.turns, frames.phases, frames.signals)]
+frames_s = time.perf_counter() - t0
+count = len(traces)
+del traces
+t0 = time.perf_counter()
+frames.rollouts(sys.argv[1])
+direct_s = time.perf_counter() - t0
+print(count, load_s, before, peak, frames_s, direct_s, shapes)
+"""
+
+
+def bench_big_load(n: int) -> None:
+    traces = asyncio.run(_make_traces(n))
+    with tempfile.TemporaryDirectory(prefix="rollkit-bench-") as folder:
+        path = rk.save(traces, Path(folder) / "big.jsonl")
+        size = path.stat().st_size / 1e6
+        del traces
+        done = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"the loading process failed:\n{done.stderr}")
+    count, load_s, before, peak, frames_s, direct_s, shapes = done.stdout.strip().split(" ", 6)
+    load_s, frames_s, direct_s, before, peak = map(float, (load_s, frames_s, direct_s, before, peak))
+    print(f"rk.load of {count} saved traces ({size:.0f} MB file): {load_s:.2f} s "
+          f"({'ok' if load_s < 5 else 'OVER the 5 s aim'}), peak RSS {peak:.0f} MB "
+          f"({before:.0f} MB before loading; {'ok' if peak < 600 else 'OVER the 600 MB aim'})")
+    print(f"the four frames over them: {frames_s:.2f} s ({'ok' if frames_s < 3 else 'OVER the 3 s aim'}); "
+          f"shapes {shapes}")
+    print(f"rk.frames.rollouts(path), loading the file itself: {direct_s:.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", type=int, default=10_000)
     parser.add_argument("--turns", type=int, default=60)
+    parser.add_argument("--big", type=int, default=100_000, help="traces for the big load (0: skip it)")
     args = parser.parse_args()
     bench_replay(bench_frames(args.traces))  # replay the same saved traces
     asyncio.run(_bench_live(args.turns))
+    if args.big:
+        bench_big_load(args.big)
 
 
 if __name__ == "__main__":

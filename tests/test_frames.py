@@ -38,7 +38,7 @@ def test_empty_list_gives_empty_frame_with_the_columns(build, columns) -> None:
 
 @pytest.mark.parametrize("build", [frames.rollouts, frames.turns, frames.phases, frames.signals])
 def test_builder_names_a_non_trace_item(build) -> None:
-    with pytest.raises(TypeError, match=r"item 1 is a dict, not an rk.Trace"):
+    with pytest.raises(TypeError, match=r"item 1 is dict, not a rollkit Trace"):
         build([rk.Trace(task=rk.core.trace.TaskRef(type="T", key="k")), {"id": "x"}])
 
 

@@ -19,8 +19,10 @@ setup, so only a runtime that holds no state the turns changed can be forked
 with per-rollout state beyond `ctx.messages` restores it in `Harness.restore`.
 
 Refused, with the limit named: a turn out of range, a failed trace (its
-trajectory is incomplete), a trace whose harness rewrote history (turns and
-messages no longer line up), and a runtime that cannot be copied.
+trajectory is incomplete), a trace imported from another tool whose task
+cannot be rebuilt in rollkit (pass `task=`), a trace whose harness rewrote
+history (turns and messages no longer line up), and a runtime that cannot
+be copied.
 """
 
 from __future__ import annotations
@@ -143,6 +145,15 @@ def _task_of(trace: Trace) -> Task:
     from .task import Task
 
     ref = trace.task
+    source = trace.info.get("format")
+    if ref.module is None and source:
+        # Imported from another tool (rollkit.runs.formats): its task (scorer,
+        # environment, repository) lives in that tool, not in a rollkit class.
+        raise ForkError(
+            f"cannot fork trace {trace.id}: it was imported from a {source} file ({trace.info.get('file')}), and "
+            f"its task {ref.type} {ref.key!r} is not a rollkit Task that can be rebuilt (that tool holds its "
+            "scorer and environment); pass a rollkit task to run it on: rk.fork(trace, turn=k, agent=..., task=...)"
+        )
     try:
         owner: Any = importlib.import_module(ref.module or "")
         for part in ref.type.split("."):

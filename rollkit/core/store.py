@@ -1,34 +1,90 @@
-"""Saving and loading traces: one JSON object per line (JSONL).
+"""Saving and loading traces: one JSON object per line (JSONL), and the
+table of other trace formats rollkit reads and writes.
 
 A trace file is append-friendly: each finished trace is one line, so a crash
 loses at most what was in flight, and a reader can load the good lines of a
-damaged file. `load` reports a bad line with its number; with
-`errors="skip"` the good lines still load and the bad ones come back as
-warnings. This module knows traces and files, nothing about running.
+damaged file. `load` reports a bad line with its number and the field that is
+wrong (`TraceFileError.line`, `.field`); with `errors="skip"` the good lines
+still load and the bad ones come back as warnings.
+
+Other tools' records (inspect-ai logs, verifiers results, agent trajectories,
+...) come in through the format table: a layer above the core registers a
+format with `register_format` (a sniffer that recognises a file by its first
+bytes, a reader, a writer), and `load`/`save` pick it by content or by
+`format=`. The core knows no peer's format itself. This module knows traces
+and files, nothing about running.
 """
 
 from __future__ import annotations
 
-import json
+import gc
 import os
+import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pydantic
 
 from .trace import Trace
 
-__all__ = ["save", "load", "TraceFileError", "append_trace"]
+__all__ = ["save", "load", "TraceFileError", "append_trace", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
+
+ROLLKIT = "rollkit"
+# Why a signal of an imported trace is missing when its tool did not record
+# it (the trace's signal_errors, and the why_missing of rk.frames.signals).
+NOT_IN_SOURCE = "not in the source"
+# How much of a file the sniffers see.
+_HEAD = 64 * 1024
 
 
 class TraceFileError(ValueError):
-    """A trace file (or one of its lines) is not what rollkit wrote."""
+    """A trace file (or one of its lines or samples) is not what its format
+    says. `line` is the line number (JSON lines) or None, `field` the dotted
+    path of the bad field (e.g. "model_calls.0.usage.input_tokens") or None
+    when the record is no JSON at all."""
 
-    def __init__(self, message: str, *, path: Path, line: int | None = None) -> None:
+    def __init__(self, message: str, *, path: Path, line: int | None = None, field: str | None = None) -> None:
         super().__init__(message)
         self.path = path
         self.line = line
+        self.field = field
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """A trace format rollkit reads or writes.
+
+    `sniff(head)` says whether a file whose first bytes are `head` is in this
+    format; `read(path, errors)` returns its traces (raising TraceFileError
+    naming the file, the record and the field); `write(traces, path)` writes
+    them and returns the file written. `needs` names the pip extra a reader
+    or writer imports (shown when it is missing)."""
+
+    name: str
+    about: str
+    sniff: Callable[[bytes], bool] | None = None
+    read: Callable[[Path, str], list[Trace]] | None = None
+    write: Callable[[list[Trace], Path], Path] | None = None
+    needs: str | None = None
+
+
+_FORMATS: dict[str, TraceFormat] = {}
+
+
+def register_format(fmt: TraceFormat) -> None:
+    """Add (or replace) a format in the table `load` and `save` consult.
+    Sniffers run in registration order, after rollkit's own."""
+    if not isinstance(fmt, TraceFormat):
+        raise TypeError(f"register_format takes a TraceFormat, got {type(fmt).__name__}")
+    _FORMATS[fmt.name] = fmt
+
+
+def formats() -> dict[str, TraceFormat]:
+    """The formats known, by name: rollkit's own first."""
+    return dict(_FORMATS)
 
 
 def _resolve(path: str | os.PathLike[str]) -> Path:
@@ -38,16 +94,48 @@ def _resolve(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def save(traces: Trace | Iterable[Trace], path: str | os.PathLike[str]) -> Path:
-    """Write traces to `path` (a .jsonl file, or a folder that gets traces.jsonl),
-    replacing what was there. Returns the file written."""
+def _format_named(name: Any, *, reading: bool) -> TraceFormat:
+    fmt = _FORMATS.get(name) if isinstance(name, str) else None
+    able = [n for n, f in _FORMATS.items() if (f.read if reading else f.write) is not None]
+    if fmt is None or (fmt.read if reading else fmt.write) is None:
+        verb = "reads" if reading else "writes"
+        raise ValueError(f"format={name!r} is not a format rollkit {verb}; the formats are {', '.join(able)}")
+    return fmt
+
+
+def _checked(traces: Any, *, who: str = "rk.save",
+             hint: str = "(the traces of rk.evaluate, a rollout's .trace, or rk.load(path))") -> list[Trace]:
+    """`traces` as a list, every item checked to be a Trace (the names
+    `who` takes, for the message)."""
     if isinstance(traces, Trace):
-        traces = [traces]
+        return [traces]
+    if isinstance(traces, (str, bytes, os.PathLike)) or not isinstance(traces, Iterable):
+        raise TypeError(f"{who} takes a rk.Trace or a list of them, got {type(traces).__name__}")
+    items = list(traces)
+    for i, item in enumerate(items):
+        if not isinstance(item, Trace):
+            raise TypeError(f"item {i} is {type(item).__name__}, not a rollkit Trace; pass rk.Trace objects {hint}")
+    return items
+
+
+def save(traces: Trace | Iterable[Trace], path: str | os.PathLike[str], *, format: str = ROLLKIT) -> Path:
+    """Write traces to `path` (a .jsonl file, or a folder that gets traces.jsonl),
+    replacing what was there. Returns the file written.
+
+    `format=` writes another format (e.g. "inspect", "messages"; see
+    `rollkit.core.store.formats()`). Every item is checked before anything is
+    written, so a wrong item leaves an existing file as it was."""
+    items = _checked(traces)
+    fmt = _format_named(format, reading=False)
+    if fmt.name != ROLLKIT:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return fmt.write(items, path)  # type: ignore[misc]
     path = _resolve(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        for trace in traces:
+        for trace in items:
             f.write(trace.model_dump_json())
             f.write("\n")
     os.replace(tmp, path)
@@ -60,37 +148,157 @@ def append_trace(trace: Trace, file) -> None:  # type: ignore[no-untyped-def]
     file.flush()
 
 
-def load(path: str | os.PathLike[str], *, errors: str = "raise") -> list[Trace]:
-    """Read traces from a .jsonl file or a folder holding traces.jsonl.
+# What rollkit's own lines open with (Trace.model_dump_json writes the id
+# first, then the task); a hand-written trace that does not still loads,
+# since a file no format claims is read as rollkit's.
+_ROLLKIT_HEAD = re.compile(rb'\s*\{\s*"id"\s*:\s*"[^"]*"\s*,\s*"task"\s*:\s*\{')
 
-    A line that is not a trace raises `TraceFileError` naming its line number;
-    with errors="skip" it is skipped with a warning and the good lines load.
-    A last line without its newline (torn by a crash) is always skipped with a
-    warning: the run that wrote it never finished that write."""
+
+def _sniff_rollkit(head: bytes) -> bool:
+    return _ROLLKIT_HEAD.match(head) is not None
+
+
+def _sniff(path: Path) -> TraceFormat:
+    with open(path, "rb") as f:
+        head = f.read(_HEAD)
+    for fmt in _FORMATS.values():
+        if fmt.sniff is not None and fmt.read is not None:
+            try:
+                if fmt.sniff(head):
+                    return fmt
+            except Exception:  # a sniffer that trips over odd bytes just does not claim the file
+                continue
+    return _FORMATS[ROLLKIT]
+
+
+def load(path: str | os.PathLike[str], *, errors: str = "raise", format: str | None = None) -> list[Trace]:
+    """Read traces from a file or a folder holding traces.jsonl.
+
+    The format is recognised by the file's content (rollkit's JSON lines,
+    or any format registered, e.g. an inspect-ai log); `format=` forces one.
+    A record that is not a trace raises `TraceFileError` naming the file, the
+    line (or sample) and the field; with errors="skip" it is skipped with a
+    warning and the good ones load. A last line without its newline (torn by
+    a crash) is always skipped with a warning: the run that wrote it never
+    finished that write."""
     if errors not in ("raise", "skip"):
         raise ValueError("errors must be 'raise' or 'skip'")
+    fmt = None if format is None else _format_named(format, reading=True)
     path = _resolve(path)
     if not path.exists():
         raise FileNotFoundError(f"no trace file at {path}")
+    if fmt is None:
+        fmt = _sniff(path)
+    return fmt.read(path, errors)  # type: ignore[misc]
+
+
+def _field(exc: pydantic.ValidationError) -> str | None:
+    first = exc.errors(include_url=False, include_input=False)[0]
+    loc = first.get("loc") or ()
+    return ".".join(str(part) for part in loc) or None
+
+
+def _bad_line(exc: pydantic.ValidationError, raw: bytes) -> tuple[str, str | None]:
+    """What is wrong with a line, in words, and the dotted field."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"invalid UTF-8: byte 0x{raw[bad.start]:02x} at column {bad.start + 1}", None
+    field = _field(exc)
+    first = exc.errors(include_url=False, include_input=False)[0]
+    if field is None:
+        return first["msg"], None
+    return f"field {field}: {first['msg']}", field
+
+
+class _Shared:
+    """Repeated records of one file, kept once: thousands of rollouts of a
+    few tasks by one agent hold the same task and agent records, the same
+    system prompts, and pydantic's set of which fields were given, which is
+    all of them in every record rollkit wrote (half the memory of a loaded
+    trace). Shared records are equal by value; what a trace ran (its calls,
+    its replies) is never merged. A set of given fields is shared only when
+    it holds every field: adding a name to it, all pydantic ever does, then
+    changes nothing."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[tuple[Any, ...], Any] = {}
+        self.dicts: dict[tuple[str, tuple[Any, ...]], dict[str, Any]] = {}
+        self.texts: dict[str, str] = {}
+        self.given: dict[type, set[str]] = {}
+
+    def __call__(self, trace: Trace) -> None:
+        values = trace.__dict__
+        ref = values["task"]
+        key = (ref.type, ref.key, ref.module)
+        seen = self.tasks.get(key)
+        if seen is None:
+            self.tasks[key] = ref
+        elif seen is not ref and seen == ref:
+            values["task"] = seen
+        for name in ("agent", "limits", "timeouts"):
+            record = values[name]
+            try:
+                dict_key = (name, tuple(record.items()))
+                seen_dict = self.dicts.setdefault(dict_key, record)
+            except TypeError:  # a value that does not hash (a nested dict): kept as it is
+                continue
+            values[name] = seen_dict
+        # Inlined: this runs for every record of every trace loaded.
+        known = self.given
+        for record in (trace, *values["messages"], *values["model_calls"],
+                       *[call.usage for call in values["model_calls"]],
+                       *values["phases"].values(), *values["segments"]):
+            fields = record.__pydantic_fields_set__
+            full = known.get(type(record))
+            if full is None:
+                full = known[type(record)] = set(type(record).model_fields)
+            if fields is not full and len(fields) == len(full):
+                object.__setattr__(record, "__pydantic_fields_set__", full)
+        texts = self.texts
+        for message in values["messages"]:
+            if message.role in ("system", "user"):
+                fields = message.__dict__
+                fields["content"] = texts.setdefault(fields["content"], fields["content"])
+
+
+def _read_rollkit(path: Path, errors: str) -> list[Trace]:
     traces: list[Trace] = []
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    lines = text.split("\n")
-    torn = lines[-1] != ""
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            traces.append(Trace.model_validate_json(line))
-        except (pydantic.ValidationError, json.JSONDecodeError, ValueError) as exc:
-            last = number == len(lines)
-            if last and torn:
-                warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); skipped", stacklevel=2)
-                continue
-            detail = str(exc).splitlines()[0]
-            message = f"{path}: line {number} is not a rollkit trace ({detail})"
-            if errors == "skip":
-                warnings.warn(message + "; skipped", stacklevel=2)
-                continue
-            raise TraceFileError(message + "; load with errors='skip' to read the good lines", path=path, line=number) from None
+    share = _Shared()
+    validate = Trace.model_validate_json
+    # Loading makes many objects and frees none; the cyclic collector would
+    # walk the growing heap again and again (most of the time of a big file).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        # Line by line, so the file's bytes are never all in memory at once.
+        with open(path, "rb") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    trace = validate(line)
+                except pydantic.ValidationError as exc:
+                    if not line.endswith(b"\n"):
+                        warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
+                                      "skipped", stacklevel=3)
+                        continue
+                    detail, field = _bad_line(exc, line)
+                    message = f"{path}: line {number} is not a rollkit trace ({detail})"
+                    if errors == "skip":
+                        warnings.warn(message + "; skipped", stacklevel=3)
+                        continue
+                    raise TraceFileError(message + "; load with errors='skip' to read the good lines",
+                                         path=path, line=number, field=field) from None
+                share(trace)
+                traces.append(trace)
+    finally:
+        if collecting:
+            gc.enable()
     return traces
+
+
+register_format(TraceFormat(
+    ROLLKIT, "rollkit's own JSON lines (rk.save)", sniff=_sniff_rollkit, read=_read_rollkit,
+    write=lambda traces, path: save(traces, path),
+))

@@ -185,27 +185,35 @@ class Trace(_Record):
 
     # Running totals over committed turns; derived from model_calls, kept so
     # that the limit check before every call is O(1).
-    _num_turns: int = PrivateAttr(0)
-    _num_input: int = PrivateAttr(0)
-    _num_output: int = PrivateAttr(0)
-    _num_total: int = PrivateAttr(0)
+    # No defaults here: pydantic resolves a private default per instance
+    # through inspect.signature (90% of loading a trace); model_post_init,
+    # which every way of building a trace runs, sets them all.
+    _num_turns: int = PrivateAttr()
+    _num_input: int = PrivateAttr()
+    _num_output: int = PrivateAttr()
+    _num_total: int = PrivateAttr()
     # The traces of an AgentUser that played the user in this run (kept in
     # memory only; saved traces link them by info["user_trace_id"]).
-    _user_traces: list[Trace] = PrivateAttr(default_factory=list)
+    _user_traces: list[Trace] = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
+        self.__pydantic_private__["_user_traces"] = []  # type: ignore[index]
         self._recount()
 
     def _recount(self) -> None:
         """Running totals from the recorded calls (after loading, or after a
-        fork installed a prefix)."""
-        self._num_turns = self._num_input = self._num_output = self._num_total = 0
+        fork installed a prefix). Written to the private dict directly: this
+        runs for every trace loaded, and pydantic's setattr is slow."""
+        turns = input_ = output = total = 0
         for call in self.model_calls:
             if call.committed:
-                self._num_turns = call.cum_turns
-                self._num_input = call.cum_input_tokens
-                self._num_output = call.cum_output_tokens
-                self._num_total = call.cum_total_tokens
+                turns, input_, output, total = (
+                    call.cum_turns, call.cum_input_tokens, call.cum_output_tokens, call.cum_total_tokens)
+        private = self.__pydantic_private__
+        private["_num_turns"] = turns  # type: ignore[index]
+        private["_num_input"] = input_  # type: ignore[index]
+        private["_num_output"] = output  # type: ignore[index]
+        private["_num_total"] = total  # type: ignore[index]
 
     # ---- aggregates (L11 reads these by name) ---------------------------
     @property
@@ -318,7 +326,8 @@ class Trace(_Record):
         return None if render is None else render(self)
 
     def summary(self) -> str:
-        reward = f"{self.reward:.3f}" if self.rewards else "-"
+        scored = self.scored_reward  # a missing reward is "-", never 0
+        reward = f"{scored:.3f}" if scored is not None else "-"
         return (
             f"trace {self.id} task={self.task.key} ok={self.ok} reward={reward} "
             f"turns={self.num_turns} tokens={self.num_total_tokens} stop={self.stop}"

@@ -7,7 +7,9 @@ main job runs (`demo_agent`); the order-status task set, multi-turn, whose
 reward needs the user (the customer holds the order number), with a toy
 assistant, a toy customer as a scripted user and as a model (`support`);
 an answer-in-a-file task set for agent programs that work in a folder, with
-a toy model that drives any program's shell tool (`workspace`).
+a toy model that drives any program's shell tool (`workspace`); other
+tools' trace files made offline for the notebooks, an inspect-ai log and a
+verifiers run (`peers`).
 
 It sits on top: it may import every layer, and no layer imports it.
 Importing it registers the model names "toy-calculator", "toy-support" and

@@ -16,7 +16,8 @@ trace `id`, read from `trace.info` where a batch evaluation wrote them
 - `phases(traces)`: one row per phase span that started.
 - `signals(traces)`: one row per reward or metric, with why it is missing
   when it is ("run failed", "run aborted", "scoring raised", "scoring timed
-  out", "returned None").
+  out", "returned None", "not in the source" for a trace imported from a
+  tool that did not record it).
 - `user_turns(traces)`: one row per time the user spoke (who, what, what it
   answered, and for a replay the similarity and whether the agent diverged).
 - `forecast(trace_or_rollout)`: one row per limit, with the turn it would
@@ -24,6 +25,9 @@ trace `id`, read from `trace.info` where a batch evaluation wrote them
   (rollkit.core.forecast).
 - `branches(traces)`: one row per branch of a forked rollout (the original
   and each fork, rk.fork): where it split off, reward, stop, turns, tokens.
+
+Each builder takes traces, or the path of a trace file (any format
+`rk.load` reads) or run folder, which it loads itself.
 
 Missing stays missing: NaN in numeric columns, None elsewhere, never zero.
 An empty input gives an empty frame with the same columns. Frames are built
@@ -35,13 +39,17 @@ This module only reads traces; it runs nothing and draws nothing.
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pandas as pd
 
 from ..core.scoring import _TIMED_OUT
+from ..core.store import NOT_IN_SOURCE as _NOT_IN_SOURCE, _checked, load
 from ..core.trace import PHASES, Trace
 
 __all__ = [
@@ -60,6 +68,7 @@ NOT_SCORED = "not scored"
 SCORING_RAISED = "scoring raised"
 SCORING_TIMED_OUT = _TIMED_OUT  # the prefix scoring writes, so the two cannot drift
 RETURNED_NONE = "returned None"
+NOT_IN_SOURCE = _NOT_IN_SOURCE  # an imported trace whose tool did not record it (rollkit.runs.formats)
 
 # The ids a batch evaluation writes to `trace.info` (rollkit.runs.evaluation).
 _INFO_IDS = ("example_id", "repeat", "rollout_id")
@@ -89,17 +98,28 @@ BRANCH_COLUMNS = (
 SIGNAL_COLUMNS = ("id", *_INFO_IDS, "task_key", "task_type", "kind", "name", "value", "weight", "missing", "why_missing", "error")
 
 
-def _list(traces: Iterable[Trace]) -> list[Trace]:
-    if isinstance(traces, Trace):
-        return [traces]
-    out = list(traces)
-    for i, trace in enumerate(out):
-        if not isinstance(trace, Trace):
-            raise TypeError(
-                f"item {i} is a {type(trace).__name__}, not an rk.Trace; pass traces, "
-                "e.g. rk.load('runs/traces.jsonl')"
-            )
-    return out
+def _list(traces: Iterable[Trace] | str | os.PathLike[str]) -> list[Trace]:
+    if isinstance(traces, (str, os.PathLike)):  # a trace file (any format rk.load reads), or a run folder
+        return load(traces)
+    return _checked(traces, who="a frame", hint="(e.g. rk.load('runs/traces.jsonl')), or a trace file's path")
+
+
+def _no_gc(build: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
+    """Build with the cyclic collector paused: a frame makes millions of
+    objects and frees none, so a collection would only walk them again (a
+    fifth of the time over 100,000 traces)."""
+
+    @functools.wraps(build)
+    def wrapper(*args: Any, **kwargs: Any) -> pd.DataFrame:
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return build(*args, **kwargs)
+        finally:
+            if collecting:
+                gc.enable()
+
+    return wrapper
 
 
 def _num(value: float | None) -> float:
@@ -108,6 +128,13 @@ def _num(value: float | None) -> float:
 
 def _frame(columns: dict[str, list[Any]], order: Iterable[str]) -> pd.DataFrame:
     return pd.DataFrame({name: columns[name] for name in order}, columns=list(order))
+
+
+def _table(rows: list[tuple[Any, ...]], names: list[str]) -> pd.DataFrame:
+    """A frame from one tuple per row: a tuple per row and one transpose at
+    the end cost a fraction of appending to each column's list."""
+    columns = list(zip(*rows)) if rows else [() for _ in names]
+    return pd.DataFrame({name: list(values) for name, values in zip(names, columns)}, columns=names)
 
 
 def _ids(cols: dict[str, list[Any]], trace: Trace) -> None:
@@ -135,71 +162,56 @@ def _waited(trace: Trace) -> float:
     )
 
 
+@_no_gc
 def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per rollout. Reward and metric columns (`reward.<name>`,
     `metric.<name>`) are NaN where a signal is missing or was never computed;
     `reward` is NaN for a run that was not scored."""
     traces = _list(traces)
-    cols: dict[str, list[Any]] = {name: [] for name in ROLLOUT_COLUMNS}
     reward_names: dict[str, None] = {}
     metric_names: dict[str, None] = {}
     for trace in traces:
         reward_names.update(dict.fromkeys(trace.rewards))
         metric_names.update(dict.fromkeys(trace.metrics))
-    signal_cols = {f"reward.{n}": [] for n in sorted(reward_names)}
-    signal_cols.update({f"metric.{n}": [] for n in sorted(metric_names)})
+    rewards_in, metrics_in = sorted(reward_names), sorted(metric_names)
+    rows = []
     for trace in traces:
         error = trace.error
-        phase_spans = trace.phases
-        _ids(cols, trace)
-        cols["task_key"].append(trace.task.key)
-        cols["task_type"].append(trace.task.type)
-        cols["agent"].append(trace.agent.get("name"))
-        cols["model"].append(trace.agent.get("model"))
-        cols["ok"].append(trace.ok)
-        cols["completed"].append(trace.completed)
-        cols["aborted"].append(trace.aborted)
-        cols["stop"].append(trace.stop)
-        cols["stop_condition"].append(trace.stop_condition)
-        cols["error_type"].append(error.type if error else None)
-        cols["error_phase"].append(error.phase if error else None)
-        cols["error_message"].append(error.message if error else None)
-        # Missing, not 0, for a run that was not scored (L23).
-        cols["reward"].append(_num(trace.scored_reward))
+        info, agent, phase_spans = trace.info, trace.agent, trace.phases
         # The last committed call carries the totals (the trace's own running
         # aggregates are private attributes, slow to read through pydantic).
         last = _last_turn(trace)
-        cols["turns"].append(last.cum_turns if last else 0)
-        cols["model_calls"].append(len(trace.model_calls))
-        cols["input_tokens"].append(last.cum_input_tokens if last else 0)
-        cols["output_tokens"].append(last.cum_output_tokens if last else 0)
-        cols["total_tokens"].append(last.cum_total_tokens if last else 0)
-        cols["segments"].append(len(trace.segments))
-        cols["agent_time"].append(trace.agent_time)
-        cols["model_time"].append(trace.model_time)
-        cols["harness_time"].append(trace.harness_time)
-        cols["wait_time"].append(_waited(trace))
+        durations = []
         start = end = None
         for phase in PHASES:
             span = phase_spans.get(phase)
-            duration = span.duration if span is not None else None
-            cols[f"phase.{phase}"].append(_num(duration))
-            if span is not None:
-                start = span.start if start is None else min(start, span.start)
-                if span.end is not None:
-                    end = span.end if end is None else max(end, span.end)
-        cols["start"].append(_num(start))
-        cols["end"].append(_num(end))
+            if span is None:
+                durations.append(_NAN)
+                continue
+            durations.append(_num(span.duration))
+            start = span.start if start is None else min(start, span.start)
+            if span.end is not None:
+                end = span.end if end is None else max(end, span.end)
+        agent_time, model_time = trace.agent_time, trace.model_time
         rewards, metrics = trace.rewards, trace.metrics
-        for name in reward_names:
-            signal_cols[f"reward.{name}"].append(_num(rewards.get(name)))
-        for name in metric_names:
-            signal_cols[f"metric.{name}"].append(_num(metrics.get(name)))
-    cols.update(signal_cols)
-    frame = _frame(cols, [*ROLLOUT_COLUMNS, *signal_cols])
+        rows.append((
+            trace.id, info.get("example_id"), info.get("repeat"), info.get("rollout_id"),
+            trace.task.key, trace.task.type, agent.get("name"), agent.get("model"),
+            trace.ok, trace.completed, trace.aborted, trace.stop, trace.stop_condition,
+            error.type if error else None, error.phase if error else None, error.message if error else None,
+            _num(trace.scored_reward),  # missing, not 0, for a run that was not scored (L23)
+            last.cum_turns if last else 0, len(trace.model_calls), last.cum_input_tokens if last else 0,
+            last.cum_output_tokens if last else 0, last.cum_total_tokens if last else 0,
+            len(trace.segments), agent_time, model_time, max(0.0, agent_time - model_time), _waited(trace),
+            *durations, _num(start), _num(end),
+            *[_num(rewards.get(name)) for name in rewards_in], *[_num(metrics.get(name)) for name in metrics_in],
+        ))
+    names = [*ROLLOUT_COLUMNS, *(f"reward.{n}" for n in rewards_in), *(f"metric.{n}" for n in metrics_in)]
+    frame = _table(rows, names)
     return frame.astype({"ok": "object", "turns": "int64", "model_calls": "int64"})
 
 
+@_no_gc
 def turns(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per committed turn (model call answered and kept), with the
     budget totals right after it (`cum_*`) and the limits they count
@@ -244,6 +256,7 @@ def turns(traces: Iterable[Trace]) -> pd.DataFrame:
     return frame.astype({name: "int64" for name in ints})
 
 
+@_no_gc
 def phases(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per phase span that started, in lifecycle order. `offset` is
     the start in seconds after the rollout's first phase began; `duration`
@@ -274,6 +287,8 @@ def _why(trace: Trace, name: str, value: float | None) -> tuple[str | None, str 
     reason = trace.signal_errors.get(name)
     if reason is None:
         return RETURNED_NONE, None
+    if reason == NOT_IN_SOURCE:
+        return NOT_IN_SOURCE, None
     if reason.startswith(SCORING_TIMED_OUT):
         return SCORING_TIMED_OUT, reason
     return SCORING_RAISED, reason
@@ -288,6 +303,7 @@ def _unscored_reason(trace: Trace) -> tuple[str, str | None]:
     return NOT_SCORED, None
 
 
+@_no_gc
 def signals(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per reward or metric of each rollout.
 
@@ -338,6 +354,7 @@ def signals(traces: Iterable[Trace]) -> pd.DataFrame:
     return frame.astype({"missing": "bool"})
 
 
+@_no_gc
 def user_turns(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per user turn: `by` (which rk.User, "person" for someone in a
     notebook), `text` (what the user said), `replying_to` (the agent reply it
@@ -366,6 +383,7 @@ def _fork_of(trace: Trace) -> tuple[str, int] | None:
     return None
 
 
+@_no_gc
 def branches(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per branch: each original that was forked and each fork of it
     (a fork of a fork too), rows of one tree together, the original first.

@@ -3,7 +3,9 @@
 What this layer owns: `evaluate` (a task set times `repeats`, bounded
 concurrency, a progress bar), run folders (a manifest and trace files
 appended as rollouts finish, resume after a crash), group scoring (pass@k,
-best-of-n), the Ray backend and the `rollkit` command line.
+best-of-n), the Ray backend, the `rollkit` command line, and other tools'
+trace formats (`rollkit.runs.formats`: inspect-ai, verifiers, tau2-bench,
+agent trajectories, OpenAI transcripts).
 
 It imports the core and the programs layer, never `rollkit.notebook` or
 `rollkit.examples`: the DataFrames an `EvalResult` hands out and the demo
@@ -15,6 +17,7 @@ needed).
 from __future__ import annotations
 
 from ..core._lazy import lazy_names
+from . import formats  # noqa: F401 - registers the trace formats rk.load and rk.save know
 
 _LAZY = {
     "evaluate": (".evaluation", "evaluate"),

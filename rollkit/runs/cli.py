@@ -221,12 +221,21 @@ def eval_command(
 def show(folder: Path) -> None:
     """Summarize the run folder DIR: rollouts by stop condition and error
     type, mean reward with how many are missing one, phase time totals, and
-    group signals."""
-    from .evaluation import RunFolderError, load_run
-    from ..core.store import TraceFileError
+    group signals. DIR may also be one trace file of any format rk.load
+    reads (an inspect-ai log, a verifiers results.jsonl, ...)."""
+    from .evaluation import EvalResult, RunFolderError, load_run
+    from ..core.store import TraceFileError, load
 
     try:
+        if folder.is_file():
+            traces = load(folder)
+            kinds = sorted({str(t.info.get("format", "rollkit")) for t in traces})
+            click.echo(f"{folder}: {len(traces)} traces ({', '.join(kinds) or 'none'})\n")
+            click.echo(EvalResult(traces).summary())
+            return
         result = load_run(folder)
+    except ModuleNotFoundError as exc:  # a format whose reader is an optional extra
+        raise click.ClickException(str(exc)) from None
     except FileNotFoundError as exc:
         raise click.ClickException(f"{exc}; pass the --out folder of a rollkit eval or demo run") from None
     except (TraceFileError, RunFolderError) as exc:  # each names the damaged file (and line)

@@ -1,0 +1,36 @@
+"""Other tools' traces as rollkit traces, and rollkit traces in their formats.
+
+What this package owns: one module per peer format, each reading that
+tool's record (and, where one exists, writing it):
+
+    messages      OpenAI-format chat transcripts (read and write, "messages")
+    inspect_log   inspect-ai eval logs, through inspect-ai's reader and writer ("inspect")
+    verifiers     verifiers' results.jsonl ("verifiers")
+    tau2          tau2-bench simulation results ("tau2")
+    trajectory    mini-swe-agent / SWE-agent trajectory files ("trajectory")
+
+Importing this package registers them in the core's format table
+(`rollkit.core.store.register_format`), so `rk.load(path)` recognises them
+by content and `rk.save(traces, path, format=...)` writes them. The modules
+import only the standard library and the core, never `rollkit.notebook` or
+`rollkit.examples`; inspect-ai is imported when an inspect log is read or
+written.
+"""
+
+from __future__ import annotations
+
+from ...core.store import TraceFormat, register_format
+from . import inspect_log, messages, tau2, trajectory, verifiers
+
+__all__ = ["inspect_log", "messages", "tau2", "trajectory", "verifiers"]
+
+# The order the sniffers run in, after rollkit's own: the most specific
+# first, plain transcripts (which most JSON with messages resembles) last.
+register_format(TraceFormat("inspect", "inspect-ai eval logs (.eval, .json)", sniff=inspect_log.sniff,
+                            read=inspect_log.read, write=inspect_log.write, needs="rollkit[inspect]"))
+register_format(TraceFormat("trajectory", "mini-swe-agent / SWE-agent trajectories (.traj.json)",
+                            sniff=trajectory.sniff, read=trajectory.read))
+register_format(TraceFormat("tau2", "tau2-bench simulation results (.json)", sniff=tau2.sniff, read=tau2.read))
+register_format(TraceFormat("verifiers", "verifiers results.jsonl", sniff=verifiers.sniff, read=verifiers.read))
+register_format(TraceFormat("messages", "OpenAI-format chat transcripts (.json, .jsonl)", sniff=messages.sniff,
+                            read=messages.read, write=messages.write))

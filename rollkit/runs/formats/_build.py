@@ -1,0 +1,287 @@
+"""Building a rollkit trace from what another tool recorded.
+
+Every importer turns its source's record into the same few things (OpenAI
+shaped messages, what each model call cost and when, scores, phase times,
+errors) and hands them to `build`, which lays them out as a `rk.Trace`: the
+conversation with its sampled replies, one committed model call per reply
+(with the running totals limits and plots read), one segment per user turn,
+the phases the source timed, rewards and metrics by their names. What the
+source did not have stays missing: a reward it lacks is None with the reason
+"not in the source" (`trace.signal_errors`), and `trace.info["missing"]`
+lists what else it lacked ("usage", "timings").
+
+Bad records raise `TraceFileError` naming the file, the record ("line 3",
+"sample 's1' epoch 2") and the dotted field. This module reads nothing from
+disk and imports no peer tool.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...core.messages import AssistantMessage, Message, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
+from ...core.store import NOT_IN_SOURCE, TraceFileError
+from ...core.trace import ErrorInfo, Segment, Span, TaskRef, Trace, UserTurn
+
+__all__ = ["Call", "Where", "build", "message", "messages", "NOT_IN_SOURCE", "number", "read_json"]
+
+
+
+@dataclass(frozen=True)
+class Where:
+    """A record in a file, for error messages: the file, and "line 3" or
+    "sample 's1' epoch 2" (`line` set for JSON lines)."""
+
+    path: Path
+    record: str
+    line: int | None = None
+
+    def error(self, field_path: str | None, what: str) -> TraceFileError:
+        at = f"field {field_path} " if field_path else ""
+        return TraceFileError(f"{self.path}: {self.record}: {at}{what}", path=self.path, line=self.line,
+                              field=field_path)
+
+
+@dataclass
+class Call:
+    """What one model call of the source cost and when (None: not recorded)."""
+
+    usage: Usage | None = None
+    start: float | None = None
+    end: float | None = None
+    finish_reason: str | None = None
+
+
+def read_json(path: Path, where: Where) -> Any:
+    """The JSON document at `path`, or a TraceFileError saying why not
+    (not UTF-8, cut short, not JSON)."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        raise where.error(None, f"is not valid UTF-8 (byte 0x{data[bad.start]:02x} at offset {bad.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        # An unterminated string runs to the end of the file by definition.
+        cut = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")
+        what = "is cut short (the JSON ends early; a truncated file?)" if cut else f"is not valid JSON ({exc})"
+        raise where.error(None, what) from None
+
+
+def number(value: Any, where: Where, field_path: str) -> float | None:
+    """A score or a count as a float; None stays None; anything else names
+    the field."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    raise where.error(field_path, f"should be a number, got {type(value).__name__} {value!r:.60}")
+
+
+def _text(content: Any, where: Where, field_path: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: text kept, anything else named
+        parts = []
+        for i, part in enumerate(content):
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict):
+                kind = part.get("type")
+                parts.append(part.get("text") or part.get("reasoning") or f"[{kind}]" if kind in ("text", "reasoning")
+                             else f"[{kind}]")
+            else:
+                raise where.error(f"{field_path}.{i}", f"should be a content part (an object), got {type(part).__name__}")
+        return "\n".join(p for p in parts if p)
+    raise where.error(field_path, f"should be text or a list of content parts, got {type(content).__name__}")
+
+
+def _tool_call(raw: Any, where: Where, field_path: str, index: int) -> ToolCall:
+    if isinstance(raw, str):  # some writers store each call as JSON text
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            raise where.error(field_path, "is JSON text that does not parse") from None
+    if not isinstance(raw, dict):
+        raise where.error(field_path, f"should be a tool call (an object), got {type(raw).__name__}")
+    function = raw.get("function")
+    if isinstance(function, dict):  # OpenAI: {"id", "type": "function", "function": {"name", "arguments"}}
+        name, arguments = function.get("name"), function.get("arguments", "{}")
+    else:  # inspect-ai {"function": name, "arguments": {...}}, tau2 {"name", "arguments": {...}}
+        name, arguments = function if isinstance(function, str) else raw.get("name"), raw.get("arguments", {})
+    if not isinstance(name, str) or not name:
+        raise where.error(f"{field_path}.function.name", "is missing: a tool call needs the name of its tool")
+    if not isinstance(arguments, (str, dict)):
+        raise where.error(f"{field_path}.arguments", f"should be an object or JSON text, got {type(arguments).__name__}")
+    return ToolCall(id=str(raw.get("id") or f"call_{index}"), name=name, arguments=arguments)
+
+
+def message(raw: Any, where: Where, field_path: str) -> Message | None:
+    """One OpenAI-shaped message dict as a rollkit message; None for a role
+    rollkit has no message for (mini-swe-agent's "exit" record)."""
+    if not isinstance(raw, dict):
+        raise where.error(field_path, f"should be a message (an object with a role), got {type(raw).__name__}")
+    role = raw.get("role")
+    if not isinstance(role, str):
+        raise where.error(f"{field_path}.role", "is missing: each message needs a role (system, user, assistant, tool)")
+    content = _text(raw.get("content"), where, f"{field_path}.content")
+    if role in ("system", "developer"):
+        return SystemMessage(content=content)
+    if role == "user":
+        return UserMessage(content=content)
+    if role == "assistant":
+        calls = raw.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise where.error(f"{field_path}.tool_calls", f"should be a list, got {type(calls).__name__}")
+        return AssistantMessage(
+            content=content or None,
+            tool_calls=[_tool_call(c, where, f"{field_path}.tool_calls.{i}", i) for i, c in enumerate(calls)],
+        )
+    if role == "tool":
+        call_id = raw.get("tool_call_id") or raw.get("id")
+        if not call_id:
+            raise where.error(f"{field_path}.tool_call_id", "is missing: a tool result names the call it answers")
+        return ToolMessage(tool_call_id=str(call_id), content=content, name=raw.get("name") or raw.get("function"))
+    return None
+
+
+def messages(raw: Any, where: Where, field_path: str) -> list[Message]:
+    if not isinstance(raw, list):
+        raise where.error(field_path, f"should be a list of messages, got {type(raw).__name__}")
+    out = []
+    for i, item in enumerate(raw):
+        converted = message(item, where, f"{field_path}.{i}")
+        if converted is not None:
+            out.append(converted)
+    return out
+
+
+def _lay_out(conversation: list[Message], user_by: str) -> tuple[list[Segment], list[UserTurn], list[int]]:
+    """The segments and user turns of a conversation, and the segment of
+    each reply: a new segment opens at each user message that follows a
+    reply (the opening prompt is the task's, not a user turn)."""
+    segments = [Segment(index=0, start=0.0)]
+    user_turns: list[UserTurn] = []
+    reply_segment: list[int] = []
+    last_reply = ""
+    replied = False
+    opening: list[Message] = []
+    for i, msg in enumerate(conversation):
+        if isinstance(msg, UserMessage) and replied:
+            if not opening:  # a user speaking after a reply opens a new segment
+                segments.append(Segment(index=len(segments), start=0.0,
+                                        turns_before=sum(s.turns_added for s in segments)))
+                user_turns.append(UserTurn(index=len(user_turns), segment=len(segments) - 1, by=user_by,
+                                           replying_to=last_reply))
+            opening.append(msg)
+            user_turns[-1].messages.append(msg)
+            segments[-1].user_messages += 1
+            continue
+        if isinstance(msg, UserMessage):
+            segments[-1].user_messages += 1
+        opening = []
+        if isinstance(msg, AssistantMessage):
+            replied = True
+            last_reply = msg.content or last_reply
+            segments[-1].turns_added += 1
+            reply_segment.append(len(segments) - 1)
+    return segments, user_turns, reply_segment
+
+
+def build(
+    *,
+    fmt: str,
+    where: Where,
+    conversation: list[Message],
+    calls: list[Call] | None,
+    task: TaskRef,
+    agent: dict[str, Any],
+    rewards: dict[str, Any] | None,
+    metrics: dict[str, Any] | None = None,
+    phases: dict[str, tuple[float, float | None]] | None = None,
+    errors: list[ErrorInfo] | None = None,
+    stop_condition: str | None = None,
+    info: dict[str, Any] | None = None,
+    user_by: str = "user",
+    completed: bool = True,
+) -> Trace:
+    """A trace from a source's record (see the module docstring). `calls`
+    holds one entry per assistant message, in order (None: the source has
+    no per-call record); `rewards` None means the source has no reward."""
+    replies = [i for i, m in enumerate(conversation) if isinstance(m, AssistantMessage)]
+    missing = []
+    if calls is None or len(calls) != len(replies):
+        calls = [Call() for _ in replies]
+    if replies and all(c.usage is None for c in calls):
+        missing.append("usage")
+    phases = dict(phases or {})
+    if replies and all(c.start is None for c in calls) and "agent" not in phases:
+        missing.append("timings")
+    trace = Trace(
+        task=task, agent=agent, messages=list(conversation),
+        info={"format": fmt, "file": str(where.path), **(info or {}), **({"missing": missing} if missing else {})},
+        errors=list(errors or []), stop_condition=stop_condition, completed=completed and not errors,
+    )
+    segments, user_turns, reply_segment = _lay_out(conversation, user_by)
+    origin = min((s for s, _ in phases.values()), default=None)
+    agent_time = 0.0
+    for n, (position, call) in enumerate(zip(replies, calls)):
+        start = call.start if call.start is not None else (origin or 0.0)
+        end = call.end if call.end is not None else start
+        agent_time += max(0.0, end - start)
+        reply = conversation[position]
+        trace._record_call(
+            index=n, segment=reply_segment[n], start=start, end=end, agent_time=agent_time,
+            response=Response(message=reply, usage=call.usage or Usage(),  # type: ignore[arg-type]
+                              finish_reason=call.finish_reason or ("tool_calls" if reply.tool_calls else "stop")),  # type: ignore[union-attr]
+            error=None,
+        )
+    trace.sampled = replies
+    _time_segments(segments, trace, phases, origin)
+    trace.segments = segments
+    trace.user_turns = user_turns
+    if trace.errors:
+        # A failed run has no reward (L23), whatever the source wrote there
+        # (verifiers writes 0.0); the source's value is kept in info.
+        phases.pop("scoring", None)
+        if rewards:
+            trace.info["source_rewards"] = dict(rewards)
+    elif rewards is None:
+        trace.rewards = {"reward": None}
+        trace.signal_errors = {"reward": NOT_IN_SOURCE}
+    else:
+        trace.rewards = {name: value for name, value in rewards.items()}
+        trace.signal_errors = {name: NOT_IN_SOURCE for name, value in rewards.items() if value is None}
+    trace.metrics = dict(metrics or {})
+    if completed and not errors and "scoring" not in phases:
+        # Scored by the source: a scoring span (of no length where the source
+        # did not time it) so the reward counts as scored (L23).
+        at = max((e for _, e in phases.values() if e is not None), default=origin or 0.0)
+        phases["scoring"] = (at, at)
+    trace.phases = {name: Span(name=name, start=s, end=e) for name, (s, e) in phases.items()}
+    trace.ok = not trace.errors
+    return trace
+
+
+def _time_segments(segments: list[Segment], trace: Trace, phases: dict[str, tuple[float, float | None]],
+                   origin: float | None) -> None:
+    """Each segment from its first call's start to its last call's end,
+    charged the model time in it."""
+    for segment in segments:
+        mine = [c for c in trace.model_calls if c.segment == segment.index]
+        agent = phases.get("agent")
+        if mine:
+            segment.start, segment.end = mine[0].start, mine[-1].end
+        elif agent is not None:
+            segment.start, segment.end = agent[0], agent[1]
+        else:
+            segment.start = segment.end = origin or 0.0
+        segment.charged = sum(c.latency for c in mine)

@@ -1,0 +1,52 @@
+"""Reading a JSON lines file of another tool, record by record.
+
+One place for what every JSON lines importer needs: a line that is not
+UTF-8 or not JSON, or a record the importer refuses, is a TraceFileError
+naming the file and line (and the field); errors="skip" skips it with a
+warning; a last line cut short (no newline) is skipped with a warning, as
+for rollkit's own files.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...core.store import TraceFileError
+from ...core.trace import Trace
+from ._build import Where
+
+__all__ = ["each_line"]
+
+
+def each_line(path: Path, errors: str, kind: str, convert: Callable[[Any, Where, int], Trace]) -> list[Trace]:
+    """`convert(record, where, index)` for each non-empty line of `path`."""
+    traces = []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            where = Where(path, f"line {number}", line=number)
+            try:
+                try:
+                    record = json.loads(raw.decode("utf-8"))
+                except UnicodeDecodeError as bad:
+                    raise where.error(None, f"is not valid UTF-8 (byte 0x{raw[bad.start]:02x} at column "
+                                            f"{bad.start + 1})") from None
+                except json.JSONDecodeError as exc:
+                    if not raw.endswith(b"\n"):
+                        warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
+                                      "skipped", stacklevel=4)
+                        continue
+                    raise where.error(None, f"is not a {kind} (not JSON: {exc})") from None
+                traces.append(convert(record, where, len(traces)))
+            except TraceFileError as exc:
+                if errors == "skip":
+                    warnings.warn(f"{exc}; skipped", stacklevel=4)
+                    continue
+                raise TraceFileError(f"{exc}; load with errors='skip' to read the good lines", path=exc.path,
+                                     line=exc.line, field=exc.field) from None
+    return traces

@@ -1,0 +1,128 @@
+"""tau2-bench simulation results: the JSON file `tau2 run` writes (`info`,
+`tasks`, `simulations`), one trace per simulation.
+
+Written from tau2-bench's documented data model (`tau2/data_model/
+simulation.py`: `Results`, `SimulationRun`, `RewardInfo`; `message.py`),
+not produced by the tool here. The agent's turns (assistant messages, its
+tool calls and their results) are the conversation; the user simulator's
+messages open the segments and are kept apart as `trace.user_turns` (by
+"user simulator"); a tool call the simulated user made, and its result, is
+the user's and is left out of the agent's conversation (counted in
+`trace.info["user_tool_calls"]`). Each reply's `usage` and `timestamp` give
+its model call (started at the message before it); the reward is
+`reward_info.reward`, and each part of `reward_info.reward_breakdown` a
+metric. `termination_reason` is the stop condition (`agent_error` and
+`user_error` are errors). The environment lives in tau2, so a fork needs
+`task=`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ...core.messages import Usage
+from ...core.trace import ErrorInfo, TaskRef, Trace
+from ._build import Call, Where, build, message, number, read_json
+
+__all__ = ["sniff", "read"]
+
+_HEAD = re.compile(rb'\s*\{\s*"(timestamp|info|tasks|simulations)"\s*:')
+_ERRORS = {"agent_error": "harness", "user_error": "user"}
+
+
+def sniff(head: bytes) -> bool:
+    return _HEAD.match(head) is not None and (b'"simulations"' in head or (
+        b'"agent_info"' in head and b'"user_info"' in head))
+
+
+def _seconds(value: Any, where: Where, field_path: str) -> float | None:
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            pass
+    raise where.error(field_path, f"should be a time (ISO 8601 text), got {value!r:.40}")
+
+
+def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any]) -> Trace:
+    if not isinstance(sim, dict):
+        raise where.error(None, f"should be a simulation (a JSON object), got {type(sim).__name__}")
+    raw = sim.get("messages")
+    if not isinstance(raw, list):
+        raise where.error("messages", "is missing: a simulation holds its conversation there")
+    conversation, calls, user_tools = [], [], 0
+    previous = _seconds(sim.get("start_time"), where, "start_time")
+    for i, item in enumerate(raw):
+        field_path = f"messages.{i}"
+        if not isinstance(item, dict):
+            raise where.error(field_path, f"should be a message (an object with a role), got {type(item).__name__}")
+        stamp = _seconds(item.get("timestamp"), where, f"{field_path}.timestamp")
+        by_user = item.get("requestor") == "user" or (item.get("role") == "user" and item.get("tool_calls"))
+        if by_user:
+            user_tools += item.get("role") == "tool"
+        else:
+            converted = message(item, where, field_path)
+            if converted is not None:
+                conversation.append(converted)
+            if item.get("role") == "assistant":
+                usage = item.get("usage") if isinstance(item.get("usage"), dict) else None
+                calls.append(Call(
+                    usage=Usage(input_tokens=int(number(usage.get("prompt_tokens"), where, f"{field_path}.usage.prompt_tokens") or 0),
+                                output_tokens=int(number(usage.get("completion_tokens"), where,
+                                                         f"{field_path}.usage.completion_tokens") or 0))
+                    if usage else None,
+                    start=previous if stamp is not None else None, end=stamp,
+                ))
+        if stamp is not None:
+            previous = stamp
+    reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else None
+    breakdown = (reward_info or {}).get("reward_breakdown") or {}
+    reason = sim.get("termination_reason")
+    task_id = str(sim.get("task_id"))
+    trial = sim.get("trial") if isinstance(sim.get("trial"), int) else 0
+    start, end = _seconds(sim.get("start_time"), where, "start_time"), _seconds(sim.get("end_time"), where, "end_time")
+    metrics = {f"reward.{name.lower()}": number(value, where, f"reward_info.reward_breakdown.{name}")
+               for name, value in breakdown.items()}
+    for cost in ("agent_cost", "user_cost"):
+        if sim.get(cost) is not None:
+            metrics[cost] = number(sim[cost], where, cost)
+    task = tasks.get(task_id) or {}
+    scenario = task.get("user_scenario") if isinstance(task, dict) else None
+    return build(
+        fmt="tau2", where=where, conversation=conversation, calls=calls, user_by="user simulator",
+        task=TaskRef(type=f"tau2:{domain or 'unknown'}", key=task_id,
+                     data={"description": task.get("description") if isinstance(task, dict) else None,
+                           "user_scenario": scenario}),
+        agent={"name": "tau2", "harness": "tau2-bench"},
+        rewards={"reward": number(reward_info.get("reward"), where, "reward_info.reward")} if reward_info else None,
+        metrics=metrics, phases={"agent": (start, end)} if start is not None else {},
+        errors=[ErrorInfo(type=reason, boundary=_ERRORS[reason], message=f"tau2 ended the simulation: {reason}",
+                          phase="agent")] if reason in _ERRORS else [],
+        stop_condition=None if reason in _ERRORS else reason,
+        info={"simulation_id": sim.get("id"), "example_id": task_id, "repeat": trial,
+              "rollout_id": f"{task_id}#{trial}", "domain": domain, "user_tool_calls": user_tools},
+    )
+
+
+def read(path: Path, errors: str) -> list[Trace]:
+    where = Where(path, "the results")
+    document = read_json(path, where)
+    if not isinstance(document, dict) or not isinstance(document.get("simulations"), list):
+        raise where.error("simulations", "is missing: tau2-bench results hold a list of simulations there")
+    info = document.get("info") if isinstance(document.get("info"), dict) else {}
+    env = info.get("environment_info") if isinstance(info.get("environment_info"), dict) else {}
+    domain = env.get("domain_name")
+    tasks = {str(t.get("id")): t for t in document.get("tasks") or [] if isinstance(t, dict)}
+    agent_llm = (info.get("agent_info") or {}).get("llm") if isinstance(info.get("agent_info"), dict) else None
+    traces = []
+    for i, sim in enumerate(document["simulations"]):
+        trace = _simulation(sim, Where(path, f"simulation {i}"), domain, tasks)
+        if agent_llm:
+            trace.agent = {**trace.agent, "model": agent_llm}
+        traces.append(trace)
+    return traces
