@@ -3,7 +3,8 @@
 What this layer owns: `evaluate` (a task set times `repeats`, bounded
 concurrency, a progress bar), run folders (a manifest and trace files
 appended as rollouts finish, resume after a crash), group scoring (pass@k,
-best-of-n), the Ray backend and the `rollkit` command line.
+best-of-n), paired comparison of runs (`compare`), the Ray backend and
+the `rollkit` command line.
 
 It imports the core and the programs layer, never `rollkit.notebook` or
 `rollkit.examples`: the DataFrames an `EvalResult` hands out and the demo
@@ -26,6 +27,9 @@ _LAZY = {
     "GroupSignal": (".groups", "GroupSignal"),
     "pass_at_k": (".groups", "pass_at_k"),
     "best_of_n": (".groups", "best_of_n"),
+    "compare": (".compare", "compare"),
+    "Comparison": (".compare", "Comparison"),
+    "CompareError": (".compare", "CompareError"),
     "RayBackend": (".ray_backend", "RayBackend"),
     "RayUnavailable": (".ray_backend", "RayUnavailable"),
 }

@@ -1,4 +1,4 @@
-"""The `rollkit` command line (click): `demo`, `eval` and `show`.
+"""The `rollkit` command line (click): `demo`, `eval`, `show` and `compare`.
 
 This module turns command-line words into calls of `rollkit.evaluate` and
 prints what comes back; it holds no evaluation logic of its own. Every user
@@ -131,6 +131,7 @@ def cli() -> None:
     rollkit demo                      the example task set on the built-in toy model
     rollkit eval MODULE:TASKS ...     a task set of yours, traces saved to a run folder
     rollkit show DIR                  the summary table of a run folder
+    rollkit compare DIR_A DIR_B       two runs on the same tasks, paired, with intervals
     """
 
 
@@ -246,6 +247,35 @@ def show(folder: Path) -> None:
             click.echo(f"incomplete: {len(result.traces)} of {expected} rollouts finished (continue with --resume)")
         click.echo("")
     click.echo(result.summary())
+
+
+@cli.command(name="compare")
+@click.argument("folder_a", metavar="DIR_A", type=click.Path(path_type=Path))
+@click.argument("folder_b", metavar="DIR_B", type=click.Path(path_type=Path))
+@click.option("--by", type=click.Choice(["task", "repeat"]), default="task", show_default=True,
+              help="Pair by task (repeats averaged) or by task and repeat.")
+@click.option("--signal", "signals", multiple=True, help="Compare only this signal (repeatable), e.g. reward.correct.")
+@click.option("--resamples", type=click.IntRange(min=1), default=1000, show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the permutation test.")
+def compare_command(folder_a: Path, folder_b: Path, by: str, signals: tuple[str, ...], resamples: int, seed: int) -> None:
+    """Compare run DIR_B against run DIR_A on the tasks both ran: per
+    signal, each run's mean with its 95% interval and n scored / n total,
+    the paired difference B - A with a bootstrap 95% interval, the p-value
+    of a paired sign-flip permutation test, wins / ties / losses per task,
+    tasks only one run has, and missing values counted."""
+    from .compare import CompareError, compare
+    from .runfolder import RunFolderError
+    from ..core.store import TraceFileError
+
+    for folder in (folder_a, folder_b):
+        if not folder.is_dir():
+            raise click.ClickException(f"no run folder at {folder}; pass the --out folders of two rollkit eval runs")
+    try:
+        result = compare(folder_a, folder_b, by=by, signals=signals or None, resamples=resamples, seed=seed,
+                         labels=(str(folder_a), str(folder_b)))
+    except (CompareError, TraceFileError, RunFolderError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(result.table())
 
 
 def main(argv: list[str] | None = None) -> None:

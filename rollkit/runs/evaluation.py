@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 from ..core.agent import Agent
 from ..core.cancellation import finish
 from . import interrupts
+from .compare import trace_signals
+from .stats import mean_interval
 from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
 from .runner import run_rollout
 from .runfolder import GROUPS, TRACES, USER_TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
@@ -161,8 +163,8 @@ def _outcome(trace: Trace) -> str:
 
 def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> str:
     """A plain-text summary table: outcomes (stop condition or error type),
-    mean reward and how many are missing one, phase time totals, and the mean
-    of each group signal."""
+    each signal's mean with its 95% interval and n scored / n total, phase
+    time totals, and the mean of each group signal."""
     lines = []
     examples = {t.info.get("example_id", t.task.key) for t in traces}
     lines.append(f"rollouts: {len(traces)} over {len(examples)} tasks")
@@ -175,11 +177,8 @@ def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> 
     lines.append(f"{'outcome':<{width}}  {'count':>6}")
     for key in sorted(counts, key=lambda k: (k != "ok", k.startswith("failed"), k)):
         lines.append(f"{key:<{width}}  {counts[key]:>6}")
-    scored = [t.scored_reward for t in traces if t.scored_reward is not None]
-    missing = len(traces) - len(scored)
-    mean = f"{sum(scored) / len(scored):.3f}" if scored else "-"
     lines.append("")
-    lines.append(f"mean reward: {mean} over {len(scored)} rollouts ({missing} missing a reward)")
+    lines.extend(_signal_lines(traces))
     lines.append("")
     lines.append(f"{'phase':<9}  {'total s':>9}  {'mean s':>9}")
     for phase in PHASES:
@@ -198,6 +197,26 @@ def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> 
             shown = f"{sum(present) / len(present):.3f}" if present else "-"
             lines.append(f"{name:<14}  {shown:>7}  {len(values):>6}  {len(values) - len(present):>7}")
     return "\n".join(lines)
+
+
+def _signal_lines(traces: list[Trace]) -> list[str]:
+    """Each signal's mean with its 95% t interval and n scored / n total
+    (rollouts): a missing value is counted, never read as 0."""
+    values: dict[str, list[float]] = {}
+    for trace in traces:
+        for name, value in trace_signals(trace).items():
+            bucket = values.setdefault(name, [])
+            if value is not None:
+                bucket.append(value)
+    names = sorted(values, key=lambda n: (n != "reward", not n.startswith("reward."), n))
+    width = max([len(n) for n in names] + [6])
+    lines = [f"{'signal':<{width}}  {'mean':>7}  {'95% interval':>18}  {'scored / total':>14}"]
+    for name in names:
+        mean, low, high = mean_interval(values[name])
+        shown = "-" if mean is None else f"{mean:.3f}"
+        interval = "-" if low is None or high is None else f"[{low:.3f}, {high:.3f}]"
+        lines.append(f"{name:<{width}}  {shown:>7}  {interval:>18}  {f'{len(values[name])} / {len(traces)}':>14}")
+    return lines
 
 
 def load_run(path: str | os.PathLike[str]) -> EvalResult:
