@@ -27,7 +27,7 @@ import logging
 import os
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ from .compare import trace_signals
 from .stats import mean_interval
 from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
 from .runner import run_rollout
+from .live import LIVE, LiveWriter, run_info
 from .runfolder import GROUPS, TRACES, USER_TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
 from ..core.store import append_trace
 from ..core.task import Task
@@ -275,6 +276,9 @@ class _Plan:
     resume: bool
     user: Any = None  # a rk.User, or a function of the task making one (runner.user_for)
     folder: RunFolder | None = None  # set by _execute, the only place that touches the folder
+    # What watches the run in this process (a monitor's rollkit.runs.live.RunState),
+    # called as the live file's LiveWriter is: begin, started, phase, turn, finished, end.
+    watchers: list[Any] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -347,13 +351,14 @@ class _LocalBackend:
     """Rollouts run as tasks on this event loop."""
 
     name = "local"
+    watch: Any = None  # set by _Run when something watches the run: the rollouts' events reach it
 
     async def start(self, agent: Agent, concurrency: int, user: Any = None) -> None:
         self.agent = agent
         self.user = user
 
     async def run(self, task: Task, info: dict[str, Any]) -> Trace:
-        return await run_rollout(self.agent, task, info, self.user)
+        return await run_rollout(self.agent, task, info, self.user, self.watch)
 
     async def stop(self) -> None:
         pass
@@ -428,6 +433,7 @@ class _Run:
             t for t in self.traces if t.info.get("example_id") in planned and t.info.get("repeat", 0) < plan.repeats
         ]
         self.progress = _Progress(False, 0, [])  # the bar appears once the backend is up
+        self.sinks: list[Any] = []  # the live file's writer and the watchers: see _watch_run
         self.trace_file: Any = None
         self.group_file: Any = None
         self.user_file: Any = None
@@ -466,13 +472,53 @@ class _Run:
         self.traces.append(trace)
         self.by_example.setdefault(trace.info["example_id"], []).append(trace)
         self.progress.add(trace)
+        for sink in self.sinks:
+            sink.finished(trace)
+
+    def _watch_run(self) -> None:
+        """The live file (with a run folder) and the watchers in this process
+        hear of each rollout's start, phases, turns and end."""
+        plan = self.plan
+        if plan.folder is not None:
+            self.sinks.append(LiveWriter(plan.folder.path / LIVE))
+        for watcher in plan.watchers:
+            for trace in self.finished_before:
+                watcher.finished(trace)
+        self.sinks.extend(plan.watchers)
+        if not self.sinks:
+            return
+        info = run_info(plan.run_id, len(self.todo) + len(self.finished_before), plan.agent.limits.model_dump(),
+                        plan.agent.timeouts.agent)
+        for sink in self.sinks:
+            sink.begin(info)
+        if isinstance(plan.backend, _LocalBackend):
+            plan.backend.watch = self._watch_rollout
+
+    def _watch_rollout(self, rollout: Any) -> None:
+        rollout_id = rollout.trace.info["rollout_id"]
+        sinks = self.sinks
+
+        def on_event(event: Any) -> None:
+            kind = event.kind
+            if kind == "phase_start":
+                for sink in sinks:
+                    sink.phase(rollout_id, event.data["phase"])
+            elif kind == "turn":
+                trace = rollout.trace
+                for sink in sinks:
+                    sink.turn(rollout_id, trace.num_turns, trace.num_total_tokens, rollout.agent_time)
+
+        rollout.subscribe(on_event)
 
     async def worker(self, pending: Iterator[tuple[Task, int]]) -> None:
         # Workers pull from one shared iterator, so at most `concurrency`
         # rollouts are in flight and no task waits behind a slow sibling.
         plan = self.plan
         for task, repeat in pending:
-            trace = await plan.backend.run(task, _rollout_info(task, repeat, plan.run_id))
+            info = _rollout_info(task, repeat, plan.run_id)
+            for sink in self.sinks:
+                sink.started(info["rollout_id"])
+            trace = await plan.backend.run(task, info)
             self.finished(trace)
             await self.judge(task.key)
 
@@ -500,19 +546,25 @@ class _Run:
             if plan.scorers:
                 self.group_file = open(folder.path / GROUPS, "a", encoding="utf-8")
         started = False
+        status = "failed"
         try:
             await plan.backend.start(plan.agent, plan.concurrency, plan.user)
             started = True
             self.progress = _Progress(plan.progress, len(self.todo) + len(self.finished_before), self.finished_before)
+            self._watch_run()
             for task in plan.tasks:  # groups an earlier run completed but died before judging
                 await self.judge(task.key)
             await self.run_workers()
+            status = "done"
         except (asyncio.CancelledError, KeyboardInterrupt):
+            status = "interrupted"
             where = f" in {folder.path}; continue with resume=True" if folder else ""
             log.warning("evaluation interrupted: %d rollouts finished and kept%s", len(self.traces), where)
             raise
         finally:
             self.progress.close()
+            for sink in self.sinks:
+                sink.end(status)
             if started:
                 await asyncio.shield(plan.backend.stop())
             for file in (self.trace_file, self.group_file, self.user_file):
@@ -567,6 +619,7 @@ def evaluate(
     progress: bool = True,
     group_scorers: Any = None,
     user: Any = None,
+    monitor: bool = False,
 ) -> Any:
     """Run every task `repeats` times, at most `concurrency` rollouts at once.
 
@@ -584,6 +637,10 @@ def evaluate(
       a stop, a limit, `RolloutLimits(max_user_turns=...)`). An AgentUser's
       own traces are `EvalResult.user_traces` and DIR/user_traces.jsonl.
     - `progress=False` turns the tqdm bar off.
+    - `monitor=True` displays a `rk.notebook.RunMonitor` over the run
+      (counts, rollouts in flight, running means with intervals, the slowest
+      and failed rollouts) instead of the bar. With `out=DIR` the run also
+      writes DIR/live.jsonl, which `rollkit view DIR` follows from elsewhere.
 
     Called from sync code (no event loop running) it runs to the end and
     returns an `EvalResult`. Called where an event loop runs (async code,
@@ -602,24 +659,38 @@ def evaluate(
     """
     plan = _plan(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
-        backend=backend, progress=progress, group_scorers=group_scorers, user=user,
+        backend=backend, progress=progress and not monitor, group_scorers=group_scorers, user=user,
     )
+    pending = _Pending(_execute(plan), plan)
+    if monitor:
+        show = plugged("monitor")
+        if show is None:
+            raise RuntimeError("no run monitor is plugged in: import rollkit (it imports rollkit.notebook)")
+        show(pending)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return interrupts.run(_execute(plan))
+        return interrupts.run(pending._coroutine)
     # Even where nest-asyncio would allow running to the end here, return the
     # awaitable: otherwise `await rk.evaluate(...)` would work in one notebook
     # and fail in another, depending on whether something patched the loop.
-    return _Pending(_execute(plan))
+    return pending
 
 
 class _Pending:
     """What `evaluate` returns where an event loop already runs: await it.
     Its repr says so, for the notebook user who forgot the `await`."""
 
-    def __init__(self, coroutine: Any) -> None:
+    def __init__(self, coroutine: Any, plan: _Plan | None = None) -> None:
         self._coroutine = coroutine
+        self._plan = plan
+
+    def attach(self, watcher: Any) -> None:
+        """Have `watcher` (a rollkit.runs.live.RunState) hear of this run as it
+        goes, like its live file; before it is awaited only."""
+        if self._plan is None:
+            raise RuntimeError("this evaluation cannot be watched")
+        self._plan.watchers.append(watcher)
 
     def __await__(self) -> Any:
         return self._coroutine.__await__()
