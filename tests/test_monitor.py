@@ -41,7 +41,7 @@ def test_a_run_writes_each_rollouts_start_phases_turns_and_end_then_final(tmp_pa
     assert first_trace.info["rollout_id"] == "arith-0-000#0" and tokens[-1] == first_trace.num_total_tokens
 
 
-def test_an_interrupted_run_marks_its_live_file_interrupted(tmp_path):
+def test_rollouts_waiting_are_on_disk_in_flight_and_an_interrupted_run_says_so(tmp_path):
     import asyncio
 
     asked: list[str] = []
@@ -58,6 +58,15 @@ def test_an_interrupted_run_marks_its_live_file_interrupted(tmp_path):
         run = asyncio.ensure_future(rk.evaluate(rk.Agent(model=rk.ScriptedModel(never)), TASKS[:2], out=tmp_path,
                                                 progress=False))
         await both_waiting.wait()
+        # Both rollouts now wait and write nothing more: their lines still reach
+        # the file (the writer's flush timer), so another process sees them in flight.
+        follower = FolderFollower(tmp_path)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while follower.poll() or len(follower.state.in_flight) < 2:
+            assert loop.time() < deadline, f"in flight on disk: {follower.state.in_flight}"
+            await asyncio.sleep(0.02)  # let the run's loop turn; the condition is what is waited on
+        assert {lane.phase for lane in follower.state.in_flight.values()} == {"agent"}
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run

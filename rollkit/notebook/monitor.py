@@ -242,7 +242,7 @@ class RunMonitor(widgets.VBox):
             f"{rate:.1f} rollouts/s" if rate else "– rollouts/s", f"ETA {_seconds(state.eta())}",
             html.escape(str(status)),
         ]
-        return (f'<div data-done="{state.done}" data-inflight="{len(state.in_flight)}" data-failed="{state.failed}" '
+        return (f'<div class="rk-counts" data-done="{state.done}" data-inflight="{len(state.in_flight)}" data-failed="{state.failed}" '
                 f'data-status="{html.escape(str(status))}">{" · ".join(parts)}</div>')
 
     @staticmethod

@@ -3,7 +3,8 @@
 A run with a folder (`rk.evaluate(..., out=DIR)`, `rollkit eval --out DIR`)
 writes `DIR/live.jsonl` beside its traces, so another process can see what
 is in flight: one small line per event, written by `LiveWriter` and flushed
-at most every `FLUSH_EVERY` seconds (and at each rollout's end):
+at most every `FLUSH_EVERY` seconds and at the latest `FLUSH_EVERY` after a
+write (and at each rollout's end):
 
     {"e":"run","run_id":..,"total":..,"limits":{..},"agent_timeout":..,"pid":..,"host":..,"t":..}
     {"e":"start","r":"<rollout id>","t":..}
@@ -32,6 +33,7 @@ This module draws nothing (rollkit.notebook.monitor does) and runs nothing.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import json
 import math
@@ -69,12 +71,27 @@ class LiveWriter:
         self._clock = clock
         self._ids: dict[str, str] = {}
         self._flushed = clock()
+        self._timer: asyncio.TimerHandle | None = None
 
     def _write(self, line: str, now: float, flush: bool = False) -> None:
         self._file.write(line)
         if flush or now - self._flushed >= FLUSH_EVERY:
+            self._flush()
+        elif self._timer is None:
+            # Rollouts that then wait (on a model, a tool) write nothing more:
+            # what is buffered reaches the file within FLUSH_EVERY anyway.
+            try:
+                self._timer = asyncio.get_running_loop().call_later(FLUSH_EVERY, self._flush)
+            except RuntimeError:
+                self._flush()
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._file.closed:
             self._file.flush()
-            self._flushed = now
+        self._flushed = self._clock()
 
     def begin(self, info: dict[str, Any]) -> None:
         now = self._clock()
