@@ -508,7 +508,7 @@ class _Run:
                 for sink in sinks:
                     sink.turn(rollout_id, trace.num_turns, trace.num_total_tokens, rollout.agent_time)
 
-        rollout.subscribe(on_event)
+        rollout.subscribe(on_event, ("phase_start", "turn"))
 
     async def worker(self, pending: Iterator[tuple[Task, int]]) -> None:
         # Workers pull from one shared iterator, so at most `concurrency`

@@ -79,16 +79,18 @@ class LiveWriter:
             self._flush()
         elif self._timer is None:
             # Rollouts that then wait (on a model, a tool) write nothing more:
-            # what is buffered reaches the file within FLUSH_EVERY anyway.
+            # what is buffered reaches the file within FLUSH_EVERY anyway. One
+            # timer at a time, never cancelled: it flushes whatever is there.
             try:
-                self._timer = asyncio.get_running_loop().call_later(FLUSH_EVERY, self._flush)
+                self._timer = asyncio.get_running_loop().call_later(FLUSH_EVERY, self._timed_flush)
             except RuntimeError:
                 self._flush()
 
+    def _timed_flush(self) -> None:
+        self._timer = None
+        self._flush()
+
     def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if not self._file.closed:
             self._file.flush()
         self._flushed = self._clock()
@@ -124,6 +126,9 @@ class LiveWriter:
         if not self._file.closed:
             self._write(json.dumps({"e": "final", "status": status, "t": now}) + "\n", now, flush=True)
             self._file.close()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 # ---- what a monitor shows ----------------------------------------------------------
@@ -179,18 +184,9 @@ def _outcome(failed_type: str | None, aborted: bool, stop: str | None) -> str:
     return f"stopped: {stop}" if stop else "ok"
 
 
-def _span(phases: dict[str, Any], get: Callable[[Any, str], Any]) -> tuple[float, float]:
-    starts = [get(p, "start") for p in phases.values()]
-    ends = [e for p in phases.values() if (e := get(p, "end")) is not None]
-    if not starts:
-        return 0.0, 0.0
-    end = max(ends) if ends else max(starts)
-    return max(0.0, end - min(starts)), end
-
-
 def finished_from_trace(trace: Trace) -> Finished:
     error = trace.errors[0].type if trace.errors else None
-    duration, end = _span(trace.phases, getattr)
+    duration, end = _span_of({name: {"start": p.start, "end": p.end} for name, p in trace.phases.items()})
     return Finished(str(trace.info.get("rollout_id", trace.id)), trace.id, _outcome(error, trace.aborted, trace.stop_condition),
                     error, trace_signals(trace), duration, end, trace)
 
@@ -210,39 +206,53 @@ def _signals_of(d: dict[str, Any]) -> dict[str, float | None]:
     return out
 
 
-_DECODER = json.JSONDecoder()
+_REWARDS = b',"rewards":{'
+_SEGMENTS = b',"segments":['
 
 
-def _parse_line(line: str) -> dict[str, Any]:
-    """The fields a monitor needs from one trace line. Fast path: the id, then
-    everything from "rewards" on (the messages and model calls before it are
-    most of the line and are skipped); the whole line when that fails."""
-    try:
-        if line.startswith('{"id":'):
-            trace_id, at = _DECODER.raw_decode(line, 6)
-            if line.startswith(',"task":', at):
-                _, at = _DECODER.raw_decode(line, at + 8)  # the task object, whatever its data holds
-                if line.startswith(',"agent":', at):
-                    _, at = _DECODER.raw_decode(line, at + 9)
-                    cut = line.index(',"rewards":{', at)
-                    tail = json.loads("{" + line[cut + 1:])
-                    if "phases" in tail and "info" in tail:
-                        tail["id"] = trace_id
-                        return tail
-    except ValueError:
-        pass
+def _parse_line(line: bytes) -> dict[str, Any]:
+    """The fields a monitor needs from one trace line. Fast path: the id (the
+    first field, a hex string), then the fields from "rewards" to "phases"
+    (the messages and model calls before them and the segments and user
+    turns after are most of the line and are never decoded). Started anywhere but at the trace's own "rewards" key (a task's
+    data holding that key), the tail is not one JSON object and fails to
+    parse, and the whole line is read instead."""
+    if line.startswith(b'{"id":"'):
+        close = line.find(b'"', 7)
+        cut = line.find(_REWARDS, close)
+        stop = line.find(_SEGMENTS, cut)  # segments and user turns follow the phases: not needed
+        if close > 0 and cut > 0:
+            try:
+                tail = json.loads(b"{" + line[cut + 1:stop] + b"}" if stop > 0 else b"{" + line[cut + 1:])
+            except ValueError:
+                tail = None
+            if isinstance(tail, dict) and "phases" in tail and "info" in tail:
+                tail["id"] = line[7:close].decode()
+                return tail
     whole = json.loads(line)  # a ValueError here is a line that is not JSON
     if not isinstance(whole, dict) or "id" not in whole:
         raise ValueError("not a trace object")
     return whole
 
 
-def finished_from_line(line: str, ref: Any) -> Finished:
-    d = _parse_line(line)
+def _span_of(phases: dict[str, Any]) -> tuple[float, float]:
+    starts, ends = [], []
+    for span in phases.values():
+        starts.append(span["start"])
+        if span.get("end") is not None:
+            ends.append(span["end"])
+    if not starts:
+        return 0.0, 0.0
+    end = max(ends) if ends else max(starts)
+    return max(0.0, end - min(starts)), end
+
+
+def finished_from_line(line: bytes | str, ref: Any) -> Finished:
+    d = _parse_line(line.encode() if isinstance(line, str) else line)
     errors = d.get("errors") or []
     error = errors[0].get("type", "Error") if errors else None
     info = d.get("info") or {}
-    duration, end = _span(d.get("phases") or {}, lambda p, k: p.get(k))
+    duration, end = _span_of(d.get("phases") or {})
     return Finished(str(info.get("rollout_id", d["id"])), d["id"], _outcome(error, bool(d.get("aborted")), d.get("stop_condition")),
                     error, _signals_of(d), duration, end, ref)
 
@@ -495,7 +505,7 @@ class FolderFollower:
             if not raw.strip():
                 continue
             try:
-                record = finished_from_line(raw.decode("utf-8"), (path, offset, len(raw)))
+                record = finished_from_line(raw, (path, offset, len(raw)))
             except (ValueError, KeyError, TypeError, AttributeError):
                 self.bad_lines += 1
                 continue
