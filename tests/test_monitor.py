@@ -325,3 +325,35 @@ def test_view_compares_two_folders_and_says_why_it_cannot(written, tmp_path):
         monitor.stop()
     same.children[-2].click()
     assert "paired sign-flip permutation test" in same.children[-1].value
+
+
+def test_an_event_no_subscriber_wants_is_not_built():
+    from rollkit.core import events
+
+    built: list[str] = []
+    real = events.Event
+
+    class Counted(real):  # type: ignore[misc,valid-type]
+        __slots__ = ()
+
+        def __init__(self, kind, *args, **kwargs):  # type: ignore[no-untyped-def]
+            built.append(kind)
+            super().__init__(kind, *args, **kwargs)
+
+    bus = events.EventBus()
+    events.Event = Counted
+    try:
+        turns: list[str] = []
+        unsubscribe = bus.subscribe(lambda e: turns.append(e.kind), ["turn"])
+        bus.emit("phase_start", "r", phase="boot")
+        bus.emit("turn", "r", turn=1)
+        assert (built, turns) == (["turn"], ["turn"])
+        everything: list[str] = []
+        bus.subscribe(lambda e: everything.append(e.kind))
+        bus.emit("phase_start", "r", phase="agent")
+        assert (everything, turns) == (["phase_start"], ["turn"])
+        unsubscribe()
+        bus.emit("turn", "r", turn=2)
+        assert (everything, turns) == (["phase_start", "turn"], ["turn"])
+    finally:
+        events.Event = real
