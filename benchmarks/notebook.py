@@ -11,9 +11,17 @@ Prints:
 4. `rk.load` of 100,000 saved example traces (aim: under 5 s and under 600 MB
    peak RSS, in a fresh process so the peak is the load's own), the four
    frames over them (aim: under 3 s), and `rk.frames.rollouts(path)` reading
-   the file itself.
+   the file itself;
+5. the run monitor's cost per finished rollout in the run's process (the
+   live file, the event subscription and a RunMonitor fed in-process; aim:
+   under 50 µs), as the difference of the same run with and without it;
+6. a RunMonitor's redraws per second at rollout rates from 10/s to
+   1,000,000/s (bounded: at most 4/s plus the final one), and over a real run;
+7. catching up with a run folder of 100,000 trace lines (aim: under 2 s);
+8. `rk.compare` of two 10,000-trace runs with 1,000 bootstrap resamples
+   (aim: under 1 s), paired by task and by (task, repeat).
 
-Run: python benchmarks/notebook.py [--traces 10000] [--turns 60] [--big 100000]
+Run: python benchmarks/notebook.py [--traces 10000] [--turns 60] [--big 100000] [--only-watch]
 Writes its trace files to a temporary folder and removes it.
 """
 
@@ -189,11 +197,291 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=10_000)
     parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--big", type=int, default=100_000, help="traces for the big load (0: skip it)")
+    parser.add_argument("--rollouts", type=int, default=2000, help="rollouts per run when timing the monitor's cost")
+    parser.add_argument("--lines", type=int, default=100_000, help="trace lines of the folder to follow")
+    parser.add_argument("--compare", type=int, default=10_000, help="traces per run for rk.compare")
+    parser.add_argument("--only-watch", action="store_true", help="only 5-8: watching and comparing runs")
     args = parser.parse_args()
-    bench_replay(bench_frames(args.traces))  # replay the same saved traces
-    asyncio.run(_bench_live(args.turns))
-    if args.big:
-        bench_big_load(args.big)
+    if not args.only_watch:
+        bench_replay(bench_frames(args.traces))  # replay the same saved traces
+        asyncio.run(_bench_live(args.turns))
+        if args.big:
+            bench_big_load(args.big)
+    main_watch(args)
+
+
+
+# ---- watching and comparing runs (rollkit.runs.live, rollkit.notebook.monitor, rk.compare) ----
+
+
+def _careful_agent() -> rk.Agent:
+    from rollkit.examples import careful_calculator_model
+
+    return demo_agent(model=careful_calculator_model())
+
+
+def _plain_run(n: int, watched: bool, folder: Path) -> float:
+    """Seconds per rollout of an n-rollout run writing a run folder, with or
+    without what watching adds: the live file, the rollouts' event
+    subscription, and a RunMonitor fed in this process (monitor=True). The
+    baseline switches the watching off where the run turns it on."""
+    from rollkit.notebook.monitor import RunMonitor
+    from rollkit.runs import evaluation
+
+    tasks = arithmetic_tasks(n)
+    watch_run = evaluation._Run._watch_run
+
+    async def run() -> float:
+        pending = rk.evaluate(demo_agent(), tasks, concurrency=32, progress=False, out=folder)
+        if watched:
+            RunMonitor(pending)
+        t0 = time.perf_counter()
+        await pending
+        return (time.perf_counter() - t0) / n
+
+    if not watched:
+        evaluation._Run._watch_run = lambda self: None  # type: ignore[method-assign]
+    try:
+        return asyncio.run(run())
+    finally:
+        evaluation._Run._watch_run = watch_run  # type: ignore[method-assign]
+
+
+class _Recorder:
+    """A watcher that records what a run tells its watchers, to replay it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple]] = []  # type: ignore[type-arg]
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args: self.calls.append((name, args))
+
+
+def _replay_cost(rollouts: int) -> float:
+    """Seconds per finished rollout that watching costs, measured by replay:
+    one real run's watcher calls and rollout events (24 rollouts of the
+    example set) replayed `rollouts` times into a real LiveWriter (a temp
+    file), a RunState and a RunMonitor, through a real EventBus whose one
+    subscriber takes the 2 kinds the run subscribes to; minus the same
+    events emitted with no subscriber (what a run pays anyway)."""
+    from rollkit.core.events import EventBus
+    from rollkit.notebook.monitor import RunMonitor
+    from rollkit.runs.live import LiveWriter
+
+    agent, recorder, events = demo_agent(), _Recorder(), []
+    agent.subscribe(lambda e: events.append((e.kind, e.rollout_id, e.data)))
+
+    async def record() -> None:
+        pending = rk.evaluate(agent, arithmetic_tasks(24), progress=False)
+        pending.attach(recorder)
+        await pending
+
+    asyncio.run(record())
+    by_rollout: dict[str, list] = {}  # type: ignore[type-arg]
+    for kind, rid, data in events:
+        by_rollout.setdefault(rid, []).append((kind, data))
+    traces = [args[0] for name, args in recorder.calls if name == "finished"]
+    rounds = max(1, rollouts // len(traces))
+
+    class Source:
+        def attach(self, state):  # type: ignore[no-untyped-def]
+            self.state = state
+
+    def run(watched: bool) -> float:
+        with tempfile.TemporaryDirectory(prefix="rollkit-bench-") as root:
+            bus = EventBus()
+            sinks: list = []  # type: ignore[type-arg]
+            if watched:
+                writer = LiveWriter(Path(root) / "live.jsonl")
+                monitor = RunMonitor(Source())
+                sinks = [writer, monitor.state]
+                current = [""]
+
+                def on_event(event):  # type: ignore[no-untyped-def]
+                    if event.kind == "phase_start":
+                        for sink in sinks:
+                            sink.phase(current[0], event.data["phase"])
+                    else:
+                        for sink in sinks:
+                            sink.turn(current[0], event.data["turn"], 40 * event.data["turn"], 0.001)
+
+                bus.subscribe(on_event, ("phase_start", "turn"))
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                for trace in traces:
+                    rid = trace.info["rollout_id"]
+                    for sink in sinks:
+                        sink.started(rid)
+                    if watched:
+                        current[0] = rid
+                    for kind, data in by_rollout.get(trace.id, ()):
+                        bus.emit(kind, trace.id, **data)
+                    for sink in sinks:
+                        sink.finished(trace)
+            seconds = time.perf_counter() - t0
+            if watched:
+                writer.end("done")
+            return seconds / (rounds * len(traces))
+
+    async def in_loop(watched: bool) -> float:  # the monitor schedules its redraws on the loop
+        return run(watched)
+
+    return (min(asyncio.run(in_loop(True)) for _ in range(3))
+            - min(asyncio.run(in_loop(False)) for _ in range(3)))
+
+
+def _draw_time() -> float:
+    """Seconds one RunMonitor redraw takes over a run of 2,000 rollouts."""
+    from rollkit.notebook.monitor import RunMonitor
+
+    traces = asyncio.run(_make_traces(2000))
+    monitor = RunMonitor(traces)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        monitor.draw()
+    return (time.perf_counter() - t0) / 20
+
+
+def bench_monitor_cost(n: int) -> None:
+    """The monitor's cost per finished rollout in the run's process, two ways:
+    by replay (precise: only what watching adds), and as the difference of
+    the same real run with and without it, alternated, best of 5 each (the
+    rollouts' own cost varies more than that on a shared machine)."""
+    replayed = _replay_cost(20_000) * 1e6
+    draw = _draw_time() * 1000
+    plain, watched = [], []
+    with tempfile.TemporaryDirectory(prefix="rollkit-bench-") as root:
+        for i in range(5):
+            plain.append(_plain_run(n, False, Path(root) / f"p{i}"))
+            watched.append(_plain_run(n, True, Path(root) / f"w{i}"))
+    cost = (min(watched) - min(plain)) * 1e6
+    verdict = "ok" if replayed < 50 else "OVER the 50 µs aim"
+    print("monitor cost per finished rollout in the run's process (live file + events + RunState + RunMonitor):")
+    print(f"  replayed: {replayed:6.1f} µs per rollout ({verdict}); plus its redraws, at most 4/s of "
+          f"{draw:.2f} ms each whatever the rollout rate")
+    print(f"  real {n}-rollout runs of the example set, best of 5: {min(plain) * 1e6:.1f} µs/rollout without, "
+          f"{min(watched) * 1e6:.1f} with: {cost:.1f} µs")
+
+
+def bench_redraw_rate() -> None:
+    """Redraws per second of a RunMonitor fed at rollout rates from 10/s to
+    1,000,000/s (simulated clock: the rate is exact), and of one over a real
+    run of fast rollouts (real clock and event loop)."""
+    from rollkit.notebook.monitor import RunMonitor
+    from rollkit.runs.live import finished_from_trace
+
+    trace = asyncio.run(demo_agent().run(arithmetic_tasks(1)[0]))
+
+    class Source:
+        def attach(self, state):  # type: ignore[no-untyped-def]
+            pass
+
+    print("redraws per second of a RunMonitor (interval 0.25 s: at most 4/s plus the final one):")
+    record = finished_from_trace(trace)
+    seconds = 2.0
+    for rate in (10, 1_000, 100_000, 1_000_000):
+        now = [0.0]
+        timers: list[tuple[float, object]] = []
+
+        def schedule(delay, fn):  # type: ignore[no-untyped-def]
+            entry = (now[0] + delay, fn)
+            timers.append(entry)
+            return _Handle(timers, entry)
+
+        monitor = RunMonitor(Source(), clock=lambda: now[0], schedule=schedule)
+        n = int(rate * seconds)
+        start = monitor.redraws
+        for i in range(n):
+            now[0] = i / rate
+            if timers and timers[0][0] <= now[0]:
+                timers.pop(0)[1]()
+            monitor.state.add(record)
+        now[0] = seconds
+        for _, fire in list(timers):
+            fire()
+        print(f"  {rate:>9,} rollouts/s for {seconds:.0f} s (simulated clock): {(monitor.redraws - start) / seconds:4.1f} redraws/s, "
+              f"the last showing {monitor.state.done:,} done")
+
+    async def real() -> tuple[float, int, int]:
+        pending = rk.evaluate(demo_agent(), arithmetic_tasks(3000), concurrency=64, progress=False)
+        monitor = RunMonitor(pending)
+        start = monitor.redraws
+        t0 = time.perf_counter()
+        await pending
+        return time.perf_counter() - t0, monitor.redraws - start, monitor.state.done
+
+    elapsed, redraws, done = asyncio.run(real())
+    print(f"  a real run: {done} rollouts in {elapsed:.2f} s ({done / elapsed:,.0f}/s): {redraws} redraws, "
+          f"{redraws / elapsed:.1f}/s")
+
+
+class _Handle:
+    def __init__(self, timers: list, entry: tuple) -> None:  # type: ignore[type-arg]
+        self.timers, self.entry = timers, entry
+
+    def cancel(self) -> None:
+        if self.entry in self.timers:
+            self.timers.remove(self.entry)
+
+
+def bench_follow(lines: int) -> None:
+    """Catching up with a run folder of `lines` traces (a monitor opened on a
+    big run written elsewhere): FolderFollower's first poll, and a
+    RunMonitor's first draw over it."""
+    from rollkit.notebook.monitor import RunMonitor
+    from rollkit.runs.live import FolderFollower
+
+    traces = asyncio.run(_make_traces(lines))  # distinct ids: each line is its own rollout
+    with tempfile.TemporaryDirectory(prefix="rollkit-bench-") as root:
+        folder = Path(root)
+        rk.save(traces, folder)
+        size = (folder / "traces.jsonl").stat().st_size
+        t0 = time.perf_counter()
+        follower = FolderFollower(folder)
+        follower.poll()
+        poll_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        monitor = RunMonitor(folder, follow=False)
+        monitor_s = time.perf_counter() - t0
+        assert follower.state.done == lines == monitor.state.done, (follower.state.done, lines)
+    verdict = "ok" if max(poll_s, monitor_s) < 2 else "OVER the 2 s aim"
+    print(f"following a run folder of {lines:,} trace lines ({size / 1e6:.0f} MB):")
+    print(f"  FolderFollower first poll {poll_s:.2f} s; RunMonitor(folder) built and drawn {monitor_s:.2f} s ({verdict})")
+
+
+def bench_compare(n: int, resamples: int) -> None:
+    """rk.compare of two n-trace runs (flawed vs careful toy, n tasks once
+    each: n pairs), every signal, `resamples` bootstrap resamples."""
+    flawed = asyncio.run(_make_traces(26))
+
+    async def careful() -> list[rk.Trace]:
+        agent = _careful_agent()
+        return list(await asyncio.gather(*(agent.run(t) for t in arithmetic_tasks(24))))
+
+    good = asyncio.run(careful())
+
+    def run_of(traces: list[rk.Trace]) -> list[rk.Trace]:
+        return [traces[i % len(traces)].model_copy(update={"id": f"t{i}", "info": {"example_id": f"task-{i}", "repeat": 0}})
+                for i in range(n)]
+
+    a, b = run_of(flawed[:24]), run_of(good)
+    for by in ("task", "repeat"):
+        t0 = time.perf_counter()
+        result = rk.compare(a, b, by=by, resamples=resamples)
+        seconds = time.perf_counter() - t0
+        verdict = "ok" if seconds < 1 else "OVER the 1 s aim"
+        reward = result.signal("reward")
+        print(f"rk.compare of two {n:,}-trace runs by {by}, {len(result.signals)} signals, {resamples} resamples: "
+              f"{seconds:.2f} s ({verdict}); reward B - A {reward.diff:.3f} [{reward.low:.3f}, {reward.high:.3f}]")
+
+
+def main_watch(args: argparse.Namespace) -> None:
+    bench_monitor_cost(args.rollouts)
+    bench_redraw_rate()
+    bench_follow(args.lines)
+    bench_compare(args.compare, 1000)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,28 +51,46 @@ Subscriber = Callable[[Event], Any]
 
 
 class EventBus:
-    """Delivers events to any number of subscribers, in subscription order."""
+    """Delivers events to any number of subscribers, in subscription order.
+    A subscriber may name the kinds it wants: an event no subscriber wants
+    is never built (a run's monitor hears 2 kinds of about 20 per rollout)."""
 
-    __slots__ = ("_subscribers",)
+    __slots__ = ("_subscribers", "_wanted")
 
     def __init__(self) -> None:
-        self._subscribers: list[Subscriber] = []
+        self._subscribers: list[tuple[Subscriber, frozenset[str] | None]] = []
+        self._wanted: frozenset[str] | None = frozenset()  # None: some subscriber wants every kind
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Add a subscriber; returns a function that removes it."""
-        self._subscribers.append(subscriber)
+    def subscribe(self, subscriber: Subscriber, kinds: Iterable[str] | None = None) -> Callable[[], None]:
+        """Add a subscriber (of every kind, or of `kinds`); returns a function that removes it."""
+        entry = (subscriber, None if kinds is None else frozenset(kinds))
+        self._subscribers.append(entry)
+        self._rewant()
 
         def unsubscribe() -> None:
-            if subscriber in self._subscribers:
-                self._subscribers.remove(subscriber)
+            if entry in self._subscribers:
+                self._subscribers.remove(entry)
+                self._rewant()
 
         return unsubscribe
 
+    def _rewant(self) -> None:
+        wanted: frozenset[str] | None = frozenset()
+        for _, kinds in self._subscribers:
+            if kinds is None:
+                wanted = None
+                break
+            wanted = wanted | kinds
+        self._wanted = wanted
+
     def emit(self, kind: str, rollout_id: str, **data: Any) -> None:
-        if not self._subscribers:
+        wanted = self._wanted
+        if wanted is not None and kind not in wanted:
             return
         event = Event(kind, rollout_id, data)
-        for subscriber in tuple(self._subscribers):
+        for subscriber, kinds in tuple(self._subscribers):
+            if kinds is not None and kind not in kinds:
+                continue
             try:
                 subscriber(event)
             except Exception:

@@ -15,7 +15,9 @@ The points, and who plugs them:
 - `trace_html`: `fn(trace) -> str`, the notebook layer (`Trace._repr_html_`);
 - `frames`: `fn() -> module` with `rollouts`, `turns`, `phases`, `signals`,
   the notebook layer (`EvalResult.rollouts()` ...);
-- `demo`: `fn(n_tasks) -> (agent, tasks)`, the examples (`rollkit demo`).
+- `demo`: `fn(n_tasks) -> (agent, tasks)`, the examples (`rollkit demo`);
+- `monitor`: `fn(pending)` displays a run monitor over an `rk.evaluate`
+  awaitable, the notebook layer (`rk.evaluate(..., monitor=True)`).
 
 This module holds the table and nothing else; it imports nothing of rollkit.
 """
@@ -27,7 +29,7 @@ from typing import Any
 
 __all__ = ["plug", "plugged", "POINTS"]
 
-POINTS = ("trace_html", "frames", "demo")
+POINTS = ("trace_html", "frames", "demo", "monitor")
 
 _plugs: dict[str, Callable[..., Any]] = {}
 

@@ -169,9 +169,10 @@ class Rollout:
         messages = self.trace.messages
         return bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_calls
 
-    def subscribe(self, subscriber: Any) -> Any:
-        """Receive this rollout's events; returns a function that unsubscribes."""
-        return self.events.subscribe(subscriber)
+    def subscribe(self, subscriber: Any, kinds: Any = None) -> Any:
+        """Receive this rollout's events (every kind, or `kinds`); returns a
+        function that unsubscribes."""
+        return self.events.subscribe(subscriber, kinds)
 
     def _emit(self, kind: str, **data: Any) -> None:
         self.events.emit(kind, self.id, **data)

@@ -12,8 +12,8 @@ tools' trace files made offline for the notebooks, an inspect-ai log and a
 verifiers run (`peers`).
 
 It sits on top: it may import every layer, and no layer imports it.
-Importing it registers the model names "toy-calculator", "toy-support" and
-"toy-shell"
+Importing it registers the model names "toy-calculator", "toy-careful",
+"toy-support" and "toy-shell"
 and plugs in the task set of `rollkit demo` (see `rollkit.core.plugins`).
 """
 
@@ -23,7 +23,9 @@ from typing import Any
 
 from ..core.models import register_model
 from ..core.plugins import plug
-from .arithmetic import Arithmetic, ArithmeticData, arithmetic_tasks, demo_agent, toy_calculator_model
+from .arithmetic import (
+    Arithmetic, ArithmeticData, arithmetic_tasks, careful_calculator_model, demo_agent, toy_calculator_model,
+)
 from .workspace import AnswerFile, AnswerFileData, answer_file_tasks, toy_shell_model
 from .support import (
     OrderData, OrderStatus, customer_persona, support_agent, support_tasks, toy_customer, toy_customer_model,
@@ -31,7 +33,7 @@ from .support import (
 )
 
 __all__ = [
-    "Arithmetic", "ArithmeticData", "arithmetic_tasks", "demo_agent", "toy_calculator_model",
+    "Arithmetic", "ArithmeticData", "arithmetic_tasks", "demo_agent", "toy_calculator_model", "careful_calculator_model",
     "OrderData", "OrderStatus", "customer_persona", "support_agent", "support_tasks", "toy_customer",
     "toy_customer_model", "toy_support_model",
     "AnswerFile", "AnswerFileData", "answer_file_tasks", "toy_shell_model",
@@ -44,6 +46,8 @@ def _demo(n_tasks: int) -> tuple[Any, list[Any]]:
 
 register_model("toy-calculator", lambda name: toy_calculator_model(),
                help="the example set's toy, right on add and mul, wrong on sub")
+register_model("toy-careful", lambda name: careful_calculator_model(),
+               help="the example set's toy without its flaw: right on add, sub and mul")
 register_model("toy-shell", lambda name: toy_shell_model(),
                help="the embedded model for shell-using agent programs (rollkit.examples.workspace)")
 register_model("toy-support", lambda name: toy_support_model(),

@@ -22,7 +22,8 @@ from ..core.task import Task, TaskData
 from ..core.tools import tool
 from ..core.trace import Trace
 
-__all__ = ["Arithmetic", "ArithmeticData", "arithmetic_tasks", "toy_calculator_model", "demo_agent"]
+__all__ = ["Arithmetic", "ArithmeticData", "arithmetic_tasks", "toy_calculator_model", "careful_calculator_model",
+           "demo_agent"]
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
@@ -103,7 +104,7 @@ def arithmetic_tasks(n: int = 12, seed: int = 0) -> list[Arithmetic]:
     return tasks
 
 
-def _toy_reply(request: Request):  # type: ignore[no-untyped-def]
+def _toy_reply(request: Request, careful: bool = False):  # type: ignore[no-untyped-def]
     last = request.messages[-1]
     if last.role == "tool":
         return f"The answer is {last.content}."
@@ -112,14 +113,20 @@ def _toy_reply(request: Request):  # type: ignore[no-untyped-def]
     if len(numbers) < 2:
         return "I need two numbers to work with."
     a, b = numbers[0], numbers[1]
-    # The toy's deliberate flaw: it treats "gives away" as adding.
-    op = "*" if "each" in question else "+"
+    # The toy's deliberate flaw: it treats "gives away" as adding (the careful one does not).
+    op = "*" if "each" in question else "-" if careful and "gives away" in question else "+"
     return ScriptedModel.call("calculator", expression=f"{a} {op} {b}")
 
 
 def toy_calculator_model() -> ScriptedModel:
     """The deterministic toy for the example set: right on add and mul, wrong on sub."""
     return ScriptedModel(_toy_reply, name="toy-calculator")
+
+
+def careful_calculator_model() -> ScriptedModel:
+    """The same toy without its flaw: right on add, sub and mul (a second
+    model to compare the first against, rk.compare)."""
+    return ScriptedModel(lambda request: _toy_reply(request, careful=True), name="toy-careful")
 
 
 def demo_agent(**overrides) -> Agent:  # type: ignore[no-untyped-def]

@@ -5,6 +5,7 @@
     ro.panel()                           # the widget: chat, Send/Step/Close/Abort, gauges, chart
     ro.close()                           # finalize and score; returns the trace
     rk.notebook.TraceBrowser(traces)     # many traces: pick one, read it, see its plots
+    rk.notebook.RunMonitor(run)          # a batch run live: counts, lanes, means, slowest/failed
     rk.frames.rollouts(traces)           # DataFrames (rollkit.notebook.frames)
     rk.plots.rewards(traces)             # plotly figures (rollkit.notebook.plots)
 
@@ -18,7 +19,8 @@ Widgets stay thin: no lifecycle logic lives here. Its modules load
 ipywidgets, plotly, pandas and nest-asyncio, so this package's own import
 loads none of them: the names below are imported on first use. Importing it
 plugs in how a `Trace` shows itself as HTML and the DataFrame builders of
-`EvalResult` (see `rollkit.core.plugins`).
+`EvalResult` and the monitor of `rk.evaluate(..., monitor=True)` (see
+`rollkit.core.plugins`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ _LAZY = {
     "open": (".stepping", "open"),
     "RolloutPanel": (".panel", "RolloutPanel"),
     "TraceBrowser": (".browser", "TraceBrowser"),
+    "RunMonitor": (".monitor", "RunMonitor"),
+    "view": (".monitor", "view"),
     "chat_html": (".display", "chat_html"),
     "replay_hooks": (".whatif", "replay_hooks"),
     "trace_html": (".display", "trace_html"),
@@ -69,5 +73,14 @@ def _frames() -> Any:
     return frames
 
 
+def _monitor(pending: Any) -> None:
+    from IPython.display import display
+
+    from .monitor import RunMonitor
+
+    display(RunMonitor(pending))
+
+
 plug("trace_html", _trace_html)
 plug("frames", _frames)
+plug("monitor", _monitor)

@@ -23,6 +23,8 @@ trace `id`, read from `trace.info` where a batch evaluation wrote them
 - `forecast(trace_or_rollout)`: one row per limit, with the turn it would
   end the run at, which binds first and which are unreachable
   (rollkit.core.forecast).
+- `compare(a, b)`: one row per (task, signal) of a paired comparison of
+  two runs (rk.compare): each run's value, B - A and the outcome.
 - `branches(traces)`: one row per branch of a forked rollout (the original
   and each fork, rk.fork): where it split off, reward, stop, turns, tokens.
 
@@ -53,8 +55,8 @@ from ..core.store import NOT_IN_SOURCE as _NOT_IN_SOURCE, _checked, load
 from ..core.trace import PHASES, Trace
 
 __all__ = [
-    "rollouts", "turns", "phases", "signals", "user_turns", "branches", "forecast",
-    "ROLLOUT_COLUMNS", "TURN_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS", "USER_TURN_COLUMNS", "BRANCH_COLUMNS",
+    "rollouts", "turns", "phases", "signals", "user_turns", "branches", "forecast", "compare",
+    "ROLLOUT_COLUMNS", "COMPARE_COLUMNS", "TURN_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS", "USER_TURN_COLUMNS", "BRANCH_COLUMNS",
 ]
 
 _NAN = math.nan
@@ -440,3 +442,24 @@ def forecast(source: Any) -> pd.DataFrame:
     running = None if isinstance(source, Trace) else getattr(source, "agent_time", None)
     columns = as_columns(forecast_rows(trace, agent_time=running))
     return pd.DataFrame(columns, columns=list(columns))
+
+
+COMPARE_COLUMNS = ("key", "example_id", "repeat", "signal", "a", "b", "diff", "outcome")
+
+
+def compare(a: Any, b: Any = None, **options: Any) -> pd.DataFrame:
+    """One row per (task, signal) of a paired comparison (`rk.compare`;
+    per (task, repeat) with `by="repeat"`): the value in run A and in B,
+    B - A, and the outcome seen from B ("win", "tie", "loss", "missing in A",
+    "missing in B", "missing in both", "only in A", "only in B"). `a` is a
+    `Comparison`, or two runs and the options of `rk.compare`. Missing
+    values are NaN and keep their row."""
+    from ..runs.compare import Comparison, compare as _compare
+
+    comparison = a if isinstance(a, Comparison) else _compare(a, b, **options)
+    columns: dict[str, list[Any]] = {name: [] for name in COMPARE_COLUMNS}
+    for row in comparison.rows:
+        for name in COMPARE_COLUMNS:
+            value = row[name]
+            columns[name].append(_num(value) if name in ("a", "b", "diff") else value)
+    return _frame(columns, COMPARE_COLUMNS)

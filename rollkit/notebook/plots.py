@@ -15,6 +15,8 @@ From data to picture in one call; every function returns a figure:
   or limit fired at which turn on how many traces, and when they would end.
 - `stop_reasons(traces)`: what actually ended each rollout (a limit, a
   stop, a failure, done), counted.
+- `compare(a, b)`: a paired comparison of two runs (rk.compare): each
+  signal's difference with its interval, and a per-task scatter of A vs B.
 - `branches(traces)`: an original rollout and its forks side by side, one
   row per branch: the turns it shares with its parent in grey, its own in
   colour from the split on, its reward and stop at the end.
@@ -57,6 +59,7 @@ __all__ = [
     "branches",
     "hook_matrix",
     "stop_reasons",
+    "compare",
     "LiveBudgetBurn",
     "LivePhaseTimeline",
     "LiveRewards",
@@ -541,6 +544,54 @@ def stop_reasons(data: Any) -> go.Figure:
     fig.update_layout(title={"text": f"what ended {len(traces)} rollouts (orange: a limit, blue: a stop, red: a failure)"},
                       template="plotly_white", height=360, margin={"l": 50, "r": 20, "t": 60, "b": 60},
                       yaxis={"title": {"text": "rollouts"}})
+    return fig
+
+
+def compare(a: Any, b: Any = None, *, signal: str | None = None, **options: Any) -> go.Figure:
+    """A paired comparison of two runs (`rk.compare`) in one picture: left,
+    the difference B - A of each signal with its bootstrap 95% interval
+    (the dotted line is no difference); right, one point per task, its
+    value in A against B for `signal` (default the first compared, usually
+    `reward`): points above the diagonal are tasks where B did better. `a`
+    is a `Comparison`, or two runs and the options of `rk.compare`."""
+    from ..runs.compare import Comparison, compare as _compare
+
+    comparison = a if isinstance(a, Comparison) else _compare(a, b, **options)
+    compared = [s for s in comparison.signals if s.diff is not None]
+    if signal is None:
+        signal = compared[0].signal if compared else comparison.signals[0].signal
+    comparison.signal(signal)  # a KeyError naming the signals there are
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], horizontal_spacing=0.18,
+                        subplot_titles=("B - A with 95% interval", _text(f"{signal} per {comparison._unit}")))
+    names = [_text(s.signal) for s in compared]
+    fig.add_trace(go.Scatter(
+        x=[s.diff for s in compared], y=names, mode="markers", name="B - A", showlegend=False,
+        marker={"size": 9, "color": ["#59a14f" if s.low > 0 else "#e15759" if s.high < 0 else "#4e79a7"
+                                     for s in compared]},
+        error_x={"type": "data", "symmetric": False, "array": [s.high - s.diff for s in compared],
+                 "arrayminus": [s.diff - s.low for s in compared]},
+        customdata=[[s.pairs, s.p_value] for s in compared],
+        hovertemplate="%{y}: %{x:.3f} over %{customdata[0]} pairs, p %{customdata[1]:.3f}<extra></extra>",
+    ), row=1, col=1)
+    fig.add_vline(x=0, line={"dash": "dot", "color": "#888"}, row=1, col=1)
+    pairs = [r for r in comparison.rows if r["signal"] == signal and r["a"] is not None and r["b"] is not None]
+    values = [r["a"] for r in pairs] + [r["b"] for r in pairs] or [0.0, 1.0]
+    low, high = min(values), max(values)
+    fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", line={"dash": "dot", "color": "#888"},
+                             hoverinfo="skip", showlegend=False), row=1, col=2)
+    fig.add_trace(go.Scatter(
+        x=[r["a"] for r in pairs], y=[r["b"] for r in pairs], mode="markers", showlegend=False, name="tasks",
+        marker={"size": 8, "opacity": 0.7, "color": "#4e79a7"}, text=[_text(r["key"]) for r in pairs],
+        hovertemplate="%{text}: A %{x:.3f}, B %{y:.3f}<extra></extra>",
+    ), row=1, col=2)
+    fig.update_xaxes(title={"text": "B - A"}, row=1, col=1)
+    fig.update_xaxes(title={"text": _text(f"A: {comparison.label_a}")}, row=1, col=2)
+    fig.update_yaxes(title={"text": _text(f"B: {comparison.label_b}")}, row=1, col=2)
+    fig.update_layout(
+        title={"text": _text(f"{comparison.label_b} vs {comparison.label_a} · {comparison.common} "
+                             f"{comparison._unit}s paired")},
+        template="plotly_white", height=max(360, 200 + 30 * len(compared)), margin={"l": 160, "r": 20, "t": 70, "b": 50},
+    )
     return fig
 
 

@@ -3,9 +3,9 @@
 What this layer owns: `evaluate` (a task set times `repeats`, bounded
 concurrency, a progress bar), run folders (a manifest and trace files
 appended as rollouts finish, resume after a crash), group scoring (pass@k,
-best-of-n), the Ray backend, the `rollkit` command line, and other tools'
-trace formats (`rollkit.runs.formats`: inspect-ai, verifiers, tau2-bench,
-agent trajectories, OpenAI transcripts).
+best-of-n), paired comparison of runs (`compare`), the Ray backend, the
+`rollkit` command line, and other tools' trace formats (`rollkit.runs.formats`:
+inspect-ai, verifiers, tau2-bench, agent trajectories, OpenAI transcripts).
 
 It imports the core and the programs layer, never `rollkit.notebook` or
 `rollkit.examples`: the DataFrames an `EvalResult` hands out and the demo
@@ -29,6 +29,9 @@ _LAZY = {
     "GroupSignal": (".groups", "GroupSignal"),
     "pass_at_k": (".groups", "pass_at_k"),
     "best_of_n": (".groups", "best_of_n"),
+    "compare": (".compare", "compare"),
+    "Comparison": (".compare", "Comparison"),
+    "CompareError": (".compare", "CompareError"),
     "RayBackend": (".ray_backend", "RayBackend"),
     "RayUnavailable": (".ray_backend", "RayUnavailable"),
 }

@@ -1,4 +1,4 @@
-"""The `rollkit` command line (click): `demo`, `eval` and `show`.
+"""The `rollkit` command line (click): `demo`, `eval`, `show`, `compare` and `view`.
 
 This module turns command-line words into calls of `rollkit.evaluate` and
 prints what comes back; it holds no evaluation logic of its own. Every user
@@ -131,6 +131,8 @@ def cli() -> None:
     rollkit demo                      the example task set on the built-in toy model
     rollkit eval MODULE:TASKS ...     a task set of yours, traces saved to a run folder
     rollkit show DIR                  the summary table of a run folder
+    rollkit compare DIR_A DIR_B       two runs on the same tasks, paired, with intervals
+    rollkit view DIR [DIR...]         watch run folders in the browser as they are written
     """
 
 
@@ -255,6 +257,128 @@ def show(folder: Path) -> None:
             click.echo(f"incomplete: {len(result.traces)} of {expected} rollouts finished (continue with --resume)")
         click.echo("")
     click.echo(result.summary())
+
+
+@cli.command(name="compare")
+@click.argument("folder_a", metavar="DIR_A", type=click.Path(path_type=Path))
+@click.argument("folder_b", metavar="DIR_B", type=click.Path(path_type=Path))
+@click.option("--by", type=click.Choice(["task", "repeat"]), default="task", show_default=True,
+              help="Pair by task (repeats averaged) or by task and repeat.")
+@click.option("--signal", "signals", multiple=True, help="Compare only this signal (repeatable), e.g. reward.correct.")
+@click.option("--resamples", type=click.IntRange(min=1), default=1000, show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the permutation test.")
+def compare_command(folder_a: Path, folder_b: Path, by: str, signals: tuple[str, ...], resamples: int, seed: int) -> None:
+    """Compare run DIR_B against run DIR_A on the tasks both ran: per
+    signal, each run's mean with its 95% interval and n scored / n total,
+    the paired difference B - A with a bootstrap 95% interval, the p-value
+    of a paired sign-flip permutation test, wins / ties / losses per task,
+    tasks only one run has, and missing values counted."""
+    from .compare import CompareError, compare
+    from .runfolder import RunFolderError
+    from ..core.store import TraceFileError
+
+    for folder in (folder_a, folder_b):
+        if not folder.is_dir():
+            raise click.ClickException(f"no run folder at {folder}; pass the --out folders of two rollkit eval runs")
+    try:
+        result = compare(folder_a, folder_b, by=by, signals=signals or None, resamples=resamples, seed=seed,
+                         labels=(str(folder_a), str(folder_b)))
+    except (CompareError, TraceFileError, RunFolderError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(result.table())
+
+
+# The page `rollkit view` serves: one code cell calling the notebook layer's
+# `view` (this layer never imports it; Voila's kernel does).
+_VIEW_CELL = "import rollkit as rk\n\nrk.notebook.view({folders!r}, poll_every={poll!r})"
+
+
+def _view_notebook(folders: list[str], poll: float) -> dict[str, Any]:
+    return {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": "rollkit-view", "metadata": {}, "outputs": [],
+                   "source": _VIEW_CELL.format(folders=folders, poll=poll)}],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@cli.command(name="view")
+@click.argument("folders", metavar="DIR...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=0, help="Port on 127.0.0.1 (default: a free one).")
+@click.option("--poll", type=click.FloatRange(min=0.05), default=0.5, show_default=True, help="Seconds between reads of each folder.")
+def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
+    """Serve a page (Voila, on 127.0.0.1 only) that follows each run folder
+    DIR as it is written: done / in flight / failed, the rollouts in flight,
+    running means with 95% intervals, stop reasons and errors, the slowest
+    and failed rollouts (click one to read it); with two folders, a button
+    compares them. Prints the URL; Ctrl-C stops the server."""
+    import importlib.util
+    import shutil
+    import tempfile
+
+    if importlib.util.find_spec("voila") is None:
+        raise click.ClickException("rollkit view serves its page with Voila, which is not installed: pip install 'rollkit[view]'")
+    for folder in folders:
+        if folder.exists() and not folder.is_dir():
+            raise click.ClickException(f"{folder} is a file, not a run folder: pass the --out folder of rollkit eval")
+        if not folder.exists() or not any((folder / n).exists() for n in ("manifest.json", "traces.jsonl", "live.jsonl")):
+            click.echo(f"warning: {folder} is not a run folder (yet); the page says so and follows it if a run starts there",
+                       err=True)
+    home = Path(tempfile.mkdtemp(prefix="rollkit-view-"))
+    try:
+        notebook = home / "rollkit-view.ipynb"
+        notebook.write_text(json.dumps(_view_notebook([str(f.resolve()) for f in folders], poll)), encoding="utf-8")
+        _serve(notebook, home, port or _free_port())
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _serve(notebook: Path, home: Path, port: int) -> None:
+    """Voila in its own process group (its kernels with it), until Ctrl-C or SIGTERM."""
+    import subprocess
+
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+         "--show_tracebacks=True"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env, cwd=home,
+    )
+    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    log: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            log.append(line)
+            if "is running at" in line:
+                click.echo(f"rollkit view: http://127.0.0.1:{port}/ (Ctrl-C stops it)", err=False)
+                sys.stdout.flush()
+                break
+        else:
+            raise click.ClickException(f"Voila did not start (exit status {proc.wait()}):\n" + "".join(log[-20:]))
+        for line in proc.stderr:  # keep reading, so Voila never blocks on a full pipe
+            log.append(line)
+            del log[:-50]
+        if proc.wait() != 0:
+            raise click.ClickException("Voila stopped:\n" + "".join(log[-20:]))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,15 +27,18 @@ import logging
 import os
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.agent import Agent
 from ..core.cancellation import finish
 from . import interrupts
+from .compare import trace_signals
+from .stats import mean_interval
 from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
 from .runner import run_rollout
+from .live import LIVE, LiveWriter, run_info
 from .runfolder import GROUPS, TRACES, USER_TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
 from ..core.store import append_trace
 from ..core.task import Task
@@ -161,8 +164,8 @@ def _outcome(trace: Trace) -> str:
 
 def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> str:
     """A plain-text summary table: outcomes (stop condition or error type),
-    mean reward and how many are missing one, phase time totals, and the mean
-    of each group signal."""
+    each signal's mean with its 95% interval and n scored / n total, phase
+    time totals, and the mean of each group signal."""
     lines = []
     examples = {t.info.get("example_id", t.task.key) for t in traces}
     lines.append(f"rollouts: {len(traces)} over {len(examples)} tasks")
@@ -175,11 +178,8 @@ def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> 
     lines.append(f"{'outcome':<{width}}  {'count':>6}")
     for key in sorted(counts, key=lambda k: (k != "ok", k.startswith("failed"), k)):
         lines.append(f"{key:<{width}}  {counts[key]:>6}")
-    scored = [t.scored_reward for t in traces if t.scored_reward is not None]
-    missing = len(traces) - len(scored)
-    mean = f"{sum(scored) / len(scored):.3f}" if scored else "-"
     lines.append("")
-    lines.append(f"mean reward: {mean} over {len(scored)} rollouts ({missing} missing a reward)")
+    lines.extend(_signal_lines(traces))
     lines.append("")
     lines.append(f"{'phase':<9}  {'total s':>9}  {'mean s':>9}")
     for phase in PHASES:
@@ -198,6 +198,26 @@ def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> 
             shown = f"{sum(present) / len(present):.3f}" if present else "-"
             lines.append(f"{name:<14}  {shown:>7}  {len(values):>6}  {len(values) - len(present):>7}")
     return "\n".join(lines)
+
+
+def _signal_lines(traces: list[Trace]) -> list[str]:
+    """Each signal's mean with its 95% t interval and n scored / n total
+    (rollouts): a missing value is counted, never read as 0."""
+    values: dict[str, list[float]] = {}
+    for trace in traces:
+        for name, value in trace_signals(trace).items():
+            bucket = values.setdefault(name, [])
+            if value is not None:
+                bucket.append(value)
+    names = sorted(values, key=lambda n: (n != "reward", not n.startswith("reward."), n))
+    width = max([len(n) for n in names] + [6])
+    lines = [f"{'signal':<{width}}  {'mean':>7}  {'95% interval':>18}  {'scored / total':>14}"]
+    for name in names:
+        mean, low, high = mean_interval(values[name])
+        shown = "-" if mean is None else f"{mean:.3f}"
+        interval = "-" if low is None or high is None else f"[{low:.3f}, {high:.3f}]"
+        lines.append(f"{name:<{width}}  {shown:>7}  {interval:>18}  {f'{len(values[name])} / {len(traces)}':>14}")
+    return lines
 
 
 def load_run(path: str | os.PathLike[str]) -> EvalResult:
@@ -256,6 +276,9 @@ class _Plan:
     resume: bool
     user: Any = None  # a rk.User, or a function of the task making one (runner.user_for)
     folder: RunFolder | None = None  # set by _execute, the only place that touches the folder
+    # What watches the run in this process (a monitor's rollkit.runs.live.RunState),
+    # called as the live file's LiveWriter is: begin, started, phase, turn, finished, end.
+    watchers: list[Any] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -328,13 +351,14 @@ class _LocalBackend:
     """Rollouts run as tasks on this event loop."""
 
     name = "local"
+    watch: Any = None  # set by _Run when something watches the run: the rollouts' events reach it
 
     async def start(self, agent: Agent, concurrency: int, user: Any = None) -> None:
         self.agent = agent
         self.user = user
 
     async def run(self, task: Task, info: dict[str, Any]) -> Trace:
-        return await run_rollout(self.agent, task, info, self.user)
+        return await run_rollout(self.agent, task, info, self.user, self.watch)
 
     async def stop(self) -> None:
         pass
@@ -409,6 +433,7 @@ class _Run:
             t for t in self.traces if t.info.get("example_id") in planned and t.info.get("repeat", 0) < plan.repeats
         ]
         self.progress = _Progress(False, 0, [])  # the bar appears once the backend is up
+        self.sinks: list[Any] = []  # the live file's writer and the watchers: see _watch_run
         self.trace_file: Any = None
         self.group_file: Any = None
         self.user_file: Any = None
@@ -447,13 +472,53 @@ class _Run:
         self.traces.append(trace)
         self.by_example.setdefault(trace.info["example_id"], []).append(trace)
         self.progress.add(trace)
+        for sink in self.sinks:
+            sink.finished(trace)
+
+    def _watch_run(self) -> None:
+        """The live file (with a run folder) and the watchers in this process
+        hear of each rollout's start, phases, turns and end."""
+        plan = self.plan
+        if plan.folder is not None:
+            self.sinks.append(LiveWriter(plan.folder.path / LIVE))
+        for watcher in plan.watchers:
+            for trace in self.finished_before:
+                watcher.finished(trace)
+        self.sinks.extend(plan.watchers)
+        if not self.sinks:
+            return
+        info = run_info(plan.run_id, len(self.todo) + len(self.finished_before), plan.agent.limits.model_dump(),
+                        plan.agent.timeouts.agent)
+        for sink in self.sinks:
+            sink.begin(info)
+        if isinstance(plan.backend, _LocalBackend):
+            plan.backend.watch = self._watch_rollout
+
+    def _watch_rollout(self, rollout: Any) -> None:
+        rollout_id = rollout.trace.info["rollout_id"]
+        sinks = self.sinks
+
+        def on_event(event: Any) -> None:
+            kind = event.kind
+            if kind == "phase_start":
+                for sink in sinks:
+                    sink.phase(rollout_id, event.data["phase"])
+            elif kind == "turn":
+                trace = rollout.trace
+                for sink in sinks:
+                    sink.turn(rollout_id, trace.num_turns, trace.num_total_tokens, rollout.agent_time)
+
+        rollout.subscribe(on_event, ("phase_start", "turn"))
 
     async def worker(self, pending: Iterator[tuple[Task, int]]) -> None:
         # Workers pull from one shared iterator, so at most `concurrency`
         # rollouts are in flight and no task waits behind a slow sibling.
         plan = self.plan
         for task, repeat in pending:
-            trace = await plan.backend.run(task, _rollout_info(task, repeat, plan.run_id))
+            info = _rollout_info(task, repeat, plan.run_id)
+            for sink in self.sinks:
+                sink.started(info["rollout_id"])
+            trace = await plan.backend.run(task, info)
             self.finished(trace)
             await self.judge(task.key)
 
@@ -481,19 +546,25 @@ class _Run:
             if plan.scorers:
                 self.group_file = open(folder.path / GROUPS, "a", encoding="utf-8")
         started = False
+        status = "failed"
         try:
             await plan.backend.start(plan.agent, plan.concurrency, plan.user)
             started = True
             self.progress = _Progress(plan.progress, len(self.todo) + len(self.finished_before), self.finished_before)
+            self._watch_run()
             for task in plan.tasks:  # groups an earlier run completed but died before judging
                 await self.judge(task.key)
             await self.run_workers()
+            status = "done"
         except (asyncio.CancelledError, KeyboardInterrupt):
+            status = "interrupted"
             where = f" in {folder.path}; continue with resume=True" if folder else ""
             log.warning("evaluation interrupted: %d rollouts finished and kept%s", len(self.traces), where)
             raise
         finally:
             self.progress.close()
+            for sink in self.sinks:
+                sink.end(status)
             if started:
                 await asyncio.shield(plan.backend.stop())
             for file in (self.trace_file, self.group_file, self.user_file):
@@ -548,6 +619,7 @@ def evaluate(
     progress: bool = True,
     group_scorers: Any = None,
     user: Any = None,
+    monitor: bool = False,
 ) -> Any:
     """Run every task `repeats` times, at most `concurrency` rollouts at once.
 
@@ -565,6 +637,10 @@ def evaluate(
       a stop, a limit, `RolloutLimits(max_user_turns=...)`). An AgentUser's
       own traces are `EvalResult.user_traces` and DIR/user_traces.jsonl.
     - `progress=False` turns the tqdm bar off.
+    - `monitor=True` displays a `rk.notebook.RunMonitor` over the run
+      (counts, rollouts in flight, running means with intervals, the slowest
+      and failed rollouts) instead of the bar. With `out=DIR` the run also
+      writes DIR/live.jsonl, which `rollkit view DIR` follows from elsewhere.
 
     Called from sync code (no event loop running) it runs to the end and
     returns an `EvalResult`. Called where an event loop runs (async code,
@@ -583,24 +659,38 @@ def evaluate(
     """
     plan = _plan(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
-        backend=backend, progress=progress, group_scorers=group_scorers, user=user,
+        backend=backend, progress=progress and not monitor, group_scorers=group_scorers, user=user,
     )
+    pending = _Pending(_execute(plan), plan)
+    if monitor:
+        show = plugged("monitor")
+        if show is None:
+            raise RuntimeError("no run monitor is plugged in: import rollkit (it imports rollkit.notebook)")
+        show(pending)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return interrupts.run(_execute(plan))
+        return interrupts.run(pending._coroutine)
     # Even where nest-asyncio would allow running to the end here, return the
     # awaitable: otherwise `await rk.evaluate(...)` would work in one notebook
     # and fail in another, depending on whether something patched the loop.
-    return _Pending(_execute(plan))
+    return pending
 
 
 class _Pending:
     """What `evaluate` returns where an event loop already runs: await it.
     Its repr says so, for the notebook user who forgot the `await`."""
 
-    def __init__(self, coroutine: Any) -> None:
+    def __init__(self, coroutine: Any, plan: _Plan | None = None) -> None:
         self._coroutine = coroutine
+        self._plan = plan
+
+    def attach(self, watcher: Any) -> None:
+        """Have `watcher` (a rollkit.runs.live.RunState) hear of this run as it
+        goes, like its live file; before it is awaited only."""
+        if self._plan is None:
+            raise RuntimeError("this evaluation cannot be watched")
+        self._plan.watchers.append(watcher)
 
     def __await__(self) -> Any:
         return self._coroutine.__await__()

@@ -13,6 +13,7 @@ run folders.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from ..core.agent import Agent
@@ -59,19 +60,24 @@ def failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseExcep
     return trace
 
 
-async def run_rollout(agent: Agent, task: Task, info: dict[str, Any], user: UserSpec = None) -> Trace:
+async def run_rollout(agent: Agent, task: Task, info: dict[str, Any], user: UserSpec = None,
+                      watch: Callable[[Any], None] | None = None) -> Trace:
     """One rollout to the end, whatever happens inside it: the core records a
     rollout's failures on its trace; anything that still escapes (a lifetime
     error, a bug) is recorded here, so it never reaches the siblings (L32).
     Only cancellation propagates, after aborting the rollout. With a `user`
     (see `user_for`) the rollout is a conversation (rollkit.core.users), and
-    an AgentUser's own traces are `trace.user_traces`."""
+    an AgentUser's own traces are `trace.user_traces`. `watch(rollout)`, when
+    given, is called once the rollout is built, before it opens (a run's
+    monitor subscribes to its events there)."""
     try:
         speaker = user_for(user, task)
         rollout = agent.rollout(task, user=speaker is not None)
     except Exception as exc:
         return failure_trace(agent, task, info, exc)
     rollout.trace.info.update(info)
+    if watch is not None:
+        watch(rollout)
     try:
         if await rollout.open():
             await drive(rollout, speaker)
