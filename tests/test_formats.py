@@ -459,3 +459,23 @@ def test_rollkit_show_reads_an_inspect_log(inspect_logs):
     assert "rollouts: 8 over 4 tasks" in done.stdout
     reward_line = next(line for line in done.stdout.splitlines() if line.startswith("reward "))
     assert reward_line.split() == ["reward", "0.750", "[0.363,", "1.137]", "8", "/", "8"]
+
+
+def test_view_shows_another_tools_trace_file_and_compares_two(verifiers_run, tmp_path):
+    from rollkit.notebook.browser import TraceBrowser
+    from rollkit.notebook.monitor import view
+
+    page = view([verifiers_run])
+    heading, part = page.children
+    assert str(verifiers_run) in heading.value
+    summary, browser = part.children
+    assert "rollouts: 3 over 2 tasks" in summary.value
+    assert isinstance(browser, TraceBrowser)
+    assert [t.info["rollout_id"] for t in browser.traces] == ["0#0", "0#1", "1#0"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    _, part = view([bad]).children
+    assert f"{bad}: line 1 is not a rollkit trace" in part.value
+    twice = view([verifiers_run, verifiers_run])
+    twice.children[-2].click()
+    assert "paired sign-flip permutation test" in twice.children[-1].value

@@ -133,9 +133,14 @@ def test_view_follows_a_run_as_it_is_written_and_opens_a_finished_rollout(tmp_pa
         _stop(viewer)
 
 
-def test_view_refuses_a_file_early(tmp_path: Path) -> None:
-    (tmp_path / "f.txt").write_text("x")
-    done = subprocess.run([sys.executable, "-m", "rollkit", "view", str(tmp_path / "f.txt")], env=_env(),
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1
-    assert f"Error: {tmp_path / 'f.txt'} is a file, not a run folder: pass the --out folder of rollkit eval" in done.stderr
+def test_view_refuses_a_file_it_cannot_show_early(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("x\n")
+    (tmp_path / "empty.jsonl").write_text("")
+    for name, why in (("notes.txt", "is neither a run folder nor a trace file rollkit reads (" + str(tmp_path / "notes.txt")
+                       + ": line 1 is not a rollkit trace"), ("empty.jsonl", "holds no traces")):
+        done = subprocess.run([sys.executable, "-m", "rollkit", "view", str(tmp_path / name)], env=_env(),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1
+        assert f"Error: {tmp_path / name} {why}" in done.stderr
+        assert ("pass the --out folder of rollkit eval, or a trace file in one of the formats rk.load reads "
+                "(rollkit, inspect, trajectory, tau2, verifiers, messages)") in done.stderr

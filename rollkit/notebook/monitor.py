@@ -303,12 +303,14 @@ class RunMonitor(widgets.VBox):
 
 def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5) -> widgets.VBox:
     """The page of `rollkit view DIR...`: a monitor following each folder
-    and, for two folders, a button comparing them (rk.compare)."""
+    (a trace file, of any format rk.load reads, gets its summary and a
+    trace browser) and, for two of them, a button comparing them
+    (rk.compare)."""
     folders = [Path(p) for p in paths]
     parts: list[widgets.Widget] = []
     for folder in folders:
         heading = widgets.HTML(f"<h3>{html.escape(str(folder))}</h3>")
-        parts += [heading, RunMonitor(folder, poll_every=poll_every)]
+        parts += [heading, _trace_file_view(folder) if folder.is_file() else RunMonitor(folder, poll_every=poll_every)]
     if len(folders) == 2:
         button = widgets.Button(description="compare the two runs")
         button.add_class("rk-compare-button")
@@ -326,3 +328,18 @@ def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5) ->
         button.on_click(on_click)
         parts += [button, result]
     return widgets.VBox(parts)
+
+
+def _trace_file_view(path: Path) -> widgets.Widget:
+    """A finished trace file (rollkit's or another tool's): its summary
+    table and a TraceBrowser over its traces; one that cannot be read says why."""
+    from ..core.store import TraceFileError, load
+    from ..runs.evaluation import EvalResult
+
+    try:
+        traces = load(path)
+    except (FileNotFoundError, ModuleNotFoundError, TraceFileError, ValueError) as exc:
+        return widgets.HTML(error_html(str(exc)))
+    summary = widgets.HTML(f"<pre>{html.escape(EvalResult(traces).summary())}</pre>")
+    summary.add_class("rk-file-summary")
+    return widgets.VBox([summary, TraceBrowser(traces)])

@@ -318,8 +318,10 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
     """Serve a page (Voila, on 127.0.0.1 only) that follows each run folder
     DIR as it is written: done / in flight / failed, the rollouts in flight,
     running means with 95% intervals, stop reasons and errors, the slowest
-    and failed rollouts (click one to read it); with two folders, a button
-    compares them. Prints the URL; Ctrl-C stops the server."""
+    and failed rollouts (click one to read it); with two runs, a button
+    compares them. DIR may also be a trace file of any format rk.load reads
+    (an inspect-ai log, a verifiers results.jsonl, ...): the page shows its
+    summary and a trace browser. Prints the URL; Ctrl-C stops the server."""
     import importlib.util
     import shutil
     import tempfile
@@ -327,8 +329,9 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
     if importlib.util.find_spec("voila") is None:
         raise click.ClickException("rollkit view serves its page with Voila, which is not installed: pip install 'rollkit[view]'")
     for folder in folders:
-        if folder.exists() and not folder.is_dir():
-            raise click.ClickException(f"{folder} is a file, not a run folder: pass the --out folder of rollkit eval")
+        if folder.is_file():
+            _check_trace_file(folder)
+            continue
         if not folder.exists() or not any((folder / n).exists() for n in ("manifest.json", "traces.jsonl", "live.jsonl")):
             click.echo(f"warning: {folder} is not a run folder (yet); the page says so and follows it if a run starts there",
                        err=True)
@@ -339,6 +342,27 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
         _serve(notebook, home, port or _free_port())
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _check_trace_file(path: Path) -> None:
+    """Refuse, before any server starts, a file `rollkit view` cannot show:
+    one rk.load does not read, or one holding no traces."""
+    import warnings
+
+    from ..core.store import TraceFileError, formats, load
+
+    what = (f"pass the --out folder of rollkit eval, or a trace file in one of the formats rk.load reads "
+            f"({', '.join(formats())})")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a torn last line is said by the page itself
+            traces = load(path)
+    except ModuleNotFoundError as exc:  # a format whose reader is an optional extra
+        raise click.ClickException(str(exc)) from None
+    except (TraceFileError, ValueError) as exc:
+        raise click.ClickException(f"{path} is neither a run folder nor a trace file rollkit reads ({exc}): {what}") from None
+    if not traces:
+        raise click.ClickException(f"{path} holds no traces: {what}")
 
 
 def _serve(notebook: Path, home: Path, port: int) -> None:
