@@ -333,12 +333,12 @@ def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5) ->
 def _trace_file_view(path: Path) -> widgets.Widget:
     """A finished trace file (rollkit's or another tool's): its summary
     table and a TraceBrowser over its traces; one that cannot be read says why."""
-    from ..core.store import TraceFileError, load
+    from ..core.store import load
     from ..runs.evaluation import EvalResult
 
     try:
         traces = load(path)
-    except (FileNotFoundError, ModuleNotFoundError, TraceFileError, ValueError) as exc:
+    except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:  # ValueError: TraceFileError among them
         return widgets.HTML(error_html(str(exc)))
     summary = widgets.HTML(f"<pre>{html.escape(EvalResult(traces).summary())}</pre>")
     summary.add_class("rk-file-summary")

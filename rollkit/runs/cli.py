@@ -349,17 +349,17 @@ def _check_trace_file(path: Path) -> None:
     one rk.load does not read, or one holding no traces."""
     import warnings
 
-    from ..core.store import TraceFileError, formats, load
+    from ..core.store import formats, load
 
     what = (f"pass the --out folder of rollkit eval, or a trace file in one of the formats rk.load reads "
             f"({', '.join(formats())})")
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a torn last line is said by the page itself
+            warnings.simplefilter("ignore")  # a torn last line is no reason to refuse: the page shows what is whole
             traces = load(path)
     except ModuleNotFoundError as exc:  # a format whose reader is an optional extra
         raise click.ClickException(str(exc)) from None
-    except (TraceFileError, ValueError) as exc:
+    except ValueError as exc:  # TraceFileError, or bytes no reader could decode
         raise click.ClickException(f"{path} is neither a run folder nor a trace file rollkit reads ({exc}): {what}") from None
     if not traces:
         raise click.ClickException(f"{path} holds no traces: {what}")
