@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
     from .task import Task
 
-__all__ = ["fork", "ForkError", "Prefix", "prefix_of"]
+__all__ = ["fork", "ForkError", "Prefix", "prefix_of", "start_from", "task_of"]
 
 # Stop conditions the fork finds again by itself: limits are checked before
 # every model call, the user-turn cap before every user turn.
@@ -141,7 +141,18 @@ def prefix_of(trace: Trace, turn: int) -> Prefix:
     )
 
 
-def _task_of(trace: Trace) -> Task:
+def start_from(rollout: Rollout, prefix: Prefix) -> None:
+    """Make a built, unopened `rollout` start where `prefix` stood (its
+    `open()` installs it); refused when its runtime cannot be copied."""
+    if not rollout.runtime.forkable:
+        raise ForkError(
+            f"cannot fork trace {prefix.source} at turn {prefix.turn} into a {type(rollout.runtime).__name__}: "
+            f"{rollout.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
+        )
+    rollout._prefix = prefix
+
+
+def task_of(trace: Trace) -> Task:
     from .task import Task
 
     ref = trace.task
@@ -182,13 +193,8 @@ async def fork(
     if not callable(getattr(agent, "rollout", None)):  # by what it offers: agent imports rollout, which imports this
         raise TypeError(f"rk.fork needs agent=, the rk.Agent that runs the fork; got {type(agent).__name__}")
     prefix = prefix_of(trace, turn)
-    rollout = agent.rollout(task if task is not None else _task_of(trace), runtime, user=True)
-    if not rollout.runtime.forkable:
-        raise ForkError(
-            f"cannot fork trace {trace.id} at turn {turn} into a {type(rollout.runtime).__name__}: "
-            f"{rollout.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
-        )
-    rollout._prefix = prefix
+    rollout = agent.rollout(task if task is not None else task_of(trace), runtime, user=True)
+    start_from(rollout, prefix)
     if before_open is not None:
         before_open(rollout)
     if not await rollout.open():
