@@ -28,7 +28,6 @@ rollkit.runs.stats.wilson_interval, the plots rollkit.notebook.plots.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Callable, Iterable
@@ -365,7 +364,7 @@ def turn_values(
                                  resume=resume, progress=progress)
         return values[0]
 
-    return _run_or_await(sweep())
+    return interrupts.run_or_await(sweep(), what="turn-value sweep")
 
 
 async def turn_values_many_async(
@@ -384,7 +383,8 @@ def turn_values_many(
     each), in one run; returns a `TurnValueBatch` (sync) or an awaitable
     (where an event loop runs), as `turn_values` does."""
     sources = _sources(traces, success)
-    return _run_or_await(_many(sources, agent, _check_n(n), success, concurrency, out, resume, progress))
+    return interrupts.run_or_await(_many(sources, agent, _check_n(n), success, concurrency, out, resume, progress),
+                                  what="turn-value sweep")
 
 
 def _sources(traces: Iterable[Trace], success: Success) -> list[_Source]:
@@ -399,11 +399,3 @@ async def _many(sources: list[_Source], agent: Agent, n: int, success: Success, 
     values, result = await _sweep(sources, agent, n, success, concurrency=concurrency, out=out, resume=resume,
                                   progress=progress)
     return TurnValueBatch(values, result)
-
-
-def _run_or_await(coroutine: Any) -> Any:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return interrupts.run(coroutine, what="turn-value sweep")
-    return coroutine
