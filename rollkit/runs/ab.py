@@ -26,7 +26,8 @@ success rates, how many pairs the test is expected to need, by simulating
 the same sequence and rule.
 
 This module owns the scheduling, the pairing and the stopping; the
-statistics are rollkit.runs.sequential's.
+statistics are rollkit.runs.sequential's, the figures the notebook layer's
+(`rk.plots.ab`, `rk.notebook.ABMonitor`).
 """
 
 from __future__ import annotations
@@ -102,11 +103,6 @@ class ABResult:
 
         return pandas.DataFrame([vars(s) for s in self.history],
                                 columns=["pairs", "missing", "mean", "low", "high", "decision", "planned"])
-
-    def plot(self) -> Any:
-        from ..notebook import plots  # noqa: PLC0415 - the notebook layer draws
-
-        return plots.ab(self)
 
     def summary(self) -> str:
         mean = "-" if self.mean is None else f"{self.mean:+.3f}"

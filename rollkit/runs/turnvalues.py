@@ -23,7 +23,8 @@ and answers where failing rollouts go wrong (`drops()`), and
 labels (process reward data) in the layout documented on `export`.
 
 This module owns the sweep and its bookkeeping; the interval is
-rollkit.runs.stats.wilson_interval, the plots rollkit.notebook.plots.
+rollkit.runs.stats.wilson_interval; the figures are the notebook layer's
+(`rk.plots.turn_values`, `rk.plots.drop_turns`, `rk.notebook.TurnValueView`).
 """
 
 from __future__ import annotations
@@ -171,11 +172,6 @@ class TurnValues:
         """(turn, change) of the largest rise: the decisive good move."""
         rises = [s for s in self._steps() if s[1] > 0]
         return max(rises, key=lambda s: s[1]) if rises else None
-
-    def plot(self) -> Any:
-        from ..notebook import plots  # noqa: PLC0415 - the notebook layer draws; this one computes
-
-        return plots.turn_values(self)
 
     def __repr__(self) -> str:
         drop = f", largest drop at turn {self.drop[0]} ({self.drop[1]:+.2f})" if self.drop else ""
