@@ -7,7 +7,9 @@ when the final answer is right.
 
 `slippery_calculator_model(slip=0.15)` is the stochastic toy for it: at each
 step it slips with probability `slip` (it uses the operand off by one), and
-a slip is never noticed, so from that turn on the rollout is lost; with
+a slip is never noticed, so from that turn on the rollout is lost (its
+later steps are right arithmetic on a wrong total, and a wrong total stays
+wrong); with
 `recover` > 0 a lost rollout redoes the whole chain correctly at a step with
 that probability. Its randomness is seeded per rollout and per call
 (`seed`, the rollout's stable key `calling_rollout_key` — "task#repeat" in a
@@ -119,11 +121,14 @@ def slippery_calculator_model(slip: float = 0.15, recover: float = 0.0, seed: in
         if done >= len(steps):
             return f"The answer is {results[-1]}."
         total = int(results[-1]) if results else start
-        if done and recover and _right_so_far(start, steps, done, total) is False \
-                and _draw(seed, key + "/recover", call) < recover:
-            total = _true_total(start, steps, done)  # it redoes the chain and finds its mistake
+        right = _right_so_far(start, steps, done, total)
+        if not right and recover and _draw(seed, key + "/recover", call) < recover:
+            total, right = _true_total(start, steps, done), True  # it redoes the chain and finds its mistake
         op, operand = steps[done]
-        if _draw(seed, key, call) < slip:
+        # A lost rollout slips no more: a second slip could cancel the first
+        # and make "lost" a state one can leave by luck, which the known
+        # success chance (success_chance) does not allow for.
+        if right and _draw(seed, key, call) < slip:
             operand += 1  # the slip: it misreads the operand
         return ScriptedModel.call("calculator", expression=f"{total} {op} {operand}")
 
