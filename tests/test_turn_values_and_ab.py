@@ -252,3 +252,13 @@ def test_plan_ab_needs_more_pairs_for_a_smaller_difference():
     big, small = rk.plan_ab(0.5, 0.9, sims=200), rk.plan_ab(0.5, 0.7, sims=200)
     assert big.median_pairs < small.median_pairs
     assert big.wrong <= 0.05 and small.right >= 0.9
+
+
+def test_a_sweep_leaves_the_source_trace_untouched_and_each_continuation_its_own_record(sources):
+    before = sources[2].model_dump_json()
+    values = rk.turn_values(sources[2], chain_agent(slip=SLIP), n=3, turns=[2], progress=False)
+    assert sources[2].model_dump_json() == before
+    first, second = values.continuations[2][:2]
+    assert first.messages is not second.messages and first.model_calls is not second.model_calls
+    assert [m.content for m in first.messages[:6]] == [m.content for m in sources[2].messages[:6]]
+    assert first.num_turns == second.num_turns == sources[2].num_turns

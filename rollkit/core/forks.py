@@ -71,6 +71,17 @@ class Prefix:
     stop_condition: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
+    def fresh(self) -> Prefix:
+        """A copy for one more rollout to start from: new lists, so each
+        rollout extends its own, sharing the records in them, which nothing
+        changes once recorded. Many continuations of one fork cost one deep
+        copy of the original's record (prefix_of), not one each."""
+        lists = {name: list(getattr(self, name)) for name in _LISTS}
+        return Prefix(**{**self.__dict__, **lists, "info": dict(self.info)})
+
+
+_LISTS = ("messages", "sampled", "model_calls", "request_rewrites", "response_rewrites", "segments", "user_turns")
+
 
 def _check(trace: Trace, turn: Any) -> None:
     n = trace.num_turns

@@ -275,8 +275,8 @@ class _Plan:
     out: Path | None
     resume: bool
     user: Any = None  # a rk.User, or a function of the task making one (runner.user_for)
-    # Where a task's rollouts start when not from its prompt: task key ->
-    # (trace, turn) to fork from (rollkit.runs.turnvalues runs continuations so).
+    # Where a task's rollouts start when not from its prompt: task key -> a
+    # fork's prefix (rollkit.runs.turnvalues runs continuations this way).
     starts: dict[str, Any] = field(default_factory=dict)
     folder: RunFolder | None = None  # set by _execute, the only place that touches the folder
     # What watches the run in this process (a monitor's rollkit.runs.live.RunState),
@@ -356,7 +356,7 @@ class _LocalBackend:
     name = "local"
     watch: Any = None  # set by _Run when something watches the run: the rollouts' events reach it
 
-    starts: dict[str, Any] = {}  # set by _execute from the plan: task key -> (trace, turn) to fork from
+    starts: dict[str, Any] = {}  # set by _execute from the plan: task key -> fork prefix
 
     async def start(self, agent: Agent, concurrency: int, user: Any = None) -> None:
         self.agent = agent

@@ -295,7 +295,7 @@ async def _sweep(sources: list[_Source], agent: Agent, n: int, success: Success,
             turn_of[key] = (i, k)
             tasks.append(_turn_task(source.task, key))
             if k:
-                starts[key] = (source.trace, k)
+                starts[key] = prefix_of(source.trace, k)
     if not tasks:
         result = EvalResult([], [], out=None, manifest={})
     else:
