@@ -29,13 +29,10 @@ import random
 import re
 
 from ..core.agent import Agent, RolloutLimits
-from ..core.hooks import reward
 from ..core.messages import Request
 from ..core.models import ScriptedModel, calling_rollout_key
-from ..core.task import Task, TaskData
-from ..core.tools import tool
-from ..core.trace import Trace
-from .arithmetic import _evaluate
+from ..core.task import TaskData
+from .arithmetic import Arithmetic
 
 __all__ = ["Chain", "ChainData", "chain_tasks", "slippery_calculator_model", "success_chance", "chain_agent"]
 
@@ -49,24 +46,11 @@ class ChainData(TaskData):
     answer: int
 
 
-class Chain(Task):
-    """Apply each step to the running total; the calculator is there to help."""
+class Chain(Arithmetic):
+    """Apply each step to the running total; the calculator is there to help
+    (the arithmetic set's calculator, reward and metrics, on chain data)."""
 
     Data = ChainData
-
-    @tool
-    def calculator(self, expression: str) -> str:
-        """Evaluate an arithmetic expression with + - * / and parentheses."""
-        import ast
-
-        value = _evaluate(ast.parse(expression, mode="eval"))
-        return str(int(value)) if float(value).is_integer() else str(value)
-
-    @reward(weight=1.0)
-    def correct(self, trace: Trace) -> float:
-        """1 when the last number in the final reply is the answer."""
-        numbers = re.findall(r"-?\d+", trace.last_reply)
-        return float(bool(numbers) and int(numbers[-1]) == self.data.answer)
 
 
 def chain_tasks(n: int = 8, steps: int = 6, seed: int = 0) -> list[Chain]:
