@@ -262,3 +262,29 @@ def test_a_sweep_leaves_the_source_trace_untouched_and_each_continuation_its_own
     assert first.messages is not second.messages and first.model_calls is not second.model_calls
     assert [m.content for m in first.messages[:6]] == [m.content for m in sources[2].messages[:6]]
     assert first.num_turns == second.num_turns == sources[2].num_turns
+
+
+def test_an_ab_folder_is_followed_live_pair_by_pair_and_rollkit_view_shows_it(tmp_path):
+    from rollkit.notebook.decide import ABMonitor
+    from rollkit.notebook.monitor import view
+    from rollkit.runs.ab import ABFollower
+
+    result = rk.ab_test(_agent(toy_calculator_model()), _agent(careful_calculator_model()), arithmetic_tasks(90),
+                        out=tmp_path / "ab")
+    log = (tmp_path / "ab" / "ab.jsonl").read_bytes()
+    lines = log.splitlines(keepends=True)
+    assert len(lines) == result.pairs + 2  # start, one per pair, end
+    # A writer caught mid-line: the half line waits for the next read.
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "ab.jsonl").write_bytes(b"".join(lines[:3]) + lines[3][:10])
+    follower = ABFollower(partial)
+    assert [s.pairs for s in follower.read()] == [1, 2] and follower.start["planned"] == 90
+    with open(partial / "ab.jsonl", "ab") as file:
+        file.write(lines[3][10:])
+    assert [s.pairs for s in follower.read()] == [3]
+    monitor = ABMonitor.follow(tmp_path / "ab")
+    assert list(monitor.figure.data[1].y) == [s.low for s in result.history]
+    assert f"{result.pairs} of 90 pairs" in monitor.status.value and "B better" in monitor.status.value
+    page = view([tmp_path / "ab"])
+    assert isinstance(page.children[1], ABMonitor)

@@ -155,14 +155,58 @@ def ab(result: Any) -> go.Figure:
 
 class ABMonitor(widgets.VBox):
     """A live view of an A/B test: the interval narrowing as pairs land, and
-    a line saying where it stands. `add(state)` is the test's on_pair."""
+    a line saying where it stands. `add(state)` is the test's on_pair;
+    `ABMonitor.follow(DIR)` reads the DIR/ab.jsonl of a test run elsewhere
+    (what `rollkit view DIR` shows)."""
 
     def __init__(self, signal: str, alpha: float, margin: float | None) -> None:
         self.states: list[Any] = []
         self.figure = go.FigureWidget(_ab_traces([]))
         _ab_layout(self.figure, signal, alpha, margin)
         self.status = widgets.HTML("waiting for the first pair")
+        self.follower: Any = None
         super().__init__([self.status, self.figure])
+
+    @classmethod
+    def follow(cls, folder: Any, *, poll_every: float = 0.5) -> ABMonitor:
+        """A monitor over the A/B test writing `folder` (its ab.jsonl), read
+        every `poll_every` seconds while an event loop runs, until it ends."""
+        from ..runs.ab import ABFollower
+
+        follower = ABFollower(folder)
+        states = follower.read()
+        start = follower.start or {"signal": "reward", "alpha": 0.05, "margin": None}
+        monitor = cls(start["signal"], start["alpha"], start["margin"])
+        monitor.follower = follower
+        for state in states:
+            monitor.add(state)
+        monitor._ended()
+        monitor._poll_every = poll_every
+        monitor._schedule_poll()
+        return monitor
+
+    def _schedule_poll(self) -> None:
+        import asyncio
+
+        if self.follower.ended is not None:
+            return
+        try:
+            asyncio.get_running_loop().call_later(self._poll_every, self.poll)
+        except RuntimeError:
+            pass  # no loop to wait on: `poll()` reads on demand
+
+    def poll(self) -> int:
+        """Read what the followed test wrote since the last read; returns how many pairs."""
+        states = self.follower.read()
+        for state in states:
+            self.add(state)
+        self._ended()
+        self._schedule_poll()
+        return len(states)
+
+    def _ended(self) -> None:
+        if self.follower is not None and self.follower.ended is not None and not self.states:
+            self.status.value = "the test ended before any pair counted"
 
     def add(self, state: Any) -> None:
         self.states.append(state)

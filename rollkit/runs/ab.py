@@ -33,6 +33,7 @@ statistics are rollkit.runs.sequential's, the figures the notebook layer's
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import time
@@ -55,7 +56,10 @@ from .sequential import METHOD, ConfidenceSequence, decision, simulate
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["ab_test", "ab_test_async", "ABResult", "ABState", "plan_ab", "ABPlan", "ABTestError"]
+__all__ = ["ab_test", "ab_test_async", "ABResult", "ABState", "plan_ab", "ABPlan", "ABTestError", "ABFollower",
+           "AB_LOG"]
+
+AB_LOG = "ab.jsonl"  # in an A/B test's out= folder: a start line, one line per pair counted, an end line
 
 
 class ABTestError(ValueError):
@@ -161,11 +165,17 @@ class _Test:
         self.decided: str | None = None
         self.finished = asyncio.Event()
         self.files: dict[str, Any] = {}
+        self.log: Any = None
         self.run_id = f"ab-{seed}-{int(time.time())}"
 
     def state(self) -> ABState:
         low, high = self.sequence.interval
         return ABState(self.sequence.n, self.missing, self.sequence.mean, low, high, self.decided, len(self.pairs))
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if self.log is not None:
+            self.log.write(json.dumps(record) + "\n")
+            self.log.flush()  # a line per pair: `rollkit view DIR` follows it as it grows
 
     def landed(self, index: int, arm: str, trace: Trace) -> None:
         self.done[(index, arm)] = trace
@@ -184,6 +194,7 @@ class _Test:
                 self.decided = decision(*self.sequence.interval, self.margin)
             state = self.state()
             self.history.append(state)
+            self._log({"kind": "pair", **vars(state)})
             if self.on_pair is not None:
                 self.on_pair(state)
             if self.stop and self.decided is not None:
@@ -206,6 +217,9 @@ class _Test:
         if self.out is not None:
             self.out.mkdir(parents=True, exist_ok=True)
             self.files = {arm: open(self.out / f"{arm}.jsonl", "a", encoding="utf-8") for arm in ("a", "b")}
+            self.log = open(self.out / AB_LOG, "a", encoding="utf-8")
+            self._log({"kind": "start", "signal": self.signal, "alpha": self.alpha, "margin": self.margin,
+                       "planned": len(self.pairs), "method": METHOD})
         jobs = iter([(i, arm) for i in range(len(self.pairs)) for arm in ("a", "b")])
         workers = [asyncio.ensure_future(self.worker(jobs)) for _ in range(min(self.concurrency, 2 * len(self.pairs)))]
         waiter = asyncio.ensure_future(self.finished.wait())
@@ -220,6 +234,9 @@ class _Test:
             await asyncio.wait(workers)
             for file in self.files.values():
                 file.close()
+            if self.log is not None:
+                self._log({"kind": "end", "decision": self.decided, "pairs": self.sequence.n})
+                self.log.close()
         for worker in workers:  # a bug in a worker is the caller's to see, not a silent stop
             if not worker.cancelled() and worker.exception() is not None:
                 raise worker.exception()  # type: ignore[misc]
@@ -285,7 +302,8 @@ def ab_test(a: Agent, b: Agent, tasks: Iterable[Task] | Task, *, repeats: int = 
     - `max_pairs`: the budget; `stop=False` runs every pair (still watched);
     - `bounds`: the range of `signal` (rewards in [0, 1] by default);
     - `seed`: the pairs' order; `concurrency`: rollouts in flight;
-    - `out=DIR`: DIR/a.jsonl and DIR/b.jsonl get each trace as it finishes;
+    - `out=DIR`: DIR/a.jsonl and DIR/b.jsonl get each trace as it finishes,
+      DIR/ab.jsonl the interval after each pair (`rollkit view DIR` follows it);
     - `on_pair(state)`: called after each pair counts; `monitor=True` in a
       notebook draws the interval narrowing as pairs land.
 
@@ -296,6 +314,40 @@ def ab_test(a: Agent, b: Agent, tasks: Iterable[Task] | Task, *, repeats: int = 
                     stop=stop, bounds=bounds, concurrency=concurrency, seed=seed, out=out, on_pair=on_pair,
                     monitor=monitor)
     return run_or_await(test.run(), what="A/B test")
+
+
+class ABFollower:
+    """Reads an A/B test's DIR/ab.jsonl as it grows: `read()` returns the
+    states of the pairs counted since the last read; `start` holds the
+    test's signal, alpha, margin and planned pairs once its first line is
+    in, `ended` its end line. A half-written last line waits for the next read."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.path = Path(folder) / AB_LOG
+        self.offset = 0
+        self.start: dict[str, Any] | None = None
+        self.ended: dict[str, Any] | None = None
+
+    def read(self) -> list[ABState]:
+        try:
+            with open(self.path, "rb") as file:
+                file.seek(self.offset)
+                chunk = file.read()
+        except FileNotFoundError:
+            return []
+        whole = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        states = []
+        for line in whole.splitlines():
+            record = json.loads(line)
+            kind = record.pop("kind", None)
+            if kind == "start":
+                self.start = record
+            elif kind == "end":
+                self.ended = record
+            elif kind == "pair":
+                states.append(ABState(**record))
+        return states
 
 
 @dataclass
