@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
     from .task import Task
 
-__all__ = ["fork", "ForkError", "Prefix", "prefix_of"]
+__all__ = ["fork", "ForkError", "Prefix", "prefix_of", "start_from", "task_of"]
 
 # Stop conditions the fork finds again by itself: limits are checked before
 # every model call, the user-turn cap before every user turn.
@@ -70,6 +70,17 @@ class Prefix:
     next_call: int = 0
     stop_condition: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+
+    def fresh(self) -> Prefix:
+        """A copy for one more rollout to start from: new lists, so each
+        rollout extends its own, sharing the records in them, which nothing
+        changes once recorded. Many continuations of one fork cost one deep
+        copy of the original's record (prefix_of), not one each."""
+        lists = {name: list(getattr(self, name)) for name in _LISTS}
+        return Prefix(**{**self.__dict__, **lists, "info": dict(self.info)})
+
+
+_LISTS = ("messages", "sampled", "model_calls", "request_rewrites", "response_rewrites", "segments", "user_turns")
 
 
 def _check(trace: Trace, turn: Any) -> None:
@@ -141,7 +152,18 @@ def prefix_of(trace: Trace, turn: int) -> Prefix:
     )
 
 
-def _task_of(trace: Trace) -> Task:
+def start_from(rollout: Rollout, prefix: Prefix) -> None:
+    """Make a built, unopened `rollout` start where `prefix` stood (its
+    `open()` installs it); refused when its runtime cannot be copied."""
+    if not rollout.runtime.forkable:
+        raise ForkError(
+            f"cannot fork trace {prefix.source} at turn {prefix.turn} into a {type(rollout.runtime).__name__}: "
+            f"{rollout.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
+        )
+    rollout._prefix = prefix
+
+
+def task_of(trace: Trace) -> Task:
     from .task import Task
 
     ref = trace.task
@@ -182,13 +204,8 @@ async def fork(
     if not callable(getattr(agent, "rollout", None)):  # by what it offers: agent imports rollout, which imports this
         raise TypeError(f"rk.fork needs agent=, the rk.Agent that runs the fork; got {type(agent).__name__}")
     prefix = prefix_of(trace, turn)
-    rollout = agent.rollout(task if task is not None else _task_of(trace), runtime, user=True)
-    if not rollout.runtime.forkable:
-        raise ForkError(
-            f"cannot fork trace {trace.id} at turn {turn} into a {type(rollout.runtime).__name__}: "
-            f"{rollout.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
-        )
-    rollout._prefix = prefix
+    rollout = agent.rollout(task if task is not None else task_of(trace), runtime, user=True)
+    start_from(rollout, prefix)
     if before_open is not None:
         before_open(rollout)
     if not await rollout.open():

@@ -26,12 +26,18 @@ from .messages import AssistantMessage, Request, Response, ToolCall, Usage
 
 __all__ = [
     "Model", "ScriptedModel", "count_tokens", "register_model", "resolve_model", "model_names", "calling_rollout",
+    "calling_rollout_key",
 ]
 
 # The id of the rollout whose model call is running (set by the session
 # around `model.complete`), for a model that serves several rollouts and
 # must tell them apart (a HumanModel's per-rollout askers).
 calling_rollout: contextvars.ContextVar[str | None] = contextvars.ContextVar("calling_rollout", default=None)
+# A name of that rollout that is the same when the run is repeated
+# (`trace.info["rollout_id"]`, "task#repeat", when a run named it; else the
+# trace id), for a model whose randomness is seeded per rollout so runs
+# reproduce (rollkit.examples.chain's slippery toy).
+calling_rollout_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("calling_rollout_key", default=None)
 
 
 class Model:

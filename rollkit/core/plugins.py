@@ -17,7 +17,10 @@ The points, and who plugs them:
   the notebook layer (`EvalResult.rollouts()` ...);
 - `demo`: `fn(n_tasks) -> (agent, tasks)`, the examples (`rollkit demo`);
 - `monitor`: `fn(pending)` displays a run monitor over an `rk.evaluate`
-  awaitable, the notebook layer (`rk.evaluate(..., monitor=True)`).
+  awaitable, the notebook layer (`rk.evaluate(..., monitor=True)`);
+- `ab_monitor`: `fn(signal, alpha, margin) -> on_pair(state)` displays a live
+  view of an A/B test's interval, the notebook layer
+  (`rk.ab_test(..., monitor=True)`).
 
 This module holds the table and nothing else; it imports nothing of rollkit.
 """
@@ -29,7 +32,7 @@ from typing import Any
 
 __all__ = ["plug", "plugged", "POINTS"]
 
-POINTS = ("trace_html", "frames", "demo", "monitor")
+POINTS = ("trace_html", "frames", "demo", "monitor", "ab_monitor")
 
 _plugs: dict[str, Callable[..., Any]] = {}
 

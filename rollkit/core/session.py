@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ProviderError, Refused, crossing
 from .hooks import HookSet, check_stop, rewrite
 from .messages import Request, Response
-from .models import calling_rollout
+from .models import calling_rollout, calling_rollout_key
 from .trace import ErrorInfo, Rewrite
 
 if TYPE_CHECKING:
@@ -137,10 +137,12 @@ class Session:
         start = time.time()
         try:
             token = calling_rollout.set(self.trace.id)
+            key_token = calling_rollout_key.set(self.trace.info.get("rollout_id") or self.trace.id)
             try:
                 with crossing(ProviderError, f"model {self.model.name!r}"):
                     response = await self.model.complete(request)
             finally:
+                calling_rollout_key.reset(key_token)
                 calling_rollout.reset(token)
         except BaseException as exc:
             # Cancelled calls too: their time was spent waiting for the model.

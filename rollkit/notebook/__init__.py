@@ -43,6 +43,8 @@ _LAZY = {
     "chat_html": (".display", "chat_html"),
     "replay_hooks": (".whatif", "replay_hooks"),
     "trace_html": (".display", "trace_html"),
+    "TurnValueView": (".decide", "TurnValueView"),
+    "ABMonitor": (".decide", "ABMonitor"),
 }
 _LAZY.update({module: (f".{module}", None) for module in ("display", "frames", "plots")})
 
@@ -84,3 +86,16 @@ def _monitor(pending: Any) -> None:
 plug("trace_html", _trace_html)
 plug("frames", _frames)
 plug("monitor", _monitor)
+
+
+def _ab_monitor(signal: str, alpha: float, margin: float | None) -> Any:
+    from IPython.display import display
+
+    from .decide import ABMonitor
+
+    monitor = ABMonitor(signal, alpha, margin)
+    display(monitor)
+    return monitor.add
+
+
+plug("ab_monitor", _ab_monitor)

@@ -303,14 +303,14 @@ class RunMonitor(widgets.VBox):
 
 def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5) -> widgets.VBox:
     """The page of `rollkit view DIR...`: a monitor following each folder
-    (a trace file, of any format rk.load reads, gets its summary and a
+    (an A/B test's folder gets its interval, live; a trace file, of any format rk.load reads, gets its summary and a
     trace browser) and, for two of them, a button comparing them
     (rk.compare)."""
     folders = [Path(p) for p in paths]
     parts: list[widgets.Widget] = []
     for folder in folders:
         heading = widgets.HTML(f"<h3>{html.escape(str(folder))}</h3>")
-        parts += [heading, _trace_file_view(folder) if folder.is_file() else RunMonitor(folder, poll_every=poll_every)]
+        parts += [heading, _trace_file_view(folder) if folder.is_file() else _folder_view(folder, poll_every)]
     if len(folders) == 2:
         button = widgets.Button(description="compare the two runs")
         button.add_class("rk-compare-button")
@@ -328,6 +328,18 @@ def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5) ->
         button.on_click(on_click)
         parts += [button, result]
     return widgets.VBox(parts)
+
+
+def _folder_view(folder: Path, poll_every: float) -> widgets.Widget:
+    """A run folder's monitor, or an A/B test's interval when the folder is one
+    (rk.ab_test(..., out=DIR) writes DIR/ab.jsonl)."""
+    from ..runs.ab import AB_LOG
+
+    if (folder / AB_LOG).exists():
+        from .decide import ABMonitor
+
+        return ABMonitor.follow(folder, poll_every=poll_every)
+    return RunMonitor(folder, poll_every=poll_every)
 
 
 def _trace_file_view(path: Path) -> widgets.Widget:

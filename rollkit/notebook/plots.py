@@ -64,6 +64,9 @@ __all__ = [
     "LivePhaseTimeline",
     "LiveRewards",
     "segment_boundaries",
+    "turn_values",
+    "drop_turns",
+    "ab",
 ]
 
 _COLORS = {
@@ -665,3 +668,7 @@ class LiveRewards:
         from IPython.display import display
 
         display(self.figure)
+
+
+# Where a rollout went wrong and whether B beats A: drawn in .decide, named here too.
+from .decide import ab, drop_turns, turn_values  # noqa: E402

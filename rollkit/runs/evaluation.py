@@ -275,6 +275,9 @@ class _Plan:
     out: Path | None
     resume: bool
     user: Any = None  # a rk.User, or a function of the task making one (runner.user_for)
+    # Where a task's rollouts start when not from its prompt: task key -> a
+    # fork's prefix (rollkit.runs.turnvalues runs continuations this way).
+    starts: dict[str, Any] = field(default_factory=dict)
     folder: RunFolder | None = None  # set by _execute, the only place that touches the folder
     # What watches the run in this process (a monitor's rollkit.runs.live.RunState),
     # called as the live file's LiveWriter is: begin, started, phase, turn, finished, end.
@@ -353,12 +356,14 @@ class _LocalBackend:
     name = "local"
     watch: Any = None  # set by _Run when something watches the run: the rollouts' events reach it
 
+    starts: dict[str, Any] = {}  # set by _execute from the plan: task key -> fork prefix
+
     async def start(self, agent: Agent, concurrency: int, user: Any = None) -> None:
         self.agent = agent
         self.user = user
 
     async def run(self, task: Task, info: dict[str, Any]) -> Trace:
-        return await run_rollout(self.agent, task, info, self.user, self.watch)
+        return await run_rollout(self.agent, task, info, self.user, self.watch, self.starts.get(task.key))
 
     async def stop(self) -> None:
         pass
@@ -579,6 +584,10 @@ async def _execute(plan: _Plan) -> EvalResult:
     # not while planning: an `rk.evaluate(...)` awaitable that is never
     # awaited must not leave a manifest behind, or the next run on the same
     # out= would be refused as "already holds a run".
+    if plan.starts:
+        if not isinstance(plan.backend, _LocalBackend):
+            raise _BadValue("continuations from a fork run on the local backend only (their prefixes stay in this process)")
+        plan.backend.starts = plan.starts
     if plan.out is not None:
         plan.folder = prepare_folder(plan.out, plan.manifest, plan.resume)
         plan.manifest = plan.folder.manifest

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run", "SIGNALS"]
+__all__ = ["run", "run_or_await", "SIGNALS"]
 
 log = logging.getLogger("rollkit")
 
@@ -54,6 +54,17 @@ def _kill_programs() -> int:
     # Only if programs can exist at all: importing the module here would be wasted work.
     runtime = sys.modules.get("rollkit.programs.subprocess_runtime")
     return runtime.kill_all_programs() if runtime is not None else 0
+
+
+def run_or_await(main: Coroutine[Any, Any, T], *, what: str = "evaluation") -> Any:
+    """`run(main)` from sync code; where an event loop already runs, `main`
+    itself, for the caller to await (rk.evaluate's one rule, so the same
+    cell works in every notebook)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run(main, what=what)
+    return main
 
 
 def run(main: Coroutine[Any, Any, T], *, what: str = "evaluation") -> T:

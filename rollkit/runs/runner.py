@@ -18,6 +18,7 @@ from typing import Any
 
 from ..core.agent import Agent
 from ..core.errors import TaskError
+from ..core.forks import Prefix, start_from
 from ..core.task import Task
 from ..core.trace import ErrorInfo, TaskRef, Trace
 from ..core.users import User, drive
@@ -61,7 +62,7 @@ def failure_trace(agent: Agent, task: Task, info: dict[str, Any], exc: BaseExcep
 
 
 async def run_rollout(agent: Agent, task: Task, info: dict[str, Any], user: UserSpec = None,
-                      watch: Callable[[Any], None] | None = None) -> Trace:
+                      watch: Callable[[Any], None] | None = None, start: Prefix | None = None) -> Trace:
     """One rollout to the end, whatever happens inside it: the core records a
     rollout's failures on its trace; anything that still escapes (a lifetime
     error, a bug) is recorded here, so it never reaches the siblings (L32).
@@ -69,10 +70,15 @@ async def run_rollout(agent: Agent, task: Task, info: dict[str, Any], user: User
     (see `user_for`) the rollout is a conversation (rollkit.core.users), and
     an AgentUser's own traces are `trace.user_traces`. `watch(rollout)`, when
     given, is called once the rollout is built, before it opens (a run's
-    monitor subscribes to its events there)."""
+    monitor subscribes to its events there). With `start`, a fork's prefix
+    (rollkit.core.forks.prefix_of), the rollout continues from where that
+    trace stood after that turn instead of from the task's prompt; many
+    rollouts may share one prefix (each starts from its own `fresh()` copy)."""
     try:
         speaker = user_for(user, task)
         rollout = agent.rollout(task, user=speaker is not None)
+        if start is not None:
+            start_from(rollout, start.fresh())
     except Exception as exc:
         return failure_trace(agent, task, info, exc)
     rollout.trace.info.update(info)

@@ -1,12 +1,16 @@
 """The statistics behind summaries and comparisons of runs.
 
-This module owns three computations and says which method each uses:
+This module owns four computations and says which method each uses:
 
 - `mean_interval(values)`: the mean with a 95% Student-t interval
   (mean +/- t(0.975, n-1) * s / sqrt(n)); standard library only, so
   `result.summary()` and `rollkit show` need no numpy.
 - `bootstrap_interval(diffs)`: a percentile bootstrap 95% interval of the
   mean of paired differences (resampling the pairs, numpy, seeded).
+- `wilson_interval(successes, n)`: the 95% Wilson score interval of a
+  success rate (Wilson 1927), which stays inside [0, 1] and keeps its
+  coverage at small n and at rates near 0 or 1, where the normal
+  approximation fails.
 - `sign_flip_test(diffs)`: the paired permutation test of "no difference":
   each pair's difference keeps its size and gets a random sign; the p-value
   is the share of sign patterns whose mean is at least as far from 0 as the
@@ -24,7 +28,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["mean_interval", "bootstrap_interval", "sign_flip_test", "t_critical", "EXACT_LIMIT", "TEST_NAME"]
+__all__ = ["mean_interval", "wilson_interval", "bootstrap_interval", "sign_flip_test", "t_critical", "EXACT_LIMIT", "TEST_NAME"]
 
 TEST_NAME = "paired sign-flip permutation test"
 EXACT_LIMIT = 16  # non-zero differences up to which every sign pattern is enumerated (2**16)
@@ -59,6 +63,17 @@ def mean_interval(values: Sequence[float]) -> tuple[float | None, float | None, 
         return mean, None, None
     half = t_critical(n - 1) * statistics.stdev(values) / math.sqrt(n)
     return mean, mean - half, mean + half
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """(low, high) of the Wilson score interval for `successes` out of `n`."""
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n and n >= 1, got {successes} of {n}")
+    p = successes / n
+    z2 = z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _rng(seed: int) -> Any:
