@@ -100,62 +100,98 @@ def _code_cells(notebook: Path) -> list[str]:
     return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
 
 
-def run_all(python: str, cells: list[str], cwd: Path) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """Start a fresh kernel on `python`, queue every cell at once, then wait
-    for every reply. Returns the replies in arrival order and the iopub
-    messages of each request; fails naming the cells still waiting if the
-    kernel stops answering."""
-    specs = cwd / ".kernels"
-    (specs / "rollkit-test").mkdir(parents=True)
-    (specs / "rollkit-test" / "kernel.json").write_text(json.dumps({
-        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "rollkit test kernel", "language": "python",
-    }))
-    manager = jupyter_client.KernelManager(
-        kernel_name="rollkit-test",
-        kernel_spec_manager=jupyter_client.kernelspec.KernelSpecManager(kernel_dirs=[str(specs)]),
-    )
-    manager.start_kernel(cwd=str(cwd), env=_kernel_env())
-    client = manager.client()
-    client.start_channels()
-    try:
-        client.wait_for_ready(timeout=120)
-        ids = [client.execute(code, store_history=True, allow_stdin=False) for code in cells]
-        replies: dict[str, dict[str, Any]] = {}
-        arrival: list[dict[str, Any]] = []
-        iopub: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
-        idle: set[str] = set()
-        deadline = time.monotonic() + HANG_GUARD_S
-        while len(replies) < len(ids) or not idle >= set(ids):
-            if time.monotonic() > deadline:
-                waiting = [n for n, i in enumerate(ids) if i not in replies]
-                errors = [m["content"] for i in ids for m in iopub[i]
-                          if m["msg_type"] == "error" or (m["msg_type"] == "stream" and m["content"]["name"] == "stderr")]
-                pytest.fail(f"Run All hung: cells {waiting} of {len(ids)} never replied; "
-                            f"errors and stderr seen: {json.dumps(errors)[-3000:]}")
+class _Kernel:
+    """A fresh kernel on `python`, started in `cwd` (which receives its kernel spec)."""
+
+    def __init__(self, python: str, cwd: Path) -> None:
+        specs = cwd / ".kernels"
+        (specs / "rollkit-test").mkdir(parents=True, exist_ok=True)
+        (specs / "rollkit-test" / "kernel.json").write_text(json.dumps({
+            "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "rollkit test kernel", "language": "python",
+        }))
+        self.manager = jupyter_client.KernelManager(
+            kernel_name="rollkit-test",
+            kernel_spec_manager=jupyter_client.kernelspec.KernelSpecManager(kernel_dirs=[str(specs)]),
+        )
+        self.manager.start_kernel(cwd=str(cwd), env=_kernel_env())
+        self.client = self.manager.client()
+        self.client.start_channels()
+        try:
+            self.client.wait_for_ready(timeout=120)
+        except BaseException:
+            self.stop()
+            raise
+        self.iopub: dict[str, list[dict[str, Any]]] = {}
+        self.replies: dict[str, dict[str, Any]] = {}
+        self.arrival: list[dict[str, Any]] = []
+        self.idle: set[str] = set()
+
+    def send(self, code: str) -> str:
+        msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
+        self.iopub[msg_id] = []
+        return msg_id
+
+    def pump(self) -> list[dict[str, Any]]:
+        """Read what has arrived (waiting briefly for iopub); the new iopub messages."""
+        new = []
+        try:
+            msg = self.client.get_iopub_msg(timeout=0.2)
+        except queue.Empty:
+            pass
+        else:
+            new.append(msg)
+            parent = msg["parent_header"].get("msg_id")
+            if parent in self.iopub:
+                self.iopub[parent].append(msg)
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    self.idle.add(parent)
+        while True:
             try:
-                msg = client.get_iopub_msg(timeout=0.2)
+                msg = self.client.get_shell_msg(timeout=0)
             except queue.Empty:
-                pass
-            else:
-                parent = msg["parent_header"].get("msg_id")
-                if parent in iopub:
-                    iopub[parent].append(msg)
-                    if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                        idle.add(parent)
-            while True:
-                try:
-                    msg = client.get_shell_msg(timeout=0)
-                except queue.Empty:
-                    break
-                parent = msg["parent_header"].get("msg_id")
-                if parent in iopub and msg["msg_type"] == "execute_reply":
-                    replies[parent] = msg
-                    arrival.append(msg)
-        return arrival, iopub
+                break
+            parent = msg["parent_header"].get("msg_id")
+            if parent in self.iopub and msg["msg_type"] == "execute_reply":
+                self.replies[parent] = msg
+                self.arrival.append(msg)
+        return new
+
+    def wait(self, ids: list[str]) -> None:
+        """Until every request in `ids` has replied and gone idle; a kernel that
+        stops answering fails the test naming the cells still waiting."""
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not (set(ids) <= set(self.replies) and set(ids) <= self.idle):
+            if time.monotonic() > deadline:
+                waiting = [n for n, i in enumerate(ids) if i not in self.replies]
+                errors = [m["content"] for i in ids for m in self.iopub[i]
+                          if m["msg_type"] == "error" or (m["msg_type"] == "stream" and m["content"]["name"] == "stderr")]
+                pytest.fail(f"the kernel hung: cells {waiting} of {len(ids)} never replied; "
+                            f"errors and stderr seen: {json.dumps(errors)[-3000:]}")
+            self.pump()
+
+    def run(self, code: str) -> tuple[dict[str, Any], list[str]]:
+        """Run one cell to its end: its reply's content and its outputs."""
+        msg_id = self.send(code)
+        self.wait([msg_id])
+        return self.replies[msg_id]["content"], _outputs(self.iopub[msg_id])
+
+    def stop(self) -> None:
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
+
+
+def run_all(python: str, cells: list[str], cwd: Path) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """What Run All does: on a fresh kernel, queue every cell at once, then
+    wait for every reply. The replies in arrival order and the iopub messages
+    of each request."""
+    kernel = _Kernel(python, cwd)
+    try:
+        ids = [kernel.send(code) for code in cells]
+        kernel.wait(ids)
+        return kernel.arrival, kernel.iopub
     finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
+        kernel.stop()
 
 
 def _outputs(messages: list[dict[str, Any]]) -> list[str]:
@@ -194,3 +230,48 @@ def _ends_with_output(notebook: Path) -> bool:
     that only cleans up, like 03's, shows nothing either way)."""
     cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
     return bool(cells[-1].get("outputs"))
+
+
+
+@pytest.mark.slow
+def test_interrupting_a_blocking_step_cancels_it_and_leaves_nothing_running(kernel_python: str, tmp_path: Path) -> None:
+    """Ctrl-C in Jupyter (interrupt the kernel) while `ro.step()` waits on a
+    model that never answers: the cell stops with KeyboardInterrupt once the
+    step has unwound, no task is left on rollkit's loop, and the rollout
+    says what happened and still closes."""
+    kernel = _Kernel(kernel_python, tmp_path)
+    try:
+        content, _ = kernel.run(
+            "import asyncio, rollkit as rk\n"
+            "async def stuck(request):\n"
+            "    print('the model was asked', flush=True)\n"
+            "    await asyncio.Event().wait()\n"
+            "ro = rk.notebook.open(rk.Agent(model=rk.ScriptedModel(stuck)), rk.Task(prompt='go'))\n"
+        )
+        assert content["status"] == "ok", content
+        step = kernel.send("ro.step()")
+        asked = False
+        while not asked:  # the model runs: the step is in flight
+            asked = any(m["msg_type"] == "stream" and "the model was asked" in m["content"]["text"]
+                        for m in kernel.pump())
+        kernel.manager.interrupt_kernel()
+        kernel.wait([step])
+        assert kernel.replies[step]["content"]["ename"] == "KeyboardInterrupt"
+        content, outputs = kernel.run(
+            "from rollkit.notebook import _loop\n"
+            "async def others():\n"
+            "    return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]\n"
+            "print(ro.busy, _loop.run(others()))\n"
+            "print(ro.status)\n"
+            "trace = ro.close()\n"
+            "print(ro.status.kind, trace.errors[0].type)\n"
+        )
+        assert content["status"] == "ok", outputs
+        assert "".join(outputs).splitlines() == [
+            "False []",
+            "failed in agent: HarnessError: the step was cancelled before the agent yielded; the trajectory "
+            "is incomplete (close to end it; a failed run is not scored)",
+            "aborted HarnessError",
+        ]
+    finally:
+        kernel.stop()
