@@ -19,28 +19,26 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-jupyter_client = pytest.importorskip("jupyter_client")
+pytest.importorskip("jupyter_client")
+
+from kernel_helpers import Kernel, kernel_env, outputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CACHE = Path(os.environ.get("ROLLKIT_CACHE", Path.home() / ".cache" / "rollkit"))
-# A hang fails with the cells still waiting named, before pytest-timeout's 300 s.
-HANG_GUARD_S = 120
 
 
 def _ipykernel_version(python: str) -> str:
     done = subprocess.run([python, "-c", "import ipykernel; print(ipykernel.__version__)"],
-                          capture_output=True, text=True, timeout=120, env=_kernel_env())
+                          capture_output=True, text=True, timeout=120, env=kernel_env())
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -88,104 +86,16 @@ def kernel_python(request: pytest.FixtureRequest) -> str:
     return python
 
 
-def _kernel_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    env.pop("JPY_PARENT_PID", None)
-    return env
-
-
 def _code_cells(notebook: Path) -> list[str]:
     cells = json.loads(notebook.read_text())["cells"]
     return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-
-
-class _Kernel:
-    """A fresh kernel on `python`, started in `cwd` (which receives its kernel spec)."""
-
-    def __init__(self, python: str, cwd: Path) -> None:
-        specs = cwd / ".kernels"
-        (specs / "rollkit-test").mkdir(parents=True, exist_ok=True)
-        (specs / "rollkit-test" / "kernel.json").write_text(json.dumps({
-            "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "rollkit test kernel", "language": "python",
-        }))
-        self.manager = jupyter_client.KernelManager(
-            kernel_name="rollkit-test",
-            kernel_spec_manager=jupyter_client.kernelspec.KernelSpecManager(kernel_dirs=[str(specs)]),
-        )
-        self.manager.start_kernel(cwd=str(cwd), env=_kernel_env())
-        self.client = self.manager.client()
-        self.client.start_channels()
-        try:
-            self.client.wait_for_ready(timeout=120)
-        except BaseException:
-            self.stop()
-            raise
-        self.iopub: dict[str, list[dict[str, Any]]] = {}
-        self.replies: dict[str, dict[str, Any]] = {}
-        self.arrival: list[dict[str, Any]] = []
-        self.idle: set[str] = set()
-
-    def send(self, code: str) -> str:
-        msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
-        self.iopub[msg_id] = []
-        return msg_id
-
-    def pump(self) -> list[dict[str, Any]]:
-        """Read what has arrived (waiting briefly for iopub); the new iopub messages."""
-        new = []
-        try:
-            msg = self.client.get_iopub_msg(timeout=0.2)
-        except queue.Empty:
-            pass
-        else:
-            new.append(msg)
-            parent = msg["parent_header"].get("msg_id")
-            if parent in self.iopub:
-                self.iopub[parent].append(msg)
-                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                    self.idle.add(parent)
-        while True:
-            try:
-                msg = self.client.get_shell_msg(timeout=0)
-            except queue.Empty:
-                break
-            parent = msg["parent_header"].get("msg_id")
-            if parent in self.iopub and msg["msg_type"] == "execute_reply":
-                self.replies[parent] = msg
-                self.arrival.append(msg)
-        return new
-
-    def wait(self, ids: list[str]) -> None:
-        """Until every request in `ids` has replied and gone idle; a kernel that
-        stops answering fails the test naming the cells still waiting."""
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not (set(ids) <= set(self.replies) and set(ids) <= self.idle):
-            if time.monotonic() > deadline:
-                waiting = [n for n, i in enumerate(ids) if i not in self.replies]
-                errors = [m["content"] for i in ids for m in self.iopub[i]
-                          if m["msg_type"] == "error" or (m["msg_type"] == "stream" and m["content"]["name"] == "stderr")]
-                pytest.fail(f"the kernel hung: cells {waiting} of {len(ids)} never replied; "
-                            f"errors and stderr seen: {json.dumps(errors)[-3000:]}")
-            self.pump()
-
-    def run(self, code: str) -> tuple[dict[str, Any], list[str]]:
-        """Run one cell to its end: its reply's content and its outputs."""
-        msg_id = self.send(code)
-        self.wait([msg_id])
-        return self.replies[msg_id]["content"], _outputs(self.iopub[msg_id])
-
-    def stop(self) -> None:
-        self.client.stop_channels()
-        self.manager.shutdown_kernel(now=True)
 
 
 def run_all(python: str, cells: list[str], cwd: Path) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """What Run All does: on a fresh kernel, queue every cell at once, then
     wait for every reply. The replies in arrival order and the iopub messages
     of each request."""
-    kernel = _Kernel(python, cwd)
+    kernel = Kernel(python, cwd, cwd / ".kernels")
     try:
         ids = [kernel.send(code) for code in cells]
         kernel.wait(ids)
@@ -194,32 +104,19 @@ def run_all(python: str, cells: list[str], cwd: Path) -> tuple[list[dict[str, An
         kernel.stop()
 
 
-def _outputs(messages: list[dict[str, Any]]) -> list[str]:
-    texts = []
-    for msg in messages:
-        content = msg["content"]
-        if msg["msg_type"] == "stream":
-            texts.append(content["text"])
-        elif msg["msg_type"] in ("execute_result", "display_data"):
-            texts.append(content["data"].get("text/plain", ""))
-        elif msg["msg_type"] == "error":
-            texts.append(f"{content['ename']}: {content['evalue']}")
-    return texts
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
 def test_run_all_runs_every_cell_in_order(kernel_python: str, notebook: Path, tmp_path: Path) -> None:
     cells = _code_cells(notebook)
     replies, iopub = run_all(kernel_python, cells, tmp_path)
     statuses = [(r["content"]["execution_count"], r["content"]["status"]) for r in replies]
-    errors = {n: _outputs(iopub[r["parent_header"]["msg_id"]]) for n, r in enumerate(replies)
+    errors = {n: outputs(iopub[r["parent_header"]["msg_id"]]) for n, r in enumerate(replies)
               if r["content"]["status"] != "ok"}
     assert [s for _, s in statuses] == ["ok"] * len(cells), f"cells that did not run: {errors}"
     counts = [c for c, _ in statuses]
     assert counts == list(range(counts[0], counts[0] + len(cells))), "the cells replied out of order"
     last = replies[-1]["parent_header"]["msg_id"]
-    assert _outputs(iopub[last]) != [] or not _ends_with_output(notebook), "the last cell's output is missing"
+    assert outputs(iopub[last]) != [] or not _ends_with_output(notebook), "the last cell's output is missing"
     stderr = [m["content"]["text"] for msgs in iopub.values() for m in msgs
               if m["msg_type"] == "stream" and m["content"]["name"] == "stderr"]
     assert not any("RuntimeError" in t or "Task was destroyed" in t for t in stderr), stderr
@@ -239,7 +136,7 @@ def test_interrupting_a_blocking_step_cancels_it_and_leaves_nothing_running(kern
     model that never answers: the cell stops with KeyboardInterrupt once the
     step has unwound, no task is left on rollkit's loop, and the rollout
     says what happened and still closes."""
-    kernel = _Kernel(kernel_python, tmp_path)
+    kernel = Kernel(kernel_python, tmp_path, tmp_path / ".kernels")
     try:
         content, _ = kernel.run(
             "import asyncio, rollkit as rk\n"
