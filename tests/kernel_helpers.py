@@ -31,7 +31,7 @@ class Kernel:
     """A fresh kernel on `python` (its own kernel spec, written under
     `specs`), started in `cwd` and importing this checkout's rollkit."""
 
-    def __init__(self, python: str, cwd: Path, specs: Path) -> None:
+    def __init__(self, python: str, cwd: Path, specs: Path, env: dict[str, str] | None = None) -> None:
         (specs / "rollkit-test").mkdir(parents=True, exist_ok=True)
         (specs / "rollkit-test" / "kernel.json").write_text(json.dumps({
             "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
@@ -41,7 +41,7 @@ class Kernel:
             kernel_name="rollkit-test",
             kernel_spec_manager=jupyter_client.kernelspec.KernelSpecManager(kernel_dirs=[str(specs)]),
         )
-        self.manager.start_kernel(cwd=str(cwd), env=kernel_env())
+        self.manager.start_kernel(cwd=str(cwd), env=env or kernel_env())
         self.client = self.manager.client()
         self.client.start_channels()
         try:

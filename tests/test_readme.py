@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from kernel_helpers import ROOT, Kernel, kernel_env  # noqa: E402
 README = ROOT / "README.md"
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)[^\n]*\n(?P<code>.*?)^```", re.M | re.S)
 SHELLS = ("bash", "console", "sh", "shell")
+NPM_BIN = Path(os.environ.get("ROLLKIT_NPM_PREFIX", Path.home() / ".cache" / "rollkit" / "npm")) / "node_modules" / ".bin"
 
 # A shell line that starts with a key is not run, for the reason given.
 SKIPPED = {
@@ -75,7 +77,14 @@ def test_every_readme_block_runs_as_written(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     env = kernel_env()
-    kernel = Kernel(sys.executable, work, tmp_path / "kernels")
+    # What the README says its blocks need: a key in the environment (never
+    # used: no block calls a remote model) and the agent CLIs it names, from
+    # where scripts/test.sh installs them.
+    env["OPENAI_API_KEY"] = "sk-readme-test-not-sent"
+    env["PATH"] = os.pathsep.join([str(NPM_BIN), env.get("PATH", "")])
+    missing = [name for name in ("codex", "claude") if shutil.which(name, path=env["PATH"]) is None]
+    assert not missing, f"{missing} not found in {NPM_BIN}: scripts/test.sh installs them from the npm registry"
+    kernel = Kernel(sys.executable, work, tmp_path / "kernels", env=env)
     ran = {"python": 0, "shell": 0}
     try:
         for lang, code, line in readme_blocks():
