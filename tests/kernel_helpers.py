@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ import jupyter_client
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("ROLLKIT_CACHE", Path.home() / ".cache" / "rollkit"))
 # A hang fails with the cells still waiting named, before pytest-timeout's 300 s.
 HANG_GUARD_S = 120
 
@@ -120,3 +124,35 @@ def outputs(messages: list[dict[str, Any]]) -> list[str]:
         elif msg["msg_type"] == "error":
             texts.append(f"{content['ename']}: {content['evalue']}")
     return texts
+
+
+def ipykernel6_python() -> str:
+    """The python of a venv that differs from this one only by ipykernel<7;
+    built once into the cache (atomically: a half-built venv is never used).
+    scripts/test.sh builds it before the tests; a test session builds it if
+    it is missing."""
+    venv = CACHE / f"ipykernel6-py{sys.version_info[0]}{sys.version_info[1]}"
+    python = venv / "bin" / "python"
+    if python.exists():
+        return str(python)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    building = CACHE / f"{venv.name}.building-{os.getpid()}"
+    shutil.rmtree(building, ignore_errors=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(building)],
+                       check=True, capture_output=True, timeout=300)
+        done = subprocess.run([str(building / "bin" / "python"), "-m", "pip", "install", "-q",
+                               "--disable-pip-version-check", "ipykernel<7"],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"could not install ipykernel<7 into {building}: {done.stderr[-2000:]}")
+        # Renamed into place once complete. Only bin/ scripts' shebangs keep
+        # the build path; bin/python finds its venv by its own location,
+        # which is all the kernel (and `python -m pip`) needs.
+        try:
+            building.rename(venv)
+        except OSError:  # another session finished first: use its venv
+            pass
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return str(python)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,11 +28,10 @@ import pytest
 
 pytest.importorskip("jupyter_client")
 
-from kernel_helpers import Kernel, kernel_env, outputs  # noqa: E402
+from kernel_helpers import Kernel, ipykernel6_python, kernel_env, outputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-CACHE = Path(os.environ.get("ROLLKIT_CACHE", Path.home() / ".cache" / "rollkit"))
 
 
 def _ipykernel_version(python: str) -> str:
@@ -43,43 +41,13 @@ def _ipykernel_version(python: str) -> str:
     return done.stdout.strip()
 
 
-def _ipykernel6_python() -> str:
-    """The python of a venv that differs from this one only by ipykernel<7;
-    built once into the cache (atomically: a half-built venv is never used)."""
-    venv = CACHE / f"ipykernel6-py{sys.version_info[0]}{sys.version_info[1]}"
-    python = venv / "bin" / "python"
-    if python.exists():
-        return str(python)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    building = CACHE / f"{venv.name}.building-{os.getpid()}"
-    shutil.rmtree(building, ignore_errors=True)
-    try:
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(building)],
-                       check=True, capture_output=True, timeout=300)
-        done = subprocess.run([str(building / "bin" / "python"), "-m", "pip", "install", "-q",
-                               "--disable-pip-version-check", "ipykernel<7"],
-                              capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            pytest.fail(f"could not install ipykernel<7 into {building}: {done.stderr[-2000:]}")
-        # Renamed into place once complete. Only bin/ scripts' shebangs keep
-        # the build path; bin/python finds its venv by its own location,
-        # which is all the kernel (and `python -m pip`) needs.
-        try:
-            building.rename(venv)
-        except OSError:  # another session finished first: use its venv
-            pass
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return str(python)
-
-
 @pytest.fixture(scope="session", params=["ipykernel7", "ipykernel6"])
 def kernel_python(request: pytest.FixtureRequest) -> str:
     if request.param == "ipykernel7":
         python = sys.executable
         major = "7"
     else:
-        python = _ipykernel6_python()
+        python = ipykernel6_python()
         major = "6"
     version = _ipykernel_version(python)
     assert version.split(".")[0] == major, f"{python} has ipykernel {version}, expected {major}.x"
