@@ -213,6 +213,13 @@ class RolloutPanel(widgets.VBox):
         self.refresh()
 
     def refresh(self) -> None:
+        # Called from the kernel's thread (a click) and from the thread of the
+        # loop the rollout runs on (its events): one redraw at a time, so the
+        # last one reads the last state and no stale status is written over it.
+        with self.ro.view_lock:
+            self._redraw()
+
+    def _redraw(self) -> None:
         ro = self.ro
         status = ro.status
         colour = _STATUS_COLOURS.get(status.kind, "#555")

@@ -12,7 +12,9 @@ it was opened by `rk.notebook.open` / `ro.open()` (rollkit.notebook._loop),
 the awaiting loop when it was opened by `await ro.aopen()`. Every form runs
 its work there, whoever calls it: a sync call blocks its thread until that
 work ends, an async one awaits it from its own loop, a `*_soon` one returns a
-future at once. So a cell never re-enters the kernel's loop.
+future at once. So a cell never re-enters the kernel's loop. Watchers and event subscribers
+run on the home loop's thread; a view that is also redrawn from a click (the
+panel) takes `ro.view_lock` while it redraws.
 
 This module turns user mistakes into clear errors before they reach the
 core (an empty message, a step on a closed or ended rollout, a step while
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -110,6 +113,9 @@ class NotebookRollout:
         # are bound to it, so every action runs there.
         self._home: asyncio.AbstractEventLoop | None = None
         self._watchers: list[Callable[[], Any]] = []
+        # Views of this rollout redraw under this lock: a click calls them on
+        # the kernel's thread while the rollout's events call them on its loop's.
+        self.view_lock = threading.RLock()
         self.last_error: BaseException | None = None
         # The person in the agent's seat: a HumanModel with nobody else to
         # ask is answered here (ro.answer, or the panel's agent seat).
