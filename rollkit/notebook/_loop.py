@@ -50,7 +50,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["loop", "on", "run", "schedule"]
+__all__ = ["awaitable", "loop", "on", "run", "schedule"]
 
 T = TypeVar("T")
 
