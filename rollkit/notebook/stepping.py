@@ -12,9 +12,9 @@ it was opened by `rk.notebook.open` / `ro.open()` (rollkit.notebook._loop),
 the awaiting loop when it was opened by `await ro.aopen()`. Every form runs
 its work there, whoever calls it: a sync call blocks its thread until that
 work ends, an async one awaits it from its own loop, a `*_soon` one returns a
-future at once. So a cell never re-enters the kernel's loop. Watchers and event subscribers
-run on the home loop's thread; a view that is also redrawn from a click (the
-panel) takes `ro.view_lock` while it redraws.
+future at once. So a cell never re-enters the kernel's loop. Watchers and
+event subscribers run on the home loop's thread; a view that is also redrawn
+from a click (the panel) takes `ro.view_lock` while it redraws.
 
 This module turns user mistakes into clear errors before they reach the
 core (an empty message, a step on a closed or ended rollout, a step while
@@ -392,8 +392,9 @@ class NotebookRollout:
         self._notify()
 
     def step_soon(self, message: Any = None) -> Any:
-        """Start a step and return at once (a future of its StepResult).
-        Mistakes (an empty message, a closed rollout) raise here, at once."""
+        """Start a step and return at once: a future of its StepResult
+        (`done()`, `result()`, `add_done_callback()`; `await ro.wait()` waits
+        for it). Mistakes (an empty message, a closed rollout) raise here, at once."""
         self._check_step(message)
         return self._soon(self._run_step(message), "step")
 
