@@ -18,7 +18,6 @@ this checkout's rollkit through PYTHONPATH.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
