@@ -50,7 +50,7 @@ async def test_a_rollout_opened_by_await_stays_on_the_awaiting_loop() -> None:
     assert seen == ["MainThread"]
 
 
-async def test_a_click_returns_at_once_and_the_step_runs_on_rollkits_loop() -> None:
+async def test_a_click_returns_at_once_the_step_runs_on_rollkits_loop_and_views_draw_here() -> None:
     release = threading.Event()
     started = asyncio.Event()
     here = asyncio.get_running_loop()
@@ -61,7 +61,10 @@ async def test_a_click_returns_at_once_and_the_step_runs_on_rollkits_loop() -> N
         return "done"
 
     ro = rk.notebook.open(rk.Agent(model=rk.ScriptedModel(reply)), rk.Task(prompt="go"))
-    panel = ro.panel(chart=False)
+    drawn_on: set[str] = set()
+    ro.watch(lambda: drawn_on.add(threading.current_thread().name))
+    ro.subscribe(lambda event: drawn_on.add(threading.current_thread().name))
+    panel = ro.panel()
     panel.step_button.click()
     await started.wait()  # this loop runs on while the step is in flight
     assert ro.busy and 'data-kind="running"' in panel.status.value
@@ -69,6 +72,10 @@ async def test_a_click_returns_at_once_and_the_step_runs_on_rollkits_loop() -> N
     await ro.wait()
     assert ro.trace.last_reply == "done"
     assert 'data-kind="waiting"' in panel.status.value and not panel.step_button.disabled
+    assert panel.chart.points == 1
+    # Views are drawn only on the thread that built the rollout (a widget
+    # written from two threads can lose an update).
+    assert drawn_on == {"MainThread"}
     ro.close()
     panel.close()
 

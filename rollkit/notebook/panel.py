@@ -120,7 +120,7 @@ class RolloutPanel(widgets.VBox):
         if chart:
             from .plots import LiveBudgetBurn
 
-            self.chart = LiveBudgetBurn(ro.rollout, width=460, height=420)
+            self.chart = LiveBudgetBurn(ro, width=460, height=420)  # ro: its events reach the kernel's thread
             self.chart.figure.add_class("rk-chart")
             right.append(self.chart.figure)
         self.seat = None
@@ -213,13 +213,6 @@ class RolloutPanel(widgets.VBox):
         self.refresh()
 
     def refresh(self) -> None:
-        # Called from the kernel's thread (a click) and from the thread of the
-        # loop the rollout runs on (its events): one redraw at a time, so the
-        # last one reads the last state and no stale status is written over it.
-        with self.ro.view_lock:
-            self._redraw()
-
-    def _redraw(self) -> None:
         ro = self.ro
         status = ro.status
         colour = _STATUS_COLOURS.get(status.kind, "#555")

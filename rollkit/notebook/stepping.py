@@ -12,9 +12,16 @@ it was opened by `rk.notebook.open` / `ro.open()` (rollkit.notebook._loop),
 the awaiting loop when it was opened by `await ro.aopen()`. Every form runs
 its work there, whoever calls it: a sync call blocks its thread until that
 work ends, an async one awaits it from its own loop, a `*_soon` one returns a
-future at once. So a cell never re-enters the kernel's loop. Watchers and
-event subscribers run on the home loop's thread; a view that is also redrawn
-from a click (the panel) takes `ro.view_lock` while it redraws.
+future at once. So a cell never re-enters the kernel's loop.
+
+Views are redrawn on one thread only, the one that built the rollout (the
+kernel's): watchers (`ro.watch`) and event subscribers (`ro.subscribe`) are
+handed to that thread's loop when the rollout runs on another. A widget
+written from two threads at once can lose an update (ipywidgets queues a
+change made while the other thread holds the widget's sync, and plotly
+sends each edit as a value set and reset at once). The price: while a cell
+blocks in `ro.step()` the kernel's loop waits too, so the views catch up
+when the cell ends; the panel's buttons never block, so they stay live.
 
 This module turns user mistakes into clear errors before they reach the
 core (an empty message, a step on a closed or ended rollout, a step while
@@ -27,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import html
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -113,9 +119,8 @@ class NotebookRollout:
         # are bound to it, so every action runs there.
         self._home: asyncio.AbstractEventLoop | None = None
         self._watchers: list[Callable[[], Any]] = []
-        # Views of this rollout redraw under this lock: a click calls them on
-        # the kernel's thread while the rollout's events call them on its loop's.
-        self.view_lock = threading.RLock()
+        # The loop of the thread that built this (the kernel's), where views redraw.
+        self._view: asyncio.AbstractEventLoop | None = _running_loop()
         self.last_error: BaseException | None = None
         # The person in the agent's seat: a HumanModel with nobody else to
         # ask is answered here (ro.answer, or the panel's agent seat).
@@ -226,10 +231,24 @@ class NotebookRollout:
         return lambda: self._watchers.remove(callback) if callback in self._watchers else None
 
     def subscribe(self, subscriber: Callable[..., Any]) -> Callable[[], None]:
-        """Receive the rollout's events (see rollkit.core.events)."""
-        return self.rollout.subscribe(subscriber)
+        """Receive the rollout's events (see rollkit.core.events), on the
+        thread that built this rollout."""
+        return self.rollout.subscribe(lambda event: self._to_view(subscriber, event))
+
+    def _to_view(self, callback: Callable[..., Any], *args: Any) -> None:
+        view = self._view
+        if view is None or view is _running_loop():
+            callback(*args)
+            return
+        try:
+            view.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # that loop has closed: nobody else will draw
+            callback(*args)
 
     def _notify(self) -> None:
+        self._to_view(self._notify_now)
+
+    def _notify_now(self) -> None:
         for callback in tuple(self._watchers):
             try:
                 callback()
@@ -475,7 +494,7 @@ class NotebookRollout:
             # Built before the fork opens, so a HumanModel has its seat when
             # the fork checks there is someone to ask; it lives where this one does.
             fork = NotebookRollout(rollout.agent, rollout.task, rollout=rollout)
-            fork._home = asyncio.get_running_loop()
+            fork._home, fork._view = asyncio.get_running_loop(), self._view
             seated.append(fork)
 
         try:
