@@ -7,9 +7,9 @@ of rollkit's own: one event loop in one daemon thread ("rollkit-loop"),
 started on first need and kept for the life of the process, so servers,
 connections and runtimes bound to it survive from one cell to the next.
 
-- `run(coro)` runs `coro` there and blocks the calling thread on a
-  `concurrent.futures`-style wait until it ends, returning its result or
-  raising its error. Ctrl-C (a kernel interrupt) cancels it and waits until
+- `run(coro)` runs `coro` there and blocks the calling thread until it
+  ends (on a thread event, which Ctrl-C interrupts), returning its result
+  or raising its error. Ctrl-C (a kernel interrupt) cancels it and waits until
   it has unwound, so nothing is left running; a second Ctrl-C stops waiting.
 - `schedule(coro)` never blocks a running loop: it starts `coro` there and
   returns a future at once (a widget callback must not block the kernel).
@@ -19,24 +19,26 @@ connections and runtimes bound to it survive from one cell to the next.
   `await ro.astep()` in a cell, go through it).
 
 Each accepts the loop a coroutine must run on (a rollout opened with
-`await ro.aopen()` lives on the loop that awaited it); by default the
-thread's loop. A synchronous call from the very loop it would wait for
+`await ro.aopen()` lives on the loop that awaited it); by default
+rollkit's loop. A synchronous call from the very loop it would wait for
 would deadlock, so it raises instead, naming the async form.
 
 Why a thread and not nest-asyncio (or its maintained fork nest-asyncio2):
 re-entering the kernel's running loop from inside a cell makes the kernel
 handle its own queued requests nested in a cell that has not finished.
 Under ipykernel 7, which runs each request in a task with its own context,
-that re-entry raises "cannot enter context ... is already entered" and the
-queued cells are lost: Run All hung notebooks 01 and 04
-(tests/test_run_all.py). nest-asyncio2 removes that error but keeps the
-nesting, whose order and interrupt behaviour then depend on each kernel's
-internals. A loop of our own patches nothing: the kernel's loop is only
-ever blocked like any long cell, or not touched at all by `await`.
+that re-entry raised "cannot enter context ... is already entered" and the
+queued cells were lost: Run All hung notebooks 01 and 04
+(tests/test_run_all.py, tests/test_browser_lab.py). nest-asyncio2 works by
+the same re-entry, so whether queued requests survive depends on each
+kernel's internals, version by version. A loop of our own patches nothing:
+the kernel's loop is only ever blocked like any long cell, or not touched at
+all by `await`, and the same code holds under ipykernel 6 and 7.
 
-Callbacks of a rollout (its events, the facade's watchers) run on the thread
-of the loop it lives on; ipywidgets sends from any thread, so widgets
-update while a blocking cell waits.
+What runs on rollkit's loop calls back on its thread; the facade hands the
+callbacks that draw widgets back to the kernel's thread
+(rollkit.notebook.stepping), since a widget written from two threads at
+once can lose an update.
 
 This module must not import the notebook's widgets or the layers above.
 """
