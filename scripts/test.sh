@@ -26,4 +26,10 @@ if command -v npm >/dev/null 2>&1; then
     @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.197 >/dev/null \
     || echo "npm install of Codex CLI / Claude Code failed: their harness tests will be skipped" >&2
 fi
+# The last ipykernel 6.x, for tests/test_run_all.py, which runs every notebook
+# as Run All does under both ipykernel majors: a venv that sees this
+# environment's packages and differs only by ipykernel<7, cached like the npm
+# tools (a test session builds it itself when it is missing).
+python -c 'import sys; sys.path.insert(0, "tests"); import kernel_helpers; print("ipykernel 6 kernel:", kernel_helpers.ipykernel6_python())'
+
 python -m pytest tests notebooks --nbval-lax -p no:cacheprovider "$@"

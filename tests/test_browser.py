@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -55,21 +56,17 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-class _Voila:
-    """Voila in its own process group, so stopping it stops its kernels too."""
+class _Server:
+    """A server in its own process group, so stopping it stops its kernels
+    too; its stderr is kept in `log`. A subclass starts it with `_start` and
+    names the stderr text that says it has started."""
 
-    def __init__(self, notebook: Path, runtime_dir: Path) -> None:
-        self.port = _free_port()
-        # Voila's connection files and temporary folders stay under runtime_dir.
-        runtime_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime_dir), "TMPDIR": str(runtime_dir),
-               "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={self.port}",
-             "--Voila.ip=127.0.0.1", "--show_tracebacks=True"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            start_new_session=True, env=env, cwd=notebook.parent,
-        )
+    started_when: tuple[str, ...] = ()
+    port: int
+
+    def _start(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True, env=env, cwd=cwd)
         self.log: list[str] = []
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -82,31 +79,62 @@ class _Voila:
         self._lines.put(None)
 
     def wait_ready(self, timeout: float) -> None:
-        """Block until Voila says it is running, then until the port accepts."""
+        """Block until the server says it has started, then until its port accepts."""
+        name = type(self).__name__.strip("_")
         while True:
             try:
                 line = self._lines.get(timeout=timeout)
             except queue.Empty:
-                raise AssertionError("Voila did not start:\n" + "".join(self.log)) from None
+                raise AssertionError(f"{name} did not start:\n" + "".join(self.log)) from None
             if line is None:
-                raise AssertionError("Voila exited:\n" + "".join(self.log))
-            if "Voila is running at" in line or "Voil\u00e0 is running at" in line:
+                raise AssertionError(f"{name} exited:\n" + "".join(self.log))
+            if any(text in line for text in self.started_when):
                 break
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout):
-            pass
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
+        # Some servers say so a moment before their socket listens.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=timeout):
+                    return
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline:
+                    raise
+            try:  # wait a tenth of a second for the port, or see the server exit
+                self.proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                continue
+            raise AssertionError(f"{name} exited:\n" + "".join(self.log))
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=30)
+
+
+class _Voila(_Server):
+    """Voila serving one notebook."""
+
+    started_when = ("Voila is running at", "Voil\u00e0 is running at")
+
+    def __init__(self, notebook: Path, runtime_dir: Path) -> None:
+        self.port = _free_port()
+        # Voila's connection files and temporary folders stay under runtime_dir.
+        runtime_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime_dir), "TMPDIR": str(runtime_dir),
+               "PYTHONUNBUFFERED": "1"}
+        self._start(
+            [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={self.port}",
+             "--Voila.ip=127.0.0.1", "--show_tracebacks=True"],
+            env, notebook.parent,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
 
 
 @pytest.fixture
@@ -128,9 +156,10 @@ def _local_only(route) -> None:  # type: ignore[no-untyped-def]
 
 
 @contextlib.contextmanager
-def _page(voila: _Voila, tmp_path: Path, name: str):  # type: ignore[no-untyped-def]
-    """A page on the Voila app; on failure the browser console and Voila's log
-    are printed, and the screenshot is always saved."""
+def _page(server: _Server, tmp_path: Path, name: str, url: str | None = None):  # type: ignore[no-untyped-def]
+    """A page on the server's app (`url`, by default the Voila app's); on
+    failure the browser console and the server's log are printed, and the
+    screenshot is always saved."""
     playwright_sync.expect.set_options(timeout=BUDGET_MS)
     screenshot = tmp_path / f"{name}.png"
     console: list[str] = []
@@ -143,13 +172,14 @@ def _page(voila: _Voila, tmp_path: Path, name: str):  # type: ignore[no-untyped-
         try:
             page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
             page.route("**/*", _local_only)
-            page.goto(voila.url, wait_until="domcontentloaded")
+            # Voila runs the notebook before it answers: ~8 s here, 40 s and more on a loaded machine.
+            page.goto(url or server.url, wait_until="domcontentloaded", timeout=BUDGET_MS)  # type: ignore[attr-defined]
             yield page
             page.screenshot(path=str(screenshot), full_page=True)
         except BaseException:
             page.screenshot(path=str(screenshot), full_page=True)
             print("browser console:\n" + "\n".join(console))
-            print("voila log:\n" + "".join(voila.log[-60:]))
+            print(f"{type(server).__name__.strip('_').lower()} log:\n" + "".join(server.log[-60:]))
             raise
         finally:
             print(f"screenshot: {screenshot}")

@@ -317,7 +317,7 @@ import nest_asyncio, rollkit as rk
 from evaluate_helpers import said_agent, said_tasks
 
 async def notebook_cell():
-    nest_asyncio.apply(asyncio.get_running_loop())  # what rollkit.notebook does in Jupyter
+    nest_asyncio.apply(asyncio.get_running_loop())  # what some libraries do in Jupyter
     pending = rk.evaluate(said_agent(), said_tasks(3), progress=False)
     print(repr(pending))
     result = await pending

@@ -153,8 +153,9 @@ class RecordedUser(User):
 
     Before each turn it compares the agent's reply now with the reply the
     recorded user answered (`similarity`, `threshold` 0 to 1) and records on
-    the turn whether it diverged. At the first divergence it writes
-    `trace.info["diverged_at"]` (user turn and similarity) and then, by
+    the turn whether it diverged. `trace.info["diverged_at"]` is None until
+    the first divergence, which it records there (user turn and
+    similarity) and then, by
     `on_divergence`: "flag" goes on replaying, "stop" ends the conversation
     as the clean stop "diverged" (scored), and a `User` takes over from that
     turn on (the turn keeps its similarity and flag). Replaying onto a fork
@@ -189,6 +190,9 @@ class RecordedUser(User):
 
     async def open(self, task: Task, trace: Trace) -> None:
         trace.info["replayed_from"] = self.recorded.id
+        # Always present on a replay, so reading it needs no guard; a fork
+        # of a replay keeps the divergence its prefix already had.
+        trace.info.setdefault("diverged_at", None)
         if isinstance(self.on_divergence, User):
             await self.on_divergence.open(task, trace)
 
@@ -218,7 +222,7 @@ class RecordedUser(User):
         recorded = self.recorded.user_turns[index]
         score = similarity(trace.last_reply, recorded.replying_to)
         diverged = score < self.threshold
-        if diverged and "diverged_at" not in trace.info:
+        if diverged and trace.info.get("diverged_at") is None:
             trace.info["diverged_at"] = {"user_turn": index, "similarity": round(score, 4)}
             if self.on_divergence == "stop":
                 return UserStop("diverged")

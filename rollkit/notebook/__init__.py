@@ -10,13 +10,13 @@
     rk.plots.rewards(traces)             # plotly figures (rollkit.notebook.plots)
 
 What this layer owns: the synchronous facade over the async core
-(`stepping`, nest-asyncio applied only there), the rollout panel and the
+(`stepping`, over a loop of its own in a thread: `_loop`), the rollout panel and the
 trace browser (ipywidgets), HTML of traces (`display`, standard library
 only), DataFrames (`frames`, pandas) and figures (`plots`, plotly).
 
 It imports the core, programs and runs layers, never `rollkit.examples`.
 Widgets stay thin: no lifecycle logic lives here. Its modules load
-ipywidgets, plotly, pandas and nest-asyncio, so this package's own import
+ipywidgets, plotly and pandas, so this package's own import
 loads none of them: the names below are imported on first use. Importing it
 plugs in how a `Trace` shows itself as HTML and the DataFrame builders of
 `EvalResult` and the monitor of `rk.evaluate(..., monitor=True)` (see

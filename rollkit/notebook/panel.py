@@ -120,7 +120,7 @@ class RolloutPanel(widgets.VBox):
         if chart:
             from .plots import LiveBudgetBurn
 
-            self.chart = LiveBudgetBurn(ro.rollout, width=460, height=420)
+            self.chart = LiveBudgetBurn(ro, width=460, height=420)  # ro: its events reach the kernel's thread
             self.chart.figure.add_class("rk-chart")
             right.append(self.chart.figure)
         self.seat = None

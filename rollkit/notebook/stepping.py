@@ -7,6 +7,22 @@ Each has an async twin (`await ro.astep(...)`) and a non-blocking one
 (`ro.step_soon(...)`, what the panel's buttons call), so everything the
 panel does, code can do without it.
 
+A rollout lives on one event loop, its home: rollkit's own loop thread when
+it was opened by `rk.notebook.open` / `ro.open()` (rollkit.notebook._loop),
+the awaiting loop when it was opened by `await ro.aopen()`. Every form runs
+its work there, whoever calls it: a sync call blocks its thread until that
+work ends, an async one awaits it from its own loop, a `*_soon` one returns a
+future at once. So a cell never re-enters the kernel's loop.
+
+Views are redrawn on one thread only, the one that built the rollout (the
+kernel's): watchers (`ro.watch`) and event subscribers (`ro.subscribe`) are
+handed to that thread's loop when the rollout runs on another. A widget
+written from two threads at once can lose an update (ipywidgets queues a
+change made while the other thread holds the widget's sync, and plotly
+sends each edit as a value set and reset at once). The price: while a cell
+blocks in `ro.step()` the kernel's loop waits too, so the views catch up
+when the cell ends; the panel's buttons never block, so they stay live.
+
 This module turns user mistakes into clear errors before they reach the
 core (an empty message, a step on a closed or ended rollout, a step while
 one is running) and says in words where the rollout stands (`ro.status`).
@@ -98,8 +114,13 @@ class NotebookRollout:
         self.task = task
         self._steps = 0
         self._action: str | None = None  # what is running right now: "open", "step", ...
-        self._inflight: asyncio.Future[Any] | None = None
+        self._inflight: Any = None  # the future of the last *_soon action
+        # The loop this rollout lives on (set when it opens): its resources
+        # are bound to it, so every action runs there.
+        self._home: asyncio.AbstractEventLoop | None = None
         self._watchers: list[Callable[[], Any]] = []
+        # The loop of the thread that built this (the kernel's), where views redraw.
+        self._view: asyncio.AbstractEventLoop | None = _running_loop()
         self.last_error: BaseException | None = None
         # The person in the agent's seat: a HumanModel with nobody else to
         # ask is answered here (ro.answer, or the panel's agent seat).
@@ -210,10 +231,24 @@ class NotebookRollout:
         return lambda: self._watchers.remove(callback) if callback in self._watchers else None
 
     def subscribe(self, subscriber: Callable[..., Any]) -> Callable[[], None]:
-        """Receive the rollout's events (see rollkit.core.events)."""
-        return self.rollout.subscribe(subscriber)
+        """Receive the rollout's events (see rollkit.core.events), on the
+        thread that built this rollout."""
+        return self.rollout.subscribe(lambda event: self._to_view(subscriber, event))
+
+    def _to_view(self, callback: Callable[..., Any], *args: Any) -> None:
+        view = self._view
+        if view is None or view is _running_loop():
+            callback(*args)
+            return
+        try:
+            view.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # that loop has closed: nobody else will draw
+            callback(*args)
 
     def _notify(self) -> None:
+        self._to_view(self._notify_now)
+
+    def _notify_now(self) -> None:
         for callback in tuple(self._watchers):
             try:
                 callback()
@@ -270,12 +305,14 @@ class NotebookRollout:
         """Open the rollout. False means it failed; the failure is on the trace."""
         if self.rollout.state != "new":
             raise RuntimeError(f"rollout {self.id} is already opened; open a new one with rk.notebook.open(agent, task)")
-        return await self._guarded("open", self.rollout.open())
+        if self._home is None:
+            self._home = asyncio.get_running_loop()
+        return await _loop.on(self._home, self._guarded("open", self.rollout.open()))
 
     async def astep(self, message: Any = None) -> StepResult:
         """Run one segment on `message` (the user's words, or None)."""
         self._check_step(message)
-        return await self._run_step(message)
+        return await _loop.on(self._home, self._run_step(message))
 
     async def _run_step(self, message: Any) -> StepResult:
         before = len(self.trace.messages)
@@ -295,7 +332,7 @@ class NotebookRollout:
             return self.trace
         if self.busy:
             raise RuntimeError(f"rollout {self.id} is busy ({self._action}); wait for it (await ro.wait()) or abort it")
-        return await self._close()
+        return await _loop.on(self._home, self._close())
 
     async def _close(self) -> Trace:
         return await self._guarded("close", self.rollout.close())
@@ -303,7 +340,7 @@ class NotebookRollout:
     async def aabort(self) -> Trace:
         """Free everything without finalizing or scoring; cancels a running
         step first. Idempotent."""
-        return await self._abort()
+        return await _loop.on(self._home, self._abort())
 
     async def _abort(self) -> Trace:
         # The core cancels a running step and waits for it to end
@@ -319,7 +356,7 @@ class NotebookRollout:
             if inflight is None or inflight.done():
                 return
             try:
-                await asyncio.shield(inflight)
+                await asyncio.shield(_loop.awaitable(inflight))
             except asyncio.CancelledError:
                 if not inflight.cancelled():
                     raise  # it is this wait that was cancelled
@@ -328,7 +365,7 @@ class NotebookRollout:
 
     # ---- synchronous forms ---------------------------------------------------
     def open(self) -> bool:
-        return _loop.run(self.aopen())
+        return _loop.run(self.aopen(), self._home)
 
     def step(self, message: Any = None) -> StepResult:
         """Run one segment and return what it did (true while the exchange can go on)."""
@@ -340,21 +377,21 @@ class NotebookRollout:
                 "forever; start it with ro.step_soon() and answer with ro.answer(...) / ro.call(...), "
                 "or use ro.panel(seat='agent')"
             )
-        return _loop.run(self.astep(message))
+        return _loop.run(self.astep(message), self._home)
 
     def close(self) -> Trace:
-        return _loop.run(self.aclose())
+        return _loop.run(self.aclose(), self._home)
 
     def abort(self) -> Trace:
-        return _loop.run(self.aabort())
+        return _loop.run(self.aabort(), self._home)
 
     # ---- non-blocking forms (widget callbacks) ---------------------------------
-    def _soon(self, coro: Any, action: str) -> asyncio.Future[Any]:
+    def _soon(self, coro: Any, action: str) -> Any:
         # Busy from the click on, not from when the task first runs: a second
         # click in between must not start a second step.
         self._action = action
         self.last_error = None
-        future = _loop.schedule(coro)
+        future = _loop.schedule(coro, self._home)
         self._inflight = future
         if future.done():
             self._settle(action, future)
@@ -362,7 +399,7 @@ class NotebookRollout:
             future.add_done_callback(lambda done: self._settle(action, done))
         return future
 
-    def _settle(self, action: str, future: asyncio.Future[Any]) -> None:
+    def _settle(self, action: str, future: Any) -> None:
         # Retrieve the outcome so no "exception was never retrieved" warning
         # escapes, and keep a failure where the panel can show it.
         if not future.cancelled() and future.exception() is not None:
@@ -373,19 +410,20 @@ class NotebookRollout:
             self._action = None
         self._notify()
 
-    def step_soon(self, message: Any = None) -> asyncio.Future[Any]:
-        """Start a step and return at once (a future of its StepResult).
-        Mistakes (an empty message, a closed rollout) raise here, at once."""
+    def step_soon(self, message: Any = None) -> Any:
+        """Start a step and return at once: a future of its StepResult
+        (`done()`, `result()`, `add_done_callback()`; `await ro.wait()` waits
+        for it). Mistakes (an empty message, a closed rollout) raise here, at once."""
         self._check_step(message)
         return self._soon(self._run_step(message), "step")
 
-    def close_soon(self) -> asyncio.Future[Any]:
+    def close_soon(self) -> Any:
         """Start closing and return at once (a future of the trace)."""
         if self.busy:
             raise RuntimeError(f"rollout {self.id} is busy ({self._action}); wait for it or abort it")
         return self._soon(self._close(), "close")
 
-    def abort_soon(self) -> asyncio.Future[Any]:
+    def abort_soon(self) -> Any:
         """Start an abort and return at once; a running step is cancelled."""
         return self._soon(self._abort(), "abort")
 
@@ -430,7 +468,11 @@ class NotebookRollout:
         problem = check_reply(reply, self.rollout.ctx.tools)
         if problem is not None:
             raise ValueError(problem)
-        pending[1].set_result(reply)
+        waiting = pending[1]
+        if waiting.get_loop() is _running_loop():
+            waiting.set_result(reply)
+        else:  # a widget callback on the kernel's thread answers a rollout on rollkit's
+            waiting.get_loop().call_soon_threadsafe(_answer, waiting, reply)
 
     def call(self, tool: str, **arguments: Any) -> None:
         """Answer the pending request with a call of `tool` (checked first)."""
@@ -443,12 +485,17 @@ class NotebookRollout:
         pass another `agent`. This rollout is not touched."""
         if self.busy:
             raise RuntimeError(f"rollout {self.id} is busy ({self._action}); wait for it before forking")
+        return await _loop.on(self._home, self._fork(turn, agent))
+
+    async def _fork(self, turn: int, agent: Agent | None) -> NotebookRollout:
         seated: list[NotebookRollout] = []
 
         def seat(rollout: Rollout) -> None:
             # Built before the fork opens, so a HumanModel has its seat when
-            # the fork checks there is someone to ask.
-            seated.append(NotebookRollout(rollout.agent, rollout.task, rollout=rollout))
+            # the fork checks there is someone to ask; it lives where this one does.
+            fork = NotebookRollout(rollout.agent, rollout.task, rollout=rollout)
+            fork._home, fork._view = asyncio.get_running_loop(), self._view
+            seated.append(fork)
 
         try:
             await self.rollout.fork(turn, agent=agent, before_open=seat)
@@ -462,14 +509,14 @@ class NotebookRollout:
 
     def fork(self, turn: int, *, agent: Agent | None = None) -> NotebookRollout:
         """`ro.fork(2)`: the synchronous form of `afork`."""
-        return _loop.run(self.afork(turn, agent=agent))
+        return _loop.run(self.afork(turn, agent=agent), self._home)
 
-    def fork_soon(self, turn: int) -> asyncio.Future[Any]:
+    def fork_soon(self, turn: int) -> Any:
         """Start a fork and return at once (a future of the new
         NotebookRollout); what the panel's "Fork here" calls."""
         if self.busy:
             raise RuntimeError(f"rollout {self.id} is busy ({self._action}); wait for it before forking")
-        return _loop.schedule(self.afork(turn))
+        return _loop.schedule(self._fork(turn, None), self._home)
 
     # ---- views ------------------------------------------------------------------
     def panel(self, *, chart: bool = True, seat: str = "user") -> RolloutPanel:
@@ -493,6 +540,18 @@ class NotebookRollout:
 
     def _repr_html_(self) -> str:
         return f'{chat_html(self.trace.messages)}<p class="rk-status"><i>{html.escape(self.status.text)}</i></p>'
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _answer(waiting: asyncio.Future[Any], reply: Any) -> None:
+    if not waiting.done():  # cancelled meanwhile: the step has moved on
+        waiting.set_result(reply)
 
 
 def _turns(n: int) -> str:

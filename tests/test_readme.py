@@ -1,0 +1,130 @@
+"""Every code block of README.md runs as written, top to bottom.
+
+The ```python blocks run in order in ONE fresh Jupyter kernel (the README
+uses top-level `await`, as a notebook cell does), the ```bash / ```console
+blocks as bash scripts, all in one temporary folder, so a block can read
+what an earlier one wrote (`runs/arith`) and must not trip over it. A block
+that fails names its line in README.md and shows the error.
+
+Not run, each line for the reason given in SKIPPED (and a rule that no
+longer matches a README line fails, so nothing is skipped by accident):
+installing, the whole test suite, and servers that run until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jupyter_client")
+
+from kernel_helpers import ROOT, Kernel, kernel_env  # noqa: E402
+
+README = ROOT / "README.md"
+FENCE = re.compile(r"^```(?P<lang>[\w-]*)[^\n]*\n(?P<code>.*?)^```", re.M | re.S)
+SHELLS = ("bash", "console", "sh", "shell")
+NPM_BIN = Path(os.environ.get("ROLLKIT_NPM_PREFIX", Path.home() / ".cache" / "rollkit" / "npm")) / "node_modules" / ".bin"
+
+# A shell line that starts with a key is not run, for the reason given.
+SKIPPED = {
+    "pip install -e . && rollkit demo": "installs rollkit into this environment (the quick start's first step)",
+    "scripts/test.sh": "runs the whole test suite, this test included",
+    'pip install -e ".[lab]"': "installs JupyterLab into this environment",
+    "jupyter lab": "a notebook server: runs until Ctrl-C",
+    "rollkit view": "a web server: runs until Ctrl-C",
+}
+
+
+def readme_blocks() -> list[tuple[str, str, int]]:
+    """(language, code, line in README.md) of every fenced block."""
+    text = README.read_text()
+    return [(m["lang"], m["code"], text.count("\n", 0, m.start()) + 1) for m in FENCE.finditer(text)]
+
+
+def _shell_script(code: str) -> tuple[str, list[str]]:
+    """The block as a bash script without its skipped lines, and those lines."""
+    kept, skipped = [], []
+    for line in code.splitlines():
+        command = line.strip().removeprefix("$ ")
+        if any(command.startswith(key) for key in SKIPPED):
+            skipped.append(command)
+        else:
+            kept.append(command)
+    return "set -euo pipefail\n" + "\n".join(kept) + "\n", skipped
+
+
+# A python line that calls a key's harness needs that CLI; where
+# scripts/test.sh could not install it (no npm), the line is not run.
+NEEDS_CLI = {"codex": "harnesses.codex(", "claude": "harnesses.claude_code("}
+
+
+def _without_missing_clis(code: str, missing: list[str], line: int) -> str:
+    kept = []
+    for text in code.splitlines():
+        cli = next((name for name in missing if NEEDS_CLI[name] in text), None)
+        if cli is None:
+            kept.append(text)
+        else:
+            print(f"README.md:{line}: not run: {text.strip()}  ({cli} is not installed in {NPM_BIN}: "
+                  "scripts/test.sh installs it from the npm registry)")
+            kept.append(text[: len(text) - len(text.lstrip())] + "pass")
+    return "\n".join(kept) + "\n"
+
+
+def test_the_skip_rules_each_match_a_readme_line() -> None:
+    lines = [line.strip().removeprefix("$ ") for lang, code, _ in readme_blocks() if lang in SHELLS
+             for line in code.splitlines()]
+    for key in SKIPPED:
+        assert any(line.startswith(key) for line in lines), f"SKIPPED rule {key!r} matches no shell line of README.md"
+
+
+def test_only_python_shell_and_plain_blocks() -> None:
+    """A block in a language this test does not run would go unchecked."""
+    langs = {lang for lang, _, _ in readme_blocks()}
+    assert langs <= {"python", "", *SHELLS}, langs
+
+
+@pytest.mark.slow
+def test_every_readme_block_runs_as_written(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    env = kernel_env()
+    # What the README says its blocks need: a key in the environment (never
+    # used: no block calls a remote model) and the agent CLIs it names, from
+    # where scripts/test.sh installs them.
+    env["OPENAI_API_KEY"] = "sk-readme-test-not-sent"
+    env["PATH"] = os.pathsep.join([str(NPM_BIN), env.get("PATH", "")])
+    missing = [name for name in NEEDS_CLI if shutil.which(name, path=env["PATH"]) is None]
+    kernel = Kernel(sys.executable, work, tmp_path / "kernels", env=env)
+    ran = {"python": 0, "shell": 0}
+    try:
+        for lang, code, line in readme_blocks():
+            if lang == "python":
+                code = _without_missing_clis(code, missing, line)
+                content, outputs = kernel.run(code)
+                assert content["status"] == "ok", (
+                    f"the python block at README.md:{line} failed:\n" + "\n".join(outputs)[-4000:]
+                )
+                ran["python"] += 1
+            elif lang in SHELLS:
+                script, skipped = _shell_script(code)
+                for command in skipped:
+                    reason = next(r for key, r in SKIPPED.items() if command.startswith(key))
+                    print(f"README.md:{line}: not run: {command}  ({reason})")
+                done = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True,
+                                      text=True, timeout=600)
+                assert done.returncode == 0, (
+                    f"the shell block at README.md:{line} exited {done.returncode}:\n{done.stdout[-2000:]}\n"
+                    f"{done.stderr[-4000:]}"
+                )
+                ran["shell"] += 1
+    finally:
+        kernel.stop()
+    assert ran["python"] >= 10 and ran["shell"] >= 3, ran
+    assert os.listdir(work), "the blocks wrote nothing: they did not run where expected"
