@@ -1,0 +1,151 @@
+"""What each model call keeps on the trace: its reply (content, tool calls,
+reasoning), usage with cache tokens, latency, and the request it answered,
+stored as references into the trace's ledger of messages, through a
+program that rewrites its history the way smolagents does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import rollkit as rk
+from rollkit.core.trace import mended_times
+
+
+class Adding(rk.Task):
+    """Add numbers with a tool."""
+
+    @rk.tool
+    def add(self, a: int, b: int) -> str:
+        """Add two integers."""
+        return str(a + b)
+
+
+class RewritingHarness(rk.Harness):
+    """Like smolagents' ToolCallingAgent: it keeps its own memory of steps
+    and rebuilds the prompt from it each call, re-sending every tool call as
+    assistant text and every result as a user "Observation:". It records
+    each request it sent, to compare with what the trace rebuilds.
+    `keep_last` forgets all but the last steps (memory compaction)."""
+
+    name = "rewriting"
+
+    def __init__(self, keep_last: int | None = None) -> None:
+        self.sent: list[list[rk.Message]] = []
+        self.keep_last = keep_last
+
+    async def segment(self, ctx, messages):  # type: ignore[no-untyped-def]
+        steps: list[tuple[str, str]] = []
+        while True:
+            prompt = [*messages]
+            for call_text, observation in steps[-self.keep_last if self.keep_last else 0:]:
+                prompt.append(rk.AssistantMessage(content=call_text))
+                prompt.append(rk.UserMessage(content=f"Observation: {observation}"))
+            self.sent.append(list(prompt))
+            reply = (await ctx.complete(rk.Request(messages=prompt, tools=ctx.tool_specs))).message
+            if not reply.tool_calls:
+                return
+            call = reply.tool_calls[0]
+            result = await ctx.run_tool(call)
+            steps.append((f"Calling tools:\n[{{'name': '{call.name}', 'arguments': {call.arguments}}}]", result.content))
+
+
+def _adding_model() -> rk.ScriptedModel:
+    """Adds 2 + 3, then 5 + 4, then answers, by the last result it sees (a
+    tool message, or an observation the program wrote as user text)."""
+
+    def reply(request: rk.Request) -> rk.AssistantMessage | str:
+        last = request.messages[-1].content
+        if last.endswith("5"):
+            return rk.ScriptedModel.call("add", a=5, b=4)
+        if last.endswith("9"):
+            return "The sum is 9."
+        return rk.ScriptedModel.call("add", a=2, b=3)
+
+    return rk.ScriptedModel(reply)
+
+
+async def test_a_program_that_rewrites_its_history_keeps_every_structured_reply():
+    harness = RewritingHarness()
+    trace = await rk.Agent(model=_adding_model(), harness=harness).run(Adding(prompt="Add 2, 3 and 4."))
+    assert trace.ok is True and len(trace.model_calls) == 3
+    # The model's structured calls are in no message the program sent later,
+    # but every call keeps its reply.
+    assert [[(c.name, json.loads(c.arguments)) for c in call.reply.tool_calls] for call in trace.model_calls] == [
+        [("add", {"a": 2, "b": 3})], [("add", {"a": 5, "b": 4})], []]
+    assert trace.model_calls[2].reply.content == "The sum is 9."
+    assert [call.finish_reason for call in trace.model_calls] == ["tool_calls", "tool_calls", "stop"]
+    # The conversation is what the model last saw, plus its reply.
+    assert trace.messages == [*harness.sent[-1], trace.model_calls[2].reply]
+    assert trace.messages[-1] is trace.model_calls[2].reply
+    assert [m.content for m in trace.messages[1:3]] == [
+        "Calling tools:\n[{'name': 'add', 'arguments': {\"a\": 2, \"b\": 3}}]", "Observation: 5"]
+    # Each request is the start of the last one: a count, nothing copied.
+    assert [call.request_messages for call in trace.model_calls] == [1, 3, 5]
+    assert [call.request for call in trace.model_calls] == [None, None, None] and trace.replaced_messages == []
+    assert [trace.request_of(call) for call in trace.model_calls] == harness.sent
+    # Lossless through a file.
+    again = rk.Trace.model_validate_json(trace.model_dump_json())
+    assert again == trace
+    assert [again.request_of(c) for c in again.model_calls] == harness.sent
+
+
+async def test_a_program_that_forgets_old_steps_keeps_each_request_rebuildable():
+    harness = RewritingHarness(keep_last=1)
+    trace = await rk.Agent(model=_adding_model(), harness=harness).run(Adding(prompt="Add 2, 3 and 4."))
+    assert [m.content for m in harness.sent[2]] == [
+        "Add 2, 3 and 4.", "Calling tools:\n[{'name': 'add', 'arguments': {\"a\": 5, \"b\": 4}}]", "Observation: 9"]
+    # The second request's step 1 is in no later request: it moved out of
+    # the conversation into replaced_messages, and that request points there.
+    assert [m.content for m in trace.replaced_messages] == [
+        "Calling tools:\n[{'name': 'add', 'arguments': {\"a\": 2, \"b\": 3}}]", "Observation: 5"]
+    assert [call.request for call in trace.model_calls] == [None, [0, 1, -1, 2], None]
+    assert [trace.request_of(call) for call in trace.model_calls] == harness.sent
+    assert [c.reply.tool_calls[0].arguments for c in trace.model_calls[:2]] == ['{"a": 2, "b": 3}', '{"a": 5, "b": 4}']
+    again = rk.Trace.model_validate_json(trace.model_dump_json())
+    assert again == trace and [again.request_of(c) for c in again.model_calls] == harness.sent
+
+
+async def test_a_program_that_only_appends_stores_each_request_as_a_count():
+    trace = await rk.Agent(model=_adding_model()).run(Adding(prompt="Add 2, 3 and 4."))
+    calls = trace.model_calls
+    assert [c.request for c in calls] == [None, None, None] and trace.replaced_messages == []
+    assert [c.request_messages for c in calls] == [1, 3, 5]
+    assert [trace.messages.index(c.reply) for c in calls] == [1, 3, 5] == trace.sampled
+    assert all(trace.messages[i] is c.reply for i, c in zip(trace.sampled, calls))
+    assert trace.request_of(calls[1]) == trace.messages[:3]
+    assert all(c.latency >= 0 for c in calls)
+    assert [c.usage.input_tokens for c in calls] == [6, 15, 24]
+    assert [c.usage.cache_read_tokens for c in calls] == [None, None, None]
+
+
+def test_a_trace_written_before_replies_were_kept_loads_with_them_missing():
+    line = json.dumps({
+        "id": "old1", "task": {"type": "Task", "key": "k", "data": {}},
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello", "tool_calls": []}],
+        "sampled": [1],
+        "model_calls": [{"index": 0, "segment": 0, "start": 1.0, "end": 1.5, "committed": True,
+                         "usage": {"input_tokens": 3, "output_tokens": 2}, "cum_turns": 1,
+                         "cum_input_tokens": 3, "cum_output_tokens": 2, "cum_total_tokens": 5}],
+    })
+    trace = rk.Trace.model_validate_json(line)
+    call = trace.model_calls[0]
+    assert (call.reply, call.request_messages, call.request, trace.request_of(call)) == (None, None, None, None)
+    assert (call.usage.input_tokens, call.usage.cache_read_tokens, call.usage.total_tokens) == (3, None, 5)
+    assert trace.messages[1].reasoning is None and trace.replaced_messages == []
+
+
+def test_usage_not_reported_is_none_not_zero():
+    usage = rk.Usage()
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens, usage.reported) == (None, None, None, False)
+    assert rk.Usage(output_tokens=4).total_tokens == 4
+
+
+def test_recording_refuses_a_call_that_ends_before_it_starts_and_importers_mend_it():
+    trace = rk.Trace(task=rk.TaskRef(type="Task", key="k"))
+    with pytest.raises(ValueError, match=r"model call 0 ends before it starts \(9.0 < 10.0\)"):
+        trace._record_call(index=0, segment=0, start=10.0, end=9.0, response=None, error=None, agent_time=0.0)
+    assert trace.model_calls == []
+    assert mended_times(10.0, 9.969) == (10.0, 10.0, "the source ends this call 0.031 s before it starts; latency set to 0")
+    assert mended_times(10.0, 11.0) == (10.0, 11.0, None)
