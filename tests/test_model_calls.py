@@ -10,7 +10,7 @@ import json
 import pytest
 
 import rollkit as rk
-from rollkit.core.trace import mended_times
+from rollkit.core.trace import TaskRef, mended_times
 
 
 class Adding(rk.Task):
@@ -143,7 +143,7 @@ def test_usage_not_reported_is_none_not_zero():
 
 
 def test_recording_refuses_a_call_that_ends_before_it_starts_and_importers_mend_it():
-    trace = rk.Trace(task=rk.TaskRef(type="Task", key="k"))
+    trace = rk.Trace(task=TaskRef(type="Task", key="k"))
     with pytest.raises(ValueError, match=r"model call 0 ends before it starts \(9.0 < 10.0\)"):
         trace._record_call(index=0, segment=0, start=10.0, end=9.0, response=None, error=None, agent_time=0.0)
     assert trace.model_calls == []
