@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from .errors import format_traceback
 from .plugins import plugged
 from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, text_of
+from .outcome import Outcome
 
 __all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES",
            "mended_times"]
@@ -364,6 +365,12 @@ class Trace(_Record):
             else:
                 lines.append(f"{message.role}: {text_of(message)}")
         return "\n".join(lines)
+
+    @property
+    def outcome(self) -> Outcome:
+        """How the run ended: ok, stopped, failed, aborted or incomplete, and
+        whether it was scored (the one definition, `rollkit.core.outcome`)."""
+        return Outcome.of(self)
 
     @property
     def stop(self) -> str | None:

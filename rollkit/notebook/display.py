@@ -103,21 +103,22 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def status_html(trace: Trace) -> str:
-    """A one-line verdict: ok, stopped (and why), failed (and with what)."""
-    if trace.errors:
-        error = trace.errors[0]
+    """A one-line verdict from the trace's outcome: ok, stopped (and why),
+    failed (and with what), aborted, not closed."""
+    outcome = trace.outcome
+    if outcome.kind == "failed":
         return (
-            f'<span class="rk-bad">failed</span> · {html.escape(error.type)}: '
-            f"{html.escape(error.message)}"
+            f'<span class="rk-bad">failed</span> · {html.escape(outcome.error_type or "")}: '
+            f"{html.escape(outcome.message or '')}"
         )
-    if trace.aborted:
+    if outcome.kind == "aborted":
         return '<span class="rk-bad">aborted</span> (not scored)'
-    if not trace.completed:
+    if outcome.kind == "incomplete":
         return '<span class="rk-stopped">not closed</span>'
     value = trace.scored_reward
     reward = "" if value is None else f" · reward {value:.3f}"
-    if trace.stop_condition:
-        return f'<span class="rk-stopped">stopped</span> by {html.escape(trace.stop_condition)}{reward}'
+    if outcome.kind == "stopped":
+        return f'<span class="rk-stopped">stopped</span> by {html.escape(outcome.reason or "")}{reward}'
     return f'<span class="rk-ok">ok</span>{reward}'
 
 
