@@ -24,7 +24,8 @@ Importers map their source's terms into it with the constructors
 (`Outcome.ok()`, `.failed(error_type, boundary, ...)`, `.stopped(reason)`,
 `.aborted(phase)`, `.incomplete()`) and write it with `record(trace)`, which
 sets the trace's stored fields so that `Outcome.of` reads it back. This
-module decides nothing else and imports only the trace.
+module decides nothing else and imports nothing of rollkit (the trace
+imports it; `record` asks the trace to write itself).
 """
 
 from __future__ import annotations
@@ -149,22 +150,4 @@ class Outcome:
         already holds errors), and a scoring span when scored (at `at`, or
         at the end of the last phase, of no length: the source did not time
         it) or none when not."""
-        from .trace import ErrorInfo, Span
-
-        trace.aborted = self.kind == "aborted"
-        trace.aborted_in = self.phase if self.kind == "aborted" else None
-        trace.completed = self.kind != "incomplete" and self.kind != "aborted"
-        trace.stop_condition = self.reason if self.kind == "stopped" else None
-        if self.kind == "failed":
-            if not trace.errors:
-                trace.errors.append(ErrorInfo(type=self.error_type or "Error", boundary=self.boundary or "unknown",
-                                              message=self.message or "", phase=self.phase))
-        else:
-            trace.errors.clear()
-        if self.scored and "scoring" not in trace.phases:
-            when = at if at is not None else max(
-                (s.end if s.end is not None else s.start for s in trace.phases.values()), default=0.0)
-            trace.phases["scoring"] = Span(name="scoring", start=when, end=when)
-        elif not self.scored:
-            trace.phases.pop("scoring", None)
-        trace.ok = self.kind in ("ok", "stopped")
+        trace._set_outcome(self, at)

@@ -28,9 +28,14 @@ from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, t
 from .outcome import Outcome
 
 __all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES",
-           "mended_times"]
+           "SCHEMA_VERSION", "mended_times"]
 
 PHASES = ("boot", "setup", "agent", "finalize", "scoring")
+
+# The version of the trace format this rollkit writes (`Trace.schema_version`).
+# 1: traces before the field existed; 2: model calls keep their reply and
+# request, usage counts may be None (not reported), cache tokens.
+SCHEMA_VERSION = 2
 
 
 class _Record(BaseModel):
@@ -106,7 +111,12 @@ class ModelCall(_Record):
     runs `[first, count, first, count, ...]`, each run `count` consecutive
     references from `first` (`first, first + 1, ...` into the messages, or
     `first, first - 1, ...` into the replaced ones). `Trace.request_of(call)`
-    rebuilds the request's messages."""
+    rebuilds the request's messages.
+
+    On disk, a committed call with `request` None whose reply is the
+    message right after its request (`trace.messages[request_messages]`)
+    is written without `reply`; loading a trace puts that message back as
+    the call's reply (a reader of the raw JSON does the same)."""
 
     index: int
     segment: int
@@ -235,6 +245,11 @@ class Trace(_Record):
     # Messages the model was sent that a rewrite of the history has since
     # replaced in `messages`; model calls' requests refer to them (ModelCall).
     replaced_messages: list[Message] = Field(default_factory=list)
+    # The trace format the line was written in (SCHEMA_VERSION). A file of
+    # a newer rollkit loads here with one warning naming the fields this
+    # one does not know (rollkit.core.store); the trace then follows this
+    # rollkit's format and says so.
+    schema_version: int = SCHEMA_VERSION
 
     # Running totals over committed turns; derived from model_calls, kept so
     # that the limit check before every call is O(1).
@@ -252,6 +267,38 @@ class Trace(_Record):
     def model_post_init(self, context: Any) -> None:
         self.__pydantic_private__["_user_traces"] = []  # type: ignore[index]
         self._recount()
+        self._resolve_replies()
+
+    def _resolve_replies(self) -> None:
+        """A reply written as "the message after its request" (see
+        `model_dump_json`) becomes that message again: the same object, so
+        a loaded trace holds each reply once."""
+        messages = self.messages
+        for call in self.model_calls:
+            values = call.__dict__
+            count = values["request_messages"]
+            if (values["reply"] is None and count is not None and values["committed"] and values["request"] is None
+                    and count < len(messages) and messages[count].role == "assistant"):
+                values["reply"] = messages[count]
+                call.__pydantic_fields_set__.add("reply")
+
+    def model_dump_json(self, **options: Any) -> str:  # type: ignore[override]
+        """The trace as JSON. A committed call's reply that is the message
+        right after its request in `messages` (every reply of a program that
+        only appends) is not written twice: its `reply` is left out, and
+        loading puts that message back (`ModelCall` says so). Pass
+        `exclude=` to choose what is left out yourself."""
+        if "exclude" not in options:
+            messages = self.messages
+            shared = {}
+            for i, call in enumerate(self.model_calls):
+                count = call.request_messages
+                if (call.reply is not None and count is not None and call.committed and call.request is None
+                        and count < len(messages) and messages[count] is call.reply):
+                    shared[i] = {"reply"}
+            if shared:
+                options["exclude"] = {"model_calls": shared}
+        return super().model_dump_json(**options)
 
     def _recount(self) -> None:
         """Running totals from the recorded calls (after loading, or after a
@@ -392,6 +439,26 @@ class Trace(_Record):
             f"turns={self.num_turns} tokens={self.num_total_tokens} stop={self.stop}"
         )
 
+    def _set_outcome(self, outcome: Outcome, at: float | None) -> None:
+        """Write `outcome` into the stored fields (see `Outcome.record`)."""
+        kind = outcome.kind
+        self.aborted = kind == "aborted"
+        self.aborted_in = outcome.phase if kind == "aborted" else None
+        self.completed = kind not in ("incomplete", "aborted")
+        self.stop_condition = outcome.reason if kind == "stopped" else None
+        if kind != "failed":
+            self.errors.clear()
+        elif not self.errors:
+            self.errors.append(ErrorInfo(type=outcome.error_type or "Error", boundary=outcome.boundary or "unknown",
+                                         message=outcome.message or "", phase=outcome.phase))
+        if not outcome.scored:
+            self.phases.pop("scoring", None)
+        elif "scoring" not in self.phases:
+            when = at if at is not None else max(
+                (span.end if span.end is not None else span.start for span in self.phases.values()), default=0.0)
+            self.phases["scoring"] = Span(name="scoring", start=when, end=when)
+        self.ok = kind in ("ok", "stopped")
+
     # ---- recording (called by the rollout and the session only) ---------
     def _open_span(self, name: str, now: float | None = None) -> Span:
         span = self.phases.get(name)
@@ -453,24 +520,28 @@ class Trace(_Record):
             timing_issue=timing_issue,
         )
         if response is not None:
-            usage = response.usage
-            prompt = usage.input_tokens or 0
-            # Only the part of the prompt the previous sequence did not hold is new.
-            if self._num_turns and continues_prompt:
-                new_input = max(0, prompt - self._num_total)
-            else:
-                new_input = prompt
-            self._num_turns += 1
-            self._num_input += new_input
-            self._num_output += usage.output_tokens or 0
-            self._num_total = prompt + (usage.output_tokens or 0)
-            call.new_input_tokens = new_input
-            call.cum_turns = self._num_turns
-            call.cum_input_tokens = self._num_input
-            call.cum_output_tokens = self._num_output
-            call.cum_total_tokens = self._num_total
+            self._count_turn(call, response.usage, continues_prompt)
         self.model_calls.append(call)
         return call
+
+    def _count_turn(self, call: ModelCall, usage: Usage, continues_prompt: bool) -> None:
+        """Add a committed call to the running totals (a count not reported
+        adds nothing) and write the totals after it on the call."""
+        prompt = usage.input_tokens or 0
+        # Only the part of the prompt the previous sequence did not hold is new.
+        if self._num_turns and continues_prompt:
+            new_input = max(0, prompt - self._num_total)
+        else:
+            new_input = prompt
+        self._num_turns += 1
+        self._num_input += new_input
+        self._num_output += usage.output_tokens or 0
+        self._num_total = prompt + (usage.output_tokens or 0)
+        call.new_input_tokens = new_input
+        call.cum_turns = self._num_turns
+        call.cum_input_tokens = self._num_input
+        call.cum_output_tokens = self._num_output
+        call.cum_total_tokens = self._num_total
 
     def request_of(self, call: ModelCall) -> list[Message] | None:
         """The messages the request of `call` (one of this trace's model

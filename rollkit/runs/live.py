@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.outcome import Outcome
+from ..core.store import trace_of_line
 from ..core.trace import Trace
 from .compare import trace_signals
 from .stats import t_critical
@@ -168,7 +169,7 @@ class Finished:
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
-                return Trace.model_validate_json(f.read(length))
+                return trace_of_line(f.read(length), where=f"{path} (the trace of {self.rollout_id})")
         except OSError as exc:
             raise FileNotFoundError(f"cannot read the trace of {self.rollout_id} from {path}: {exc.strerror or exc}") from None
 
