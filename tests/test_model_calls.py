@@ -6,6 +6,8 @@ program that rewrites its history the way smolagents does."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -149,3 +151,39 @@ def test_recording_refuses_a_call_that_ends_before_it_starts_and_importers_mend_
     assert trace.model_calls == []
     assert mended_times(10.0, 9.969) == (10.0, 10.0, "the source ends this call 0.031 s before it starts; latency set to 0")
     assert mended_times(10.0, 11.0) == (10.0, 11.0, None)
+
+
+# ---- a real program that rewrites its history: smolagents -------------------
+
+SMOL = [sys.executable, str(Path(__file__).parent / "programs" / "smol.py")]
+
+
+def _smol_model(request: rk.Request) -> rk.AssistantMessage:
+    """Calls add(2, 3), then final_answer with the observation it reads back."""
+    last = request.messages[-1]
+    if last.role == "user" and "Observation" in last.content:
+        return rk.ScriptedModel.call("final_answer", answer="5")
+    return rk.ScriptedModel.call("add", a=2, b=3)
+
+
+async def test_smolagents_rewrites_its_history_and_the_trace_keeps_the_models_tool_calls():
+    harness = rk.ProgramHarness(SMOL)
+    agent = rk.Agent(model=rk.ScriptedModel(_smol_model), harness=harness, runtime=rk.SubprocessRuntime)
+    trace = await agent.run(rk.Task(prompt="What is 2 + 3? Use the add tool."))
+    assert trace.ok is True, trace.errors
+    assert len(trace.model_calls) == 2
+    first, second = trace.model_calls
+    # The model's structured call, exactly as it made it...
+    assert [(c.name, json.loads(c.arguments)) for c in first.reply.tool_calls] == [("add", {"a": 2, "b": 3})]
+    assert [(c.name, json.loads(c.arguments)) for c in second.reply.tool_calls] == [("final_answer", {"answer": "5"})]
+    assert (first.dialect, first.finish_reason, first.committed) == ("chat", "tool_calls", True)
+    # ...is in no message of the conversation: smolagents sent it back as text.
+    assert not any(m.role == "assistant" and any(c.name == "add" for c in m.tool_calls) for m in trace.messages)
+    resent = trace.request_of(second)
+    assert any(m.role == "user" and "Observation" in m.content and "5" in m.content for m in resent)
+    assert trace.messages[-1] is second.reply
+    # The frame of calls and the saved file keep it too.
+    frame = rk.frames.calls([trace])
+    assert list(frame["tool_calls"]) == ["add", "final_answer"]
+    again = rk.Trace.model_validate_json(trace.model_dump_json())
+    assert again.model_calls[0].reply == first.reply and again.request_of(again.model_calls[1]) == resent
