@@ -187,3 +187,25 @@ async def test_smolagents_rewrites_its_history_and_the_trace_keeps_the_models_to
     assert list(frame["tool_calls"]) == ["add", "final_answer"]
     again = rk.Trace.model_validate_json(trace.model_dump_json())
     assert again.model_calls[0].reply == first.reply and again.request_of(again.model_calls[1]) == resent
+
+
+async def test_the_trace_html_shows_every_reply_the_transcript_does_not_hold_escaped():
+    def model(request: rk.Request) -> rk.AssistantMessage | str:
+        if request.messages[-1].content.endswith("5"):
+            return rk.AssistantMessage(content="<b>done</b>: 5", reasoning="<script>alert('thought')</script>")
+        return rk.ScriptedModel.call("add", "<script>alert(1)</script>", a=2, b=3)
+
+    trace = await rk.Agent(model=rk.ScriptedModel(model), harness=RewritingHarness()).run(Adding(prompt="Add 2 and 3."))
+    page = rk.notebook.display.trace_html(trace)
+    section = page.split('class="rk-other-replies"', 1)[1].split("</details>", 1)[0]
+    # The structured call the program rewrote as text, under its call, escaped.
+    assert "(1: the program rewrote its history or made side calls)" in section
+    assert "call 0 · segment 0 · finish tool_calls" in section
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "→ calls <b>add</b>" in section
+    # The last reply is in the transcript, with its reasoning, escaped.
+    assert "<b>done</b>" not in page and "&lt;b&gt;done&lt;/b&gt;: 5" in page
+    assert "thinking: &lt;script&gt;alert(&#x27;thought&#x27;)&lt;/script&gt;" in page
+    assert "<script>" not in page
+    # A program that only appends has nothing outside its transcript.
+    plain = await rk.Agent(model=rk.ScriptedModel(model)).run(Adding(prompt="Add 2 and 3."))
+    assert "rk-other-replies" not in rk.notebook.display.trace_html(plain)
