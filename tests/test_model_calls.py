@@ -209,3 +209,16 @@ async def test_the_trace_html_shows_every_reply_the_transcript_does_not_hold_esc
     # A program that only appends has nothing outside its transcript.
     plain = await rk.Agent(model=rk.ScriptedModel(model)).run(Adding(prompt="Add 2 and 3."))
     assert "rk-other-replies" not in rk.notebook.display.trace_html(plain)
+
+
+async def test_a_fork_keeps_each_reply_as_the_message_of_its_conversation():
+    task = Adding(prompt="Add 2, 3 and 4.")
+    trace = await rk.Agent(model=_adding_model()).run(task)
+    rollout = await rk.fork(trace, 2, agent=rk.Agent(model=_adding_model()), task=task)
+    prefix = rollout.trace
+    assert [c.reply.tool_calls[0].arguments for c in prefix.model_calls] == ['{"a": 2, "b": 3}', '{"a": 5, "b": 4}']
+    assert all(prefix.messages[i] is c.reply for i, c in zip(prefix.sampled, prefix.model_calls))
+    assert all(c.reply is not o.reply for c, o in zip(prefix.model_calls, trace.model_calls))  # copies, not shared
+    line = prefix.model_dump_json()
+    assert all("reply" not in call for call in json.loads(line)["model_calls"])
+    await rollout.close()
