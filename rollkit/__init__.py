@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .core import (
     Agent, AssistantMessage, ChatHarness, Event, Harness, HarnessError, Interaction, LifetimeError, LocalRuntime,
-    Model, NetworkPolicy, ProviderError, Refused, Request, Response, Rollout, RolloutContext, RolloutError,
+    Model, NetworkPolicy, Outcome, ProviderError, Refused, Request, Response, Rollout, RolloutContext, RolloutError,
     RolloutLimits, RolloutTimeouts, Runtime, SandboxError, ScriptedModel, SystemMessage, Task, TaskData, TaskError,
     Tool, ToolCall, ToolMessage, Toolset, ToolsetError, Trace, TraceFileError, Usage, UserMessage, __version__,
     intercept, load, metric, register_model, reward, save, stop, tool,
@@ -72,6 +72,7 @@ __all__ = [
     "LocalRuntime",
     "Model",
     "NetworkPolicy",
+    "Outcome",
     "ProviderError",
     "Refused",
     "Request",

@@ -5,7 +5,10 @@ test queues behaviours; each request takes the next one (or "ok" when the
 queue is empty):
 
 - "ok": a chat completion echoing the last user message (tool calls when the
-  last user message starts with "call ").
+  last user message starts with "call "; when it starts with "think ", the
+  reply carries `reasoning_content` and the usage a cached part, in
+  `prompt_tokens_details.cached_tokens`, as vLLM and OpenAI send them; when
+  it starts with "quiet ", the completion has no usage at all).
 - "slow": waits on `release` (an event the test sets) before answering ok.
 - "429", "500": that status with an OpenAI-shaped error body.
 - "context_length": 400 with OpenAI's context_length_exceeded error.
@@ -123,11 +126,17 @@ def _completion(body: dict[str, Any]) -> dict[str, Any]:
         }
         finish = "tool_calls"
     prompt = sum(len(str(m.get("content") or "").split()) for m in body["messages"])
+    usage: dict[str, Any] | None = {"prompt_tokens": prompt, "completion_tokens": 3, "total_tokens": prompt + 3}
+    if text.startswith("think "):
+        message["reasoning_content"] = "the user wants an echo"
+        usage["prompt_tokens_details"] = {"cached_tokens": prompt - 1}  # type: ignore[index]
+    if text.startswith("quiet "):
+        usage = None
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "created": 0,
         "model": body["model"],
         "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": 3, "total_tokens": prompt + 3},
+        **({"usage": usage} if usage is not None else {}),
     }

@@ -18,6 +18,7 @@ import openai
 import pytest
 
 import rollkit as rk
+from rollkit.core.models import count_tokens
 from rollkit.programs import interception
 from rollkit.programs.openai_model import OpenAIModel
 
@@ -60,6 +61,18 @@ async def run(body, replies, *, task=None, limits=None, model=None):
 
 
 ADD_CALL = rk.ScriptedModel.call("add", "adding", a=2, b=3)
+
+
+def _assert_reply_kept(trace, dialect, sent):
+    """The one streamed call keeps on the trace what the model returned and
+    the request it answered, whatever the wire it went out on."""
+    [call] = trace.model_calls
+    assert (call.dialect, call.committed, call.finish_reason, call.request_messages) == (dialect, True, "tool_calls", 1)
+    assert call.reply.content == sent.content
+    assert [(c.name, json.loads(c.arguments)) for c in call.reply.tool_calls] == [
+        ("add", {"a": 123456789, "b": 987654321})]
+    assert [m.content for m in trace.request_of(call)] == ["add"]
+    assert call.usage.input_tokens == count_tokens(rk.UserMessage(content="add")) and call.usage.output_tokens > 0
 
 
 # ---- OpenAI Responses -------------------------------------------------------------
@@ -136,6 +149,7 @@ async def test_responses_stream_with_the_sdk_helper_and_argument_deltas():
     [call] = [item for item in final.output if item.type == "function_call"]
     assert final.output_text == "let me add these for you please" and call.name == "add"
     assert trace.num_turns == 1
+    _assert_reply_kept(trace, "responses", long_call)
 
 
 async def test_responses_limit_stop_and_intercept_behave_as_on_every_route():
@@ -281,6 +295,7 @@ async def test_anthropic_stream_with_the_sdk_helper_and_input_json_deltas():
     assert final.content[0].text == "let me add these for you please"
     assert final.content[1].input == {"a": 123456789, "b": 987654321} and final.stop_reason == "tool_use"
     assert trace.num_turns == 1
+    _assert_reply_kept(trace, "anthropic", long_call)
 
 
 async def test_anthropic_limit_and_stop_refuse_in_its_error_shape_without_retrying():
@@ -376,6 +391,7 @@ async def test_chat_stream_with_the_sdk_helper_accumulates_tool_call_deltas():
     assert deltas > 1 and message.content == "let me add these for you please"
     assert json.loads(message.tool_calls[0].function.arguments) == {"a": 123456789, "b": 987654321}
     assert final.choices[0].finish_reason == "tool_calls"
+    _assert_reply_kept(trace, "chat", long_call)
 
 
 async def test_a_chat_completions_endpoint_serves_programs_speaking_every_dialect():

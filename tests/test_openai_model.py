@@ -42,6 +42,31 @@ async def test_completion_maps_text_usage_and_sends_params(provider):
     assert provider.headers[0]["Authorization"] == "Bearer k1"
 
 
+async def test_reasoning_and_cached_tokens_are_kept_and_unreported_usage_stays_none(provider):
+    model = OpenAIModel("fake-1", base_url=provider.url, api_key="k")
+    thought = await model.complete(_request("think it over"))
+    assert thought.message.content == "echo: think it over"
+    assert thought.message.reasoning == "the user wants an echo"
+    assert (thought.usage.input_tokens, thought.usage.cache_read_tokens, thought.usage.cache_write_tokens) == (5, 4, None)
+    plain = await model.complete(_request("hello"))
+    assert plain.message.reasoning is None and plain.usage.cache_read_tokens is None
+    quiet = await model.complete(_request("quiet please"))
+    assert (quiet.usage.input_tokens, quiet.usage.output_tokens, quiet.usage.total_tokens) == (None, None, None)
+    # Through a rollout: the reply with its reasoning is on the trace, and
+    # the frames show the unreported call's tokens as missing, not 0.
+    trace = await rk.Agent(model=model).run(rk.Task(prompt="quiet please"))
+    [call] = trace.model_calls
+    assert call.reply.content == "echo: quiet please" and call.usage.input_tokens is None
+    row = rk.frames.rollouts([trace]).iloc[0]
+    assert row["input_tokens"] is rk.frames.pd.NA and row["total_tokens"] is rk.frames.pd.NA
+    turn = rk.frames.turns([trace]).iloc[0]
+    assert turn["input_tokens"] is rk.frames.pd.NA and turn["output_tokens"] is rk.frames.pd.NA
+    thinking = await rk.Agent(model=model).run(rk.Task(prompt="think twice"))
+    calls = rk.frames.calls([thinking])
+    assert list(calls["reasoning"]) == ["the user wants an echo"] and list(calls["cache_read_tokens"]) == [1]
+    assert list(calls["input_tokens"]) == [2] and list(calls["reply"]) == ["echo: think twice"]
+
+
 async def test_tool_calls_round_trip(provider):
     model = OpenAIModel("fake-1", base_url=provider.url, api_key="k")
     spec = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}

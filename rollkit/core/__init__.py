@@ -28,6 +28,7 @@ from .harness import ChatHarness, Harness
 from .hooks import intercept, metric, reward, stop
 from .human import HumanModel, NobodyToAsk, check_reply, check_tool_call
 from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
+from .outcome import Outcome
 from .models import Model, ScriptedModel, count_tokens, model_names, register_model, resolve_model
 from .plugins import plug, plugged
 from .rollout import Rollout
@@ -42,7 +43,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent", "AssistantMessage", "ChatHarness", "Event", "EventBus", "Harness", "HarnessError", "Interaction",
-    "InteractionEnded", "LifetimeError", "LocalRuntime", "Model", "NetworkPolicy", "ProviderError", "Refused",
+    "InteractionEnded", "LifetimeError", "LocalRuntime", "Model", "NetworkPolicy", "Outcome", "ProviderError", "Refused",
     "Request", "Response", "Rollout", "RolloutContext", "RolloutError", "RolloutLimits", "RolloutTimeouts",
     "Runtime", "SandboxError", "ScriptedModel", "SystemMessage", "Task", "TaskData", "TaskError", "Tool",
     "ToolCall", "ToolMessage", "Toolset", "ToolsetError", "Trace", "TraceFileError", "Usage", "UserMessage",

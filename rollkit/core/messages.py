@@ -34,6 +34,13 @@ class _Data(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _absent(value: Any) -> bool:
+    """Fields added to the trace format later are not written when they
+    hold nothing (None, or an empty list): files stay as small, and loading
+    gives the default back."""
+    return value is None or value == []
+
+
 class ToolCall(_Data):
     """A tool call the model asked for. `arguments` is JSON text, as on the
     wire; a dict given here is serialized, and `args()` parses it back."""
@@ -68,9 +75,14 @@ class UserMessage(_Data):
 
 
 class AssistantMessage(_Data):
+    """A message the model wrote. `reasoning` is the thinking it returned
+    beside its answer (a reasoning model's summary or thinking blocks), None
+    when it returned none; it is not part of `content`."""
+
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    reasoning: str | None = Field(default=None, exclude_if=_absent)
 
 
 class ToolMessage(_Data):
@@ -87,14 +99,32 @@ Message = Annotated[
 
 
 class Usage(_Data):
-    """Token counts of one model call, as the provider reported them."""
+    """Token counts of one model call, as the provider reported them.
 
-    input_tokens: int = 0
-    output_tokens: int = 0
+    None means not reported, never 0: a call that failed, a provider that
+    sent no usage, an imported record without it. `input_tokens` is the
+    whole prompt, cached part included; `cache_read_tokens` is the part of
+    it read from the provider's prompt cache and `cache_write_tokens` the
+    part written to it (providers that report them: OpenAI's
+    `prompt_tokens_details.cached_tokens`, Anthropic's
+    `cache_read_input_tokens` / `cache_creation_input_tokens`)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = Field(default=None, exclude_if=_absent)
+    cache_write_tokens: int | None = Field(default=None, exclude_if=_absent)
 
     @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
+    def reported(self) -> bool:
+        """Whether the provider reported the prompt's or the reply's size."""
+        return self.input_tokens is not None or self.output_tokens is not None
+
+    @property
+    def total_tokens(self) -> int | None:
+        """Prompt plus reply; None when neither was reported."""
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
 
 
 class Request(_Data):

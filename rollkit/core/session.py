@@ -134,7 +134,9 @@ class Session:
 
     async def _call_model(self, index: int, request: Request, dialect: str | None = None) -> Response:
         self._emit("call_start", call=index)
-        start = time.time()
+        # The wall clock dates the call; a monotonic clock measures it, so a
+        # clock step while waiting never makes a negative latency.
+        start, began = time.time(), time.monotonic()
         try:
             token = calling_rollout.set(self.trace.id)
             key_token = calling_rollout_key.set(self.trace.info.get("rollout_id") or self.trace.id)
@@ -146,12 +148,13 @@ class Session:
                 calling_rollout.reset(token)
         except BaseException as exc:
             # Cancelled calls too: their time was spent waiting for the model.
-            self._record_failed_call(index, start, exc, dialect=dialect)
+            self._record_failed_call(index, start, exc, request=request, end=start + time.monotonic() - began,
+                                     dialect=dialect)
             condition = getattr(exc, "stop_condition", None)
             if condition:  # e.g. the prompt outgrew the context window: a clean stop
                 raise self._refuse(condition) from exc
             raise
-        end = time.time()
+        end = start + time.monotonic() - began
 
         stop_after: str | None = None
         try:
@@ -166,13 +169,14 @@ class Session:
                     break
         except BaseException as exc:
             # The model answered and its tokens were spent: keep the call on record.
-            self._record_failed_call(index, start, exc, end=end, response=response, dialect=dialect)
+            self._record_failed_call(index, start, exc, request=request, end=end, response=response, dialect=dialect)
             raise
 
         extended = self.trace._record_conversation(request.messages, response.message)
         self.trace._record_call(
             index=index, segment=self._segment(), start=start, end=end, response=response,
             error=None, agent_time=self._agent_time(), continues_prompt=extended, dialect=dialect,
+            request_messages=len(request.messages),
         )
         self.last = (request, response)
         self._emit("call_end", call=index, ok=True)
@@ -183,15 +187,21 @@ class Session:
         return response
 
     def _record_failed_call(
-        self, index: int, start: float, exc: BaseException, *, end: float | None = None,
+        self, index: int, start: float, exc: BaseException, *, request: Request, end: float,
         response: Response | None = None, dialect: str | None = None,
     ) -> None:
+        """Record a call that raised; its reply is kept when the model did
+        answer, its request when the conversation already holds it (a
+        failed call adds nothing to the conversation)."""
         if isinstance(exc, asyncio.CancelledError):
             exc = ProviderError("the model call was cancelled before it answered (agent timeout, abort or close)")
-        self.trace._record_call(
-            index=index, segment=self._segment(), start=start, end=end or time.time(), response=None,
+        trace = self.trace
+        trace._record_call(
+            index=index, segment=self._segment(), start=start, end=end, response=None,
             error=ErrorInfo.from_exception(exc, "agent"), agent_time=self._agent_time(),
             usage=response.usage if response is not None else None, dialect=dialect,
+            reply=response.message if response is not None else None,
+            request_messages=len(request.messages) if trace._holds_prefix(request.messages) else None,
         )
         self._emit("call_end", call=index, ok=False)
 

@@ -3,7 +3,10 @@ table of other trace formats rollkit reads and writes.
 
 A trace file is append-friendly: each finished trace is one line, so a crash
 loses at most what was in flight, and a reader can load the good lines of a
-damaged file. `load` reports a bad line with its number and the field that is
+damaged file. Each line says which trace format wrote it
+(`"schema_version"`, `rollkit.core.trace.SCHEMA_VERSION`). A line from a
+newer rollkit holding fields this one does not know still loads: those
+fields are left out, and the file gets one warning naming them all. `load` reports a bad line with its number and the field that is
 wrong (`TraceFileError.line`, `.field`); with `errors="skip"` the good lines
 still load and the bad ones come back as warnings.
 
@@ -18,6 +21,7 @@ and files, nothing about running.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
 import warnings
@@ -28,9 +32,9 @@ from typing import Any
 
 import pydantic
 
-from .trace import Trace
+from .trace import SCHEMA_VERSION, Trace
 
-__all__ = ["save", "load", "TraceFileError", "append_trace", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
+__all__ = ["save", "load", "TraceFileError", "append_trace", "trace_of_line", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
 
 ROLLKIT = "rollkit"
 # Why a signal of an imported trace is missing when its tool did not record
@@ -217,9 +221,11 @@ class _Shared:
     system prompts, and pydantic's set of which fields were given, which is
     all of them in every record rollkit wrote (half the memory of a loaded
     trace). Shared records are equal by value; what a trace ran (its calls,
-    its replies) is never merged. A set of given fields is shared only when
-    it holds every field: adding a name to it, all pydantic ever does, then
-    changes nothing."""
+    its replies) is never merged. Every record's set of given fields becomes
+    the set of all its fields: a field a line leaves out (a later field that
+    held nothing, see `rollkit.core.messages._absent`) then counts as given
+    its default, which changes nothing rollkit reads; and adding a name to
+    the shared set, all pydantic ever does, changes nothing either."""
 
     def __init__(self) -> None:
         self.tasks: dict[tuple[Any, ...], Any] = {}
@@ -253,7 +259,7 @@ class _Shared:
             full = known.get(type(record))
             if full is None:
                 full = known[type(record)] = set(type(record).model_fields)
-            if fields is not full and len(fields) == len(full):
+            if fields is not full:
                 object.__setattr__(record, "__pydantic_fields_set__", full)
         texts = self.texts
         for message in values["messages"]:
@@ -262,10 +268,63 @@ class _Shared:
                 fields["content"] = texts.setdefault(fields["content"], fields["content"])
 
 
+def _without_unknown(line: bytes, exc: pydantic.ValidationError) -> tuple[Trace, set[str], Any] | None:
+    """A line whose only faults are fields this rollkit does not know (a
+    newer rollkit wrote it): the trace without them, their names (list
+    indices left out, e.g. "model_calls.cost"), and the schema version the
+    line claims. None when anything else is wrong too."""
+    faults = exc.errors(include_url=False, include_input=False)
+    if not faults or any(f["type"] != "extra_forbidden" for f in faults):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    names = set()
+    for fault in faults:
+        loc = fault["loc"]
+        holder = record
+        for part in loc[:-1]:
+            if isinstance(holder, list) and isinstance(part, int) and part < len(holder):
+                holder = holder[part]
+            elif isinstance(holder, dict) and part in holder:
+                holder = holder[part]
+            # else: a discriminator's tag in the path (messages.3.assistant.x), not a key
+        if not isinstance(holder, dict):
+            return None
+        holder.pop(loc[-1], None)
+        names.add(".".join(str(part) for part in loc if not isinstance(part, int)))
+    claimed = record.get("schema_version")
+    record["schema_version"] = SCHEMA_VERSION
+    try:
+        return Trace.model_validate(record), names, claimed
+    except pydantic.ValidationError:
+        return None
+
+
+def trace_of_line(line: bytes | str, *, where: str = "a trace line") -> Trace:
+    """One line of a rollkit trace file as a Trace, with the same tolerance
+    as `load`: fields of a newer rollkit are left out with a warning naming
+    them (`where` says whose line, for it). Raises pydantic's
+    ValidationError (a ValueError) for a line that is not a trace."""
+    raw = line.encode() if isinstance(line, str) else line
+    try:
+        return Trace.model_validate_json(raw)
+    except pydantic.ValidationError as exc:
+        lenient = _without_unknown(raw, exc)
+        if lenient is None:
+            raise
+        trace, names, claimed = lenient
+        warnings.warn(_unknown_message(where, names, {claimed}), stacklevel=2)
+        return trace
+
+
 def _read_rollkit(path: Path, errors: str) -> list[Trace]:
     traces: list[Trace] = []
     share = _Shared()
     validate = Trace.model_validate_json
+    unknown: set[str] = set()
+    newer: set[Any] = set()
     # Loading makes many objects and frees none; the cyclic collector would
     # walk the growing heap again and again (most of the time of a big file).
     collecting = gc.isenabled()
@@ -279,6 +338,14 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
                 try:
                     trace = validate(line)
                 except pydantic.ValidationError as exc:
+                    lenient = _without_unknown(line, exc)
+                    if lenient is not None:
+                        trace, names, claimed = lenient
+                        unknown |= names
+                        newer.add(claimed)
+                        share(trace)
+                        traces.append(trace)
+                        continue
                     if not line.endswith(b"\n"):
                         warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
                                       "skipped", stacklevel=3)
@@ -295,7 +362,17 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
     finally:
         if collecting:
             gc.enable()
+    if unknown:
+        warnings.warn(_unknown_message(path, unknown, newer), stacklevel=3)
     return traces
+
+
+def _unknown_message(path: Path | str, unknown: set[str], claimed: set[Any]) -> str:
+    versions = sorted(str(v) for v in claimed if v is not None)
+    by = f"trace schema {', '.join(versions)}" if versions else "no schema version"
+    return (f"{path}: written by a newer rollkit ({by}; this one reads schema {SCHEMA_VERSION}): "
+            f"fields it does not know were left out: {', '.join(sorted(unknown))}; "
+            "upgrade rollkit to read them")
 
 
 register_format(TraceFormat(

@@ -24,11 +24,18 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from .errors import format_traceback
 from .plugins import plugged
-from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, text_of
+from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, _absent, text_of
+from .outcome import Outcome
 
-__all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES"]
+__all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES",
+           "SCHEMA_VERSION", "mended_times"]
 
 PHASES = ("boot", "setup", "agent", "finalize", "scoring")
+
+# The version of the trace format this rollkit writes (`Trace.schema_version`).
+# 1: traces before the field existed; 2: model calls keep their reply and
+# request, usage counts may be None (not reported), cache tokens.
+SCHEMA_VERSION = 2
 
 
 class _Record(BaseModel):
@@ -71,8 +78,45 @@ class ErrorInfo(_Record):
 
 
 class ModelCall(_Record):
-    """One model call. A committed call is a turn; its `cum_*` fields are the
-    budget totals right after it, so budget burn can be drawn exactly."""
+    """One model call: which request it answered, what the model returned,
+    what it cost and how long it took. A committed call is a turn; its
+    `cum_*` fields are the budget totals right after it, so budget burn can
+    be drawn exactly.
+
+    What the model returned:
+
+    - `reply`: the assistant message it answered with (content, tool calls,
+      reasoning), as the harness received it (after any response
+      interceptor; `Trace.response_rewrites` says which calls one changed).
+      None when no answer came back (`error` says why) or the trace was
+      written before rollkit kept replies. Kept even when the program later
+      rewrites it out of its history (smolagents re-sends each tool call as
+      assistant text), so the model's structured tool calls are never lost.
+    - `finish_reason`, `usage` (None counts: not reported), and the latency
+      `end - start` (never negative: `Trace._record_call` refuses it; an
+      importer whose source has one mends it with `mended_times`, which
+      says why in `timing_issue`).
+
+    Which request it answered, stored compactly (a 500-turn rollout does not
+    hold its conversation 500 times): `request_messages` is how many
+    messages the request held (None: not recorded), and `request` says where
+    they are in the trace's ledger of messages. The ledger is
+    `Trace.messages` (the conversation as the model last saw it) plus
+    `Trace.replaced_messages` (the messages it was sent earlier that a
+    rewrite of the history has since replaced). A reference `r >= 0` names
+    `trace.messages[r]`, a reference `r < 0` names
+    `trace.replaced_messages[-1 - r]`. `request` is None when the request
+    was the first `request_messages` messages of `trace.messages` (every
+    call of a program that only appends); otherwise it is a flat list of
+    runs `[first, count, first, count, ...]`, each run `count` consecutive
+    references from `first` (`first, first + 1, ...` into the messages, or
+    `first, first - 1, ...` into the replaced ones). `Trace.request_of(call)`
+    rebuilds the request's messages.
+
+    On disk, a committed call with `request` None whose reply is the
+    message right after its request (`trace.messages[request_messages]`)
+    is written without `reply`; loading a trace puts that message back as
+    the call's reply (a reader of the raw JSON does the same)."""
 
     index: int
     segment: int
@@ -91,10 +135,26 @@ class ModelCall(_Record):
     # The wire format the call came in through the interception server
     # ("chat", "responses", "anthropic"); None for a call made in process.
     dialect: str | None = None
+    reply: AssistantMessage | None = None
+    request_messages: int | None = None
+    request: list[int] | None = Field(default=None, exclude_if=_absent)
+    # Why `start`/`end` are not the call's own times, when an importer had
+    # to mend them (see `mended_times`); None when they are.
+    timing_issue: str | None = Field(default=None, exclude_if=_absent)
 
     @property
     def latency(self) -> float:
         return self.end - self.start
+
+
+def mended_times(start: float, end: float) -> tuple[float, float, str | None]:
+    """A source's (start, end) of a model call, made possible: an end before
+    the start (a clock bug in the tool that wrote it) becomes a call of no
+    length, with the reason to record in `ModelCall.timing_issue`.
+    Importers use this; rollkit's own recording refuses such a call."""
+    if end < start:
+        return start, start, f"the source ends this call {start - end:.3f} s before it starts; latency set to 0"
+    return start, end, None
 
 
 class Segment(_Record):
@@ -182,6 +242,14 @@ class Trace(_Record):
     phases: dict[str, Span] = Field(default_factory=dict)
     segments: list[Segment] = Field(default_factory=list)
     user_turns: list[UserTurn] = Field(default_factory=list)
+    # Messages the model was sent that a rewrite of the history has since
+    # replaced in `messages`; model calls' requests refer to them (ModelCall).
+    replaced_messages: list[Message] = Field(default_factory=list, exclude_if=_absent)
+    # The trace format the line was written in (SCHEMA_VERSION). A file of
+    # a newer rollkit loads here with one warning naming the fields this
+    # one does not know (rollkit.core.store); the trace then follows this
+    # rollkit's format and says so.
+    schema_version: int = SCHEMA_VERSION
 
     # Running totals over committed turns; derived from model_calls, kept so
     # that the limit check before every call is O(1).
@@ -199,6 +267,38 @@ class Trace(_Record):
     def model_post_init(self, context: Any) -> None:
         self.__pydantic_private__["_user_traces"] = []  # type: ignore[index]
         self._recount()
+        self._resolve_replies()
+
+    def _resolve_replies(self) -> None:
+        """A reply written as "the message after its request" (see
+        `model_dump_json`) becomes that message again: the same object, so
+        a loaded trace holds each reply once."""
+        messages = self.messages
+        for call in self.model_calls:
+            values = call.__dict__
+            count = values["request_messages"]
+            if (values["reply"] is None and count is not None and values["committed"] and values["request"] is None
+                    and count < len(messages) and messages[count].role == "assistant"):
+                values["reply"] = messages[count]
+                call.__pydantic_fields_set__.add("reply")
+
+    def model_dump_json(self, **options: Any) -> str:  # type: ignore[override]
+        """The trace as JSON. A committed call's reply that is the message
+        right after its request in `messages` (every reply of a program that
+        only appends) is not written twice: its `reply` is left out, and
+        loading puts that message back (`ModelCall` says so). Pass
+        `exclude=` to choose what is left out yourself."""
+        if "exclude" not in options:
+            messages = self.messages
+            shared = {}
+            for i, call in enumerate(self.model_calls):
+                count = call.request_messages
+                if (call.reply is not None and count is not None and call.committed and call.request is None
+                        and count < len(messages) and messages[count] is call.reply):
+                    shared[i] = {"reply"}
+            if shared:
+                options["exclude"] = {"model_calls": shared}
+        return super().model_dump_json(**options)
 
     def _recount(self) -> None:
         """Running totals from the recorded calls (after loading, or after a
@@ -314,6 +414,12 @@ class Trace(_Record):
         return "\n".join(lines)
 
     @property
+    def outcome(self) -> Outcome:
+        """How the run ended: ok, stopped, failed, aborted or incomplete, and
+        whether it was scored (the one definition, `rollkit.core.outcome`)."""
+        return Outcome.of(self)
+
+    @property
     def stop(self) -> str | None:
         """What ended the run: the error type, or the stop condition."""
         return self.error.type if self.error else self.stop_condition
@@ -332,6 +438,26 @@ class Trace(_Record):
             f"trace {self.id} task={self.task.key} ok={self.ok} reward={reward} "
             f"turns={self.num_turns} tokens={self.num_total_tokens} stop={self.stop}"
         )
+
+    def _set_outcome(self, outcome: Outcome, at: float | None) -> None:
+        """Write `outcome` into the stored fields (see `Outcome.record`)."""
+        kind = outcome.kind
+        self.aborted = kind == "aborted"
+        self.aborted_in = outcome.phase if kind == "aborted" else None
+        self.completed = kind not in ("incomplete", "aborted")
+        self.stop_condition = outcome.reason if kind == "stopped" else None
+        if kind != "failed":
+            self.errors.clear()
+        elif not self.errors:
+            self.errors.append(ErrorInfo(type=outcome.error_type or "Error", boundary=outcome.boundary or "unknown",
+                                         message=outcome.message or "", phase=outcome.phase))
+        if not outcome.scored:
+            self.phases.pop("scoring", None)
+        elif "scoring" not in self.phases:
+            when = at if at is not None else max(
+                (span.end if span.end is not None else span.start for span in self.phases.values()), default=0.0)
+            self.phases["scoring"] = Span(name="scoring", start=when, end=when)
+        self.ok = kind in ("ok", "stopped")
 
     # ---- recording (called by the rollout and the session only) ---------
     def _open_span(self, name: str, now: float | None = None) -> Span:
@@ -358,10 +484,20 @@ class Trace(_Record):
         usage: Usage | None = None,
         continues_prompt: bool = True,
         dialect: str | None = None,
+        reply: AssistantMessage | None = None,
+        request_messages: int | None = None,
+        timing_issue: str | None = None,
     ) -> ModelCall:
         """Record one model call; a call with a response is a committed turn.
         `continues_prompt` is False when the prompt did not extend the previous
-        sequence (the harness rewrote history): then all of it is new input."""
+        sequence (the harness rewrote history): then all of it is new input.
+        `request_messages` is how many messages of `self.messages` the request
+        was (the first ones; None when it is not on the trace); `reply` the
+        answer of a call that failed after the model answered. A call that
+        ends before it starts is refused: a negative latency is a clock bug."""
+        if end < start:
+            raise ValueError(f"model call {index} ends before it starts ({end} < {start}): "
+                             "a latency is never negative; take both times from one clock")
         call = ModelCall.model_construct(
             index=index,
             segment=segment,
@@ -378,33 +514,69 @@ class Trace(_Record):
             cum_total_tokens=self._num_total,
             cum_agent_time=agent_time,
             dialect=dialect,
+            reply=response.message if response is not None else reply,
+            request_messages=request_messages,
+            request=None,
+            timing_issue=timing_issue,
         )
         if response is not None:
-            usage = response.usage
-            # Only the part of the prompt the previous sequence did not hold is new.
-            if self._num_turns and continues_prompt:
-                new_input = max(0, usage.input_tokens - self._num_total)
-            else:
-                new_input = usage.input_tokens
-            self._num_turns += 1
-            self._num_input += new_input
-            self._num_output += usage.output_tokens
-            self._num_total = usage.input_tokens + usage.output_tokens
-            call.new_input_tokens = new_input
-            call.cum_turns = self._num_turns
-            call.cum_input_tokens = self._num_input
-            call.cum_output_tokens = self._num_output
-            call.cum_total_tokens = self._num_total
+            self._count_turn(call, response.usage, continues_prompt)
         self.model_calls.append(call)
         return call
+
+    def _count_turn(self, call: ModelCall, usage: Usage, continues_prompt: bool) -> None:
+        """Add a committed call to the running totals (a count not reported
+        adds nothing) and write the totals after it on the call."""
+        prompt = usage.input_tokens or 0
+        # Only the part of the prompt the previous sequence did not hold is new.
+        if self._num_turns and continues_prompt:
+            new_input = max(0, prompt - self._num_total)
+        else:
+            new_input = prompt
+        self._num_turns += 1
+        self._num_input += new_input
+        self._num_output += usage.output_tokens or 0
+        self._num_total = prompt + (usage.output_tokens or 0)
+        call.new_input_tokens = new_input
+        call.cum_turns = self._num_turns
+        call.cum_input_tokens = self._num_input
+        call.cum_output_tokens = self._num_output
+        call.cum_total_tokens = self._num_total
+
+    def request_of(self, call: ModelCall) -> list[Message] | None:
+        """The messages the request of `call` (one of this trace's model
+        calls) held, rebuilt from the ledger; None when it was not recorded."""
+        count = call.request_messages
+        if count is None:
+            return None
+        if call.request is None:
+            return self.messages[:count]
+        messages, replaced = self.messages, self.replaced_messages
+        out: list[Message] = []
+        runs = call.request
+        for k in range(0, len(runs), 2):
+            first, n = runs[k], runs[k + 1]
+            if first >= 0:
+                out.extend(messages[first:first + n])
+            else:
+                out.extend(replaced[-1 - first:-1 - first + n])
+        return out
+
+    def _holds_prefix(self, sent: list[Any]) -> bool:
+        """Whether `sent` is the first messages of the conversation."""
+        ledger = self.messages
+        n = len(sent)
+        return n <= len(ledger) and (n == 0 or sent[n - 1] is ledger[n - 1] or sent == ledger[:n])
 
     def _record_conversation(self, sent: list[Any], reply: AssistantMessage | None) -> bool:
         """Bring the ledger up to what the model saw, then add its reply.
 
         Harnesses usually extend one list, so the ledger is a prefix of what was
         sent: checked by identity first (O(1)), by equality otherwise. A harness
-        that rewrote history replaces the ledger with what the model saw.
-        Returns whether what was sent extended the ledger."""
+        that rewrote history replaces the ledger with what the model saw; the
+        messages it dropped move to `replaced_messages` and the requests of
+        earlier calls are re-pointed (see ModelCall). Returns whether what was
+        sent extended the ledger."""
         ledger = self.messages
         n = len(ledger)
         extended = len(sent) >= n and (n == 0 or sent[n - 1] is ledger[n - 1] or sent[:n] == ledger)
@@ -412,9 +584,72 @@ class Trace(_Record):
             ledger.extend(sent[n:])
         else:
             keep = [i for i in self.sampled if i < len(sent) and sent[i] == ledger[i]]
-            self.messages = ledger = list(sent)
+            new = list(sent)
+            self._repoint_requests(ledger, new)
+            self.messages = ledger = new
             self.sampled = keep
         if reply is not None:
             self.sampled.append(len(ledger))
             ledger.append(reply)
         return extended
+
+    def _repoint_requests(self, old: list[Any], new: list[Any]) -> None:
+        """The history is being rewritten from `old` to `new`: re-point every
+        recorded request that refers to a message of `old` that is not at the
+        same place in `new`, moving such messages to `replaced_messages`."""
+        same = 0  # messages before this one keep their place
+        limit = min(len(old), len(new))
+        while same < limit and (new[same] is old[same] or new[same] == old[same]):
+            same += 1
+        if same == len(old):
+            return
+        where_new = {id(message): j for j, message in enumerate(new)}
+        moved: dict[int, int] = {}
+        replaced = self.replaced_messages
+
+        def ref(i: int) -> int:
+            if i < same:
+                return i
+            r = moved.get(i)
+            if r is None:
+                message = old[i]
+                j = where_new.get(id(message))
+                if j is None and i < len(new) and new[i] == message:
+                    j = i
+                if j is None:
+                    replaced.append(message)
+                    j = -len(replaced)
+                r = moved[i] = j
+            return r
+
+        for call in self.model_calls:
+            count = call.request_messages
+            if count is None:
+                continue
+            if call.request is None:
+                if count <= same:
+                    continue
+                refs = [ref(i) for i in range(count)]
+            else:
+                runs = call.request
+                if all(runs[k] < 0 or runs[k] + runs[k + 1] <= same for k in range(0, len(runs), 2)):
+                    continue
+                refs = []
+                for k in range(0, len(runs), 2):
+                    first, n = runs[k], runs[k + 1]
+                    refs.extend(ref(first + d) if first >= 0 else first - d for d in range(n))
+            call.request = _runs(refs)
+
+
+def _runs(refs: list[int]) -> list[int]:
+    """References as runs [first, count, ...] (see ModelCall.request)."""
+    out: list[int] = []
+    for r in refs:
+        if out:
+            first, n = out[-2], out[-1]
+            step = 1 if first >= 0 else -1
+            if (r >= 0) == (first >= 0) and r == first + step * n:
+                out[-1] = n + 1
+                continue
+        out.extend((r, 1))
+    return out

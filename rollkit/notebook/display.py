@@ -1,8 +1,10 @@
 """HTML for traces and conversations, as a notebook shows them.
 
 `chat_html(messages)` draws a conversation as chat bubbles (user, assistant,
-tool calls and their results, long texts folded); `trace_html(trace)` draws a
-whole trace: summary, transcript, signals, phases. The rollout panel and the
+tool calls and their results, a reply's reasoning, long texts folded);
+`trace_html(trace)` draws a whole trace: summary, transcript, the replies
+the transcript no longer holds (a program that rewrote its history, a
+side call such as a title), signals, phases. The rollout panel and the
 trace browser reuse both, so a trace looks the same live, loaded back from a
 file, or picked in the browser.
 
@@ -38,6 +40,7 @@ STYLE = """<style>
 .rk-assistant {background: #f1f3f4;}
 .rk-system {background: #fff8e1; font-style: italic;}
 .rk-tool {background: #e6f4ea; font-family: var(--jp-code-font-family, monospace); font-size: 12px;}
+.rk-reasoning {font-size: 12px; opacity: .75; font-style: italic; border-left: 2px solid #bbb; padding-left: 6px;}
 .rk-call {font-family: var(--jp-code-font-family, monospace); font-size: 12px; color: #1a5e20;}
 .rk-msg details summary {cursor: pointer; opacity: .8;}
 .rk-table {border-collapse: collapse; margin: 4px 0 10px 0;}
@@ -73,6 +76,9 @@ def message_html(message: Any) -> str:
     else:
         label = role
     parts.append(f'<div class="rk-role">{html.escape(label)}</div>')
+    reasoning = getattr(message, "reasoning", None)
+    if reasoning:
+        parts.append(f'<div class="rk-reasoning">thinking: {_fold(reasoning)}</div>')
     if content:
         parts.append(_fold(content))
     for call in getattr(message, "tool_calls", None) or ():
@@ -103,21 +109,22 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def status_html(trace: Trace) -> str:
-    """A one-line verdict: ok, stopped (and why), failed (and with what)."""
-    if trace.errors:
-        error = trace.errors[0]
+    """A one-line verdict from the trace's outcome: ok, stopped (and why),
+    failed (and with what), aborted, not closed."""
+    outcome = trace.outcome
+    if outcome.kind == "failed":
         return (
-            f'<span class="rk-bad">failed</span> · {html.escape(error.type)}: '
-            f"{html.escape(error.message)}"
+            f'<span class="rk-bad">failed</span> · {html.escape(outcome.error_type or "")}: '
+            f"{html.escape(outcome.message or '')}"
         )
-    if trace.aborted:
+    if outcome.kind == "aborted":
         return '<span class="rk-bad">aborted</span> (not scored)'
-    if not trace.completed:
+    if outcome.kind == "incomplete":
         return '<span class="rk-stopped">not closed</span>'
     value = trace.scored_reward
     reward = "" if value is None else f" · reward {value:.3f}"
-    if trace.stop_condition:
-        return f'<span class="rk-stopped">stopped</span> by {html.escape(trace.stop_condition)}{reward}'
+    if outcome.kind == "stopped":
+        return f'<span class="rk-stopped">stopped</span> by {html.escape(outcome.reason or "")}{reward}'
     return f'<span class="rk-ok">ok</span>{reward}'
 
 
@@ -163,6 +170,27 @@ def _phases_html(trace: Trace) -> str:
     return f'<table class="rk-table">{"".join(rows)}</table>'
 
 
+def _other_replies_html(trace: Trace) -> str:
+    """The replies of model calls that the transcript does not hold (each
+    under the call that got it), or "" when it holds them all."""
+    shown = {id(message) for message in trace.messages}
+    rows = []
+    for call in trace.model_calls:
+        reply = call.reply
+        if reply is None or id(reply) in shown or reply in trace.messages:
+            continue
+        about = [f"call {call.index}", f"segment {call.segment}"]
+        if call.finish_reason:
+            about.append(f"finish {call.finish_reason}")
+        if call.error is not None:
+            about.append(f"then failed: {call.error.type}")
+        rows.append(f'<div class="rk-role">{html.escape(" · ".join(about))}</div>{message_html(reply)}')
+    if not rows:
+        return ""
+    return (f'<details open class="rk-other-replies"><summary><b>replies the transcript does not hold</b> '
+            f"({len(rows)}: the program rewrote its history or made side calls)</summary>{''.join(rows)}</details>")
+
+
 def _limit(value: Any) -> str:
     return "no limit" if value is None else html.escape(str(value))
 
@@ -189,6 +217,7 @@ def trace_html(trace: Trace) -> str:
         f"<b>rollkit trace</b>{summary}{warnings}"
         f"<details open><summary><b>transcript</b> ({len(trace.messages)} messages)</summary>"
         f"{chat_html(trace.messages, style=False)}</details>"
+        f"{_other_replies_html(trace)}"
         f"<details open><summary><b>signals</b></summary>{_signals_html(trace)}</details>"
         f"<details><summary><b>phases</b></summary>{_phases_html(trace)}</details>"
         "</div>"

@@ -13,6 +13,11 @@ trace `id`, read from `trace.info` where a batch evaluation wrote them
   waiting for the user between segments, which costs no agent time).
 - `turns(traces)`: one row per committed turn, with the cumulative budget
   columns right after it and the limits they count against.
+- `calls(traces)`: one row per model call, answered or not: its dialect,
+  start and latency, usage with cache tokens, finish reason, and what the
+  model returned (reply text, reasoning, the names of the tools it called)
+  or the error it raised; replies a program later rewrote out of its
+  history included.
 - `phases(traces)`: one row per phase span that started.
 - `signals(traces)`: one row per reward or metric, with why it is missing
   when it is ("run failed", "run aborted", "scoring raised", "scoring timed
@@ -31,7 +36,10 @@ trace `id`, read from `trace.info` where a batch evaluation wrote them
 Each builder takes traces, or the path of a trace file (any format
 `rk.load` reads) or run folder, which it loads itself.
 
-Missing stays missing: NaN in numeric columns, None elsewhere, never zero.
+Missing stays missing: NaN in numeric columns (pandas NA in the token
+counts, which are nullable integers: a count the provider did not report is
+NA, never 0), None elsewhere. A rollout's token totals are NA when one of
+its turns has no reported usage.
 An empty input gives an empty frame with the same columns. Frames are built
 column by column from plain lists (one pass over the traces, one DataFrame
 constructor call), because thousands of traces are the normal case.
@@ -55,8 +63,8 @@ from ..core.store import NOT_IN_SOURCE as _NOT_IN_SOURCE, _checked, load
 from ..core.trace import PHASES, Trace
 
 __all__ = [
-    "rollouts", "turns", "phases", "signals", "user_turns", "branches", "forecast", "compare",
-    "ROLLOUT_COLUMNS", "COMPARE_COLUMNS", "TURN_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS", "USER_TURN_COLUMNS", "BRANCH_COLUMNS",
+    "rollouts", "turns", "calls", "phases", "signals", "user_turns", "branches", "forecast", "compare",
+    "ROLLOUT_COLUMNS", "COMPARE_COLUMNS", "TURN_COLUMNS", "CALL_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS", "USER_TURN_COLUMNS", "BRANCH_COLUMNS",
 ]
 
 _NAN = math.nan
@@ -76,7 +84,7 @@ NOT_IN_SOURCE = _NOT_IN_SOURCE  # an imported trace whose tool did not record it
 _INFO_IDS = ("example_id", "repeat", "rollout_id")
 
 ROLLOUT_COLUMNS = (
-    "id", *_INFO_IDS, "task_key", "task_type", "agent", "model", "ok", "completed", "aborted",
+    "id", *_INFO_IDS, "task_key", "task_type", "agent", "model", "outcome", "ok", "completed", "aborted",
     "stop", "stop_condition", "error_type", "error_phase", "error_message", "reward",
     "turns", "model_calls", "input_tokens", "output_tokens", "total_tokens",
     "segments", "agent_time", "model_time", "harness_time", "wait_time",
@@ -89,6 +97,14 @@ TURN_COLUMNS = (
     "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time",
     *_LIMITS, "agent_budget",
 )
+CALL_COLUMNS = (
+    "id", *_INFO_IDS, "task_key", "call", "segment", "dialect", "committed", "start", "latency",
+    "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "new_input_tokens",
+    "finish_reason", "reply", "reasoning", "tool_calls", "request_messages", "error_type", "error_message",
+    "timing_issue",
+)
+# Token counts: nullable integers, NA where not reported.
+_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 PHASE_COLUMNS = ("id", *_INFO_IDS, "task_key", "phase", "start", "end", "duration", "offset", "ok")
 USER_TURN_COLUMNS = (
     "id", *_INFO_IDS, "task_key", "user_turn", "segment", "by", "text", "replying_to", "similarity", "diverged",
@@ -196,21 +212,37 @@ def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
                 end = span.end if end is None else max(end, span.end)
         agent_time, model_time = trace.agent_time, trace.model_time
         rewards, metrics = trace.rewards, trace.metrics
+        input_tokens, output_tokens, total_tokens = _token_totals(trace, last)
         rows.append((
             trace.id, info.get("example_id"), info.get("repeat"), info.get("rollout_id"),
             trace.task.key, trace.task.type, agent.get("name"), agent.get("model"),
-            trace.ok, trace.completed, trace.aborted, trace.stop, trace.stop_condition,
+            trace.outcome.label, trace.ok, trace.completed, trace.aborted, trace.stop, trace.stop_condition,
             error.type if error else None, error.phase if error else None, error.message if error else None,
             _num(trace.scored_reward),  # missing, not 0, for a run that was not scored (L23)
-            last.cum_turns if last else 0, len(trace.model_calls), last.cum_input_tokens if last else 0,
-            last.cum_output_tokens if last else 0, last.cum_total_tokens if last else 0,
+            last.cum_turns if last else 0, len(trace.model_calls), input_tokens, output_tokens, total_tokens,
             len(trace.segments), agent_time, model_time, max(0.0, agent_time - model_time), _waited(trace),
             *durations, _num(start), _num(end),
             *[_num(rewards.get(name)) for name in rewards_in], *[_num(metrics.get(name)) for name in metrics_in],
         ))
     names = [*ROLLOUT_COLUMNS, *(f"reward.{n}" for n in rewards_in), *(f"metric.{n}" for n in metrics_in)]
     frame = _table(rows, names)
-    return frame.astype({"ok": "object", "turns": "int64", "model_calls": "int64"})
+    return frame.astype({"ok": "object", "turns": "int64", "model_calls": "int64", "input_tokens": "Int64",
+                         "output_tokens": "Int64", "total_tokens": "Int64"})
+
+
+def _token_totals(trace: Trace, last: Any) -> tuple[int | None, int | None, int | None]:
+    """A rollout's input, output and total tokens (its running totals); None
+    (NA) where one of its turns did not report that count."""
+    if last is None:
+        return 0, 0, 0
+    unreported_in = unreported_out = False
+    for call in trace.model_calls:
+        if call.committed:
+            usage = call.usage
+            unreported_in = unreported_in or usage.input_tokens is None
+            unreported_out = unreported_out or usage.output_tokens is None
+    return (None if unreported_in else last.cum_input_tokens, None if unreported_out else last.cum_output_tokens,
+            None if unreported_in or unreported_out else last.cum_total_tokens)
 
 
 @_no_gc
@@ -253,9 +285,39 @@ def turns(traces: Iterable[Trace]) -> pd.DataFrame:
                 cols[name].append(limit)
             cols["agent_budget"].append(budget)
     frame = _frame(cols, TURN_COLUMNS)
-    ints = ("turn", "call", "segment", "input_tokens", "output_tokens", "new_input_tokens",
+    ints = ("turn", "call", "segment", "new_input_tokens",
             "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens")
-    return frame.astype({name: "int64" for name in ints})
+    return frame.astype({**{name: "int64" for name in ints}, "input_tokens": "Int64", "output_tokens": "Int64"})
+
+
+@_no_gc
+def calls(traces: Iterable[Trace]) -> pd.DataFrame:
+    """One row per model call, answered or not, in the order calls ended:
+    `call` its index, `latency` end - start in seconds, the usage counts
+    (NA: not reported), `reply` the text the model returned, `reasoning`
+    its thinking, `tool_calls` the names of the tools it called, joined by
+    ", " ("" when it called none; None when no reply came back),
+    `request_messages` how many messages its request held, the error it
+    raised, and `timing_issue` when an importer had to mend its times."""
+    traces = _list(traces)
+    rows = []
+    for trace in traces:
+        info, key = trace.info, trace.task.key
+        for call in trace.model_calls:
+            usage, reply, error = call.usage, call.reply, call.error
+            rows.append((
+                trace.id, info.get("example_id"), info.get("repeat"), info.get("rollout_id"), key,
+                call.index, call.segment, call.dialect, call.committed, call.start, call.end - call.start,
+                usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens,
+                call.new_input_tokens, call.finish_reason,
+                reply.content if reply is not None else None, reply.reasoning if reply is not None else None,
+                ", ".join(c.name for c in reply.tool_calls) if reply is not None else None,
+                call.request_messages, error.type if error else None, error.message if error else None,
+                call.timing_issue,
+            ))
+    frame = _table(rows, list(CALL_COLUMNS))
+    return frame.astype({"call": "int64", "segment": "int64", "committed": "bool", "new_input_tokens": "int64",
+                         "request_messages": "Int64", **{name: "Int64" for name in _COUNTS}})
 
 
 @_no_gc
@@ -297,10 +359,10 @@ def _why(trace: Trace, name: str, value: float | None) -> tuple[str | None, str 
 
 
 def _unscored_reason(trace: Trace) -> tuple[str, str | None]:
-    if trace.errors:
-        error = trace.errors[0]
-        return RUN_FAILED, f"{error.type}: {error.message}"
-    if trace.aborted:
+    outcome = trace.outcome
+    if outcome.kind == "failed":
+        return RUN_FAILED, f"{outcome.error_type}: {outcome.message}"
+    if outcome.kind == "aborted":
         return RUN_ABORTED, None
     return NOT_SCORED, None
 

@@ -527,18 +527,22 @@ def stop_reasons(data: Any) -> go.Figure:
     over many traces, coloured by kind."""
     traces = _traces(data)
     counts: dict[str, int] = {}
+    kinds: dict[str, str] = {}
     for trace in traces:
-        reason = "aborted" if trace.aborted else (trace.stop or "done")
+        outcome = trace.outcome
+        reason = {"ok": "done", "stopped": outcome.reason, "failed": outcome.error_type}.get(outcome.kind, outcome.kind)
         counts[reason] = counts.get(reason, 0) + 1
+        kinds[reason] = outcome.kind
     names = sorted(counts, key=lambda r: (-counts[r], r))
 
     def colour(reason: str) -> str:
-        if reason == "done":
+        kind = kinds[reason]
+        if kind == "ok":
             return "#59a14f"
+        if kind in ("failed", "aborted", "incomplete"):
+            return "#e15759"
         if reason in LIMIT_STOPS:
             return "#f28e2b"
-        if reason.endswith("Error") or reason == "aborted":
-            return "#e15759"
         return "#4e79a7"  # a @stop or a user's stop
 
     fig = go.Figure(go.Bar(x=[_text(n) for n in names], y=[counts[n] for n in names],

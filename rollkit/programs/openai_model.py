@@ -272,16 +272,35 @@ class OpenAIModel(Model):
             for c in (message.tool_calls or [])
             if getattr(c, "function", None) is not None
         ]
-        usage = completion.usage
         return Response(
-            message=AssistantMessage(content=message.content, tool_calls=calls),
-            usage=Usage(
-                input_tokens=(usage.prompt_tokens or 0) if usage else 0,
-                output_tokens=(usage.completion_tokens or 0) if usage else 0,
-            ),
+            message=AssistantMessage(content=message.content, tool_calls=calls, reasoning=_reasoning(message)),
+            usage=_usage(completion.usage),
             finish_reason=choice.finish_reason or ("tool_calls" if calls else "stop"),
             model=completion.model or self.model,
         )
+
+
+def _usage(usage: Any) -> Usage:
+    """The provider's usage; what it did not report stays None (never 0)."""
+    if usage is None:
+        return Usage()
+    details = getattr(usage, "prompt_tokens_details", None)
+    return Usage(
+        input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
+        cache_read_tokens=getattr(details, "cached_tokens", None) if details is not None else None,
+    )
+
+
+def _reasoning(message: Any) -> str | None:
+    """The thinking an OpenAI-compatible server returned beside the answer:
+    `reasoning_content` (vLLM, DeepSeek) or `reasoning` (OpenRouter, Ollama),
+    fields the SDK keeps as extras."""
+    extra = getattr(message, "model_extra", None) or {}
+    for name in ("reasoning_content", "reasoning"):
+        value = getattr(message, name, None) or extra.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def to_openai_message(message: Any) -> dict[str, Any]:

@@ -152,16 +152,6 @@ class EvalResult:
         return _summarize(self.traces, self.groups)
 
 
-def _outcome(trace: Trace) -> str:
-    if trace.failed:
-        return f"failed: {trace.error.type}"  # type: ignore[union-attr]
-    if trace.aborted:
-        return "aborted"
-    if trace.stop_condition:
-        return f"stopped: {trace.stop_condition}"
-    return "ok"
-
-
 def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> str:
     """A plain-text summary table: outcomes (stop condition or error type),
     each signal's mean with its 95% interval and n scored / n total, phase
@@ -171,7 +161,7 @@ def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> 
     lines.append(f"rollouts: {len(traces)} over {len(examples)} tasks")
     counts: dict[str, int] = {}
     for trace in traces:
-        key = _outcome(trace)
+        key = trace.outcome.label
         counts[key] = counts.get(key, 0) + 1
     width = max([len(k) for k in counts] + [7])
     lines.append("")
@@ -374,8 +364,9 @@ class _Progress:
     nothing. Counts done, failed, stopped and the running mean reward."""
 
     def __init__(self, enabled: bool, total: int, initial: list[Trace]) -> None:
-        self.failed = sum(1 for t in initial if t.failed)
-        self.stopped = sum(1 for t in initial if not t.failed and t.stop_condition)
+        kinds = [t.outcome.kind for t in initial]
+        self.failed = kinds.count("failed")
+        self.stopped = kinds.count("stopped")
         rewards = [t.scored_reward for t in initial if t.scored_reward is not None]
         self.reward_sum = sum(rewards)
         self.scored = len(rewards)
@@ -391,9 +382,10 @@ class _Progress:
         self.bar.set_postfix_str(f"failed={self.failed} stopped={self.stopped} reward={mean}", refresh=False)
 
     def add(self, trace: Trace) -> None:
-        if trace.failed:
+        kind = trace.outcome.kind
+        if kind == "failed":
             self.failed += 1
-        elif trace.stop_condition:
+        elif kind == "stopped":
             self.stopped += 1
         if trace.scored_reward is not None:
             self.scored += 1

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..core.outcome import Outcome
+from ..core.store import trace_of_line
 from ..core.trace import Trace
 from .compare import trace_signals
 from .stats import t_critical
@@ -153,7 +155,7 @@ class Finished:
 
     rollout_id: str
     trace_id: str
-    outcome: str  # "ok", "stopped: <condition>", "failed: <error type>", "aborted"
+    outcome: str  # Outcome.label: "ok", "stopped: <condition>", "failed: <error type>", "aborted", "incomplete"
     error: str | None
     signals: dict[str, float | None]
     duration: float
@@ -167,7 +169,7 @@ class Finished:
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
-                return Trace.model_validate_json(f.read(length))
+                return trace_of_line(f.read(length), where=f"{path} (the trace of {self.rollout_id})")
         except OSError as exc:
             raise FileNotFoundError(f"cannot read the trace of {self.rollout_id} from {path}: {exc.strerror or exc}") from None
 
@@ -176,19 +178,11 @@ class Finished:
         return self.error is not None
 
 
-def _outcome(failed_type: str | None, aborted: bool, stop: str | None) -> str:
-    if failed_type is not None:
-        return f"failed: {failed_type}"
-    if aborted:
-        return "aborted"
-    return f"stopped: {stop}" if stop else "ok"
-
-
 def finished_from_trace(trace: Trace) -> Finished:
-    error = trace.errors[0].type if trace.errors else None
+    outcome = trace.outcome
     duration, end = _span_of({name: {"start": p.start, "end": p.end} for name, p in trace.phases.items()})
-    return Finished(str(trace.info.get("rollout_id", trace.id)), trace.id, _outcome(error, trace.aborted, trace.stop_condition),
-                    error, trace_signals(trace), duration, end, trace)
+    return Finished(str(trace.info.get("rollout_id", trace.id)), trace.id, outcome.label,
+                    outcome.error_type, trace_signals(trace), duration, end, trace)
 
 
 def _signals_of(d: dict[str, Any]) -> dict[str, float | None]:
@@ -208,15 +202,21 @@ def _signals_of(d: dict[str, Any]) -> dict[str, float | None]:
 
 _REWARDS = b',"rewards":{'
 _SEGMENTS = b',"segments":['
+# What a monitor reads of a finished trace (its outcome, signals, times).
+_NEEDED = frozenset({"rewards", "reward_weights", "metrics", "info", "errors", "stop_condition", "completed",
+                     "aborted", "phases"})
 
 
 def _parse_line(line: bytes) -> dict[str, Any]:
-    """The fields a monitor needs from one trace line. Fast path: the id (the
-    first field, a hex string), then the fields from "rewards" to "phases"
-    (the messages and model calls before them and the segments and user
-    turns after are most of the line and are never decoded). Started anywhere but at the trace's own "rewards" key (a task's
-    data holding that key), the tail is not one JSON object and fails to
-    parse, and the whole line is read instead."""
+    """The fields a monitor needs from one trace line. Fast path for the
+    lines rollkit writes: the id (the first field, a hex string), then the
+    fields from "rewards" up to "segments" (the messages and model calls
+    before them and the segments and user turns after are most of the line
+    and are never decoded). The fast path is taken only when that slice is
+    one JSON object holding every field needed; a line in any other order
+    (another writer, a newer rollkit), or a task whose data holds a
+    "rewards" key, is read whole instead: the answer never depends on the
+    order of the fields."""
     if line.startswith(b'{"id":"'):
         close = line.find(b'"', 7)
         cut = line.find(_REWARDS, close)
@@ -226,7 +226,7 @@ def _parse_line(line: bytes) -> dict[str, Any]:
                 tail = json.loads(b"{" + line[cut + 1:stop] + b"}" if stop > 0 else b"{" + line[cut + 1:])
             except ValueError:
                 tail = None
-            if isinstance(tail, dict) and "phases" in tail and "info" in tail:
+            if isinstance(tail, dict) and _NEEDED.issubset(tail):
                 tail["id"] = line[7:close].decode()
                 return tail
     whole = json.loads(line)  # a ValueError here is a line that is not JSON
@@ -249,12 +249,11 @@ def _span_of(phases: dict[str, Any]) -> tuple[float, float]:
 
 def finished_from_line(line: bytes | str, ref: Any) -> Finished:
     d = _parse_line(line.encode() if isinstance(line, str) else line)
-    errors = d.get("errors") or []
-    error = errors[0].get("type", "Error") if errors else None
+    outcome = Outcome.of_record(d)
     info = d.get("info") or {}
     duration, end = _span_of(d.get("phases") or {})
-    return Finished(str(info.get("rollout_id", d["id"])), d["id"], _outcome(error, bool(d.get("aborted")), d.get("stop_condition")),
-                    error, _signals_of(d), duration, end, ref)
+    return Finished(str(info.get("rollout_id", d["id"])), d["id"], outcome.label, outcome.error_type,
+                    _signals_of(d), duration, end, ref)
 
 
 @dataclass

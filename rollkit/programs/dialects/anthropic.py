@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ...core.messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ...core.messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
 from ...core.models import count_tokens
 from ._base import Dialect, Parsed, WireError, chunks_of, function_tool, named_tool_choice, sse, text_parts
 
@@ -228,7 +228,7 @@ class AnthropicDialect(Dialect):
         stop = "tool_use" if message.tool_calls else _STOP.get(response.finish_reason, "end_turn")
         return {"id": f"msg_{id}", "type": "message", "role": "assistant", "model": model, "content": content,
                 "stop_reason": stop, "stop_sequence": None,
-                "usage": {"input_tokens": response.usage.input_tokens, "output_tokens": response.usage.output_tokens}}
+                "usage": _wire_usage(response.usage)}
 
     def events(self, payload: dict[str, Any], parsed: Parsed) -> list[bytes]:
         out: list[bytes] = []
@@ -258,6 +258,14 @@ class AnthropicDialect(Dialect):
                    param: str | None = None) -> dict[str, Any]:
         kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _wire_usage(usage: Usage) -> dict[str, int]:
+    """Usage as Anthropic reports it: `input_tokens` excludes the cached
+    part, which comes as cache reads and cache writes."""
+    read, write = usage.cache_read_tokens or 0, usage.cache_write_tokens or 0
+    return {"input_tokens": max(0, (usage.input_tokens or 0) - read - write), "output_tokens": usage.output_tokens or 0,
+            "cache_read_input_tokens": read, "cache_creation_input_tokens": write}
 
 
 ANTHROPIC = AnthropicDialect()

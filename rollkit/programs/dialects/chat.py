@@ -113,6 +113,7 @@ def completion_payload(response: Response, *, model: str, id: str) -> dict[str, 
     if response.message.tool_calls:
         message["tool_calls"] = _wire_calls(response.message)
     usage = response.usage
+    prompt, completion = usage.input_tokens or 0, usage.output_tokens or 0
     return {
         "id": id,
         "object": "chat.completion",
@@ -120,9 +121,10 @@ def completion_payload(response: Response, *, model: str, id: str) -> dict[str, 
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": response.finish_reason, "logprobs": None}],
         "usage": {
-            "prompt_tokens": usage.input_tokens,
-            "completion_tokens": usage.output_tokens,
-            "total_tokens": usage.input_tokens + usage.output_tokens,
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens or 0},
         },
     }
 

@@ -242,9 +242,10 @@ class ResponsesDialect(Dialect):
             "temperature": parsed.request.params.get("temperature"), "top_p": parsed.request.params.get("top_p"),
             "max_output_tokens": parsed.request.params.get("max_tokens"), "metadata": {},
             "text": {"format": {"type": "text"}}, "truncation": "disabled",
-            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-                      "total_tokens": usage.input_tokens + usage.output_tokens,
-                      "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}},
+            "usage": {"input_tokens": usage.input_tokens or 0, "output_tokens": usage.output_tokens or 0,
+                      "total_tokens": usage.total_tokens or 0,
+                      "input_tokens_details": {"cached_tokens": usage.cache_read_tokens or 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}},
         }
 
     def events(self, payload: dict[str, Any], parsed: Parsed) -> list[bytes]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ...core.messages import AssistantMessage, Message, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
 from ...core.store import NOT_IN_SOURCE, TraceFileError
-from ...core.trace import ErrorInfo, Segment, Span, TaskRef, Trace, UserTurn
+from ...core.trace import ErrorInfo, Segment, Span, TaskRef, Trace, UserTurn, mended_times
 
 __all__ = ["Call", "Where", "build", "message", "messages", "NOT_IN_SOURCE", "number", "read_json"]
 
@@ -235,14 +235,14 @@ def build(
     agent_time = 0.0
     for n, (position, call) in enumerate(zip(replies, calls)):
         start = call.start if call.start is not None else (origin or 0.0)
-        end = call.end if call.end is not None else start
-        agent_time += max(0.0, end - start)
+        start, end, timing_issue = mended_times(start, call.end if call.end is not None else start)
+        agent_time += end - start
         reply = conversation[position]
         trace._record_call(
             index=n, segment=reply_segment[n], start=start, end=end, agent_time=agent_time,
             response=Response(message=reply, usage=call.usage or Usage(),  # type: ignore[arg-type]
                               finish_reason=call.finish_reason or ("tool_calls" if reply.tool_calls else "stop")),  # type: ignore[union-attr]
-            error=None,
+            error=None, timing_issue=timing_issue, request_messages=position,
         )
     trace.sampled = replies
     _time_segments(segments, trace, phases, origin)
