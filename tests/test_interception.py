@@ -156,7 +156,9 @@ async def test_malformed_bodies_unknown_routes_and_methods_get_clear_errors():
     assert s4 == 400 and "messages[0]: content must be a string" in b4["error"]["message"]
     assert s5 == 404 and b5["error"]["message"] == (
         "no route POST /v1/completions; this server answers POST /v1/chat/completions, POST /v1/responses, "
-        "POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models")
+        "POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models, "
+        "POST /v1beta/models/{model}:generateContent, POST /v1beta/models/{model}:streamGenerateContent, "
+        "POST /v1beta/models/{model}:countTokens, GET /v1beta/models")
     assert s6 == 405 and "GET is not allowed on /v1/chat/completions" in b6["error"]["message"]
     assert trace.model_calls == []
 

@@ -52,6 +52,11 @@ class Dialect:
     def parse(self, body: Any, memory: dict[str, Any]) -> Parsed:
         raise NotImplementedError
 
+    def parse_call(self, request: web.Request, body: Any, memory: dict[str, Any]) -> Parsed:
+        """The call a request makes; a dialect whose path carries part of the
+        call (Gemini's model and streaming) reads it here."""
+        return self.parse(body, memory)
+
     def payload(self, response: Response, parsed: Parsed, *, model: str, id: str, memory: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
