@@ -9,7 +9,7 @@ Prints:
   500 calls. This is program -> HTTP -> server -> session pipeline ->
   ScriptedModel -> back, SDK included.
 - the overhead per call of each dialect (chat completions, Responses,
-  Anthropic Messages): a client in another process (stdlib http.client,
+  Anthropic Messages, Gemini generateContent): a client in another process (stdlib http.client,
   keep-alive, so no SDK cost on either side) posts the same body 500 times
   to a bare aiohttp server answering a fixed body in that dialect (the
   floor: HTTP alone), then to rollkit's server (parse, session pipeline,
@@ -111,6 +111,7 @@ DIALECT_CALLS = {
     "chat": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
     "responses": ("/v1/responses", {"model": "m", "input": "hi"}),
     "anthropic": ("/v1/messages", {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}),
+    "gemini": ("/v1beta/models/m:generateContent", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
 }
 
 
@@ -156,7 +157,8 @@ class _DialectHarness(interception.InterceptedHarness):
 
     async def segment(self, ctx, messages):
         base = ctx.services["anthropic"]
-        headers = {"Authorization": f"Bearer {ctx.secret}", "x-api-key": ctx.secret, "anthropic-version": "2023-06-01"}
+        headers = {"Authorization": f"Bearer {ctx.secret}", "x-api-key": ctx.secret, "anthropic-version": "2023-06-01",
+                   "x-goog-api-key": ctx.secret}
         ctx.state["latencies"] = await _client(base + self.path, headers, self.body, self.calls)
         ctx.state["payload"] = self.registration(ctx)._last_payload  # what the floor answers
 

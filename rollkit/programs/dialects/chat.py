@@ -96,16 +96,15 @@ def parse_request(body: Any, seen: list[tuple[Any, Any]] | None = None) -> Reque
 
 
 def _messages(items: list[Any], seen: Any) -> list[Any]:
+    """The messages of `items`, reusing `seen`'s for the prefix they share
+    (only a prefix: the trace's ledger takes an identical last message to
+    mean an identical history)."""
     n = min(len(items), len(seen))
-    if n and items[:n] == [raw for raw, _ in seen[:n]]:  # one comparison in C for the usual case
-        return [message for _, message in seen[:n]] + [_message(item, i) for i, item in enumerate(items) if i >= n]
-    out = []
-    for i, item in enumerate(items):
-        if i < len(seen) and seen[i][0] == item:  # dicts compare in C; most of a history is what was seen
-            out.append(seen[i][1])
-        else:
-            out.append(_message(item, i))
-    return out
+    same = n if n and items[:n] == [raw for raw, _ in seen[:n]] else 0  # one comparison in C, the usual case
+    if same < n:
+        while seen[same][0] == items[same]:
+            same += 1
+    return [message for _, message in seen[:same]] + [_message(item, i) for i, item in enumerate(items) if i >= same]
 
 
 def wire_message(message: Any) -> dict[str, Any]:

@@ -43,8 +43,7 @@ from typing import Any
 from aiohttp import web
 
 from ...core.messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, UserMessage
-from ...core.models import count_tokens
-from ._base import Dialect, Parsed, WireError, chunks_of, function_tool, named_tool_choice, sse
+from ._base import Dialect, Parsed, WireError, chunks_of, estimated_tokens, function_tool, named_tool_choice, sse
 
 __all__ = ["GEMINI", "GeminiDialect"]
 
@@ -332,9 +331,7 @@ class GeminiDialect(Dialect):
         inner = _field(body, "generateContentRequest")
         if isinstance(inner, dict):
             body = inner
-        messages = self._messages(body, memory)
-        tools = _tools(body.get("tools"))
-        return {"totalTokens": sum(count_tokens(m) for m in messages) + sum(len(json.dumps(t).split()) for t in tools)}
+        return {"totalTokens": estimated_tokens(self._messages(body, memory), _tools(body.get("tools")))}
 
     def payload(self, response: Response, parsed: Parsed, *, model: str, id: str, memory: dict[str, Any]) -> dict[str, Any]:
         message = response.message
