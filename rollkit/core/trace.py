@@ -89,7 +89,7 @@ class ModelCall(_Record):
     cum_total_tokens: int = 0
     cum_agent_time: float = 0.0
     # The wire format the call came in through the interception server
-    # ("chat", "responses", "anthropic"); None for a call made in process.
+    # ("chat", "responses", "anthropic", "gemini"); None for a call made in process.
     dialect: str | None = None
 
     @property
