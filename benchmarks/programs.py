@@ -9,12 +9,19 @@ Prints:
   500 calls. This is program -> HTTP -> server -> session pipeline ->
   ScriptedModel -> back, SDK included.
 - the overhead per call of each dialect (chat completions, Responses,
-  Anthropic Messages): a client in another process (stdlib http.client,
+  Anthropic Messages, Gemini generateContent): a client in another process (stdlib http.client,
   keep-alive, so no SDK cost on either side) posts the same body 500 times
   to a bare aiohttp server answering a fixed body in that dialect (the
   floor: HTTP alone), then to rollkit's server (parse, session pipeline,
   instant ScriptedModel, recording, answer). Printed: both medians, their
   difference (the overhead, model time subtracted) and the ratio.
+- the live-program user turn: a persistent program (stdlib only; it
+  keeps one keep-alive connection to the server) answers each user turn
+  with one chat-completions call and yields; rollkit drives TURNS turns
+  through `rollout.step(message)`. Beside it, the floor: the same program
+  over the same pipes driven by bare asyncio, with no model call (the
+  program's yield echoes the turn), and a bare aiohttp server answering the
+  call (the floor with the call). Printed: medians per turn.
 - concurrent rollouts on one server: N rollouts at once, each making 20
   calls with its own openai SDK client, all through the one shared server.
   The clients run in the server's own process and event loop (no 2-core
@@ -104,6 +111,7 @@ DIALECT_CALLS = {
     "chat": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
     "responses": ("/v1/responses", {"model": "m", "input": "hi"}),
     "anthropic": ("/v1/messages", {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}),
+    "gemini": ("/v1beta/models/m:generateContent", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
 }
 
 
@@ -149,7 +157,8 @@ class _DialectHarness(interception.InterceptedHarness):
 
     async def segment(self, ctx, messages):
         base = ctx.services["anthropic"]
-        headers = {"Authorization": f"Bearer {ctx.secret}", "x-api-key": ctx.secret, "anthropic-version": "2023-06-01"}
+        headers = {"Authorization": f"Bearer {ctx.secret}", "x-api-key": ctx.secret, "anthropic-version": "2023-06-01",
+                   "x-goog-api-key": ctx.secret}
         ctx.state["latencies"] = await _client(base + self.path, headers, self.body, self.calls)
         ctx.state["payload"] = self.registration(ctx)._last_payload  # what the floor answers
 
@@ -201,6 +210,112 @@ async def concurrent(n: int, calls: int = 20) -> tuple[bool, float, float, float
     return ok, n * calls / elapsed, statistics.median(latencies), statistics.quantiles(latencies, n=20)[-1]
 
 
+# The live program: one JSON line per turn on stdin, one model call (chat
+# completions over one keep-alive connection, stdlib only, so it starts in
+# milliseconds), then a yield line. With "echo" it makes no call: the floor.
+LIVE_PROGRAM = """
+import http.client, json, os, sys, urllib.parse
+mode = sys.argv[1]
+base = urllib.parse.urlsplit(os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"))
+conn = http.client.HTTPConnection(base.hostname, base.port)
+headers = {"Authorization": "Bearer " + os.environ.get("OPENAI_API_KEY", ""), "Content-Type": "application/json"}
+history = []
+for line in sys.stdin:
+    history.extend(json.loads(line)["messages"])
+    if mode == "call":
+        conn.request("POST", base.path + "/chat/completions", body=json.dumps({"model": "m", "messages": history}),
+                     headers=headers)
+        reply = json.loads(conn.getresponse().read())["choices"][0]["message"]
+        history.append(reply)
+        answer = reply["content"]
+    else:
+        answer = history[-1]["content"]
+    sys.stdout.write(json.dumps({"yield": answer}) + "\\n")
+    sys.stdout.flush()
+"""
+TURNS = 300
+
+
+class _LiveTask(rk.Task):
+    async def setup(self, ctx):
+        ctx.runtime.write("live.py", LIVE_PROGRAM)
+
+
+async def live_turn(turns: int = TURNS) -> tuple[float, float]:
+    """Median wall time of one user turn through rollkit (step with the
+    user's message -> the program's stdin -> its model call through the
+    interception server -> its yield), and this process's CPU time per turn
+    (rollkit's share, less noisy than wall time on a shared machine)."""
+    harness = rk.ProgramHarness([sys.executable, "live.py", "call"], persistent=True)
+    agent = rk.Agent(model=rk.ScriptedModel(lambda request: "ok"), harness=harness, runtime=rk.SubprocessRuntime)
+    rollout = agent.rollout(_LiveTask(prompt="go"), user=True)
+    assert await rollout.open(), rollout.trace.errors
+    await rollout.step()
+    walls = []
+    cpu = time.process_time()
+    for i in range(turns):
+        t0 = time.perf_counter()
+        assert await rollout.step(f"turn {i}"), rollout.trace.errors
+        walls.append(time.perf_counter() - t0)
+    cpu = (time.process_time() - cpu) / turns
+    trace = await rollout.close()
+    assert trace.ok and trace.num_turns == turns + 1, trace.errors
+    return statistics.median(walls), cpu
+
+
+async def live_floor(turns: int = TURNS, *, call: bool = False) -> tuple[float, float]:
+    """The same program over the same pipes, driven by bare asyncio: a line
+    in, a line out. `call=True`: it calls a bare aiohttp server answering a
+    fixed chat completion each turn."""
+    import os
+    import tempfile
+
+    from aiohttp import web
+
+    answer = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+              "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}]}
+
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(answer)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "live.py")
+        with open(path, "w") as f:
+            f.write(LIVE_PROGRAM)
+        env = {"PATH": os.environ.get("PATH", ""), "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1", "OPENAI_API_KEY": "k"}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, path, "call" if call else "echo", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, env=env)
+        walls = []
+        cpu = 0.0
+        try:
+            for i in range(turns + 1):
+                if i == 1:
+                    cpu = time.process_time()
+                t0 = time.perf_counter()
+                message = [{"role": "user", "content": f"turn {i}"}]
+                process.stdin.write((json.dumps({"messages": message}) + "\n").encode())
+                await process.stdin.drain()
+                line = await process.stdout.readline()
+                assert json.loads(line)["yield"], line
+                if i:  # the first line pays the program's start
+                    walls.append(time.perf_counter() - t0)
+            cpu = (time.process_time() - cpu) / turns
+        finally:
+            process.stdin.close()
+            await process.wait()
+            await runner.cleanup()
+    return statistics.median(walls), cpu
+
+
 async def main() -> None:
     median, p95, wall = await program_overhead()
     print(f"overhead per model call through the interception server ({CALLS} calls of one program): "
@@ -214,6 +329,13 @@ async def main() -> None:
         print(f"dialect {name:9s}: median {measured * 1e3:.3f} ms per call through rollkit (model time subtracted), "
               f"bare aiohttp floor {floor * 1e3:.3f} ms, overhead {(measured - floor) * 1e3:.3f} ms, "
               f"ratio {ratio:.2f}x the floor")
+    # Three rounds of each, interleaved; the medians of the rounds.
+    rounds = [(*await live_turn(), *await live_floor(), *await live_floor(call=True)) for _ in range(3)]
+    turn, turn_cpu, echo, _, called, called_cpu = (statistics.median(r[i] for r in rounds) for i in range(6))
+    print(f"live-program user turn ({TURNS} turns of one conversation, one model call each): median "
+          f"{turn * 1e3:.2f} ms through rollkit; floor: a bare echo over the same pipes {echo * 1e3:.2f} ms, "
+          f"with its call answered by a bare aiohttp server {called * 1e3:.2f} ms; CPU per turn in this process "
+          f"{turn_cpu * 1e3:.2f} ms (rollkit) vs {called_cpu * 1e3:.2f} ms (the floor with the call)")
     sustained = 0
     for n in (1, 10, 50, 100, 200, 400):
         ok, rate, med, p95 = await concurrent(n)

@@ -16,15 +16,15 @@ fi
 
 python -m pip install -q -e ".[test]"
 
-# Codex CLI and Claude Code, for the ready-harness tests (tests/test_harnesses.py),
+# Codex CLI, Claude Code and Gemini CLI, for the ready-harness tests (tests/test_harnesses.py),
 # from the npm registry into a cache folder; pinned so a release cannot change
 # the run. Their native binaries come as npm packages too: nothing else is fetched.
 npm_prefix="${ROLLKIT_NPM_PREFIX:-$HOME/.cache/rollkit/npm}"
 if command -v npm >/dev/null 2>&1; then
   mkdir -p "$npm_prefix"
   npm install --prefix "$npm_prefix" --no-audit --no-fund --loglevel=error \
-    @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.197 >/dev/null \
-    || echo "npm install of Codex CLI / Claude Code failed: their harness tests will be skipped" >&2
+    @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.197 @google/gemini-cli@0.61.0 >/dev/null \
+    || echo "npm install of Codex CLI / Claude Code / Gemini CLI failed: their harness tests will be skipped" >&2
 fi
 # The last ipykernel 6.x, for tests/test_run_all.py, which runs every notebook
 # as Run All does under both ipykernel majors: a venv that sees this

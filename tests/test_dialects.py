@@ -443,6 +443,16 @@ class Guarded(rk.Task):
 
 async def _say_twice(dialect: str, ctx) -> tuple[str, int]:
     """One call answered, a second refused: (the first reply's text, the refusal's status)."""
+    if dialect == "gemini":
+        from google.genai import errors as genai_errors
+
+        from test_gemini_dialect import gemini_client
+
+        client = gemini_client(ctx)
+        first = (await client.aio.models.generate_content(model="m", contents="go")).text
+        with pytest.raises(genai_errors.ClientError) as refused:
+            await client.aio.models.generate_content(model="m", contents="again")
+        return first, refused.value.code
     if dialect == "anthropic":
         async with anthropic_client(ctx) as client:
             first = await client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "go"}])
@@ -461,7 +471,7 @@ async def _say_twice(dialect: str, ctx) -> tuple[str, int]:
         return first, refused.value.status_code
 
 
-@pytest.mark.parametrize("dialect", ["chat", "responses", "anthropic"])
+@pytest.mark.parametrize("dialect", ["chat", "responses", "anthropic", "gemini"])
 async def test_stop_and_intercept_behave_the_same_on_every_dialect(dialect):
     async def body(ctx):
         ctx.state["out"] = await _say_twice(dialect, ctx)

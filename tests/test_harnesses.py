@@ -3,7 +3,7 @@ example task through the real package, with the embedded model behind the
 interception server.
 
 The Python ones (OpenAI Agents SDK, mini-swe-agent) come from the test
-extra. Codex CLI and Claude Code come from the npm registry: scripts/test.sh
+extra. Codex CLI, Claude Code and Gemini CLI come from the npm registry: scripts/test.sh
 installs them into ~/.cache/rollkit/npm (ROLLKIT_NPM_PREFIX); where they are
 not there, their tests are skipped and say why.
 """
@@ -75,6 +75,21 @@ async def test_claude_code_runs_on_the_anthropic_dialect():
     assert trace.reward == 1.0, trace.errors
     assert {c.dialect for c in trace.model_calls} == {"anthropic"}
     assert [c.name for m in trace.messages if m.role == "assistant" for c in m.tool_calls] == ["Bash"]
+
+
+async def test_gemini_cli_runs_on_the_gemini_dialect():
+    agent = _agent(toy_shell_model(), harnesses.gemini_cli(executable=_cli("gemini")))
+    trace = await agent.run(answer_file_tasks(1)[0])
+    assert trace.reward == 1.0, trace.errors
+    assert [c.dialect for c in trace.model_calls] == ["gemini", "gemini"]
+    assert [c.name for m in trace.messages if m.role == "assistant" for c in m.tool_calls] == ["run_shell_command"]
+    assert trace.messages[-1].content == "Done: the answer is in answer.txt."
+
+
+async def test_gemini_cli_is_stopped_by_a_limit_like_any_program():
+    agent = _agent(toy_shell_model(), harnesses.gemini_cli(executable=_cli("gemini")), max_turns=1)
+    trace = await agent.run(answer_file_tasks(1)[0])
+    assert trace.stop_condition == "max_turns" and trace.ok and trace.num_turns == 1, trace.errors
 
 
 def test_a_missing_program_is_named_with_how_to_install_it(tmp_path):

@@ -156,7 +156,9 @@ async def test_malformed_bodies_unknown_routes_and_methods_get_clear_errors():
     assert s4 == 400 and "messages[0]: content must be a string" in b4["error"]["message"]
     assert s5 == 404 and b5["error"]["message"] == (
         "no route POST /v1/completions; this server answers POST /v1/chat/completions, POST /v1/responses, "
-        "POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models")
+        "POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models, "
+        "POST /v1beta/models/{model}:generateContent, POST /v1beta/models/{model}:streamGenerateContent, "
+        "POST /v1beta/models/{model}:countTokens, GET /v1beta/models")
     assert s6 == 405 and "GET is not allowed on /v1/chat/completions" in b6["error"]["message"]
     assert trace.model_calls == []
 
@@ -393,3 +395,35 @@ async def test_release_cancelled_mid_stop_still_frees_the_port():
         assert interception._shared[asyncio.get_running_loop()].server is None
     finally:
         await stop()  # whatever happened above, this test leaves no port
+
+
+async def test_a_resent_history_is_not_built_again_and_a_rewritten_one_is():
+    """A program resends its whole history every call: the server hands the
+    session the message objects it built before (so a call costs no time in
+    the conversation's length), and builds anew only what changed."""
+    seen: list[rk.Request] = []
+    replies: list[rk.AssistantMessage] = []
+
+    def model(request):
+        seen.append(request)
+        replies.append(rk.AssistantMessage(content=f"reply {len(seen)}"))
+        return replies[-1]
+
+    async def body(client, ctx, messages):
+        history = _wire(messages)
+        for word in ("one", "two"):
+            history.append({"role": "user", "content": word})
+            reply = (await client.chat.completions.create(model="m", messages=history)).choices[0].message
+            history.append({"role": "assistant", "content": reply.content})
+        history[0] = {"role": "user", "content": "rewritten"}
+        await client.chat.completions.create(model="m", messages=history)
+
+    trace, _, _ = await _run(body, model, prompt="hi")
+    first, second, third = (r.messages for r in seen)
+    assert all(a is b for a, b in zip(first, second))  # the request's own messages, not copies
+    assert second[2] is replies[0]  # the reply sent back is the model's own message
+    # Rewritten at the start: all of it is built anew, so an identical last
+    # message still means an identical history to the trace's ledger.
+    assert third[0].content == "rewritten" and not any(a is b for a, b in zip(third, second))
+    assert [m.content for m in trace.messages] == ["rewritten", "one", "reply 1", "two", "reply 2", "reply 3"]
+    assert [t.new_input_tokens for t in trace.turns] == [4, 2, 12]  # the rewrite makes all of the third prompt new

@@ -300,6 +300,7 @@ async def test_program_contract_environment_and_stdin(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "the-host-key")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://host.example/v1")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "another-host-secret")
+    monkeypatch.setenv("GEMINI_API_KEY", "host-gemini-key")
     script = ("import json, os, sys; json.dump({'env': dict(os.environ), 'stdin': sys.stdin.read()}, "
               "open('seen.json', 'w'))")
     agent = _agent(rk.ScriptedModel(["x"]), argv=[sys.executable, "-c", script], env={"EXTRA": "1"})
@@ -318,6 +319,9 @@ async def test_program_contract_environment_and_stdin(monkeypatch):
     # The host's Anthropic key never reaches the program: the rollout's secret does.
     assert env["ANTHROPIC_API_KEY"] == secret and "another-host-secret" not in json.dumps(seen)
     assert env["OPENAI_BASE_URL"] == services["openai"] and env["ANTHROPIC_BASE_URL"] == services["anthropic"]
+    # Google's clients: Gemini CLI and the google-genai SDKs read these; the host's Gemini key stays out.
+    assert (env["GOOGLE_GEMINI_BASE_URL"], env["GEMINI_API_KEY"], env["GOOGLE_API_KEY"]) == (services["gemini"], secret, secret)
+    assert env["GOOGLE_GENAI_USE_VERTEXAI"] == "false" and "host-gemini-key" not in json.dumps(seen)
     assert json.loads(env["ROLLKIT_MCP_SERVERS"]) == {"Recording": services["mcp:Recording"]}
     assert (env["ROLLKIT_MODEL"], env["ROLLKIT_ROLLOUT_ID"], env["EXTRA"]) == ("scripted", rollout.id, "1")
     assert "ROLLKIT_PERSISTENT" not in env

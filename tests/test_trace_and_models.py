@@ -144,3 +144,18 @@ def test_the_rollout_secret_never_shows_in_the_context_repr():
     rollout = rk.Agent().rollout(prompt_task())
     assert rollout.ctx.secret not in repr(rollout.ctx)
     assert len(rollout.ctx.secret) >= 32
+
+
+def test_scripted_token_count_of_a_message_follows_its_content_after_it_was_counted():
+    """ScriptedModel counts each message object once (a conversation resends
+    the same objects); a message given new content is counted anew."""
+    from rollkit.core.models import count_tokens
+
+    message = rk.UserMessage(content="two words")
+    assert count_tokens(message) == 3 and count_tokens(message) == 3
+    message.content = "now four words here"
+    assert count_tokens(message) == 5
+    reply = rk.AssistantMessage(content=None, tool_calls=[rk.ToolCall(id="c", name="add", arguments='{"a": 1}')])
+    assert count_tokens(reply) == 1 + 1 + 1 + 2
+    reply.tool_calls = []
+    assert count_tokens(reply) == 1

@@ -12,6 +12,7 @@ lifecycle.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,19 @@ if TYPE_CHECKING:
     from .task import Task, TaskData
     from .trace import Trace
 
-__all__ = ["RolloutContext"]
+__all__ = ["RolloutContext", "new_secret", "SECRET_PREFIX"]
+
+# A secret is handed to programs as an API key, often as a separate argument
+# (`--openai-api-key KEY`): one starting with "-" would be read as an option
+# (token_urlsafe starts with "-" once in 64). A fixed prefix, as provider
+# keys have (`sk-`), rules that out and says what the key is in a log.
+SECRET_PREFIX = "rk-"
+
+
+def new_secret() -> str:
+    """A rollout's secret: `rk-` and 32 URL-safe random characters (192 bits),
+    valid as it is in a header, a URL query and a command line."""
+    return SECRET_PREFIX + secrets.token_urlsafe(24)
 
 
 @dataclass(eq=False)

@@ -17,6 +17,7 @@ import asyncio
 import contextvars
 import inspect
 import json
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Union
 
@@ -64,10 +65,34 @@ def _words(text: str | None) -> int:
     return len(text.split()) if text else 0
 
 
+# count_tokens of the messages seen lately, by object: a conversation resends
+# the same message objects every call (the interception server reuses what it
+# parsed), and counting the whole history each time made a call cost time in
+# the conversation's length. An entry holds a weak reference, the content and
+# the tool calls it counted: it is used only for that very object with that
+# very content, and leaves when the message does.
+_counted: dict[int, tuple[Any, Any, Any, int]] = {}
+
+
 def count_tokens(message: Any) -> int:
     """ScriptedModel's token count of one message: 1, plus one per
     whitespace-separated word of its content, plus for each tool call 1 plus
     the words of its name and of its JSON arguments."""
+    key = id(message)
+    entry = _counted.get(key)
+    calls = message.tool_calls if type(message) is AssistantMessage else None
+    if entry is not None and entry[0]() is message and entry[1] is message.content and entry[2] is calls:
+        return entry[3]
+    n = _count(message)
+    try:
+        ref = weakref.ref(message, lambda _, key=key: _counted.pop(key, None))
+    except TypeError:  # not weakly referable: counted every time
+        return n
+    _counted[key] = (ref, message.content, calls, n)
+    return n
+
+
+def _count(message: Any) -> int:
     n = 1 + _words(message.content)
     if type(message) is AssistantMessage:
         for call in message.tool_calls:

@@ -15,13 +15,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .cancellation import finish
-from .context import RolloutContext
+from .context import RolloutContext, new_secret
 from .errors import HarnessError, LifetimeError, Refused, RolloutError, SandboxError, TaskError, ToolsetError, crossing
 from .events import EventBus
 from .hooks import HookSet, collect_hooks
@@ -123,7 +122,7 @@ class Rollout:
             trace=self.trace,
             runtime=self.runtime,
             session=self.session,
-            secret=secrets.token_urlsafe(24),
+            secret=new_secret(),
         )
         self._values["ctx"] = self.ctx
         self._gather_tools()

@@ -133,7 +133,7 @@ class ModelCall(_Record):
     cum_total_tokens: int = 0
     cum_agent_time: float = 0.0
     # The wire format the call came in through the interception server
-    # ("chat", "responses", "anthropic"); None for a call made in process.
+    # ("chat", "responses", "anthropic", "gemini"); None for a call made in process.
     dialect: str | None = None
     reply: AssistantMessage | None = None
     request_messages: int | None = None
@@ -572,14 +572,18 @@ class Trace(_Record):
         """Bring the ledger up to what the model saw, then add its reply.
 
         Harnesses usually extend one list, so the ledger is a prefix of what was
-        sent: checked by identity first (O(1)), by equality otherwise. A harness
-        that rewrote history replaces the ledger with what the model saw; the
-        messages it dropped move to `replaced_messages` and the requests of
-        earlier calls are re-pointed (see ModelCall). Returns whether what was
-        sent extended the ledger."""
+        sent: checked by identity first (O(1)), then message by message,
+        identity before equality. A message equal but not identical (a
+        program's history parsed by the interception server) takes the place
+        of the ledger's: the server reuses what it parsed, so the next call's
+        check is by identity and costs no time in the conversation's length.
+        A harness that rewrote history replaces the ledger with what the model
+        saw; the messages it dropped move to `replaced_messages` and the
+        requests of earlier calls are re-pointed (see ModelCall). Returns
+        whether what was sent extended the ledger."""
         ledger = self.messages
         n = len(ledger)
-        extended = len(sent) >= n and (n == 0 or sent[n - 1] is ledger[n - 1] or sent[:n] == ledger)
+        extended = len(sent) >= n and (n == 0 or sent[n - 1] is ledger[n - 1] or _adopt_prefix(sent, ledger))
         if extended:
             ledger.extend(sent[n:])
         else:
@@ -653,3 +657,15 @@ def _runs(refs: list[int]) -> list[int]:
                 continue
         out.extend((r, 1))
     return out
+
+
+def _adopt_prefix(sent: list[Any], ledger: list[Any]) -> bool:
+    """Whether `ledger` is a prefix of `sent`; each equal message of `sent`
+    replaces its twin in the ledger (same value, one object from now on)."""
+    for i, (mine, theirs) in enumerate(zip(sent, ledger)):
+        if mine is theirs:
+            continue
+        if mine != theirs:
+            return False
+        ledger[i] = mine
+    return True

@@ -3,7 +3,8 @@
 A program points its SDK at this server with its rollout's secret as the API
 key: `OPENAI_BASE_URL` / `OPENAI_API_KEY` for the OpenAI dialects (chat
 completions, Responses), `ANTHROPIC_BASE_URL` / `ANTHROPIC_API_KEY` for
-Anthropic Messages (see rollkit.programs.dialects). Each request is
+Anthropic Messages, `GOOGLE_GEMINI_BASE_URL` / `GEMINI_API_KEY` for Google's
+Gemini API (see rollkit.programs.dialects). Each request is
 translated into a `Request`, run through the rollout's `Session.complete`
 (limits and stops, interceptors, the model, recording: the same pipeline as
 in-process calls, whatever the dialect) and the `Response` is sent back in
@@ -55,7 +56,8 @@ from ..core.checks import whole
 from ..core.context import RolloutContext
 from ..core.errors import ProviderError, Refused, RolloutError
 from ..core.harness import Harness
-from .dialects import ANTHROPIC, CHAT, DIALECTS, Dialect, Parsed, WireError
+from .dialects import ANTHROPIC, CHAT, DIALECTS, GEMINI, Dialect, Parsed, WireError
+from .dialects.gemini import METHODS as GEMINI_METHODS
 from .dialects.chat import SDK_OPTIONS, completion_payload, parse_request, wire_message
 from .guard import DEFAULT_LIMITS, ConnectionGuard, ServerLimits
 
@@ -68,7 +70,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
-ROUTES = ", ".join([*(f"POST {d.path}" for d in DIALECTS), f"POST {ANTHROPIC.count_path}", "GET /v1/models"])
+ROUTES = ", ".join([*(f"POST {d.path}" for d in DIALECTS if d is not GEMINI), f"POST {ANTHROPIC.count_path}",
+                    "GET /v1/models", *(f"POST /v1beta/models/{{model}}:{m}" for m in GEMINI_METHODS),
+                    "GET /v1beta/models"])
 
 
 class _SegmentEnded(Exception):
@@ -158,9 +162,14 @@ class InterceptionServer:
     async def _start(self) -> None:
         app = web.Application(client_max_size=self.max_body, middlewares=[self._json_errors])
         for dialect in DIALECTS:
-            app.router.add_post(dialect.path, functools.partial(self._model_call, dialect))
-        app.router.add_post(ANTHROPIC.count_path, self._count_tokens)
+            if dialect is not GEMINI:
+                app.router.add_post(dialect.path, functools.partial(self._model_call, dialect))
+        app.router.add_post(ANTHROPIC.count_path, functools.partial(self._count_tokens, ANTHROPIC))
         app.router.add_get("/v1/models", self._models)
+        # Gemini names the model and the method in the path: models/{model}:{method}.
+        app.router.add_post(GEMINI.route, self._gemini)
+        app.router.add_get(GEMINI.route, self._models)
+        app.router.add_get(GEMINI.list_route, self._models)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=self.limits.idle_timeout)
         await runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -282,7 +291,18 @@ class InterceptionServer:
         registration, refusal = self._caller(shape, request)
         if registration is None:
             return refusal  # type: ignore[return-value]
+        if shape is GEMINI and "target" in request.match_info:  # GET /v1beta/models/{model}: that model's entry
+            return web.json_response(GEMINI.model_entry(request.match_info["target"]))
         return web.json_response(shape.models_body(registration.model))
+
+    async def _gemini(self, request: web.Request) -> web.StreamResponse:
+        """`POST /v1beta/models/{model}:{method}`, dispatched on the method."""
+        model, method = GEMINI.target(request)
+        if method == "countTokens":
+            return await self._count_tokens(GEMINI, request)
+        if method in ("generateContent", "streamGenerateContent") and model:
+            return await self._model_call(GEMINI, request)
+        return GEMINI.error(404, f"no route {request.method} {request.path}; this server answers {ROUTES}", "not_found")
 
     async def _body(self, dialect: Dialect, request: web.Request) -> tuple[Any, bytes, web.Response | None]:
         """The JSON body (and its bytes), or the answer refusing it."""
@@ -307,17 +327,17 @@ class InterceptionServer:
             problem = "nests deeper than 200 levels" if "recursion limit" in str(exc) else "is not JSON"
             return None, raw, dialect.error(400, f"the request body {problem}: {exc}", "invalid_request_error")
 
-    async def _count_tokens(self, request: web.Request) -> web.Response:
-        registration, refusal = self._caller(ANTHROPIC, request)
+    async def _count_tokens(self, dialect: Any, request: web.Request) -> web.Response:
+        registration, refusal = self._caller(dialect, request)
         if registration is None:
             return refusal  # type: ignore[return-value]
-        body, _, refusal = await self._body(ANTHROPIC, request)
+        body, _, refusal = await self._body(dialect, request)
         if refusal is not None:
             return refusal
         try:
-            return web.json_response(ANTHROPIC.count(body, registration.memory))
+            return web.json_response(dialect.count(body, registration.memory))
         except (WireError, ValueError, TypeError) as exc:
-            return ANTHROPIC.error(400, f"malformed count_tokens request: {exc}", "invalid_request_error")
+            return dialect.error(400, f"malformed count_tokens request: {exc}", "invalid_request_error")
 
     async def _model_call(self, dialect: Dialect, request: web.Request) -> web.StreamResponse:
         registration, refusal = self._caller(dialect, request)
@@ -329,7 +349,7 @@ class InterceptionServer:
         if refusal is not None:
             return refusal
         try:
-            parsed = dialect.parse(body, registration.memory)
+            parsed = dialect.parse_call(request, body, registration.memory)
         except (WireError, ValueError, TypeError) as exc:
             return dialect.error(400, f"malformed {dialect.title} request: {exc}", "invalid_request_error",
                                  param=getattr(exc, "field", None))
@@ -457,8 +477,9 @@ class InterceptedHarness(Harness):
 
     `serve` registers the rollout on the loop's shared server and hands its
     URLs out as `ctx.services["openai"]` (the OpenAI dialects' base URL, ending
-    in /v1) and `ctx.services["anthropic"]` (Anthropic's, without /v1); the
-    client's API key is `ctx.secret`.
+    in /v1), `ctx.services["anthropic"]` (Anthropic's, without /v1) and
+    `ctx.services["gemini"]` (Google's, the same root; the SDKs add /v1beta);
+    the client's API key is `ctx.secret`.
     `cleanup` unregisters and releases the server. Subclasses write `segment`.
     `served_model` is the model name the server reports (default: the
     session's model)."""
@@ -475,7 +496,7 @@ class InterceptedHarness(Harness):
             await release(server)
             raise
         ctx.state[_INTERCEPTED] = (server, registration)
-        return {"openai": server.base_url, "anthropic": server.url}
+        return {"openai": server.base_url, "anthropic": server.url, "gemini": server.url}
 
     @staticmethod
     def registration(ctx: RolloutContext) -> Registration:
@@ -495,7 +516,12 @@ _INTERCEPTED = "rollkit.interception"
 
 def _shape_of(request: web.Request) -> Dialect:
     """Whose error shape an answer outside a dialect's own route takes."""
-    anthropic = request.path.startswith("/v1/messages") or "anthropic-version" in request.headers \
+    path = request.path
+    if path.startswith(("/v1beta/", "/v1alpha/")) or path in ("/v1beta", "/v1alpha") \
+            or (path.startswith("/v1/models/") and ":" in path) \
+            or "x-goog-api-key" in request.headers or "key" in request.query:
+        return GEMINI
+    anthropic = path.startswith("/v1/messages") or "anthropic-version" in request.headers \
         or "x-api-key" in request.headers
     return ANTHROPIC if anthropic else CHAT
 
@@ -537,7 +563,8 @@ async def _send(dialect: Dialect, request: web.Request, payload: dict[str, Any],
                 timeout: float) -> web.StreamResponse:
     if not parsed.stream:
         return web.json_response(payload)
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    content_type = parsed.options.get("content_type", "text/event-stream")  # Gemini's JSON-array stream differs
+    response = web.StreamResponse(headers={"Content-Type": content_type, "Cache-Control": "no-cache"})
     try:
         async with asyncio.timeout(timeout):
             await response.prepare(request)

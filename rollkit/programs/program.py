@@ -2,8 +2,9 @@
 
 Any program that uses an OpenAI SDK (reading `OPENAI_BASE_URL` and
 `OPENAI_API_KEY`; chat completions or Responses) or an Anthropic SDK
-(reading `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY`; Messages) runs as a
-subprocess in the rollout's runtime (a `SubprocessRuntime`). Its model calls go to the interception server, which
+(reading `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY`; Messages) or a Google
+Gemini SDK (reading `GOOGLE_GEMINI_BASE_URL` and `GEMINI_API_KEY`;
+generateContent) runs as a subprocess in the rollout's runtime (a `SubprocessRuntime`). Its model calls go to the interception server, which
 runs each through the rollout's session, so limits, `@stop`, `@intercept`, the
 trace and the budgets apply to it as to an in-process harness.
 
@@ -12,7 +13,10 @@ What the program gets (the contract a program author writes against):
 - environment: `OPENAI_BASE_URL` (the interception server, ending in /v1),
   `OPENAI_API_KEY` (the rollout's secret; a wrong one gets 401),
   `ANTHROPIC_BASE_URL` (the same server, without /v1) and `ANTHROPIC_API_KEY`
-  (the same secret),
+  (the same secret), `GOOGLE_GEMINI_BASE_URL` (the same server; Gemini CLI and
+  the google-genai SDKs read it) with `GEMINI_API_KEY` and `GOOGLE_API_KEY`
+  (the same secret) and `GOOGLE_GENAI_USE_VERTEXAI=false` (the Gemini API,
+  not Vertex AI),
   `ROLLKIT_MODEL` (the model's name), `ROLLKIT_ROLLOUT_ID`,
   `ROLLKIT_MCP_SERVERS` (JSON object: tool set name -> MCP streamable-HTTP URL,
   present when the task has tools; send the same secret as bearer token),
@@ -163,7 +167,7 @@ class ProgramHarness(Harness):
             await interception.release(server)
             raise
         run = ctx.state[_STATE] = _Run(server=server, registration=registration)
-        services = {"openai": server.base_url, "anthropic": server.url}
+        services = {"openai": server.base_url, "anthropic": server.url, "gemini": server.url}
         if ctx.tools:
             try:
                 from .mcp_tools import ToolServer
@@ -181,6 +185,10 @@ class ProgramHarness(Harness):
             "OPENAI_API_KEY": ctx.secret,
             "ANTHROPIC_BASE_URL": server.url,
             "ANTHROPIC_API_KEY": ctx.secret,
+            "GOOGLE_GEMINI_BASE_URL": server.url,
+            "GEMINI_API_KEY": ctx.secret,
+            "GOOGLE_API_KEY": ctx.secret,
+            "GOOGLE_GENAI_USE_VERTEXAI": "false",
             "ROLLKIT_MODEL": ctx.session.model.name,
             "ROLLKIT_ROLLOUT_ID": ctx.id,
             "PYTHONUNBUFFERED": "1",

@@ -9,8 +9,9 @@ from typing import Any
 from aiohttp import web
 
 from ...core.messages import Request, Response
+from ...core.models import count_tokens
 
-__all__ = ["Dialect", "Parsed", "WireError", "sse", "chunks_of", "text_parts"]
+__all__ = ["Dialect", "Parsed", "WireError", "sse", "chunks_of", "text_parts", "estimated_tokens"]
 
 # Refusals and pipeline failures carry this so the openai and anthropic SDKs
 # answer them once instead of retrying: a retry would only be refused again.
@@ -52,6 +53,11 @@ class Dialect:
     def parse(self, body: Any, memory: dict[str, Any]) -> Parsed:
         raise NotImplementedError
 
+    def parse_call(self, request: web.Request, body: Any, memory: dict[str, Any]) -> Parsed:
+        """The call a request makes; a dialect whose path carries part of the
+        call (Gemini's model and streaming) reads it here."""
+        return self.parse(body, memory)
+
     def payload(self, response: Response, parsed: Parsed, *, model: str, id: str, memory: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -92,6 +98,13 @@ def function_tool(name: str, parameters: Any, description: Any = None) -> dict[s
 def named_tool_choice(name: Any) -> dict[str, Any]:
     """A tool choice that forces the tool `name`, in rollkit's form."""
     return {"type": "function", "function": {"name": name}}
+
+
+def estimated_tokens(messages: list[Any], tools: list[dict[str, Any]]) -> int:
+    """What a token-counting route answers: rollkit's documented count
+    (`rollkit.core.models.count_tokens`) of the messages, plus the words of
+    the tools' JSON. An estimate, not the provider's tokenizer."""
+    return sum(count_tokens(m) for m in messages) + sum(len(json.dumps(t).split()) for t in tools)
 
 
 def sse(data: dict[str, Any], event: str | None = None) -> bytes:

@@ -32,8 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from ...core.messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
-from ...core.models import count_tokens
-from ._base import Dialect, Parsed, WireError, chunks_of, function_tool, named_tool_choice, sse, text_parts
+from ._base import Dialect, Parsed, WireError, chunks_of, estimated_tokens, function_tool, named_tool_choice, sse, text_parts
 
 __all__ = ["ANTHROPIC", "AnthropicDialect"]
 
@@ -210,9 +209,7 @@ class AnthropicDialect(Dialect):
         """`count_tokens`: rollkit's token count of the conversation and tools."""
         if not isinstance(body, dict):
             raise WireError("the body must be a JSON object")
-        messages = self._messages(body, memory)
-        tools = _tools(body.get("tools"))
-        return {"input_tokens": sum(count_tokens(m) for m in messages) + sum(len(json.dumps(t).split()) for t in tools)}
+        return {"input_tokens": estimated_tokens(self._messages(body, memory), _tools(body.get("tools")))}
 
     def payload(self, response: Response, parsed: Parsed, *, model: str, id: str, memory: dict[str, Any]) -> dict[str, Any]:
         message = response.message

@@ -27,6 +27,7 @@ _WIRE_FIELDS = {"messages", "tools", "model", "stream", "stream_options"}
 # parameters, extra body or timeouts on the host's own provider call.
 SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 _TEXT = ("text", "input_text")
+_SEEN = "chat.seen"  # memory key: (wire dict, message) pairs of the last request and its reply
 
 
 def _message(item: Any, index: int) -> Any:
@@ -56,10 +57,16 @@ def _message(item: Any, index: int) -> Any:
     raise WireError(f"{where}: unknown role {role!r} (use system, developer, user, assistant or tool)", f"{where}.role")
 
 
-def parse_request(body: Any) -> Request:
+def parse_request(body: Any, seen: list[tuple[Any, Any]] | None = None) -> Request:
     """A chat-completions request body as a rollkit `Request`. Fields other
     than messages, tools, model and streaming go through untouched in
-    `params`, except the SDK's transport options (SDK_OPTIONS), dropped."""
+    `params`, except the SDK's transport options (SDK_OPTIONS), dropped.
+
+    `seen`: (wire dict, message) pairs of the rollout's previous request and
+    reply, in order. A message equal to its place there is that message
+    object, not a new one: a program resends its whole history every call,
+    and building it anew (and then comparing it with the ledger field by
+    field) made each call cost time in the length of the conversation."""
     if not isinstance(body, dict):
         raise WireError("the body must be a JSON object")
     messages = body.get("messages")
@@ -75,14 +82,29 @@ def parse_request(body: Any) -> Request:
     if body.get("model") is not None and not isinstance(body["model"], str):
         raise WireError("'model' must be a string", "model")
     try:
-        return Request(
-            messages=[_message(m, i) for i, m in enumerate(messages)],
+        # Each message was validated as it was built and the other fields
+        # checked above: validating the request again would walk the whole
+        # history on every call.
+        return Request.model_construct(
+            messages=_messages(messages, seen or ()),
             tools=tools,
             model=body.get("model"),
             params={k: v for k, v in body.items() if k not in _WIRE_FIELDS and k not in SDK_OPTIONS},
         )
     except pydantic.ValidationError as exc:
         raise WireError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
+
+
+def _messages(items: list[Any], seen: Any) -> list[Any]:
+    """The messages of `items`, reusing `seen`'s for the prefix they share
+    (only a prefix: the trace's ledger takes an identical last message to
+    mean an identical history)."""
+    n = min(len(items), len(seen))
+    same = n if n and items[:n] == [raw for raw, _ in seen[:n]] else 0  # one comparison in C, the usual case
+    if same < n:
+        while seen[same][0] == items[same]:
+            same += 1
+    return [message for _, message in seen[:same]] + [_message(item, i) for i, item in enumerate(items) if i >= same]
 
 
 def wire_message(message: Any) -> dict[str, Any]:
@@ -135,12 +157,19 @@ class ChatDialect(Dialect):
     path = "/v1/chat/completions"
 
     def parse(self, body: Any, memory: dict[str, Any]) -> Parsed:
-        request = parse_request(body)
+        request = parse_request(body, memory.get(_SEEN))
+        # Kept for the next call (parse_request): this request's messages,
+        # then the reply (payload) as the program will send it back.
+        memory[_SEEN] = list(zip(body["messages"], request.messages))
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
         return Parsed(request, stream=bool(body.get("stream")), options={"include_usage": usage})
 
     def payload(self, response: Response, parsed: Parsed, *, model: str, id: str, memory: dict[str, Any]) -> dict[str, Any]:
-        return completion_payload(response, model=model, id=f"chatcmpl-{id}")
+        payload = completion_payload(response, model=model, id=f"chatcmpl-{id}")
+        seen = memory.get(_SEEN)
+        if seen is not None and len(seen) == len(parsed.request.messages):
+            seen.append((payload["choices"][0]["message"], response.message))
+        return payload
 
     def events(self, payload: dict[str, Any], parsed: Parsed) -> list[bytes]:
         head = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],

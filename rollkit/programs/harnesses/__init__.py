@@ -17,6 +17,11 @@ every call it makes:
   @anthropic-ai/claude-code`), `claude -p` on the Messages API
   (`ANTHROPIC_BASE_URL`), its own tools, permissions skipped inside the
   runtime's folder, telemetry and auto-update off.
+- `gemini_cli()`: Google's Gemini CLI (`npm install @google/gemini-cli`),
+  `gemini -p` on the Gemini API (`GOOGLE_GEMINI_BASE_URL`, `GEMINI_API_KEY`),
+  its own tools approved (yolo) in the runtime's folder, with rollkit's
+  system settings file (`gemini_settings.json`: the API-key auth, no folder
+  trust prompt, statistics, telemetry and updates off).
 
 What this package owns: the command line and environment of each program,
 and the two small Python programs that wrap the SDKs (`_agents_sdk_program`,
@@ -37,7 +42,7 @@ from typing import Any
 
 from ..program import ProgramHarness
 
-__all__ = ["agents_sdk", "mini_swe_agent", "codex", "claude_code", "HarnessUnavailable", "find_executable"]
+__all__ = ["agents_sdk", "mini_swe_agent", "codex", "claude_code", "gemini_cli", "HarnessUnavailable", "find_executable"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -111,9 +116,28 @@ def claude_code(*, executable: str | os.PathLike[str] | None = None, extra_args:
     return _launched("claude", path, extra_args, options)
 
 
+def gemini_cli(*, executable: str | os.PathLike[str] | None = None, extra_args: list[str] | None = None,
+               **options: Any) -> ProgramHarness:
+    """Gemini CLI as the harness: `gemini -p` on the conversation's last user
+    message (the system prompt before it), `--approval-mode yolo` (it runs in
+    the runtime's folder), JSON output, on the Gemini API at the server
+    (GOOGLE_GEMINI_BASE_URL and GEMINI_API_KEY, which ProgramHarness sets).
+    Its settings come from `gemini_settings.json` beside this module, as the
+    system settings file: the API-key auth (with a base URL set, Gemini CLI
+    would otherwise pick its "gateway" auth, which a non-interactive run
+    refuses), the runtime's folder trusted, statistics, telemetry and updates
+    off."""
+    path = find_executable("gemini", "@google/gemini-cli", executable)
+    quiet = {"GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(_HERE / "gemini_settings.json"), "GEMINI_CLI_TRUST_WORKSPACE": "true",
+             "GEMINI_TELEMETRY_ENABLED": "false"}
+    options["env"] = {**quiet, **options.get("env", {})}
+    return _launched("gemini", path, extra_args, options)
+
+
 def _launched(kind: str, path: str, extra_args: list[str] | None, options: dict[str, Any]) -> ProgramHarness:
     """`_launch.py` reads the conversation from stdin, then execs the CLI
     (same process, so the process-group kill reaches it)."""
     env = {"ROLLKIT_CLI": path, "ROLLKIT_CLI_ARGS": json.dumps(list(extra_args or [])), **options.pop("env", {})}
     argv = [sys.executable, str(_HERE / "_launch.py"), kind]
-    return ProgramHarness(argv, env=env, name="claude-code" if kind == "claude" else kind, **options)
+    name = {"claude": "claude-code", "gemini": "gemini-cli"}.get(kind, kind)
+    return ProgramHarness(argv, env=env, name=name, **options)

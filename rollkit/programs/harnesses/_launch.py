@@ -1,6 +1,6 @@
-"""Start a command-line agent (Codex CLI, Claude Code) on the rollout's conversation.
+"""Start a command-line agent (Codex CLI, Claude Code, Gemini CLI) on the rollout's conversation.
 
-Run by the `codex` and `claude_code` harnesses as the ProgramHarness program:
+Run by the `codex`, `claude_code` and `gemini_cli` harnesses as the ProgramHarness program:
 reads the conversation (one JSON line on stdin), takes its last user message
 as the prompt and its system prompt, and replaces itself (`os.execv`, the
 same process and process group) with the CLI in non-interactive mode,
@@ -30,6 +30,11 @@ def argv_for(kind, cli, prompt, system, model, extra):
         if system:
             argv += ["--append-system-prompt", system]
         return argv
+    if kind == "gemini":
+        # The system prompt leads the prompt (GEMINI_SYSTEM_MD would replace
+        # Gemini CLI's own, which tells it how to use its tools).
+        text = f"{system}\n\n{prompt}" if system else prompt
+        return [cli, "-p", text, "--approval-mode", "yolo", "--output-format", "json", "-m", model, *extra]
     raise SystemExit(f"unknown command-line agent {kind!r}")
 
 
