@@ -101,8 +101,10 @@ class StepResult:
 class NotebookRollout:
     """A rollout driven from a notebook. Build it with `rk.notebook.open`.
 
-    `rollout` is the core `rk.Rollout` (for `await ro.rollout.step()`),
-    `trace` its trace. The prompt-less case works: the rollout is built with
+    `rollout` is the core `rk.Rollout`, `trace` its trace. Its resources
+    belong to the loop it runs on: for one opened by `rk.notebook.open`,
+    rollkit's loop, so await `ro.astep()` (which runs there), not
+    `ro.rollout.step()`. The prompt-less case works: the rollout is built with
     a user, and the first step must carry the user's opening message.
     """
 
