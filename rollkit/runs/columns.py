@@ -33,7 +33,6 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +60,15 @@ def _num(value: Any) -> float:
     return _NAN if value is None else float(value)
 
 
+def _loads() -> Any:
+    try:  # about twice as fast as json on trace lines
+        import orjson
+
+        return orjson.loads
+    except ImportError:
+        return json.loads
+
+
 def _raw(value: Any) -> Any:
     """Missing as NaN, a value as it is (an int limit stays an int, as in the frames)."""
     return _NAN if value is None else value
@@ -81,35 +89,65 @@ def _calls_text(calls: list[dict[str, Any]] | None) -> str:
     return ", ".join(f"{c.get('name')}({c.get('arguments', '{}')})" for c in calls or ())
 
 
+_IDS = ("id", *_INFO_IDS)
+# Each table's fixed columns, in the order its row tuples hold them.
+_COLUMNS = {
+    "rollouts": (*_IDS, "task_key", "task_type", "agent", "model", "ok", "completed", "aborted", "stop",
+                 "stop_condition", "error_type", "error_phase", "error_message", "reward", "turns", "model_calls",
+                 "input_tokens", "output_tokens", "total_tokens", "segments", "agent_time", "model_time",
+                 "harness_time", "wait_time", *(f"phase.{p}" for p in _PHASES), "start", "end",
+                 "_ordinal", "_source", "_offset", "_length"),
+    "calls": (*_IDS, "task_key", "call", "segment", "start", "end", "latency", "input_tokens", "output_tokens",
+              "new_input_tokens", "finish_reason", "dialect", "cum_turns", "cum_input_tokens", "cum_output_tokens",
+              "cum_total_tokens", "cum_agent_time", "committed", "error_type", "error_message", "_ordinal"),
+    "turns": (*_IDS, "task_key", "turn", "call", "segment", "start", "end", "latency", "input_tokens",
+              "output_tokens", "new_input_tokens", "finish_reason", "dialect", "cum_turns", "cum_input_tokens",
+              "cum_output_tokens", "cum_total_tokens", "cum_agent_time", *_LIMITS, "agent_budget", "_ordinal"),
+    "phases": (*_IDS, "task_key", "phase", "start", "end", "duration", "offset", "ok", "_ordinal"),
+    "signals": (*_IDS, "task_key", "task_type", "kind", "name", "value", "weight", "missing", "why_missing",
+                "error", "_ordinal", "_scored"),
+    "messages": ("id", "task_key", "index", "role", "content", "tool_calls", "name", "_ordinal"),
+}
+
+
+_STR = ("id", "task_key", "task_type", "phase", "role", "content", "tool_calls")
+_INT = ("turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "segments", "_ordinal", "_source",
+        "_offset", "_length", "call", "segment", "new_input_tokens", "cum_turns", "cum_input_tokens",
+        "cum_output_tokens", "cum_total_tokens", "turn", "index")
+_FLOAT = ("reward", "model_time", "harness_time", *(f"phase.{p}" for p in _PHASES), "start", "end", "latency",
+          "cum_agent_time", "duration", "offset", "value", "weight")
+_BOOL = ("completed", "aborted", "committed", "missing", "_scored")
+# Columns whose values always have one type; the others (ok, the batch ids,
+# limits, times that may be 0) are inferred, as pandas infers them in the frames.
+_TYPES = {**dict.fromkeys(_STR, "string"), **dict.fromkeys(_INT, "int64"), **dict.fromkeys(_FLOAT, "float64"),
+          **dict.fromkeys(_BOOL, "bool_")}
+
+
 class _Rows:
-    """The rows of one part, one list per column, appended trace by trace."""
+    """The rows of one part: a tuple per row for each table, and the
+    rollouts' reward and metric values (their names vary) kept apart."""
 
     def __init__(self) -> None:
-        self.cols: dict[str, dict[str, list[Any]]] = {name: {} for name in TABLES}
-        self.count = {name: 0 for name in TABLES}
+        self.rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in TABLES}
+        self.signals: dict[str, dict[int, float]] = {}
 
-    def add(self, table: str, row: dict[str, Any]) -> None:
-        cols, n = self.cols[table], self.count[table]
-        for name, value in row.items():
-            column = cols.get(name)
-            if column is None:  # a column first seen now (a new reward name): missing before
-                column = cols[name] = [None] * n
-            column.append(value)
-        self.count[table] = n + 1
-        for name, column in cols.items():
-            if len(column) == n:
-                column.append(None)
-
-
-def _sum(values: Iterable[float]) -> float:
-    return sum(values)  # type: ignore[return-value]
+    def columns(self, table: str) -> dict[str, list[Any]]:
+        names = _COLUMNS[table]
+        rows = self.rows[table]
+        columns = dict(zip(names, map(list, zip(*rows)))) if rows else {name: [] for name in names}
+        if table == "rollouts":
+            for name in sorted(self.signals):
+                values = self.signals[name]
+                columns[name] = [values.get(i, _NAN) for i in range(len(rows))]
+        return columns
 
 
 def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, length: int, source: int) -> None:
     """Append the rows of one parsed trace to every table (the same values
     rollkit.notebook.frames computes from a `Trace`)."""
     info = t.get("info") or {}
-    ids = {"id": t["id"], **{name: info.get(name) for name in _INFO_IDS}}
+    trace_id = t["id"]
+    ids = (trace_id, info.get("example_id"), info.get("repeat"), info.get("rollout_id"))
     task = t["task"]
     key, task_type = task["key"], task["type"]
     agent = t.get("agent") or {}
@@ -122,104 +160,93 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
     metrics = t.get("metrics") or {}
     weights = t.get("reward_weights") or {}
     scored = "scoring" in spans
-    limits = t.get("limits") or {}
-    timeouts = t.get("timeouts") or {}
     aborted = bool(t.get("aborted", False))
     stop_condition = t.get("stop_condition")
+    ok = t.get("ok")
     last = None
     for call in reversed(calls):
         if call.get("committed"):
             last = call
             break
-    durations: dict[str, float] = {}
+    durations = []
     start = end = None
+    present = []
     for phase in _PHASES:
         span = spans.get(phase)
         if span is None:
-            durations[f"phase.{phase}"] = _NAN
+            durations.append(_NAN)
             continue
         s = float(span["start"])
         e = span.get("end")
-        durations[f"phase.{phase}"] = _NAN if e is None else float(e) - s
+        present.append((phase, s, e))
+        durations.append(_NAN if e is None else float(e) - s)
         start = s if start is None else min(start, s)
         if e is not None:
             end = float(e) if end is None else max(end, float(e))
-    agent_time = _sum(float(seg.get("charged", 0.0)) for seg in segments)
-    model_time = _sum(float(c["end"]) - float(c["start"]) for c in calls)
-    waited = _sum(max(0.0, float(after["start"]) - float(before["end"]))
-                  for before, after in zip(segments, segments[1:]) if before.get("end") is not None)
+    agent_time = sum(float(seg.get("charged", 0.0)) for seg in segments)
+    model_time = sum(float(c["end"]) - float(c["start"]) for c in calls)
+    waited = sum(max(0.0, float(after["start"]) - float(before["end"]))
+                 for before, after in zip(segments, segments[1:]) if before.get("end") is not None)
     reward = None
     if scored and not all(v is None for v in rewards.values()):
         reward = sum(v * weights.get(n, 1.0) for n, v in rewards.items() if v is not None)
-    usage_last = last or {}
-    rollout = {
-        **ids, "task_key": key, "task_type": task_type, "agent": agent.get("name"), "model": agent.get("model"),
-        "ok": t.get("ok"), "completed": bool(t.get("completed", False)), "aborted": aborted,
-        "stop": error["type"] if error else stop_condition, "stop_condition": stop_condition,
-        "error_type": error["type"] if error else None, "error_phase": error.get("phase") if error else None,
-        "error_message": error["message"] if error else None, "reward": _num(reward),
-        "turns": int(usage_last.get("cum_turns", 0)), "model_calls": len(calls),
-        "input_tokens": int(usage_last.get("cum_input_tokens", 0)),
-        "output_tokens": int(usage_last.get("cum_output_tokens", 0)),
-        "total_tokens": int(usage_last.get("cum_total_tokens", 0)),
-        "segments": len(segments), "agent_time": agent_time, "model_time": model_time,
-        "harness_time": max(0.0, agent_time - model_time), "wait_time": waited,
-        **durations, "start": _num(start), "end": _num(end),
-        **{f"reward.{n}": _num(v) for n, v in rewards.items()},
-        **{f"metric.{n}": _num(v) for n, v in metrics.items()},
-        "_ordinal": ordinal, "_source": source, "_offset": offset, "_length": length,
-    }
-    rows.add("rollouts", rollout)
-    limit_values = {name: _raw(limits.get(name)) for name in _LIMITS}
-    budget = _raw(timeouts.get("agent"))
+    done = last or {}
+    table = rows.rows
+    row_number = len(table["rollouts"])
+    table["rollouts"].append((
+        *ids, key, task_type, agent.get("name"), agent.get("model"), ok, bool(t.get("completed", False)), aborted,
+        error["type"] if error else stop_condition, stop_condition, error["type"] if error else None,
+        error.get("phase") if error else None, error["message"] if error else None, _num(reward),
+        int(done.get("cum_turns", 0)), len(calls), int(done.get("cum_input_tokens", 0)),
+        int(done.get("cum_output_tokens", 0)), int(done.get("cum_total_tokens", 0)), len(segments),
+        agent_time, model_time, max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end),
+        ordinal, source, offset, length,
+    ))
+    signal_columns = rows.signals
+    for prefix, values in (("reward.", rewards), ("metric.", metrics)):
+        for name, value in values.items():
+            column = signal_columns.get(prefix + name)
+            if column is None:
+                column = signal_columns[prefix + name] = {}
+            column[row_number] = _num(value)
+    limits = t.get("limits") or {}
+    limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
+    budget = _raw((t.get("timeouts") or {}).get("agent"))
     number = 0
+    calls_out, turns_out = table["calls"], table["turns"]
     for call in calls:
         usage = call.get("usage") or {}
         err = call.get("error")
         c_start, c_end = float(call["start"]), float(call["end"])
         committed = bool(call.get("committed", False))
-        row = {
-            **ids, "task_key": key, "call": int(call["index"]), "segment": int(call["segment"]),
-            "start": c_start, "end": c_end, "latency": c_end - c_start,
-            "input_tokens": int(usage.get("input_tokens", 0)), "output_tokens": int(usage.get("output_tokens", 0)),
-            "new_input_tokens": int(call.get("new_input_tokens", 0)), "finish_reason": call.get("finish_reason"),
-            "dialect": call.get("dialect"),
-            "cum_turns": int(call.get("cum_turns", 0)), "cum_input_tokens": int(call.get("cum_input_tokens", 0)),
-            "cum_output_tokens": int(call.get("cum_output_tokens", 0)),
-            "cum_total_tokens": int(call.get("cum_total_tokens", 0)),
-            "cum_agent_time": float(call.get("cum_agent_time", 0.0)),
-        }
-        rows.add("calls", {**row, "committed": committed, "error_type": err["type"] if err else None,
-                           "error_message": err["message"] if err else None, "_ordinal": ordinal})
+        head = (int(call["index"]), int(call["segment"]), c_start, c_end, c_end - c_start,
+                int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)),
+                int(call.get("new_input_tokens", 0)), call.get("finish_reason"), call.get("dialect"),
+                int(call.get("cum_turns", 0)), int(call.get("cum_input_tokens", 0)),
+                int(call.get("cum_output_tokens", 0)), int(call.get("cum_total_tokens", 0)),
+                float(call.get("cum_agent_time", 0.0)))
+        calls_out.append((*ids, key, *head, committed, err["type"] if err else None,
+                          err["message"] if err else None, ordinal))
         if committed:
             number += 1
-            row["turn"] = number
-            rows.add("turns", {**row, **limit_values, "agent_budget": budget, "_ordinal": ordinal})
-    present = [(p, spans[p]) for p in _PHASES if p in spans]
+            turns_out.append((*ids, key, number, *head, *limit_values, budget, ordinal))
     if present:
-        t0 = min(float(span["start"]) for _, span in present)
-        for phase, span in present:
-            s = float(span["start"])
-            e = span.get("end")
-            rows.add("phases", {
-                **ids, "task_key": key, "phase": phase, "start": s, "end": _num(e),
-                "duration": _NAN if e is None else float(e) - s, "offset": s - t0, "ok": t.get("ok"),
-                "_ordinal": ordinal,
-            })
-    signal_errors = t.get("signal_errors") or {}
-
-    def signal(kind: str | None, name: str | None, value: Any, weight: Any, why: str | None, err: str | None) -> None:
-        rows.add("signals", {
-            **ids, "task_key": key, "task_type": task_type, "kind": kind, "name": name, "value": _num(value),
-            "weight": _num(weight), "missing": value is None, "why_missing": why, "error": err,
-            "_ordinal": ordinal, "_scored": scored,
-        })
-
+        t0 = min(s for _, s, _ in present)
+        phases_out = table["phases"]
+        for phase, s, e in present:
+            phases_out.append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
+                               ordinal))
+    signals_out = table["signals"]
     if scored:
+        signal_errors = t.get("signal_errors") or {}
         for name, value in rewards.items():
-            signal("reward", name, value, weights.get(name, 1.0), *_why(signal_errors, name, value))
+            why, err_text = _why(signal_errors, name, value)
+            signals_out.append((*ids, key, task_type, "reward", name, _num(value), _num(weights.get(name, 1.0)),
+                                value is None, why, err_text, ordinal, True))
         for name, value in metrics.items():
-            signal("metric", name, value, None, *_why(signal_errors, name, value))
+            why, err_text = _why(signal_errors, name, value)
+            signals_out.append((*ids, key, task_type, "metric", name, _num(value), _NAN, value is None, why,
+                                err_text, ordinal, True))
     else:  # one marker row; the frame gives it one row per signal the task type has elsewhere
         if error:
             why, err_text = "run failed", f"{error['type']}: {error['message']}"
@@ -227,15 +254,20 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
             why, err_text = "run aborted", None
         else:
             why, err_text = "not scored", None
-        signal(None, None, None, None, why, err_text)
+        signals_out.append((*ids, key, task_type, None, None, _NAN, _NAN, True, why, err_text, ordinal, False))
+    messages_out = table["messages"]
     for index, message in enumerate(t.get("messages") or ()):
         role = message.get("role")
-        rows.add("messages", {
-            "id": t["id"], "task_key": key, "index": index, "role": role, "content": _text(message.get("content")),
-            "tool_calls": _calls_text(message.get("tool_calls")) if role == "assistant" else "",
-            "name": message.get("name") or message.get("tool_call_id") if role == "tool" else None,
-            "_ordinal": ordinal,
-        })
+        content = message.get("content")
+        if content.__class__ is not str:
+            content = _text(content)
+        if role == "assistant":
+            messages_out.append((trace_id, key, index, role, content, _calls_text(message.get("tool_calls")),
+                                 None, ordinal))
+        else:
+            messages_out.append((trace_id, key, index, role, content, "",
+                                 message.get("name") or message.get("tool_call_id") if role == "tool" else None,
+                                 ordinal))
 
 
 def _why(errors: dict[str, str], name: str, value: Any) -> tuple[str | None, str | None]:
@@ -401,7 +433,7 @@ class TableSet:
         A last line without its newline (torn, or still being written) waits."""
         made = []
         head = _head(self.source)
-        loads = json.loads
+        loads = _loads()
         with open(self.source, "rb") as f:
             f.seek(start)
             offset = start
@@ -432,11 +464,21 @@ class TableSet:
 
         name = _part_name(start, end)
         for table in TABLES:
-            columns = rows.cols[table]
+            columns = rows.columns(table)
             arrays = {}
             for column, values in columns.items():
+                kind = _TYPES.get(column)
+                if kind is not None:
+                    try:  # a known type converts faster than an inferred one
+                        arrays[column] = pa.array(values, type=getattr(pa, kind)(), from_pandas=True)
+                        continue
+                    except (pa.ArrowInvalid, pa.ArrowTypeError):
+                        pass
                 try:
-                    arrays[column] = pa.array(values, from_pandas=True)  # NaN: null, so SQL sees it missing
+                    array = pa.array(values, from_pandas=True)  # NaN: null, so SQL sees it missing
+                    if array.type == pa.null() and any(isinstance(v, float) for v in values):
+                        array = array.cast(pa.float64())  # all NaN: still a number column
+                    arrays[column] = array
                 except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types (an id that is an int here, a str there)
                     arrays[column] = pa.array([None if v is None else str(v) for v in values])
             arrow = pa.table(arrays) if arrays else pa.table({"_ordinal": pa.array([], pa.int64())})
