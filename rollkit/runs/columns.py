@@ -96,7 +96,7 @@ _COLUMNS = {
                  "stop_condition", "error_type", "error_phase", "error_message", "reward", "turns", "model_calls",
                  "input_tokens", "output_tokens", "total_tokens", "segments", "agent_time", "model_time",
                  "harness_time", "wait_time", *(f"phase.{p}" for p in _PHASES), "start", "end",
-                 "_ordinal", "_source", "_offset", "_length"),
+                 "_ordinal", "_source", "_offset", "_length", "_scored"),
     "calls": (*_IDS, "task_key", "call", "segment", "start", "end", "latency", "input_tokens", "output_tokens",
               "new_input_tokens", "finish_reason", "dialect", "cum_turns", "cum_input_tokens", "cum_output_tokens",
               "cum_total_tokens", "cum_agent_time", "committed", "error_type", "error_message", "_ordinal"),
@@ -200,7 +200,7 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
         int(done.get("cum_turns", 0)), len(calls), int(done.get("cum_input_tokens", 0)),
         int(done.get("cum_output_tokens", 0)), int(done.get("cum_total_tokens", 0)), len(segments),
         agent_time, model_time, max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end),
-        ordinal, source, offset, length,
+        ordinal, source, offset, length, scored,
     ))
     signal_columns = rows.signals
     for prefix, values in (("reward.", rewards), ("metric.", metrics)):
