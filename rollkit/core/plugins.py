@@ -29,7 +29,7 @@ from typing import Any
 
 __all__ = ["plug", "plugged", "POINTS"]
 
-POINTS = ("trace_html", "frames", "demo", "monitor")
+POINTS = ("trace_html", "frames", "demo", "monitor", "run_browser")
 
 _plugs: dict[str, Callable[..., Any]] = {}
 

@@ -84,3 +84,12 @@ def _monitor(pending: Any) -> None:
 plug("trace_html", _trace_html)
 plug("frames", _frames)
 plug("monitor", _monitor)
+
+
+def _run_browser(run: Any, **options: Any) -> Any:
+    from .runbrowser import RunBrowser
+
+    return RunBrowser(run, **options)
+
+
+plug("run_browser", _run_browser)

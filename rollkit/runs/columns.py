@@ -96,7 +96,7 @@ _COLUMNS = {
                  "stop_condition", "error_type", "error_phase", "error_message", "reward", "turns", "model_calls",
                  "input_tokens", "output_tokens", "total_tokens", "segments", "agent_time", "model_time",
                  "harness_time", "wait_time", *(f"phase.{p}" for p in _PHASES), "start", "end",
-                 "_ordinal", "_source", "_offset", "_length", "_scored"),
+                 "_ordinal", "_offset", "_length", "_scored"),
     "calls": (*_IDS, "task_key", "call", "segment", "start", "end", "latency", "input_tokens", "output_tokens",
               "new_input_tokens", "finish_reason", "dialect", "cum_turns", "cum_input_tokens", "cum_output_tokens",
               "cum_total_tokens", "cum_agent_time", "committed", "error_type", "error_message", "_ordinal"),
@@ -111,8 +111,7 @@ _COLUMNS = {
 
 
 _STR = ("id", "task_key", "task_type", "phase", "role", "content", "tool_calls")
-_INT = ("turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "segments", "_ordinal", "_source",
-        "_offset", "_length", "call", "segment", "new_input_tokens", "cum_turns", "cum_input_tokens",
+_INT = ("turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "segments", "_ordinal", "_offset", "_length", "call", "segment", "new_input_tokens", "cum_turns", "cum_input_tokens",
         "cum_output_tokens", "cum_total_tokens", "turn", "index")
 _FLOAT = ("reward", "model_time", "harness_time", *(f"phase.{p}" for p in _PHASES), "start", "end", "latency",
           "cum_agent_time", "duration", "offset", "value", "weight")
@@ -142,7 +141,7 @@ class _Rows:
         return columns
 
 
-def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, length: int, source: int) -> None:
+def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, length: int) -> None:
     """Append the rows of one parsed trace to every table (the same values
     rollkit.notebook.frames computes from a `Trace`)."""
     info = t.get("info") or {}
@@ -200,7 +199,7 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
         int(done.get("cum_turns", 0)), len(calls), int(done.get("cum_input_tokens", 0)),
         int(done.get("cum_output_tokens", 0)), int(done.get("cum_total_tokens", 0)), len(segments),
         agent_time, model_time, max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end),
-        ordinal, source, offset, length, scored,
+        ordinal, offset, length, scored,
     ))
     signal_columns = rows.signals
     for prefix, values in (("reward.", rewards), ("metric.", metrics)):
@@ -366,10 +365,9 @@ class TableSet:
     six Parquet files per byte range of the source), made current on creation.
     `files[table]` lists the Parquet files of a table, in source order."""
 
-    def __init__(self, source: Path, *, cache: Path | None = None, source_index: int = 0) -> None:
+    def __init__(self, source: Path, *, cache: Path | None = None) -> None:
         self.source = source
         self.folder = cache or _cache_folder(source)
-        self.source_index = source_index
         self.built_lines = 0
         self.files: dict[str, list[Path]] = {}
         self._refresh()
@@ -445,7 +443,7 @@ class TableSet:
                 if line.strip():
                     try:
                         parsed = loads(line)
-                        _trace_rows(rows, parsed, ordinal, offset, length, self.source_index)
+                        _trace_rows(rows, parsed, ordinal, offset, length)
                     except (ValueError, KeyError, TypeError, AttributeError):
                         _bad_line(self.source, offset)
                     ordinal += 1

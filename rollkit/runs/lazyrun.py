@@ -26,7 +26,6 @@ from .columns import TABLES, TableSet, tables_for
 
 __all__ = ["LazyRun", "Hits", "open_run", "highlight"]
 
-_PRIVATE = ("_ordinal", "_source", "_offset", "_length", "_scored")
 
 
 def open_run(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> LazyRun:
@@ -235,10 +234,15 @@ class LazyRun:
 
             con = duckdb.connect()
             for table in TABLES:
-                files = [str(f) for s in self._sets for f in s.files[table]]
-                if files:
-                    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-                    con.execute(f"create view {table} as select * from read_parquet([{listed}], union_by_name=true)")
+                # One select per file of the run (`_set`: which, in the order given).
+                selects = []
+                for k, s in enumerate(self._sets):
+                    files = [str(f) for f in s.files[table]]
+                    if files:
+                        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+                        selects.append(f"select *, {k} as _set from read_parquet([{listed}], union_by_name=true)")
+                if selects:
+                    con.execute(f"create view {table} as " + " union all by name ".join(selects))
             self._duck = con
         return self._duck
 
@@ -293,13 +297,27 @@ class LazyRun:
         position = {trace_id: row for row, trace_id in reversed(list(enumerate(index)))}
         return frame["id"].map(position)
 
+    def arrow_schema(self, table: str) -> list[str]:
+        """The column names of a table (from the Parquet footers: nothing read)."""
+        import pyarrow.parquet as pq
+
+        names: dict[str, None] = {}
+        for s in self._sets:
+            for file in s.files[table]:
+                names.update(dict.fromkeys(pq.read_schema(file).names))
+        return list(names)
+
     def browser(self, **options: Any) -> Any:
-        """A TraceBrowser paging through this run (rk.notebook.TraceBrowser)."""
-        from ..core.plugins import plugged as _plugged  # noqa: F401
+        """A browser paging through this run (rollkit.notebook.runbrowser.RunBrowser)."""
+        return _run_browser()(self, **options)
 
-        import importlib
 
-        return importlib.import_module("rollkit.notebook.browser").TraceBrowser(self, **options)
+def _run_browser() -> Any:
+    # The notebook layer sits above this one and plugs its browser in.
+    browser = plugged("run_browser")
+    if browser is None:
+        raise RuntimeError("no run browser is plugged in: import rollkit (it imports rollkit.notebook)")
+    return browser
 
 
 _CALL_COLUMNS = {"id", "example_id", "repeat", "rollout_id", "task_key", "call", "segment", "start", "end", "latency",
@@ -334,10 +352,8 @@ class Hits:
         return highlight(text, self.pattern)
 
     def browser(self, **options: Any) -> Any:
-        import importlib
-
-        browser = importlib.import_module("rollkit.notebook.browser")
-        return browser.TraceBrowser(self.run, ids=self.ids, highlight=self.pattern, **options)
+        """The matching rollouts in a run browser, the matches highlighted."""
+        return _run_browser()(self.run, ids=self.ids, highlight=self.pattern, **options)
 
 
 def highlight(text: str, pattern: Any) -> str:
