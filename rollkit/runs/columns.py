@@ -28,6 +28,7 @@ nothing and builds no DataFrame (rollkit.runs.lazyrun does).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
@@ -427,6 +428,17 @@ class TableSet:
         self.files = {table: [self.folder / table / f"{p['name']}.parquet" for p in parts] for table in TABLES}
 
     def _build(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
+        # Building makes millions of tuples and frees none until a part is
+        # written: the cyclic collector would walk them again and again.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._build_parts(start, size, ordinal)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _build_parts(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
         """Parts for the complete lines of source[start:size], _BATCH lines each.
         A last line without its newline (torn, or still being written) waits."""
         made = []
