@@ -37,6 +37,7 @@ _LAZY = {
     "evaluate": ("rollkit.runs.evaluation", "evaluate"),
     "evaluate_async": ("rollkit.runs.evaluation", "evaluate_async"),
     "load_run": ("rollkit.runs.evaluation", "load_run"),
+    "open_run": ("rollkit.runs.lazyrun", "open_run"),
     "compare": ("rollkit.runs.compare", "compare"),
     "groups": ("rollkit.runs.groups", None),
     "frames": ("rollkit.notebook.frames", None),

@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["big_run"]
+__all__ = ["big_run", "cached_big_run"]
 
 _SYSTEM = "Solve the problem. Use the calculator tool, then answer 'The answer is N.'"
 # Words the questions draw from, so searches have something to find.
@@ -139,3 +140,18 @@ def big_run(n: int, folder: str | os.PathLike[str], *, turns: int = 1, tasks: in
                 "group_scorers": []}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return out
+
+
+def cached_big_run(n: int = 100_000, *, turns: int = 1, seed: int = 0) -> Path:
+    """`big_run(n)` written once into the temporary folder and reused after
+    (with its tables, built on first open): notebooks and test sessions that
+    ask again get the same run in no time."""
+    folder = Path(tempfile.gettempdir()) / "rollkit-big-run" / f"{n}-{turns}-{seed}"
+    manifest = folder / "manifest.json"
+    try:
+        done = json.loads(manifest.read_text())["run_id"] == f"big-{n}-{turns}-{seed}"
+    except (OSError, ValueError, KeyError):
+        done = False
+    if not done:
+        big_run(n, folder, turns=turns, seed=seed)
+    return folder
