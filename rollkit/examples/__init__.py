@@ -27,6 +27,7 @@ from .arithmetic import (
     Arithmetic, ArithmeticData, arithmetic_tasks, careful_calculator_model, demo_agent, toy_calculator_model,
 )
 from .workspace import AnswerFile, AnswerFileData, answer_file_tasks, toy_shell_model
+from .bigrun import big_run, cached_big_run
 from .support import (
     OrderData, OrderStatus, customer_persona, support_agent, support_tasks, toy_customer, toy_customer_model,
     toy_support_model,
@@ -37,6 +38,7 @@ __all__ = [
     "OrderData", "OrderStatus", "customer_persona", "support_agent", "support_tasks", "toy_customer",
     "toy_customer_model", "toy_support_model",
     "AnswerFile", "AnswerFileData", "answer_file_tasks", "toy_shell_model",
+    "big_run", "cached_big_run",
 ]
 
 
