@@ -335,7 +335,7 @@ def json_source(path: Path) -> Path:
     folder (rewritten when the original's size, mtime or head changes)."""
     if _is_rollkit_jsonl(path):
         return path
-    from ..core.store import load
+    from ..core.store import load, save
 
     folder = _cache_folder(path)
     stat = path.stat()
@@ -343,13 +343,7 @@ def json_source(path: Path) -> Path:
     copy, stamp_file = folder / "traces.jsonl", folder / "source.json"
     if copy.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
         return copy
-    traces = load(path)
-    tmp = copy.with_name(copy.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for trace in traces:
-            f.write(trace.model_dump_json())
-            f.write("\n")
-    os.replace(tmp, copy)
+    save(load(path), copy)  # written whole, then moved into place
     stamp_file.write_text(stamp)
     return copy
 
