@@ -216,3 +216,23 @@ def test_bad_input_names_what_to_pass(tmp_path):
     path.write_text(json.dumps({"id": "x", "task": {"type": "T", "key": "k"}}) + "\n" + '{"not": "a trace"}\n')
     with pytest.raises(rk.TraceFileError, match="line 2 is not a rollkit trace"):
         open_run(path)
+
+
+def test_rollkit_sql_answers_from_a_shell_and_names_a_bad_query(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    folder = big_run(40, tmp_path / "run", tasks=3)
+    env = {**os.environ, "PYTHONPATH": str(Path(rk.__file__).parent.parent)}
+    done = subprocess.run([sys.executable, "-m", "rollkit", "sql", str(folder), "--csv",
+                           "select task_key, count(*) as n from rollouts group by 1 order by 1"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    counts: dict[str, int] = {}
+    for trace in rk.load(folder):
+        counts[trace.task.key] = counts.get(trace.task.key, 0) + 1
+    assert done.stdout.strip().splitlines() == ["task_key,n", *(f"{k},{counts[k]}" for k in sorted(counts))]
+    bad = subprocess.run([sys.executable, "-m", "rollkit", "sql", str(folder), "select nope from rollouts"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 1 and "the query failed" in bad.stderr and '"nope" not found' in bad.stderr
