@@ -489,7 +489,7 @@ class TableSet:
             arrow = arrow.replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
             folder = self.folder / table
             folder.mkdir(parents=True, exist_ok=True)
-            _atomic(lambda tmp: pq.write_table(arrow, tmp, compression="zstd"), folder / f"{name}.parquet")
+            _atomic(lambda tmp: pq.write_table(arrow, tmp, compression="lz4"), folder / f"{name}.parquet")
         meta = {"start": start, "end": end, "lines": lines, "head": head, "before": _before(self.source, end)}
         # The marker last: a part without it is ignored (and cleared with the next rebuild).
         _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
@@ -502,7 +502,7 @@ class TableSet:
         for table in TABLES:
             merged = _concat([pq.read_table(self.folder / table / f"{p['name']}.parquet") for p in parts])
             merged = merged.replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
-            _atomic(lambda tmp: pq.write_table(merged, tmp, compression="zstd"), self.folder / table / f"{name}.parquet")
+            _atomic(lambda tmp: pq.write_table(merged, tmp, compression="lz4"), self.folder / table / f"{name}.parquet")
         meta = {"start": parts[0]["start"], "end": parts[-1]["end"], "lines": sum(p["lines"] for p in parts),
                 "head": parts[0]["head"], "before": parts[-1]["before"]}
         _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
