@@ -233,6 +233,7 @@ class LazyRun:
             import duckdb
 
             con = duckdb.connect()
+            con.execute("set enable_progress_bar = false")  # it would print into the notebook or the CLI's output
             for table in TABLES:
                 # One select per file of the run (`_set`: which, in the order given).
                 selects = []
