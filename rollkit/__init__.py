@@ -37,6 +37,7 @@ _LAZY = {
     "evaluate": ("rollkit.runs.evaluation", "evaluate"),
     "evaluate_async": ("rollkit.runs.evaluation", "evaluate_async"),
     "load_run": ("rollkit.runs.evaluation", "load_run"),
+    "open_run": ("rollkit.runs.lazyrun", "open_run"),
     "compare": ("rollkit.runs.compare", "compare"),
     "turn_values": ("rollkit.runs.turnvalues", "turn_values"),
     "turn_values_many": ("rollkit.runs.turnvalues", "turn_values_many"),

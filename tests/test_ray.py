@@ -104,6 +104,8 @@ def test_ray_trace_file_resume_and_groups_behave_as_locally(local_ray, tmp_path)
     first = rk.evaluate(said_agent(), tasks, repeats=2, out=tmp_path, backend=RayBackend(actors=1), progress=False,
                         group_scorers=[pass_at_k(1)])
     assert [t.model_dump() for t in load_run(tmp_path).traces] == [t.model_dump() for t in first.traces]
+    # The columnar tables of a Ray run are the same as of a local one (rollkit.runs.columns).
+    assert rk.open_run(tmp_path).rollouts().equals(rk.frames.rollouts(first.traces))
     # Cut the run short as a crash would: 3 whole lines and a torn one.
     path = tmp_path / "traces.jsonl"
     lines = path.read_text().splitlines(keepends=True)

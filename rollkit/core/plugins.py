@@ -20,7 +20,10 @@ The points, and who plugs them:
   awaitable, the notebook layer (`rk.evaluate(..., monitor=True)`);
 - `ab_monitor`: `fn(signal, alpha, margin) -> on_pair(state)` displays a live
   view of an A/B test's interval, the notebook layer
-  (`rk.ab_test(..., monitor=True)`).
+  (`rk.ab_test(..., monitor=True)`);
+- `run_browser`: `fn(run, **options) -> widget` pages through a lazy run
+  (rollkit.runs.lazyrun), the notebook layer (`LazyRun.browser()`, hits'
+  `.browser()`).
 
 This module holds the table and nothing else; it imports nothing of rollkit.
 """
@@ -32,7 +35,7 @@ from typing import Any
 
 __all__ = ["plug", "plugged", "POINTS"]
 
-POINTS = ("trace_html", "frames", "demo", "monitor", "ab_monitor")
+POINTS = ("trace_html", "frames", "demo", "monitor", "ab_monitor", "run_browser")
 
 _plugs: dict[str, Callable[..., Any]] = {}
 

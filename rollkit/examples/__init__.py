@@ -30,6 +30,7 @@ from .arithmetic import (
 )
 from .chain import Chain, ChainData, chain_agent, chain_tasks, slippery_calculator_model, success_chance
 from .workspace import AnswerFile, AnswerFileData, answer_file_tasks, toy_shell_model
+from .bigrun import big_run, cached_big_run
 from .support import (
     OrderData, OrderStatus, customer_persona, support_agent, support_tasks, toy_customer, toy_customer_model,
     toy_support_model,
@@ -41,6 +42,7 @@ __all__ = [
     "toy_customer_model", "toy_support_model",
     "AnswerFile", "AnswerFileData", "answer_file_tasks", "toy_shell_model",
     "Chain", "ChainData", "chain_tasks", "chain_agent", "slippery_calculator_model", "success_chance",
+    "big_run", "cached_big_run",
 ]
 
 

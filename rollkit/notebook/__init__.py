@@ -99,3 +99,12 @@ def _ab_monitor(signal: str, alpha: float, margin: float | None) -> Any:
 
 
 plug("ab_monitor", _ab_monitor)
+
+
+def _run_browser(run: Any, **options: Any) -> Any:
+    from .runbrowser import RunBrowser
+
+    return RunBrowser(run, **options)
+
+
+plug("run_browser", _run_browser)

@@ -10,6 +10,7 @@ that just ran.
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,6 +37,14 @@ _HEADER = f"{'task':<16} {'ok':<4} {'reward':>6} {'turns':>5} {'tokens':>7} {'st
 class TraceBrowser(widgets.VBox):
     """A table of traces; selecting a row shows that trace and its plots.
     `select(i)` does from code what a click does."""
+
+    def __new__(cls, traces: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # A lazy run, a run folder or a trace file: paged from its tables (runbrowser).
+        if type(traces).__name__ == "LazyRun" or isinstance(traces, (str, os.PathLike)):
+            from .runbrowser import RunBrowser
+
+            return RunBrowser(traces, *args, **kwargs)
+        return super().__new__(cls, traces, *args, **kwargs)
 
     def __init__(self, traces: Iterable[Trace], *, plots: bool = True) -> None:
         self.traces = list(traces)

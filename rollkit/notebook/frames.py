@@ -119,7 +119,26 @@ SIGNAL_COLUMNS = ("id", *_INFO_IDS, "task_key", "task_type", "kind", "name", "va
 def _list(traces: Iterable[Trace] | str | os.PathLike[str]) -> list[Trace]:
     if isinstance(traces, (str, os.PathLike)):  # a trace file (any format rk.load reads), or a run folder
         return load(traces)
+    if hasattr(traces, "traces") and callable(traces.traces):  # a lazy run (rollkit.runs.lazyrun)
+        return traces.traces()
     return _checked(traces, who="a frame", hint="(e.g. rk.load('runs/traces.jsonl')), or a trace file's path")
+
+
+def _stored(build: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
+    """A path is read through its columnar tables (rollkit.runs.lazyrun), a
+    lazy run through its own: no Trace is built."""
+
+    @functools.wraps(build)
+    def wrapper(traces: Any, *args: Any, **kwargs: Any) -> pd.DataFrame:
+        from ..runs.lazyrun import LazyRun, open_run
+
+        if isinstance(traces, (str, os.PathLike)):
+            traces = open_run(traces)
+        if isinstance(traces, LazyRun):
+            return getattr(traces, build.__name__)()
+        return build(traces, *args, **kwargs)
+
+    return wrapper
 
 
 def _no_gc(build: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
@@ -180,6 +199,7 @@ def _waited(trace: Trace) -> float:
     )
 
 
+@_stored
 @_no_gc
 def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per rollout. Reward and metric columns (`reward.<name>`,
@@ -245,6 +265,7 @@ def _token_totals(trace: Trace, last: Any) -> tuple[int | None, int | None, int 
             None if unreported_in or unreported_out else last.cum_total_tokens)
 
 
+@_stored
 @_no_gc
 def turns(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per committed turn (model call answered and kept), with the
@@ -320,6 +341,7 @@ def calls(traces: Iterable[Trace]) -> pd.DataFrame:
                          "request_messages": "Int64", **{name: "Int64" for name in _COUNTS}})
 
 
+@_stored
 @_no_gc
 def phases(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per phase span that started, in lifecycle order. `offset` is
@@ -367,6 +389,7 @@ def _unscored_reason(trace: Trace) -> tuple[str, str | None]:
     return NOT_SCORED, None
 
 
+@_stored
 @_no_gc
 def signals(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per reward or metric of each rollout.

@@ -38,6 +38,7 @@ This module reads traces and frames; it runs nothing.
 from __future__ import annotations
 
 import html
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -373,6 +374,8 @@ def _rollout_frame(data: Any) -> pd.DataFrame:
         if "id" not in data.columns or "phase.agent" not in data.columns:
             raise ValueError("pass traces, or the frame rk.frames.rollouts(traces) made")
         return data
+    if isinstance(data, (str, os.PathLike)) or type(data).__name__ == "LazyRun":
+        return _frames.rollouts(data)  # a run's path or lazy run: from its tables, no Trace built
     return _frames.rollouts(_traces(data))
 
 

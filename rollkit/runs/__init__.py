@@ -23,6 +23,7 @@ _LAZY = {
     "evaluate": (".evaluation", "evaluate"),
     "evaluate_async": (".evaluation", "evaluate_async"),
     "load_run": (".evaluation", "load_run"),
+    "open_run": (".lazyrun", "open_run"),
     "EvalResult": (".evaluation", "EvalResult"),
     "EvaluateArgumentError": (".evaluation", "EvaluateArgumentError"),
     "RunFolderError": (".runfolder", "RunFolderError"),

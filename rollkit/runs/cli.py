@@ -288,6 +288,31 @@ def compare_command(folder_a: Path, folder_b: Path, by: str, signals: tuple[str,
     click.echo(result.table())
 
 
+@cli.command(name="sql")
+@click.argument("args", metavar="RUN... QUERY", nargs=-1, required=True)
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
+def sql_command(args: tuple[str, ...], as_csv: bool) -> None:
+    """Run the SQL QUERY (DuckDB) over the tables of one or more runs (run
+    folders or trace files of any format rk.load reads): rollouts, turns,
+    calls, phases, signals, messages. E.g.
+    rollkit sql runs/a "select task_key, avg(reward) from rollouts group by 1"."""
+    from .lazyrun import open_run
+    from ..core.store import TraceFileError
+
+    if len(args) < 2:
+        raise click.ClickException('give one or more runs, then the query: rollkit sql DIR "select count(*) from rollouts"')
+    *runs, query = args
+    try:
+        frame = open_run(runs).sql(query)
+    except (FileNotFoundError, TraceFileError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except Exception as exc:  # a DuckDB error names what is wrong with the query
+        if type(exc).__module__.split(".")[0] != "duckdb" and not type(exc).__name__.endswith("Exception"):
+            raise
+        raise click.ClickException(f"the query failed: {exc}") from None
+    click.echo(frame.to_csv(index=False) if as_csv else frame.to_string(index=False))
+
+
 # The page `rollkit view` serves: one code cell calling the notebook layer's
 # `view` (this layer never imports it; Voila's kernel does).
 _VIEW_CELL = "import rollkit as rk\n\nrk.notebook.view({folders!r}, poll_every={poll!r})"

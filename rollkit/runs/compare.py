@@ -24,7 +24,7 @@ do, from a `Comparison`).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,14 +137,23 @@ def _traces_of(run: Any, which: str) -> tuple[list[Trace], str]:
             from .runfolder import read_folder
 
             try:
-                return read_folder(path).traces, path.name or str(path)
+                read_folder(path, traces=False)
+                from .lazyrun import open_run
+
+                return open_run(path), path.name or str(path)  # type: ignore[return-value]
             except FileNotFoundError as exc:
                 raise CompareError(f"run {which}: {exc}; pass a run folder (rollkit eval --out DIR)") from None
         if path.is_file():
             from ..core.store import load
 
-            return load(path), path.stem
+            from .lazyrun import open_run
+
+            return open_run(path), path.stem  # type: ignore[return-value]
         raise CompareError(f"run {which}: no run folder or trace file at {path}")
+    if getattr(run, "run", None) is not None and getattr(run, "_traces", True) is None:
+        run = run.run  # a run read back lazily (rk.load_run): its tables, not its traces
+    if type(run).__name__ == "LazyRun":
+        return run, which
     traces = getattr(run, "traces", run)  # an EvalResult
     if isinstance(traces, Trace):
         traces = [traces]
@@ -165,13 +174,10 @@ def _units(traces: list[Trace], by: str) -> tuple[dict[str, dict[str, float | No
     names: set[str] = set()
     per_rollout: dict[str, list[tuple[str, dict[str, float | None]]]] = {}
     seen: dict[str, int] = {}
-    for trace in traces:
-        task = str(trace.info.get("example_id", trace.task.key))
-        repeat = trace.info.get("repeat")
+    for task, repeat, values in _signal_rows(traces):
         if repeat is None:  # traces without batch ids: their order among the task's
             repeat = seen.get(task, 0)
         seen[task] = seen.get(task, 0) + 1
-        values = trace_signals(trace)
         names.update(values)
         per_rollout.setdefault(task, []).append((f"{task}#{repeat}", values))
     units: dict[str, dict[str, float | None]] = {}
@@ -186,6 +192,29 @@ def _units(traces: list[Trace], by: str) -> tuple[dict[str, dict[str, float | No
             merged[name] = sum(present) / len(present) if present else None
         units[task] = merged
     return units, names
+
+
+def _signal_rows(traces: Any) -> Iterator[tuple[str, Any, dict[str, float | None]]]:
+    """(task, repeat, signals) per rollout: from the traces, or from a lazy
+    run's rollouts table (no Trace built; the same values)."""
+    if isinstance(traces, list):
+        for trace in traces:
+            yield str(trace.info.get("example_id", trace.task.key)), trace.info.get("repeat"), trace_signals(trace)
+        return
+    table = traces.arrow("rollouts")
+    named = [n for n in table.column_names if n.startswith(("reward.", "metric."))]
+    columns = {n: table.column(n).to_pylist() for n in ("example_id", "task_key", "repeat", "reward", "_scored", *named)}
+    for i in range(table.num_rows):
+        example = columns["example_id"][i]
+        scored = columns["_scored"][i]
+        values: dict[str, float | None] = {"reward": _value(columns["reward"][i])}
+        for n in named:  # every name some trace has: the same union of names, missing values None
+            values[n] = _value(columns[n][i]) if scored else None
+        yield str(columns["task_key"][i] if example is None else example), columns["repeat"][i], values
+
+
+def _value(value: float | None) -> float | None:
+    return None if value is None or value != value else value
 
 
 def compare(

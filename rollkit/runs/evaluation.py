@@ -95,16 +95,43 @@ class EvalResult:
         out: Path | None = None,
         manifest: dict[str, Any] | None = None,
         user_traces: list[Trace] | None = None,
+        run: Any = None,
     ) -> None:
-        self.traces = traces
+        self._traces = traces
         # An AgentUser's own traces, each linked to its rollout's by
         # info["assistant_trace_id"] (and the rollout's to it by info["user_trace_id"]).
-        self.user_traces = user_traces or []
+        self._user_traces = user_traces
+        # A run read back from its folder (load_run): a LazyRun
+        # (rollkit.runs.lazyrun) whose tables give the frames; the traces
+        # themselves are parsed only when asked for.
+        self.run = run
         self.groups = groups or []
         self.out = out
         self.manifest = manifest or {}
 
+    @property
+    def traces(self) -> list[Trace]:
+        if self._traces is None:
+            self._traces = read_folder(self.out).traces  # type: ignore[arg-type]
+        return self._traces
+
+    @traces.setter
+    def traces(self, traces: list[Trace]) -> None:
+        self._traces = traces
+
+    @property
+    def user_traces(self) -> list[Trace]:
+        if self._user_traces is None:
+            self._user_traces = read_folder(self.out).user_traces if self.out else []  # type: ignore[arg-type]
+        return self._user_traces
+
+    @user_traces.setter
+    def user_traces(self, traces: list[Trace]) -> None:
+        self._user_traces = traces
+
     def __len__(self) -> int:
+        if self._traces is None and self.run is not None:
+            return len(self.run)
         return len(self.traces)
 
     def __iter__(self) -> Iterator[Trace]:
@@ -139,6 +166,8 @@ class EvalResult:
         frames = plugged("frames")
         if frames is None:
             raise RuntimeError("no DataFrame builders are plugged in: import rollkit (it imports rollkit.notebook)")
+        if self._traces is None and self.run is not None:
+            return getattr(self.run, kind)()
         return getattr(frames(), kind)(self.traces)
 
     def group_signals(self) -> pandas.DataFrame:
@@ -215,9 +244,14 @@ def load_run(path: str | os.PathLike[str]) -> EvalResult:
     signals as the in-memory result of the run that wrote it. A torn last
     line is skipped with a warning; a bad line in the middle raises
     `TraceFileError` naming it."""
-    folder = read_folder(path)
-    return EvalResult(folder.traces, folder.groups, out=folder.path, manifest=folder.manifest,
-                      user_traces=folder.user_traces)
+    folder = read_folder(path, traces=False)
+    if not (folder.path / TRACES).exists():
+        return EvalResult([], folder.groups, out=folder.path, manifest=folder.manifest, user_traces=[])
+    from .lazyrun import open_run
+
+    # The frames come from the columnar tables; the traces are parsed on first use.
+    return EvalResult(None, folder.groups, out=folder.path, manifest=folder.manifest,  # type: ignore[arg-type]
+                      run=open_run(folder.path))
 
 
 # ---- the plan and the run ---------------------------------------------------------

@@ -121,22 +121,24 @@ def latest(groups: list[GroupSignal]) -> list[GroupSignal]:
     return [g for g in groups if last[(g.example_id, g.signal)] is g]
 
 
-def read_folder(path: str | os.PathLike[str]) -> RunFolder:
+def read_folder(path: str | os.PathLike[str], *, traces: bool = True) -> RunFolder:
     """Read a run folder as written: its manifest, traces (in the order
     written) and latest group signals. A torn last line is skipped with a
     warning; a bad line in the middle raises `TraceFileError` naming it; a
-    damaged manifest or groups.jsonl raises `RunFolderError` naming the file."""
+    damaged manifest or groups.jsonl raises `RunFolderError` naming the file.
+    `traces=False` reads neither traces nor user traces (a lazy reader does)."""
     folder = Path(path)
     if not folder.is_dir():
         raise FileNotFoundError(f"no run folder at {folder}")
     manifest_path = folder / MANIFEST
     manifest = _read_manifest(manifest_path) if manifest_path.exists() else {}
-    traces = load(folder / TRACES) if (folder / TRACES).exists() else []
-    if not manifest and not traces:
+    has_traces = (folder / TRACES).exists()
+    traces = load(folder / TRACES) if has_traces and traces else []
+    if not manifest and not has_traces:
         raise FileNotFoundError(f"{folder} is not a run folder: it holds neither {MANIFEST} nor {TRACES}")
     # stacklevel 4: a torn-line warning names the caller of load_run
     groups = latest(_read_groups(folder / GROUPS, stacklevel=4))
-    return RunFolder(folder, manifest, traces, groups, _read_user_traces(folder, traces))
+    return RunFolder(folder, manifest, traces, groups, _read_user_traces(folder, traces) if traces else [])
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:

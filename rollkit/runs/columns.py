@@ -1,0 +1,551 @@
+"""The columnar store: Parquet tables beside a trace file, built from its JSON lines.
+
+Every trace file rollkit reads (a run folder's traces.jsonl, any .jsonl, or
+an imported file in another tool's format) gets six tables in a `.rollkit/`
+cache folder next to it (or under the user cache folder when that folder is
+not writable): `rollouts`, `turns`, `calls`, `phases`, `signals` and
+`messages` (the text of every message: role, content, tool calls as
+`name(arguments)`, tool results). They are plain Parquet; DuckDB, Spark or
+Ray Data read them as they are.
+
+The JSON lines stay the source of truth. The tables are written in parts,
+each covering a byte range of the source and recording in its Parquet
+metadata the source's identity (the range's end and a hash of the bytes
+just before it, and of the file's head); a part that no longer matches its
+source, or that cannot be read (torn, partial), is dropped and the tables
+are rebuilt from the JSON, never trusted. A file that grew (a resumed or
+live run) gets a new part for its new lines only. Rows come straight from
+the parsed JSON, never through `Trace` objects (pydantic costs 10x more);
+an imported file is first written once as rollkit JSON lines in the cache
+folder (its traces do go through `Trace`), then handled the same way.
+
+`rollouts` also holds each trace's byte offset and length in its JSON file
+(`_offset`, `_length`), so one trace is parsed back in milliseconds.
+
+This module reads trace files and writes the cache; it runs nothing, draws
+nothing and builds no DataFrame (rollkit.runs.lazyrun does).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
+
+TABLES = ("rollouts", "turns", "calls", "phases", "signals", "messages")
+CACHE_DIR = ".rollkit"
+# The store's layout version: a part written by another version is rebuilt.
+_VERSION = "1"
+_PHASES = ("boot", "setup", "agent", "finalize", "scoring")
+_LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
+_INFO_IDS = ("example_id", "repeat", "rollout_id")
+_NAN = math.nan
+# Lines per part while building: bounds the memory of a build (a part's rows
+# are held as Python lists before they become Arrow columns).
+_BATCH = 50_000
+# More parts than this are merged into one on open (a run that grew often).
+_MAX_PARTS = 24
+_SIGNATURE = 4096
+_NOT_IN_SOURCE = "not in the source"
+_TIMED_OUT = "scoring timed out"
+
+
+def _num(value: Any) -> float:
+    return _NAN if value is None else float(value)
+
+
+def _loads() -> Any:
+    try:  # about twice as fast as json on trace lines
+        import orjson
+
+        return orjson.loads
+    except ImportError:
+        return json.loads
+
+
+def _raw(value: Any) -> Any:
+    """Missing as NaN, a value as it is (an int limit stays an int, as in the frames)."""
+    return _NAN if value is None else value
+
+
+def _text(content: Any) -> str:
+    """A message's content as text (a list of parts: their text joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+    return str(content)
+
+
+def _calls_text(calls: list[dict[str, Any]] | None) -> str:
+    return ", ".join(f"{c.get('name')}({c.get('arguments', '{}')})" for c in calls or ())
+
+
+_IDS = ("id", *_INFO_IDS)
+# Each table's fixed columns, in the order its row tuples hold them.
+_COLUMNS = {
+    "rollouts": (*_IDS, "task_key", "task_type", "agent", "model", "ok", "completed", "aborted", "stop",
+                 "stop_condition", "error_type", "error_phase", "error_message", "reward", "turns", "model_calls",
+                 "input_tokens", "output_tokens", "total_tokens", "segments", "agent_time", "model_time",
+                 "harness_time", "wait_time", *(f"phase.{p}" for p in _PHASES), "start", "end",
+                 "_ordinal", "_offset", "_length", "_scored"),
+    "calls": (*_IDS, "task_key", "call", "segment", "start", "end", "latency", "input_tokens", "output_tokens",
+              "new_input_tokens", "finish_reason", "dialect", "cum_turns", "cum_input_tokens", "cum_output_tokens",
+              "cum_total_tokens", "cum_agent_time", "committed", "error_type", "error_message", "_ordinal"),
+    "turns": (*_IDS, "task_key", "turn", "call", "segment", "start", "end", "latency", "input_tokens",
+              "output_tokens", "new_input_tokens", "finish_reason", "dialect", "cum_turns", "cum_input_tokens",
+              "cum_output_tokens", "cum_total_tokens", "cum_agent_time", *_LIMITS, "agent_budget", "_ordinal"),
+    "phases": (*_IDS, "task_key", "phase", "start", "end", "duration", "offset", "ok", "_ordinal"),
+    "signals": (*_IDS, "task_key", "task_type", "kind", "name", "value", "weight", "missing", "why_missing",
+                "error", "_ordinal", "_scored"),
+    "messages": ("id", "task_key", "index", "role", "content", "tool_calls", "name", "_ordinal"),
+}
+
+
+_STR = ("id", "task_key", "task_type", "phase", "role", "content", "tool_calls")
+_INT = ("turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "segments", "_ordinal", "_offset", "_length", "call", "segment", "new_input_tokens", "cum_turns", "cum_input_tokens",
+        "cum_output_tokens", "cum_total_tokens", "turn", "index")
+_FLOAT = ("reward", "model_time", "harness_time", *(f"phase.{p}" for p in _PHASES), "start", "end", "latency",
+          "cum_agent_time", "duration", "offset", "value", "weight")
+_BOOL = ("completed", "aborted", "committed", "missing", "_scored")
+# Columns whose values always have one type; the others (ok, the batch ids,
+# limits, times that may be 0) are inferred, as pandas infers them in the frames.
+_TYPES = {**dict.fromkeys(_STR, "string"), **dict.fromkeys(_INT, "int64"), **dict.fromkeys(_FLOAT, "float64"),
+          **dict.fromkeys(_BOOL, "bool_")}
+
+
+class _Rows:
+    """The rows of one part: a tuple per row for each table, and the
+    rollouts' reward and metric values (their names vary) kept apart."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in TABLES}
+        self.signals: dict[str, dict[int, float]] = {}
+
+    def columns(self, table: str) -> dict[str, list[Any]]:
+        names = _COLUMNS[table]
+        rows = self.rows[table]
+        columns = dict(zip(names, map(list, zip(*rows)))) if rows else {name: [] for name in names}
+        if table == "rollouts":
+            for name in sorted(self.signals):
+                values = self.signals[name]
+                columns[name] = [values.get(i, _NAN) for i in range(len(rows))]
+        return columns
+
+
+def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, length: int) -> None:
+    """Append the rows of one parsed trace to every table (the same values
+    rollkit.notebook.frames computes from a `Trace`)."""
+    info = t.get("info") or {}
+    trace_id = t["id"]
+    ids = (trace_id, info.get("example_id"), info.get("repeat"), info.get("rollout_id"))
+    task = t["task"]
+    key, task_type = task["key"], task["type"]
+    agent = t.get("agent") or {}
+    errors = t.get("errors") or []
+    error = errors[0] if errors else None
+    calls = t.get("model_calls") or []
+    segments = t.get("segments") or []
+    spans = t.get("phases") or {}
+    rewards = t.get("rewards") or {}
+    metrics = t.get("metrics") or {}
+    weights = t.get("reward_weights") or {}
+    scored = "scoring" in spans
+    aborted = bool(t.get("aborted", False))
+    stop_condition = t.get("stop_condition")
+    ok = t.get("ok")
+    last = None
+    for call in reversed(calls):
+        if call.get("committed"):
+            last = call
+            break
+    durations = []
+    start = end = None
+    present = []
+    for phase in _PHASES:
+        span = spans.get(phase)
+        if span is None:
+            durations.append(_NAN)
+            continue
+        s = float(span["start"])
+        e = span.get("end")
+        present.append((phase, s, e))
+        durations.append(_NAN if e is None else float(e) - s)
+        start = s if start is None else min(start, s)
+        if e is not None:
+            end = float(e) if end is None else max(end, float(e))
+    agent_time = sum(float(seg.get("charged", 0.0)) for seg in segments)
+    model_time = sum(float(c["end"]) - float(c["start"]) for c in calls)
+    waited = sum(max(0.0, float(after["start"]) - float(before["end"]))
+                 for before, after in zip(segments, segments[1:]) if before.get("end") is not None)
+    reward = None
+    if scored and not all(v is None for v in rewards.values()):
+        reward = sum(v * weights.get(n, 1.0) for n, v in rewards.items() if v is not None)
+    done = last or {}
+    table = rows.rows
+    row_number = len(table["rollouts"])
+    table["rollouts"].append((
+        *ids, key, task_type, agent.get("name"), agent.get("model"), ok, bool(t.get("completed", False)), aborted,
+        error["type"] if error else stop_condition, stop_condition, error["type"] if error else None,
+        error.get("phase") if error else None, error["message"] if error else None, _num(reward),
+        int(done.get("cum_turns", 0)), len(calls), int(done.get("cum_input_tokens", 0)),
+        int(done.get("cum_output_tokens", 0)), int(done.get("cum_total_tokens", 0)), len(segments),
+        agent_time, model_time, max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end),
+        ordinal, offset, length, scored,
+    ))
+    signal_columns = rows.signals
+    for prefix, values in (("reward.", rewards), ("metric.", metrics)):
+        for name, value in values.items():
+            column = signal_columns.get(prefix + name)
+            if column is None:
+                column = signal_columns[prefix + name] = {}
+            column[row_number] = _num(value)
+    limits = t.get("limits") or {}
+    limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
+    budget = _raw((t.get("timeouts") or {}).get("agent"))
+    number = 0
+    calls_out, turns_out = table["calls"], table["turns"]
+    for call in calls:
+        usage = call.get("usage") or {}
+        err = call.get("error")
+        c_start, c_end = float(call["start"]), float(call["end"])
+        committed = bool(call.get("committed", False))
+        head = (int(call["index"]), int(call["segment"]), c_start, c_end, c_end - c_start,
+                int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)),
+                int(call.get("new_input_tokens", 0)), call.get("finish_reason"), call.get("dialect"),
+                int(call.get("cum_turns", 0)), int(call.get("cum_input_tokens", 0)),
+                int(call.get("cum_output_tokens", 0)), int(call.get("cum_total_tokens", 0)),
+                float(call.get("cum_agent_time", 0.0)))
+        calls_out.append((*ids, key, *head, committed, err["type"] if err else None,
+                          err["message"] if err else None, ordinal))
+        if committed:
+            number += 1
+            turns_out.append((*ids, key, number, *head, *limit_values, budget, ordinal))
+    if present:
+        t0 = min(s for _, s, _ in present)
+        phases_out = table["phases"]
+        for phase, s, e in present:
+            phases_out.append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
+                               ordinal))
+    signals_out = table["signals"]
+    if scored:
+        signal_errors = t.get("signal_errors") or {}
+        for name, value in rewards.items():
+            why, err_text = _why(signal_errors, name, value)
+            signals_out.append((*ids, key, task_type, "reward", name, _num(value), _num(weights.get(name, 1.0)),
+                                value is None, why, err_text, ordinal, True))
+        for name, value in metrics.items():
+            why, err_text = _why(signal_errors, name, value)
+            signals_out.append((*ids, key, task_type, "metric", name, _num(value), _NAN, value is None, why,
+                                err_text, ordinal, True))
+    else:  # one marker row; the frame gives it one row per signal the task type has elsewhere
+        if error:
+            why, err_text = "run failed", f"{error['type']}: {error['message']}"
+        elif aborted:
+            why, err_text = "run aborted", None
+        else:
+            why, err_text = "not scored", None
+        signals_out.append((*ids, key, task_type, None, None, _NAN, _NAN, True, why, err_text, ordinal, False))
+    messages_out = table["messages"]
+    for index, message in enumerate(t.get("messages") or ()):
+        role = message.get("role")
+        content = message.get("content")
+        if content.__class__ is not str:
+            content = _text(content)
+        if role == "assistant":
+            messages_out.append((trace_id, key, index, role, content, _calls_text(message.get("tool_calls")),
+                                 None, ordinal))
+        else:
+            messages_out.append((trace_id, key, index, role, content, "",
+                                 message.get("name") or message.get("tool_call_id") if role == "tool" else None,
+                                 ordinal))
+
+
+def _why(errors: dict[str, str], name: str, value: Any) -> tuple[str | None, str | None]:
+    if value is not None:
+        return None, None
+    reason = errors.get(name)
+    if reason is None:
+        return "returned None", None
+    if reason == _NOT_IN_SOURCE:
+        return _NOT_IN_SOURCE, None
+    if reason.startswith(_TIMED_OUT):
+        return _TIMED_OUT, reason
+    return "scoring raised", reason
+
+
+# ---- the source's identity ------------------------------------------------------
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+def _head(path: Path) -> str:
+    with open(path, "rb") as f:
+        return _digest(f.read(_SIGNATURE))
+
+
+def _before(path: Path, end: int) -> str:
+    """A hash of the bytes just before `end`: a rewritten file differs there."""
+    with open(path, "rb") as f:
+        f.seek(max(0, end - _SIGNATURE))
+        return _digest(f.read(min(end, _SIGNATURE)))
+
+
+# ---- where the cache lives ------------------------------------------------------
+
+
+def _cache_folder(source: Path) -> Path:
+    """`.rollkit/<file name>/` beside the source, or the same under the user
+    cache folder (keyed by the source's absolute path) when that is not writable."""
+    beside = source.parent / CACHE_DIR / source.name
+    try:
+        beside.mkdir(parents=True, exist_ok=True)
+        probe = beside / ".probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return beside
+    except OSError:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rollkit" / "columns"
+        key = _digest(str(source.resolve()).encode())
+        folder = root / f"{source.name}-{key}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+
+def _is_rollkit_jsonl(path: Path) -> bool:
+    from ..core.store import _sniff, ROLLKIT
+
+    return _sniff(path).name == ROLLKIT
+
+
+def json_source(path: Path) -> Path:
+    """The rollkit JSON lines the tables of `path` are built from: the file
+    itself, or for another tool's format a copy written once in the cache
+    folder (rewritten when the original's size, mtime or head changes)."""
+    if _is_rollkit_jsonl(path):
+        return path
+    from ..core.store import load, save
+
+    folder = _cache_folder(path)
+    stat = path.stat()
+    stamp = json.dumps({"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "head": _head(path), "v": _VERSION})
+    copy, stamp_file = folder / "traces.jsonl", folder / "source.json"
+    if copy.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
+        return copy
+    save(load(path), copy)  # written whole, then moved into place
+    stamp_file.write_text(stamp)
+    return copy
+
+
+# ---- parts ----------------------------------------------------------------------
+
+
+def _part_name(start: int, end: int) -> str:
+    return f"part-{start:014d}-{end:014d}"
+
+
+class TableSet:
+    """The tables of one rollkit JSON lines file: the valid parts (one set of
+    six Parquet files per byte range of the source), made current on creation.
+    `files[table]` lists the Parquet files of a table, in source order."""
+
+    def __init__(self, source: Path, *, cache: Path | None = None) -> None:
+        self.source = source
+        self.folder = cache or _cache_folder(source)
+        self.built_lines = 0
+        self.files: dict[str, list[Path]] = {}
+        self._refresh()
+
+    # Each part's metadata: the byte range it covers, the hash before its
+    # end, the source's head hash, its line count and the first ordinal.
+    def _read_parts(self) -> list[dict[str, Any]] | None:
+        import pyarrow.parquet as pq
+
+        parts = []
+        for marker in sorted(self.folder.glob("part-*.json")):
+            try:
+                meta = json.loads(marker.read_text())
+                for table in TABLES:
+                    file = self.folder / table / f"{marker.stem}.parquet"
+                    stored = pq.read_metadata(file).metadata or {}
+                    if stored.get(b"rollkit.part") != marker.stem.encode() or stored.get(b"rollkit.v") != _VERSION.encode():
+                        return None
+            except (OSError, ValueError, Exception):  # a torn or partial part: rebuild, never trust
+                return None
+            meta["name"] = marker.stem
+            parts.append(meta)
+        return parts
+
+    def _valid(self, parts: list[dict[str, Any]], size: int) -> bool:
+        expected = 0
+        head = _head(self.source) if parts else None
+        for part in parts:
+            if part["start"] != expected or part["end"] > size or part["head"] != head:
+                return False
+            if part["before"] != _before(self.source, part["end"]):
+                return False
+            expected = part["end"]
+        return True
+
+    def _clear(self) -> None:
+        for marker in self.folder.glob("part-*.json"):
+            marker.unlink()
+        for table in TABLES:
+            for file in (self.folder / table).glob("*.parquet") if (self.folder / table).exists() else ():
+                file.unlink()
+
+    def _refresh(self) -> None:
+        size = self.source.stat().st_size
+        parts = self._read_parts()
+        if parts is None or not self._valid(parts, size):
+            self._clear()
+            parts = []
+        covered = parts[-1]["end"] if parts else 0
+        ordinal = sum(p["lines"] for p in parts)
+        if covered < size:
+            parts.extend(self._build(covered, size, ordinal))
+        if len(parts) > _MAX_PARTS:
+            parts = self._merge(parts)
+        self.parts = parts
+        self.built_lines = sum(p["lines"] for p in parts)
+        self.files = {table: [self.folder / table / f"{p['name']}.parquet" for p in parts] for table in TABLES}
+
+    def _build(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
+        # Building makes millions of tuples and frees none until a part is
+        # written: the cyclic collector would walk them again and again.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._build_parts(start, size, ordinal)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _build_parts(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
+        """Parts for the complete lines of source[start:size], _BATCH lines each.
+        A last line without its newline (torn, or still being written) waits."""
+        made = []
+        head = _head(self.source)
+        loads = _loads()
+        with open(self.source, "rb") as f:
+            f.seek(start)
+            offset = start
+            rows, lines, part_start = _Rows(), 0, start
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break
+                length = len(line)
+                if line.strip():
+                    try:
+                        parsed = loads(line)
+                        _trace_rows(rows, parsed, ordinal, offset, length)
+                    except (ValueError, KeyError, TypeError, AttributeError):
+                        _bad_line(self.source, offset)
+                    ordinal += 1
+                    lines += 1
+                offset += length
+                if lines >= _BATCH:
+                    made.append(self._write_part(rows, part_start, offset, lines, head))
+                    rows, lines, part_start = _Rows(), 0, offset
+            if offset > part_start:
+                made.append(self._write_part(rows, part_start, offset, lines, head))
+        return made
+
+    def _write_part(self, rows: _Rows, start: int, end: int, lines: int, head: str) -> dict[str, Any]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        name = _part_name(start, end)
+        for table in TABLES:
+            columns = rows.columns(table)
+            arrays = {}
+            for column, values in columns.items():
+                kind = _TYPES.get(column)
+                if kind is not None:
+                    try:  # a known type converts faster than an inferred one
+                        arrays[column] = pa.array(values, type=getattr(pa, kind)(), from_pandas=True)
+                        continue
+                    except (pa.ArrowInvalid, pa.ArrowTypeError):
+                        pass
+                try:
+                    array = pa.array(values, from_pandas=True)  # NaN: null, so SQL sees it missing
+                    if array.type == pa.null() and any(isinstance(v, float) for v in values):
+                        array = array.cast(pa.float64())  # all NaN: still a number column
+                    arrays[column] = array
+                except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types (an id that is an int here, a str there)
+                    arrays[column] = pa.array([None if v is None else str(v) for v in values])
+            arrow = pa.table(arrays) if arrays else pa.table({"_ordinal": pa.array([], pa.int64())})
+            arrow = arrow.replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
+            folder = self.folder / table
+            folder.mkdir(parents=True, exist_ok=True)
+            _atomic(lambda tmp: pq.write_table(arrow, tmp, compression="lz4"), folder / f"{name}.parquet")
+        meta = {"start": start, "end": end, "lines": lines, "head": head, "before": _before(self.source, end)}
+        # The marker last: a part without it is ignored (and cleared with the next rebuild).
+        _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
+        return {**meta, "name": name}
+
+    def _merge(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        import pyarrow.parquet as pq
+
+        name = _part_name(parts[0]["start"], parts[-1]["end"])
+        for table in TABLES:
+            merged = _concat([pq.read_table(self.folder / table / f"{p['name']}.parquet") for p in parts])
+            merged = merged.replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
+            _atomic(lambda tmp: pq.write_table(merged, tmp, compression="lz4"), self.folder / table / f"{name}.parquet")
+        meta = {"start": parts[0]["start"], "end": parts[-1]["end"], "lines": sum(p["lines"] for p in parts),
+                "head": parts[0]["head"], "before": parts[-1]["before"]}
+        _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
+        for p in parts:
+            if p["name"] != name:
+                (self.folder / f"{p['name']}.json").unlink()
+                for table in TABLES:
+                    (self.folder / table / f"{p['name']}.parquet").unlink()
+        return [{**meta, "name": name}]
+
+
+def _bad_line(path: Path, offset: int) -> None:
+    from ..core.store import TraceFileError
+
+    with open(path, "rb") as f:
+        number = f.read(offset).count(b"\n") + 1
+    raise TraceFileError(f"{path}: line {number} is not a rollkit trace; rk.load(path, errors='skip') reads "
+                         "the good lines", path=path, line=number)
+
+
+def _atomic(write: Any, target: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=target.suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _concat(tables: list[Any]) -> Any:
+    import pyarrow as pa
+
+    tables = [t.replace_schema_metadata(None) for t in tables]
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def tables_for(path: str | os.PathLike[str]) -> TableSet:
+    """The current tables of a trace file or run folder (built or brought up to date now)."""
+    from ..core.store import _resolve
+
+    source = _resolve(path)
+    if not source.exists():
+        raise FileNotFoundError(f"no trace file at {source}")
+    return TableSet(json_source(source))

@@ -1,0 +1,373 @@
+"""A lazy run: one or many trace files opened through their columnar tables.
+
+`open_run(path_or_paths)` returns a `LazyRun`. Its frames (`rollouts()`,
+`turns()`, `calls()`, `phases()`, `signals()`, `messages()`) are read from
+the Parquet tables (rollkit.runs.columns), equal row for row to what
+rollkit.notebook.frames builds from the same traces, without building a
+`Trace`. One trace is parsed only when asked for (`run[i]`, `run.trace(id)`),
+from its byte offset in the JSON lines. `run.sql(query)` runs DuckDB over
+the tables (views named rollouts, turns, calls, phases, signals, messages);
+`run.search(phrase | re=...)` finds the rollouts whose messages match.
+
+This module reads; it writes only the cache (through columns) and draws nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re as _re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..core.plugins import plugged
+from ..core.trace import Trace
+from .columns import TABLES, TableSet, tables_for
+
+__all__ = ["LazyRun", "Hits", "open_run", "highlight"]
+
+
+
+def open_run(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> LazyRun:
+    """Open a run folder, a trace file (any format rk.load reads), or a list
+    of them (their rows one after the other, in the order given)."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if isinstance(paths, (bytes, dict)) or not isinstance(paths, Sequence) or not paths:
+        raise TypeError(f"open_run takes a trace file or run folder path, or a list of them; got {paths!r}")
+    return LazyRun([tables_for(p) for p in paths])
+
+
+class LazyRun:
+    """Traces of one or more files, read through their columnar tables."""
+
+    def __init__(self, sets: list[TableSet]) -> None:
+        self._sets = sets
+        self._cache: dict[str, Any] = {}
+        self._duck: Any = None
+        self._index: Any = None
+
+    # ---- size and traces --------------------------------------------------------
+    def __len__(self) -> int:
+        return sum(s.built_lines for s in self._sets)
+
+    def __repr__(self) -> str:
+        names = ", ".join(str(s.source) for s in self._sets)
+        return f"LazyRun({len(self)} traces from {names})"
+
+    @property
+    def paths(self) -> list[Path]:
+        return [s.source for s in self._sets]
+
+    def _offsets(self) -> Any:
+        """id, file, byte offset and length of every trace, in row order."""
+        if self._index is None:
+            import pyarrow as pa
+
+            parts = []
+            for k, s in enumerate(self._sets):
+                part = self._arrow_of(s, "rollouts", ["id", "_offset", "_length"])
+                parts.append(part.append_column("_set", pa.array([k] * part.num_rows, pa.int32())))
+            self._index = pa.concat_tables(parts) if parts else None
+        return self._index
+
+    def _read_at(self, row: int) -> Trace:
+        index = self._offsets()
+        k = index.column("_set")[row].as_py()
+        offset, length = index.column("_offset")[row].as_py(), index.column("_length")[row].as_py()
+        with open(self._sets[k].source, "rb") as f:
+            f.seek(offset)
+            return Trace.model_validate_json(f.read(length))
+
+    def __getitem__(self, i: int) -> Trace:
+        n = len(self)
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise TypeError(f"a run is indexed by a whole number (its row in run.rollouts()), got {type(i).__name__}")
+        if not -n <= i < n:
+            raise IndexError(f"trace {i} is out of range: the run holds {n} traces")
+        return self._read_at(i % n)
+
+    def __iter__(self) -> Iterator[Trace]:
+        for i in range(len(self)):
+            yield self._read_at(i)
+
+    def trace(self, trace_id: str) -> Trace:
+        """The trace with this id (the first, when ids repeat across files)."""
+        import pyarrow.compute as pc
+
+        ids = self._offsets().column("id")
+        found = pc.index(ids, trace_id).as_py()
+        if found < 0:
+            raise KeyError(f"no trace with id {trace_id!r} in this run ({len(self)} traces)")
+        return self._read_at(found)
+
+    def traces(self, ids: Sequence[str] | None = None) -> list[Trace]:
+        """Traces as objects: all of them, or those with the ids given (in that order)."""
+        if ids is None:
+            return list(self)
+        return [self.trace(i) for i in ids]
+
+    # ---- tables -----------------------------------------------------------------
+    def _arrow_of(self, s: TableSet, table: str, columns: list[str] | None = None) -> Any:
+        import pyarrow.parquet as pq
+        from .columns import _concat
+
+        parts = []
+        for file in s.files[table]:
+            schema = pq.read_schema(file)
+            wanted = None if columns is None else [c for c in columns if c in schema.names]
+            parts.append(pq.read_table(file, columns=wanted))
+        if not parts:
+            import pyarrow as pa
+
+            return pa.table({})
+        return _concat(parts)
+
+    def arrow(self, table: str) -> Any:
+        """One table of every file as a pyarrow Table (rows in source order)."""
+        if table not in TABLES:
+            raise ValueError(f"no table {table!r}; the tables are {', '.join(TABLES)}")
+        if table not in self._cache:
+            from .columns import _concat
+
+            self._cache[table] = _concat([self._arrow_of(s, table) for s in self._sets])
+        return self._cache[table]
+
+    def _frame(self, table: str, order: Sequence[str]) -> Any:
+        import pandas as pd
+
+        arrow = self.arrow(table)
+        present = [c for c in order if c in arrow.column_names]
+        frame = arrow.select(present).to_pandas(split_blocks=True, self_destruct=False)
+        for name in order:
+            if name not in frame.columns:
+                frame[name] = pd.Series([None] * len(frame), dtype=object)
+        return frame[list(order)]
+
+    @staticmethod
+    def _vocabulary() -> Any:
+        # The column names and order are the notebook frames' (plugged in by
+        # rollkit.notebook, a layer above), so the two cannot drift.
+        frames = plugged("frames")
+        if frames is None:
+            raise RuntimeError("no DataFrame builders are plugged in: import rollkit (it imports rollkit.notebook)")
+        return frames()
+
+    def rollouts(self) -> Any:
+        """One row per rollout, as rk.frames.rollouts gives for the same traces."""
+        v = self._vocabulary()
+        names = self.arrow("rollouts").column_names
+        rewards = sorted(n for n in names if n.startswith("reward."))
+        metrics = sorted(n for n in names if n.startswith("metric."))
+        frame = self._frame("rollouts", [*v.ROLLOUT_COLUMNS, *rewards, *metrics])
+        if not len(frame):
+            return v.rollouts([])
+        return frame.astype({"ok": "object", "turns": "int64", "model_calls": "int64"})
+
+    def turns(self) -> Any:
+        """One row per committed turn, as rk.frames.turns gives."""
+        v = self._vocabulary()
+        if not self.arrow("turns").num_rows:
+            return v.turns([])
+        return self._frame("turns", v.TURN_COLUMNS)
+
+    def calls(self) -> Any:
+        """One row per model call, committed or not (the turns' columns, with
+        `committed`, `error_type` and `error_message`; no `turn` number)."""
+        v = self._vocabulary()
+        order = [c for c in v.TURN_COLUMNS if c in _CALL_COLUMNS] + ["committed", "error_type", "error_message"]
+        return self._frame("calls", order)
+
+    def phases(self) -> Any:
+        """One row per phase span that started, as rk.frames.phases gives."""
+        v = self._vocabulary()
+        if not self.arrow("phases").num_rows:
+            return v.phases([])
+        return self._frame("phases", v.PHASE_COLUMNS)
+
+    def messages(self) -> Any:
+        """One row per message: trace id, task, index, role, content, tool
+        calls as `name(arguments)`, and the tool's name for a tool result."""
+        return self._frame("messages", _MESSAGE_COLUMNS)
+
+    def signals(self) -> Any:
+        """One row per reward or metric, as rk.frames.signals gives: a run
+        that was not scored gets one row per signal its task type has in the
+        other traces (all missing, with why), or one row without a name."""
+        import pandas as pd
+
+        v = self._vocabulary()
+        arrow = self.arrow("signals")
+        if not arrow.num_rows:
+            return v.signals([])
+        order = list(v.SIGNAL_COLUMNS)
+        frame = self._frame("signals", [*order, "_scored"])
+        scored = frame["_scored"].to_numpy(dtype=bool)
+        if scored.all():
+            return frame[order].astype({"missing": "bool"})
+        # Expand each unscored marker into the signals its task type has in
+        # the scored runs (first seen order, the first weight), in place.
+        frame["_at"] = range(len(frame))
+        frame["_sub"] = 0
+        known = frame[scored].drop_duplicates(["task_type", "kind", "name"])[["task_type", "kind", "name", "weight"]]
+        markers = frame[~scored].drop(columns=["kind", "name", "weight"])
+        expanded = markers.merge(known, on="task_type", how="inner", sort=False)
+        expanded["_sub"] = expanded.groupby("_at").cumcount()
+        lone = markers[~markers["task_type"].isin(set(known["task_type"]))].assign(
+            kind=None, name=None, weight=float("nan"))
+        whole = pd.concat([frame[scored], expanded, lone], ignore_index=True)
+        whole = whole.sort_values(["_at", "_sub"], kind="stable").reset_index(drop=True)[order]
+        # The dtypes the columns had before the rows without values were added.
+        keep = {name: frame[name].dtype for name in order if frame[name].dtype != object}
+        return whole.astype({**keep, "missing": "bool"})
+
+    def frame(self, kind: str) -> Any:
+        """A frame by name ("rollouts", "turns", "calls", "phases", "signals", "messages")."""
+        if kind not in TABLES:
+            raise ValueError(f"no frame {kind!r}; the frames are {', '.join(TABLES)}")
+        return getattr(self, kind)()
+
+    # ---- SQL and search ---------------------------------------------------------
+    def _connection(self) -> Any:
+        if self._duck is None:
+            import duckdb
+
+            con = duckdb.connect()
+            con.execute("set enable_progress_bar = false")  # it would print into the notebook or the CLI's output
+            for table in TABLES:
+                # One select per file of the run (`_set`: which, in the order given).
+                selects = []
+                for k, s in enumerate(self._sets):
+                    files = [str(f) for f in s.files[table]]
+                    if files:
+                        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+                        selects.append(f"select *, {k} as _set from read_parquet([{listed}], union_by_name=true)")
+                if selects:
+                    con.execute(f"create view {table} as " + " union all by name ".join(selects))
+            self._duck = con
+        return self._duck
+
+    def sql(self, query: str, params: Sequence[Any] | None = None) -> Any:
+        """Run a DuckDB query over the tables (rollouts, turns, calls, phases,
+        signals, messages) and return a DataFrame."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("sql takes a query as text, e.g. run.sql('select task_key, avg(reward) from rollouts group by 1')")
+        return self._connection().execute(query, params or []).df()
+
+    def search(self, phrase: str | None = None, *, re: str | None = None, case: bool = False,
+               roles: Sequence[str] | None = None) -> Hits:
+        """The rollouts whose messages (any role; tool calls and tool results
+        included) hold `phrase` (case-insensitive unless case=True) or match
+        the regular expression `re`. Returns `Hits`: the matching message rows
+        (`frame`), the trace ids in run order (`ids`), and `browser()`."""
+        if (phrase is None) == (re is None):
+            raise ValueError("search takes a phrase or re=..., one of the two (e.g. run.search('timeout'))")
+        pattern = phrase if phrase is not None else re
+        if not isinstance(pattern, str) or not pattern:
+            raise ValueError(f"the search pattern must be non-empty text, got {pattern!r}")
+        regex = _re.escape(pattern) if phrase is not None else pattern
+        if re is not None:
+            try:
+                _re.compile(re)
+            except _re.error as exc:
+                raise ValueError(f"re={re!r} is not a regular expression ({exc})") from None
+        flags = "c" if case else "i"
+        where = "(regexp_matches(content, $1, $2) or regexp_matches(tool_calls, $1, $2))"
+        args: list[Any] = [regex, flags]
+        if phrase is not None:  # a plain phrase: a substring test is several times faster than a regex
+            if case:
+                where = "(contains(content, $1) or contains(tool_calls, $1))"
+            else:
+                where = "(contains(lower(content), lower($1)) or contains(lower(tool_calls), lower($1)))"
+            args = [phrase]
+        if roles:
+            listed = ", ".join("'" + str(r).replace("'", "''") + "'" for r in roles)
+            where += f" and role in ({listed})"
+        frame = self.sql(f"select id, task_key, _ordinal, index, role, content, tool_calls, name from messages "
+                         f"where {where}", args)
+        order = self._ordinals(frame)
+        frame = frame.assign(_row=order).sort_values(["_row", "index"], kind="stable").reset_index(drop=True)
+        return Hits(self, frame.drop(columns=["_ordinal"]), regex, not case)
+
+    def _ordinals(self, frame: Any) -> Any:
+        """Each hit's row in the run: files one after the other."""
+        if len(self._sets) == 1:
+            return frame["_ordinal"]
+        # Several files: ids locate the row (ordinals restart in each file).
+        index = self._offsets().column("id").to_pandas()
+        position = {trace_id: row for row, trace_id in reversed(list(enumerate(index)))}
+        return frame["id"].map(position)
+
+    def arrow_schema(self, table: str) -> list[str]:
+        """The column names of a table (from the Parquet footers: nothing read)."""
+        import pyarrow.parquet as pq
+
+        names: dict[str, None] = {}
+        for s in self._sets:
+            for file in s.files[table]:
+                names.update(dict.fromkeys(pq.read_schema(file).names))
+        return list(names)
+
+    def browser(self, **options: Any) -> Any:
+        """A browser paging through this run (rollkit.notebook.runbrowser.RunBrowser)."""
+        return _run_browser()(self, **options)
+
+
+def _run_browser() -> Any:
+    # The notebook layer sits above this one and plugs its browser in.
+    browser = plugged("run_browser")
+    if browser is None:
+        raise RuntimeError("no run browser is plugged in: import rollkit (it imports rollkit.notebook)")
+    return browser
+
+
+_CALL_COLUMNS = {"id", "example_id", "repeat", "rollout_id", "task_key", "call", "segment", "start", "end", "latency",
+                 "input_tokens", "output_tokens", "new_input_tokens", "finish_reason", "dialect", "cum_turns",
+                 "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time"}
+_MESSAGE_COLUMNS = ("id", "task_key", "index", "role", "content", "tool_calls", "name")
+
+
+class Hits:
+    """What a search found: `frame` (one row per matching message: id,
+    task_key, index, role, content, tool_calls, name, _row), `ids` (the
+    matching traces, in run order), `len(hits)` traces; `browser()` opens
+    them in a TraceBrowser with the matches highlighted."""
+
+    def __init__(self, run: LazyRun, frame: Any, regex: str, ignore_case: bool) -> None:
+        self.run = run
+        self.frame = frame
+        self.pattern = _re.compile(regex, _re.IGNORECASE if ignore_case else 0)
+        self.ids = list(dict.fromkeys(frame["id"]))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __repr__(self) -> str:
+        return f"Hits({len(self.ids)} traces, {len(self.frame)} messages, pattern={self.pattern.pattern!r})"
+
+    def trace(self, i: int = 0) -> Trace:
+        return self.run.trace(self.ids[i])
+
+    def highlight(self, text: str) -> str:
+        """`text` as HTML, escaped, each match wrapped in <mark>."""
+        return highlight(text, self.pattern)
+
+    def browser(self, **options: Any) -> Any:
+        """The matching rollouts in a run browser, the matches highlighted."""
+        return _run_browser()(self.run, ids=self.ids, highlight=self.pattern, **options)
+
+
+def highlight(text: str, pattern: Any) -> str:
+    """Escape `text` for HTML and wrap each match of `pattern` in <mark>:
+    the text is split at the matches first, then each piece escaped."""
+    import html
+
+    out, last = [], 0
+    for match in pattern.finditer(text):
+        if match.end() == match.start():
+            continue
+        out.append(html.escape(text[last:match.start()]))
+        out.append("<mark>" + html.escape(match.group(0)) + "</mark>")
+        last = match.end()
+    out.append(html.escape(text[last:]))
+    return "".join(out)

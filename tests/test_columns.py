@@ -1,0 +1,238 @@
+"""The columnar store and the lazy run: every frame equal row for row to
+rk.frames on the same traces (example runs and imported files), tables
+rebuilt after a torn write, a changed source and a resumed run, search and
+SQL against a brute-force scan, and escaped highlights."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import rollkit as rk
+from rollkit import frames
+from rollkit.examples import arithmetic_tasks, demo_agent, support_agent, support_tasks, toy_customer
+from rollkit.examples.bigrun import big_run
+from rollkit.runs.lazyrun import highlight, open_run
+
+from conftest_notebook import assorted_traces
+
+FRAMES = ("rollouts", "turns", "phases", "signals")
+
+
+def _same_frames(path: Path, traces: list[rk.Trace]) -> None:
+    run = open_run(path)
+    assert len(run) == len(traces)
+    for kind in FRAMES:
+        pd.testing.assert_frame_equal(getattr(run, kind)(), getattr(frames, kind)(traces), obj=kind)
+        pd.testing.assert_frame_equal(getattr(frames, kind)(path), getattr(frames, kind)(traces), obj=kind)
+
+
+async def test_frames_of_assorted_and_example_runs_equal_the_trace_frames(tmp_path):
+    kinds = await assorted_traces()  # ok, wrong, stopped, failed, raised, timed out, aborted
+    arithmetic = await rk.evaluate_async(demo_agent(), arithmetic_tasks(4), repeats=2, progress=False)
+    support = await rk.evaluate_async(support_agent(), support_tasks(3), user=toy_customer(), progress=False)
+    traces = [*kinds.values(), *arithmetic.traces, *support.traces]
+    path = rk.save(traces, tmp_path / "mixed.jsonl")
+    _same_frames(path, rk.load(path))
+
+
+async def test_a_failed_run_alone_keeps_its_nameless_signal_row(tmp_path):
+    kinds = await assorted_traces()
+    path = rk.save([kinds["failed"], kinds["aborted"]], tmp_path / "t.jsonl")
+    _same_frames(path, rk.load(path))
+    assert list(open_run(path).signals()["why_missing"]) == ["run failed", "run aborted"]
+
+
+def test_imported_files_give_the_same_frames(tmp_path):
+    from rollkit.examples import peers
+
+    inspect_path = peers.inspect_log(tmp_path / "inspect")
+    verifiers_path = peers.verifiers_run(tmp_path / "verifiers")
+    for path in (inspect_path, verifiers_path):
+        run = open_run(path)
+        # The rollkit copy and the tables live in .rollkit/ beside the file.
+        copy = path.parent / ".rollkit" / path.name / "traces.jsonl"
+        _same_frames(copy, rk.load(copy))
+        fresh = rk.load(path)  # an import names its traces anew on each read: all but the ids agree
+        assert len(run) == len(fresh) > 0
+        for kind in FRAMES:
+            pd.testing.assert_frame_equal(getattr(run, kind)().drop(columns="id"),
+                                          getattr(frames, kind)(fresh).drop(columns="id"), obj=kind)
+
+
+def test_one_trace_by_index_and_id_is_the_trace_in_the_file(tmp_path):
+    folder = big_run(50, tmp_path / "run", turns=3, tasks=5)
+    traces = rk.load(folder)
+    run = open_run(folder)
+    assert run[7] == traces[7] and run[-1] == traces[-1]
+    assert run.trace(traces[20].id) == traces[20]
+    with pytest.raises(KeyError, match="no trace with id 'nope' in this run \\(50 traces\\)"):
+        run.trace("nope")
+    with pytest.raises(IndexError, match="trace 50 is out of range: the run holds 50 traces"):
+        run[50]
+
+
+def _tables_mtimes(path: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in (path.parent / ".rollkit").rglob("*.parquet")}
+
+
+def test_tables_are_reused_until_the_source_changes(tmp_path):
+    folder = big_run(30, tmp_path / "run", tasks=4)
+    source = folder / "traces.jsonl"
+    open_run(folder)
+    first = _tables_mtimes(source)
+    open_run(folder)
+    assert _tables_mtimes(source) == first  # reused: nothing rewritten
+    # A rewritten source (same size, other rewards) is noticed and rebuilt.
+    lines = source.read_bytes().splitlines(keepends=True)
+    lines[-1] = lines[-1].replace(b'"correct":1.0', b'"correct":0.0') if b'"correct":1.0' in lines[-1] \
+        else lines[-1].replace(b'"correct":0.0', b'"correct":1.0')
+    source.write_bytes(b"".join(lines))
+    _same_frames(folder, rk.load(folder))
+
+
+def test_a_torn_table_is_rebuilt_never_trusted(tmp_path):
+    folder = big_run(30, tmp_path / "run", tasks=4)
+    open_run(folder)
+    parquet = next((folder / ".rollkit" / "traces.jsonl" / "rollouts").glob("*.parquet"))
+    parquet.write_bytes(parquet.read_bytes()[: parquet.stat().st_size // 2])  # cut short
+    _same_frames(folder, rk.load(folder))
+
+
+def test_a_torn_last_line_waits_and_an_appended_tail_gets_its_own_part(tmp_path):
+    folder = big_run(20, tmp_path / "run", tasks=4)
+    source = folder / "traces.jsonl"
+    more = big_run(5, tmp_path / "more", tasks=4, seed=1) / "traces.jsonl"
+    extra = more.read_bytes().replace(b'"id":"0000000', b'"id":"fff0000')
+    with open(source, "ab") as f:
+        f.write(extra[:100])  # a write cut short: not a trace yet
+    assert len(open_run(folder)) == 20
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rk.load warns about the torn line
+        _same_frames(folder, rk.load(folder))
+    with open(source, "ab") as f:
+        f.write(extra[100:])
+    run = open_run(folder)
+    assert len(run) == 25
+    assert len(list((folder / ".rollkit" / "traces.jsonl").glob("part-*.json"))) == 2
+    _same_frames(folder, rk.load(folder))
+
+
+def test_a_resumed_run_brings_its_tables_up_to_date(tmp_path):
+    tasks = arithmetic_tasks(3)
+    rk.evaluate(demo_agent(), tasks, out=tmp_path, progress=False)
+    assert len(rk.load_run(tmp_path).rollouts()) == 3
+    rk.evaluate(demo_agent(), tasks, repeats=2, out=tmp_path, resume=True, progress=False)
+    loaded = rk.load_run(tmp_path)
+    assert loaded.traces is not None and len(loaded) == 6
+    pd.testing.assert_frame_equal(loaded.rollouts(), frames.rollouts(rk.load(tmp_path)))
+    _same_frames(tmp_path, rk.load(tmp_path))
+
+
+def test_sql_agrees_with_a_scan_across_two_runs(tmp_path):
+    a = big_run(200, tmp_path / "a", tasks=7)
+    b = big_run(100, tmp_path / "b", tasks=7, seed=3)
+    traces = rk.load(a) + rk.load(b)
+    run = open_run([a, b])
+    got = run.sql("select task_key, avg(reward) as mean, count(*) as n from rollouts group by 1 order by 1")
+    expected: dict[str, list[float]] = {}
+    for trace in traces:
+        expected.setdefault(trace.task.key, []).append(trace.reward)
+    assert list(got["task_key"]) == sorted(expected)
+    assert list(got["n"]) == [len(expected[k]) for k in sorted(expected)]
+    assert list(got["mean"]) == pytest.approx([sum(expected[k]) / len(expected[k]) for k in sorted(expected)])
+    assert run.sql("select count(*) as n from messages where role = 'tool'")["n"][0] == 0
+    with pytest.raises(ValueError, match="sql takes a query as text"):
+        run.sql("  ")
+
+
+def test_search_agrees_with_a_scan_of_every_message(tmp_path):
+    folder = big_run(300, tmp_path / "run", turns=3, tasks=40)
+    traces = rk.load(folder)
+    run = open_run(folder)
+
+    def texts(trace: rk.Trace) -> list[str]:
+        out = []
+        for m in trace.messages:
+            calls = ", ".join(f"{c.name}({c.arguments})" for c in getattr(m, "tool_calls", None) or [])
+            out += [m.content or "", calls]
+        return out
+
+    for phrase in ("cleo HAS", "Fay has", '"expression": "1'):
+        hits = run.search(phrase)
+        assert hits.ids == [t.id for t in traces if any(phrase.lower() in x.lower() for x in texts(t))], phrase
+        assert len(hits) > 0
+    pattern = r"has \d+ (pens|coins)"
+    hits = run.search(re=pattern)
+    assert hits.ids == [t.id for t in traces if any(re.search(pattern, x, re.I) for x in texts(t))]
+    tool_hits = run.search("calculator(")  # a tool call's name and arguments are searched
+    assert len(tool_hits) == len(traces)
+    with pytest.raises(ValueError, match="search takes a phrase or re=..., one of the two"):
+        run.search()
+    with pytest.raises(ValueError, match="is not a regular expression"):
+        run.search(re="(")
+
+
+def test_highlighted_hits_are_escaped():
+    pattern = re.compile(r"<b>|x", re.I)
+    assert highlight("a <b> & X <script>", pattern) == \
+        "a <mark>&lt;b&gt;</mark> &amp; <mark>X</mark> &lt;script&gt;"
+
+
+async def test_the_browser_pages_filters_and_highlights_escaped(tmp_path):
+    task = arithmetic_tasks(1)[0]
+    trace = await demo_agent().run(task)
+    trace.messages[1].content = "<img src=x onerror=alert(1)> needle"
+    path = rk.save([trace, *rk.load(big_run(120, tmp_path / "run", tasks=9))], tmp_path / "t.jsonl")
+    run = open_run(path)
+    browser = rk.notebook.TraceBrowser(path, page_size=25)
+    assert type(browser).__name__ == "RunBrowser"
+    assert "<b>121</b> of 121 rollouts · page 1 of 5" in browser.status.value
+    browser.where("reward = 0")
+    zero = run.sql("select count(*) as n from rollouts where reward = 0")["n"][0]
+    assert f"<b>{zero}</b> of 121" in browser.status.value
+    browser.where("")
+    browser.sort("total_tokens", descending=True)
+    assert browser.table.options[0][1] == 0  # the real trace has the most tokens
+    hits = run.search("needle")
+    assert hits.ids == [trace.id]
+    found = hits.browser()
+    found.select(0)
+    assert "<mark>needle</mark>" in found.matches.value
+    assert "&lt;img src=x onerror=alert(1)&gt;" in found.matches.value and "<img" not in found.matches.value
+
+
+def test_bad_input_names_what_to_pass(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no trace file at"):
+        open_run(tmp_path / "missing.jsonl")
+    with pytest.raises(TypeError, match="open_run takes a trace file or run folder path"):
+        open_run(42)  # type: ignore[arg-type]
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"id": "x", "task": {"type": "T", "key": "k"}}) + "\n" + '{"not": "a trace"}\n')
+    with pytest.raises(rk.TraceFileError, match="line 2 is not a rollkit trace"):
+        open_run(path)
+
+
+def test_rollkit_sql_answers_from_a_shell_and_names_a_bad_query(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    folder = big_run(40, tmp_path / "run", tasks=3)
+    env = {**os.environ, "PYTHONPATH": str(Path(rk.__file__).parent.parent)}
+    done = subprocess.run([sys.executable, "-m", "rollkit", "sql", str(folder), "--csv",
+                           "select task_key, count(*) as n from rollouts group by 1 order by 1"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    counts: dict[str, int] = {}
+    for trace in rk.load(folder):
+        counts[trace.task.key] = counts.get(trace.task.key, 0) + 1
+    assert done.stdout.strip().splitlines() == ["task_key,n", *(f"{k},{counts[k]}" for k in sorted(counts))]
+    bad = subprocess.run([sys.executable, "-m", "rollkit", "sql", str(folder), "select nope from rollouts"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 1 and "the query failed" in bad.stderr and '"nope" not found' in bad.stderr
