@@ -99,7 +99,7 @@ def _truth_after(trace: rk.Trace, turn: int) -> float:
     lost = False
     for (op, operand), got in zip(task.data.steps, results):
         total = {"+": total + operand, "-": total - operand, "*": total * operand}[op]
-        lost = lost or int(got) != total
+        lost = int(got) != total
     return success_chance(STEPS - min(turn, STEPS), lost, SLIP)
 
 
@@ -115,16 +115,18 @@ def batch(sources):
 
 
 def test_turn_value_intervals_cover_the_true_per_turn_success_rate_of_the_toy(batch):
+    # Only the rows whose truth is strictly between 0 and 1 say anything: a
+    # lost rollout (truth 0) and the last step's rows are covered by construction.
     covered, total = 0, 0
     for values in batch.values:
         for row in values.rows:
-            if not row["forked"]:
-                continue
             truth = _truth_after(values.trace, row["turn"])
-            total += 1
-            covered += row["low"] <= truth <= row["high"]
-    assert total == 8 * STEPS + 8  # turns 0..6 forked... and turn 0 of each of 8 traces
-    assert covered / total >= 0.9
+            if row["forked"] and 0 < truth < 1:
+                total += 1
+                covered += row["low"] <= truth <= row["high"]
+    assert total >= 20
+    # 95% intervals: more than 3 misses in 20+ would be a 1-in-50 event.
+    assert total - covered <= max(3, round(0.1 * total))
 
 
 def test_a_lost_rollout_never_succeeds_again_and_the_final_turn_is_its_own_outcome(batch):
@@ -197,10 +199,12 @@ def test_turn_values_refuse_bad_input_naming_it(sources):
 
 def test_the_view_escapes_what_the_model_wrote(batch):
     from rollkit.notebook import TurnValueView
+    from rollkit.runs.turnvalues import TurnValues
 
-    values = batch.values[0]
-    values.trace.messages[values.trace.sampled[0]].content = "<script>alert(1)</script>"
-    view = TurnValueView(values, turn=1)
+    original = batch.values[0]
+    trace = original.trace.model_copy(deep=True)
+    trace.messages[trace.sampled[0]].content = "<script>alert(1)</script>"
+    view = TurnValueView(TurnValues(trace, original.rows), turn=1)
     assert "<script>alert(1)" not in view.transcript.value
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in view.transcript.value
 
@@ -224,10 +228,14 @@ def test_ab_test_stops_on_the_right_side_and_early():
 
 
 def test_ab_test_stops_for_futility_when_the_difference_cannot_matter():
-    same = rk.ab_test(_agent(toy_calculator_model()), _agent(toy_calculator_model()), arithmetic_tasks(90),
-                      repeats=2, margin=0.2)
+    # Two stochastic agents with the same success rate (the slippery toy
+    # under two seeds): their pairs differ, their mean difference is 0.
+    same = rk.ab_test(chain_agent(slip=SLIP, seed=1), chain_agent(slip=SLIP, seed=2), chain_tasks(400),
+                      margin=0.3)
     assert (same.decision, same.reason) == ("no difference that matters", "futility")
-    assert -0.2 <= same.low and same.high <= 0.2
+    assert -0.3 <= same.low and same.high <= 0.3
+    assert any(a.reward != b.reward for a, b in same.pairs_counted)
+    assert len(same.pairs_counted) == same.pairs
 
 
 def test_ab_test_stops_at_the_budget_undecided_and_writes_both_sides(tmp_path):
@@ -288,3 +296,42 @@ def test_an_ab_folder_is_followed_live_pair_by_pair_and_rollkit_view_shows_it(tm
     assert f"{result.pairs} of 90 pairs" in monitor.status.value and "B better" in monitor.status.value
     page = view([tmp_path / "ab"])
     assert isinstance(page.children[1], ABMonitor)
+
+
+def test_a_rollout_stopped_by_its_turn_limit_counts_as_failed_where_it_went_wrong():
+    agent = chain_agent(slip=SLIP)
+    short = rk.Agent(model=agent.model, limits=rk.RolloutLimits(max_turns=3))
+    stopped = rk.evaluate(short, chain_tasks(2), progress=False).traces
+    assert all(t.stop_condition and t.reward == 0 for t in stopped)
+    batch = rk.turn_values_many(stopped, short, n=2, progress=False)
+    assert list(batch.drops()["succeeded"]) == [False, False]
+
+
+def test_resuming_with_another_source_of_the_same_name_never_takes_its_continuations(tmp_path):
+    def run(seed: int) -> rk.Trace:
+        return rk.evaluate(chain_agent(slip=0.5, seed=seed), chain_tasks(1), progress=False).traces[0]
+
+    def told(trace: rk.Trace) -> list[str | None]:
+        return [m.content for m in trace.messages]
+
+    first = run(3)
+    second = next(t for t in map(run, range(4, 40)) if told(t)[:6] != told(first)[:6])
+    assert first.info["rollout_id"] == second.info["rollout_id"]
+    rk.turn_values(first, chain_agent(slip=SLIP), n=2, turns=[2], out=tmp_path / "tv", progress=False)
+    try:
+        values = rk.turn_values(second, chain_agent(slip=SLIP), n=2, turns=[2], out=tmp_path / "tv",
+                                resume=True, progress=False)
+    except ValueError as exc:  # the run folder refuses another task set: also never mixed
+        assert "tv" in str(exc)
+        return
+    for continuation in values.continuations[2]:
+        assert [m.content for m in continuation.messages[:6]] == [m.content for m in second.messages[:6]]
+
+
+def test_ab_test_refuses_a_value_outside_its_bounds_and_an_out_that_is_a_file(tmp_path):
+    a = _agent(toy_calculator_model())
+    with pytest.raises(ABTestError, match=r"reward = 1.0 in rollout .* is outside bounds=\(0.0, 0.5\)"):
+        rk.ab_test(a, _agent(careful_calculator_model()), arithmetic_tasks(6), bounds=(0.0, 0.5))
+    (tmp_path / "taken").write_text("x")
+    with pytest.raises(ABTestError, match="is a file; pass a folder"):
+        rk.ab_test(a, a, arithmetic_tasks(3), out=tmp_path / "taken")

@@ -63,7 +63,9 @@ def chain_tasks(n: int = 8, steps: int = 6, seed: int = 0) -> list[Chain]:
         total = start = rng.randint(2, 20)
         chosen: list[tuple[str, int]] = []
         for _ in range(steps):
-            word, op = _OPS[rng.randrange(3)] if total < 500 else _OPS[rng.randrange(2)]
+            # No multiplying a total of 0: a slip there (0 * (k + 1) == 0)
+            # would not be a mistake, and success_chance would be wrong.
+            word, op = _OPS[rng.randrange(3)] if 0 < total < 500 else _OPS[rng.randrange(2)]
             operand = rng.randint(2, 9)
             chosen.append((op, operand))
             total = {"+": total + operand, "-": total - operand, "*": total * operand}[op]

@@ -15,9 +15,18 @@ of a fixed-n test peeked at. It stops (with `stop=True`, the default) when:
 
 The pairs are taken in a seeded random order of (task, repeat) and added to
 the sequence in that order, whatever order their rollouts finish in (a pair
-whose rollouts fail faster must not be counted earlier). A pair where
+whose rollouts fail faster must not be counted earlier). What it estimates
+is the mean of B - A over the pairs as drawn: the sequence's guarantee is
+exact when the pairs are independent draws with a common mean (tasks drawn
+at random from a larger set, one repeat each); with several repeats of a
+task, or a small task list taken without replacement, the pairs are not
+quite independent, and the sequence is conservative in practice (a
+simulation with heterogeneous tasks, 30 tasks x 10 repeats, missed the
+task set's mean in 0.15% of tests at alpha = 5%). A pair where
 either side has no value for the signal (failed, unscored) is counted as
-missing, never as 0, and left out of the sequence. Rollouts still in
+missing, never as 0, and left out of the sequence: the interval is then of
+the pairs where both sides scored, which differs from the whole when one
+agent fails more often on hard tasks (compare `missing` with the pairs). Rollouts still in
 flight when the run stops are aborted; pairs that finished beyond the
 stopping point are kept on the result but not counted.
 
@@ -96,8 +105,11 @@ class ABResult:
     low: float
     high: float
     history: list[ABState]
-    a: list[Trace] = field(default_factory=list)
+    a: list[Trace] = field(default_factory=list)  # every trace of A that finished, in pair order
     b: list[Trace] = field(default_factory=list)
+    # The (A, B) traces of the pairs the sequence counted, in the order counted
+    # (a and b may also hold rollouts that finished beyond the stopping point).
+    pairs_counted: list[tuple[Trace, Trace]] = field(default_factory=list)
     method: str = METHOD
     seconds: float = 0.0
 
@@ -119,10 +131,16 @@ class ABResult:
         return f"<ABResult {self.summary()}>"
 
 
-def _signal_value(trace: Trace, signal: str) -> float | None:
+def _signal_value(trace: Trace, signal: str, bounds: tuple[float, float]) -> float | None:
     if trace.failed:
         return None
-    return trace_signals(trace).get(signal)
+    value = trace_signals(trace).get(signal)
+    if value is not None and not bounds[0] <= value <= bounds[1]:
+        raise ABTestError(
+            f"{signal} = {value} in rollout {trace.info.get('rollout_id')} is outside bounds={bounds}: "
+            "pass the signal's range as bounds=(low, high)"
+        )
+    return value
 
 
 def _check(tasks: Any, repeats: Any, alpha: Any, margin: Any, max_pairs: Any, bounds: Any, concurrency: Any,
@@ -156,7 +174,9 @@ class _Test:
         self.agents = {"a": a, "b": b}
         self.signal, self.alpha, self.margin, self.stop = signal, alpha, margin, stop
         span = bounds[1] - bounds[0]
+        self.bounds = bounds
         self.sequence = ConfidenceSequence(alpha, -span, span)
+        self.error: BaseException | None = None
         self.concurrency, self.out, self.on_pair = concurrency, out, on_pair
         self.done: dict[tuple[int, str], Trace] = {}
         self.next = 0
@@ -166,6 +186,7 @@ class _Test:
         self.finished = asyncio.Event()
         self.files: dict[str, Any] = {}
         self.log: Any = None
+        self.counted: list[tuple[Trace, Trace]] = []
         self.run_id = f"ab-{seed}-{int(time.time())}"
 
     def state(self) -> ABState:
@@ -178,14 +199,25 @@ class _Test:
             self.log.flush()  # a line per pair: `rollkit view DIR` follows it as it grows
 
     def landed(self, index: int, arm: str, trace: Trace) -> None:
+        try:
+            self._land(index, arm, trace)
+        except BaseException as exc:
+            # A bad value, a broken on_pair or a full disk stops the whole
+            # test at once, not one worker while the others go on.
+            self.error = exc
+            self.finished.set()
+            raise
+
+    def _land(self, index: int, arm: str, trace: Trace) -> None:
         self.done[(index, arm)] = trace
         if arm in self.files:
             append_trace(trace, self.files[arm])
         # Pairs count in their planned order only (see the module docstring).
         while self.next < len(self.pairs) and (self.next, "a") in self.done and (self.next, "b") in self.done \
                 and not self.finished.is_set():
-            va = _signal_value(self.done[(self.next, "a")], self.signal)
-            vb = _signal_value(self.done[(self.next, "b")], self.signal)
+            va = _signal_value(self.done[(self.next, "a")], self.signal, self.bounds)
+            vb = _signal_value(self.done[(self.next, "b")], self.signal, self.bounds)
+            self.counted.append((self.done[(self.next, "a")], self.done[(self.next, "b")]))
             self.next += 1
             if va is None or vb is None:
                 self.missing += 1
@@ -214,46 +246,59 @@ class _Test:
 
     async def run(self) -> ABResult:
         started = time.perf_counter()
-        if self.out is not None:
-            self.out.mkdir(parents=True, exist_ok=True)
-            self.files = {arm: open(self.out / f"{arm}.jsonl", "a", encoding="utf-8") for arm in ("a", "b")}
-            self.log = open(self.out / AB_LOG, "a", encoding="utf-8")
-            self._log({"kind": "start", "signal": self.signal, "alpha": self.alpha, "margin": self.margin,
-                       "planned": len(self.pairs), "method": METHOD})
-        jobs = iter([(i, arm) for i in range(len(self.pairs)) for arm in ("a", "b")])
-        workers = [asyncio.ensure_future(self.worker(jobs)) for _ in range(min(self.concurrency, 2 * len(self.pairs)))]
-        waiter = asyncio.ensure_future(self.finished.wait())
-        all_done = asyncio.gather(*workers, return_exceptions=True)
+        workers: list[asyncio.Future[None]] = []
+        ended = "interrupted"
         try:
-            await asyncio.wait([waiter, all_done], return_when=asyncio.FIRST_COMPLETED)
+            if self.out is not None:
+                self.out.mkdir(parents=True, exist_ok=True)
+                # "x": an A/B folder is written by one test only; each file is
+                # kept as soon as it is open, so the finally closes it.
+                for arm in ("a", "b"):
+                    self.files[arm] = open(self.out / f"{arm}.jsonl", "x", encoding="utf-8")
+                self.log = open(self.out / AB_LOG, "x", encoding="utf-8")
+                self._log({"kind": "start", "signal": self.signal, "alpha": self.alpha, "margin": self.margin,
+                           "planned": len(self.pairs), "method": METHOD})
+            jobs = iter([(i, arm) for i in range(len(self.pairs)) for arm in ("a", "b")])
+            workers = [asyncio.ensure_future(self.worker(jobs))
+                       for _ in range(min(self.concurrency, 2 * len(self.pairs)))]
+            waiter = asyncio.ensure_future(self.finished.wait())
+            all_done = asyncio.gather(*workers, return_exceptions=True)
+            try:
+                await asyncio.wait([waiter, all_done], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+            ended = self._reason() if self.error is None else f"error: {type(self.error).__name__}"
         finally:
-            waiter.cancel()
             for worker in workers:
                 if not worker.done():
                     worker.cancel()  # its rollout aborts (run_rollout) and the worker ends
-            await asyncio.wait(workers)
+            if workers:
+                await asyncio.wait(workers)
             for file in self.files.values():
                 file.close()
             if self.log is not None:
-                self._log({"kind": "end", "decision": self.decided, "pairs": self.sequence.n})
+                self._log({"kind": "end", "decision": self.decided, "pairs": self.sequence.n, "reason": ended})
                 self.log.close()
+        if self.error is not None:
+            raise self.error
         for worker in workers:  # a bug in a worker is the caller's to see, not a silent stop
             if not worker.cancelled() and worker.exception() is not None:
                 raise worker.exception()  # type: ignore[misc]
         low, high = self.sequence.interval
-        if self.decided is not None and self.stop:
-            reason = "decided" if self.decided != "no difference that matters" else "futility"
-        elif self.next >= len(self.pairs) and len(self.pairs) < self._planned_total:
-            reason = "budget"
-        else:
-            reason = "pairs exhausted"
         order = sorted(self.done)
         return ABResult(
-            self.signal, self.alpha, self.margin, self.decided, reason, self.sequence.n, self.missing,
+            self.signal, self.alpha, self.margin, self.decided, ended, self.sequence.n, self.missing,
             self.sequence.mean, low, high, self.history,
             a=[self.done[k] for k in order if k[1] == "a"], b=[self.done[k] for k in order if k[1] == "b"],
-            seconds=time.perf_counter() - started,
+            pairs_counted=self.counted, seconds=time.perf_counter() - started,
         )
+
+    def _reason(self) -> str:
+        if self.decided is not None and self.stop:
+            return "decided" if self.decided != "no difference that matters" else "futility"
+        if self.next >= len(self.pairs) and len(self.pairs) < self._planned_total:
+            return "budget"
+        return "pairs exhausted"
 
     _planned_total = 0
 
@@ -269,6 +314,8 @@ def _prepare(a: Agent, b: Agent, tasks: Any, *, repeats: int = 1, signal: str = 
              out: str | os.PathLike[str] | None = None, on_pair: Callable[[ABState], Any] | None = None,
              monitor: bool = False) -> _Test:
     task_list = _check(tasks, repeats, alpha, margin, max_pairs, bounds, concurrency, a, b)
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise ABTestError(f"out={out} is a file; pass a folder for the test's traces")
     if out is not None and Path(out).exists() and any(Path(out).glob("*.jsonl")):
         raise ABTestError(f"{out} already holds an A/B test's traces; pass a new folder")
     callbacks = [on_pair] if on_pair is not None else []
@@ -339,7 +386,10 @@ class ABFollower:
         self.offset += len(whole)
         states = []
         for line in whole.splitlines():
-            record = json.loads(line)
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # not the test's writing (it writes whole lines): nothing to draw
             kind = record.pop("kind", None)
             if kind == "start":
                 self.start = record

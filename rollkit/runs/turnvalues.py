@@ -29,6 +29,9 @@ rollkit.runs.stats.wilson_interval; the figures are the notebook layer's
 
 from __future__ import annotations
 
+import copy
+import functools
+import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable
@@ -62,9 +65,13 @@ class TurnValueError(ValueError):
 class _Source:
     trace: Trace
     task: Task
-    name: str  # stable name of the source rollout: its rollout_id, else its trace id
+    # Stable name of the source rollout: its rollout_id (else its trace id)
+    # and a hash of its conversation, so a resumed sweep never takes the
+    # continuations of another trace that had the same rollout_id.
+    name: str
     turns: list[int]  # turns to fork after (0 = fresh rollouts of the task)
     final: dict[int, bool]  # turns whose reply ended the rollout -> its own success
+    succeeded: bool | None  # the rollout's own outcome (None: failed or unscored)
 
 
 def _succeeded(success: Success, trace: Trace) -> bool | None:
@@ -113,6 +120,8 @@ def _source(trace: Any, turns: Iterable[int] | None, task: Task | None, success:
     for k in chosen:
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
             raise TurnValueError(f"turns must be whole numbers from 0 to {n} (trace {trace.id} has {n} turns), got {k!r}")
+    if not callable(success) and (isinstance(success, bool) or not isinstance(success, (int, float))):
+        raise TurnValueError(f"success must be a reward threshold (a number) or a function of a trace, got {success!r}")
     final: dict[int, bool] = {}
     if n in chosen:
         last = trace.messages[trace.sampled[n - 1]] if len(trace.sampled) == n else None
@@ -129,13 +138,29 @@ def _source(trace: Any, turns: Iterable[int] | None, task: Task | None, success:
     for k in chosen:
         if k and k not in final:
             prefix_of(trace, k)  # refuses a failed trace or rewritten history now, naming why
-    name = str(trace.info.get("rollout_id") or trace.id)
-    return _Source(trace, task, name, chosen, final)
+    digest = hashlib.blake2b(
+        json.dumps([m.model_dump(mode="json") for m in trace.messages], sort_keys=True).encode(), digest_size=6,
+    ).hexdigest()
+    name = f"{trace.info.get('rollout_id') or trace.id}~{digest}"
+    return _Source(trace, task, name, chosen, final, _succeeded(success, trace))
 
 
 def _turn_task(task: Task, key: str) -> Task:
-    data = task.data
-    return type(task)(type(data).model_validate({**data.model_dump(), "id": key}))
+    """`task` under another key (the run names each turn's continuations by
+    it), its data and everything else untouched: its rewards see the task as
+    it is."""
+    keyed = copy.copy(task)
+    keyed.__class__ = _keyed_class(type(task))
+    keyed._turn_key = key  # type: ignore[attr-defined]
+    return keyed
+
+
+@functools.lru_cache(maxsize=None)
+def _keyed_class(cls: type) -> type:
+    # Same module and qualified name, so the trace records the task's own
+    # class (TaskRef) and a fork of a continuation rebuilds it.
+    return type(cls.__name__, (cls,), {"key": property(lambda self: self._turn_key),
+                                       "__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
 
 @dataclass
@@ -150,6 +175,7 @@ class TurnValues:
     trace: Trace
     rows: list[dict[str, Any]]
     continuations: dict[int, list[Trace]] = field(default_factory=dict)
+    succeeded: bool | None = None  # the rollout's own outcome, None when failed or unscored
 
     def frame(self) -> pandas.DataFrame:
         import pandas
@@ -163,7 +189,10 @@ class TurnValues:
     @property
     def drop(self) -> tuple[int, float] | None:
         """(turn, change) of the largest fall in the success rate from the
-        turn before: the decisive mistake, None when it never falls."""
+        turn before: the decisive mistake, None when it never falls. It is
+        picked after the fact among noisy rates: read it with the intervals
+        of the two turns (a fall whose intervals overlap is not yet a
+        finding; raise `n`)."""
         falls = [s for s in self._steps() if s[1] < 0]
         return min(falls, key=lambda s: s[1]) if falls else None
 
@@ -211,7 +240,7 @@ class TurnValueBatch:
             drop = v.drop
             rows.append({
                 "trace_id": v.trace.id, "example_id": v.trace.info.get("example_id", v.trace.task.key),
-                "succeeded": v.rows[-1]["rate"] == 1.0 if v.rows and not v.rows[-1]["forked"] else pandas.NA,
+                "succeeded": pandas.NA if v.succeeded is None else v.succeeded,
                 "drop_turn": drop[0] if drop else pandas.NA, "drop": drop[1] if drop else pandas.NA,
                 "turns": v.trace.num_turns,
             })
@@ -277,7 +306,7 @@ def _values(source: _Source, traces: list[Trace], success: Success) -> TurnValue
         rate, low, high = (None, None, None) if not scored else (wins / len(scored), *wilson_interval(wins, len(scored)))
         rows.append(dict(turn=k, action=_action(source.trace, k), n=len(scored), successes=wins, rate=rate,
                          low=low, high=high, unscored=len(outcomes) - len(scored), forked=True))
-    return TurnValues(source.trace, rows, {k: by_turn.get(k, []) for k in source.turns})
+    return TurnValues(source.trace, rows, {k: by_turn.get(k, []) for k in source.turns}, source.succeeded)
 
 
 async def _sweep(sources: list[_Source], agent: Agent, n: int, success: Success, *, concurrency: int,
