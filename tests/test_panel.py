@@ -107,7 +107,7 @@ async def test_the_transcript_holds_the_escaped_chat_in_a_self_scrolling_widget(
     assert "&lt;script&gt;x&lt;/script&gt;" in panel.transcript.value
     assert "<script>" not in panel.transcript.value
     # Its front end scrolls the box to the bottom whenever the value changes.
-    assert "box.scrollTop = box.scrollHeight" in panel.transcript._esm
+    assert "box.scrollTop = box.scrollHeight" in panel.transcript._esm and "ResizeObserver" in panel.transcript._esm
     assert "rk-transcript" in panel.transcript._dom_classes
     await ro.aclose()
     panel.close()

@@ -52,15 +52,18 @@ function render({ model, el }) {
   const box = document.createElement("div");
   box.className = "rk-transcript-scroll";
   box.style.cssText = "max-height:420px;overflow:auto;border:1px solid #ddd;padding:4px";
+  const chat = document.createElement("div");
+  box.appendChild(chat);
   el.appendChild(box);
   let following = true;
   box.addEventListener("scroll", () => {
     following = box.scrollHeight - box.scrollTop - box.clientHeight < 16;
   });
-  const draw = () => {
-    box.innerHTML = model.get("value");
-    if (following) box.scrollTop = box.scrollHeight;
-  };
+  // Scroll when the chat's laid-out size changes, not when its HTML is set:
+  // on the first render the box is not in the page yet and has no height.
+  const follow = () => { if (following) box.scrollTop = box.scrollHeight; };
+  new ResizeObserver(follow).observe(chat);
+  const draw = () => { chat.innerHTML = model.get("value"); follow(); };
   model.on("change:value", draw);
   draw();
 }
