@@ -14,7 +14,10 @@ what plotly drew:
 - stop_reasons: every bar's colour is a legend entry's colour, and the
   title names no colours (it said orange/blue/red over a green bar);
 - compare: no two per-task points are drawn on the same spot, and their
-  counts add up to the tasks compared (30 tasks were 2 dots).
+  counts add up to the tasks compared (30 tasks were 2 dots);
+- the TraceBrowser (a widget, so served by Voila as in tests/test_browser.py):
+  its header's text starts where its rows' does, in the same font, so each
+  column name sits over its column.
 
 A figure that fails saves its screenshot (path printed) to be looked at.
 """
@@ -34,6 +37,7 @@ from rollkit.examples import (
     Arithmetic, arithmetic_tasks, careful_calculator_model, demo_agent, support_agent, support_tasks, toy_customer,
 )
 from rollkit.notebook.stepping import NotebookRollout
+from test_browser import _page, _Voila, voila  # noqa: F401  (a fixture)
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
@@ -289,3 +293,43 @@ def test_compare_draws_tasks_with_the_same_values_as_one_counted_point(render) -
     counted = sum(int(label.split()[0]) for label in labels)
     assert counted + (len(per_task) - len(labels)) == 12
     assert sorted(labels) == ["4 tasks", "8 tasks"]  # 4 subtractions B got right, 8 both got right
+
+
+# Where the header's and the first row's text start, their fonts, and the
+# width of each prefix of each text as drawn in its own font.
+_TABLE_GEOMETRY = """() => {
+  const pre = [...document.querySelectorAll('pre')].find(p => p.textContent.startsWith('task '));  // the header
+  const option = document.querySelector('.rk-trace-table select option');
+  const style = e => getComputedStyle(e);
+  const start = el => el.getBoundingClientRect().left + parseFloat(style(el).borderLeftWidth)
+                      + parseFloat(style(el).paddingLeft);
+  const canvas = document.createElement('canvas').getContext('2d');
+  const widths = (el, text) => {
+    canvas.font = `${style(el).fontSize} ${style(el).fontFamily}`;
+    return [...text].map((_, i) => canvas.measureText(text.slice(0, i)).width);
+  };
+  const header = pre.textContent, row = option.textContent.replace(/\u00a0/g, ' ');
+  return {header, row, starts: [start(pre), start(option)],
+          fonts: [style(pre).fontFamily + ' ' + style(pre).fontSize, style(option).fontFamily + ' ' + style(option).fontSize],
+          header_widths: widths(pre, header), row_widths: widths(option, row)};
+}"""
+
+
+@pytest.mark.parametrize("voila", ["trace_browser.ipynb"], indirect=True)
+def test_trace_browser_header_lines_up_with_its_rows(voila, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    with _page(voila, tmp_path, "trace-browser") as page:
+        playwright_sync.expect(page.locator(".rk-trace-table select option")).to_have_count(6)
+        table = page.evaluate(_TABLE_GEOMETRY)
+    assert table["fonts"][0] == table["fonts"][1]
+    header_start, row_start = table["starts"]
+    assert abs(header_start - row_start) <= 1, table["starts"]
+    # Each column name starts over the first character of its column.
+    row = table["row"]
+    assert row.startswith("arith-0-000      ok   ")
+    for name in ("ok", "reward", "turns", "tokens", "stop", "trace"):
+        # A left-aligned column lines up at its first character, a right-aligned one at its last.
+        first = table["header"].index(f" {name}") + 1
+        at = first if name in ("ok", "stop", "trace") else first + len(name) - 1
+        x_header = header_start + table["header_widths"][at]
+        x_row = row_start + table["row_widths"][at]
+        assert abs(x_header - x_row) <= 1, f"column {name}: header at {x_header:.1f} px, row at {x_row:.1f} px"
