@@ -4,13 +4,12 @@ Transcript as chat that scrolls to the newest message as messages arrive
 (unless the reader scrolled up to read older ones), a text box with Send,
 Step / Close / Abort buttons that are enabled only when they make sense
 (Send and Step also not once a limit leaves no turn: 6 of 6 turns used, a
-token limit reached; the button's tooltip and the status line say why), a
-status line, budget gauges (turns,
-tokens, agent time against their limits, the current phase), by default a
-live budget burn chart, and "Fork here": a new rollout from where this one
-stood after a turn picked, whose own panel appears below. With
-`seat="agent"` it also holds the agent's seat (rollkit.notebook.seat): a
-person answers as the model.
+token limit reached; a disabled button's tooltip and the status line say
+why), a status line, budget gauges (turns, tokens, agent time against
+their limits, the current phase), by default a live budget burn chart,
+and "Fork here": a new rollout from where this one stood after a turn
+picked, whose own panel appears below. With `seat="agent"` it also holds
+the agent's seat (rollkit.notebook.seat): a person answers as the model.
 
 The panel is thin. A button forwards intent to the `NotebookRollout`
 (`step_soon`, `close_soon`, `abort_soon`), which schedules the async work on
@@ -77,6 +76,7 @@ class _Transcript(anywidget.AnyWidget):
     _esm = _TRANSCRIPT_ESM
     value = traitlets.Unicode("").tag(sync=True)
 
+
 _EMPTY_MESSAGE = (
     "Nothing to send: type what the user says first. "
     "To let the agent go on without a message, press Step."
@@ -127,10 +127,11 @@ def _limit_reached(ro: Any) -> str | None:
     return None
 
 
-def _why_not_step(ro: Any) -> str | None:
-    """Why neither Send nor Step can run now, or None when they can."""
+def _why_not_step(ro: Any, no_turn_left: str | None) -> str | None:
+    """Why neither Send nor Step can run now, or None when they can
+    (`no_turn_left`: what `_limit_reached` said)."""
     if ro.can_step:
-        return _limit_reached(ro)
+        return no_turn_left
     if ro.busy:
         return f"wait: {ro.status.text}"
     if ro.closed:
@@ -301,7 +302,7 @@ class RolloutPanel(widgets.VBox):
             f'<div class="rk-status-line" data-kind="{kind}" style="color:{colour};font-weight:600">'
             f"{html.escape(text)}</div>"
         )
-        why_not = _why_not_step(ro)
+        why_not = _why_not_step(ro, no_turn_left)
         self._enable(self.send_button, why_not)
         if why_not is None and ro.needs_message:
             why_not = "this task has no prompt: type the user's opening message and press Send"
