@@ -468,7 +468,8 @@ async def test_a_mid_run_forecast_predicts_the_limit_and_turn_that_end_the_run()
         "binds first: max_total_tokens at about turn 6 (max_turns, agent_time unreachable)")
     fig = rk.plots.budget_burn(rollout.trace)
     assert "binds first: max_total_tokens at about turn 6" in fig.layout.title.text
-    assert [list(d.x) for d in fig.data[5:]] == [[2, 6]] * 5  # each line projected to the binding turn
+    # after the five lines and the legend entry of the dotted segment boundary:
+    assert [list(d.x) for d in fig.data[6:]] == [[2, 6]] * 5  # each line projected to the binding turn
     while await rollout.step("hello there friend"):
         pass
     trace = await rollout.close()
@@ -494,7 +495,7 @@ async def test_the_forecast_goes_by_what_each_turn_adds_not_the_prompt_paid_once
     assert [(r.limit, r.note) for r in forecast(rollout.trace)] == [
         ("max_turns", "max_turns: not reached (ended by max_total_tokens)"),
         ("max_total_tokens", "max_total_tokens reached at turn 17")]
-    assert len(rk.plots.budget_burn(rollout.trace).data) == 5  # the lines, no projection
+    assert len(rk.plots.budget_burn(rollout.trace).data) == 6  # the lines and the dotted line's legend entry, no projection
     await rollout.close()
 
 

@@ -169,6 +169,10 @@ def _page(server: _Server, tmp_path: Path, name: str, url: str | None = None):  
             viewport={"width": 1280, "height": 900},
         )
         page = context.new_page()
+        # Voila answers once the notebook ran: on a loaded machine that alone
+        # can pass playwright's 30 s default (a first FigureWidget imports
+        # nbformat's jsonschema, which builds a grammar at import).
+        page.set_default_navigation_timeout(BUDGET_MS)
         try:
             page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
             page.route("**/*", _local_only)

@@ -93,7 +93,7 @@ def test_help_explains_every_command():
         ("no_such_module_xyz:TASKS", "cannot import module 'no_such_module_xyz' (for task set 'no_such_module_xyz:TASKS'): ModuleNotFoundError"),
         ("evaluate_helpers:MISSING", "module 'evaluate_helpers' has no attribute 'MISSING' (for task set 'evaluate_helpers:MISSING')"),
         ("evaluate_helpers:EMPTY", "task set evaluate_helpers:EMPTY (module 'evaluate_helpers', attribute 'EMPTY') is empty"),
-        ("evaluate_helpers:NOT_TASKS", "evaluate_helpers:NOT_TASKS[0] is a int, not a rk.Task"),
+        ("evaluate_helpers:NOT_TASKS", "evaluate_helpers:NOT_TASKS[0] is an int, not an rk.Task"),
         ("evaluate_helpers", "'evaluate_helpers' is not MODULE:ATTRIBUTE"),
     ],
 )
@@ -107,7 +107,7 @@ def test_eval_names_the_module_and_attribute_of_a_bad_task_set(spec, message):
 def test_eval_unknown_model_and_bad_numbers_are_clear_errors(tmp_path):
     done = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "gpt-nonsense", "--no-progress")
     assert done.returncode == 2
-    assert "unknown model name 'gpt-nonsense'" in done.stderr
+    assert "Error: Invalid value for --model: unknown model 'gpt-nonsense'; use one of: echo, " in done.stderr
     zero = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "echo", "-c", "0", "--no-progress")
     assert zero.returncode == 1 and "concurrency must be a whole number >= 1" in zero.stderr
     none = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "echo", "-n", "0", "--no-progress")

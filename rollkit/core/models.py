@@ -26,8 +26,8 @@ from .errors import ProviderError
 from .messages import AssistantMessage, Request, Response, ToolCall, Usage
 
 __all__ = [
-    "Model", "ScriptedModel", "count_tokens", "register_model", "resolve_model", "model_names", "calling_rollout",
-    "calling_rollout_key",
+    "Model", "ScriptedModel", "count_tokens", "register_model", "resolve_model", "model_names", "model_choices",
+    "close_model_name", "calling_rollout", "calling_rollout_key",
 ]
 
 # The id of the rollout whose model call is running (set by the session
@@ -218,6 +218,24 @@ def model_names() -> dict[str, str]:
     return {name: help for name, (_, help) in _registry.items()}
 
 
+def model_choices() -> list[str]:
+    """The registered names as a person types them: a prefix as `openai/NAME`."""
+    return [f"{name}NAME" if name.endswith("/") else name for name in _registry]
+
+
+def close_model_name(model: str) -> str | None:
+    """The registered name `model` was most likely a typo of, or None."""
+    import difflib
+
+    choices = model_choices()
+    prefix, slash, rest = model.partition("/")
+    if slash and rest:  # "opneai/gpt-4o": the prefix is what went wrong
+        close = difflib.get_close_matches(prefix + "/NAME", choices, n=1)
+        return close[0].replace("NAME", rest) if close else None
+    close = difflib.get_close_matches(model, choices, n=1)
+    return close[0] if close else None
+
+
 def resolve_model(model: Model | str) -> Model:
     """A Model from a Model or a registered name (see `register_model`)."""
     if isinstance(model, Model):
@@ -235,7 +253,9 @@ def resolve_model(model: Model | str) -> Model:
         repr(f"{name}<model>" if name.endswith("/") else name) + (f" ({help})" if help else "")
         for name, (_, help) in _registry.items()
     )
-    raise ValueError(f"unknown model name {model!r}: use {known}, or pass a Model such as rk.ScriptedModel([...])")
+    close = close_model_name(model)
+    guess = f" (did you mean {close!r}?)" if close else ""
+    raise ValueError(f"unknown model name {model!r}{guess}: use {known}, or pass a Model such as rk.ScriptedModel([...])")
 
 
 register_model("echo", lambda name: ScriptedModel(_echo, name="echo"), help="repeats the user's last message")

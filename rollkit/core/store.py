@@ -44,14 +44,22 @@ NOT_IN_SOURCE = "not in the source"
 _HEAD = 64 * 1024
 
 
+# What a Python caller of rk.load can do about a bad line (the CLI says its own).
+SKIP_HINT = "load with errors='skip' to read the good lines"
+
+
 class TraceFileError(ValueError):
     """A trace file (or one of its lines or samples) is not what its format
     says. `line` is the line number (JSON lines) or None, `field` the dotted
     path of the bad field (e.g. "model_calls.0.usage.input_tokens") or None
-    when the record is no JSON at all."""
+    when the record is no JSON at all. `reason` is the message without the
+    advice for Python callers (`hint`, e.g. "load with errors='skip'"), so
+    the command line can give its own."""
 
-    def __init__(self, message: str, *, path: Path, line: int | None = None, field: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, path: Path, line: int | None = None, field: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(f"{message}; {hint}" if hint else message)
+        self.reason = message
         self.path = path
         self.line = line
         self.field = field
@@ -355,8 +363,7 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
                     if errors == "skip":
                         warnings.warn(message + "; skipped", stacklevel=3)
                         continue
-                    raise TraceFileError(message + "; load with errors='skip' to read the good lines",
-                                         path=path, line=number, field=field) from None
+                    raise TraceFileError(message, path=path, line=number, field=field, hint=SKIP_HINT) from None
                 share(trace)
                 traces.append(trace)
     finally:

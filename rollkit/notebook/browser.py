@@ -33,6 +33,21 @@ def _row(trace: Trace) -> str:
 
 _HEADER = f"{'task':<16} {'ok':<4} {'reward':>6} {'turns':>5} {'tokens':>7} {'stop':<18} trace"
 
+# The header's columns line up with the rows' only if both are drawn in one
+# fixed-width font, at one size, starting at the same x: the rows' text
+# starts after the list box's border and the option's padding, so the
+# header is indented by the same. (The front end's own styles would give the
+# list a proportional font and the header another.)
+_TABLE_STYLE = """<style>
+.rk-trace-table select, .rk-trace-table select option, .rk-trace-header pre {
+  font-family: var(--jp-code-font-family, monospace) !important; font-size: 12px !important;
+  line-height: 1.4 !important; letter-spacing: normal !important;
+}
+.rk-trace-table select { padding: 0 !important; border-width: 1px !important; }
+.rk-trace-table select option { padding: 0 0 0 4px !important; }
+.rk-trace-header pre { margin: 0 !important; padding: 0 0 0 5px !important; border: 0 !important; }
+</style>"""
+
 
 class TraceBrowser(widgets.VBox):
     """A table of traces; selecting a row shows that trace and its plots.
@@ -66,9 +81,9 @@ class TraceBrowser(widgets.VBox):
         self.summary = widgets.HTML(
             f"<b>{len(self.traces)} traces</b> · {ok} ok · {len(self.traces) - ok} not ok · mean reward {mean}"
         )
-        header = widgets.HTML(f"<pre style='margin:0;font-size:12px'>{html.escape(_HEADER)}</pre>")
+        header = widgets.HTML(f"{_TABLE_STYLE}<pre>{html.escape(_HEADER)}</pre>")
+        header.add_class("rk-trace-header")
         super().__init__([self.summary, self.filter, header, self.table, self.detail, self.figures])
-        self.table.layout.font_family = "monospace"
         self._show()
 
     @staticmethod

@@ -1,12 +1,15 @@
 """The rollout panel: one rollout as an ipywidgets app.
 
-Transcript as chat, a text box with Send, Step / Close / Abort buttons that
-are enabled only when they make sense, a status line, budget gauges (turns,
-tokens, agent time against their limits, the current phase), by default a
-live budget burn chart, and "Fork here": a new rollout from where this one
-stood after a turn picked, whose own panel appears below. With
-`seat="agent"` it also holds the agent's seat (rollkit.notebook.seat): a
-person answers as the model.
+Transcript as chat that scrolls to the newest message as messages arrive
+(unless the reader scrolled up to read older ones), a text box with Send,
+Step / Close / Abort buttons that are enabled only when they make sense
+(Send and Step also not once a limit leaves no turn: 6 of 6 turns used, a
+token limit reached; a disabled button's tooltip and the status line say
+why), a status line, budget gauges (turns, tokens, agent time against
+their limits, the current phase), by default a live budget burn chart,
+and "Fork here": a new rollout from where this one stood after a turn
+picked, whose own panel appears below. With `seat="agent"` it also holds
+the agent's seat (rollkit.notebook.seat): a person answers as the model.
 
 The panel is thin. A button forwards intent to the `NotebookRollout`
 (`step_soon`, `close_soon`, `abort_soon`), which schedules the async work on
@@ -21,7 +24,9 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
+import anywidget
 import ipywidgets as widgets
+import traitlets
 
 from ..core.events import Event
 from .display import STYLE, error_html, message_html
@@ -34,8 +39,43 @@ __all__ = ["RolloutPanel"]
 _STATUS_COLOURS = {
     "waiting": "#1a73e8", "asked": "#1a73e8", "running": "#8a6d00", "opening": "#8a6d00", "closing": "#8a6d00",
     "stopped": "#8a6d00", "ended": "#8a6d00", "closed": "#1e7e34", "failed": "#b00020",
-    "aborted": "#b00020", "new": "#555",
+    "aborted": "#b00020", "new": "#555", "no-turn-left": "#8a6d00",
 }
+
+# The transcript's own front end: ipywidgets' HTML and Output never scroll,
+# so a long conversation would leave the newest reply below the fold. It
+# follows the newest message while the reader is at the bottom; one who
+# scrolled up to read is left where they are until they scroll back down.
+_TRANSCRIPT_ESM = """
+function render({ model, el }) {
+  const box = document.createElement("div");
+  box.className = "rk-transcript-scroll";
+  box.style.cssText = "max-height:420px;overflow:auto;border:1px solid #ddd;padding:4px";
+  const chat = document.createElement("div");
+  box.appendChild(chat);
+  el.appendChild(box);
+  let following = true;
+  box.addEventListener("scroll", () => {
+    following = box.scrollHeight - box.scrollTop - box.clientHeight < 16;
+  });
+  // Scroll when the chat's laid-out size changes, not when its HTML is set:
+  // on the first render the box is not in the page yet and has no height.
+  const follow = () => { if (following) box.scrollTop = box.scrollHeight; };
+  new ResizeObserver(follow).observe(chat);
+  const draw = () => { chat.innerHTML = model.get("value"); follow(); };
+  model.on("change:value", draw);
+  draw();
+}
+export default { render };
+"""
+
+
+class _Transcript(anywidget.AnyWidget):
+    """The chat, as escaped HTML in `value`, in a box that scrolls itself."""
+
+    _esm = _TRANSCRIPT_ESM
+    value = traitlets.Unicode("").tag(sync=True)
+
 
 _EMPTY_MESSAGE = (
     "Nothing to send: type what the user says first. "
@@ -63,6 +103,42 @@ def _forecast(ro: Any) -> str:
     return forecast_text(ro.trace, agent_time=ro.agent_time)
 
 
+_USE_UNITS = {"max_turns": " turns", "agent_time": " s"}
+
+
+def _limit_reached(ro: Any) -> str | None:
+    """Which limit leaves the open rollout no next turn, in words, or None.
+
+    The core refuses a model call once a limit is used up (L12): at 6 of 6
+    turns the next step is refused, stops the rollout and adds nothing. The
+    panel reads the same state from the forecast, so Send and Step are off
+    before anyone clicks into a refusal. (A `@stop` on the trace cannot be
+    foreseen without running it; that one still ends the step that asks.)"""
+    from ..core.forecast import forecast
+
+    if ro.rollout.state != "open":
+        return None
+    for row in forecast(ro.trace, agent_time=ro.agent_time):
+        if row.reached:
+            unit = _USE_UNITS.get(row.limit, " tokens")
+            digits = 2 if row.limit == "agent_time" else 0
+            return (f"{row.limit} reached ({row.used:.{digits}f} of {row.value:.{digits}f}{unit} used): "
+                    "the next turn would be refused")
+    return None
+
+
+def _why_not_step(ro: Any, no_turn_left: str | None) -> str | None:
+    """Why neither Send nor Step can run now, or None when they can
+    (`no_turn_left`: what `_limit_reached` said)."""
+    if ro.can_step:
+        return no_turn_left
+    if ro.busy:
+        return f"wait: {ro.status.text}"
+    if ro.closed:
+        return "the rollout is closed: nothing more can run in it"
+    return ro.status.text
+
+
 class RolloutPanel(widgets.VBox):
     """A widget for one rollout. Build it with `ro.panel()` and show it by
     leaving it as the last expression of a cell."""
@@ -80,12 +156,8 @@ class RolloutPanel(widgets.VBox):
         )
         self.status = widgets.HTML()
         self.status.add_class("rk-status")
-        self.transcript = widgets.HTML()
+        self.transcript = _Transcript()
         self.transcript.add_class("rk-transcript")
-        transcript_box = widgets.Box(
-            [self.transcript],
-            layout=widgets.Layout(max_height="420px", overflow="auto", border="1px solid #ddd", padding="4px"),
-        )
         # continuous_update=False: the text reaches the kernel in one piece when
         # the box loses focus, which a click on Send does before the click itself
         # is sent (typing and clicking at once otherwise race).
@@ -129,7 +201,7 @@ class RolloutPanel(widgets.VBox):
 
             self.seat = AgentSeat(ro)
         left = widgets.VBox(
-            [transcript_box, *([self.seat] if self.seat is not None else []), self.text,
+            [self.transcript, *([self.seat] if self.seat is not None else []), self.text,
              widgets.HBox([self.send_button, self.step_button, self.close_button, self.abort_button]),
              widgets.HBox([self.fork_turn, self.fork_button]),
              self.error],
@@ -149,7 +221,14 @@ class RolloutPanel(widgets.VBox):
         button = widgets.Button(description=label, button_style=style, tooltip=tooltip,
                                 layout=widgets.Layout(width="auto"))
         button.add_class(css)
+        button.rk_does = tooltip  # type: ignore[attr-defined]  # the tooltip while it is enabled
         return button
+
+    @staticmethod
+    def _enable(button: widgets.Button, why_not: str | None) -> None:
+        """Enable `button`, or disable it with the reason as its tooltip."""
+        button.disabled = why_not is not None
+        button.tooltip = button.rk_does if why_not is None else why_not  # type: ignore[attr-defined]
 
     # ---- intent: forward to the rollout, never decide ----------------------
     def _act(self, action: Any, *args: Any) -> bool:
@@ -214,18 +293,23 @@ class RolloutPanel(widgets.VBox):
 
     def refresh(self) -> None:
         ro = self.ro
-        status = ro.status
-        colour = _STATUS_COLOURS.get(status.kind, "#555")
+        kind, text = ro.status.kind, ro.status.text
+        no_turn_left = _limit_reached(ro) if ro.can_step else None
+        if no_turn_left is not None:
+            kind, text = "no-turn-left", f"{no_turn_left}: close to score it, or fork from an earlier turn"
+        colour = _STATUS_COLOURS.get(kind, "#555")
         self.status.value = (
-            f'<div class="rk-status-line" data-kind="{status.kind}" style="color:{colour};font-weight:600">'
-            f"{html.escape(status.text)}</div>"
+            f'<div class="rk-status-line" data-kind="{kind}" style="color:{colour};font-weight:600">'
+            f"{html.escape(text)}</div>"
         )
-        self.send_button.disabled = not ro.can_step
-        # A prompt-less task cannot step before the user spoke.
-        self.step_button.disabled = not ro.can_step or ro.needs_message
-        self.text.disabled = not ro.can_step and not ro.busy
-        self.close_button.disabled = not ro.can_close
-        self.abort_button.disabled = not ro.can_abort
+        why_not = _why_not_step(ro, no_turn_left)
+        self._enable(self.send_button, why_not)
+        if why_not is None and ro.needs_message:
+            why_not = "this task has no prompt: type the user's opening message and press Send"
+        self._enable(self.step_button, why_not)
+        self.text.disabled = (not ro.can_step and not ro.busy) or no_turn_left is not None
+        self._enable(self.close_button, None if ro.can_close else f"not now: {text}")
+        self._enable(self.abort_button, None if ro.can_abort else "the rollout is closed already")
         turns = ro.trace.num_turns
         if len(self.fork_turn.options) != turns:
             self.fork_turn.options = [(str(k), k) for k in range(1, turns + 1)]

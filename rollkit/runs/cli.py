@@ -11,7 +11,9 @@ only by the `rollkit` script and `python -m rollkit`, never by
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 import json
 import os
 import signal
@@ -44,12 +46,40 @@ def _import_object(spec: str, what: str, param: str) -> Any:
             "check the module name and that it is importable from the current folder or PYTHONPATH"
         ) from None
     if not hasattr(module, attribute):
-        public = sorted(name for name in vars(module) if not name.startswith("_"))
+        public = _public_names(module)
+        close = difflib.get_close_matches(attribute, public, n=1)
+        guess = f"did you mean {module_name}:{close[0]}? It" if close else "it"
+        shown = ", ".join(public[:20]) + (f" and {len(public) - 20} more" if len(public) > 20 else "")
         raise click.ClickException(
             f"module {module_name!r} has no attribute {attribute!r} (for {what} {spec!r}); "
-            f"it has: {', '.join(public[:20]) or 'nothing public'}"
+            f"{guess} has: {shown or 'nothing public'}"
         )
     return getattr(module, attribute)
+
+
+def _public_names(module: Any) -> list[str]:
+    """What a module offers to name after the colon: its `__all__`, or else
+    its public names less what it only imported (modules, typing's names,
+    functions and classes defined elsewhere, `from __future__` features)."""
+    exported = getattr(module, "__all__", None)
+    if exported is not None:
+        return sorted(str(name) for name in exported)
+    home = module.__name__
+    names = []
+    for name, value in vars(module).items():
+        if name.startswith("_") or inspect.ismodule(value) or type(value).__module__ == "__future__":
+            continue
+        if inspect.isclass(value) or inspect.isfunction(value) or type(value).__module__ in ("typing", "typing_extensions"):
+            origin = getattr(value, "__module__", None) or ""
+            if origin != home and not origin.startswith(home + "."):
+                continue  # imported from elsewhere: not this module's to offer
+        names.append(name)
+    return sorted(names)
+
+
+def _a(noun: str) -> str:
+    """`noun` with its article: "an Agent", "a list"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _load_user(spec: str) -> Any:
@@ -59,7 +89,7 @@ def _load_user(spec: str) -> Any:
     user = _import_object(spec, "user", "--user")
     if not (isinstance(user, User) or callable(user)):
         raise click.ClickException(
-            f"{spec} is a {type(user).__name__}, not a rk.User or a function of the task that makes one"
+            f"{spec} is {_a(type(user).__name__)}, not an rk.User or a function of the task that makes one"
         )
     return user
 
@@ -81,13 +111,13 @@ def _load_tasks(spec: str) -> list[Any]:
         tasks = list(tasks)
     except TypeError:
         raise click.ClickException(
-            f"{spec} is a {type(tasks).__name__}, not a list of rk.Task (or a function returning one)"
+            f"{spec} is {_a(type(tasks).__name__)}, not a list of rk.Task (or a function returning one)"
         ) from None
     if not tasks:
         raise click.ClickException(f"task set {spec} (module {module_name!r}, attribute {attribute!r}) is empty: no tasks to run")
     for index, task in enumerate(tasks):
         if not isinstance(task, Task):
-            raise click.ClickException(f"{spec}[{index}] is a {type(task).__name__}, not a rk.Task")
+            raise click.ClickException(f"{spec}[{index}] is {_a(type(task).__name__)}, not an rk.Task")
     return tasks
 
 
@@ -120,6 +150,35 @@ def _backend(backend: str, address: str | None) -> Any:
     if address:
         raise click.BadParameter("--ray-address needs --backend ray", param_hint="--ray-address")
     return "local"
+
+
+class _ModelOption(click.Option):
+    """`--model`, whose help lists the model names registered when it is
+    shown (the examples register theirs on import; a plug-in may add more)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from ..core.models import model_choices
+
+        template = self.help or ""
+        self.help = template.replace("{models}", ", ".join(model_choices()))
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.help = template
+
+
+def _check_model(model: str) -> None:
+    """An unknown model name: one line naming --model, with the likely name."""
+    from ..core.models import close_model_name, model_choices, model_names
+
+    registered = model_names()
+    prefix, slash, rest = model.partition("/")
+    if model in registered and not model.endswith("/") or (slash and rest and prefix + "/" in registered):
+        return
+    close = close_model_name(model)
+    if close is not None:
+        raise click.BadParameter(f"unknown model {model!r}; did you mean {close!r}?", param_hint="--model")
+    raise click.BadParameter(f"unknown model {model!r}; use one of: {', '.join(model_choices())}", param_hint="--model")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -163,7 +222,8 @@ def demo(n_tasks: int, repeats: int, concurrency: int, out: Path | None, progres
 
 @cli.command(name="eval")
 @click.argument("tasks", metavar="MODULE:TASKS")
-@click.option("-m", "--model", required=True, help="Model name: echo, toy-calculator, or openai/NAME (reads OPENAI_BASE_URL, OPENAI_API_KEY).")
+@click.option("-m", "--model", required=True, cls=_ModelOption,
+              help="Model name: {models}. openai/NAME reads OPENAI_BASE_URL and OPENAI_API_KEY.")
 @click.option("-n", "--repeats", default=1, show_default=True, help="Rollouts per task.")
 @click.option("-c", "--concurrency", default=32, show_default=True, help="Rollouts in flight at once.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run folder: manifest.json, traces.jsonl (one trace per line, written as each finishes).")
@@ -196,6 +256,7 @@ def eval_command(
     Example:
       rollkit eval rollkit.examples:arithmetic_tasks -m toy-calculator -n 3 --out runs/arith
       rollkit eval rollkit.examples:arithmetic_tasks -m toy-calculator -n 3 --out runs/arith --resume
+      rollkit eval rollkit.examples:arithmetic_tasks -m toy-careful -n 3 --out runs/careful
     """
     from ..core.agent import Agent, RolloutLimits
 
@@ -203,12 +264,19 @@ def eval_command(
         raise click.BadParameter("--resume needs --out DIR, the run folder to continue", param_hint="--resume")
     if max_user_turns is not None and not user_spec:
         raise click.BadParameter("--max-user-turns needs --user: only a conversation has user turns", param_hint="--max-user-turns")
+    _check_model(model)
+    try:
+        limits = RolloutLimits(max_turns=max_turns, max_user_turns=max_user_turns)
+    except ValueError as exc:  # pydantic's error names the field first: name that option only
+        which = "--max-user-turns" if "max_user_turns" in str(exc) else "--max-turns"
+        given = max_user_turns if which == "--max-user-turns" else max_turns
+        raise click.BadParameter(f"{given} is not a turn limit: give a whole number >= 0", param_hint=which) from None
     task_list = _load_tasks(tasks)
     user = _load_user(user_spec) if user_spec else None
     try:
-        agent = Agent(model=model, limits=RolloutLimits(max_turns=max_turns, max_user_turns=max_user_turns))
-    except (ValueError, TypeError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--model / --max-turns / --max-user-turns") from None
+        agent = Agent(model=model, limits=limits)
+    except (ValueError, TypeError) as exc:  # a known model that cannot be built as named
+        raise click.BadParameter(str(exc), param_hint="--model") from None
     result = _run(
         agent, task_list, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
         backend=_backend(backend, ray_address), progress=progress, user=user,
@@ -228,6 +296,7 @@ def show(folder: Path) -> None:
     from .evaluation import EvalResult, RunFolderError, load_run
     from ..core.store import TraceFileError, load
 
+    _refuse_run_folder_file(folder, "show")
     try:
         if folder.is_file():
             traces = load(folder)
@@ -240,7 +309,9 @@ def show(folder: Path) -> None:
         raise click.ClickException(str(exc)) from None
     except FileNotFoundError as exc:
         raise click.ClickException(f"{exc}; pass the --out folder of a rollkit eval or demo run") from None
-    except (TraceFileError, RunFolderError) as exc:  # each names the damaged file (and line)
+    except TraceFileError as exc:  # names the damaged file (and line)
+        raise click.ClickException(_bad_trace_file(exc, given_a_file=folder.is_file())) from None
+    except RunFolderError as exc:
         raise click.ClickException(str(exc)) from None
     except json.JSONDecodeError as exc:  # load_run names the file itself; this is the fallback
         raise click.ClickException(f"a file in {folder} is not valid JSON: {exc}") from None
@@ -278,12 +349,15 @@ def compare_command(folder_a: Path, folder_b: Path, by: str, signals: tuple[str,
     from ..core.store import TraceFileError
 
     for folder in (folder_a, folder_b):
+        _refuse_run_folder_file(folder, "compare")
         if not folder.is_dir():
             raise click.ClickException(f"no run folder at {folder}; pass the --out folders of two rollkit eval runs")
     try:
         result = compare(folder_a, folder_b, by=by, signals=signals or None, resamples=resamples, seed=seed,
                          labels=(str(folder_a), str(folder_b)))
-    except (CompareError, TraceFileError, RunFolderError) as exc:
+    except TraceFileError as exc:
+        raise click.ClickException(_bad_trace_file(exc, given_a_file=False)) from None
+    except (CompareError, RunFolderError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(result.table())
 
@@ -311,6 +385,36 @@ def sql_command(args: tuple[str, ...], as_csv: bool) -> None:
             raise
         raise click.ClickException(f"the query failed: {exc}") from None
     click.echo(frame.to_csv(index=False) if as_csv else frame.to_string(index=False))
+
+
+# Files of a run folder that are not trace files, and what each is.
+_RUN_FOLDER_FILES = {"live.jsonl": "the live file (rollouts in flight)", "manifest.json": "the manifest",
+                     "groups.jsonl": "the group signals"}
+
+
+def _refuse_run_folder_file(path: Path, command: str) -> None:
+    """A file of a run folder given where the folder is wanted: say to pass the folder."""
+    from .runfolder import MANIFEST, TRACES
+
+    what = _RUN_FOLDER_FILES.get(path.name)
+    folder = path.parent
+    if what is None or not path.is_file() or not ((folder / MANIFEST).exists() or (folder / TRACES).exists()):
+        return
+    usage = f"rollkit {command} {folder}" if command != "compare" else f"{folder} (rollkit compare takes two run folders)"
+    raise click.ClickException(f"{path} is {what} of the run folder {folder}, not a trace file; "
+                               f"pass the folder instead: {usage}")
+
+
+def _bad_trace_file(exc: Any, *, given_a_file: bool) -> str:
+    """A TraceFileError in command-line terms: what is wrong (without the
+    advice for Python callers), then what to do at the prompt."""
+    from ..core.store import formats
+
+    if given_a_file and (exc.line or 1) == 1:
+        return (f"{exc.reason}; pass a run folder (the --out of rollkit eval) or a trace file in one of the "
+                f"formats rk.load reads ({', '.join(formats())})")
+    where = f"line {exc.line} of {exc.path}" if exc.line else str(exc.path)
+    return f"{exc.reason}; the file is damaged there: fix or delete {where} and run the command again"
 
 
 # The page `rollkit view` serves: one code cell calling the notebook layer's
@@ -354,6 +458,7 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
     if importlib.util.find_spec("voila") is None:
         raise click.ClickException("rollkit view serves its page with Voila, which is not installed: pip install 'rollkit[view]'")
     for folder in folders:
+        _refuse_run_folder_file(folder, "view")
         if folder.is_file():
             _check_trace_file(folder)
             continue
@@ -384,8 +489,9 @@ def _check_trace_file(path: Path) -> None:
             traces = load(path)
     except ModuleNotFoundError as exc:  # a format whose reader is an optional extra
         raise click.ClickException(str(exc)) from None
-    except ValueError as exc:  # TraceFileError, or bytes no reader could decode
-        raise click.ClickException(f"{path} is neither a run folder nor a trace file rollkit reads ({exc}): {what}") from None
+    except ValueError as exc:  # TraceFileError (its reason, without the advice for Python), or undecodable bytes
+        reason = getattr(exc, "reason", exc)
+        raise click.ClickException(f"{path} is neither a run folder nor a trace file rollkit reads ({reason}): {what}") from None
     if not traces:
         raise click.ClickException(f"{path} holds no traces: {what}")
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...core.store import TraceFileError
+from ...core.store import SKIP_HINT, TraceFileError
 from ...core.trace import Trace
 from ._build import Where
 
@@ -47,6 +47,6 @@ def each_line(path: Path, errors: str, kind: str, convert: Callable[[Any, Where,
                 if errors == "skip":
                     warnings.warn(f"{exc}; skipped", stacklevel=4)
                     continue
-                raise TraceFileError(f"{exc}; load with errors='skip' to read the good lines", path=exc.path,
-                                     line=exc.line, field=exc.field) from None
+                raise TraceFileError(exc.reason, path=exc.path, line=exc.line, field=exc.field,
+                                     hint=SKIP_HINT) from None
     return traces

@@ -1,0 +1,165 @@
+"""What the `rollkit` command says when it is given something wrong.
+
+Each message names one option (or argument), fits on one `Error:` line,
+offers the likely meant name when there is one (difflib over the known
+names), lists only public names, and gives advice in command-line terms
+(not `rk.load(errors='skip')`, which only a Python caller can use). Run in
+process with click's runner (the subprocess path is tests/test_cli.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import rollkit as rk
+from rollkit.runs.cli import cli
+
+_FORMATS = "rollkit, inspect, trajectory, tau2, verifiers, messages"
+
+
+def _error(*args: str) -> tuple[int, str]:
+    """The exit status and the one `Error:` line the command printed."""
+    done = CliRunner().invoke(cli, list(args))
+    lines = [line for line in done.stderr.splitlines() if line.startswith("Error")]
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.exit_code, lines[0]
+
+
+def test_a_typod_model_names_only_model_and_offers_the_close_name() -> None:
+    code, line = _error("eval", "rollkit.examples:arithmetic_tasks", "-m", "toy-carefull", "--no-progress")
+    assert code == 2
+    assert line == "Error: Invalid value for --model: unknown model 'toy-carefull'; did you mean 'toy-careful'?"
+
+
+def test_a_typod_provider_prefix_keeps_the_model_after_it() -> None:
+    _, line = _error("eval", "rollkit.examples:arithmetic_tasks", "-m", "opneai/gpt-4o")
+    assert line == "Error: Invalid value for --model: unknown model 'opneai/gpt-4o'; did you mean 'openai/gpt-4o'?"
+
+
+def test_a_model_like_no_other_lists_the_known_names_on_one_line() -> None:
+    _, line = _error("eval", "rollkit.examples:arithmetic_tasks", "-m", "qqqq")
+    assert line == ("Error: Invalid value for --model: unknown model 'qqqq'; use one of: echo, openai/NAME, "
+                    "toy-calculator, toy-careful, toy-shell, toy-support")
+
+
+def test_the_python_error_for_a_typod_model_also_offers_the_close_name() -> None:
+    with pytest.raises(ValueError, match=r"^unknown model name 'toy-carefull' \(did you mean 'toy-careful'\?\): use "):
+        rk.Agent(model="toy-carefull")
+
+
+def test_a_bad_turn_limit_names_that_option_only() -> None:
+    code, line = _error("eval", "rollkit.examples:arithmetic_tasks", "-m", "echo", "--max-turns", "-3")
+    assert code == 2
+    assert line == "Error: Invalid value for --max-turns: -3 is not a turn limit: give a whole number >= 0"
+
+
+def test_eval_help_lists_every_known_model_including_toy_careful() -> None:
+    done = CliRunner().invoke(cli, ["eval", "--help"], terminal_width=200)
+    assert done.exit_code == 0
+    assert ("Model name: echo, openai/NAME, toy-calculator, toy-careful, toy-shell, toy-support. "
+            "openai/NAME reads OPENAI_BASE_URL and OPENAI_API_KEY.") in done.stdout
+    assert "rollkit eval rollkit.examples:arithmetic_tasks -m toy-careful" in done.stdout
+
+
+def test_a_missing_attribute_lists_the_modules_exports_and_the_close_one() -> None:
+    _, line = _error("eval", "rollkit.examples:arith_tasks", "-m", "echo")
+    assert line.startswith(
+        "Error: module 'rollkit.examples' has no attribute 'arith_tasks' (for task set 'rollkit.examples:arith_tasks'); "
+        "did you mean rollkit.examples:arithmetic_tasks? It has: AnswerFile, AnswerFileData, Arithmetic, ")
+    names = line.split("It has: ")[1].split(", ")
+    for internal in ("Any", "annotations", "plug", "register_model", "arithmetic", "support"):
+        assert internal not in names
+
+
+def test_a_module_without_all_offers_what_it_defined_not_what_it_imported() -> None:
+    _, line = _error("eval", "evaluate_helpers:TASK", "-m", "echo")  # tests/ is on sys.path
+    assert "did you mean evaluate_helpers:TASKS? It has: " in line
+    shown, more = line.split("It has: ")[1].rsplit(" and ", 1)
+    names = shown.split(", ")
+    assert len(names) == 20 and more.endswith(" more")  # the first 20, alphabetically
+    assert "GATED" in names and "NOT_TASKS" in names and "BadHook" in names
+    import evaluate_helpers
+    from rollkit.runs.cli import _public_names
+
+    every = _public_names(evaluate_helpers)
+    assert names == every[:20] and "said_tasks" in every and "make_tasks" in every
+    for imported in ("annotations", "asyncio", "Path", "rk", "subprocess"):
+        assert imported not in every
+
+
+def test_no_close_attribute_means_no_guess() -> None:
+    _, line = _error("eval", "rollkit.examples:zzzz", "-m", "echo")
+    assert "did you mean" not in line and "; it has: AnswerFile, " in line
+
+
+@pytest.mark.parametrize(("spec", "said"), [
+    ("rollkit.examples:demo_agent", "rollkit.examples:demo_agent is an Agent, not a list of rk.Task"),
+    ("evaluate_helpers:NOT_TASKS", "evaluate_helpers:NOT_TASKS[0] is an int, not an rk.Task"),
+])
+def test_what_a_task_set_is_instead_reads_right(spec: str, said: str) -> None:
+    _, line = _error("eval", spec, "-m", "echo")
+    assert line == f"Error: {said}" or line.startswith(f"Error: {said} ")
+
+
+def test_a_user_that_is_not_one_reads_right() -> None:
+    _, line = _error("eval", "rollkit.examples:arithmetic_tasks", "-m", "echo", "--user", "evaluate_helpers:HERE")
+    assert line == ("Error: evaluate_helpers:HERE is a PosixPath, not an rk.User or a function of the task "
+                    "that makes one")
+
+
+@pytest.fixture
+def run_folder(tmp_path: Path) -> Path:
+    from evaluate_helpers import said_agent, said_tasks
+
+    out = tmp_path / "run"
+    rk.evaluate(said_agent(), said_tasks(2), out=out, progress=False)
+    assert (out / "live.jsonl").exists()
+    return out
+
+
+@pytest.mark.parametrize("command", ["show", "view"])
+def test_a_run_folders_live_file_says_pass_the_folder(run_folder: Path, command: str) -> None:
+    code, line = _error(command, str(run_folder / "live.jsonl"))
+    assert code == 1
+    assert line == (f"Error: {run_folder / 'live.jsonl'} is the live file (rollouts in flight) of the run folder "
+                    f"{run_folder}, not a trace file; pass the folder instead: rollkit {command} {run_folder}")
+
+
+def test_compare_given_a_manifest_says_pass_the_folder(run_folder: Path) -> None:
+    _, line = _error("compare", str(run_folder / "manifest.json"), str(run_folder))
+    assert line == (f"Error: {run_folder / 'manifest.json'} is the manifest of the run folder {run_folder}, not a "
+                    f"trace file; pass the folder instead: {run_folder} (rollkit compare takes two run folders)")
+
+
+def test_a_file_that_is_no_trace_file_gets_command_line_advice(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    _, line = _error("show", str(notes))
+    assert line == (f"Error: {notes}: line 1 is not a rollkit trace (Invalid JSON: expected value at line 1 column 1); "
+                    f"pass a run folder (the --out of rollkit eval) or a trace file in one of the formats rk.load "
+                    f"reads ({_FORMATS})")
+    assert "errors=" not in line
+
+
+def test_a_damaged_line_later_in_a_trace_file_says_fix_or_delete_it(run_folder: Path) -> None:
+    traces = run_folder / "traces.jsonl"
+    with traces.open("a") as f:
+        f.write("garbage\n")
+    for given in (run_folder, traces):
+        _, line = _error("show", str(given))
+        assert line == (f"Error: {traces}: line 3 is not a rollkit trace (Invalid JSON: expected value at line 1 "
+                        f"column 1); the file is damaged there: fix or delete line 3 of {traces} and run the command again")
+
+
+def test_python_callers_still_get_the_python_advice(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"not": "a trace"}) + "\n")
+    with pytest.raises(rk.TraceFileError) as caught:
+        rk.load(path)
+    assert str(caught.value).endswith("; load with errors='skip' to read the good lines")
+    assert caught.value.reason == str(caught.value).removesuffix("; load with errors='skip' to read the good lines")
