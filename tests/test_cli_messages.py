@@ -44,7 +44,7 @@ def test_a_typod_provider_prefix_keeps_the_model_after_it() -> None:
 def test_a_model_like_no_other_lists_the_known_names_on_one_line() -> None:
     _, line = _error("eval", "rollkit.examples:arithmetic_tasks", "-m", "qqqq")
     assert line == ("Error: Invalid value for --model: unknown model 'qqqq'; use one of: echo, openai/NAME, "
-                    "toy-calculator, toy-careful, toy-shell, toy-support")
+                    "toy-calculator, toy-careful, toy-slippery, toy-shell, toy-support")
 
 
 def test_the_python_error_for_a_typod_model_also_offers_the_close_name() -> None:
@@ -61,7 +61,7 @@ def test_a_bad_turn_limit_names_that_option_only() -> None:
 def test_eval_help_lists_every_known_model_including_toy_careful() -> None:
     done = CliRunner().invoke(cli, ["eval", "--help"], terminal_width=200)
     assert done.exit_code == 0
-    assert ("Model name: echo, openai/NAME, toy-calculator, toy-careful, toy-shell, toy-support. "
+    assert ("Model name: echo, openai/NAME, toy-calculator, toy-careful, toy-slippery, toy-shell, toy-support. "
             "openai/NAME reads OPENAI_BASE_URL and OPENAI_API_KEY.") in done.stdout
     assert "rollkit eval rollkit.examples:arithmetic_tasks -m toy-careful" in done.stdout
 
