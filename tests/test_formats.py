@@ -288,7 +288,7 @@ def test_mini_swe_agent_trajectory_loads_with_its_exit_status(mini_traj):
     assert [m.role for m in trace.messages] == ["system", "user", "assistant", "tool", "assistant"]
     assert trace.messages[2].tool_calls[0].args() == {"command": "echo $((6*7))"}
     assert "42" in trace.messages[3].content
-    assert trace.num_turns == 2 and trace.stop == "Submitted" and trace.info["submission"] == "42\n"
+    assert trace.num_turns == 2 and trace.stop is None and trace.outcome.kind == "ok" and trace.info["submission"] == "42\n"
     assert trace.task.key == "sum-6x7" and "What is 6 times 7?" in trace.task.data["prompt"]
     assert trace.info["missing"] == ["usage"]
     signals = frames.signals([trace])
