@@ -431,9 +431,9 @@ async def test_load_recognises_each_format_by_content(tmp_path, verifiers_run, t
                       (mini_traj, "trajectory")):
         assert {t.info["format"] for t in rk.load(path)} == {fmt}, path
     assert "format" not in rk.load(rollkit_file)[0].info
-    with pytest.raises(ValueError, match=r"format='nope' is not a format rollkit reads; the formats are rollkit, inspect"):
+    with pytest.raises(ValueError, match=r"format='nope' is not a format rollkit reads; the formats are rollkit, inspect, atif"):
         rk.load(transcripts, format="nope")
-    with pytest.raises(ValueError, match=r"format='tau2' is not a format rollkit writes; the formats are rollkit, inspect, messages"):
+    with pytest.raises(ValueError, match=r"format='tau2' is not a format rollkit writes; the formats are rollkit, inspect, atif, messages"):
         rk.save(rk.load(transcripts), tmp_path / "x.json", format="tau2")
     # Forcing a format the file is not in fails on the file's own records.
     with pytest.raises(rk.TraceFileError, match=rf"^{transcripts}: line 1: field prompt is missing"):

@@ -175,10 +175,12 @@ def message(raw: Any, where: Where, field_path: str, unanswered: list[str] | Non
     return None
 
 
-def messages(raw: Any, where: Where, field_path: str, tool_errors: list[str] | None = None) -> list[Message]:
+def messages(raw: Any, where: Where, field_path: str, tool_errors: list[dict[str, Any]] | None = None) -> list[Message]:
     """The messages of a list of OpenAI-shaped dicts. A tool result the
     source flags as failed (`"error": true` or an error object: tau2,
-    inspect) adds its call id to `tool_errors` when given."""
+    inspect's ToolCallError) adds `{"tool_call_id", "error"}` to
+    `tool_errors` when given (`error` is the source's error object, or
+    True)."""
     if not isinstance(raw, list):
         raise where.error(field_path, f"should be a list of messages, got {type(raw).__name__}")
     out = []
@@ -188,7 +190,7 @@ def messages(raw: Any, where: Where, field_path: str, tool_errors: list[str] | N
         if converted is not None:
             out.append(converted)
             if tool_errors is not None and isinstance(converted, ToolMessage) and item.get("error"):
-                tool_errors.append(converted.tool_call_id)
+                tool_errors.append({"tool_call_id": converted.tool_call_id, "error": item["error"]})
     return out
 
 

@@ -85,7 +85,7 @@ def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any
             if converted is not None:
                 conversation.append(converted)
                 if item.get("role") == "tool" and item.get("error"):
-                    tool_errors.append(converted.tool_call_id)  # type: ignore[union-attr]
+                    tool_errors.append({"tool_call_id": converted.tool_call_id, "error": True})  # type: ignore[union-attr]
             if item.get("role") == "assistant":
                 usage = item.get("usage") if isinstance(item.get("usage"), dict) else None
                 calls.append(Call(

@@ -71,7 +71,7 @@ def sniff_v1(path: Path) -> bool:
             and all(isinstance(t, dict) and "nodes" in t and "version" in t for t in traces))
 
 
-def _conversation(record: dict[str, Any], where: Where, tool_errors: list[str]) -> list[Any]:
+def _conversation(record: dict[str, Any], where: Where, tool_errors: list[dict[str, Any]]) -> list[Any]:
     out: list[Any] = []
     raw_all: list[Any] = []
     for key in ("prompt", "completion"):
@@ -186,7 +186,7 @@ def read(path: Path, errors: str) -> list[Trace]:
             raise where.error("prompt", "is missing: a verifiers result holds the rollout's prompt there")
         example = str(record.get("example_id", record.get("id", index)))
         repeat = repeats[example] = repeats.get(example, -1) + 1
-        tool_errors: list[str] = []
+        tool_errors: list[dict[str, Any]] = []
         conversation = _conversation(record, where, tool_errors)
         replies = sum(isinstance(m, AssistantMessage) for m in conversation)
         total = _usage_total(record, where)
@@ -269,7 +269,7 @@ def _v1_trace(episode: dict[str, Any], raw: Any, where: Where, index: int) -> Tr
     if not isinstance(nodes, list):
         raise where.error(f"traces.{index}.nodes", "is missing: a v1 trace holds its messages there")
     path = _v1_path(nodes, where)
-    tool_errors: list[str] = []
+    tool_errors: list[dict[str, Any]] = []
     conversation = to_messages([n["message"] for n in path], where, f"traces.{index}.nodes", tool_errors)
     by_node = {c.get("node"): c for c in raw.get("calls") or [] if isinstance(c, dict)}
     calls = []
