@@ -246,7 +246,20 @@ def read(path: Path, errors: str) -> list[Trace]:
     return [_trace(log, sample, path) for sample in (log.samples or [])]
 
 
-def _chat(messages: list[Any]) -> list[Any]:
+def _tool_error(error: Any) -> Any:
+    """A tool error as recorded in `trace.info["tool_errors"]` as inspect's ToolCallError."""
+    from inspect_ai.tool import ToolCallError
+
+    if isinstance(error, dict):
+        kind = error.get("type")
+        return ToolCallError(type=kind if kind in ("parsing", "timeout", "unicode_decode", "permission",
+                                                   "file_not_found", "is_a_directory", "limit", "approval",
+                                                   "unknown", "output_limit") else "unknown",
+                             message=str(error.get("message", "")))
+    return ToolCallError(type="unknown", message="the tool failed") if error else None
+
+
+def _chat(messages: list[Any], failed: dict[str, Any] | None = None) -> list[Any]:
     from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageTool, ChatMessageUser
     from inspect_ai.tool import ToolCall
 
@@ -259,10 +272,15 @@ def _chat(messages: list[Any]) -> list[Any]:
                 ToolCall(id=c.id, function=c.name, arguments=c.args()) for c in message.tool_calls] or None))
         elif isinstance(message, ToolMessage):
             out.append(ChatMessageTool(content=message.content, tool_call_id=message.tool_call_id,
-                                       function=message.name))
+                                       function=message.name,
+                                       error=_tool_error((failed or {}).get(message.tool_call_id))))
         else:
             out.append(ChatMessageUser(content=message.content))
     return out
+
+
+def _failed_tools(trace: Trace) -> dict[str, Any]:
+    return {e.get("tool_call_id"): e.get("error") for e in trace.info.get("tool_errors") or [] if isinstance(e, dict)}
 
 
 def _inspect_usage(usage: Usage) -> Any:
@@ -306,10 +324,9 @@ def _events(trace: Trace, model: str) -> list[Any]:
     tool event per tool call it made (with its result and error)."""
     from inspect_ai.event import ModelEvent, ToolEvent
     from inspect_ai.model import GenerateConfig, ModelOutput
-    from inspect_ai.tool import ToolCallError
 
     results = {m.tool_call_id: m for m in trace.messages if isinstance(m, ToolMessage)}
-    failed = {e.get("tool_call_id"): e.get("error") for e in trace.info.get("tool_errors") or [] if isinstance(e, dict)}
+    failed = _failed_tools(trace)
     events: list[Any] = []
     committed = [c for c in trace.model_calls if c.committed]
     for position, call in zip(trace.sampled, committed):
@@ -330,9 +347,7 @@ def _events(trace: Trace, model: str) -> list[Any]:
             events.append(ToolEvent(
                 id=tool_call.id, function=tool_call.name, arguments=tool_call.args(),
                 result=result.content if result is not None else "", timestamp=_moment(call.end),
-                error=ToolCallError(type=error.get("type", "unknown"), message=str(error.get("message", "")))
-                if isinstance(error, dict) else ToolCallError(type="unknown", message="the tool failed")
-                if error else None))
+                error=_tool_error(error)))
     return events
 
 
@@ -366,7 +381,7 @@ def _sample(trace: Trace, epoch: int) -> Any:
     return EvalSample(
         id=trace.info.get("sample_id") or trace.task.key, epoch=epoch, input=first_user,
         target=str(trace.task.data.get("target") or trace.task.data.get("answer") or ""),
-        messages=_chat(trace.messages), output=output, scores=_scores_of(trace) or None,
+        messages=_chat(trace.messages, _failed_tools(trace)), output=output, scores=_scores_of(trace) or None,
         model_usage={model: total} if total is not None else {}, events=_events(trace, model),
         metadata={"rollkit_trace_id": trace.id, "rollkit_task_type": trace.task.type, "stop": trace.stop,
                   "rollkit_metrics": {k: v for k, v in trace.metrics.items() if k not in (trace.info.get("scorers") or [])}},
@@ -415,16 +430,17 @@ def write(traces: list[Trace], path: Path) -> Path:
     for sample in samples:  # inspect's stats: each model's usage summed over the samples
         for model, used in sample.model_usage.items():
             usage[model] = used if model not in usage else usage[model] + used
-    starts = [s.started_at for s in samples if s.started_at]
-    ends = [s.completed_at for s in samples if s.completed_at]
+    # EvalSample keeps its times as ISO text; as text of one zone they sort by time.
+    starts = [str(s.started_at) for s in samples if s.started_at]
+    ends = [str(s.completed_at) for s in samples if s.completed_at]
     log = EvalLog(
         status="success",
         eval=EvalSpec(created=now, task="+".join(tasks), dataset=EvalDataset(name="rollkit", samples=len(epochs),
                                                                               sample_ids=list(epochs)),
                       model=models[0], config=EvalConfig(epochs=max(epochs.values(), default=1))),
         results=_results(samples),
-        stats=EvalStats(started_at=min(starts).isoformat() if starts else now,
-                        completed_at=max(ends).isoformat() if ends else now, model_usage=usage),
+        stats=EvalStats(started_at=min(starts) if starts else now, completed_at=max(ends) if ends else now,
+                        model_usage=usage),
         samples=samples,
     )
     _off_loop(log_api.write_eval_log, log, str(path), "json" if path.suffix == ".json" else "eval")
