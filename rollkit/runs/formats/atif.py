@@ -217,7 +217,7 @@ def _metrics(usage: Usage) -> dict[str, Any]:
 
 
 def _document(trace: Trace) -> dict[str, Any]:
-    from ... import __version__
+    from ...core import __version__
 
     committed = [c for c in trace.model_calls if c.committed]
     call_of = dict(zip(trace.sampled, committed))
