@@ -209,3 +209,34 @@ async def test_the_trace_html_shows_every_reply_the_transcript_does_not_hold_esc
     # A program that only appends has nothing outside its transcript.
     plain = await rk.Agent(model=rk.ScriptedModel(model)).run(Adding(prompt="Add 2 and 3."))
     assert "rk-other-replies" not in rk.notebook.display.trace_html(plain)
+
+
+async def test_a_fork_keeps_each_reply_as_the_message_of_its_conversation():
+    task = Adding(prompt="Add 2, 3 and 4.")
+    trace = await rk.Agent(model=_adding_model()).run(task)
+    rollout = await rk.fork(trace, 2, agent=rk.Agent(model=_adding_model()), task=task)
+    prefix = rollout.trace
+    assert [c.reply.tool_calls[0].arguments for c in prefix.model_calls] == ['{"a": 2, "b": 3}', '{"a": 5, "b": 4}']
+    assert all(prefix.messages[i] is c.reply for i, c in zip(prefix.sampled, prefix.model_calls))
+    assert all(c.reply is not o.reply for c, o in zip(prefix.model_calls, trace.model_calls))  # copies, not shared
+    line = prefix.model_dump_json()
+    assert all("reply" not in call for call in json.loads(line)["model_calls"])
+    await rollout.close()
+
+
+async def test_the_calls_frame_has_a_row_per_call_answered_or_not():
+    answered = await rk.Agent(model=_adding_model()).run(Adding(prompt="Add 2, 3 and 4."))
+    failed = await rk.Agent(model=rk.ScriptedModel([], name="broken")).run(Adding(prompt="Add."))
+    frame = rk.frames.calls([answered, failed])
+    assert list(frame.columns) == list(rk.frames.CALL_COLUMNS)
+    assert list(frame["call"]) == [0, 1, 2, 0] and list(frame["committed"]) == [True, True, True, False]
+    missing = rk.frames.pd.isna
+    assert list(frame["tool_calls"][:3]) == ["add", "add", ""] and missing(frame["tool_calls"][3])
+    assert [missing(v) for v in frame["reply"]] == [True, True, False, True] and frame["reply"][2] == "The sum is 9."
+    assert list(frame["finish_reason"][:3]) == ["tool_calls", "tool_calls", "stop"]
+    assert list(frame["input_tokens"][:3]) == [6, 15, 24] and frame["input_tokens"][3] is rk.frames.pd.NA
+    assert frame["cache_read_tokens"].isna().all() and str(frame["input_tokens"].dtype) == "Int64"
+    assert list(frame["request_messages"][:3]) == [1, 3, 5]
+    assert frame["error_type"][3] == "ProviderError" and "has no reply #1" in frame["error_message"][3]
+    assert (frame["latency"] >= 0).all() and frame["timing_issue"].isna().all()
+    assert rk.frames.calls([]).shape == (0, len(rk.frames.CALL_COLUMNS))

@@ -124,10 +124,15 @@ def prefix_of(trace: Trace, turn: int) -> Prefix:
     # @stop, a user's stop) is part of where it stood; limits and trace
     # @stops need no carrying, they are checked again before the next call.
     stopped = trace.stop_condition if turn == trace.num_turns and trace.stop_condition not in _RECHECKED else None
+    messages = [m.model_copy(deep=True) for m in trace.messages[:end]]
+    copies = {id(m): copy for m, copy in zip(trace.messages, messages)}
+    for original, copied in zip(trace.model_calls, calls):
+        if original.reply is not None and id(original.reply) in copies:
+            copied.reply = copies[id(original.reply)]  # one object, as in the source: written once
     return Prefix(
         source=trace.id,
         turn=turn,
-        messages=[m.model_copy(deep=True) for m in trace.messages[:end]],
+        messages=messages,
         sampled=list(trace.sampled[:turn]),
         model_calls=calls,
         request_rewrites=upto(trace.request_rewrites),

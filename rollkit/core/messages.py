@@ -34,6 +34,13 @@ class _Data(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _absent(value: Any) -> bool:
+    """Fields added to the trace format later are not written when they
+    hold nothing (None, or an empty list): files stay as small, and loading
+    gives the default back."""
+    return value is None or value == []
+
+
 class ToolCall(_Data):
     """A tool call the model asked for. `arguments` is JSON text, as on the
     wire; a dict given here is serialized, and `args()` parses it back."""
@@ -75,7 +82,7 @@ class AssistantMessage(_Data):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
-    reasoning: str | None = None
+    reasoning: str | None = Field(default=None, exclude_if=_absent)
 
 
 class ToolMessage(_Data):
@@ -104,8 +111,8 @@ class Usage(_Data):
 
     input_tokens: int | None = None
     output_tokens: int | None = None
-    cache_read_tokens: int | None = None
-    cache_write_tokens: int | None = None
+    cache_read_tokens: int | None = Field(default=None, exclude_if=_absent)
+    cache_write_tokens: int | None = Field(default=None, exclude_if=_absent)
 
     @property
     def reported(self) -> bool:

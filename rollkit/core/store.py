@@ -228,9 +228,11 @@ class _Shared:
     system prompts, and pydantic's set of which fields were given, which is
     all of them in every record rollkit wrote (half the memory of a loaded
     trace). Shared records are equal by value; what a trace ran (its calls,
-    its replies) is never merged. A set of given fields is shared only when
-    it holds every field: adding a name to it, all pydantic ever does, then
-    changes nothing."""
+    its replies) is never merged. Every record's set of given fields becomes
+    the set of all its fields: a field a line leaves out (a later field that
+    held nothing, see `rollkit.core.messages._absent`) then counts as given
+    its default, which changes nothing rollkit reads; and adding a name to
+    the shared set, all pydantic ever does, changes nothing either."""
 
     def __init__(self) -> None:
         self.tasks: dict[tuple[Any, ...], Any] = {}
@@ -264,7 +266,7 @@ class _Shared:
             full = known.get(type(record))
             if full is None:
                 full = known[type(record)] = set(type(record).model_fields)
-            if fields is not full and len(fields) == len(full):
+            if fields is not full:
                 object.__setattr__(record, "__pydantic_fields_set__", full)
         texts = self.texts
         for message in values["messages"]:

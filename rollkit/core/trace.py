@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from .errors import format_traceback
 from .plugins import plugged
-from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, text_of
+from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, _absent, text_of
 from .outcome import Outcome
 
 __all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES",
@@ -137,10 +137,10 @@ class ModelCall(_Record):
     dialect: str | None = None
     reply: AssistantMessage | None = None
     request_messages: int | None = None
-    request: list[int] | None = None
+    request: list[int] | None = Field(default=None, exclude_if=_absent)
     # Why `start`/`end` are not the call's own times, when an importer had
     # to mend them (see `mended_times`); None when they are.
-    timing_issue: str | None = None
+    timing_issue: str | None = Field(default=None, exclude_if=_absent)
 
     @property
     def latency(self) -> float:
@@ -244,7 +244,7 @@ class Trace(_Record):
     user_turns: list[UserTurn] = Field(default_factory=list)
     # Messages the model was sent that a rewrite of the history has since
     # replaced in `messages`; model calls' requests refer to them (ModelCall).
-    replaced_messages: list[Message] = Field(default_factory=list)
+    replaced_messages: list[Message] = Field(default_factory=list, exclude_if=_absent)
     # The trace format the line was written in (SCHEMA_VERSION). A file of
     # a newer rollkit loads here with one warning naming the fields this
     # one does not know (rollkit.core.store); the trace then follows this
