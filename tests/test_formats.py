@@ -479,3 +479,40 @@ def test_view_shows_another_tools_trace_file_and_compares_two(verifiers_run, tmp
     twice = view([verifiers_run, verifiers_run])
     twice.children[-2].click()
     assert "paired sign-flip permutation test" in twice.children[-1].value
+
+
+# ---- issue 21: tau2's folder layout and endings, SWE-agent's history anywhere ----
+
+def test_tau2_folder_layout_infrastructure_error_and_tool_error_flag(tmp_path):
+    # tau2's newer layout (tau2/data_model/simulation.py, Results.save "dir"):
+    # results.json without the simulations, one file per simulation beside it.
+    document = _tau2_document()
+    (sim,) = document.pop("simulations")
+    tool = next(m for m in sim["messages"] if m["role"] == "tool" and m.get("requestor") != "user")
+    tool["error"] = True
+    broken = {**sim, "id": "sim-2", "termination_reason": "infrastructure_error", "reward_info": None}
+    folder = tmp_path / "run"
+    (folder / "simulations").mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({**document, "format_version": 2}))
+    for s in (sim, broken):
+        (folder / "simulations" / f"{s['id']}.json").write_text(json.dumps(s))
+    ok, failed = rk.load(folder)  # the folder, or its results.json
+    assert [t.info["simulation_id"] for t in rk.load(folder / "results.json")] == [ok.info["simulation_id"], "sim-2"]
+    assert ok.outcome.kind == "stopped" and ok.info["tool_errors"] == [{"tool_call_id": tool["id"], "error": True}]
+    assert failed.outcome.label == "failed: ProviderError" and failed.outcome.boundary == "provider"
+    assert failed.scored_reward is None and "infrastructure_error" in failed.errors[0].message
+
+
+def test_swe_agent_history_past_the_first_64_kib_is_found_by_parsing(tmp_path):
+    source = Path(__file__).parent / "fixtures/swe-agent/6e44b9__sweagenttestrepo-1c2844.traj"
+    document = json.loads(source.read_text())
+    # SWE-agent writes `trajectory` (every step's observation) before `history`:
+    # a long run puts history far past the first 64 KiB, on one line or pretty-printed.
+    document["trajectory"] = document["trajectory"] * 40
+    for name, text in (("one-line.traj", json.dumps(document)), ("pretty.traj", json.dumps(document, indent=2))):
+        path = tmp_path / name
+        path.write_text(text)
+        assert text.index('"history"') > 64 * 1024
+        (trace,) = rk.load(path)
+        assert trace.info["format"] == "trajectory" and len(trace.messages) == len(document["history"])
+        assert trace.outcome.kind == "ok"  # exit status "submitted": the agent's own clean finish
