@@ -34,14 +34,27 @@ def document(path: Path) -> Any:
     global _kept
     key = _key(path)
     if _kept is not None and _kept[0] == key:
+        if isinstance(_kept[1], _NotOne):  # every sniffer asks; the file is read and refused once
+            raise ValueError(_kept[1].why)
         return _kept[1]
     with open(path, "rb") as f:
         data = f.read()
-    if not data.lstrip()[:1] == b"{":
-        raise ValueError("not a JSON object")
-    parsed = json.loads(data.decode("utf-8"))
+    try:
+        if not data.lstrip()[:1] == b"{":
+            raise ValueError("not a JSON object")
+        parsed = json.loads(data.decode("utf-8"))
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        _kept = (key, _NotOne(str(exc)))
+        raise
     _kept = (key, parsed)
     return parsed
+
+
+class _NotOne:
+    """A file `document` found is not one JSON document, and why."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
 
 
 def take_document(path: Path) -> Any | None:
@@ -52,7 +65,7 @@ def take_document(path: Path) -> Any | None:
         return None
     parsed = _kept[1]
     _kept = None
-    return parsed
+    return None if isinstance(parsed, _NotOne) else parsed
 
 
 def first_record(path: Path) -> Any:
