@@ -288,7 +288,7 @@ def test_mini_swe_agent_trajectory_loads_with_its_exit_status(mini_traj):
     assert [m.role for m in trace.messages] == ["system", "user", "assistant", "tool", "assistant"]
     assert trace.messages[2].tool_calls[0].args() == {"command": "echo $((6*7))"}
     assert "42" in trace.messages[3].content
-    assert trace.num_turns == 2 and trace.stop == "Submitted" and trace.info["submission"] == "42\n"
+    assert trace.num_turns == 2 and trace.stop is None and trace.outcome.kind == "ok" and trace.info["submission"] == "42\n"
     assert trace.task.key == "sum-6x7" and "What is 6 times 7?" in trace.task.data["prompt"]
     assert trace.info["missing"] == ["usage"]
     signals = frames.signals([trace])
@@ -431,9 +431,9 @@ async def test_load_recognises_each_format_by_content(tmp_path, verifiers_run, t
                       (mini_traj, "trajectory")):
         assert {t.info["format"] for t in rk.load(path)} == {fmt}, path
     assert "format" not in rk.load(rollkit_file)[0].info
-    with pytest.raises(ValueError, match=r"format='nope' is not a format rollkit reads; the formats are rollkit, inspect"):
+    with pytest.raises(ValueError, match=r"format='nope' is not a format rollkit reads; the formats are rollkit, inspect, atif"):
         rk.load(transcripts, format="nope")
-    with pytest.raises(ValueError, match=r"format='tau2' is not a format rollkit writes; the formats are rollkit, inspect, messages"):
+    with pytest.raises(ValueError, match=r"format='tau2' is not a format rollkit writes; the formats are rollkit, inspect, atif, messages"):
         rk.save(rk.load(transcripts), tmp_path / "x.json", format="tau2")
     # Forcing a format the file is not in fails on the file's own records.
     with pytest.raises(rk.TraceFileError, match=rf"^{transcripts}: line 1: field prompt is missing"):
@@ -479,3 +479,40 @@ def test_view_shows_another_tools_trace_file_and_compares_two(verifiers_run, tmp
     twice = view([verifiers_run, verifiers_run])
     twice.children[-2].click()
     assert "paired sign-flip permutation test" in twice.children[-1].value
+
+
+# ---- issue 21: tau2's folder layout and endings, SWE-agent's history anywhere ----
+
+def test_tau2_folder_layout_infrastructure_error_and_tool_error_flag(tmp_path):
+    # tau2's newer layout (tau2/data_model/simulation.py, Results.save "dir"):
+    # results.json without the simulations, one file per simulation beside it.
+    document = _tau2_document()
+    (sim,) = document.pop("simulations")
+    tool = next(m for m in sim["messages"] if m["role"] == "tool" and m.get("requestor") != "user")
+    tool["error"] = True
+    broken = {**sim, "id": "sim-2", "termination_reason": "infrastructure_error", "reward_info": None}
+    folder = tmp_path / "run"
+    (folder / "simulations").mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({**document, "format_version": 2}))
+    for s in (sim, broken):
+        (folder / "simulations" / f"{s['id']}.json").write_text(json.dumps(s))
+    ok, failed = rk.load(folder)  # the folder, or its results.json
+    assert [t.info["simulation_id"] for t in rk.load(folder / "results.json")] == [ok.info["simulation_id"], "sim-2"]
+    assert ok.outcome.kind == "stopped" and ok.info["tool_errors"] == [{"tool_call_id": tool["id"], "error": True}]
+    assert failed.outcome.label == "failed: ProviderError" and failed.outcome.boundary == "provider"
+    assert failed.scored_reward is None and "infrastructure_error" in failed.errors[0].message
+
+
+def test_swe_agent_history_past_the_first_64_kib_is_found_by_parsing(tmp_path):
+    source = Path(__file__).parent / "fixtures/swe-agent/6e44b9__sweagenttestrepo-1c2844.traj"
+    document = json.loads(source.read_text())
+    # SWE-agent writes `trajectory` (every step's observation) before `history`:
+    # a long run puts history far past the first 64 KiB, on one line or pretty-printed.
+    document["trajectory"] = document["trajectory"] * 40
+    for name, text in (("one-line.traj", json.dumps(document)), ("pretty.traj", json.dumps(document, indent=2))):
+        path = tmp_path / name
+        path.write_text(text)
+        assert text.index('"history"') > 64 * 1024
+        (trace,) = rk.load(path)
+        assert trace.info["format"] == "trajectory" and len(trace.messages) == len(document["history"])
+        assert trace.outcome.kind == "ok"  # exit status "submitted": the agent's own clean finish

@@ -70,7 +70,9 @@ class TraceFormat:
     """A trace format rollkit reads or writes.
 
     `sniff(head)` says whether a file whose first bytes are `head` is in this
-    format; `read(path, errors)` returns its traces (raising TraceFileError
+    format; `sniff_file(path)`, when given, says it from the file itself (a
+    format recognised by parsing, whose telling field may come after any
+    amount of data) and is used instead; `read(path, errors)` returns its traces (raising TraceFileError
     naming the file, the record and the field); `write(traces, path)` writes
     them and returns the file written. `needs` names the pip extra a reader
     or writer imports (shown when it is missing)."""
@@ -78,6 +80,7 @@ class TraceFormat:
     name: str
     about: str
     sniff: Callable[[bytes], bool] | None = None
+    sniff_file: Callable[[Path], bool] | None = None
     read: Callable[[Path, str], list[Trace]] | None = None
     write: Callable[[list[Trace], Path], Path] | None = None
     needs: str | None = None
@@ -102,6 +105,10 @@ def formats() -> dict[str, TraceFormat]:
 def _resolve(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     if path.is_dir():
+        # A folder of another tool's (tau2-bench's results.json beside its
+        # simulations/) when it holds no traces.jsonl.
+        if not (path / "traces.jsonl").exists() and (path / "results.json").is_file():
+            return path / "results.json"
         return path / "traces.jsonl"
     return path
 
@@ -174,9 +181,9 @@ def _sniff(path: Path) -> TraceFormat:
     with open(path, "rb") as f:
         head = f.read(_HEAD)
     for fmt in _FORMATS.values():
-        if fmt.sniff is not None and fmt.read is not None:
+        if (fmt.sniff is not None or fmt.sniff_file is not None) and fmt.read is not None:
             try:
-                if fmt.sniff(head):
+                if fmt.sniff_file(path) if fmt.sniff_file is not None else fmt.sniff(head):  # type: ignore[misc]
                     return fmt
             except Exception:  # a sniffer that trips over odd bytes just does not claim the file
                 continue

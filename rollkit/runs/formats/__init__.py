@@ -5,13 +5,14 @@ tool's record (and, where one exists, writing it):
 
     messages      OpenAI-format chat transcripts (read and write, "messages")
     inspect_log   inspect-ai eval logs, through inspect-ai's reader and writer ("inspect")
-    verifiers     verifiers' results.jsonl ("verifiers")
-    tau2          tau2-bench simulation results ("tau2")
+    verifiers     verifiers' results.jsonl ("verifiers") and v1 traces.jsonl ("verifiers-v1")
+    tau2          tau2-bench simulation results, one file or a folder ("tau2")
     trajectory    mini-swe-agent / SWE-agent trajectory files ("trajectory")
+    atif          Harbor's Agent Trajectory Interchange Format (read and write, "atif")
 
 Importing this package registers them in the core's format table
 (`rollkit.core.store.register_format`), so `rk.load(path)` recognises them
-by content and `rk.save(traces, path, format=...)` writes them. The modules
+by parsing their content (`_parse`, not by a key in the first bytes) and `rk.save(traces, path, format=...)` writes them. The modules
 import only the standard library and the core, never `rollkit.notebook` or
 `rollkit.examples`; inspect-ai is imported when an inspect log is read or
 written.
@@ -20,17 +21,22 @@ written.
 from __future__ import annotations
 
 from ...core.store import TraceFormat, register_format
-from . import inspect_log, messages, tau2, trajectory, verifiers
+from . import atif, inspect_log, messages, tau2, trajectory, verifiers
 
-__all__ = ["inspect_log", "messages", "tau2", "trajectory", "verifiers"]
+__all__ = ["atif", "inspect_log", "messages", "tau2", "trajectory", "verifiers"]
 
 # The order the sniffers run in, after rollkit's own: the most specific
 # first, plain transcripts (which most JSON with messages resembles) last.
 register_format(TraceFormat("inspect", "inspect-ai eval logs (.eval, .json)", sniff=inspect_log.sniff,
                             read=inspect_log.read, write=inspect_log.write, needs="rollkit[inspect]"))
-register_format(TraceFormat("trajectory", "mini-swe-agent / SWE-agent trajectories (.traj.json)",
-                            sniff=trajectory.sniff, read=trajectory.read))
-register_format(TraceFormat("tau2", "tau2-bench simulation results (.json)", sniff=tau2.sniff, read=tau2.read))
-register_format(TraceFormat("verifiers", "verifiers results.jsonl", sniff=verifiers.sniff, read=verifiers.read))
+register_format(TraceFormat("atif", "Harbor ATIF trajectories (.json, one a line in .jsonl)", sniff_file=atif.sniff,
+                            read=atif.read, write=atif.write))
+register_format(TraceFormat("trajectory", "mini-swe-agent / SWE-agent trajectories (.traj.json, .traj)",
+                            sniff_file=trajectory.sniff, read=trajectory.read))
+register_format(TraceFormat("tau2", "tau2-bench results (.json, or its folder with simulations/)",
+                            sniff_file=tau2.sniff, read=tau2.read))
+register_format(TraceFormat("verifiers", "verifiers results.jsonl", sniff_file=verifiers.sniff, read=verifiers.read))
+register_format(TraceFormat("verifiers-v1", "verifiers v1 traces.jsonl (one episode a line)",
+                            sniff_file=verifiers.sniff_v1, read=verifiers.read_v1))
 register_format(TraceFormat("messages", "OpenAI-format chat transcripts (.json, .jsonl)", sniff=messages.sniff,
                             read=messages.read, write=messages.write))

@@ -57,7 +57,13 @@ class Call:
 
 def read_json(path: Path, where: Where) -> Any:
     """The JSON document at `path`, or a TraceFileError saying why not
-    (not UTF-8, cut short, not JSON)."""
+    (not UTF-8, cut short, not JSON). A document its sniffer already parsed
+    is not parsed again."""
+    from ._parse import take_document
+
+    kept = take_document(path)
+    if kept is not None:
+        return kept
     data = path.read_bytes()
     try:
         text = data.decode("utf-8")
@@ -124,9 +130,15 @@ def _tool_call(raw: Any, where: Where, field_path: str, index: int) -> ToolCall:
     return ToolCall(id=str(raw.get("id") or f"call_{index}"), name=name, arguments=arguments)
 
 
-def message(raw: Any, where: Where, field_path: str) -> Message | None:
+def message(raw: Any, where: Where, field_path: str, unanswered: list[str] | None = None) -> Message | None:
     """One OpenAI-shaped message dict as a rollkit message; None for a role
-    rollkit has no message for (mini-swe-agent's "exit" record)."""
+    rollkit has no message for (mini-swe-agent's "exit" record).
+
+    A tool result names the call it answers by `tool_call_id` (OpenAI), the
+    first of `tool_call_ids` (SWE-agent), or not at all (verifiers writes
+    none): then it answers the oldest call of the replies before it that no
+    result has answered yet (`unanswered`, kept by `messages`), which is the
+    order every tool loop runs its calls in."""
     if not isinstance(raw, dict):
         raise where.error(field_path, f"should be a message (an object with a role), got {type(raw).__name__}")
     role = raw.get("role")
@@ -141,26 +153,44 @@ def message(raw: Any, where: Where, field_path: str) -> Message | None:
         calls = raw.get("tool_calls") or []
         if not isinstance(calls, list):
             raise where.error(f"{field_path}.tool_calls", f"should be a list, got {type(calls).__name__}")
-        return AssistantMessage(
-            content=content or None,
-            tool_calls=[_tool_call(c, where, f"{field_path}.tool_calls.{i}", i) for i, c in enumerate(calls)],
-        )
+        reasoning = raw.get("reasoning_content") or raw.get("reasoning")
+        made = [_tool_call(c, where, f"{field_path}.tool_calls.{i}", i) for i, c in enumerate(calls)]
+        if unanswered is not None:
+            unanswered.extend(c.id for c in made)
+        return AssistantMessage(content=content or None, tool_calls=made,
+                                reasoning=reasoning if isinstance(reasoning, str) and reasoning else None)
     if role == "tool":
         call_id = raw.get("tool_call_id") or raw.get("id")
+        ids = raw.get("tool_call_ids")
+        if not call_id and isinstance(ids, list) and ids:
+            call_id = ids[0]
+        if not call_id and unanswered:
+            call_id = unanswered[0]
         if not call_id:
-            raise where.error(f"{field_path}.tool_call_id", "is missing: a tool result names the call it answers")
+            raise where.error(f"{field_path}.tool_call_id", "is missing, and no tool call before it is unanswered: "
+                                                            "a tool result answers a call")
+        if unanswered is not None and str(call_id) in unanswered:
+            unanswered.remove(str(call_id))
         return ToolMessage(tool_call_id=str(call_id), content=content, name=raw.get("name") or raw.get("function"))
     return None
 
 
-def messages(raw: Any, where: Where, field_path: str) -> list[Message]:
+def messages(raw: Any, where: Where, field_path: str, tool_errors: list[dict[str, Any]] | None = None) -> list[Message]:
+    """The messages of a list of OpenAI-shaped dicts. A tool result the
+    source flags as failed (`"error": true` or an error object: tau2,
+    inspect's ToolCallError) adds `{"tool_call_id", "error"}` to
+    `tool_errors` when given (`error` is the source's error object, or
+    True)."""
     if not isinstance(raw, list):
         raise where.error(field_path, f"should be a list of messages, got {type(raw).__name__}")
     out = []
+    unanswered: list[str] = []
     for i, item in enumerate(raw):
-        converted = message(item, where, f"{field_path}.{i}")
+        converted = message(item, where, f"{field_path}.{i}", unanswered)
         if converted is not None:
             out.append(converted)
+            if tool_errors is not None and isinstance(converted, ToolMessage) and item.get("error"):
+                tool_errors.append({"tool_call_id": converted.tool_call_id, "error": item["error"]})
     return out
 
 

@@ -13,8 +13,21 @@ eval's task and run id, and `example_id` / `repeat` / `rollout_id` as a
 rollkit batch writes them. The task cannot be rebuilt in rollkit (its
 scorer lives in inspect), so a fork needs `task=`.
 
-Write (`rk.save(traces, path, format="inspect")`): one sample per trace,
-its messages, output, usage and rewards as scores, in an inspect log that
+A model-graded scorer's grader calls (model events inside the `scorers`
+span) are not the agent's: they are counted apart (`info["scorer_usage"]`).
+Per-call usage keeps inspect's cache reads and writes (inspect's
+input_tokens leave them out; rollkit's input is the whole prompt). A tool
+result with a ToolCallError is listed in `info["tool_errors"]`. One scorer
+with one value is the reward; several are separate signals (metrics, named
+in `info["scorers"]`), never summed.
+
+Write (`rk.save(traces, path, format="inspect")`): one sample per trace
+with input = the first user message, its messages, a model event per model
+call (request, reply, per-call usage) and a tool event per tool call (its
+result and error), the error and limit, scores (rewards and the source's
+scorers, only for a scored sample; metrics go to the sample's metadata,
+never as scores), and the log's aggregate results (each score's mean) and
+stats (model usage summed as inspect sums it), in an inspect log that
 `inspect view` opens (`.eval` unless the path ends in `.json`).
 """
 
@@ -89,10 +102,28 @@ def _phases(events: list[Any]) -> dict[str, tuple[float, float | None]]:
     return phases
 
 
-def _calls(events: list[Any]) -> list[Call]:
-    calls = []
+def _usage(usage: Any) -> Usage | None:
+    """inspect's usage as rollkit's: inspect's input_tokens leave out the
+    tokens read from or written to the prompt cache, rollkit's input is the
+    whole prompt."""
+    if usage is None:
+        return None
+    read, written = usage.input_tokens_cache_read, usage.input_tokens_cache_write
+    return Usage(input_tokens=usage.input_tokens + (read or 0) + (written or 0), output_tokens=usage.output_tokens,
+                 cache_read_tokens=read, cache_write_tokens=written)
+
+
+def _calls(events: list[Any]) -> tuple[list[Call], list[Call]]:
+    """The agent's model calls, and the scorers' (a model-graded scorer's
+    grader calls, made inside the `scorers` span: not the agent's)."""
+    calls: list[Call] = []
+    grader: list[Call] = []
+    scoring: set[str] = set()
     for event in events:
-        if getattr(event, "event", None) != "model":
+        kind = getattr(event, "event", None)
+        if kind == "span_begin" and (getattr(event, "type", None) == "scorers" or event.parent_id in scoring):
+            scoring.add(event.id)
+        if kind != "model":
             continue
         usage = getattr(event.output, "usage", None)
         start = _seconds(event.timestamp)
@@ -100,11 +131,24 @@ def _calls(events: list[Any]) -> list[Call]:
         if end is None and start is not None and getattr(event.output, "time", None) is not None:
             end = start + event.output.time
         choice = event.output.choices[0] if event.output.choices else None
-        calls.append(Call(
-            usage=Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens) if usage else None,
-            start=start, end=end, finish_reason=getattr(choice, "stop_reason", None),
+        (grader if getattr(event, "span_id", None) in scoring else calls).append(Call(
+            usage=_usage(usage), start=start, end=end, finish_reason=getattr(choice, "stop_reason", None),
         ))
-    return calls
+    return calls, grader
+
+
+def _signals(scores: dict[str, Any] | None, where: Where) -> tuple[dict[str, float | None] | None, dict[str, Any]]:
+    """(rewards, metrics): each scorer's value is a signal under its own
+    name. A sample scored by one scorer with one value has that as its
+    reward; several scorers (or one with a dict of values) are separate
+    signals, kept as metrics, never summed into a reward the source does not
+    have."""
+    values = _scores(scores, where)
+    if values is None:
+        return None, {}
+    if len(values) == 1:
+        return values, {}
+    return None, values
 
 
 def _scores(scores: dict[str, Any] | None, where: Where) -> dict[str, float | None] | None:
@@ -115,7 +159,7 @@ def _scores(scores: dict[str, Any] | None, where: Where) -> dict[str, float | No
     as_float = value_to_float()  # inspect's own reading of "C", "I", "P", "N" and numbers
     out: dict[str, float | None] = {}
     for name, score in scores.items():
-        if name.startswith("metric."):  # a rollkit metric, written as a score by `write` below
+        if name.startswith("metric."):  # a rollkit metric, as an older rollkit wrote it
             continue
         value = score.value
         if isinstance(value, dict):
@@ -153,19 +197,31 @@ def _trace(log: Any, sample: Any, path: Path) -> Trace:
         (m.content for m in conversation if m.role == "user"), None)
     limit = getattr(sample, "limit", None)
     phases = _phases(sample.events or [])
+    calls, grader = _calls(sample.events or [])
+    rewards, signals = _signals(sample.scores, where)
+    tool_errors = [{"tool_call_id": m.get("tool_call_id"), "error": m["error"]} for m in raw
+                   if m.get("role") == "tool" and m.get("error")]
     if "agent" not in phases and sample.started_at:
         phases["agent"] = (_seconds(sample.started_at), _seconds(sample.completed_at))  # type: ignore[assignment]
     return build(
-        fmt="inspect", where=where, conversation=conversation, calls=_calls(sample.events or []),
+        fmt="inspect", where=where, conversation=conversation, calls=calls,
         task=TaskRef(type=f"inspect:{log.eval.task}", key=str(sample.id),
                      data={"prompt": prompt, "target": sample.target}),
         agent={"name": log.eval.solver or "inspect", "model": log.eval.model, "harness": "inspect-ai"},
-        rewards=_scores(sample.scores, where), errors=_error(sample), phases=phases,
+        rewards=rewards, errors=_error(sample), phases=phases,
         stop_condition=f"{limit.type} limit" if limit is not None else None,
-        metrics={**({"working_time": sample.working_time} if sample.working_time is not None else {}),
+        metrics={**signals, **({"working_time": sample.working_time} if sample.working_time is not None else {}),
                  **{name.removeprefix("metric."): _score(score.value, value_to_float(), where, f"scores.{name}.value")
                     for name, score in (sample.scores or {}).items() if name.startswith("metric.")}},
-        info={"sample_id": sample.id, "epoch": sample.epoch, "eval_task": log.eval.task, "run_id": log.eval.run_id,
+        info={**({"tool_errors": tool_errors} if tool_errors else {}),
+              **({"scorers": list(signals)} if signals else {}),
+              **({"inspect_limit": limit.limit} if limit is not None else {}),
+              **({"scorer_usage": {"input_tokens": sum(c.usage.input_tokens or 0 for c in grader if c.usage),
+                                   "output_tokens": sum(c.usage.output_tokens or 0 for c in grader if c.usage),
+                                   "model_calls": len(grader)}} if grader else {}),
+              **({"source_usage": {name: u.model_dump(exclude_none=True) for name, u in sample.model_usage.items()}}
+                 if sample.model_usage else {}),
+              "sample_id": sample.id, "epoch": sample.epoch, "eval_task": log.eval.task, "run_id": log.eval.run_id,
               "example_id": str(sample.id), "repeat": sample.epoch - 1, "rollout_id": f"{sample.id}#{sample.epoch - 1}"},
     )
 
@@ -190,12 +246,25 @@ def read(path: Path, errors: str) -> list[Trace]:
     return [_trace(log, sample, path) for sample in (log.samples or [])]
 
 
-def _chat(trace: Trace) -> list[Any]:
+def _tool_error(error: Any) -> Any:
+    """A tool error as recorded in `trace.info["tool_errors"]` as inspect's ToolCallError."""
+    from inspect_ai.tool import ToolCallError
+
+    if isinstance(error, dict):
+        kind = error.get("type")
+        return ToolCallError(type=kind if kind in ("parsing", "timeout", "unicode_decode", "permission",
+                                                   "file_not_found", "is_a_directory", "limit", "approval",
+                                                   "unknown", "output_limit") else "unknown",
+                             message=str(error.get("message", "")))
+    return ToolCallError(type="unknown", message="the tool failed") if error else None
+
+
+def _chat(messages: list[Any], failed: dict[str, Any] | None = None) -> list[Any]:
     from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageTool, ChatMessageUser
     from inspect_ai.tool import ToolCall
 
     out: list[Any] = []
-    for message in trace.messages:
+    for message in messages:
         if isinstance(message, SystemMessage):
             out.append(ChatMessageSystem(content=message.content))
         elif isinstance(message, AssistantMessage):
@@ -203,36 +272,150 @@ def _chat(trace: Trace) -> list[Any]:
                 ToolCall(id=c.id, function=c.name, arguments=c.args()) for c in message.tool_calls] or None))
         elif isinstance(message, ToolMessage):
             out.append(ChatMessageTool(content=message.content, tool_call_id=message.tool_call_id,
-                                       function=message.name))
+                                       function=message.name,
+                                       error=_tool_error((failed or {}).get(message.tool_call_id))))
         else:
             out.append(ChatMessageUser(content=message.content))
     return out
 
 
-def _sample(trace: Trace, epoch: int) -> Any:
-    from inspect_ai.log import EvalSample
-    from inspect_ai.model import ModelOutput, ModelUsage
+def _failed_tools(trace: Trace) -> dict[str, Any]:
+    return {e.get("tool_call_id"): e.get("error") for e in trace.info.get("tool_errors") or [] if isinstance(e, dict)}
+
+
+def _inspect_usage(usage: Usage) -> Any:
+    """rollkit's usage as inspect counts it (input without the cached part);
+    None when the call reported none."""
+    from inspect_ai.model import ModelUsage
+
+    if not usage.reported:
+        return None
+    read, written = usage.cache_read_tokens, usage.cache_write_tokens
+    uncached = (usage.input_tokens or 0) - (read or 0) - (written or 0)
+    return ModelUsage(input_tokens=uncached, output_tokens=usage.output_tokens or 0,
+                      total_tokens=(usage.input_tokens or 0) + (usage.output_tokens or 0),
+                      input_tokens_cache_read=read, input_tokens_cache_write=written)
+
+
+def _moment(seconds: float | None) -> Any:
+    return None if seconds is None else datetime.fromtimestamp(seconds, timezone.utc)
+
+
+# rollkit's stop conditions as inspect's limit types.
+_LIMIT_TYPES = {"max_turns": "message", "max_tokens": "token", "max_input_tokens": "token",
+                "max_output_tokens": "token", "timeout": "time", "agent_timeout": "time"}
+
+
+def _limit(trace: Trace) -> Any:
+    from inspect_ai.log import EvalSampleLimit
+
+    stop = trace.stop_condition
+    if not stop:
+        return None
+    kind = stop.removesuffix(" limit") if stop.endswith(" limit") else _LIMIT_TYPES.get(stop)
+    if kind not in ("context", "time", "working", "message", "token", "operator", "custom", "cost"):
+        return None
+    value = trace.info.get("inspect_limit") or trace.limits.get(stop) or 0
+    return EvalSampleLimit(type=kind, limit=float(value))
+
+
+def _events(trace: Trace, model: str) -> list[Any]:
+    """A model event per committed call (its request, reply and usage) and a
+    tool event per tool call it made (with its result and error)."""
+    from inspect_ai.event import ModelEvent, ToolEvent
+    from inspect_ai.model import GenerateConfig, ModelOutput
+
+    results = {m.tool_call_id: m for m in trace.messages if isinstance(m, ToolMessage)}
+    failed = _failed_tools(trace)
+    events: list[Any] = []
+    committed = [c for c in trace.model_calls if c.committed]
+    for position, call in zip(trace.sampled, committed):
+        reply = trace.messages[position]
+        output = ModelOutput.from_message(_chat([reply])[0])
+        output.model = model
+        output.usage = _inspect_usage(call.usage)
+        output.time = call.end - call.start
+        if call.finish_reason in ("stop", "tool_calls", "max_tokens", "model_length", "content_filter", "unknown"):
+            output.choices[0].stop_reason = call.finish_reason  # type: ignore[assignment]
+        events.append(ModelEvent(model=model, input=_chat(trace.messages[:position]), tools=[], tool_choice="auto",
+                                 config=GenerateConfig(), output=output, timestamp=_moment(call.start),
+                                 completed=_moment(call.end),
+                                 error=call.error.message if call.error is not None else None))
+        for tool_call in reply.tool_calls:  # type: ignore[union-attr]
+            result = results.get(tool_call.id)
+            error = failed.get(tool_call.id)
+            events.append(ToolEvent(
+                id=tool_call.id, function=tool_call.name, arguments=tool_call.args(),
+                result=result.content if result is not None else "", timestamp=_moment(call.end),
+                error=_tool_error(error)))
+    return events
+
+
+def _scores_of(trace: Trace) -> dict[str, Any]:
+    """The sample's scores: its rewards and the signals its source scored
+    (`trace.info["scorers"]`), only when it was scored; metrics are not scores."""
     from inspect_ai.scorer import Score
 
-    model = trace.agent.get("model") or "rollkit"
-    usage = ModelUsage(input_tokens=trace.num_input_tokens, output_tokens=trace.num_output_tokens,
-                       total_tokens=trace.num_input_tokens + trace.num_output_tokens)
-    output = ModelOutput.from_content(model=model, content=trace.last_reply)
-    output.usage = usage
+    if trace.errors or not trace.scored:
+        return {}
     scores = {name: Score(value=value) for name, value in trace.rewards.items() if value is not None}
-    scores.update({f"metric.{name}": Score(value=value) for name, value in trace.metrics.items() if value is not None})
+    for name in trace.info.get("scorers") or []:
+        if trace.metrics.get(name) is not None:
+            scores[name] = Score(value=trace.metrics[name])
+    return scores
+
+
+def _sample(trace: Trace, epoch: int) -> Any:
+    from inspect_ai.log import EvalError, EvalSample
+    from inspect_ai.model import ModelOutput
+
+    model = str(trace.agent.get("model") or "rollkit")
+    usages = [u for c in trace.model_calls if c.committed and (u := _inspect_usage(c.usage)) is not None]
+    total = None
+    for usage in usages:
+        total = usage if total is None else total + usage
+    output = ModelOutput.from_content(model=model, content=trace.last_reply)
+    output.usage = total
+    first_user = next((m.content for m in trace.messages if m.role == "user"), "")
+    error = trace.errors[0] if trace.errors else None
     return EvalSample(
-        id=trace.info.get("sample_id") or trace.task.key, epoch=epoch, input=to_openai(trace)[0]["content"]
-        if trace.messages else "", target=str(trace.task.data.get("target") or trace.task.data.get("answer") or ""),
-        messages=_chat(trace), output=output, scores=scores or None, model_usage={model: usage},
-        metadata={"rollkit_trace_id": trace.id, "rollkit_task_type": trace.task.type, "stop": trace.stop},
-        total_time=trace.agent_time or None,
+        id=trace.info.get("sample_id") or trace.task.key, epoch=epoch, input=first_user,
+        target=str(trace.task.data.get("target") or trace.task.data.get("answer") or ""),
+        messages=_chat(trace.messages, _failed_tools(trace)), output=output, scores=_scores_of(trace) or None,
+        model_usage={model: total} if total is not None else {}, events=_events(trace, model),
+        metadata={"rollkit_trace_id": trace.id, "rollkit_task_type": trace.task.type, "stop": trace.stop,
+                  "rollkit_metrics": {k: v for k, v in trace.metrics.items() if k not in (trace.info.get("scorers") or [])}},
+        error=EvalError(message=f"{error.type}: {error.message}", traceback=error.traceback or "",
+                        traceback_ansi=error.traceback or "") if error is not None else None,
+        limit=_limit(trace),
+        started_at=_moment(trace.phases["agent"].start) if "agent" in trace.phases else None,
+        completed_at=_moment(trace.phases["agent"].end) if "agent" in trace.phases else None,
+        total_time=trace.agent_time or None, working_time=trace.metrics.get("working_time") or trace.agent_time or None,
     )
+
+
+def _results(samples: list[Any]) -> Any:
+    """inspect's aggregate results: each score's mean over the samples that
+    have it (inspect's `mean` metric), and how many completed."""
+    from inspect_ai.log import EvalMetric, EvalResults, EvalScore
+
+    names: list[str] = []
+    for sample in samples:
+        names.extend(n for n in (sample.scores or {}) if n not in names)
+    scores = []
+    for name in names:
+        values = [float(s.scores[name].value) for s in samples if s.scores and name in s.scores
+                  and isinstance(s.scores[name].value, (int, float))]
+        if values:
+            scores.append(EvalScore(name=name, scorer=name, scored_samples=len(values), unscored_samples=len(samples) - len(values),
+                                    metrics={"mean": EvalMetric(name="mean", value=sum(values) / len(values))}))
+    return EvalResults(total_samples=len(samples), completed_samples=sum(s.error is None for s in samples),
+                       scores=scores)
 
 
 def write(traces: list[Trace], path: Path) -> Path:
     log_api = _inspect()
-    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalResults, EvalSpec, EvalStats
+    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalSpec, EvalStats
 
     epochs: dict[str, int] = {}
     samples = []
@@ -243,13 +426,21 @@ def write(traces: list[Trace], path: Path) -> Path:
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     tasks = sorted({t.task.type for t in traces}) or ["rollkit"]
     models = sorted({str(t.agent.get("model")) for t in traces if t.agent.get("model")}) or ["rollkit"]
+    usage: dict[str, Any] = {}
+    for sample in samples:  # inspect's stats: each model's usage summed over the samples
+        for model, used in sample.model_usage.items():
+            usage[model] = used if model not in usage else usage[model] + used
+    # EvalSample keeps its times as ISO text; as text of one zone they sort by time.
+    starts = [str(s.started_at) for s in samples if s.started_at]
+    ends = [str(s.completed_at) for s in samples if s.completed_at]
     log = EvalLog(
         status="success",
         eval=EvalSpec(created=now, task="+".join(tasks), dataset=EvalDataset(name="rollkit", samples=len(epochs),
                                                                               sample_ids=list(epochs)),
                       model=models[0], config=EvalConfig(epochs=max(epochs.values(), default=1))),
-        results=EvalResults(total_samples=len(samples), completed_samples=len(samples)),
-        stats=EvalStats(started_at=now, completed_at=now),
+        results=_results(samples),
+        stats=EvalStats(started_at=min(starts) if starts else now, completed_at=max(ends) if ends else now,
+                        model_usage=usage),
         samples=samples,
     )
     _off_loop(log_api.write_eval_log, log, str(path), "json" if path.suffix == ".json" else "eval")

@@ -14,28 +14,43 @@ its model call (started at the message before it); the reward is
 metric. `termination_reason` is the stop condition (`agent_error` and
 `user_error` are errors). The environment lives in tau2, so a fork needs
 `task=`.
+
+`infrastructure_error` (tau2's own infrastructure broke, e.g. an API
+disconnect) is a failure of the provider, `unexpected_error` one of the
+harness; a tool result tau2 flags with `error: true` is listed in
+`trace.info["tool_errors"]` by its call id. Newer tau2 writes a folder:
+`results.json` (without the simulations) and one file per simulation in
+`simulations/` beside it; `rk.load` takes the folder or its results.json.
 """
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ...core.messages import Usage
 from ...core.trace import ErrorInfo, TaskRef, Trace
+from . import _parse
 from ._build import Call, Where, build, message, number, read_json
 
 __all__ = ["sniff", "read"]
 
-_HEAD = re.compile(rb'\s*\{\s*"(timestamp|info|tasks|simulations)"\s*:')
-_ERRORS = {"agent_error": "harness", "user_error": "user"}
+# Termination reasons that are failures: (error type, boundary).
+_ERRORS = {"agent_error": ("agent_error", "harness"), "user_error": ("user_error", "user"),
+           "infrastructure_error": ("ProviderError", "provider"), "unexpected_error": ("unexpected_error", "harness")}
 
 
-def sniff(head: bytes) -> bool:
-    return _HEAD.match(head) is not None and (b'"simulations"' in head or (
-        b'"agent_info"' in head and b'"user_info"' in head))
+def sniff(path: Path) -> bool:
+    """Results holding their simulations, or a results.json whose
+    simulations are files in the simulations/ folder beside it."""
+    document = _parse.document(path)
+    if not isinstance(document, dict):
+        return False
+    if isinstance(document.get("simulations"), list):
+        return True
+    return isinstance(document.get("info"), dict) and (path.parent / "simulations").is_dir() and (
+        "tasks" in document or "simulation_index" in document)
 
 
 def _seconds(value: Any, where: Where, field_path: str) -> float | None:
@@ -55,7 +70,7 @@ def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any
     raw = sim.get("messages")
     if not isinstance(raw, list):
         raise where.error("messages", "is missing: a simulation holds its conversation there")
-    conversation, calls, user_tools = [], [], 0
+    conversation, calls, user_tools, tool_errors = [], [], 0, []
     previous = _seconds(sim.get("start_time"), where, "start_time")
     for i, item in enumerate(raw):
         field_path = f"messages.{i}"
@@ -69,6 +84,8 @@ def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any
             converted = message(item, where, field_path)
             if converted is not None:
                 conversation.append(converted)
+                if item.get("role") == "tool" and item.get("error"):
+                    tool_errors.append({"tool_call_id": converted.tool_call_id, "error": True})  # type: ignore[union-attr]
             if item.get("role") == "assistant":
                 usage = item.get("usage") if isinstance(item.get("usage"), dict) else None
                 calls.append(Call(
@@ -101,17 +118,23 @@ def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any
         agent={"name": "tau2", "harness": "tau2-bench"},
         rewards={"reward": number(reward_info.get("reward"), where, "reward_info.reward")} if reward_info else None,
         metrics=metrics, phases={"agent": (start, end)} if start is not None else {},
-        errors=[ErrorInfo(type=reason, boundary=_ERRORS[reason], message=f"tau2 ended the simulation: {reason}",
-                          phase="agent")] if reason in _ERRORS else [],
+        errors=[ErrorInfo(type=_ERRORS[reason][0], boundary=_ERRORS[reason][1],
+                          message=f"tau2 ended the simulation: {reason}", phase="agent")] if reason in _ERRORS else [],
         stop_condition=None if reason in _ERRORS else reason,
         info={"simulation_id": sim.get("id"), "example_id": task_id, "repeat": trial,
-              "rollout_id": f"{task_id}#{trial}", "domain": domain, "user_tool_calls": user_tools},
+              "rollout_id": f"{task_id}#{trial}", "domain": domain, "user_tool_calls": user_tools,
+              "termination_reason": reason, **({"tool_errors": tool_errors} if tool_errors else {})},
     )
 
 
 def read(path: Path, errors: str) -> list[Trace]:
     where = Where(path, "the results")
     document = read_json(path, where)
+    folder = path.parent / "simulations"
+    if isinstance(document, dict) and not isinstance(document.get("simulations"), list) and folder.is_dir():
+        # The folder layout: one simulation per file, in tau2's own order (sorted by name).
+        document = {**document, "simulations": [
+            read_json(file, Where(file, "the simulation")) for file in sorted(folder.glob("*.json"))]}
     if not isinstance(document, dict) or not isinstance(document.get("simulations"), list):
         raise where.error("simulations", "is missing: tau2-bench results hold a list of simulations there")
     info = document.get("info") if isinstance(document.get("info"), dict) else {}

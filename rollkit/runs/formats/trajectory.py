@@ -11,29 +11,58 @@ end of its model call (the start is the message before it), its
 has no reward: the benchmark scores it elsewhere, so the reward is missing
 ("not in the source"), and the task (a repository at a commit) cannot be
 rebuilt, so a fork needs `task=`.
+
+SWE-agent's `.traj` holds its conversation in `history` (after the
+`trajectory` steps, so anywhere in the file: it is recognised by parsing
+it), a tool result names its call in `tool_call_ids` (a list), and
+`info.exit_status` says how it ended: `submitted` is the agent's own clean
+finish, `submitted (exit_cost)` and the other `exit_*` statuses a stop by a
+limit, an `exit_error` / exception a failure. `info.model_stats`
+(`tokens_sent`, `tokens_received`, `api_calls`, `instance_cost`) is the
+source's own total, kept in `trace.info["source_usage"]`.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from ...core.messages import Usage, UserMessage
 from ...core.trace import ErrorInfo, TaskRef, Trace
+from . import _parse
 from ._build import Call, Where, build, messages as to_messages, read_json
 
 __all__ = ["sniff", "read"]
 
-_HEAD = re.compile(rb'\s*\{\s*"(info|trajectory|history|environment)"\s*:')
-# Exit statuses that end a run cleanly (a limit, or the agent's own submission).
-_CLEAN = {"Submitted", "LimitsExceeded", "TimeExceeded", "RepeatedFormatError", "", None}
+# Exit statuses that end a run by a limit (a clean stop, scored as usual).
+_LIMITS = {"LimitsExceeded", "TimeExceeded", "RepeatedFormatError", "exit_cost", "exit_context", "exit_format",
+           "exit_total_execution_time", "exit_command_timeout"}
 
 
-def sniff(head: bytes) -> bool:
-    if _HEAD.match(head) is None:
+def sniff(path: Path) -> bool:
+    """A JSON object holding a conversation as `history` (SWE-agent) or as
+    `messages` beside mini-swe-agent's `info` / `trajectory_format`."""
+    document = _parse.document(path)
+    if not isinstance(document, dict):
         return False
-    return b'"mini_version"' in head or b'"trajectory_format"' in head or b'"history"' in head
+    if isinstance(document.get("history"), list):
+        return True
+    info = document.get("info")
+    return isinstance(document.get("messages"), list) and (
+        "trajectory_format" in document or (isinstance(info, dict) and "mini_version" in info))
+
+
+def _ending(status: Any) -> tuple[str | None, bool]:
+    """(stop condition, failed) for an exit status: a submission is a clean
+    finish (None), a limit a stop, anything else (an exception's name,
+    `exit_error`) a failure."""
+    if status in (None, "") or str(status).lower() == "submitted":
+        return None, False
+    text = str(status)
+    limit = text[text.find("(") + 1:text.find(")")] if text.lower().startswith("submitted (") else text
+    if limit in _LIMITS or limit.startswith("exit_") and limit not in ("exit_error", "exit_api"):
+        return limit, False
+    return None, True
 
 
 def _calls(raw: list[Any]) -> list[Call]:
@@ -71,27 +100,37 @@ def read(path: Path, errors: str) -> list[Trace]:
     exit_extra = (exit_record or {}).get("extra") or {}
     status = exit_extra.get("exit_status", info.get("exit_status"))
     errors_found = []
-    if status not in _CLEAN:
+    stop, failed = _ending(status)
+    if failed:
         errors_found.append(ErrorInfo(type=str(status), boundary="harness", phase="agent",
                                       message=str(exit_extra.get("exception_str") or (exit_record or {}).get("content") or status),
                                       traceback=str(exit_extra.get("traceback") or "")))
     prompt = next((m.content for m in conversation if isinstance(m, UserMessage)), None)
+    tool = "mini-swe-agent" if "mini_version" in info or "messages" in document else "swe-agent"
     name = path.name.removesuffix(".json").removesuffix(".traj")
     calls = _calls(raw)
     stamps = [c.end for c in calls if c.end is not None]
     config = info.get("config") if isinstance(info.get("config"), dict) else {}
     model = ((config.get("model") or {}).get("model_name")) if isinstance(config.get("model"), dict) else None
+    stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
+    totals = {"input_tokens": stats.get("tokens_sent"), "output_tokens": stats.get("tokens_received"),
+              "model_calls": stats.get("api_calls")}
+    source_usage = ({**totals, "scope": "the run's total over its model calls (SWE-agent model_stats)"}
+                    if any(isinstance(v, (int, float)) for v in totals.values()) else None)
+    if source_usage and len(calls) == 1 and calls[0].usage is None and totals["input_tokens"] is not None:
+        calls[0].usage = Usage(input_tokens=int(totals["input_tokens"]), output_tokens=int(totals["output_tokens"] or 0))
     return [build(
         fmt="trajectory", where=where, conversation=conversation, calls=calls,
-        task=TaskRef(type="mini-swe-agent" if "mini_version" in info else "swe-agent", key=name,
+        task=TaskRef(type=tool, key=name,
                      data={"prompt": prompt}),
-        agent={"name": config.get("agent_type") or "mini-swe-agent", "model": model, "harness": "mini-swe-agent"},
+        agent={"name": config.get("agent_type") or tool, "model": model, "harness": tool},
         rewards=None, errors=errors_found,
         phases={"agent": (min(stamps), max(stamps))} if stamps else {},
-        stop_condition=None if errors_found else status,
+        stop_condition=stop,
         metrics={"cost": float(info["model_stats"]["instance_cost"])}
         if isinstance(info.get("model_stats"), dict) and "instance_cost" in info["model_stats"] else {},
         info={"exit_status": status, "submission": exit_extra.get("submission", info.get("submission")),
-              "trajectory_format": document.get("trajectory_format"), "example_id": name},
+              "trajectory_format": document.get("trajectory_format"), "example_id": name,
+              **({"source_usage": source_usage} if source_usage else {})},
     )]
 

@@ -1,0 +1,295 @@
+"""Harbor's Agent Trajectory Interchange Format (ATIF, v1.0 to v1.5), read
+and written ("atif").
+
+Written from the format's specification (Harbor's RFC 0001, "Agent
+Trajectory Interchange Format"): a JSON object with `schema_version`
+("ATIF-v1.4"), `session_id`, `agent` (`name`, `version`, `model_name`),
+`steps` and optional `notes`, `final_metrics` and `extra`. A step comes from
+the `system` (a system prompt), the `user` or the `agent`: an agent step is
+one model call (its `message`, `reasoning_content`, `tool_calls` of
+`{tool_call_id, function_name, arguments}`, per-call `metrics` with
+`prompt_tokens` including the `cached_tokens` read from the cache,
+`completion_tokens`, `cost_usd`) and the `observation` that answered it
+(`results` of `{source_call_id, content}`).
+
+Read: one trace per file (or per line of a JSON lines file of
+trajectories). Each agent step is a reply and its model call (ended at the
+step's timestamp, started at the step before it); each observation result a
+tool result, or, without a `source_call_id`, a user message (feedback the
+environment gave as text). ATIF has no reward: it is missing unless the
+file was written by rollkit.
+
+Write (`rk.save(traces, path, format="atif")`): one trajectory per trace (a
+JSON file for one trace, JSON lines for several). What ATIF has no field
+for (the task, rewards and metrics, errors, the stop condition, phases,
+`trace.info`) goes in the root `extra["rollkit"]`, so a rollkit trace comes
+back from ATIF with nothing lost that both hold.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ...core.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
+from ...core.trace import ErrorInfo, Span, TaskRef, Trace
+from . import _parse
+from ._build import Call, Where, build, number, read_json
+
+__all__ = ["sniff", "read", "write"]
+
+VERSION = "ATIF-v1.4"
+
+
+def _is_trajectory(value: Any) -> bool:
+    return (isinstance(value, dict) and isinstance(value.get("schema_version"), str)
+            and value["schema_version"].startswith("ATIF") and isinstance(value.get("steps"), list))
+
+
+def sniff(path: Path) -> bool:
+    try:
+        return _is_trajectory(_parse.document(path))
+    except ValueError:  # JSON lines: one trajectory a line
+        return _is_trajectory(_parse.first_record(path))
+
+
+def _seconds(value: Any, where: Where, field_path: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            pass
+    raise where.error(field_path, f"should be an ISO 8601 time, got {value!r:.40}")
+
+
+def _count(value: Any, where: Where, field_path: str) -> int | None:
+    found = number(value, where, field_path)
+    return None if found is None else int(found)
+
+
+def _usage(metrics: dict[str, Any], where: Where, at: str) -> Usage | None:
+    extra = metrics.get("extra") if isinstance(metrics.get("extra"), dict) else {}
+    usage = Usage(input_tokens=_count(metrics.get("prompt_tokens"), where, f"{at}.prompt_tokens"),
+                  output_tokens=_count(metrics.get("completion_tokens"), where, f"{at}.completion_tokens"),
+                  cache_read_tokens=_count(metrics.get("cached_tokens"), where, f"{at}.cached_tokens"),
+                  cache_write_tokens=_count(extra.get("cache_creation_input_tokens"), where,
+                                            f"{at}.extra.cache_creation_input_tokens"))
+    return usage if any(v is not None for v in usage.model_dump().values()) else None
+
+
+def _trajectory(document: Any, where: Where) -> Trace:
+    if not _is_trajectory(document):
+        raise where.error("steps", "is missing: an ATIF trajectory holds schema_version 'ATIF-v1.x' and its steps")
+    conversation: list[Any] = []
+    calls: list[Call] = []
+    costs: list[float] = []
+    previous: float | None = None
+    for i, step in enumerate(document["steps"]):
+        at = f"steps.{i}"
+        if not isinstance(step, dict):
+            raise where.error(at, f"should be a step (an object), got {type(step).__name__}")
+        source, text = step.get("source"), step.get("message")
+        if not isinstance(text, str):
+            text = "" if text is None else json.dumps(text)
+        stamp = _seconds(step.get("timestamp"), where, f"{at}.timestamp")
+        if source == "system":
+            conversation.append(SystemMessage(content=text))
+        elif source == "user":
+            conversation.append(UserMessage(content=text))
+        elif source == "agent":
+            tool_calls = []
+            for j, raw in enumerate(step.get("tool_calls") or []):
+                if not isinstance(raw, dict) or not isinstance(raw.get("function_name"), str):
+                    raise where.error(f"{at}.tool_calls.{j}.function_name", "is missing: a tool call names its function")
+                arguments = raw.get("arguments", {})
+                tool_calls.append(ToolCall(id=str(raw.get("tool_call_id") or f"call_{i}_{j}"),
+                                           name=raw["function_name"],
+                                           arguments=arguments if isinstance(arguments, (dict, str)) else {}))
+            reasoning = step.get("reasoning_content")
+            conversation.append(AssistantMessage(content=text or None, tool_calls=tool_calls,
+                                                 reasoning=reasoning if isinstance(reasoning, str) and reasoning else None))
+            metrics = step.get("metrics") if isinstance(step.get("metrics"), dict) else {}
+            if isinstance(metrics.get("cost_usd"), (int, float)):
+                costs.append(float(metrics["cost_usd"]))
+            extra = step.get("extra") if isinstance(step.get("extra"), dict) else {}
+            calls.append(Call(usage=_usage(metrics, where, f"{at}.metrics"),
+                              start=extra.get("rollkit_start", previous if stamp is not None else None), end=stamp,
+                              finish_reason=extra.get("finish_reason")))
+        else:
+            raise where.error(f"{at}.source", f"should be 'system', 'user' or 'agent', got {source!r:.40}")
+        observation = step.get("observation") if isinstance(step.get("observation"), dict) else {}
+        for j, result in enumerate(observation.get("results") or []):
+            if not isinstance(result, dict):
+                raise where.error(f"{at}.observation.results.{j}", "should be a result (an object)")
+            content = result.get("content")
+            content = content if isinstance(content, str) else ("" if content is None else json.dumps(content))
+            if result.get("source_call_id"):
+                conversation.append(ToolMessage(tool_call_id=str(result["source_call_id"]), content=content))
+            else:
+                conversation.append(UserMessage(content=content))
+        if stamp is not None:
+            previous = stamp
+    agent = document.get("agent") if isinstance(document.get("agent"), dict) else {}
+    extra = document.get("extra") if isinstance(document.get("extra"), dict) else {}
+    ours = extra.get("rollkit") if isinstance(extra.get("rollkit"), dict) else None
+    final = document.get("final_metrics") if isinstance(document.get("final_metrics"), dict) else {}
+    if ours is not None:
+        return _rollkit_trace(ours, conversation, calls, agent, where)
+    prompt = next((m.content for m in conversation if isinstance(m, UserMessage)), None)
+    metrics = {}
+    cost = final.get("total_cost_usd", sum(costs) if costs else None)
+    if cost is not None:
+        metrics["cost_usd"] = number(cost, where, "final_metrics.total_cost_usd")
+    stamps = [c.end for c in calls if c.end is not None]
+    session = str(document.get("session_id") or where.path.stem)
+    return build(
+        fmt="atif", where=where, conversation=conversation, calls=calls,
+        task=TaskRef(type=f"atif:{agent.get('name') or 'agent'}", key=session, data={"prompt": prompt}),
+        agent={"name": agent.get("name"), "model": agent.get("model_name"), "harness": agent.get("name"),
+               "version": agent.get("version")},
+        rewards=None, metrics=metrics,
+        phases={"agent": (min(stamps), max(stamps))} if stamps else {},
+        info={"session_id": session, "schema_version": document["schema_version"], "example_id": session,
+              **({"notes": document["notes"]} if document.get("notes") else {}),
+              **({"final_metrics": final} if final else {})},
+    )
+
+
+def _rollkit_trace(ours: dict[str, Any], conversation: list[Any], calls: list[Call], agent: dict[str, Any],
+                   where: Where) -> Trace:
+    """A trace rollkit wrote to ATIF, with what ATIF has no field for put
+    back from `extra["rollkit"]`."""
+    trace = build(fmt="atif", where=where, conversation=conversation, calls=calls,
+                  task=TaskRef.model_validate(ours["task"]), agent=dict(ours.get("agent") or {}),
+                  rewards=None, info={})
+    trace.id = ours.get("id", trace.id)
+    trace.rewards = dict(ours.get("rewards") or {})
+    trace.reward_weights = dict(ours.get("reward_weights") or {})
+    trace.metrics = dict(ours.get("metrics") or {})
+    trace.signal_errors = dict(ours.get("signal_errors") or {})
+    trace.errors = [ErrorInfo.model_validate(e) for e in ours.get("errors") or []]
+    trace.stop_condition = ours.get("stop_condition")
+    trace.completed = bool(ours.get("completed", True))
+    trace.aborted = bool(ours.get("aborted", False))
+    trace.aborted_in = ours.get("aborted_in")
+    trace.phases = {name: Span.model_validate(span) for name, span in (ours.get("phases") or {}).items()}
+    trace.info = {**dict(ours.get("info") or {}), "format": "atif", "file": str(where.path)}
+    trace.ok = not trace.errors
+    return trace
+
+
+def read(path: Path, errors: str) -> list[Trace]:
+    where = Where(path, "the trajectory")
+    try:
+        document = read_json(path, where)
+    except Exception as not_one:  # JSON lines: one trajectory a line
+        from ._jsonl import each_line
+
+        try:
+            first = _parse.first_record(path)
+        except ValueError:
+            raise not_one from None
+        if not _is_trajectory(first):
+            raise not_one from None
+        return each_line(path, errors, "ATIF trajectory", lambda record, at, _: _trajectory(record, at))
+    return [_trajectory(document, where)]
+
+
+def _iso(moment: float | None) -> str | None:
+    if moment is None:
+        return None
+    return datetime.fromtimestamp(moment, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _metrics(usage: Usage) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"),
+                         ("cache_read_tokens", "cached_tokens")):
+        if getattr(usage, ours) is not None:
+            out[theirs] = getattr(usage, ours)
+    if usage.cache_write_tokens is not None:
+        out["extra"] = {"cache_creation_input_tokens": usage.cache_write_tokens}
+    return out
+
+
+def _document(trace: Trace) -> dict[str, Any]:
+    from ...core import __version__
+
+    committed = [c for c in trace.model_calls if c.committed]
+    call_of = dict(zip(trace.sampled, committed))
+    steps: list[dict[str, Any]] = []
+    pending: dict[str, Any] | None = None  # the agent step whose observation collects the tool results
+
+    def add(step: dict[str, Any]) -> dict[str, Any]:
+        steps.append({"step_id": len(steps) + 1, **step})
+        return steps[-1]
+
+    for position, message in enumerate(trace.messages):
+        if isinstance(message, ToolMessage) and pending is not None:
+            pending.setdefault("observation", {"results": []})["results"].append(
+                {"source_call_id": message.tool_call_id, "content": message.content})
+            continue
+        if isinstance(message, ToolMessage):  # a result no reply of this trace asked for: kept as user text
+            pending = None
+            add({"source": "user", "message": message.content})
+            continue
+        pending = None
+        if isinstance(message, SystemMessage):
+            add({"source": "system", "message": message.content})
+        elif isinstance(message, UserMessage):
+            add({"source": "user", "message": message.content})
+        else:
+            call = call_of.get(position)
+            step: dict[str, Any] = {"source": "agent", "message": message.content or ""}
+            if call is not None:
+                step["timestamp"] = _iso(call.end)
+            if trace.agent.get("model"):
+                step["model_name"] = str(trace.agent["model"])
+            if message.reasoning:
+                step["reasoning_content"] = message.reasoning
+            if message.tool_calls:
+                step["tool_calls"] = [{"tool_call_id": c.id, "function_name": c.name, "arguments": c.args()}
+                                      for c in message.tool_calls]
+            if call is not None:
+                metrics = _metrics(call.usage)
+                if metrics:
+                    step["metrics"] = metrics
+                step["extra"] = {"rollkit_start": call.start, **(
+                    {"finish_reason": call.finish_reason} if call.finish_reason else {})}
+            pending = add(step)
+    usages = [c.usage for c in committed]
+    final: dict[str, Any] = {"total_steps": len(steps)}
+    for ours, theirs in (("input_tokens", "total_prompt_tokens"), ("output_tokens", "total_completion_tokens"),
+                         ("cache_read_tokens", "total_cached_tokens")):
+        counts = [getattr(u, ours) for u in usages if getattr(u, ours) is not None]
+        if counts:
+            final[theirs] = sum(counts)
+    ours = {"id": trace.id, "task": trace.task.model_dump(mode="json"), "agent": trace.agent,
+            "rewards": trace.rewards, "reward_weights": trace.reward_weights, "metrics": trace.metrics,
+            "signal_errors": trace.signal_errors, "errors": [e.model_dump(mode="json") for e in trace.errors],
+            "stop_condition": trace.stop_condition, "completed": trace.completed, "aborted": trace.aborted,
+            "aborted_in": trace.aborted_in,
+            "phases": {name: span.model_dump(mode="json") for name, span in trace.phases.items()},
+            "info": {k: v for k, v in trace.info.items() if k not in ("format", "file")}}
+    return {
+        "schema_version": VERSION, "session_id": trace.id,
+        "agent": {"name": str(trace.agent.get("name") or "rollkit"), "version": __version__,
+                  **({"model_name": str(trace.agent["model"])} if trace.agent.get("model") else {})},
+        "steps": steps, "final_metrics": final, "extra": {"rollkit": json.loads(json.dumps(ours, default=str))},
+    }
+
+
+def write(traces: list[Trace], path: Path) -> Path:
+    documents = [_document(t) for t in traces]
+    with open(path, "w", encoding="utf-8") as f:
+        if len(documents) == 1:
+            json.dump(documents[0], f, indent=1)
+            f.write("\n")
+        else:
+            for document in documents:
+                f.write(json.dumps(document) + "\n")
+    return path
