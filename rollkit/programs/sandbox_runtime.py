@@ -108,6 +108,38 @@ def _unusable(bwrap: str) -> str | None:
     return why
 
 
+def _pids_cgroup_parent() -> Path | None:
+    """A cgroup folder this process may make pids-limited children in, or None.
+
+    RLIMIT_NPROC exempts root's processes (a sandbox of a rollkit running as
+    root maps to root outside), so where it can, the sandbox also runs in its
+    own cgroup with `pids.max` (cgroup v1's pids hierarchy, or v2 with the
+    pids controller delegated)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, own = line.split(":", 2)
+        if controllers == "pids":
+            candidates = [Path("/sys/fs/cgroup/pids") / own.lstrip("/")]
+        elif controllers == "":
+            candidates = [Path(root) / own.lstrip("/") for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")]
+        else:
+            continue
+        for folder in candidates:
+            probe = folder / f"rollkit-probe-{os.getpid()}"
+            try:
+                probe.mkdir()
+            except OSError:
+                continue
+            usable = (probe / "pids.max").exists()
+            probe.rmdir()
+            if usable:
+                return folder
+    return None
+
+
 class _Rule:
     """One allow or block entry: a host name (`*.x` or `.x` for a domain), an address or a network."""
 
@@ -205,9 +237,10 @@ class SandboxProgram(Program):
     `limit_hit` names the resource limit that killed it, if one did."""
 
     def __init__(self, process: asyncio.subprocess.Process, argv: Sequence[str], runtime: SandboxRuntime,
-                 status_fd: int) -> None:
+                 status_fd: int, cgroup: Path | None) -> None:
         super().__init__(process, argv, runtime)
         self._status_fd = status_fd
+        self._cgroup = cgroup
         self._status: dict[str, Any] | None = None
         self.limit_hit: str | None = None
 
@@ -234,7 +267,19 @@ class SandboxProgram(Program):
 
     async def _reap(self) -> int:
         await super()._reap()
-        return self.returncode  # type: ignore[return-value]
+        status = self.returncode
+        if self._cgroup is not None:
+            # Bubblewrap exits after its PID namespace is empty: so is the cgroup.
+            try:
+                refused = int(dict(line.split() for line in (self._cgroup / "pids.events").read_text().splitlines())
+                              .get("max", 0))
+            except (OSError, ValueError):
+                refused = 0
+            if refused and self.limit_hit is None:
+                self.limit_hit = f"the sandbox's processes limit refused {refused} process creations (fork/clone)"
+            _remove_cgroup(self._cgroup)
+            self._cgroup = None
+        return status  # type: ignore[return-value]
 
 
 class SandboxRuntime(SubprocessRuntime):
@@ -288,6 +333,7 @@ class SandboxRuntime(SubprocessRuntime):
         self._fds: set[int] = set()
         self._base_args: list[str] = []
         self._relays: list[tuple[int, str]] = []
+        self._cgroups: Path | None = None
 
     # ---- lifetime -----------------------------------------------------------
     async def _start(self) -> None:
@@ -295,6 +341,8 @@ class SandboxRuntime(SubprocessRuntime):
         if why is not None:
             raise SandboxError(f"SandboxRuntime cannot start: {why}")
         self._bwrap_path = shutil.which(self.bwrap)
+        if self.limits["processes"] is not None:
+            self._cgroups = await asyncio.to_thread(_pids_cgroup_parent)
         await super()._start()
         self._ctl = Path(tempfile.mkdtemp(prefix="rollkit-sandbox-"))
         watchdog.watch_folder(self._ctl)
@@ -327,7 +375,7 @@ class SandboxRuntime(SubprocessRuntime):
         (etc / "passwd").write_text(f"root:x:0:0::/:/bin/sh\nsandbox:x:{_UID}:{_UID}::{workdir}:/bin/sh\n")
         (etc / "group").write_text(f"root:x:0:\nsandbox:x:{_UID}:\n")
         (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
-        (etc / "resolv.conf").write_text("# no nameserver: names resolve only through the proxy\n")
+        (etc / "resolv.conf").write_text("# empty: names resolve only through the proxy (HTTP_PROXY)\n")
 
     def _sandbox_args(self) -> list[str]:
         assert self._ctl is not None
@@ -459,7 +507,19 @@ class SandboxRuntime(SubprocessRuntime):
             "argv": argv,
         }
         command = [*self._base_args, "--", sys.executable, "-I", "-S", str(_INIT), json.dumps(config)]
-        return command, (write_fd,), (read_fd, write_fd)
+        cgroup = None
+        if self._cgroups is not None:
+            cgroup = self._cgroups / f"rollkit-sandbox-{os.urandom(6).hex()}"
+            try:
+                cgroup.mkdir()
+                (cgroup / "pids.max").write_text(str(self.limits["processes"]))
+                # The shell joins the cgroup, then becomes bubblewrap: every
+                # process of the sandbox is born in it.
+                command = ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *command]
+            except OSError:
+                _remove_cgroup(cgroup)
+                cgroup = None
+        return command, (write_fd,), (read_fd, write_fd, cgroup)
 
     async def launch(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                      stdin: bool = True) -> Program:
@@ -472,11 +532,22 @@ class SandboxRuntime(SubprocessRuntime):
         return await super().launch(argv, env=env, stdin=stdin)
 
     def _new_program(self, process: asyncio.subprocess.Process, argv: Sequence[str], launch_state: Any) -> Program:
-        read_fd, write_fd = launch_state
+        read_fd, write_fd, cgroup = launch_state
         os.close(write_fd)
         self._fds.discard(write_fd)
         self._fds.discard(read_fd)
-        return SandboxProgram(process, argv, self, read_fd)
+        return SandboxProgram(process, argv, self, read_fd, cgroup)
+
+    def __repr__(self) -> str:
+        where = f", {self._workdir}" if self._workdir is not None else ""
+        return f"SandboxRuntime({self._state}{where})"
+
+
+def _remove_cgroup(cgroup: Path) -> None:
+    try:
+        cgroup.rmdir()
+    except OSError:
+        pass
 
 
 def _site_dirs() -> list[str]:
