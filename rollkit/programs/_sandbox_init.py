@@ -81,6 +81,10 @@ def main():
         try:
             for listener, _ in listeners:
                 listener.close()
+            # Python ignores these at start, and an ignored signal stays
+            # ignored across exec: the program gets the defaults, as from a shell.
+            for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(signum, signal.SIG_DFL)
             for name, value in config["limits"].items():
                 if value is not None:
                     resource.setrlimit(_LIMITS[name], (int(value), int(value)))
