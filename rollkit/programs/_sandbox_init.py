@@ -87,7 +87,9 @@ def main():
                 signal.signal(signum, signal.SIG_DFL)
             for name, value in config["limits"].items():
                 if value is not None:
-                    resource.setrlimit(_LIMITS[name], (int(value), int(value)))
+                    # CPU: SIGXCPU at the soft limit (reported), SIGKILL a second later.
+                    hard = int(value) + 1 if name == "cpu_seconds" else int(value)
+                    resource.setrlimit(_LIMITS[name], (int(value), hard))
             os.execv(argv[0], argv)
         except OSError as exc:
             os.write(2, f"sandbox: cannot run {argv[0]!r}: {exc}\n".encode())
