@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import os
 import re
 import shutil
@@ -255,9 +254,9 @@ class SandboxProgram(Program):
         if self._status_fd < 0:
             return
         try:
-            data = os.read(self._status_fd, 4096)
-            self._status = json.loads(data) if data else None
-        except (OSError, ValueError):
+            code, signum = map(int, os.read(self._status_fd, 64).split())
+            self._status = {"status": code, "signal": signum or None}
+        except (OSError, ValueError):  # the sandbox died before its first process could say
             self._status = None
         os.close(self._status_fd)
         self._status_fd = -1
@@ -500,13 +499,10 @@ class SandboxRuntime(SubprocessRuntime):
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         os.set_blocking(write_fd, True)
         self._fds.update((read_fd, write_fd))
-        config = {
-            "relays": [*self._relays, (self._proxy_port, f"{_INSIDE_CTL}/proxy.sock")],
-            "limits": self.limits,
-            "status_fd": write_fd,
-            "argv": argv,
-        }
-        command = [*self._base_args, "--", sys.executable, "-I", "-S", str(_INIT), json.dumps(config)]
+        relays = [*self._relays, (self._proxy_port, f"{_INSIDE_CTL}/proxy.sock")]
+        limits = ",".join(f"{name}={value}" for name, value in self.limits.items() if value is not None)
+        command = [*self._base_args, "--", sys.executable, "-I", "-S", str(_INIT), str(write_fd), limits,
+                   ",".join(f"{port}={path}" for port, path in relays), "--", *argv]
         cgroup = None
         if self._cgroups is not None:
             cgroup = self._cgroups / f"rollkit-sandbox-{os.urandom(6).hex()}"
