@@ -71,12 +71,13 @@ SEE = ("import json, os, sys, urllib.request as u\n"
 
 
 @needs_bwrap
-async def test_program_gets_the_folder_a_clean_environment_and_the_rollouts_secret(monkeypatch):
+@pytest.mark.parametrize("compiled_init", [True, False], ids=["C init", "Python init"])
+async def test_program_gets_the_folder_a_clean_environment_and_the_rollouts_secret(monkeypatch, compiled_init):
     monkeypatch.setenv("OPENAI_API_KEY", "the-host-key")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "another-host-secret")
     policy = rk.NetworkPolicy(allow=["api.rollkit.test"], block=["10.0.0.0/8"])
     agent = rk.Agent(model=rk.ScriptedModel(["x"]), harness=rk.ProgramHarness([sys.executable, "-c", SEE]),
-                     runtime=rk.SandboxRuntime, network=policy)
+                     runtime=lambda: SandboxRuntime(compiled_init=compiled_init), network=policy)
     rollout = agent.rollout(Recording(prompt="look"))
     assert await rollout.open()
     secret = rollout.ctx.secret
@@ -93,6 +94,7 @@ async def test_program_gets_the_folder_a_clean_environment_and_the_rollouts_secr
     assert (network["enforced"], network["runtime"], network["allow"], network["block"]) == (
         True, "sandbox", ["api.rollkit.test"], ["10.0.0.0/8"])
     assert network["kept"] == list(rollout.ctx.services.values())
+    assert rollout.runtime._init[0] == ("/run/rollkit-init" if compiled_init else sys.executable)
 
 
 async def test_subprocess_runtime_still_refuses_a_restricting_policy():

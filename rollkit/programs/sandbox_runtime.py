@@ -51,7 +51,9 @@ It must not know about rollouts, models or the interception server.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import ipaddress
+import logging
 import os
 import re
 import shutil
@@ -72,6 +74,10 @@ from .subprocess_runtime import Program, SubprocessRuntime
 __all__ = ["SandboxRuntime"]
 
 _INIT = Path(__file__).with_name("_sandbox_init.py")
+_INIT_SOURCE = Path(__file__).with_name("_sandbox_init.c")
+_INSIDE_INIT = "/run/rollkit-init"
+_compiled: list[Path | None] = []  # the compiled init, once looked for
+log = logging.getLogger("rollkit")
 _PACKAGE = Path(__file__).resolve().parent.parent  # rollkit/: the harness programs live here
 _INSIDE_CTL = "/run/rollkit"
 _UID = 1000
@@ -137,6 +143,37 @@ def _pids_cgroup_parent() -> Path | None:
             if usable:
                 return folder
     return None
+
+
+def _compiled_init() -> Path | None:
+    """The C version of the sandbox's first process, built with the system's
+    C compiler into rollkit's cache folder on first use (a Python start per
+    launch costs more than the rest of it), or None where it cannot be built."""
+    if _compiled:
+        return _compiled[0]
+    source = _INIT_SOURCE.read_bytes()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rollkit"
+    target = cache / f"sandbox-init-{hashlib.sha256(source).hexdigest()[:16]}"
+    found: Path | None = target if target.is_file() else None
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if found is None and compiler is not None:
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            result = subprocess.run([compiler, "-O2", "-o", str(partial), str(_INIT_SOURCE)],
+                                    capture_output=True, timeout=120)
+            if result.returncode == 0:
+                os.replace(partial, target)
+                found = target
+            else:
+                log.warning("SandboxRuntime uses its Python init (slower launches): %s failed: %s",
+                            compiler, result.stderr.decode(errors="replace")[-500:])
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("SandboxRuntime uses its Python init (slower launches): %s", exc)
+        finally:
+            partial.unlink(missing_ok=True)
+    _compiled.append(found)
+    return found
 
 
 class _Rule:
@@ -310,6 +347,7 @@ class SandboxRuntime(SubprocessRuntime):
         kill_grace: float = 2.0,
         drain_grace: float = 1.0,
         bwrap: str = "bwrap",
+        compiled_init: bool = True,
     ) -> None:
         super().__init__(env=env, pass_env=pass_env, kill_grace=kill_grace, drain_grace=drain_grace)
         if isinstance(ro_paths, (str, os.PathLike)):
@@ -323,6 +361,9 @@ class SandboxRuntime(SubprocessRuntime):
         }
         self.tmp_bytes = whole("SandboxRuntime", "tmp_bytes", tmp_bytes, minimum=1 << 20)
         self.bwrap = bwrap
+        self.compiled_init = bool(compiled_init)
+        self._init: list[str] = []
+        self._compiled_path: Path | None = None
         self.policy = NetworkPolicy()
         self.kept: list[str] = []
         self.refused: list[str] = []  # what the proxy refused, "host:port: why"
@@ -342,6 +383,9 @@ class SandboxRuntime(SubprocessRuntime):
         self._bwrap_path = shutil.which(self.bwrap)
         if self.limits["processes"] is not None:
             self._cgroups = await asyncio.to_thread(_pids_cgroup_parent)
+        compiled = await asyncio.to_thread(_compiled_init) if self.compiled_init else None
+        self._init = [_INSIDE_INIT] if compiled else [sys.executable, "-I", "-S", str(_INIT)]
+        self._compiled_path = compiled
         await super()._start()
         self._ctl = Path(tempfile.mkdtemp(prefix="rollkit-sandbox-"))
         watchdog.watch_folder(self._ctl)
@@ -403,6 +447,8 @@ class SandboxRuntime(SubprocessRuntime):
                 args += ["--ro-bind", real, real]
         workdir = str(self._workdir)
         args += ["--bind", workdir, workdir, "--ro-bind", str(self._ctl), _INSIDE_CTL, "--chdir", workdir]
+        if self._compiled_path is not None:
+            args += ["--ro-bind", str(self._compiled_path), _INSIDE_INIT]
         return args
 
     # ---- network ------------------------------------------------------------
@@ -501,7 +547,7 @@ class SandboxRuntime(SubprocessRuntime):
         self._fds.update((read_fd, write_fd))
         relays = [*self._relays, (self._proxy_port, f"{_INSIDE_CTL}/proxy.sock")]
         limits = ",".join(f"{name}={value}" for name, value in self.limits.items() if value is not None)
-        command = [*self._base_args, "--", sys.executable, "-I", "-S", str(_INIT), str(write_fd), limits,
+        command = [*self._base_args, "--", *self._init, str(write_fd), limits,
                    ",".join(f"{port}={path}" for port, path in relays), "--", *argv]
         cgroup = None
         if self._cgroups is not None:
