@@ -149,8 +149,10 @@ async def test_stop_kills_a_running_program_and_everything_it_started():
     program = await runtime.launch(["sh", "-c", f"(setsid {_sleeper(marker, 'up')} &); sleep 600"])
     assert await program.process.stdout.readline() == b"up\n"
     pids = processes_marked(marker)
+    cgroup = program._cgroup  # a pids cgroup, where this machine lets rollkit make one
     await runtime.stop()
     assert len(pids) == 1 and await exited(pids[0]) and not program.running
+    assert cgroup is None or not cgroup.exists()  # killed, its cgroup is removed too
 
 
 @needs_bwrap

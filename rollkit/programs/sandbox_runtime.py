@@ -56,6 +56,7 @@ import ipaddress
 import logging
 import os
 import re
+import select
 import shutil
 import socket
 import subprocess
@@ -554,6 +555,7 @@ class SandboxRuntime(SubprocessRuntime):
             cgroup = self._cgroups / f"rollkit-sandbox-{os.urandom(6).hex()}"
             try:
                 cgroup.mkdir()
+                watchdog.watch_folder(cgroup)  # emptied by the watchdog's kills, an empty cgroup can be removed
                 (cgroup / "pids.max").write_text(str(self.limits["processes"]))
                 # The shell joins the cgroup, then becomes bubblewrap: every
                 # process of the sandbox is born in it.
@@ -586,10 +588,31 @@ class SandboxRuntime(SubprocessRuntime):
 
 
 def _remove_cgroup(cgroup: Path) -> None:
+    """Remove a sandbox's cgroup. After a kill, bubblewrap is dead but the
+    sandbox's processes die a moment later (the parent-death signal): they are
+    killed here too and waited for (on their pidfds), then the cgroup goes."""
     try:
         cgroup.rmdir()
-    except OSError:
+    except FileNotFoundError:
         pass
+    except OSError:
+        pidfds = []
+        try:
+            for pid in map(int, (cgroup / "cgroup.procs").read_text().split()):
+                try:
+                    pidfds.append(os.pidfd_open(pid))
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            for fd in pidfds:
+                select.select([fd], [], [], 5.0)  # readable once that process exited
+            cgroup.rmdir()
+        except OSError as exc:
+            log.warning("SandboxRuntime could not remove its cgroup %s: %s", cgroup, exc)
+        finally:
+            for fd in pidfds:
+                os.close(fd)
+    watchdog.forget_folder(cgroup)
 
 
 def _site_dirs() -> list[str]:
