@@ -29,7 +29,10 @@ Prints:
   for the CPU: a worst case. For each N: whether every call was answered,
   calls per second, and median / p95 call latency.
 
-Run: python benchmarks/programs.py
+- SandboxRuntime side by side with SubprocessRuntime: the extra cost of a
+  program launch and of a model call through the sandbox's bridge.
+
+Run: python benchmarks/programs.py (only the sandbox part: ... programs.py sandbox)
 """
 
 from __future__ import annotations
@@ -75,9 +78,9 @@ class Bench(rk.Task):
         ctx.state["latencies"] = json.loads(ctx.runtime.read("latencies.json"))
 
 
-async def program_overhead(calls: int = CALLS) -> tuple[float, float, float]:
+async def program_overhead(calls: int = CALLS, runtime: type = rk.SubprocessRuntime) -> tuple[float, float, float]:
     harness = rk.ProgramHarness([sys.executable, "bench.py", str(calls)])
-    agent = rk.Agent(model=rk.ScriptedModel(lambda request: "ok"), harness=harness, runtime=rk.SubprocessRuntime)
+    agent = rk.Agent(model=rk.ScriptedModel(lambda request: "ok"), harness=harness, runtime=runtime)
     rollout = agent.rollout(Bench(prompt="go"))
     assert await rollout.open(), rollout.trace.errors
     await rollout.step()
@@ -316,7 +319,43 @@ async def live_floor(turns: int = TURNS, *, call: bool = False) -> tuple[float, 
     return statistics.median(walls), cpu
 
 
+async def _launch_times(runtime: rk.Runtime, launches: int) -> list[float]:
+    times = []
+    for _ in range(launches):
+        t0 = time.perf_counter()
+        done = await runtime.run(["true"], timeout=60)
+        times.append(time.perf_counter() - t0)
+        assert done.returncode == 0, done
+    return times
+
+
+async def sandbox_side_by_side(launches: int = 40, calls: int = 300, rounds: int = 3) -> None:
+    """SandboxRuntime next to SubprocessRuntime in the same run: the extra cost
+    of one program launch (`true`, to its exit) and of one model call through
+    the sandbox's bridge (relay inside, Unix socket, forwarder outside). Each
+    round measures both, interleaved; the medians of the rounds are printed."""
+    plain, sandbox = rk.SubprocessRuntime(), rk.SandboxRuntime()
+    await plain.start()
+    await sandbox.start()
+    try:
+        launch = [(statistics.median(await _launch_times(plain, launches)),
+                   statistics.median(await _launch_times(sandbox, launches))) for _ in range(rounds)]
+    finally:
+        await plain.stop()
+        await sandbox.stop()
+    per_call = [((await program_overhead(calls))[0], (await program_overhead(calls, rk.SandboxRuntime))[0])
+                for _ in range(rounds)]
+    for what, pairs, unit in (("program launch", launch, "ms"), ("model call", per_call, "ms")):
+        base, boxed = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+        extra = statistics.median(p[1] - p[0] for p in pairs)
+        print(f"{what:14s}: SubprocessRuntime median {base * 1e3:.3f} {unit}, SandboxRuntime {boxed * 1e3:.3f} {unit}, "
+              f"extra {extra * 1e3:.3f} {unit} (median of {rounds} rounds)")
+
+
 async def main() -> None:
+    if sys.argv[1:] == ["sandbox"]:
+        await sandbox_side_by_side()
+        return
     median, p95, wall = await program_overhead()
     print(f"overhead per model call through the interception server ({CALLS} calls of one program): "
           f"median {median * 1e3:.2f} ms, p95 {p95 * 1e3:.2f} ms (median call as the program sees it: "
@@ -347,6 +386,7 @@ async def main() -> None:
     print(f"one server sustained {sustained} concurrent rollouts (largest level tried with every call answered)")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak resident memory: {peak:.0f} MiB")
+    await sandbox_side_by_side()
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from . import programs, runs, notebook, examples  # noqa: E402,F401 - each regis
 _LAZY = {
     "OpenAIModel": ("rollkit.programs.openai_model", "OpenAIModel"),
     "SubprocessRuntime": ("rollkit.programs.subprocess_runtime", "SubprocessRuntime"),
+    "SandboxRuntime": ("rollkit.programs.sandbox_runtime", "SandboxRuntime"),
     "ProgramHarness": ("rollkit.programs.program", "ProgramHarness"),
     "evaluate": ("rollkit.runs.evaluation", "evaluate"),
     "evaluate_async": ("rollkit.runs.evaluation", "evaluate_async"),

@@ -13,6 +13,13 @@ if ! command -v chromium >/dev/null 2>&1; then
   $as_root apt-get update -qq
   $as_root apt-get install -y -qq chromium fonts-liberation >/dev/null
 fi
+# SandboxRuntime's tests (tests/test_sandbox_*.py) run programs in bubblewrap.
+if ! command -v bwrap >/dev/null 2>&1; then
+  as_root=""
+  [ "$(id -u)" = 0 ] || as_root="sudo"
+  $as_root apt-get update -qq
+  $as_root apt-get install -y -qq bubblewrap >/dev/null
+fi
 
 python -m pip install -q -e ".[test]"
 

@@ -4,6 +4,8 @@ What this layer owns: `OpenAIModel` (any OpenAI-compatible endpoint, through
 the openai SDK), the HTTP interception server every program's model calls
 pass (`interception`: the wire dialects, the per-rollout secret, refusals),
 `SubprocessRuntime` (programs as subprocesses in a private folder),
+`SandboxRuntime` (the same in bubblewrap sandboxes, with the network policy
+enforced),
 `ProgramHarness` (an existing agent program as the harness), the MCP tool
 server that hands a task's tools to a program, the connection guard both
 servers share against hostile programs (`guard`), and the watchdog process
@@ -31,6 +33,7 @@ _LAZY = {
     "InterceptedHarness": (".interception", "InterceptedHarness"),
     "SubprocessRuntime": (".subprocess_runtime", "SubprocessRuntime"),
     "Program": (".subprocess_runtime", "Program"),
+    "SandboxRuntime": (".sandbox_runtime", "SandboxRuntime"),
     "ProgramHarness": (".program", "ProgramHarness"),
     "ToolServer": (".mcp_tools", "ToolServer"),
 }

@@ -329,6 +329,10 @@ class ProgramHarness(Harness):
         """The program exited: read what it left and say what its exit means."""
         assert run.exit is not None
         status = run.exit.result()
+        limit_hit = getattr(run.program, "limit_hit", None)  # a SandboxRuntime's resource limit
+        if limit_hit:
+            ctx.trace.warnings.append(f"program {self.command!r}: {limit_hit}")
+            run.runs[-1]["limit"] = limit_hit
         await self._end_program(run)
         run.runs[-1]["exit"] = status
         failure = run.registration.failure

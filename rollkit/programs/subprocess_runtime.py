@@ -301,9 +301,10 @@ class SubprocessRuntime(Runtime):
             raise SandboxError(f"cannot launch {argv[0]!r}: {self!r} is not running")
         full_env = self.environment(env)
         executable = self.resolve(argv[0], full_env)
+        command, pass_fds, launch_state = self._command([executable, *argv[1:]])
         creating = asyncio.ensure_future(asyncio.create_subprocess_exec(
-            executable,
-            *argv[1:],
+            *command,
+            pass_fds=pass_fds,
             cwd=self.workdir,
             env=full_env,
             stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
@@ -328,13 +329,21 @@ class SubprocessRuntime(Runtime):
                 if cancelled:  # it failed after the cancellation came: the cancellation wins
                     raise asyncio.CancelledError from exc
                 raise
-        program = Program(process, argv, self)
+        program = self._new_program(process, argv, launch_state)
         self._programs.add(program)
         watchdog.watch_group(program.pid)
         if cancelled:
             await asyncio.shield(program.kill(grace=0))
             raise asyncio.CancelledError
         return program
+
+    def _command(self, argv: list[str]) -> tuple[list[str], tuple[int, ...], Any]:
+        """The command that runs `argv`, the descriptors it inherits, and
+        what `_new_program` needs of this launch (a sandbox wraps `argv`)."""
+        return argv, (), None
+
+    def _new_program(self, process: asyncio.subprocess.Process, argv: Sequence[str], launch_state: Any) -> Program:
+        return Program(process, argv, self)
 
     async def run(
         self,

@@ -1,0 +1,621 @@
+"""`SandboxRuntime`: programs run isolated by bubblewrap, with the network policy enforced.
+
+What it owns: wrapping each program `SubprocessRuntime` launches in a
+bubblewrap sandbox, the bridge that keeps the framework's routes reachable
+from inside, and the filtering proxy that enforces the execution network
+policy (L6). Everything else (the clean environment with the rollout's
+secret, the working folder and its `read`/`write`, process groups, the
+watchdog, timeouts) is `SubprocessRuntime`'s, reused unchanged.
+
+What it enforces, exactly (each program gets its own sandbox):
+- files: the host's /usr (and /bin, /lib*, /sbin), a short list of /etc
+  entries (no /etc/shadow; passwd, group, hosts and resolv.conf are the
+  sandbox's own), Python's prefix and rollkit's package directory, all
+  read-only, plus `ro_paths`; the working folder read-write at the same path
+  as outside (so setup and finalize see what the program sees); private
+  size-bounded tmpfs /tmp and /dev/shm; /proc of its own PID namespace; a
+  minimal /dev. Nothing else of the host: not its home, not /root, not other
+  rollouts' folders, not the rollkit process's files.
+- processes: a user namespace (the program is uid 1000 with no
+  capabilities), its own PID, IPC and UTS namespaces, a new session. When the
+  program exits, the sandbox's PID namespace ends and the kernel kills every
+  process left in it (daemons, setsid grandchildren); a kill of the launch
+  (stop, abort, agent timeout, the watchdog after the rollkit process died)
+  kills bubblewrap, whose sandbox dies with it (--die-with-parent). A kill is
+  immediate: `kill_grace` gives no SIGTERM grace inside the sandbox.
+- limits (setrlimit on the program, inherited by its children): processes,
+  open files, memory (address space), CPU seconds, file size; and the tmpfs
+  sizes. A program killed by a limit's signal (SIGXCPU, SIGXFSZ) has the
+  limit named on `Program.limit_hit`, which ProgramHarness puts on the
+  trace's warnings. Limits reached as errors (fork or open failing, a
+  MemoryError, a full /tmp) show only in the program's own output. The working
+  folder is on the host's disk: only `file_bytes` bounds what one file there
+  may hold, not the folder's total.
+- network: its own network namespace with loopback only, no nameserver and
+  a minimal /etc/hosts. Inside, a relay listens on 127.0.0.1 at each port of
+  the framework's routes (the ports in the policy's `keep` list and in the
+  program's environment) and forwards to a Unix socket bound in from
+  outside, where rollkit forwards it to the real 127.0.0.1 port. All other
+  traffic goes through an HTTP proxy outside (HTTP_PROXY/HTTPS_PROXY point to
+  its relay; CONNECT and plain HTTP), which applies the `NetworkPolicy` by
+  host name and by address and resolves only names it allows; host-local
+  addresses (loopback, link-local, unspecified) are refused unless an allow
+  entry names them. A program that ignores the proxy reaches nothing.
+
+Where bubblewrap is missing or user namespaces are off, `start` fails with a
+`SandboxError` saying what to install or enable.
+
+It must not know about rollouts, models or the interception server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ipaddress
+import logging
+import os
+import re
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..core.checks import whole
+from ..core.errors import SandboxError
+from ..core.runtime import NetworkPolicy
+from . import watchdog
+from .subprocess_runtime import Program, SubprocessRuntime
+
+__all__ = ["SandboxRuntime"]
+
+_INIT = Path(__file__).with_name("_sandbox_init.py")
+_INIT_SOURCE = Path(__file__).with_name("_sandbox_init.c")
+_INSIDE_INIT = "/run/rollkit-init"
+_compiled: list[Path | None] = []  # the compiled init, once looked for
+log = logging.getLogger("rollkit")
+_PACKAGE = Path(__file__).resolve().parent.parent  # rollkit/: the harness programs live here
+_INSIDE_CTL = "/run/rollkit"
+_UID = 1000
+_ETC = (
+    "alternatives", "ssl", "ca-certificates", "ca-certificates.conf", "ld.so.cache", "ld.so.conf",
+    "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf", "mime.types", "os-release", "debian_version",
+    "protocols", "services", "bash.bashrc", "profile", "inputrc", "terminfo", "magic", "gitconfig",
+)
+_LOCAL_URL = re.compile(r"\bhttps?://(?:127\.0\.0\.1|localhost):(\d+)")
+_LIMIT_SIGNALS = {24: "cpu_seconds (SIGXCPU)", 25: "file_bytes (SIGXFSZ)"}
+_checked: dict[str, str | None] = {}  # bwrap path -> why it cannot run sandboxes (None: it can)
+
+
+def _unusable(bwrap: str) -> str | None:
+    """Why `bwrap` cannot make sandboxes here, or None; asked once per binary."""
+    if bwrap in _checked:
+        return _checked[bwrap]
+    path = shutil.which(bwrap)
+    if path is None:
+        why = (f"bubblewrap ({bwrap!r}) was not found: install it (Debian/Ubuntu: apt-get install bubblewrap; "
+               "Fedora: dnf install bubblewrap)")
+    else:
+        try:
+            result = subprocess.run([path, "--unshare-user", "--unshare-net", "--unshare-pid", "--ro-bind", "/", "/",
+                                     "true"], capture_output=True, timeout=30)
+            why = None if result.returncode == 0 else (
+                f"bubblewrap ({path}) cannot create namespaces here ({result.stderr.decode(errors='replace').strip()}): "
+                "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
+                "user.max_user_namespaces > 0, and on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0)")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            why = f"bubblewrap ({path}) does not run: {exc}"
+    _checked[bwrap] = why
+    return why
+
+
+def _pids_cgroup_parent() -> Path | None:
+    """A cgroup folder this process may make pids-limited children in, or None.
+
+    RLIMIT_NPROC exempts root's processes (a sandbox of a rollkit running as
+    root maps to root outside), so where it can, the sandbox also runs in its
+    own cgroup with `pids.max` (cgroup v1's pids hierarchy, or v2 with the
+    pids controller delegated)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, own = line.split(":", 2)
+        if controllers == "pids":
+            candidates = [Path("/sys/fs/cgroup/pids") / own.lstrip("/")]
+        elif controllers == "":
+            candidates = [Path(root) / own.lstrip("/") for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")]
+        else:
+            continue
+        for folder in candidates:
+            probe = folder / f"rollkit-probe-{os.getpid()}"
+            try:
+                probe.mkdir()
+            except OSError:
+                continue
+            usable = (probe / "pids.max").exists()
+            probe.rmdir()
+            if usable:
+                return folder
+    return None
+
+
+def _compiled_init() -> Path | None:
+    """The C version of the sandbox's first process, built with the system's
+    C compiler into rollkit's cache folder on first use (a Python start per
+    launch costs more than the rest of it), or None where it cannot be built."""
+    if _compiled:
+        return _compiled[0]
+    source = _INIT_SOURCE.read_bytes()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rollkit"
+    target = cache / f"sandbox-init-{hashlib.sha256(source).hexdigest()[:16]}"
+    found: Path | None = target if target.is_file() else None
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if found is None and compiler is not None:
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            result = subprocess.run([compiler, "-O2", "-o", str(partial), str(_INIT_SOURCE)],
+                                    capture_output=True, timeout=120)
+            if result.returncode == 0:
+                os.replace(partial, target)
+                found = target
+            else:
+                log.warning("SandboxRuntime uses its Python init (slower launches): %s failed: %s",
+                            compiler, result.stderr.decode(errors="replace")[-500:])
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("SandboxRuntime uses its Python init (slower launches): %s", exc)
+        finally:
+            partial.unlink(missing_ok=True)
+    _compiled.append(found)
+    return found
+
+
+class _Rule:
+    """One allow or block entry: a host name (`*.x` or `.x` for a domain), an address or a network."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        entry = text.strip().lower().rstrip(".")
+        self.network: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
+        try:
+            self.network = ipaddress.ip_network(entry.strip("[]"), strict=False)
+        except ValueError:
+            pass
+        self.domain = entry.lstrip("*").lstrip(".") if entry.startswith(("*.", ".")) else None
+        self.name = entry
+
+    def matches_name(self, host: str) -> bool:
+        if self.network is not None:
+            return False
+        if self.domain is not None:
+            return host == self.domain or host.endswith("." + self.domain)
+        return host == self.name
+
+    def matches_address(self, address: str) -> bool:
+        return self.network is not None and ipaddress.ip_address(address) in self.network
+
+
+class _Policy:
+    """The decision of the proxy, by host name then by address."""
+
+    def __init__(self, policy: NetworkPolicy, hosts: Mapping[str, str]) -> None:
+        self.allow = [_Rule(t) for t in policy.allow]
+        self.block = [_Rule(t) for t in policy.block]
+        self.hosts = {k.lower(): v for k, v in hosts.items()}
+
+    async def resolve(self, host: str, port: int) -> tuple[str | None, str]:
+        """The address to connect to, or None and why not."""
+        host = host.strip("[]").lower().rstrip(".")
+        literal = _is_address(host)
+        if not literal:
+            if any(r.matches_name(host) for r in self.block):
+                return None, f"{host} is blocked by name"
+            named = any(r.matches_name(host) for r in self.allow)
+            if self.allow and not named and not any(r.network is not None for r in self.allow):
+                return None, f"{host} is not in the allow list (not resolved)"
+            address = self.hosts.get(host)
+            if address is None:
+                try:
+                    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                except OSError as exc:
+                    return None, f"{host} does not resolve ({exc})"
+                address = infos[0][4][0]
+        else:
+            named, address = False, host
+        if any(r.matches_address(address) for r in self.block):
+            return None, f"{host} ({address}) is blocked by address"
+        by_address = any(r.matches_address(address) for r in self.allow)
+        if self.allow and not (named or by_address):
+            return None, f"{host} ({address}) is not in the allow list"
+        ip = ipaddress.ip_address(address)
+        if (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast) and not (named or by_address):
+            return None, f"{host} ({address}) is a host-local address no allow entry names"
+        return address, "allowed"
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return False
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (OSError, RuntimeError):
+        pass
+
+
+async def _splice(a: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+                  b: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+    try:
+        await asyncio.gather(_pump(a[0], b[1]), _pump(b[0], a[1]))
+    finally:
+        for writer in (a[1], b[1]):
+            writer.close()
+
+
+class SandboxProgram(Program):
+    """A program in a sandbox: its exit status comes from the sandbox's first
+    process (bubblewrap reports a signal death as 128 + signal), and
+    `limit_hit` names the resource limit that killed it, if one did."""
+
+    def __init__(self, process: asyncio.subprocess.Process, argv: Sequence[str], runtime: SandboxRuntime,
+                 status_fd: int, cgroup: Path | None) -> None:
+        super().__init__(process, argv, runtime)
+        self._status_fd = status_fd
+        self._cgroup = cgroup
+        self._status: dict[str, Any] | None = None
+        self.limit_hit: str | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        if self.process.returncode is None:
+            return None
+        self._read_status()
+        return self._status["status"] if self._status else self.process.returncode
+
+    def _read_status(self) -> None:
+        if self._status_fd < 0:
+            return
+        try:
+            code, signum = map(int, os.read(self._status_fd, 64).split())
+            self._status = {"status": code, "signal": signum or None}
+        except (OSError, ValueError):  # the sandbox died before its first process could say
+            self._status = None
+        os.close(self._status_fd)
+        self._status_fd = -1
+        signum = (self._status or {}).get("signal")
+        if signum in _LIMIT_SIGNALS:
+            self.limit_hit = f"the program was killed by the sandbox's {_LIMIT_SIGNALS[signum]} limit"
+
+    async def _reap(self) -> int:
+        await super()._reap()
+        status = self.returncode
+        if self._cgroup is not None:
+            # Bubblewrap exits after its PID namespace is empty: so is the cgroup.
+            try:
+                refused = int(dict(line.split() for line in (self._cgroup / "pids.events").read_text().splitlines())
+                              .get("max", 0))
+            except (OSError, ValueError):
+                refused = 0
+            if refused and self.limit_hit is None:
+                self.limit_hit = f"the sandbox's processes limit refused {refused} process creations (fork/clone)"
+            _remove_cgroup(self._cgroup)
+            self._cgroup = None
+        return status  # type: ignore[return-value]
+
+
+class SandboxRuntime(SubprocessRuntime):
+    """Programs run in bubblewrap sandboxes (see the module docstring).
+
+    Beyond `SubprocessRuntime`'s arguments: `ro_paths` are more host paths
+    bound read-only (e.g. where a CLI agent is installed); `hosts` maps names
+    the proxy resolves itself (name -> address) before the system resolver;
+    `processes`, `open_files`, `memory_bytes`, `cpu_seconds` and `file_bytes`
+    are the programs' resource limits (None: the host's); `tmp_bytes` bounds
+    each of /tmp and /dev/shm. `bwrap` is the bubblewrap executable.
+    """
+
+    kind = "sandbox"
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] | None = None,
+        pass_env: Iterable[str] = (),
+        ro_paths: Iterable[str | os.PathLike[str]] = (),
+        hosts: Mapping[str, str] | None = None,
+        processes: int | None = 1024,
+        open_files: int | None = 4096,
+        memory_bytes: int | None = None,
+        cpu_seconds: int | None = None,
+        file_bytes: int | None = 1 << 30,
+        tmp_bytes: int = 256 << 20,
+        kill_grace: float = 2.0,
+        drain_grace: float = 1.0,
+        bwrap: str = "bwrap",
+        compiled_init: bool = True,
+    ) -> None:
+        super().__init__(env=env, pass_env=pass_env, kill_grace=kill_grace, drain_grace=drain_grace)
+        if isinstance(ro_paths, (str, os.PathLike)):
+            raise TypeError("ro_paths is a list of paths, e.g. ro_paths=['/opt/tool']")
+        self.ro_paths = tuple(str(Path(p).resolve()) for p in ro_paths)
+        self.hosts = {str(k): str(v) for k, v in (hosts or {}).items()}
+        self.limits = {
+            name: None if value is None else whole("SandboxRuntime", name, value, minimum=1)
+            for name, value in (("processes", processes), ("open_files", open_files), ("memory_bytes", memory_bytes),
+                                ("cpu_seconds", cpu_seconds), ("file_bytes", file_bytes))
+        }
+        self.tmp_bytes = whole("SandboxRuntime", "tmp_bytes", tmp_bytes, minimum=1 << 20)
+        self.bwrap = bwrap
+        self.compiled_init = bool(compiled_init)
+        self._init: list[str] = []
+        self._compiled_path: Path | None = None
+        self.policy = NetworkPolicy()
+        self.kept: list[str] = []
+        self.refused: list[str] = []  # what the proxy refused, "host:port: why"
+        self._ctl: Path | None = None
+        self._servers: dict[int, asyncio.AbstractServer] = {}  # host port (0: the proxy) -> Unix socket server
+        self._proxy_port = 3128
+        self._fds: set[int] = set()
+        self._base_args: list[str] = []
+        self._relays: list[tuple[int, str]] = []
+        self._cgroups: Path | None = None
+
+    # ---- lifetime -----------------------------------------------------------
+    async def _start(self) -> None:
+        why = await asyncio.to_thread(_unusable, self.bwrap)
+        if why is not None:
+            raise SandboxError(f"SandboxRuntime cannot start: {why}")
+        self._bwrap_path = shutil.which(self.bwrap)
+        if self.limits["processes"] is not None:
+            self._cgroups = await asyncio.to_thread(_pids_cgroup_parent)
+        compiled = await asyncio.to_thread(_compiled_init) if self.compiled_init else None
+        self._init = [_INSIDE_INIT] if compiled else [sys.executable, "-I", "-S", str(_INIT)]
+        self._compiled_path = compiled
+        await super()._start()
+        self._ctl = Path(tempfile.mkdtemp(prefix="rollkit-sandbox-"))
+        watchdog.watch_folder(self._ctl)
+        self._write_etc()
+        self._servers[0] = await asyncio.start_unix_server(self._proxy, path=str(self._ctl / "proxy.sock"))
+        self._base_args = self._sandbox_args()
+
+    async def _stop(self) -> None:
+        try:
+            await super()._stop()
+        finally:
+            for server in self._servers.values():
+                server.close()
+            self._servers.clear()
+            for fd in self._fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._fds.clear()
+            if self._ctl is not None:
+                shutil.rmtree(self._ctl, ignore_errors=True)
+                watchdog.forget_folder(self._ctl)
+
+    def _write_etc(self) -> None:
+        assert self._ctl is not None
+        etc = self._ctl / "etc"
+        etc.mkdir()
+        workdir = self._workdir
+        (etc / "passwd").write_text(f"root:x:0:0::/:/bin/sh\nsandbox:x:{_UID}:{_UID}::{workdir}:/bin/sh\n")
+        (etc / "group").write_text(f"root:x:0:\nsandbox:x:{_UID}:\n")
+        (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
+        (etc / "resolv.conf").write_text("# empty: names resolve only through the proxy (HTTP_PROXY)\n")
+
+    def _sandbox_args(self) -> list[str]:
+        assert self._ctl is not None
+        args = [self._bwrap_path, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+                "--unshare-uts", "--unshare-cgroup-try", "--uid", str(_UID), "--gid", str(_UID),
+                "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+                "--ro-bind", "/usr", "/usr"]
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            path = Path("/", name)
+            if path.is_symlink():
+                args += ["--symlink", os.readlink(path), str(path)]
+            elif path.is_dir():
+                args += ["--ro-bind", str(path), str(path)]
+        for name in _ETC:
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        for name in ("passwd", "group", "hosts", "resolv.conf"):
+            args += ["--ro-bind", str(self._ctl / "etc" / name), f"/etc/{name}"]
+        args += ["--proc", "/proc", "--dev", "/dev",
+                 "--size", str(self.tmp_bytes), "--tmpfs", "/tmp",
+                 "--size", str(self.tmp_bytes), "--tmpfs", "/dev/shm"]
+        seen: set[str] = set()
+        for path in (sys.prefix, sys.base_prefix, *_site_dirs(), str(_PACKAGE), *self.ro_paths):
+            real = str(Path(path).resolve())
+            if real not in seen and Path(real).exists() and not real.startswith("/usr/"):
+                seen.add(real)
+                args += ["--ro-bind", real, real]
+        workdir = str(self._workdir)
+        args += ["--bind", workdir, workdir, "--ro-bind", str(self._ctl), _INSIDE_CTL, "--chdir", workdir]
+        if self._compiled_path is not None:
+            args += ["--ro-bind", str(self._compiled_path), _INSIDE_INIT]
+        return args
+
+    # ---- network ------------------------------------------------------------
+    async def apply_network_policy(self, policy: NetworkPolicy, keep: list[str]) -> dict[str, Any]:
+        """Enforced, restricting or not: the sandbox has no network but the
+        framework's routes and the proxy, which applies `policy`."""
+        self.policy = policy
+        self.kept = list(dict.fromkeys([*self.kept, *keep]))
+        self._rules = _Policy(policy, self.hosts)
+        return {
+            "enforced": True, "runtime": self.kind, "allow": list(policy.allow), "block": list(policy.block),
+            "kept": list(keep),
+            "isolation": "own network namespace, loopback only; the kept routes are relayed in over Unix sockets",
+            "proxy": "HTTP proxy outside the sandbox (CONNECT and plain HTTP) applies allow/block by host name and "
+                     "by address; host-local addresses need an allow entry",
+            "dns": "no nameserver inside; the proxy resolves only names the policy allows",
+        }
+
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        out = super().environment(env)
+        proxy = f"http://127.0.0.1:{self._proxy_port}"
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+            out.setdefault(name, proxy)
+        for name in ("NO_PROXY", "no_proxy"):
+            out.setdefault(name, "127.0.0.1,localhost,::1")
+        return out
+
+    async def _bridge(self, port: int) -> Path:
+        """The Unix socket that forwards to the host's 127.0.0.1:`port`."""
+        assert self._ctl is not None
+        path = self._ctl / f"{port}.sock"
+        if port not in self._servers:
+            async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                try:
+                    upstream = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    writer.close()
+                    return
+                upstream[1].get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await _splice((reader, writer), upstream)
+
+            self._servers[port] = await asyncio.start_unix_server(forward, path=str(path))
+        return path
+
+    async def _proxy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            writer.close()
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        try:
+            method, target, version = lines[0].split(" ")
+            if method == "CONNECT":
+                host, _, port_text = target.rpartition(":")
+                port, rest = int(port_text), b""
+            else:
+                match = re.match(r"http://(\[[^\]]+\]|[^/:]+)(?::(\d+))?(/.*)?$", target, re.I)
+                if match is None:
+                    raise ValueError(target)
+                host, port = match.group(1), int(match.group(2) or 80)
+                headers = [h for h in lines[1:] if h and not h.lower().startswith(("proxy-", "connection:"))]
+                rest = "\r\n".join([f"{method} {match.group(3) or '/'} {version}", *headers,
+                                    "Connection: close", "", ""]).encode("latin-1")
+        except ValueError:
+            writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            writer.close()
+            return
+        rules = getattr(self, "_rules", None) or _Policy(self.policy, self.hosts)
+        address, why = await rules.resolve(host, port)
+        if address is None:
+            self.refused.append(f"{host}:{port}: {why}")
+            body = f"refused by the rollout's network policy: {why}\n".encode()
+            writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            writer.close()
+            return
+        try:
+            upstream = await asyncio.wait_for(asyncio.open_connection(address, port), 30)
+        except (OSError, TimeoutError) as exc:
+            writer.write(f"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nX-Reason: {type(exc).__name__}\r\n"
+                         "Connection: close\r\n\r\n".encode())
+            writer.close()
+            return
+        if method == "CONNECT":
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        else:
+            upstream[1].write(rest)
+        await _splice((reader, writer), upstream)
+
+    # ---- programs -----------------------------------------------------------
+    def _command(self, argv: list[str]) -> tuple[list[str], tuple[int, ...], Any]:
+        # The sandbox's first process reports the program's exit on this pipe.
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        os.set_blocking(write_fd, True)
+        self._fds.update((read_fd, write_fd))
+        relays = [*self._relays, (self._proxy_port, f"{_INSIDE_CTL}/proxy.sock")]
+        limits = ",".join(f"{name}={value}" for name, value in self.limits.items() if value is not None)
+        command = [*self._base_args, "--", *self._init, str(write_fd), limits,
+                   ",".join(f"{port}={path}" for port, path in relays), "--", *argv]
+        cgroup = None
+        if self._cgroups is not None:
+            cgroup = self._cgroups / f"rollkit-sandbox-{os.urandom(6).hex()}"
+            try:
+                cgroup.mkdir()
+                watchdog.watch_folder(cgroup)  # emptied by the watchdog's kills, an empty cgroup can be removed
+                (cgroup / "pids.max").write_text(str(self.limits["processes"]))
+                # The shell joins the cgroup, then becomes bubblewrap: every
+                # process of the sandbox is born in it.
+                command = ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *command]
+            except OSError:
+                _remove_cgroup(cgroup)
+                cgroup = None
+        return command, (write_fd,), (read_fd, write_fd, cgroup)
+
+    async def launch(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                     stdin: bool = True) -> Program:
+        """As `SubprocessRuntime.launch`, in a sandbox (see the module docstring)."""
+        if self.alive:
+            # The routes to bridge: the kept ones and those the program is told about.
+            text = " ".join([*self.kept, *self.environment(env).values()])
+            ports = {int(p) for p in _LOCAL_URL.findall(text)} - {self._proxy_port}
+            self._relays = [(port, f"{_INSIDE_CTL}/{(await self._bridge(port)).name}") for port in sorted(ports)]
+        return await super().launch(argv, env=env, stdin=stdin)
+
+    def _new_program(self, process: asyncio.subprocess.Process, argv: Sequence[str], launch_state: Any) -> Program:
+        read_fd, write_fd, cgroup = launch_state
+        os.close(write_fd)
+        self._fds.discard(write_fd)
+        self._fds.discard(read_fd)
+        return SandboxProgram(process, argv, self, read_fd, cgroup)
+
+    def __repr__(self) -> str:
+        where = f", {self._workdir}" if self._workdir is not None else ""
+        return f"SandboxRuntime({self._state}{where})"
+
+
+def _remove_cgroup(cgroup: Path) -> None:
+    """Remove a sandbox's cgroup. After a kill, bubblewrap is dead but the
+    sandbox's processes die a moment later (the parent-death signal): they are
+    killed here too and waited for (on their pidfds), then the cgroup goes."""
+    try:
+        cgroup.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        pidfds = []
+        try:
+            for pid in map(int, (cgroup / "cgroup.procs").read_text().split()):
+                try:
+                    pidfds.append(os.pidfd_open(pid))
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            for fd in pidfds:
+                select.select([fd], [], [], 5.0)  # readable once that process exited
+            cgroup.rmdir()
+        except OSError as exc:
+            log.warning("SandboxRuntime could not remove its cgroup %s: %s", cgroup, exc)
+        finally:
+            for fd in pidfds:
+                os.close(fd)
+    watchdog.forget_folder(cgroup)
+
+
+def _site_dirs() -> list[str]:
+    import site
+
+    return [*site.getsitepackages(), site.getusersitepackages()]

@@ -1,0 +1,229 @@
+"""The escape corpus of SandboxRuntime: each attempt is made by a program
+inside the sandbox (tests/programs/sandbox_probe.py, copied into the working
+folder as a task's setup would), and each count lands in the fault suite's
+summary (tests/fault_report.py). Every count must be 0.
+
+Every address used is on this machine: test servers listen on the host's
+loopback, which is outside the sandbox's network namespace; the names
+`allowed.rollkit.test` and `blocked.rollkit.test` exist only in the
+runtime's own hosts map (the proxy's), so no DNS query leaves the machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+import rollkit as rk
+from rollkit.programs.sandbox_runtime import SandboxRuntime, _unusable
+from rollkit.programs.subprocess_runtime import SubprocessRuntime
+
+from conftest_programs import PROGRAMS, exited, gone, kill_marked, processes_marked
+from fault_report import report
+
+_WHY = _unusable("bwrap")
+pytestmark = [pytest.mark.faults, pytest.mark.skipif(_WHY is not None, reason=f"no sandboxes here: {_WHY}")]
+
+PROCESSES, TMP_BYTES, FILE_BYTES = 64, 8 << 20, 4 << 20
+
+
+async def _http_server(body: str) -> tuple[asyncio.AbstractServer, int]:
+    """A real HTTP/1.0-style server on the host's loopback answering `body` to anything."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            data = body.encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(data), data))
+            await writer.drain()
+        except (asyncio.IncompleteReadError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@pytest.fixture
+async def world(monkeypatch):
+    """A sandbox allowed to reach `allowed.rollkit.test` only, next to what it must not reach."""
+    marker = f"host-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("ROLLKIT_TEST_HOST_SECRET", marker)
+    outside, outside_port = await _http_server("outside-secret")
+    allowed, allowed_port = await _http_server("allowed-ok")
+    other_server = rk.programs.InterceptionServer()  # another rollout's interception server
+    await other_server.start()
+    other = SubprocessRuntime()  # another rollout's folder
+    await other.start()
+    other.write("secret.txt", marker)
+    sandbox = SandboxRuntime(hosts={"allowed.rollkit.test": "127.0.0.1", "blocked.rollkit.test": "127.0.0.1"},
+                             processes=PROCESSES, tmp_bytes=TMP_BYTES, file_bytes=FILE_BYTES)
+    await sandbox.start()
+    info = await sandbox.apply_network_policy(rk.NetworkPolicy(allow=["allowed.rollkit.test"]), keep=[])
+    sandbox.write("probe.py", (PROGRAMS / "sandbox_probe.py").read_text())
+    try:
+        yield {"sandbox": sandbox, "other": other, "marker": marker, "outside": outside_port,
+               "allowed": allowed_port, "other_server": other_server.port, "info": info}
+    finally:
+        await sandbox.stop()
+        await other.stop()
+        await other_server.stop()
+        for server in (outside, allowed):
+            server.close()
+            await server.wait_closed()
+
+
+async def _probe(sandbox: SandboxRuntime, *args: object, timeout: float = 60) -> dict:
+    done = await sandbox.run([sys.executable, "probe.py", *map(str, args)], timeout=timeout)
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"the probe printed nothing (exit {done.returncode}): {done.stderr}"
+    return json.loads(lines[-1])
+
+
+def _count(kind: str, results: dict[str, dict], escaped) -> int:
+    got_through = [name for name, result in results.items() if escaped(result)]
+    report(f"sandbox escapes, {kind}: {len(got_through)} of {len(results)} attempts got through {got_through or ''}")
+    return len(got_through)
+
+
+async def test_network_escapes_reach_nothing_outside_the_allow_list(world):
+    sandbox, outside, other = world["sandbox"], world["outside"], world["other_server"]
+    attempts = {
+        "loopback port the test opened, directly": ("direct", "127.0.0.1", outside),
+        "another rollout's interception server, directly": ("direct", "127.0.0.1", other),
+        "test host by IP through the proxy (CONNECT)": ("via_proxy_connect", f"127.0.0.1:{outside}"),
+        "test host by IP through the proxy (plain HTTP)": ("via_proxy_get", f"http://127.0.0.1:{outside}/"),
+        "test host by name through the proxy (CONNECT)": ("via_proxy_connect", f"blocked.rollkit.test:{outside}"),
+        "test host by name through the proxy (plain HTTP)": ("via_proxy_get", f"http://blocked.rollkit.test:{outside}/"),
+        "another rollout's interception server through the proxy": ("via_proxy_get", f"http://localhost:{other}/v1/models"),
+        "IPv6 loopback through the proxy": ("via_proxy_connect", f"[::1]:{outside}"),
+    }
+    results = {name: await _probe(sandbox, *args) for name, args in attempts.items()}
+    assert _count("network", results, lambda r: r["got"] is not None) == 0, results
+    # Each was stopped for the right reason: no route inside, or the proxy's refusal.
+    assert "Connection refused" in results["loopback port the test opened, directly"]["how"]
+    assert "403" in results["test host by name through the proxy (CONNECT)"]["how"]
+    assert any("blocked.rollkit.test" in r and "not in the allow list" in r for r in sandbox.refused)
+
+
+async def test_dns_resolves_nothing_the_policy_does_not_allow(world):
+    sandbox = world["sandbox"]
+    host_nameservers = [line.split()[1] for line in Path("/etc/resolv.conf").read_text().splitlines()
+                        if line.startswith("nameserver")] if Path("/etc/resolv.conf").exists() else []
+    attempts = {f"look up {name}": ("lookup", name) for name in ("blocked.rollkit.test", "allowed.rollkit.test")}
+    # Raw queries to the host's nameservers (only loopback ones: nothing may leave the machine) and the usual stub.
+    for server in {"127.0.0.53", "127.0.0.1", *[s for s in host_nameservers if s.startswith("127.")]}:
+        attempts[f"raw DNS query to {server}"] = ("dns_query", server)
+    results = {name: await _probe(sandbox, *args) for name, args in attempts.items()}
+    assert _count("name lookups", results, lambda r: r["got"] is not None) == 0, results
+    assert (await _probe(sandbox, "read", "/etc/resolv.conf"))["got"].count("nameserver") == 0
+
+
+async def test_allowed_traffic_goes_through(world):
+    sandbox, port = world["sandbox"], world["allowed"]
+    by_get = await _probe(sandbox, "via_proxy_get", f"http://allowed.rollkit.test:{port}/")
+    by_connect = await _probe(sandbox, "via_proxy_connect", f"allowed.rollkit.test:{port}")
+    assert by_get["got"] == "allowed-ok" and by_get["how"] == "200"
+    assert by_connect["got"].endswith("allowed-ok")
+    assert world["info"]["enforced"] is True and world["info"]["allow"] == ["allowed.rollkit.test"]
+
+
+async def test_file_escapes_read_and_write_nothing_of_the_host(world):
+    sandbox, other, marker = world["sandbox"], world["other"], world["marker"]
+    host_root = [p for p in Path("/root").iterdir() if p.is_file()][:3] if os.access("/root", os.R_OK) else []
+    reads = {
+        "/etc/shadow": ("read", "/etc/shadow"),
+        "/root (listing)": ("read", "/root"),
+        **{f"{p}": ("read", p) for p in host_root},
+        "another rollout's folder": ("read", other.path("secret.txt")),
+        "the rollkit process's /proc/<pid>/environ": ("read", f"/proc/{os.getpid()}/environ"),
+        "every visible /proc/*/environ": ("environs", marker),
+    }
+    read_results = {name: await _probe(sandbox, *args) for name, args in reads.items()}
+    listing = read_results.pop("/root (listing)")
+
+    def leaked(result: dict) -> bool:
+        got = result["got"]
+        return got is not None and (marker in json.dumps(got) or "root:" in str(got) or bool(got) and host_root)
+
+    leaks = _count("reads", read_results, leaked)
+    root_entries = set(listing["got"] or []) - {".pyenv", ".cache", ".local"}  # only Python's prefix is bound
+    targets = [Path("/usr/escape"), Path("/etc/escape"), Path(rk.__file__).parent / "escape", Path(sys.prefix) / "escape",
+               other.path("escape"), Path("/root/escape"), Path(f"/tmp/escape-{uuid.uuid4().hex}"), Path("/escape")]
+    write_results = {str(t): await _probe(sandbox, "write", t) for t in targets}
+    written = _count("writes", {t: {"host": Path(t).exists()} for t in write_results}, lambda r: r["host"])
+    for target in targets:
+        if target.exists():
+            target.unlink()
+    assert (leaks, written, root_entries) == (0, 0, set()), (read_results, listing, write_results)
+    # Inside the working folder, writing works and the host sees it.
+    assert (await _probe(sandbox, "write", "inside.txt"))["got"] == "inside.txt" and sandbox.read("inside.txt") == "escaped"
+
+
+async def test_signal_and_ptrace_reach_no_host_process(world):
+    sandbox = world["sandbox"]
+    host = await asyncio.create_subprocess_exec("sleep", "300")
+    try:
+        result = await _probe(sandbox, "signal_host", host.pid)
+        alive = not gone(host.pid)
+        assert _count("signals and ptrace", {"kill and ptrace a host process": {"got": result["got"], "alive": alive}},
+                      lambda r: r["got"] is not None or not r["alive"]) == 0, result
+    finally:
+        host.kill()
+        await host.wait()
+
+
+async def test_fork_bomb_and_disk_filler_are_stopped_by_limits(world):
+    sandbox = world["sandbox"]
+    bomb = await _probe(sandbox, "fork_bomb", 30)
+    # Files smaller than the file size limit, so that the tmpfs bound is what stops them.
+    tmp = await _probe(sandbox, "fill", "/tmp/filler", 4 * TMP_BYTES, 16)
+    shm = await _probe(sandbox, "fill", "/dev/shm/filler", 4 * TMP_BYTES, 16)
+    big = await sandbox.run([sys.executable, "probe.py", "fill", "big.bin", str(4 * FILE_BYTES)], timeout=60)
+    # Python ignores SIGXFSZ (its write fails instead); head is killed by it.
+    head = await sandbox.run(["sh", "-c", f"exec head -c {4 * FILE_BYTES} /dev/zero > big2.bin"], timeout=60)
+    results = {
+        "fork bomb": {"over": bomb["got"] >= PROCESSES},
+        "/tmp filler": {"over": tmp["got"] > TMP_BYTES},
+        "/dev/shm filler": {"over": shm["got"] > TMP_BYTES},
+        "one file in the working folder": {"over": sandbox.path("big.bin").stat().st_size > FILE_BYTES},
+        "one file in the working folder (shell)": {"over": sandbox.path("big2.bin").stat().st_size > FILE_BYTES},
+    }
+    assert _count("limits", results, lambda r: r["over"]) == 0, (bomb, tmp, shm)
+    assert "Resource temporarily unavailable" in bomb["how"] and "No space left on device" in tmp["how"]
+    assert "File too large" in json.loads(big.stdout)["how"]
+    assert head.returncode == -25  # SIGXFSZ: the file size limit killed it, reported as a signal death
+    # The host is unharmed: it still starts processes, and the bomb's children are gone with the sandbox.
+    check = await asyncio.create_subprocess_exec("true")
+    assert await check.wait() == 0
+
+
+async def test_nothing_outlives_the_program(world):
+    sandbox = world["sandbox"]
+    daemon_marker, setsid_marker = f"daemon-{uuid.uuid4().hex}", f"setsid-{uuid.uuid4().hex}"
+    await _probe(sandbox, "daemon", daemon_marker)
+    script = f"setsid {sys.executable} -c 'import time; time.sleep(600)' {setsid_marker} & echo started"
+    await sandbox.run(["sh", "-c", script], timeout=60)
+    survivors = {"a daemonised child": processes_marked(daemon_marker), "a setsid grandchild": processes_marked(setsid_marker)}
+    for marker in (daemon_marker, setsid_marker):
+        await kill_marked(marker)
+    assert _count("outliving the program", {k: {"pids": v} for k, v in survivors.items()}, lambda r: r["pids"]) == 0
+
+
+async def test_a_killed_launch_takes_its_whole_sandbox_with_it(world):
+    sandbox = world["sandbox"]
+    marker = f"kept-{uuid.uuid4().hex}"
+    program = await sandbox.launch(["sh", "-c", f"setsid {sys.executable} -c 'import time; time.sleep(600)' {marker} & "
+                                          "echo started; sleep 600"])
+    assert (await program.process.stdout.readline()) == b"started\n"
+    inside = processes_marked(marker)
+    assert len(inside) == 1
+    await program.kill(grace=0)
+    assert await exited(inside[0]) and processes_marked(marker) == []

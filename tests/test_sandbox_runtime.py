@@ -1,0 +1,182 @@
+"""SandboxRuntime: the working folder a task fills and reads, the clean
+environment with the rollout's secret, the enforced network policy on the
+trace, limits reported on the trace, kills of the whole sandbox, a clear
+refusal where bubblewrap cannot run, and real agent programs (mini-swe-agent,
+Codex CLI or Claude Code) running in it unchanged. The escape corpus is
+tests/test_sandbox_escapes.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+import rollkit as rk
+from rollkit.examples import answer_file_tasks, toy_shell_model
+from rollkit.programs import harnesses
+from rollkit.programs.sandbox_runtime import SandboxRuntime, _unusable
+
+from conftest_programs import exited, processes_marked
+
+_WHY = _unusable("bwrap")
+needs_bwrap = pytest.mark.skipif(_WHY is not None, reason=f"no sandboxes here: {_WHY}")
+NPM = Path(os.environ.get("ROLLKIT_NPM_PREFIX", Path.home() / ".cache" / "rollkit" / "npm"))
+
+
+async def test_missing_bubblewrap_fails_at_start_saying_what_to_install():
+    runtime = SandboxRuntime(bwrap="/nonexistent/bwrap")
+    with pytest.raises(rk.SandboxError) as caught:
+        await runtime.start()
+    await runtime.stop()
+    assert str(caught.value) == (
+        "SandboxRuntime cannot start: bubblewrap ('/nonexistent/bwrap') was not found: install it "
+        "(Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)")
+
+
+def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="processes"):
+        SandboxRuntime(processes=0)
+    with pytest.raises(TypeError, match=r"ro_paths is a list of paths, e.g. ro_paths=\['/opt/tool'\]"):
+        SandboxRuntime(ro_paths="/opt/tool")
+
+
+class Recording(rk.Task):
+    """The task's setup fills the folder; finalize reads what the program left."""
+
+    async def setup(self, ctx):
+        ctx.runtime.write("given.txt", "from setup")
+
+    async def finalize(self, ctx):
+        ctx.state["seen"] = json.loads(ctx.runtime.read("seen.json"))
+
+    @rk.reward
+    def read_the_setup_file(self, ctx) -> float:
+        return float(ctx.state["seen"]["given"] == "from setup")
+
+
+SEE = ("import json, os, sys, urllib.request as u\n"
+       "def status(key):\n"
+       "    r = u.Request(os.environ['OPENAI_BASE_URL'] + '/models', headers={'Authorization': 'Bearer ' + key})\n"
+       "    try:\n"
+       "        return u.urlopen(r, timeout=10).status\n"
+       "    except u.HTTPError as e:\n"
+       "        return e.code\n"
+       "json.dump({'env': dict(os.environ), 'given': open('given.txt').read(), 'uid': os.getuid(),\n"
+       "           'right': status(os.environ['OPENAI_API_KEY']), 'wrong': status('not-the-secret'),\n"
+       "           'home': sorted(os.listdir('/root'))}, open('seen.json', 'w'))\n")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("compiled_init", [True, False], ids=["C init", "Python init"])
+async def test_program_gets_the_folder_a_clean_environment_and_the_rollouts_secret(monkeypatch, compiled_init):
+    monkeypatch.setenv("OPENAI_API_KEY", "the-host-key")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "another-host-secret")
+    policy = rk.NetworkPolicy(allow=["api.rollkit.test"], block=["10.0.0.0/8"])
+    agent = rk.Agent(model=rk.ScriptedModel(["x"]), harness=rk.ProgramHarness([sys.executable, "-c", SEE]),
+                     runtime=lambda: SandboxRuntime(compiled_init=compiled_init), network=policy)
+    rollout = agent.rollout(Recording(prompt="look"))
+    assert await rollout.open()
+    secret = rollout.ctx.secret
+    await rollout.step()
+    await rollout.close()
+    trace = rollout.trace
+    seen = rollout.ctx.state["seen"]
+    assert trace.reward == 1.0, trace.errors
+    assert seen["env"]["OPENAI_API_KEY"] == secret and "host-key" not in json.dumps(seen)
+    assert "another-host-secret" not in json.dumps(seen)
+    assert (seen["right"], seen["wrong"]) == (200, 401)  # the bridged server still checks the secret
+    assert seen["uid"] == 1000 and seen["home"] == [".pyenv"] if sys.prefix.startswith("/root/") else True
+    network = trace.info["network"]
+    assert (network["enforced"], network["runtime"], network["allow"], network["block"]) == (
+        True, "sandbox", ["api.rollkit.test"], ["10.0.0.0/8"])
+    assert network["kept"] == list(rollout.ctx.services.values())
+    assert rollout.runtime._init[0] == ("/run/rollkit-init" if compiled_init else sys.executable)
+
+
+async def test_subprocess_runtime_still_refuses_a_restricting_policy():
+    agent = rk.Agent(model=rk.ScriptedModel(["x"]), harness=rk.ProgramHarness([sys.executable, "-c", "pass"]),
+                     runtime=rk.SubprocessRuntime, network=rk.NetworkPolicy(allow=["api.rollkit.test"]))
+    trace = await agent.run(Recording(prompt="look"))
+    assert "SubprocessRuntime cannot enforce a network policy" in str(trace.errors)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("limit, program, named", [
+    ("file_bytes", "exec head -c 4194304 /dev/zero > big.bin", "file_bytes (SIGXFSZ)"),
+    ("processes", "for i in $(seq 100); do sleep 30 & done; exit 0", "processes limit refused"),
+    ("cpu_seconds", "exec python3 -c 'while True: pass'", "cpu_seconds (SIGXCPU)"),
+])
+async def test_a_limit_hit_is_a_warning_on_the_trace(limit, program, named):
+    options = {"file_bytes": 1 << 20, "processes": 32, "cpu_seconds": 1}
+    agent = rk.Agent(model=rk.ScriptedModel(["x"]), harness=rk.ProgramHarness(["sh", "-c", program]),
+                     runtime=lambda: SandboxRuntime(**{limit: options[limit]}))
+    trace = await agent.run(rk.Task(prompt="go"))
+    assert any(named in w for w in trace.warnings), (trace.warnings, trace.errors)
+    assert any(named in run.get("limit", "") for run in trace.info["program_runs"])
+
+
+def _sleeper(marker: str, says: str) -> str:
+    """A Python that says `says` (to the file `started`, or to stdout) and sleeps, `marker` in its argv."""
+    code = f"open('started', 'w').write('{says}')" if says == "file" else f"print('{says}', flush=True)"
+    return f"{sys.executable} -c \"{code}; import time; time.sleep(600)\" {marker}"
+
+
+@needs_bwrap
+async def test_agent_timeout_kills_the_whole_sandbox():
+    marker = f"hang-{uuid.uuid4().hex}"
+    runtime = SandboxRuntime()  # lent to the rollout, so the test can look into its folder after
+    await runtime.start()
+    try:
+        agent = rk.Agent(model=rk.ScriptedModel(["x"]), runtime=runtime, timeouts={"agent": 3},
+                         harness=rk.ProgramHarness(["sh", "-c", f"(setsid {_sleeper(marker, 'file')} &); sleep 600"]))
+        trace = await agent.run(rk.Task(prompt="go"))
+        assert trace.error.message == "agent timeout: the agent used its whole 3.0s agent-time budget"
+        assert runtime.read("started") == "file"  # the setsid daemon did run
+        assert processes_marked(marker) == [] and runtime.programs == []
+    finally:
+        await runtime.stop()
+
+
+@needs_bwrap
+async def test_stop_kills_a_running_program_and_everything_it_started():
+    runtime = SandboxRuntime()
+    await runtime.start()
+    marker = f"daemon-{uuid.uuid4().hex}"
+    program = await runtime.launch(["sh", "-c", f"(setsid {_sleeper(marker, 'up')} &); sleep 600"])
+    assert await program.process.stdout.readline() == b"up\n"
+    pids = processes_marked(marker)
+    cgroup = program._cgroup  # a pids cgroup, where this machine lets rollkit make one
+    await runtime.stop()
+    assert len(pids) == 1 and await exited(pids[0]) and not program.running
+    assert cgroup is None or not cgroup.exists()  # killed, its cgroup is removed too
+
+
+@needs_bwrap
+@pytest.mark.slow
+async def test_mini_swe_agent_runs_in_the_sandbox():
+    agent = rk.Agent(model=toy_shell_model(), harness=harnesses.mini_swe_agent(), runtime=rk.SandboxRuntime,
+                     timeouts={"agent": 180}, network=rk.NetworkPolicy(allow=["api.rollkit.test"]))
+    traces = [await agent.run(task) for task in answer_file_tasks(2)]
+    assert [t.reward for t in traces] == [1.0, 1.0], [t.errors for t in traces]
+    assert all(t.info["network"]["enforced"] for t in traces)
+
+
+def _cli(name: str) -> Path:
+    path = NPM / "node_modules" / ".bin" / name
+    if not path.exists():
+        pytest.skip(f"{name} is not installed at {path}: scripts/test.sh installs it from the npm registry")
+    return path
+
+
+@needs_bwrap
+@pytest.mark.slow
+async def test_codex_cli_runs_in_the_sandbox():
+    agent = rk.Agent(model=toy_shell_model(), harness=harnesses.codex(executable=_cli("codex")),
+                     runtime=lambda: SandboxRuntime(ro_paths=[NPM]), timeouts={"agent": 180})
+    trace = await agent.run(answer_file_tasks(1)[0])
+    assert trace.reward == 1.0, trace.errors
+    assert {c.dialect for c in trace.model_calls} == {"responses"}
