@@ -16,7 +16,7 @@ import rollkit as rk
 from rollkit.core.cancellation import finish
 from rollkit.runs.runner import run_rollout
 
-from conftest_programs import PROGRAMS, exited, listening_ports, other_tasks, processes_marked
+from conftest_programs import PROGRAMS, exited, listening_ports, other_tasks, processes_marked, zombies
 
 pytestmark = pytest.mark.faults  # part of the fault suite (tests/test_faults.py)
 
@@ -144,6 +144,7 @@ async def test_L8_open_cancelled_at_each_await_leaves_no_socket_behind_the_loops
     assert len(cut_in) >= 5 and set(cut_in) <= {"boot", "setup"}
     assert listening_ports() - ports == set()
     assert other_tasks() - tasks == set()
+    assert zombies() == []  # the watchdogs told to exit were reaped
 
 
 # ---- item 4: a close cut before its score ---------------------------------------------
@@ -351,3 +352,4 @@ async def test_a_subprocess_stop_that_overruns_kills_its_programs_and_removes_it
     await program._reap()
     assert program.returncode == -9
     assert not workdir.exists()
+    assert zombies() == []
