@@ -109,6 +109,11 @@ def _traces(data: Any) -> list[Trace]:
 # ---- budget burn ---------------------------------------------------------------
 
 
+# Bottom margin of the budget burn chart: tick labels, the axis title and
+# up to two rows of legend (six entries wrap once at the panel's 460 px).
+_BURN_LEGEND_MARGIN = 112
+
+
 def _burn_figure(trace: Trace, factory: type = go.Figure, *, width: int | None = None, height: int | None = None) -> Any:
     fig = make_subplots(
         rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
@@ -124,6 +129,10 @@ def _burn_figure(trace: Trace, factory: type = go.Figure, *, width: int | None =
     # segment would make plotly revalidate every shape on each new segment.
     fig.add_shape(type="path", xref="x", yref="paper", path="M0,0", visible=False,
                   line={"color": "#888", "dash": "dot", "width": 1})
+    # A shape has no legend entry: this empty line gives the dotted one its
+    # words, which a long axis title used to carry (and collided with).
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name="the user spoke (new segment)",
+                             line={"color": "#888", "dash": "dot", "width": 1}, hoverinfo="skip"), row=1, col=1)
     for row, name, _attr, (table, key) in _BURN_LINES:
         limit = getattr(trace, table).get(key)
         if limit is not None:
@@ -133,14 +142,22 @@ def _burn_figure(trace: Trace, factory: type = go.Figure, *, width: int | None =
                           line={"color": _COLORS[name], "dash": "dash", "width": 1})
             fig.add_annotation(xref="paper", x=1, yref=yref, y=limit, text=f"{key} {limit:g}",
                                showarrow=False, xanchor="right", yanchor="bottom", font={"size": 10})
+    # The legend sits at the foot of the figure (container coordinates), in a
+    # bottom margin of its own beneath the tick labels and the axis title: a
+    # legend placed at a fraction of the plot's height lands on the title.
     fig.update_layout(
-        title={"text": f"budget burn · {_text(trace.task.key)}"}, height=height or 460, width=width, margin={"l": 50, "r": 20, "t": 60, "b": 40},
-        legend={"orientation": "h", "y": -0.12}, template="plotly_white",
+        title={"text": f"budget burn · {_text(trace.task.key)}"}, height=height or 480, width=width,
+        margin={"l": 50, "r": 20, "t": 60, "b": _BURN_LEGEND_MARGIN},
+        legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left",
+                "font": {"size": 11}},
+        template="plotly_white",
     )
-    fig.update_xaxes(title_text="turn (dotted: a new segment began, the user spoke)", row=3, col=1, rangemode="tozero")
+    fig.update_xaxes(title_text="turn", title_standoff=4, row=3, col=1, rangemode="tozero")
     # Turns are whole numbers: show at least 0..5 so a short chart gets whole ticks.
     fig.update_xaxes(tickformat="d", rangemode="tozero", autorangeoptions={"include": [0, 5]})
-    fig.update_yaxes(rangemode="tozero")
+    # A little space between the y labels and the axis: the "0"s of the x
+    # and y axes otherwise touch at the corner.
+    fig.update_yaxes(rangemode="tozero", ticklabelstandoff=4)
     # Wrap last: a FigureWidget sends later layout changes as messages to the
     # views that exist, so anything set before the first view must be in the
     # figure it starts from.
@@ -410,7 +427,10 @@ def phase_durations(data: Any, *, by: str = "id") -> go.Figure:
 
 def _rewards_figure(names: list[str], xs: list[str], ys: list[float], present: list[int],
                     missing: list[int], n: int, factory: type = go.Figure) -> Any:
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.7, 0.3], vertical_spacing=0.12,
+    # One shared x axis: the signal names are written once, under the lower
+    # row. Written under both, the upper row's (turned when names are long)
+    # ran into the lower plot, and the lower ones ran off the figure.
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.65, 0.35], vertical_spacing=0.1, shared_xaxes=True,
                         subplot_titles=("values (missing left out)", "rollouts with / without a value"))
     # One box trace for all signals (a box per x category), so a live chart
     # only ever appends points to the same three traces.
@@ -420,9 +440,10 @@ def _rewards_figure(names: list[str], xs: list[str], ys: list[float], present: l
     fig.add_trace(go.Bar(x=names, y=missing, name="missing", marker={"color": "#e15759"}), row=2, col=1)
     fig.update_layout(
         title={"text": f"rewards and metrics · {n} rollouts"}, barmode="stack", template="plotly_white",
-        height=460, margin={"l": 50, "r": 20, "t": 60, "b": 40},
+        height=480, margin={"l": 50, "r": 20, "t": 60, "b": 40},
     )
-    fig.update_xaxes(categoryorder="array", categoryarray=names)
+    # automargin: the bottom margin grows to hold the names, turned or not.
+    fig.update_xaxes(categoryorder="array", categoryarray=names, automargin=True)
     return fig if factory is go.Figure else factory(fig)
 
 
@@ -456,26 +477,31 @@ def branches(data: Any) -> go.Figure:
         raise ValueError("pass traces, or the frame rk.frames.branches(traces) made")
     fig = go.Figure()
     labels = [_text(f"{row.branch} · {row.id}") for row in frame.itertuples()]
+    ends: list[int] = []  # the length of the text written past each row's end
     for label, row in zip(labels, frame.itertuples()):
         split = 0 if pd.isna(row.split_turn) else int(row.split_turn)
         reward = row.reward
         colour = "#bab0ac" if pd.isna(reward) else ("#59a14f" if reward >= 0.5 else "#e15759")
         shown = "missing" if pd.isna(reward) else f"{reward:.3g}"
+        end = f"reward {shown} · {row.stop or 'done'}"
+        ends.append(len(end))
         if split:
             fig.add_trace(go.Scatter(x=[0, split], y=[label, label], mode="lines", line={"color": "#cccccc", "width": 6},
                                      showlegend=False, hovertemplate=f"shared with its parent: turns 1-{split}<extra></extra>"))
         fig.add_trace(go.Scatter(
             x=[split, row.turns], y=[label, label], mode="lines+markers+text", line={"color": colour, "width": 6},
-            marker={"size": [6, 12], "color": colour}, text=["", _text(f"reward {shown} · {row.stop or 'done'}")],
-            textposition="middle right", showlegend=False,
+            marker={"size": [6, 12], "color": colour}, text=["", _text(end)],
+            textposition="middle right", showlegend=False, cliponaxis=False,
             hovertemplate=_text(f"{row.branch}: turns {split + 1}-{row.turns}, {row.total_tokens} tokens") + "<extra></extra>",
         ))
     roots = frame["root"].nunique() if len(frame) else 0
+    # The reward and stop are written past the end of each row, in the right
+    # margin: sized to the longest of them (about 7 px a character at 12 px).
     fig.update_layout(
         title={"text": f"branches · {len(frame)} rollouts from {roots} original(s)"}, template="plotly_white",
         xaxis={"title": {"text": "turn"}, "dtick": 1, "rangemode": "tozero"},
-        yaxis={"autorange": "reversed", "categoryorder": "array", "categoryarray": labels},
-        height=max(220, 60 + 40 * len(frame)), margin={"l": 220, "r": 160, "t": 50, "b": 40},
+        yaxis={"autorange": "reversed", "categoryorder": "array", "categoryarray": labels, "automargin": True},
+        height=max(220, 60 + 40 * len(frame)), margin={"l": 20, "r": 30 + 7 * max(ends, default=0), "t": 50, "b": 40},
     )
     return fig
 
@@ -518,32 +544,51 @@ def hook_matrix(frame: pd.DataFrame) -> go.Figure:
     return fig
 
 
+# What ended a rollout, by kind: the one map the bars' colours and the
+# legend's words both come from, so they cannot disagree.
+_STOP_KINDS = {
+    "done": ("the agent finished", "#59a14f"),
+    "limit": ("a limit", "#f28e2b"),
+    "stop": ("a stop (hook or user)", "#4e79a7"),
+    "failure": ("a failure or abort", "#e15759"),
+}
+
+
+def _stop_kind(reason: str) -> str:
+    """The kind of a stop reason (a key of `_STOP_KINDS`): "done", a limit,
+    a failure (an error type, or "aborted"), or else a stop."""
+    if reason == "done":
+        return "done"
+    if reason in LIMIT_STOPS:
+        return "limit"
+    if reason.endswith("Error") or reason == "aborted":
+        return "failure"
+    return "stop"  # a @stop or a user's stop
+
+
 def stop_reasons(data: Any) -> go.Figure:
     """What ended each rollout: its stop condition (a limit, a @stop, a
     user's stop), its error type, or "done" (the agent finished), counted
-    over many traces, coloured by kind."""
+    over many traces, coloured by kind (`_STOP_KINDS`), with a legend of
+    the kinds present."""
     traces = _traces(data)
     counts: dict[str, int] = {}
     for trace in traces:
         reason = "aborted" if trace.aborted else (trace.stop or "done")
         counts[reason] = counts.get(reason, 0) + 1
     names = sorted(counts, key=lambda r: (-counts[r], r))
-
-    def colour(reason: str) -> str:
-        if reason == "done":
-            return "#59a14f"
-        if reason in LIMIT_STOPS:
-            return "#f28e2b"
-        if reason.endswith("Error") or reason == "aborted":
-            return "#e15759"
-        return "#4e79a7"  # a @stop or a user's stop
-
-    fig = go.Figure(go.Bar(x=[_text(n) for n in names], y=[counts[n] for n in names],
-                           marker={"color": [colour(n) for n in names]},
-                           hovertemplate="%{x}: %{y} rollouts<extra></extra>"))
-    fig.update_layout(title={"text": f"what ended {len(traces)} rollouts (orange: a limit, blue: a stop, red: a failure)"},
-                      template="plotly_white", height=360, margin={"l": 50, "r": 20, "t": 60, "b": 60},
-                      yaxis={"title": {"text": "rollouts"}})
+    kinds = [_stop_kind(n) for n in names]
+    fig = go.Figure(go.Bar(x=[_text(n) for n in names], y=[counts[n] for n in names], showlegend=False,
+                           marker={"color": [_STOP_KINDS[k][1] for k in kinds]},
+                           customdata=[_STOP_KINDS[k][0] for k in kinds],
+                           hovertemplate="%{x} (%{customdata}): %{y} rollouts<extra></extra>"))
+    # The legend: one empty bar per kind present, in the kind's colour.
+    for kind, (words, colour) in _STOP_KINDS.items():
+        if kind in kinds:
+            fig.add_trace(go.Bar(x=[None], y=[None], name=words, marker={"color": colour}, hoverinfo="skip"))
+    fig.update_layout(title={"text": f"what ended {len(traces)} rollouts"}, template="plotly_white", height=360,
+                      margin={"l": 50, "r": 20, "t": 60, "b": 60}, yaxis={"title": {"text": "rollouts"}},
+                      legend={"title": {"text": "kind"}}, barmode="overlay")
     return fig
 
 
@@ -552,7 +597,8 @@ def compare(a: Any, b: Any = None, *, signal: str | None = None, **options: Any)
     the difference B - A of each signal with its bootstrap 95% interval
     (the dotted line is no difference); right, one point per task, its
     value in A against B for `signal` (default the first compared, usually
-    `reward`): points above the diagonal are tasks where B did better. `a`
+    `reward`): points above the diagonal are tasks where B did better; tasks
+    with the same two values share a point, sized and labelled by their count. `a`
     is a `Comparison`, or two runs and the options of `rk.compare`."""
     from ..runs.compare import Comparison, compare as _compare
 
@@ -579,20 +625,40 @@ def compare(a: Any, b: Any = None, *, signal: str | None = None, **options: Any)
     low, high = min(values), max(values)
     fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", line={"dash": "dot", "color": "#888"},
                              hoverinfo="skip", showlegend=False), row=1, col=2)
+    # Tasks with the same pair of values (a 0/1 reward gives at most four)
+    # are one point, sized and labelled by how many: one dot per task would
+    # draw 30 tasks as two dots.
+    at: dict[tuple[float, float], list[str]] = {}
+    for r in pairs:
+        at.setdefault((r["a"], r["b"]), []).append(str(r["key"]))
+    counts = [len(keys) for keys in at.values()]
     fig.add_trace(go.Scatter(
-        x=[r["a"] for r in pairs], y=[r["b"] for r in pairs], mode="markers", showlegend=False, name="tasks",
-        marker={"size": 8, "opacity": 0.7, "color": "#4e79a7"}, text=[_text(r["key"]) for r in pairs],
-        hovertemplate="%{text}: A %{x:.3f}, B %{y:.3f}<extra></extra>",
+        x=[a for a, _ in at], y=[b for _, b in at], mode="markers+text", showlegend=False, name="tasks",
+        marker={"size": [8 + 5 * (n - 1) ** 0.5 for n in counts], "opacity": 0.7, "color": "#4e79a7"},
+        text=[f"{n} {comparison._unit}s" if n > 1 else "" for n in counts], textposition="middle right",
+        cliponaxis=False,
+        customdata=[[n, _text(_some(keys))] for n, keys in zip(counts, at.values())],
+        hovertemplate="%{customdata[0]} tasks: A %{x:.3f}, B %{y:.3f}<br>%{customdata[1]}<extra></extra>",
     ), row=1, col=2)
     fig.update_xaxes(title={"text": "B - A"}, row=1, col=1)
-    fig.update_xaxes(title={"text": _text(f"A: {comparison.label_a}")}, row=1, col=2)
-    fig.update_yaxes(title={"text": _text(f"B: {comparison.label_b}")}, row=1, col=2)
+    # Room around the values for the largest point and its count, written to its right.
+    span = (high - low) or 1.0
+    fig.update_xaxes(title={"text": _text(f"A: {comparison.label_a}")}, range=[low - 0.12 * span, high + 0.3 * span],
+                     row=1, col=2)
+    fig.update_yaxes(title={"text": _text(f"B: {comparison.label_b}")}, range=[low - 0.12 * span, high + 0.12 * span],
+                     row=1, col=2)
     fig.update_layout(
         title={"text": _text(f"{comparison.label_b} vs {comparison.label_a} · {comparison.common} "
                              f"{comparison._unit}s paired")},
         template="plotly_white", height=max(360, 200 + 30 * len(compared)), margin={"l": 160, "r": 20, "t": 70, "b": 50},
     )
     return fig
+
+
+def _some(keys: list[str], shown: int = 6) -> str:
+    """The first few of `keys`, and how many more there are."""
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return ", ".join(keys[:shown]) + more
 
 
 def _signal_values(trace: Trace) -> dict[str, float | None]:
