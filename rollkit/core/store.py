@@ -28,6 +28,7 @@ from typing import Any
 
 import pydantic
 
+from . import _safe_read
 from .trace import Trace
 
 __all__ = ["save", "load", "TraceFileError", "append_trace", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
@@ -159,8 +160,7 @@ def _sniff_rollkit(head: bytes) -> bool:
 
 
 def _sniff(path: Path) -> TraceFormat:
-    with open(path, "rb") as f:
-        head = f.read(_HEAD)
+    head = _safe_read.read_head(path, _HEAD)
     for fmt in _FORMATS.values():
         if fmt.sniff is not None and fmt.read is not None:
             try:
@@ -187,9 +187,20 @@ def load(path: str | os.PathLike[str], *, errors: str = "raise", format: str | N
     path = _resolve(path)
     if not path.exists():
         raise FileNotFoundError(f"no trace file at {path}")
+    _safe_read.check_regular(path)  # a FIFO or a device would block or never end
     if fmt is None:
         fmt = _sniff(path)
-    return fmt.read(path, errors)  # type: ignore[misc]
+    try:
+        return fmt.read(path, errors)  # type: ignore[misc]
+    except TraceFileError:
+        raise
+    except pydantic.ValidationError as exc:  # a reader that let a refused field through: still name it
+        field = _field(exc)
+        raise TraceFileError(f"{path}: is not a {fmt.name} trace file (field {field}: "
+                             f"{exc.errors(include_url=False)[0]['msg']})", path=path, field=field) from None
+    except (RecursionError, OverflowError, ValueError) as exc:  # never a bare crash out of a hostile file
+        what = _safe_read.DEEP if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
+        raise TraceFileError(f"{path}: cannot be read as {fmt.name} ({what})", path=path) from None
 
 
 def _field(exc: pydantic.ValidationError) -> str | None:
@@ -271,27 +282,33 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        # Line by line, so the file's bytes are never all in memory at once.
-        with open(path, "rb") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
+        # Line by line, so the file's bytes are never all in memory at once
+        # (and a line is bounded: rollkit.core._safe_read).
+        for number, line in _safe_read.lines(path):
+            if line is None:
+                too_long = _safe_read.too_long(path, number)
+                if errors == "skip":
+                    warnings.warn(f"{too_long}; skipped", stacklevel=3)
                     continue
-                try:
-                    trace = validate(line)
-                except pydantic.ValidationError as exc:
-                    if not line.endswith(b"\n"):
-                        warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
-                                      "skipped", stacklevel=3)
-                        continue
-                    detail, field = _bad_line(exc, line)
-                    message = f"{path}: line {number} is not a rollkit trace ({detail})"
-                    if errors == "skip":
-                        warnings.warn(message + "; skipped", stacklevel=3)
-                        continue
-                    raise TraceFileError(message + "; load with errors='skip' to read the good lines",
-                                         path=path, line=number, field=field) from None
-                share(trace)
-                traces.append(trace)
+                raise too_long
+            if not line.strip():
+                continue
+            try:
+                trace = validate(line)
+            except pydantic.ValidationError as exc:
+                if not line.endswith(b"\n"):
+                    warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
+                                  "skipped", stacklevel=3)
+                    continue
+                detail, field = _bad_line(exc, line)
+                message = f"{path}: line {number} is not a rollkit trace ({detail})"
+                if errors == "skip":
+                    warnings.warn(message + "; skipped", stacklevel=3)
+                    continue
+                raise TraceFileError(message + "; load with errors='skip' to read the good lines",
+                                     path=path, line=number, field=field) from None
+            share(trace)
+            traces.append(trace)
     finally:
         if collecting:
             gc.enable()
