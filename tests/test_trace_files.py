@@ -225,3 +225,31 @@ async def test_hostile_byte_order_mark_is_accepted(tmp_path):
     path = tmp_path / "traces.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + b"".join(t.model_dump_json().encode() + b"\n" for t in traces))
     assert [t.id for t in rk.load(path)] == [t.id for t in traces]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("where", ["reward", "timing"])
+async def test_hostile_nan_or_infinity_in_a_rollkit_trace_is_refused_naming_the_field(tmp_path, where):
+    """Before: a NaN reward crashed the summary's interval (AttributeError),
+    an Infinity timing the trace's HTML (cannot convert float NaN to integer)."""
+    traces = await _traces(2)
+    good = traces[0].model_dump_json()
+    record = json.loads(good)
+    if where == "reward":
+        name = next(iter(record["rewards"]))
+        bad = good.replace(f'"rewards":{{"{name}":{json.dumps(record["rewards"][name])}', f'"rewards":{{"{name}":NaN', 1)
+        field = f"rewards.{name}"
+    else:
+        start = record["phases"]["agent"]["start"]
+        at = good.index('"phases":')
+        bad = good[:at] + good[at:].replace(f'"start":{json.dumps(start)}', '"start":Infinity', 1)
+        field = "phases.agent.start"
+    assert bad != good
+    path = tmp_path / "traces.jsonl"
+    path.write_text(traces[1].model_dump_json() + "\n" + bad + "\n")
+    with pytest.raises(rk.TraceFileError) as caught:
+        rk.load(path)
+    assert str(caught.value).startswith(f"{path}: line 2 is not a rollkit trace (field {field}: NaN or Infinity)")
+    assert (caught.value.line, caught.value.field) == (2, field)
+    with pytest.warns(UserWarning, match="line 2 is not a rollkit trace"):
+        assert [t.id for t in rk.load(path, errors="skip")] == [traces[1].id]

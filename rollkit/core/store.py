@@ -18,6 +18,7 @@ and files, nothing about running.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
 import warnings
@@ -273,6 +274,26 @@ class _Shared:
                 fields["content"] = texts.setdefault(fields["content"], fields["content"])
 
 
+_NON_FINITE = object()
+
+
+def _non_finite(line: bytes) -> str | None:
+    """The dotted path of the first NaN / Infinity value of a JSON line
+    (None: none, the words were inside strings, or the line is no JSON)."""
+    try:
+        record = json.loads(line, parse_constant=lambda _: _NON_FINITE)
+    except (ValueError, RecursionError):
+        return None  # the validator names what is wrong with it
+    stack: list[tuple[str, Any]] = [("", record)]
+    while stack:
+        where, value = stack.pop()
+        if value is _NON_FINITE:
+            return where or "(the record)"
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        stack.extend((f"{where}.{key}" if where else str(key), item) for key, item in reversed(list(items)))
+    return None
+
+
 def _read_rollkit(path: Path, errors: str) -> list[Trace]:
     traces: list[Trace] = []
     share = _Shared()
@@ -293,6 +314,15 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
                 raise too_long
             if not line.strip():
                 continue
+            if (b"NaN" in line or b"Infinity" in line) and (field := _non_finite(line)) is not None:
+                # JSON's NaN / Infinity: no time, count or reward means that, and
+                # a summary, an interval or a page would trip over it later.
+                message = f"{path}: line {number} is not a rollkit trace (field {field}: NaN or Infinity)"
+                if errors == "skip":
+                    warnings.warn(message + "; skipped", stacklevel=3)
+                    continue
+                raise TraceFileError(message + "; load with errors='skip' to read the good lines",
+                                     path=path, line=number, field=field)
             try:
                 trace = validate(line)
             except pydantic.ValidationError as exc:
