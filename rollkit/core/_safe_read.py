@@ -18,6 +18,8 @@ file (and the line):
   directory declares them, passes `MAX_MEMBER` / `MAX_UNZIPPED` is refused
   before it is opened (Python's zip reader never inflates past the size
   a member declares);
+- a line or document holding more than `MAX_CONTAINERS` arrays and
+  objects is refused before parsing (100 MB of `[],` took 2.6 GB);
 - a UTF-8 byte-order mark at the start of a file is dropped.
 
 This module knows file bytes and JSON only; what a record means is the
@@ -35,12 +37,13 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["MAX_LINE", "MAX_DOCUMENT", "MAX_DEPTH", "MAX_MEMBER", "MAX_UNZIPPED", "BOM",
-           "DEEP", "TooDeep", "check_regular", "check_document", "read_head", "read_document", "lines", "too_long", "loads", "check_zip"]
+           "MAX_CONTAINERS", "DEEP", "TooDeep", "too_many_containers", "check_regular", "check_document", "read_head", "read_document", "lines", "too_long", "loads", "check_zip"]
 
 MAX_LINE = 64 * 2**20  # one JSON line: one trace or one record
 MAX_DOCUMENT = 256 * 2**20  # a file that is one JSON document
 MAX_DEPTH = 1000  # arrays and objects inside one another: Python's recursion limit bounds its JSON parser
-DEEP = "nested too deep (more than about 1000 arrays or objects inside one another)"
+DEEP = "is nested too deep (more than about 1000 arrays or objects inside one another)"
+MAX_CONTAINERS = 4_000_000  # arrays and objects in one line or document (each costs ~60 bytes in Python)
 MAX_MEMBER = 256 * 2**20  # one member of a zip, decompressed
 MAX_UNZIPPED = 1024 * 2**20  # all members of a zip, decompressed
 BOM = b"\xef\xbb\xbf"
@@ -131,8 +134,23 @@ class TooDeep(ValueError):
     """JSON nested deeper than MAX_DEPTH."""
 
 
+def too_many_containers(text: str | bytes) -> str | None:
+    """Why a JSON text would take far more memory than its size (None: it
+    would not): millions of tiny arrays or objects, e.g. 100 MB of `[],`."""
+    opening = ("[", "{") if isinstance(text, str) else (b"[", b"{")
+    count = text.count(opening[0]) + text.count(opening[1])  # type: ignore[arg-type]
+    if count <= MAX_CONTAINERS:
+        return None
+    return (f"holds {count:,} arrays or objects, more than the {MAX_CONTAINERS:,} one record or document may "
+            "(rollkit.core._safe_read.MAX_CONTAINERS)")
+
+
 def loads(text: str | bytes) -> Any:
-    """json.loads, refusing nesting deeper than Python's parser goes (TooDeep, a ValueError)."""
+    """json.loads, refusing nesting deeper than Python's parser goes and
+    more than MAX_CONTAINERS arrays and objects (TooDeep, a ValueError)."""
+    many = too_many_containers(text)
+    if many is not None:
+        raise TooDeep(many)
     try:
         return json.loads(text)
     except RecursionError:

@@ -314,6 +314,13 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
                 raise too_long
             if not line.strip():
                 continue
+            many = _safe_read.too_many_containers(line)
+            if many is not None:
+                message = f"{path}: line {number} {many}"
+                if errors == "skip":
+                    warnings.warn(message + "; skipped", stacklevel=3)
+                    continue
+                raise TraceFileError(message, path=path, line=number)
             if (b"NaN" in line or b"Infinity" in line) and (field := _non_finite(line)) is not None:
                 # JSON's NaN / Infinity: no time, count or reward means that, and
                 # a summary, an interval or a page would trip over it later.

@@ -63,7 +63,7 @@ def converting(where: Where) -> Iterator[None]:
         field = ".".join(str(part) for part in first.get("loc") or ()) or None
         raise where.error(field, f"is refused: {first['msg']}") from None
     except RecursionError:
-        raise where.error(None, f"is {_safe_read.DEEP}") from None
+        raise where.error(None, _safe_read.DEEP) from None
 
 
 @dataclass
@@ -87,7 +87,7 @@ def read_json(path: Path, where: Where) -> Any:
     try:
         return _safe_read.loads(text)
     except _safe_read.TooDeep as exc:
-        raise where.error(None, f"is {exc}") from None
+        raise where.error(None, str(exc)) from None
     except json.JSONDecodeError as exc:
         # An unterminated string runs to the end of the file by definition.
         cut = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")

@@ -39,7 +39,7 @@ def each_line(path: Path, errors: str, kind: str, convert: Callable[[Any, Where,
                 raise where.error(None, f"is not valid UTF-8 (byte 0x{raw[bad.start]:02x} at column "
                                         f"{bad.start + 1})") from None
             except _safe_read.TooDeep as exc:
-                raise where.error(None, f"is {exc}") from None
+                raise where.error(None, str(exc)) from None
             except json.JSONDecodeError as exc:
                 if not raw.endswith(b"\n"):
                     warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
