@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from fault_report import report
+
 import rollkit as rk
 from rollkit.core.cancellation import finish
 from rollkit.runs.runner import run_rollout
@@ -337,6 +339,8 @@ async def test_a_stop_that_never_returns_is_abandoned_at_the_teardown_deadline(c
     ]
     assert (trace.ok, trace.reward, trace.completed) == (True, 1.0, True)
     assert rollout.runtime.stopped and rollout.runtime._stopping.cancelled()
+    report(f"a runtime stop that never returns ({'cancelled close' if cancelled else 'close'}): abandoned at the "
+           "teardown deadline, warned on the trace, score kept")
 
 
 async def test_a_subprocess_stop_that_overruns_kills_its_programs_and_removes_its_folder():

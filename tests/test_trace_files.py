@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from fault_report import report
+
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
 
@@ -146,6 +148,7 @@ def test_hostile_token_count_names_the_line_and_field(tmp_path, count):
     assert (caught.value.line, caught.value.field) == (2, "token_usage.output_tokens")
     with pytest.warns(UserWarning, match="line 2: field token_usage.output_tokens"):
         assert len(rk.load(path, format="verifiers", errors="skip")) == 1
+    report(f"hostile token count {count}: a TraceFileError naming line and field; errors='skip' skips it")
 
 
 @pytest.mark.faults
@@ -181,6 +184,7 @@ def test_hostile_special_files_are_refused_before_reading(tmp_path, kind):
         with pytest.raises(rk.TraceFileError) as caught:
             rk.load(tmp_path if kind == "folder" else path, errors=errors)
         assert str(caught.value) == f"{path}: {expected}: rk.load reads regular files only"
+    report(f"hostile file ({kind}): refused before reading, a TraceFileError naming it")
 
 
 @pytest.mark.faults
