@@ -22,7 +22,8 @@ file (and the line):
   objects is refused before parsing (100 MB of `[],` took 2.6 GB);
 - a UTF-8 byte-order mark at the start of a file is dropped.
 
-This module knows file bytes and JSON only; what a record means is the
+`TraceFileError` is defined here (rollkit.core.store re-exports it as
+`rk.TraceFileError`). This module knows file bytes and JSON only; what a record means is the
 format's.
 """
 
@@ -36,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_LINE", "MAX_DOCUMENT", "MAX_DEPTH", "MAX_MEMBER", "MAX_UNZIPPED", "BOM",
+__all__ = ["TraceFileError", "MAX_LINE", "MAX_DOCUMENT", "MAX_DEPTH", "MAX_MEMBER", "MAX_UNZIPPED", "BOM",
            "MAX_CONTAINERS", "DEEP", "TooDeep", "too_many_containers", "check_regular", "check_document", "read_head", "read_document", "lines", "too_long", "loads", "check_zip"]
 
 MAX_LINE = 64 * 2**20  # one JSON line: one trace or one record
@@ -50,9 +51,20 @@ BOM = b"\xef\xbb\xbf"
 _CHUNK = 1 << 20
 
 
-def _error(path: Path, message: str, line: int | None = None) -> Exception:
-    from .store import TraceFileError  # store imports this module
+class TraceFileError(ValueError):
+    """A trace file (or one of its lines or samples) is not what its format
+    says. `line` is the line number (JSON lines) or None, `field` the dotted
+    path of the bad field (e.g. "model_calls.0.usage.input_tokens") or None
+    when the record is no JSON at all."""
 
+    def __init__(self, message: str, *, path: Path, line: int | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+        self.field = field
+
+
+def _error(path: Path, message: str, line: int | None = None) -> Exception:
     return TraceFileError(f"{path}: {message}", path=path, line=line)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import pydantic
 
 from . import _safe_read
+from ._safe_read import TraceFileError  # defined there, where every reader raises it
 from .trace import Trace
 
 __all__ = ["save", "load", "TraceFileError", "append_trace", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
@@ -40,19 +41,6 @@ ROLLKIT = "rollkit"
 NOT_IN_SOURCE = "not in the source"
 # How much of a file the sniffers see.
 _HEAD = 64 * 1024
-
-
-class TraceFileError(ValueError):
-    """A trace file (or one of its lines or samples) is not what its format
-    says. `line` is the line number (JSON lines) or None, `field` the dotted
-    path of the bad field (e.g. "model_calls.0.usage.input_tokens") or None
-    when the record is no JSON at all."""
-
-    def __init__(self, message: str, *, path: Path, line: int | None = None, field: str | None = None) -> None:
-        super().__init__(message)
-        self.path = path
-        self.line = line
-        self.field = field
 
 
 @dataclass(frozen=True)
