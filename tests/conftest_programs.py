@@ -14,6 +14,30 @@ PROGRAMS = Path(__file__).parent / "programs"
 AGENT = [sys.executable, str(PROGRAMS / "agent.py")]
 
 
+def zombies() -> list[int]:
+    """Children of this process that exited and were never reaped (the
+    watchdog among them, once rollkit has told it to exit). Joins the
+    watchdog reaper threads first: a watchdog told to exit is reaped by one
+    as soon as it ends, which is not yet when the rollout returns."""
+    import threading
+
+    for thread in threading.enumerate():
+        if thread.name == "rollkit-watchdog-reaper":
+            thread.join(20.0)  # only bounds a hang, no timing assertion
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if state == "Z" and int(ppid) == os.getpid():
+            found.append(int(entry))
+    return found
+
+
 def gone(pid: int) -> bool:
     """True when `pid` no longer runs (absent, or a zombie awaiting its reaper)."""
     try:

@@ -12,11 +12,13 @@ import sys
 
 import pytest
 
+from fault_report import report
+
 import rollkit as rk
 from rollkit.core.cancellation import finish
 from rollkit.runs.runner import run_rollout
 
-from conftest_programs import PROGRAMS, exited, listening_ports, other_tasks, processes_marked
+from conftest_programs import PROGRAMS, exited, listening_ports, other_tasks, processes_marked, zombies
 
 pytestmark = pytest.mark.faults  # part of the fault suite (tests/test_faults.py)
 
@@ -144,6 +146,7 @@ async def test_L8_open_cancelled_at_each_await_leaves_no_socket_behind_the_loops
     assert len(cut_in) >= 5 and set(cut_in) <= {"boot", "setup"}
     assert listening_ports() - ports == set()
     assert other_tasks() - tasks == set()
+    assert zombies() == []  # the watchdogs told to exit were reaped
 
 
 # ---- item 4: a close cut before its score ---------------------------------------------
@@ -297,3 +300,60 @@ async def test_L32_run_rollout_cancelled_twice_still_ends_its_program_and_folder
         await running
     assert processes_marked(marker) == []
     assert not workdir.exists()
+
+
+# ---- issue 23: the teardown deadline reaches every stop ----------------------------------
+
+
+@pytest.mark.parametrize("cancelled", [False, True], ids=["plain", "cancelled"])
+async def test_a_stop_that_never_returns_is_abandoned_at_the_teardown_deadline(cancelled):
+    """Before the fix the bounded wait's cancellation was swallowed by
+    `finish` inside Runtime.stop, and close() hung forever, cancelled or not."""
+    stopping, never = asyncio.Event(), asyncio.Event()
+
+    class Runtime(rk.LocalRuntime):
+        async def _stop(self):
+            stopping.set()
+            await never.wait()
+
+    class Scored(rk.Task):
+        @rk.reward
+        def one(self) -> float:
+            return 1.0
+
+    agent = rk.Agent(model=rk.ScriptedModel(["hi"]), runtime=Runtime, timeouts=rk.RolloutTimeouts(teardown=0.2))
+    rollout = agent.rollout(Scored(prompt="x"))
+    await rollout.open()
+    await rollout.step()
+    closing = asyncio.ensure_future(rollout.close())
+    await stopping.wait()
+    if cancelled:
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+    else:
+        await closing
+    trace = rollout.trace
+    assert [w for w in trace.warnings if "runtime stop" in w] == [
+        "runtime stop did not finish within the 0.2s teardown deadline: abandoned (its processes killed)"
+    ]
+    assert (trace.ok, trace.reward, trace.completed) == (True, 1.0, True)
+    assert rollout.runtime.stopped and rollout.runtime._stopping.cancelled()
+    report(f"a runtime stop that never returns ({'cancelled close' if cancelled else 'close'}): abandoned at the "
+           "teardown deadline, warned on the trace, score kept")
+
+
+async def test_a_subprocess_stop_that_overruns_kills_its_programs_and_removes_its_folder():
+    """A program that ignores SIGTERM, a kill grace longer than the teardown
+    deadline: the stop is abandoned at the deadline and the group killed."""
+    runtime = rk.SubprocessRuntime(kill_grace=60.0)
+    await runtime.start()
+    workdir = runtime.workdir
+    program = await runtime.launch(["sh", "-c", "trap '' TERM; while :; do sleep 1; done"], stdin=False)
+    with rk.core.cancellation.deadline(0.2):
+        with pytest.raises(rk.core.cancellation.Overrun):
+            await runtime.stop()
+    await program._reap()
+    assert program.returncode == -9
+    assert not workdir.exists()
+    assert zombies() == []

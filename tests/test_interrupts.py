@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -184,3 +185,40 @@ async def test_sigkill_of_a_run_leaves_no_program_and_no_folder_and_resume_finds
                                resume=True, progress=False)
     assert Counter(_rollout_ids(out)) == ALL_12 and len(result) == 12
     assert processes_marked(marker) == []
+
+
+_EARLY_SIGINT_SCRIPT = """
+import sys
+import rollkit as rk
+print("imported", flush=True)
+sys.stdin.readline()  # the test sends SIGINT before this line comes
+try:
+    result = rk.evaluate(rk.Agent(model=rk.ScriptedModel(["hi"])), [rk.Task(prompt="x")], progress=False)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(3)
+print("finished", len(result), flush=True)
+"""
+
+
+def test_sigint_before_evaluate_installs_its_handler_is_not_lost_when_inherited_ignored():
+    """Before the fix, a script that inherited SIGINT as ignored dropped a
+    SIGINT that came before rk.evaluate installed its handler: the run
+    finished normally."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _EARLY_SIGINT_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert proc.stdout.readline() == "imported\n"  # type: ignore[union-attr]
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr, _ = _finish_after(proc, "go\n")
+    assert (proc.returncode, stdout) == (3, "interrupted\n"), stderr
+    report("SIGINT before rk.evaluate installs its handler (inherited ignored): the run starts interrupted")
+
+
+def _finish_after(proc: subprocess.Popen[str], line: str) -> tuple[str, str, float]:
+    proc.stdin.write(line)  # type: ignore[union-attr]
+    proc.stdin.flush()  # type: ignore[union-attr]
+    proc.stdin.close()  # type: ignore[union-attr]
+    proc.stdin = None
+    return _finish(proc)

@@ -13,7 +13,7 @@ import pytest
 
 import rollkit as rk
 
-from conftest_programs import AGENT, exited, listening_ports, other_tasks, processes_in
+from conftest_programs import AGENT, exited, listening_ports, other_tasks, processes_in, zombies
 
 
 class Echo(rk.Task):
@@ -38,6 +38,7 @@ async def _leftovers(rollout, ports_before, tasks_before, pids):
         "ports": listening_ports() - ports_before,
         "tasks": other_tasks() - tasks_before,
         "workdir": workdir is not None and workdir.exists(),
+        "zombies": zombies(),
     }
 
 
@@ -49,7 +50,7 @@ def _pids(rollout):
     return pids
 
 
-NOTHING = {"processes": [], "ports": set(), "tasks": set(), "workdir": False}
+NOTHING = {"processes": [], "ports": set(), "tasks": set(), "workdir": False, "zombies": []}
 
 
 async def _wait_for_program_model_call(rollout, called):

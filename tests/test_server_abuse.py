@@ -116,18 +116,93 @@ async def test_one_rollout_gets_429_in_its_dialect_past_its_connection_cap(serve
         writer.close()
 
 
-async def test_past_the_servers_connection_cap_a_connection_gets_503_before_its_request(served):
-    server, _ = served
-    held = [await _connect(server.port) for _ in range(12)]
+async def _all_busy(server, count: int) -> None:
+    """Wait (loop turns, bounded) until `count` connections are handling a request."""
+    async with asyncio.timeout(30):
+        while sum(c._busy > 0 for c in server.guard._open.values()) < count:
+            await asyncio.sleep(0)
+
+
+async def test_past_the_servers_connection_cap_a_connection_gets_503_before_its_request():
+    """At the cap with every connection handling a request, there is nothing
+    to make room from: one more gets 503."""
+    server = interception.InterceptionServer(limits=ServerLimits(max_connections=12, per_rollout=12, body_timeout=30))
+    await server.start()
+    rollout = rk.Agent(model=rk.ScriptedModel(["ok"])).rollout(rk.Task(prompt="hi"))
+    server.register(rollout.ctx.secret, rollout.session, rollout_id=rollout.id)
+    try:
+        held = []
+        for _ in range(12):  # each a request whose body never comes: busy until the body timeout
+            reader, writer = await _connect(server.port)
+            writer.write(_head("POST", "/v1/chat/completions", rollout.ctx.secret, b'{"messages": ', length=500))
+            held.append(writer)
+        await _all_busy(server, 12)
+        reader, writer = await _connect(server.port)
+        status, answer = _status_and_json(await _closed_by_server(reader))  # nothing was sent
+        writer.close()
+        assert status == 503
+        assert answer["error"]["message"] == ("this server holds its limit of 12 connections; "
+                                              "close idle connections and retry")
+        assert (server.guard.refused, server.guard.evicted) == (1, 0)
+        for held_writer in held:
+            held_writer.close()
+    finally:
+        await server.stop()
+        await rollout.abort()
+
+
+async def test_keyless_idle_connections_at_the_cap_cannot_starve_a_rollouts_call(served):
+    """Before: connections that showed no secret filled the server's cap and
+    another rollout's call got 503 (512 of them against the default cap)."""
+    server, secret = served
+    keyless = [await _connect(server.port) for _ in range(12)]
     reader, writer = await _connect(server.port)
-    status, answer = _status_and_json(await _closed_by_server(reader))  # nothing was sent
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
+    writer.write(_head("POST", "/v1/chat/completions", secret, body, headers="Connection: close\r\n"))
+    status, answer = _status_and_json(await _closed_by_server(reader))
     writer.close()
-    assert status == 503
-    assert answer["error"]["message"] == ("this server holds its limit of 12 connections; "
-                                          "close idle connections and retry")
-    assert server.guard.refused == 1
-    for _, held_writer in held:
-        held_writer.close()
+    assert status == 200 and answer["choices"][0]["message"]["content"] == "ok"
+    assert (server.guard.evicted, server.guard.refused) == (1, 0)
+    assert await _closed_by_server(keyless[0][0]) == b""  # the oldest keyless one made room
+    for _, keyless_writer in keyless:
+        keyless_writer.close()
+    fault_report.report("12 keyless idle connections at a cap of 12: a rollout's call got 200 (one evicted)")
+
+
+async def test_a_connection_that_shows_no_secret_is_closed_after_the_anonymous_timeout():
+    server = interception.InterceptionServer(limits=ServerLimits(idle_timeout=60, anonymous_timeout=0.2))
+    await server.start()
+    rollout = rk.Agent(model=rk.ScriptedModel(["ok"])).rollout(rk.Task(prompt="hi"))
+    server.register(rollout.ctx.secret, rollout.session, rollout_id=rollout.id)
+    try:
+        keyless_reader, keyless_writer = await _connect(server.port)
+        keyed_reader, keyed_writer = await _connect(server.port)
+        keyed_writer.write(_head("GET", "/v1/models", rollout.ctx.secret))
+        assert (await keyed_reader.readuntil(b"\r\n")).split()[1] == b"200"
+        assert await _closed_by_server(keyless_reader) == b""  # closed well before the 60 s idle timeout
+        assert server.guard.connections == 1  # the keyed one stays
+        keyless_writer.close()
+        keyed_writer.close()
+    finally:
+        await server.stop()
+        await rollout.abort()
+
+
+def test_the_connection_cap_follows_the_descriptor_limit_when_the_server_starts():
+    """Before: the cap was computed at import (4096) and a limit lowered
+    afterwards ran out of descriptors."""
+    import resource
+
+    from rollkit.programs.guard import ConnectionGuard
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    guard = ConnectionGuard(ServerLimits())
+    resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard))
+    try:
+        guard.protocol(lambda: None)  # what a server does when it starts
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert guard.cap == 150
 
 
 async def test_a_body_that_never_arrives_gets_408(served):
@@ -170,17 +245,25 @@ async def tool_server():
     await rollout.abort()
 
 
-async def test_mcp_server_closes_idle_connections_and_caps_them_for_its_rollout(tool_server):
-    server, port, _ = tool_server
+async def test_mcp_server_closes_idle_connections_and_keyless_ones_cannot_block_its_tool_calls(tool_server):
+    """Before: as many keyless connections as the server's cap blocked the
+    rollout's own tool calls (503)."""
+    server, port, secret = tool_server
     held = [await _connect(port) for _ in range(4)]
     reader, writer = await _connect(port)
-    status, answer = _status_and_json(await _closed_by_server(reader))
+    call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode()
+    writer.write(_head("POST", "/mcp/Shout/", secret, call,
+                       headers="Accept: application/json, text/event-stream\r\nConnection: close\r\n").replace(
+        b"Host: x", f"Host: 127.0.0.1:{port}".encode()))
+    raw = await _closed_by_server(reader)
     writer.close()
-    assert status == 503 and "its limit of 4 connections" in answer["error"]["message"]
+    assert int(raw.split()[1]) == 200 and b'"serverInfo"' in raw
+    assert server.guard.evicted == 1
     for held_reader, held_writer in held:
-        assert await _closed_by_server(held_reader) == b""  # idle: closed
+        assert await _closed_by_server(held_reader) == b""  # evicted or idle: closed
         held_writer.close()
-    assert server.guard.expired == 4
+    assert server.guard.expired == 3
 
 
 async def test_mcp_server_refuses_a_deep_body_and_a_body_that_never_arrives(tool_server):

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from fault_report import report
+
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
 
@@ -94,3 +96,164 @@ async def test_bad_input_rollkit_show_prints_one_error_line_for_a_bad_file(tmp_p
     error_lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(error_lines) == 1, done.stderr
     assert error_lines[0].startswith(f"Error: {path}: line 1 is not a rollkit trace (invalid UTF-8: byte 0xfe")
+
+
+# ---- issue 23, item 5: hostile files -------------------------------------------------------
+
+_VERIFIERS_LINE = {"example_id": 0, "prompt": [{"role": "user", "content": "hi"}],
+                   "completion": [{"role": "assistant", "content": "hello"}], "reward": 1.0}
+
+
+def _verifiers(tmp_path, *records) -> "os.PathLike[str]":  # type: ignore[name-defined]
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.faults
+def test_hostile_json_nested_100000_deep_is_a_trace_file_error_and_skip_skips_it(tmp_path):
+    """Before: a bare RecursionError (verifiers, transcripts, trajectories)."""
+    deep = dict(_VERIFIERS_LINE, completion=[{"role": "assistant", "content": "x", "extra": json.loads(_deep(500))}])
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(_VERIFIERS_LINE) + "\n" + '{"prompt": ' + _deep(100_000) + "}\n")
+    with pytest.raises(rk.TraceFileError) as caught:
+        rk.load(path, format="verifiers")
+    assert str(caught.value).startswith(f"{path}: line 2: is nested too deep (more than about 1000 arrays or objects")
+    assert caught.value.line == 2
+    with pytest.warns(UserWarning, match="line 2: is nested too deep.*; skipped"):
+        assert len(rk.load(path, format="verifiers", errors="skip")) == 1
+    trajectory = tmp_path / "run.traj.json"
+    trajectory.write_text('{"trajectory_format": "x", "messages": ' + _deep(100_000) + "}")
+    with pytest.raises(rk.TraceFileError, match=r"the trajectory: is nested too deep"):
+        rk.load(trajectory, format="trajectory")
+    assert deep  # a record 500 deep is no error by itself
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("count", ["Infinity", "NaN", '"lots"'])
+def test_hostile_token_count_names_the_line_and_field(tmp_path, count):
+    """Before: OverflowError / ValueError (Infinity, NaN) or a pydantic
+    ValidationError ("lots"), none naming the file."""
+    record = dict(_VERIFIERS_LINE, token_usage={"input_tokens": 5, "output_tokens": 7})
+    bad = json.dumps(record).replace('"output_tokens": 7', f'"output_tokens": {count}')
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(record) + "\n" + bad + "\n")
+    with pytest.raises(rk.TraceFileError) as caught:
+        rk.load(path, format="verifiers")
+    assert str(caught.value).startswith(f"{path}: line 2: field token_usage.output_tokens should be a ")
+    assert (caught.value.line, caught.value.field) == (2, "token_usage.output_tokens")
+    with pytest.warns(UserWarning, match="line 2: field token_usage.output_tokens"):
+        assert len(rk.load(path, format="verifiers", errors="skip")) == 1
+    report(f"hostile token count {count}: a TraceFileError naming line and field; errors='skip' skips it")
+
+
+@pytest.mark.faults
+def test_hostile_trajectory_usage_of_the_wrong_type_names_the_field(tmp_path):
+    path = tmp_path / "run.traj.json"
+    path.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1", "mini_version": "1", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "ok", "extra": {"response": {"usage": {"prompt_tokens": "lots"}}}}]}))
+    with pytest.raises(rk.TraceFileError) as caught:
+        rk.load(path, format="trajectory")
+    assert str(caught.value).startswith(f"{path}: the trajectory: field input_tokens is refused: ")
+    assert caught.value.field == "input_tokens"
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("kind", ["fifo", "device", "symlink to /dev/zero", "folder"])
+def test_hostile_special_files_are_refused_before_reading(tmp_path, kind):
+    """Before: a FIFO blocked rk.load forever, /dev/zero grew to MemoryError."""
+    path = tmp_path / "traces.jsonl"
+    if kind == "fifo":
+        os.mkfifo(path)
+        expected = "is a FIFO (named pipe), not a trace file"
+    elif kind == "folder":  # a run folder whose traces.jsonl is a folder
+        path.mkdir()
+        expected = "is a folder, not a trace file"
+    elif kind == "device":
+        path = "/dev/zero"
+        expected = "is a device, not a trace file"
+    else:
+        path.symlink_to("/dev/zero")
+        expected = "is a device, not a trace file"
+    for errors in ("raise", "skip"):
+        with pytest.raises(rk.TraceFileError) as caught:
+            rk.load(tmp_path if kind == "folder" else path, errors=errors)
+        assert str(caught.value) == f"{path}: {expected}: rk.load reads regular files only"
+    report(f"hostile file ({kind}): refused before reading, a TraceFileError naming it")
+
+
+@pytest.mark.faults
+def test_hostile_line_longer_than_the_bound_is_refused_unread_and_skip_skips_it(tmp_path, monkeypatch):
+    from rollkit.core import _safe_read
+
+    monkeypatch.setattr(_safe_read, "MAX_LINE", 4096)  # the bound itself is 64 MiB; the file stays small
+    path = _verifiers(tmp_path, _VERIFIERS_LINE, dict(_VERIFIERS_LINE, prompt=[{"role": "user", "content": "x" * 10_000}]),
+                      _VERIFIERS_LINE)
+    with pytest.raises(rk.TraceFileError) as caught:
+        rk.load(path, format="verifiers")
+    assert str(caught.value).startswith(f"{path}: line 2 is longer than the 0 MiB a line may be")
+    with pytest.warns(UserWarning, match="line 2 is longer than"):
+        assert len(rk.load(path, format="verifiers", errors="skip")) == 2
+
+
+@pytest.mark.faults
+def test_hostile_eval_zip_bomb_is_refused_before_inflating(tmp_path):
+    """Before: a 4 MB .eval whose member inflates to 4 GB reached MemoryError."""
+    import zipfile
+
+    from rollkit.core import _safe_read
+
+    path = tmp_path / "bomb.eval"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("header.json", "{}")
+        with archive.open("samples/1_epoch_1.json", "w", force_zip64=True) as member:
+            chunk = b"0" * (1 << 20)
+            for _ in range(_safe_read.MAX_MEMBER // len(chunk) + 1):
+                member.write(chunk)
+    assert path.stat().st_size < 2 * 2**20
+    pytest.importorskip("inspect_ai")
+    with pytest.raises(rk.TraceFileError) as caught:
+        rk.load(path)
+    assert str(caught.value) == (f"{path}: zip member 'samples/1_epoch_1.json' decompresses to 257 MiB, more than the "
+                                 "256 MiB a member may be (rollkit.core._safe_read.MAX_MEMBER)")
+
+
+async def test_hostile_byte_order_mark_is_accepted(tmp_path):
+    """Before: a BOM made the file pass for a transcript, and the error named that format."""
+    traces = await _traces(2)
+    path = tmp_path / "traces.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b"".join(t.model_dump_json().encode() + b"\n" for t in traces))
+    assert [t.id for t in rk.load(path)] == [t.id for t in traces]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("where", ["reward", "timing"])
+async def test_hostile_nan_or_infinity_in_a_rollkit_trace_is_refused_naming_the_field(tmp_path, where):
+    """Before: a NaN reward crashed the summary's interval (AttributeError),
+    an Infinity timing the trace's HTML (cannot convert float NaN to integer)."""
+    traces = await _traces(2)
+    good = traces[0].model_dump_json()
+    record = json.loads(good)
+    if where == "reward":
+        name = next(iter(record["rewards"]))
+        bad = good.replace(f'"rewards":{{"{name}":{json.dumps(record["rewards"][name])}', f'"rewards":{{"{name}":NaN', 1)
+        field = f"rewards.{name}"
+    else:
+        start = record["phases"]["agent"]["start"]
+        at = good.index('"phases":')
+        bad = good[:at] + good[at:].replace(f'"start":{json.dumps(start)}', '"start":Infinity', 1)
+        field = "phases.agent.start"
+    assert bad != good
+    path = tmp_path / "traces.jsonl"
+    path.write_text(traces[1].model_dump_json() + "\n" + bad + "\n")
+    with pytest.raises(rk.TraceFileError) as caught:
+        rk.load(path)
+    assert str(caught.value).startswith(f"{path}: line 2 is not a rollkit trace (field {field}: NaN or Infinity)")
+    assert (caught.value.line, caught.value.field) == (2, field)
+    with pytest.warns(UserWarning, match="line 2 is not a rollkit trace"):
+        assert [t.id for t in rk.load(path, errors="skip")] == [traces[1].id]

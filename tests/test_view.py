@@ -144,3 +144,105 @@ def test_view_refuses_a_file_it_cannot_show_early(tmp_path: Path) -> None:
         assert f"Error: {tmp_path / name} {why}" in done.stderr
         assert ("pass the --out folder of rollkit eval, or a trace file in one of the formats rk.load reads "
                 "(rollkit, inspect, trajectory, tau2, verifiers, messages)") in done.stderr
+
+
+# ---- issue 23, item 6: a locked-down viewer -------------------------------------------------
+
+
+def _view(folder: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "rollkit", "view", str(folder), *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env={**_env(), **(env or {})}, start_new_session=True)
+
+
+def _get(port: int, path: str, host: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("GET", path, headers={"Host": host, **(headers or {})})
+        response = conn.getresponse()
+        return response.status, response.read().decode("utf-8", "replace") if response.status != 101 else ""
+    finally:
+        conn.close()
+
+
+def _websocket(port: int, path: str, host: str) -> int:
+    return _get(port, path, host, {"Origin": f"http://{host}", "Connection": "Upgrade", "Upgrade": "websocket",
+                                   "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})[0]
+
+
+def _opened(tmp_path: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int, str, str]:
+    """A view served and its page loaded once (so its kernel runs): the
+    process, the port, the token and the kernel's id."""
+    import re
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    proc = _view(folder, env=env)
+    url = _url(proc, 180)
+    port, token = int(url.split(":")[2].split("/")[0]), url.split("?token=")[1]
+    status, page = _get(port, f"/?token={token}", f"127.0.0.1:{port}")
+    assert status == 200
+    kernel = re.search(r'"kernelId": *"([0-9a-f-]+)"', page)
+    assert kernel is not None
+    return proc, port, token, kernel.group(1)
+
+
+def test_view_url_carries_a_token_and_a_rebound_host_reaches_neither_page_nor_kernel(tmp_path: Path) -> None:
+    """Before: no token, no Host check: a page whose name was rebound to
+    127.0.0.1 (DNS rebinding) loaded the view and its kernel's websocket."""
+    proc, port, token, kernel = _opened(tmp_path)
+    try:
+        assert len(token) >= 40
+        assert _get(port, "/", f"127.0.0.1:{port}")[0] in (302, 403)  # no token: to the login page
+        rebound = f"rebind.example:{port}"
+        assert _get(port, f"/?token={token}", rebound)[0] == 403
+        channels = f"/api/kernels/{kernel}/channels?token={token}"
+        assert _websocket(port, channels, rebound) == 403
+        assert _websocket(port, channels, f"127.0.0.1:{port}") == 101  # the page's own connection still works
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGKILL], ids=["SIGHUP", "SIGKILL"])
+async def test_view_killed_by_any_signal_takes_voila_its_kernel_and_its_folder(tmp_path: Path, sig: int) -> None:
+    """Before: SIGHUP or SIGKILL of the command left Voila and its kernel
+    serving and its temporary folder behind."""
+    from conftest_programs import exited
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc, port, _, _ = _opened(tmp_path, env={"TMPDIR": str(tmp)})
+    try:
+        children = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--ppid", str(proc.pid)], capture_output=True,
+                                  text=True).stdout.splitlines()
+        voila = [int(line.split()[0]) for line in children if " -m voila " in line]
+        kernels = subprocess.run(["ps", "-o", "pid=", "--ppid", str(voila[0])], capture_output=True, text=True).stdout
+        watchdogs = [int(line.split()[0]) for line in children if "_watchdog_main" in line]
+        served = voila + [int(pid) for pid in kernels.split()]
+        assert len(served) == 2 and len(watchdogs) == 1
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=60)
+        for pid in served + watchdogs:
+            assert await exited(pid, guard=60), f"process {pid} outlived `rollkit view`"
+        assert sorted(p.name for p in tmp.iterdir()) == []
+    finally:
+        _stop(proc)
+
+
+def test_view_port_taken_is_an_error_naming_it(tmp_path: Path) -> None:
+    """Before: Voila quietly took the next port and the URL printed was the
+    taken port's, someone else's page."""
+    import socket
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "rollkit", "view", str(folder), "--port", str(port)],
+                              capture_output=True, text=True, env=_env(), timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines()[-1] == (f"Error: --port {port}: 127.0.0.1:{port} is taken (Address already in use); "
+                                            "choose another port, or leave --port out for a free one")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .cancellation import finish
+from .cancellation import deadline, finish
 from .context import RolloutContext, new_secret
 from .errors import HarnessError, LifetimeError, Refused, RolloutError, SandboxError, TaskError, ToolsetError, crossing
 from .events import EventBus
@@ -575,10 +575,17 @@ class Rollout:
         A failed teardown must not throw away a trajectory that can be scored
         (L22), and a hung one must not hang close()."""
         try:
-            async with asyncio.timeout(self.timeouts.teardown):
-                await action()
+            # Both bounds: the timeout cuts a plain await, the deadline reaches
+            # the cleanups that run to their end whoever cancels them (finish).
+            with deadline(self.timeouts.teardown):
+                async with asyncio.timeout(self.timeouts.teardown):
+                    await action()
         except TimeoutError:
-            self._warn(f"{what} did not finish within the {self.timeouts.teardown}s teardown deadline")
+            self._warn(f"{what} did not finish within the {self.timeouts.teardown}s teardown deadline: "
+                       "abandoned (its processes killed)")
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise asyncio.CancelledError() from None  # the caller's cancellation, held while the stop ran
         except Exception as exc:
             self._warn(f"{what} failed: {type(exc).__name__}: {exc}")
 

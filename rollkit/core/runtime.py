@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .cancellation import finish
+from .cancellation import Overrun, finish
 from .errors import SandboxError
 
 __all__ = ["Runtime", "LocalRuntime", "NetworkPolicy"]
@@ -81,11 +81,24 @@ class Runtime:
         even if the caller is cancelled meanwhile (rollkit.core.cancellation):
         marked stopped at once, a stop cut short would never be retried and
         would leave its programs and files behind. A second call waits for
-        the first one's stop."""
+        the first one's stop. Under a deadline (the rollout's teardown
+        deadline, rollkit.core.cancellation.deadline) a stop that overruns
+        is cancelled, `_abandon` kills what it left, and `Overrun` is raised."""
         if self._stopping is None:
             self._state = "stopped"
             self._stopping = asyncio.ensure_future(self._stop())
-        await finish(self._stopping)
+        elif self._stopping.cancelled():
+            return  # an earlier stop overran and was abandoned
+        try:
+            await finish(self._stopping)
+        except Overrun:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """The stop overran its deadline and was cancelled: free at once,
+        without waiting, whatever must not outlive the runtime (subclasses
+        that hold processes kill them here)."""
 
     async def apply_network_policy(self, policy: NetworkPolicy, keep: list[str]) -> dict[str, Any]:
         """Apply `policy`, keeping `keep` (the framework's routes) reachable.

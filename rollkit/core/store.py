@@ -32,6 +32,8 @@ from typing import Any
 
 import pydantic
 
+from . import _safe_read
+from ._safe_read import TraceFileError  # defined there, where every reader raises it
 from .trace import SCHEMA_VERSION, Trace
 
 __all__ = ["save", "load", "TraceFileError", "append_trace", "trace_of_line", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
@@ -46,23 +48,6 @@ _HEAD = 64 * 1024
 
 # What a Python caller of rk.load can do about a bad line (the CLI says its own).
 SKIP_HINT = "load with errors='skip' to read the good lines"
-
-
-class TraceFileError(ValueError):
-    """A trace file (or one of its lines or samples) is not what its format
-    says. `line` is the line number (JSON lines) or None, `field` the dotted
-    path of the bad field (e.g. "model_calls.0.usage.input_tokens") or None
-    when the record is no JSON at all. `reason` is the message without the
-    advice for Python callers (`hint`, e.g. "load with errors='skip'"), so
-    the command line can give its own."""
-
-    def __init__(self, message: str, *, path: Path, line: int | None = None, field: str | None = None,
-                 hint: str | None = None) -> None:
-        super().__init__(f"{message}; {hint}" if hint else message)
-        self.reason = message
-        self.path = path
-        self.line = line
-        self.field = field
 
 
 @dataclass(frozen=True)
@@ -178,8 +163,7 @@ def _sniff_rollkit(head: bytes) -> bool:
 
 
 def _sniff(path: Path) -> TraceFormat:
-    with open(path, "rb") as f:
-        head = f.read(_HEAD)
+    head = _safe_read.read_head(path, _HEAD)
     for fmt in _FORMATS.values():
         if (fmt.sniff is not None or fmt.sniff_file is not None) and fmt.read is not None:
             try:
@@ -206,9 +190,20 @@ def load(path: str | os.PathLike[str], *, errors: str = "raise", format: str | N
     path = _resolve(path)
     if not path.exists():
         raise FileNotFoundError(f"no trace file at {path}")
+    _safe_read.check_regular(path)  # a FIFO or a device would block or never end
     if fmt is None:
         fmt = _sniff(path)
-    return fmt.read(path, errors)  # type: ignore[misc]
+    try:
+        return fmt.read(path, errors)  # type: ignore[misc]
+    except TraceFileError:
+        raise
+    except pydantic.ValidationError as exc:  # a reader that let a refused field through: still name it
+        field = _field(exc)
+        raise TraceFileError(f"{path}: is not a {fmt.name} trace file (field {field}: "
+                             f"{exc.errors(include_url=False)[0]['msg']})", path=path, field=field) from None
+    except (RecursionError, OverflowError, ValueError) as exc:  # never a bare crash out of a hostile file
+        what = _safe_read.DEEP if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
+        raise TraceFileError(f"{path}: cannot be read as {fmt.name} ({what})", path=path) from None
 
 
 def _field(exc: pydantic.ValidationError) -> str | None:
@@ -334,45 +329,81 @@ def trace_of_line(line: bytes | str, *, where: str = "a trace line") -> Trace:
         return trace
 
 
+_NON_FINITE = object()
+
+
+def _non_finite(line: bytes) -> str | None:
+    """The dotted path of the first NaN / Infinity value of a JSON line
+    (None: none, the words were inside strings, or the line is no JSON)."""
+    try:
+        record = json.loads(line, parse_constant=lambda _: _NON_FINITE)
+    except (ValueError, RecursionError):
+        return None  # the validator names what is wrong with it
+    stack: list[tuple[str, Any]] = [("", record)]
+    while stack:
+        where, value = stack.pop()
+        if value is _NON_FINITE:
+            return where or "(the record)"
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        stack.extend((f"{where}.{key}" if where else str(key), item) for key, item in reversed(list(items)))
+    return None
+
+
 def _read_rollkit(path: Path, errors: str) -> list[Trace]:
     traces: list[Trace] = []
     share = _Shared()
     validate = Trace.model_validate_json
     unknown: set[str] = set()
     newer: set[Any] = set()
+
+    def refuse(message: str, number: int, field: str | None = None) -> None:
+        if errors == "skip":
+            warnings.warn(message + "; skipped", stacklevel=4)
+            return
+        raise TraceFileError(message, path=path, line=number, field=field, hint=SKIP_HINT)
+
     # Loading makes many objects and frees none; the cyclic collector would
     # walk the growing heap again and again (most of the time of a big file).
     collecting = gc.isenabled()
     gc.disable()
     try:
-        # Line by line, so the file's bytes are never all in memory at once.
-        with open(path, "rb") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
+        # Line by line, so the file's bytes are never all in memory at once
+        # (and a line is bounded: rollkit.core._safe_read).
+        for number, line in _safe_read.lines(path):
+            if line is None:
+                refuse(_safe_read.too_long(path, number).reason, number)
+                continue
+            if not line.strip():
+                continue
+            many = _safe_read.too_many_containers(line)
+            if many is not None:
+                refuse(f"{path}: line {number} {many}", number)
+                continue
+            if (b"NaN" in line or b"Infinity" in line) and (field := _non_finite(line)) is not None:
+                # JSON's NaN / Infinity: no time, count or reward means that, and
+                # a summary, an interval or a page would trip over it later.
+                refuse(f"{path}: line {number} is not a rollkit trace (field {field}: NaN or Infinity)", number, field)
+                continue
+            try:
+                trace = validate(line)
+            except pydantic.ValidationError as exc:
+                lenient = _without_unknown(line, exc)
+                if lenient is not None:
+                    trace, names, claimed = lenient
+                    unknown |= names
+                    newer.add(claimed)
+                    share(trace)
+                    traces.append(trace)
                     continue
-                try:
-                    trace = validate(line)
-                except pydantic.ValidationError as exc:
-                    lenient = _without_unknown(line, exc)
-                    if lenient is not None:
-                        trace, names, claimed = lenient
-                        unknown |= names
-                        newer.add(claimed)
-                        share(trace)
-                        traces.append(trace)
-                        continue
-                    if not line.endswith(b"\n"):
-                        warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
-                                      "skipped", stacklevel=3)
-                        continue
-                    detail, field = _bad_line(exc, line)
-                    message = f"{path}: line {number} is not a rollkit trace ({detail})"
-                    if errors == "skip":
-                        warnings.warn(message + "; skipped", stacklevel=3)
-                        continue
-                    raise TraceFileError(message, path=path, line=number, field=field, hint=SKIP_HINT) from None
-                share(trace)
-                traces.append(trace)
+                if not line.endswith(b"\n"):
+                    warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
+                                  "skipped", stacklevel=3)
+                    continue
+                detail, field = _bad_line(exc, line)
+                refuse(f"{path}: line {number} is not a rollkit trace ({detail})", number, field)
+                continue
+            share(trace)
+            traces.append(trace)
     finally:
         if collecting:
             gc.enable()

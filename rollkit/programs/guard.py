@@ -12,8 +12,14 @@ counts it, and the server tells the guard when a request starts and ends.
 
 The rules, with `ServerLimits` holding the numbers:
 - at most `max_connections` connections at once per server (by default half
-  the process's file-descriptor limit, at most 4096); one more is answered
-  `503` and closed at once, before its request is read;
+  the file-descriptor limit in force when the server starts, at most 4096);
+  at the cap, the oldest connection that has shown no rollout's secret and
+  is handling no request is closed to make room (so keyless connections
+  cannot starve a rollout's call); only when there is none is one more
+  answered `503` and closed at once, before its request is read;
+- a connection that has not shown a valid rollout secret within
+  `anonymous_timeout` seconds of its last request (or of opening) is
+  closed; it never counts against any rollout's share;
 - at most `per_rollout` connections at once for one rollout (counted from its
   first authenticated request); one more is answered `429` in the caller's
   dialect (the server does that, see `claim`) and closed;
@@ -54,16 +60,18 @@ def _descriptor_share() -> int:
 class ServerLimits:
     """The bounds a rollkit server keeps (see the module docstring)."""
 
-    max_connections: int = field(default_factory=_descriptor_share)
+    max_connections: int | None = None  # None: half the fd limit in force when the server starts
     per_rollout: int = 64
     idle_timeout: float = 15.0
+    anonymous_timeout: float = 5.0
     body_timeout: float = 60.0
     send_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         for name in ("max_connections", "per_rollout"):
-            whole("ServerLimits", name, getattr(self, name), minimum=1)
-        for name in ("idle_timeout", "body_timeout", "send_timeout"):
+            if getattr(self, name) is not None:
+                whole("ServerLimits", name, getattr(self, name), minimum=1)
+        for name in ("idle_timeout", "anonymous_timeout", "body_timeout", "send_timeout"):
             seconds("ServerLimits", name, getattr(self, name), zero=False)
 
 
@@ -95,11 +103,11 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         guard = self.guard
-        if len(guard._open) >= guard.limits.max_connections:
+        if len(guard._open) >= guard.cap and not guard._evict_anonymous():
             self.refused = True
             guard.refused += 1
             transport.write(_busy_answer(  # type: ignore[attr-defined]
-                f"this server holds its limit of {guard.limits.max_connections} connections; "
+                f"this server holds its limit of {guard.cap} connections; "
                 "close idle connections and retry"
             ))
             transport.close()
@@ -135,7 +143,9 @@ class _Connection(asyncio.Protocol):
     def _arm(self) -> None:
         self._disarm()
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self.guard.limits.idle_timeout, self._expire)
+        limits = self.guard.limits
+        wait = limits.idle_timeout if self.owner is not None else min(limits.idle_timeout, limits.anonymous_timeout)
+        self._timer = loop.call_later(wait, self._expire)
 
     def _disarm(self) -> None:
         if self._timer is not None:
@@ -156,11 +166,16 @@ class ConnectionGuard:
     limits: ServerLimits = DEFAULT_LIMITS
     refused: int = 0  # connections answered 503 at accept
     expired: int = 0  # connections closed for idling
+    evicted: int = 0  # keyless idle connections closed at the cap to make room
+    cap: int = 0  # max_connections, as it was when the server started (see protocol)
     _open: dict[Any, _Connection] = field(default_factory=dict)
     _owned: dict[Any, set[_Connection]] = field(default_factory=dict)
 
     def protocol(self, inner_factory: Callable[..., asyncio.Protocol]) -> Callable[..., asyncio.Protocol]:
-        """A protocol factory for `loop.create_server` that guards `inner_factory`'s."""
+        """A protocol factory for `loop.create_server` that guards `inner_factory`'s.
+        Called when the server starts: the connection cap follows the
+        descriptor limit in force then, not at import."""
+        self.cap = self.limits.max_connections or _descriptor_share()
 
         def make(*args: Any, **kwargs: Any) -> asyncio.Protocol:
             return _Connection(self, inner_factory(*args, **kwargs))
@@ -210,6 +225,19 @@ class ConnectionGuard:
             connection.owner = None
             if connection.transport is not None:
                 connection.transport.close()
+
+    def _evict_anonymous(self) -> bool:
+        """Close the oldest connection that shows no rollout's secret and
+        handles no request, making room; False when there is none."""
+        for peer, connection in self._open.items():  # oldest first
+            if connection.owner is None and connection._busy == 0:
+                del self._open[peer]
+                connection._disarm()
+                self.evicted += 1
+                if connection.transport is not None:
+                    connection.transport.close()
+                return True
+        return False
 
     def _forget(self, connection: _Connection) -> None:
         if self._open.get(connection.peer) is connection:

@@ -86,6 +86,7 @@ class _RequireSecret:
         if kind == "http" and self._authorized(scope):
             peer = scope.get("client")
             self.guard.busy(peer)
+            self.guard.claim(peer, self)  # it showed the secret: no longer a keyless connection
             try:
                 await self.app(scope, self._timed_receive(receive), self._timed_send(send))
             finally:
@@ -137,7 +138,7 @@ class ToolServer:
         self.urls: dict[str, str] = {}
         limits = limits or DEFAULT_LIMITS
         self.guard = ConnectionGuard(dataclasses.replace(
-            limits, max_connections=min(limits.max_connections, limits.per_rollout)))
+            limits, max_connections=min(limits.max_connections or limits.per_rollout, limits.per_rollout)))
         self._server: uvicorn.Server | None = None
         self._sock: socket.socket | None = None
 

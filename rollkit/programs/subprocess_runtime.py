@@ -237,6 +237,15 @@ class SubprocessRuntime(Runtime):
                 shutil.rmtree(self._workdir, ignore_errors=True)
                 watchdog.forget_folder(self._workdir)
 
+    def _abandon(self) -> None:
+        # The stop overran the teardown deadline: kill every group now, no grace.
+        for program in list(self._programs):
+            program._sweep()
+        _alive.discard(self)
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            watchdog.forget_folder(self._workdir)
+
     @property
     def workdir(self) -> Path:
         """The working folder (exists from start to stop)."""

@@ -134,8 +134,15 @@ def _retire() -> None:
         except OSError:
             pass
         _retired.append(_process)
+        _reap_when_it_exits(_process)
         _process = None
     _reap()
+
+
+def _reap_when_it_exits(process: subprocess.Popen[bytes]) -> None:
+    # Its input is closed, so it exits in a moment: wait for it on a thread,
+    # or it stays a zombie until the next watchdog starts (or forever).
+    threading.Thread(target=process.wait, name="rollkit-watchdog-reaper", daemon=True).start()
 
 
 def _reap() -> None:

@@ -465,13 +465,32 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
         if not folder.exists() or not any((folder / n).exists() for n in ("manifest.json", "traces.jsonl", "live.jsonl")):
             click.echo(f"warning: {folder} is not a run folder (yet); the page says so and follows it if a run starts there",
                        err=True)
+    if port:
+        _check_port_free(port)
+    from ..programs import watchdog
+
     home = Path(tempfile.mkdtemp(prefix="rollkit-view-"))
+    watchdog.watch_folder(home)  # removed even if this command is killed (SIGKILL)
     try:
         notebook = home / "rollkit-view.ipynb"
         notebook.write_text(json.dumps(_view_notebook([str(f.resolve()) for f in folders], poll)), encoding="utf-8")
         _serve(notebook, home, port or _free_port())
     finally:
         shutil.rmtree(home, ignore_errors=True)
+        watchdog.forget_folder(home)
+
+
+def _check_port_free(port: int) -> None:
+    """A taken --port is an error naming it (Voila would quietly take the
+    next port, and the URL printed would be someone else's page)."""
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise click.ClickException(f"--port {port}: 127.0.0.1:{port} is taken ({exc.strerror}); choose another "
+                                       "port, or leave --port out for a free one") from None
 
 
 def _check_trace_file(path: Path) -> None:
@@ -497,23 +516,44 @@ def _check_trace_file(path: Path) -> None:
 
 
 def _serve(notebook: Path, home: Path, port: int) -> None:
-    """Voila in its own process group (its kernels with it), until Ctrl-C or SIGTERM."""
+    """Voila in its own process group, until Ctrl-C, SIGTERM or SIGHUP; the
+    watchdog kills the group if this command dies any other way (its kernel,
+    in a session of its own, exits when Voila does: it polls its parent).
+
+    The page is locked down as Jupyter's own server is: a token in the URL
+    (then a cookie), and the Host header must name a loopback address or
+    localhost, so a page from another site whose name was rebound to
+    127.0.0.1 (DNS rebinding) reaches neither the page nor the kernel's
+    websocket (Voila turns that check off by default; its settings turn it
+    back on)."""
+    import secrets
     import subprocess
 
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "PYTHONUNBUFFERED": "1"}
+    from ..programs import watchdog
+
+    token = secrets.token_urlsafe(32)
+    # A dict setting does not pass on Voila's command line; it reads voila.json in its working folder.
+    locked = {"Voila": {"tornado_settings": {"allow_remote_access": False, "local_hostnames": ["localhost"]}}}
+    (home / "voila.json").write_text(json.dumps(locked), encoding="utf-8")
+    (home / "tmp").mkdir()  # Voila's connection folder and the kernel's temp files go with `home`
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "TMPDIR": str(home / "tmp"),
+           "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+         "--Voila.port_retries=0", f"--Voila.token={token}",
          "--show_tracebacks=True"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env, cwd=home,
     )
-    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    watchdog.watch_group(proc.pid)
+    interrupt = lambda *_: (_ for _ in ()).throw(KeyboardInterrupt())  # noqa: E731
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     log: list[str] = []
     try:
         assert proc.stderr is not None
         for line in proc.stderr:
             log.append(line)
             if "is running at" in line:
-                click.echo(f"rollkit view: http://127.0.0.1:{port}/ (Ctrl-C stops it)", err=False)
+                click.echo(f"rollkit view: http://127.0.0.1:{port}/?token={token} (Ctrl-C stops it)", err=False)
                 sys.stdout.flush()
                 break
         else:
@@ -526,7 +566,8 @@ def _serve(notebook: Path, home: Path, port: int) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
@@ -534,6 +575,7 @@ def _serve(notebook: Path, home: Path, port: int) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        watchdog.forget_group(proc.pid)
 
 
 def main(argv: list[str] | None = None) -> None:

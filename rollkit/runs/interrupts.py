@@ -19,6 +19,12 @@ not be interrupted at all before. While it runs:
    watchdog (rollkit.programs.watchdog), which kills it when this process
    exits, and `run` raises at once.
 
+A signal that comes before `run` installs its handlers is not lost either:
+when this module is imported (by `import rollkit`) with SIGINT or SIGTERM
+inherited as ignored, it puts a handler in that only notes the signal (so
+the script still ignores it), and the next `run` starts cancelled.
+(Ignored, the kernel would have dropped it and the run finished normally.)
+
 Afterwards the signal dispositions are as they were. Off the main thread
 (where Python cannot take signals) it is plain `asyncio.run`.
 
@@ -50,6 +56,23 @@ class _Abandon(KeyboardInterrupt):
     the only kind of exception asyncio lets out of a signal's callback.)"""
 
 
+_early: list[int] = []  # signals noted while inherited as ignored, before a run took them
+
+
+def _note_early(sig: int, frame: Any) -> None:
+    _early.append(sig)
+
+
+def _hold_early_signals() -> None:
+    """Keep an inherited-ignored SIGINT / SIGTERM from being dropped before
+    a run installs its handlers (see the module docstring)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, _note_early)
+
+
 def _kill_programs() -> int:
     # Only if programs can exist at all: importing the module here would be wasted work.
     runtime = sys.modules.get("rollkit.programs.subprocess_runtime")
@@ -71,7 +94,8 @@ def run(main: Coroutine[Any, Any, T], *, what: str = "evaluation") -> T:
     """Run `main` to the end on a new event loop (see the module docstring)."""
     if threading.current_thread() is not threading.main_thread():
         return asyncio.run(main)
-    received: list[int] = []
+    received: list[int] = _early[:1]  # one that came before the run: it starts cancelled
+    _early.clear()
     previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
     runner = asyncio.Runner()
     loop = runner.get_loop()
@@ -114,7 +138,7 @@ def run(main: Coroutine[Any, Any, T], *, what: str = "evaluation") -> T:
     finally:
         for sig in SIGNALS:
             loop.remove_signal_handler(sig)
-            signal.signal(sig, previous[sig])
+            signal.signal(sig, previous[sig])  # the early-signal note too, if it was in force
         if len(received) < 3:
             runner.close()
         else:
@@ -134,3 +158,6 @@ def _abandon(runner: asyncio.Runner) -> None:
     loop.set_exception_handler(lambda loop, context: None)  # "task was destroyed but it is pending"
     asyncio.set_event_loop(None)
     loop.close()
+
+
+_hold_early_signals()

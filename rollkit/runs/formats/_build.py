@@ -17,16 +17,22 @@ disk and imports no peer tool.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...core.messages import AssistantMessage, Message, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
+import pydantic
+
+from ...core import _safe_read
 from ...core.store import NOT_IN_SOURCE, TraceFileError
 from ...core.trace import ErrorInfo, Segment, Span, TaskRef, Trace, UserTurn, mended_times
 
-__all__ = ["Call", "Where", "build", "message", "messages", "NOT_IN_SOURCE", "number", "read_json"]
+__all__ = ["Call", "Where", "build", "converting", "message", "messages", "NOT_IN_SOURCE", "number", "read_json"]
 
 
 
@@ -43,6 +49,21 @@ class Where:
         at = f"field {field_path} " if field_path else ""
         return TraceFileError(f"{self.path}: {self.record}: {at}{what}", path=self.path, line=self.line,
                               field=field_path)
+
+
+@contextlib.contextmanager
+def converting(where: Where) -> Iterator[None]:
+    """Turn what a hostile record makes the conversion raise (a field of the
+    wrong type pydantic refuses, a record nested too deep) into a
+    TraceFileError naming the record and field."""
+    try:
+        yield
+    except pydantic.ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        field = ".".join(str(part) for part in first.get("loc") or ()) or None
+        raise where.error(field, f"is refused: {first['msg']}") from None
+    except RecursionError:
+        raise where.error(None, _safe_read.DEEP) from None
 
 
 @dataclass
@@ -64,13 +85,15 @@ def read_json(path: Path, where: Where) -> Any:
     kept = take_document(path)
     if kept is not None:
         return kept
-    data = path.read_bytes()
+    data = _safe_read.read_document(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as bad:
         raise where.error(None, f"is not valid UTF-8 (byte 0x{data[bad.start]:02x} at offset {bad.start})") from None
     try:
-        return json.loads(text)
+        return _safe_read.loads(text)
+    except _safe_read.TooDeep as exc:
+        raise where.error(None, str(exc)) from None
     except json.JSONDecodeError as exc:
         # An unterminated string runs to the end of the file by definition.
         cut = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")
@@ -86,7 +109,10 @@ def number(value: Any, where: Where, field_path: str) -> float | None:
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)):
-        return float(value)
+        number = float(value)
+        if not math.isfinite(number):  # JSON's NaN / Infinity: no score or count means that
+            raise where.error(field_path, f"should be a finite number, got {value!r}")
+        return number
     raise where.error(field_path, f"should be a number, got {type(value).__name__} {value!r:.60}")
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from ...core.store import SKIP_HINT, TraceFileError
 from ...core.trace import Trace
-from ._build import Where
+from ...core import _safe_read
+from ._build import Where, converting
 
 __all__ = ["each_line"]
 
@@ -25,28 +26,32 @@ __all__ = ["each_line"]
 def each_line(path: Path, errors: str, kind: str, convert: Callable[[Any, Where, int], Trace]) -> list[Trace]:
     """`convert(record, where, index)` for each non-empty line of `path`."""
     traces = []
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
+    for number, raw in _safe_read.lines(path):  # regular files only, each line bounded
+        where = Where(path, f"line {number}", line=number)
+        try:
+            if raw is None:
+                raise _safe_read.too_long(path, number)
             if not raw.strip():
                 continue
-            where = Where(path, f"line {number}", line=number)
             try:
-                try:
-                    record = json.loads(raw.decode("utf-8"))
-                except UnicodeDecodeError as bad:
-                    raise where.error(None, f"is not valid UTF-8 (byte 0x{raw[bad.start]:02x} at column "
-                                            f"{bad.start + 1})") from None
-                except json.JSONDecodeError as exc:
-                    if not raw.endswith(b"\n"):
-                        warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
-                                      "skipped", stacklevel=4)
-                        continue
-                    raise where.error(None, f"is not a {kind} (not JSON: {exc})") from None
-                traces.append(convert(record, where, len(traces)))
-            except TraceFileError as exc:
-                if errors == "skip":
-                    warnings.warn(f"{exc}; skipped", stacklevel=4)
+                record = _safe_read.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as bad:
+                raise where.error(None, f"is not valid UTF-8 (byte 0x{raw[bad.start]:02x} at column "
+                                        f"{bad.start + 1})") from None
+            except _safe_read.TooDeep as exc:
+                raise where.error(None, str(exc)) from None
+            except json.JSONDecodeError as exc:
+                if not raw.endswith(b"\n"):
+                    warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
+                                  "skipped", stacklevel=4)
                     continue
-                raise TraceFileError(exc.reason, path=exc.path, line=exc.line, field=exc.field,
-                                     hint=SKIP_HINT) from None
+                raise where.error(None, f"is not a {kind} (not JSON: {exc})") from None
+            with converting(where):
+                traces.append(convert(record, where, len(traces)))
+        except TraceFileError as exc:
+            if errors == "skip":
+                warnings.warn(f"{exc}; skipped", stacklevel=4)
+                continue
+            raise TraceFileError(exc.reason, path=exc.path, line=exc.line, field=exc.field,
+                                 hint=SKIP_HINT) from None
     return traces

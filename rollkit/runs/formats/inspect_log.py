@@ -42,8 +42,8 @@ from typing import Any
 
 from ...core.messages import AssistantMessage, SystemMessage, ToolMessage, Usage
 from ...core.trace import ErrorInfo, TaskRef, Trace
+from ...core import _safe_read
 from ._build import Call, Where, build, messages as to_messages, number
-from .messages import to_openai
 
 __all__ = ["sniff", "read", "write"]
 
@@ -230,6 +230,12 @@ def read(path: Path, errors: str) -> list[Trace]:
     from ...core.store import TraceFileError
 
     log_api = _inspect()
+    with open(path, "rb") as f:
+        zipped = f.read(4) == b"PK\x03\x04"
+    if zipped:
+        _safe_read.check_zip(path)  # member and total decompressed sizes bounded before inspect inflates any
+    else:
+        _safe_read.check_document(path)  # inspect reads the whole JSON log at once
     try:
         log = _off_loop(log_api.read_eval_log, str(path))
     except Exception as exc:  # inspect's reader: a damaged zip, a cut file, a field of the wrong type

@@ -25,7 +25,8 @@ from typing import Any
 from ...core.messages import SystemMessage, UserMessage
 from ...core.task import TaskData
 from ...core.trace import TaskRef, Trace
-from ._build import Where, build, messages as to_messages, number, read_json
+from ...core import _safe_read
+from ._build import Where, build, converting, messages as to_messages, number, read_json
 from ._jsonl import each_line
 
 __all__ = ["sniff", "read", "write", "to_openai"]
@@ -61,13 +62,16 @@ def _trace(record: Any, where: Where, index: int) -> Trace:
 
 
 def read(path: Path, errors: str) -> list[Trace]:
-    with open(path, "rb") as f:
-        first = f.read(4096).lstrip()[:1]
+    first = _safe_read.read_head(path, 4096).lstrip()[:1]
     if first == b"[":  # one JSON document: a list of transcripts, or one list of messages
         document = read_json(path, Where(path, "the file"))
         one = not document or (isinstance(document[0], dict) and "role" in document[0])
         records = [document] if one else document
-        return [_trace(r, Where(path, f"transcript {i}"), i) for i, r in enumerate(records)]
+        traces = []
+        for i, record in enumerate(records):
+            with converting(where := Where(path, f"transcript {i}")):
+                traces.append(_trace(record, where, i))
+        return traces
     return each_line(path, errors, "transcript", _trace)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 from ...core.messages import Usage
 from ...core.trace import ErrorInfo, TaskRef, Trace
 from . import _parse
-from ._build import Call, Where, build, message, number, read_json
+from ._build import Call, Where, build, converting, message, number, read_json
 
 __all__ = ["sniff", "read"]
 
@@ -144,7 +144,8 @@ def read(path: Path, errors: str) -> list[Trace]:
     agent_llm = (info.get("agent_info") or {}).get("llm") if isinstance(info.get("agent_info"), dict) else None
     traces = []
     for i, sim in enumerate(document["simulations"]):
-        trace = _simulation(sim, Where(path, f"simulation {i}"), domain, tasks)
+        with converting(where := Where(path, f"simulation {i}")):
+            trace = _simulation(sim, where, domain, tasks)
         if agent_llm:
             trace.agent = {**trace.agent, "model": agent_llm}
         traces.append(trace)

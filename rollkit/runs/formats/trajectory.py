@@ -30,7 +30,7 @@ from typing import Any
 from ...core.messages import Usage, UserMessage
 from ...core.trace import ErrorInfo, TaskRef, Trace
 from . import _parse
-from ._build import Call, Where, build, messages as to_messages, read_json
+from ._build import Call, Where, build, converting, messages as to_messages, read_json
 
 __all__ = ["sniff", "read"]
 
@@ -88,6 +88,11 @@ def _calls(raw: list[Any]) -> list[Call]:
 def read(path: Path, errors: str) -> list[Trace]:
     where = Where(path, "the trajectory")
     document = read_json(path, where)
+    with converting(where):
+        return _read(path, where, document)
+
+
+def _read(path: Path, where: Where, document: Any) -> list[Trace]:
     if not isinstance(document, dict):
         raise where.error(None, f"should be a trajectory (a JSON object), got {type(document).__name__}")
     key = "messages" if "messages" in document else "history"

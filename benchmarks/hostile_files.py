@@ -1,0 +1,90 @@
+"""Peak memory of `rk.load` on hostile trace files (issue 23, item 5).
+
+Each case runs `rk.load` in a fresh process and prints that process's peak
+resident memory (ru_maxrss) and what came of the load (the traces read, or
+the error's first words). The files are written to a temporary folder and
+removed. Run: `python benchmarks/hostile_files.py` (about 1.5 GB of disk).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+PROBE = """
+import resource, sys, warnings
+import rollkit as rk
+warnings.simplefilter("ignore")
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    fmt = sys.argv[2] or None
+    outcome = f"{len(rk.load(sys.argv[1], format=fmt, errors='skip'))} traces"
+except Exception as exc:
+    outcome = f"{type(exc).__name__}: {str(exc).split(': ', 1)[-1][:70]}"
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(f"{peak / 1024:.0f} {base / 1024:.0f} {outcome}")
+"""
+
+LINE = {"example_id": 0, "prompt": [{"role": "user", "content": "hi"}],
+        "completion": [{"role": "assistant", "content": "hello"}], "reward": 1.0}
+
+
+def _write(folder: Path) -> list[tuple[str, Path, str]]:
+    cases = []
+    big = folder / "string_1gb.jsonl"  # one trace whose text is a 1 GB JSON string
+    with open(big, "w") as f:
+        f.write('{"example_id": 0, "prompt": [{"role": "user", "content": "')
+        chunk = "x" * (1 << 20)
+        for _ in range(1024):
+            f.write(chunk)
+        f.write('"}], "completion": [], "reward": 1.0}\n')
+    cases.append(("1 GB JSON string (verifiers)", big, "verifiers"))
+    lists = folder / "lists_100mb.json"  # 100 MB of [], as one trajectory document
+    with open(lists, "w") as f:
+        f.write('{"trajectory_format": "x", "messages": [')
+        f.write("[]," * (100 * 2**20 // 3))
+        f.write("[]]}")
+    cases.append(("100 MB of [], (trajectory)", lists, "trajectory"))
+    lines = folder / "lists_lines.jsonl"  # the same, one line per record of 1 MB
+    with open(lines, "w") as f:
+        for _ in range(100):
+            f.write(json.dumps(dict(LINE, extra="[]," * (2**20 // 3))) + "\n")
+    cases.append(("100 lines of 1 MB (verifiers)", lines, "verifiers"))
+    deep = folder / "deep.jsonl"
+    deep.write_text(json.dumps(LINE) + "\n" + '{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    cases.append(("JSON nested 100,000 deep", deep, "verifiers"))
+    bomb = folder / "bomb.eval"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("header.json", "{}")
+        with archive.open("samples/1_epoch_1.json", "w", force_zip64=True) as member:
+            chunk = b"0" * (1 << 20)
+            for _ in range(4096):
+                member.write(chunk)
+    cases.append((f".eval zip bomb ({bomb.stat().st_size / 2**20:.0f} MB, 4 GB member)", bomb, ""))
+    zero = folder / "zero.jsonl"
+    zero.symlink_to("/dev/zero")
+    cases.append(("symlink to /dev/zero", zero, ""))
+    fifo = folder / "fifo.jsonl"
+    os.mkfifo(fifo)
+    cases.append(("FIFO", fifo, ""))
+    return cases
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="rollkit-hostile-") as tmp:
+        cases = _write(Path(tmp))
+        print(f"{'file':44} {'peak MB':>8} {'import MB':>9}  outcome")
+        for name, path, fmt in cases:
+            done = subprocess.run([sys.executable, "-c", PROBE, str(path), fmt], capture_output=True, text=True,
+                                  timeout=600)
+            peak, base, outcome = (done.stdout.split(" ", 2) + ["", "", done.stderr[-200:]])[:3]
+            print(f"{name:44} {peak:>8} {base:>9}  {outcome.strip()}")
+
+
+if __name__ == "__main__":
+    main()

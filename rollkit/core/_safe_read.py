@@ -1,0 +1,192 @@
+"""Reading trace files that may be hostile, with bounded memory and time.
+
+Every reader of a trace file (rollkit's own JSON lines, and each importer in
+rollkit.runs.formats) goes through here, so one place refuses what would
+hang or exhaust the process, each time with a `TraceFileError` naming the
+file (and the line):
+
+- anything but a regular file (a FIFO blocks forever, a device such as
+  /dev/zero, or a symlink to one, never ends, a folder is no file) is
+  refused before a byte is read;
+- a JSON line longer than `MAX_LINE` is refused without holding it (its
+  bytes are skipped in chunks), a whole-file JSON document larger than
+  `MAX_DOCUMENT` is refused before it is read;
+- JSON nested deeper than `MAX_DEPTH` (Python's recursion limit, which
+  bounds its JSON parser; pydantic's own parser stops sooner) is refused
+  as nested too deep, not a bare RecursionError;
+- a zip (inspect's .eval) whose member or total decompressed size, as its
+  directory declares them, passes `MAX_MEMBER` / `MAX_UNZIPPED` is refused
+  before it is opened (Python's zip reader never inflates past the size
+  a member declares);
+- a line or document holding more than `MAX_CONTAINERS` arrays and
+  objects is refused before parsing (100 MB of `[],` took 2.6 GB);
+- a UTF-8 byte-order mark at the start of a file is dropped.
+
+`TraceFileError` is defined here (rollkit.core.store re-exports it as
+`rk.TraceFileError`). This module knows file bytes and JSON only; what a record means is the
+format's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TraceFileError", "MAX_LINE", "MAX_DOCUMENT", "MAX_DEPTH", "MAX_MEMBER", "MAX_UNZIPPED", "BOM",
+           "MAX_CONTAINERS", "DEEP", "TooDeep", "too_many_containers", "check_regular", "check_document", "read_head", "read_document", "lines", "too_long", "loads", "check_zip"]
+
+MAX_LINE = 64 * 2**20  # one JSON line: one trace or one record
+MAX_DOCUMENT = 256 * 2**20  # a file that is one JSON document
+MAX_DEPTH = 1000  # arrays and objects inside one another: Python's recursion limit bounds its JSON parser
+DEEP = "is nested too deep (more than about 1000 arrays or objects inside one another)"
+MAX_CONTAINERS = 4_000_000  # arrays and objects in one line or document (each costs ~60 bytes in Python)
+MAX_MEMBER = 256 * 2**20  # one member of a zip, decompressed
+MAX_UNZIPPED = 1024 * 2**20  # all members of a zip, decompressed
+BOM = b"\xef\xbb\xbf"
+_CHUNK = 1 << 20
+
+
+class TraceFileError(ValueError):
+    """A trace file (or one of its lines or samples) is not what its format
+    says. `line` is the line number (JSON lines) or None, `field` the dotted
+    path of the bad field (e.g. "model_calls.0.usage.input_tokens") or None
+    when the record is no JSON at all. `reason` is the message without the
+    advice for Python callers (`hint`, e.g. "load with errors='skip'"), so
+    the command line can give its own."""
+
+    def __init__(self, message: str, *, path: Path, line: int | None = None, field: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(f"{message}; {hint}" if hint else message)
+        self.reason = message
+        self.path = path
+        self.line = line
+        self.field = field
+
+
+def _error(path: Path, message: str, line: int | None = None) -> Exception:
+    return TraceFileError(f"{path}: {message}", path=path, line=line)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+def check_regular(path: Path) -> os.stat_result:
+    """Refuse anything but a regular file (a symlink is followed first)."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise _error(path, f"cannot be read: {exc.strerror}") from None
+    mode = info.st_mode
+    if stat.S_ISREG(mode):
+        return info
+    kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "not a regular file")
+    raise _error(path, f"is {kind}, not a trace file: rk.load reads regular files only")
+
+
+def read_head(path: Path, size: int) -> bytes:
+    """The first `size` bytes of a regular file, a byte-order mark dropped."""
+    check_regular(path)
+    with open(path, "rb") as f:
+        head = f.read(size)
+    return head[len(BOM):] if head.startswith(BOM) else head
+
+
+def check_document(path: Path) -> None:
+    """Refuse a JSON document file larger than MAX_DOCUMENT before reading it."""
+    info = check_regular(path)
+    if info.st_size > MAX_DOCUMENT:
+        raise _error(path, f"is {_mib(info.st_size)}, more than the {_mib(MAX_DOCUMENT)} a JSON document "
+                           "may be (rollkit.core._safe_read.MAX_DOCUMENT); split it")
+
+
+def read_document(path: Path) -> bytes:
+    """All of a file that is one JSON document, a byte-order mark dropped."""
+    check_document(path)
+    with open(path, "rb") as f:
+        data = f.read(MAX_DOCUMENT + 1)
+    if len(data) > MAX_DOCUMENT:  # it grew since
+        raise _error(path, f"is more than the {_mib(MAX_DOCUMENT)} a JSON document may be")
+    return data[len(BOM):] if data.startswith(BOM) else data
+
+
+def lines(path: Path) -> Iterator[tuple[int, bytes | None]]:
+    """(number, bytes) for each line of a regular file; bytes is None for a
+    line longer than MAX_LINE, whose bytes were skipped unread into memory."""
+    check_regular(path)
+    with open(path, "rb") as f:
+        number = 0
+        while True:
+            raw = f.readline(MAX_LINE + 1)
+            if not raw:
+                return
+            number += 1
+            if number == 1 and raw.startswith(BOM):
+                raw = raw[len(BOM):]
+            if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+                raw = b""
+                while True:  # skip the rest of the line in chunks
+                    rest = f.readline(_CHUNK)
+                    if not rest or rest.endswith(b"\n"):
+                        break
+                yield number, None
+                continue
+            yield number, raw
+
+
+def too_long(path: Path, number: int) -> Exception:
+    return _error(path, f"line {number} is longer than the {_mib(MAX_LINE)} a line may be "
+                        "(rollkit.core._safe_read.MAX_LINE)", line=number)
+
+
+class TooDeep(ValueError):
+    """JSON nested deeper than MAX_DEPTH."""
+
+
+def too_many_containers(text: str | bytes) -> str | None:
+    """Why a JSON text would take far more memory than its size (None: it
+    would not): millions of tiny arrays or objects, e.g. 100 MB of `[],`."""
+    opening = ("[", "{") if isinstance(text, str) else (b"[", b"{")
+    count = text.count(opening[0]) + text.count(opening[1])  # type: ignore[arg-type]
+    if count <= MAX_CONTAINERS:
+        return None
+    return (f"holds {count:,} arrays or objects, more than the {MAX_CONTAINERS:,} one record or document may "
+            "(rollkit.core._safe_read.MAX_CONTAINERS)")
+
+
+def loads(text: str | bytes) -> Any:
+    """json.loads, refusing nesting deeper than Python's parser goes and
+    more than MAX_CONTAINERS arrays and objects (TooDeep, a ValueError)."""
+    many = too_many_containers(text)
+    if many is not None:
+        raise TooDeep(many)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise TooDeep(DEEP) from None
+
+
+def check_zip(path: Path) -> None:
+    """Refuse a zip whose members would decompress past the bounds."""
+    check_regular(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # a damaged zip: the format's reader says what is wrong with it
+    total = 0
+    for member in members:
+        if member.file_size > MAX_MEMBER:
+            raise _error(path, f"zip member {member.filename!r} decompresses to {_mib(member.file_size)}, more than "
+                               f"the {_mib(MAX_MEMBER)} a member may be (rollkit.core._safe_read.MAX_MEMBER)")
+        total += member.file_size
+    if total > MAX_UNZIPPED:
+        raise _error(path, f"decompresses to {_mib(total)} in all, more than the {_mib(MAX_UNZIPPED)} a zip may be "
+                           "(rollkit.core._safe_read.MAX_UNZIPPED)")
