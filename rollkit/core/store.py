@@ -36,7 +36,7 @@ from . import _safe_read
 from ._safe_read import TraceFileError  # defined there, where every reader raises it
 from .trace import SCHEMA_VERSION, Trace
 
-__all__ = ["save", "load", "TraceFileError", "append_trace", "trace_of_line", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
+__all__ = ["save", "load", "TraceFileError", "append_trace", "trace_of_line", "line_error", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
 
 ROLLKIT = "rollkit"
 # Why a signal of an imported trace is missing when its tool did not record
@@ -212,6 +212,20 @@ def _field(exc: pydantic.ValidationError) -> str | None:
     return ".".join(str(part) for part in loc) or None
 
 
+def line_error(path: Path, number: int, raw: bytes) -> TraceFileError:
+    """The TraceFileError for line `number` of rollkit trace file `path`,
+    whose bytes are `raw` and which does not load (what is wrong, the field,
+    and the advice for Python callers): for readers of the file other than
+    `load` (rollkit.runs.columns), so a bad line reads the same everywhere."""
+    try:
+        trace_of_line(raw)
+    except pydantic.ValidationError as exc:
+        detail, field = _bad_line(exc, raw)
+        return TraceFileError(f"{path}: line {number} is not a rollkit trace ({detail})", path=path, line=number,
+                              field=field, hint=SKIP_HINT)
+    return TraceFileError(f"{path}: line {number} is not a rollkit trace", path=path, line=number, hint=SKIP_HINT)
+
+
 def _bad_line(exc: pydantic.ValidationError, raw: bytes) -> tuple[str, str | None]:
     """What is wrong with a line, in words, and the dotted field."""
     try:
@@ -349,6 +363,21 @@ def _non_finite(line: bytes) -> str | None:
     return None
 
 
+def _unsafe(path: Path, number: int, line: bytes | None) -> tuple[str, str | None] | None:
+    """What makes a line unsafe to parse (too long, too many containers) or
+    to use (NaN / Infinity: no time, count or reward means that, and a
+    summary, an interval or a page would trip over it later), with the
+    field; None when it is neither."""
+    if line is None:
+        return _safe_read.too_long(path, number).reason, None
+    many = _safe_read.too_many_containers(line)
+    if many is not None:
+        return f"{path}: line {number} {many}", None
+    if (b"NaN" in line or b"Infinity" in line) and (field := _non_finite(line)) is not None:
+        return f"{path}: line {number} is not a rollkit trace (field {field}: NaN or Infinity)", field
+    return None
+
+
 def _read_rollkit(path: Path, errors: str) -> list[Trace]:
     traces: list[Trace] = []
     share = _Shared()
@@ -370,19 +399,11 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
         # Line by line, so the file's bytes are never all in memory at once
         # (and a line is bounded: rollkit.core._safe_read).
         for number, line in _safe_read.lines(path):
-            if line is None:
-                refuse(_safe_read.too_long(path, number).reason, number)
+            if line is not None and not line.strip():
                 continue
-            if not line.strip():
-                continue
-            many = _safe_read.too_many_containers(line)
-            if many is not None:
-                refuse(f"{path}: line {number} {many}", number)
-                continue
-            if (b"NaN" in line or b"Infinity" in line) and (field := _non_finite(line)) is not None:
-                # JSON's NaN / Infinity: no time, count or reward means that, and
-                # a summary, an interval or a page would trip over it later.
-                refuse(f"{path}: line {number} is not a rollkit trace (field {field}: NaN or Infinity)", number, field)
+            fault = _unsafe(path, number, line)
+            if fault is not None:
+                refuse(fault[0], number, fault[1])
                 continue
             try:
                 trace = validate(line)

@@ -515,12 +515,12 @@ class TableSet:
 
 
 def _bad_line(path: Path, offset: int) -> None:
-    from ..core.store import TraceFileError
+    from ..core.store import line_error
 
     with open(path, "rb") as f:
         number = f.read(offset).count(b"\n") + 1
-    raise TraceFileError(f"{path}: line {number} is not a rollkit trace; rk.load(path, errors='skip') reads "
-                         "the good lines", path=path, line=number)
+        raw = f.readline()
+    raise line_error(path, number, raw)
 
 
 def _atomic(write: Any, target: Path) -> None:
