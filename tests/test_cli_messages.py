@@ -18,7 +18,7 @@ from click.testing import CliRunner
 import rollkit as rk
 from rollkit.runs.cli import cli
 
-_FORMATS = "rollkit, inspect, trajectory, tau2, verifiers, messages"
+_FORMATS = "rollkit, inspect, atif, trajectory, tau2, verifiers, verifiers-v1, messages"
 
 
 def _error(*args: str) -> tuple[int, str]:
