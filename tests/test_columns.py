@@ -21,7 +21,7 @@ from rollkit.runs.lazyrun import highlight, open_run
 
 from conftest_notebook import assorted_traces
 
-FRAMES = ("rollouts", "turns", "phases", "signals")
+FRAMES = ("rollouts", "turns", "calls", "phases", "signals")
 
 
 def _same_frames(path: Path, traces: list[rk.Trace]) -> None:
