@@ -307,3 +307,18 @@ def test_schema_2_lines_and_an_old_schema_1_line_give_the_frames_of_their_traces
 def _values(column: pd.Series) -> list[object]:
     """A column's values, missing (NaN, NA, None) as None."""
     return [None if pd.isna(v) else v for v in column]
+
+
+def test_tables_of_an_older_layout_are_rebuilt(tmp_path):
+    import pyarrow.parquet as pq
+
+    folder = big_run(10, tmp_path / "run", tasks=2)
+    open_run(folder)
+    # What the first layout wrote: no outcome column, version "1".
+    parquet = next((folder / ".rollkit" / "traces.jsonl" / "rollouts").glob("*.parquet"))
+    table = pq.read_table(parquet)
+    old = table.drop_columns(["outcome"]).replace_schema_metadata({**{k.decode(): v.decode() for k, v in
+                                                                     table.schema.metadata.items()}, "rollkit.v": "1"})
+    pq.write_table(old, parquet)
+    _same_frames(folder, rk.load(folder))
+    assert "outcome" in pq.read_table(parquet).column_names
