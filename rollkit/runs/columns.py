@@ -6,7 +6,9 @@ cache folder next to it (or under the user cache folder when that folder is
 not writable): `rollouts`, `turns`, `calls`, `phases`, `signals` and
 `messages` (the text of every message: role, content, tool calls as
 `name(arguments)`, tool results). They are plain Parquet; DuckDB, Spark or
-Ray Data read them as they are.
+Ray Data read them as they are. Their columns are rk.frames' (`calls` also
+keeps each call's end and running totals, for SQL); a token count the
+provider did not report is null, as it is NA in the frames.
 
 The JSON lines stay the source of truth. The tables are written in parts,
 each covering a byte range of the source and recording in its Parquet
