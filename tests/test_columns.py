@@ -21,7 +21,7 @@ from rollkit.runs.lazyrun import highlight, open_run
 
 from conftest_notebook import assorted_traces
 
-FRAMES = ("rollouts", "turns", "phases", "signals")
+FRAMES = ("rollouts", "turns", "calls", "phases", "signals")
 
 
 def _same_frames(path: Path, traces: list[rk.Trace]) -> None:
@@ -236,3 +236,89 @@ def test_rollkit_sql_answers_from_a_shell_and_names_a_bad_query(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "rollkit", "sql", str(folder), "select nope from rollouts"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 1 and "the query failed" in bad.stderr and '"nope" not found' in bad.stderr
+
+
+def _rewritten_trace() -> rk.Trace:
+    """A schema 2 trace with what a program's run may leave: a reply written
+    out (its request was rewritten, so the reply is not the next message),
+    one left out (the next message), reasoning, cache tokens, a failed call
+    with a mended time, and a turn whose provider reported no input tokens."""
+    from rollkit.core.messages import ToolCall
+    from rollkit.core.trace import ErrorInfo, ModelCall, Span, TaskRef
+
+    first = rk.AssistantMessage(content="let me add", tool_calls=[ToolCall(id="c1", name="calc", arguments='{"x": 1}')],
+                                reasoning="add them")
+    final = rk.AssistantMessage(content="3", reasoning="sum done")
+    messages = [rk.SystemMessage(content="be brief"), rk.UserMessage(content="1+2?"),
+                rk.AssistantMessage(content="calc(x=1)"), rk.UserMessage(content="go on"), final]
+    calls = [
+        ModelCall(index=0, segment=0, start=10.0, end=11.5, committed=True, reply=first, request_messages=2,
+                  request=[0, 2], usage=rk.Usage(input_tokens=30, output_tokens=5, cache_read_tokens=20,
+                                                 cache_write_tokens=4),
+                  new_input_tokens=30, finish_reason="tool_calls", cum_turns=1, cum_input_tokens=30,
+                  cum_output_tokens=5, cum_total_tokens=35, cum_agent_time=1.5),
+        ModelCall(index=1, segment=0, start=12.0, end=12.0, request_messages=4,
+                  error=ErrorInfo(type="ProviderError", boundary="provider", message="503 busy"),
+                  timing_issue="the source ends this call 0.500 s before it starts; latency set to 0"),
+        ModelCall(index=2, segment=0, start=13.0, end=14.0, committed=True, reply=final, request_messages=4,
+                  usage=rk.Usage(output_tokens=2), finish_reason="stop", cum_turns=2, cum_input_tokens=30,
+                  cum_output_tokens=7, cum_total_tokens=37, cum_agent_time=2.5),
+    ]
+    return rk.Trace(task=TaskRef(type="Sum", key="sum-1"), messages=messages, model_calls=calls,
+                    replaced_messages=[rk.AssistantMessage(content="let me add")], rewards={"correct": 1.0},
+                    completed=True, ok=True, stop_condition="max_turns",
+                    phases={"agent": Span(name="agent", start=10.0, end=14.0),
+                            "scoring": Span(name="scoring", start=14.0, end=14.5)})
+
+
+def test_schema_2_lines_and_an_old_schema_1_line_give_the_frames_of_their_traces(tmp_path):
+    trace = _rewritten_trace()
+    path = rk.save([trace], tmp_path / "t.jsonl")
+    written = json.loads(path.read_text())
+    assert written["schema_version"] == 2 and "replaced_messages" in written
+    assert ["reply" in c for c in written["model_calls"]] == [True, True, False]  # the last is the next message
+    # A line of a rollkit before schema 2: no version, no replies, every count reported.
+    old = json.loads(trace.model_dump_json())
+    del old["schema_version"], old["replaced_messages"]
+    old["id"] = "old"
+    for call in old["model_calls"]:
+        for field in ("reply", "request_messages", "request", "timing_issue"):
+            call.pop(field, None)
+        call["usage"] = {"input_tokens": 9, "output_tokens": 1}
+    with open(path, "a") as f:
+        f.write(json.dumps(old) + "\n")
+    _same_frames(path, rk.load(path))
+    run = open_run(path)
+    calls = run.calls()
+    assert _values(calls["reply"]) == ["let me add", None, "3", None, None, None]
+    assert _values(calls["reasoning"]) == ["add them", None, "sum done", None, None, None]
+    assert _values(calls["tool_calls"]) == ["calc", None, "", None, None, None]
+    assert _values(calls["cache_read_tokens"]) == [20, None, None, None, None, None]
+    assert str(calls["input_tokens"].dtype) == "Int64"
+    assert _values(calls["input_tokens"]) == [30, None, None, 9, 9, 9]
+    assert _values(calls["request_messages"]) == [2, 4, 4, None, None, None]
+    assert calls["timing_issue"][1].startswith("the source ends this call")
+    rollouts = run.rollouts()
+    assert list(rollouts["outcome"]) == ["stopped: max_turns"] * 2
+    assert _values(rollouts["input_tokens"]) == [None, 30]  # NA: a turn did not report it; the old line's totals
+    assert _values(rollouts["output_tokens"]) == [7, 7]
+
+
+def _values(column: pd.Series) -> list[object]:
+    """A column's values, missing (NaN, NA, None) as None."""
+    return [None if pd.isna(v) else v for v in column]
+
+
+def test_tables_of_an_older_layout_are_rebuilt(tmp_path):
+    import pyarrow.parquet as pq
+
+    folder = big_run(10, tmp_path / "run", tasks=2)
+    open_run(folder)
+    # What the first layout wrote: no outcome column, version "1".
+    parquet = next((folder / ".rollkit" / "traces.jsonl" / "rollouts").glob("*.parquet"))
+    table = pq.read_table(parquet)
+    old = table.drop_columns(["outcome"]).replace_schema_metadata({**{k.decode(): v.decode() for k, v in
+                                                                     table.schema.metadata.items()}, "rollkit.v": "1"})
+    pq.write_table(old, parquet)
+    _same_frames(folder, rk.load(folder))
+    assert "outcome" in pq.read_table(parquet).column_names

@@ -311,6 +311,7 @@ def turns(traces: Iterable[Trace]) -> pd.DataFrame:
     return frame.astype({**{name: "int64" for name in ints}, "input_tokens": "Int64", "output_tokens": "Int64"})
 
 
+@_stored
 @_no_gc
 def calls(traces: Iterable[Trace]) -> pd.DataFrame:
     """One row per model call, answered or not, in the order calls ended:

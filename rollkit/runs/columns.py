@@ -6,7 +6,9 @@ cache folder next to it (or under the user cache folder when that folder is
 not writable): `rollouts`, `turns`, `calls`, `phases`, `signals` and
 `messages` (the text of every message: role, content, tool calls as
 `name(arguments)`, tool results). They are plain Parquet; DuckDB, Spark or
-Ray Data read them as they are.
+Ray Data read them as they are. Their columns are rk.frames' (`calls` also
+keeps each call's end and running totals, for SQL); a token count the
+provider did not report is null, as it is NA in the frames.
 
 The JSON lines stay the source of truth. The tables are written in parts,
 each covering a byte range of the source and recording in its Parquet
@@ -37,12 +39,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..core.outcome import Outcome
+
 __all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
 
 TABLES = ("rollouts", "turns", "calls", "phases", "signals", "messages")
 CACHE_DIR = ".rollkit"
 # The store's layout version: a part written by another version is rebuilt.
-_VERSION = "1"
+_VERSION = "2"  # 2: trace schema 2 (replies, unreported usage, outcome, the calls of rk.frames.calls)
 _PHASES = ("boot", "setup", "agent", "finalize", "scoring")
 _LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
 _INFO_IDS = ("example_id", "repeat", "rollout_id")
@@ -93,14 +97,17 @@ def _calls_text(calls: list[dict[str, Any]] | None) -> str:
 _IDS = ("id", *_INFO_IDS)
 # Each table's fixed columns, in the order its row tuples hold them.
 _COLUMNS = {
-    "rollouts": (*_IDS, "task_key", "task_type", "agent", "model", "ok", "completed", "aborted", "stop",
+    "rollouts": (*_IDS, "task_key", "task_type", "agent", "model", "outcome", "ok", "completed", "aborted", "stop",
                  "stop_condition", "error_type", "error_phase", "error_message", "reward", "turns", "model_calls",
                  "input_tokens", "output_tokens", "total_tokens", "segments", "agent_time", "model_time",
                  "harness_time", "wait_time", *(f"phase.{p}" for p in _PHASES), "start", "end",
                  "_ordinal", "_offset", "_length", "_scored"),
-    "calls": (*_IDS, "task_key", "call", "segment", "start", "end", "latency", "input_tokens", "output_tokens",
-              "new_input_tokens", "finish_reason", "dialect", "cum_turns", "cum_input_tokens", "cum_output_tokens",
-              "cum_total_tokens", "cum_agent_time", "committed", "error_type", "error_message", "_ordinal"),
+    # rk.frames.calls' columns, then the end and running totals (for SQL).
+    "calls": (*_IDS, "task_key", "call", "segment", "dialect", "committed", "start", "latency", "input_tokens",
+              "output_tokens", "cache_read_tokens", "cache_write_tokens", "new_input_tokens", "finish_reason",
+              "reply", "reasoning", "tool_calls", "request_messages", "error_type", "error_message", "timing_issue",
+              "end", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time",
+              "_ordinal"),
     "turns": (*_IDS, "task_key", "turn", "call", "segment", "start", "end", "latency", "input_tokens",
               "output_tokens", "new_input_tokens", "finish_reason", "dialect", "cum_turns", "cum_input_tokens",
               "cum_output_tokens", "cum_total_tokens", "cum_agent_time", *_LIMITS, "agent_budget", "_ordinal"),
@@ -112,8 +119,10 @@ _COLUMNS = {
 
 
 _STR = ("id", "task_key", "task_type", "phase", "role", "content", "tool_calls")
-_INT = ("turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "segments", "_ordinal", "_offset", "_length", "call", "segment", "new_input_tokens", "cum_turns", "cum_input_tokens",
-        "cum_output_tokens", "cum_total_tokens", "turn", "index")
+# Int columns may hold nulls (a token count not reported); the frames read them as Int64.
+_INT = ("turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
+        "cache_write_tokens", "request_messages", "segments", "_ordinal", "_offset", "_length", "call", "segment",
+        "new_input_tokens", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "turn", "index")
 _FLOAT = ("reward", "model_time", "harness_time", *(f"phase.{p}" for p in _PHASES), "start", "end", "latency",
           "cum_agent_time", "duration", "offset", "value", "weight")
 _BOOL = ("completed", "aborted", "committed", "missing", "_scored")
@@ -190,15 +199,53 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
     reward = None
     if scored and not all(v is None for v in rewards.values()):
         reward = sum(v * weights.get(n, 1.0) for n, v in rewards.items() if v is not None)
-    done = last or {}
     table = rows.rows
+    limits = t.get("limits") or {}
+    limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
+    budget = _raw((t.get("timeouts") or {}).get("agent"))
+    messages = t.get("messages") or ()
+    number = 0
+    unreported_in = unreported_out = False
+    calls_out, turns_out = table["calls"], table["turns"]
+    for call in calls:
+        usage = call.get("usage") or {}
+        err = call.get("error")
+        c_start, c_end = float(call["start"]), float(call["end"])
+        committed = bool(call.get("committed", False))
+        input_tokens, output_tokens = _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
+        index, segment = int(call["index"]), int(call["segment"])
+        new_input, finish, dialect = int(call.get("new_input_tokens", 0)), call.get("finish_reason"), call.get("dialect")
+        totals = (int(call.get("cum_turns", 0)), int(call.get("cum_input_tokens", 0)),
+                  int(call.get("cum_output_tokens", 0)), int(call.get("cum_total_tokens", 0)),
+                  float(call.get("cum_agent_time", 0.0)))
+        reply = _reply(call, messages, committed)
+        calls_out.append((
+            *ids, key, index, segment, dialect, committed, c_start, c_end - c_start, input_tokens, output_tokens,
+            _count(usage.get("cache_read_tokens")), _count(usage.get("cache_write_tokens")), new_input, finish,
+            reply.get("content") if reply is not None else None,
+            reply.get("reasoning") if reply is not None else None,
+            ", ".join(c["name"] for c in reply.get("tool_calls") or ()) if reply is not None else None,
+            _count(call.get("request_messages")), err["type"] if err else None, err["message"] if err else None,
+            call.get("timing_issue"), c_end, *totals, ordinal,
+        ))
+        if committed:
+            number += 1
+            unreported_in = unreported_in or input_tokens is None
+            unreported_out = unreported_out or output_tokens is None
+            turns_out.append((*ids, key, number, index, segment, c_start, c_end, c_end - c_start, input_tokens,
+                              output_tokens, new_input, finish, dialect, *totals, *limit_values, budget, ordinal))
+    if last is None:
+        token_totals: tuple[int | None, ...] = (0, 0, 0)
+    else:  # a total is missing (NA) where one of its turns did not report that count, as in the frames
+        token_totals = (None if unreported_in else int(last.get("cum_input_tokens", 0)),
+                        None if unreported_out else int(last.get("cum_output_tokens", 0)),
+                        None if unreported_in or unreported_out else int(last.get("cum_total_tokens", 0)))
     row_number = len(table["rollouts"])
     table["rollouts"].append((
-        *ids, key, task_type, agent.get("name"), agent.get("model"), ok, bool(t.get("completed", False)), aborted,
-        error["type"] if error else stop_condition, stop_condition, error["type"] if error else None,
-        error.get("phase") if error else None, error["message"] if error else None, _num(reward),
-        int(done.get("cum_turns", 0)), len(calls), int(done.get("cum_input_tokens", 0)),
-        int(done.get("cum_output_tokens", 0)), int(done.get("cum_total_tokens", 0)), len(segments),
+        *ids, key, task_type, agent.get("name"), agent.get("model"), Outcome.of_record(t).label, ok,
+        bool(t.get("completed", False)), aborted, error["type"] if error else stop_condition, stop_condition,
+        error["type"] if error else None, error.get("phase") if error else None, error["message"] if error else None,
+        _num(reward), int(last.get("cum_turns", 0)) if last else 0, len(calls), *token_totals, len(segments),
         agent_time, model_time, max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end),
         ordinal, offset, length, scored,
     ))
@@ -209,27 +256,6 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
             if column is None:
                 column = signal_columns[prefix + name] = {}
             column[row_number] = _num(value)
-    limits = t.get("limits") or {}
-    limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
-    budget = _raw((t.get("timeouts") or {}).get("agent"))
-    number = 0
-    calls_out, turns_out = table["calls"], table["turns"]
-    for call in calls:
-        usage = call.get("usage") or {}
-        err = call.get("error")
-        c_start, c_end = float(call["start"]), float(call["end"])
-        committed = bool(call.get("committed", False))
-        head = (int(call["index"]), int(call["segment"]), c_start, c_end, c_end - c_start,
-                int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)),
-                int(call.get("new_input_tokens", 0)), call.get("finish_reason"), call.get("dialect"),
-                int(call.get("cum_turns", 0)), int(call.get("cum_input_tokens", 0)),
-                int(call.get("cum_output_tokens", 0)), int(call.get("cum_total_tokens", 0)),
-                float(call.get("cum_agent_time", 0.0)))
-        calls_out.append((*ids, key, *head, committed, err["type"] if err else None,
-                          err["message"] if err else None, ordinal))
-        if committed:
-            number += 1
-            turns_out.append((*ids, key, number, *head, *limit_values, budget, ordinal))
     if present:
         t0 = min(s for _, s, _ in present)
         phases_out = table["phases"]
@@ -268,6 +294,24 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
             messages_out.append((trace_id, key, index, role, content, "",
                                  message.get("name") or message.get("tool_call_id") if role == "tool" else None,
                                  ordinal))
+
+
+def _reply(call: dict[str, Any], messages: Any, committed: bool) -> dict[str, Any] | None:
+    """A call's reply: its own, or the message right after its request when
+    the store left it out as that message (rollkit.core.trace.ModelCall)."""
+    reply = call.get("reply")
+    if reply is not None:
+        return reply
+    count = call.get("request_messages")
+    if (committed and count is not None and call.get("request") is None and count < len(messages)
+            and messages[count].get("role") == "assistant"):
+        return messages[count]
+    return None
+
+
+def _count(value: Any) -> int | None:
+    """A token count, None when not reported."""
+    return None if value is None else int(value)
 
 
 def _why(errors: dict[str, str], name: str, value: Any) -> tuple[str | None, str | None]:
@@ -472,7 +516,9 @@ class TableSet:
             arrays = {}
             for column, values in columns.items():
                 kind = _TYPES.get(column)
-                if kind is not None:
+                # All missing: a null column, read back as None (object), as the frames
+                # have a column of Nones (a calls table's tool_calls when no reply came back).
+                if kind is not None and any(v is not None for v in values):
                     try:  # a known type converts faster than an inferred one
                         arrays[column] = pa.array(values, type=getattr(pa, kind)(), from_pandas=True)
                         continue

@@ -162,21 +162,24 @@ class LazyRun:
         frame = self._frame("rollouts", [*v.ROLLOUT_COLUMNS, *rewards, *metrics])
         if not len(frame):
             return v.rollouts([])
-        return frame.astype({"ok": "object", "turns": "int64", "model_calls": "int64"})
+        return frame.astype({"ok": "object", "turns": "int64", "model_calls": "int64",
+                             **dict.fromkeys(("input_tokens", "output_tokens", "total_tokens"), "Int64")})
 
     def turns(self) -> Any:
         """One row per committed turn, as rk.frames.turns gives."""
         v = self._vocabulary()
         if not self.arrow("turns").num_rows:
             return v.turns([])
-        return self._frame("turns", v.TURN_COLUMNS)
+        # A count not reported is null in Parquet (a float NaN once read): NA, as in the frames.
+        return self._frame("turns", v.TURN_COLUMNS).astype({"input_tokens": "Int64", "output_tokens": "Int64"})
 
     def calls(self) -> Any:
-        """One row per model call, committed or not (the turns' columns, with
-        `committed`, `error_type` and `error_message`; no `turn` number)."""
+        """One row per model call, answered or not, as rk.frames.calls gives."""
         v = self._vocabulary()
-        order = [c for c in v.TURN_COLUMNS if c in _CALL_COLUMNS] + ["committed", "error_type", "error_message"]
-        return self._frame("calls", order)
+        if not self.arrow("calls").num_rows:
+            return v.calls([])
+        counts = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "request_messages")
+        return self._frame("calls", v.CALL_COLUMNS).astype({"committed": "bool", **dict.fromkeys(counts, "Int64")})
 
     def phases(self) -> Any:
         """One row per phase span that started, as rk.frames.phases gives."""
@@ -321,9 +324,6 @@ def _run_browser() -> Any:
     return browser
 
 
-_CALL_COLUMNS = {"id", "example_id", "repeat", "rollout_id", "task_key", "call", "segment", "start", "end", "latency",
-                 "input_tokens", "output_tokens", "new_input_tokens", "finish_reason", "dialect", "cum_turns",
-                 "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time"}
 _MESSAGE_COLUMNS = ("id", "task_key", "index", "role", "content", "tool_calls", "name")
 
 
