@@ -37,7 +37,7 @@ from fake_provider import FakeProvider
 from fault_report import report
 
 import rollkit as rk
-from rollkit.runs.evaluation import _outcome
+from rollkit.core.outcome import Outcome
 
 from conftest_programs import exited, listening_ports, other_tasks, processes_in, processes_marked
 
@@ -130,7 +130,7 @@ def _check(trace: rk.Trace, expected: dict[str, tuple]) -> str | None:
     """What is wrong with a faulty rollout's trace (None: as it should be)."""
     fault = trace.task.key.rsplit("-", 1)[0]
     outcome, phase, words = expected[fault]
-    got = (_outcome(trace), trace.error.phase if trace.error else None)
+    got = (Outcome.of(trace).label, trace.error.phase if trace.error else None)
     if got != (outcome, phase):
         return f"{trace.task.key}: {got} instead of {(outcome, phase)} ({trace.error})"
     if words and words not in trace.error.message:  # type: ignore[union-attr]
