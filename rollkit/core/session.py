@@ -26,7 +26,7 @@ from .models import calling_rollout, calling_rollout_key
 from .trace import ErrorInfo, Rewrite
 
 if TYPE_CHECKING:
-    from .agent import RolloutLimits
+    from .budgets import RolloutLimits
     from .models import Model
     from .trace import Trace
 
