@@ -18,6 +18,7 @@ dependency beyond the standard library is pydantic.
 from __future__ import annotations
 
 from .agent import Agent, Interaction, InteractionEnded, RolloutLimits, RolloutTimeouts
+from .agent_user import AgentUser
 from .context import RolloutContext
 from .errors import (
     HarnessError, LifetimeError, ProviderError, Refused, RolloutError, SandboxError, TaskError, ToolsetError,
@@ -37,7 +38,7 @@ from .store import TraceFileError, load, save
 from .task import Task, TaskData
 from .tools import Tool, Toolset, tool
 from .trace import Trace, UserTurn
-from .users import AgentUser, RecordedUser, ScriptedUser, User, UserReply, UserStop, converse, drive, similarity
+from .users import RecordedUser, ScriptedUser, User, UserReply, UserStop, converse, drive, similarity
 
 __version__ = "0.1.0"
 
