@@ -180,8 +180,6 @@ _ALLOWED_CIRCLES: dict[frozenset[str], str] = {
     frozenset({"rollkit.notebook.panel", "rollkit.notebook.seat", "rollkit.notebook.stepping"}):
         "the widgets type against the facade (panel, seat) while the facade builds the panel; "
         "panel.py and seat.py are being changed on another branch (issue 22, notebook part)",
-    frozenset({"rollkit.core.agent", "rollkit.core.forks", "rollkit.core.rollout", "rollkit.core.users"}):
-        "being broken (issue 22)",
 }
 
 

@@ -21,6 +21,7 @@ from .messages import AssistantMessage
 from .models import Model, resolve_model
 from .rollout import Rollout
 from .runtime import LocalRuntime, NetworkPolicy, Runtime
+from .spec import RolloutSpec
 from .task import Task
 from .trace import Trace
 from .users import User, drive
@@ -65,19 +66,26 @@ class Agent:
         self.name = name or self.model.name
         self.events = EventBus()
 
+    @property
+    def spec(self) -> RolloutSpec:
+        """What a rollout of this agent runs, as it is configured now."""
+        return RolloutSpec(
+            model=self.model, harness=self.harness, runtime=self._runtime, limits=self.limits,
+            timeouts=self.timeouts, signals=(*self.harness_metrics, *self.judges), network=self.network,
+            name=self.name, events=self.events,
+        )
+
     def make_runtime(self) -> Runtime:
-        if isinstance(self._runtime, Runtime):
-            raise TypeError("this agent lends one runtime to all rollouts; it cannot make owned ones")
-        return self._runtime()
+        return self.spec.make_runtime()
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, **self.model.describe(), **self.harness.describe()}
+        return self.spec.describe()
 
     def rollout(self, task: Task, runtime: Runtime | None = None, *, user: bool = False) -> Rollout:
         """A rollout to drive by hand: `open()`, `step()` as often as wanted, `close()`."""
-        if runtime is None and isinstance(self._runtime, Runtime):
-            runtime = self._runtime
-        return Rollout(self, task, runtime, user=user)
+        rollout = Rollout(self.spec, task, runtime, user=user)
+        rollout._made_by = self
+        return rollout
 
     async def run(self, task: Task, runtime: Runtime | None = None, *, user: User | None = None) -> Trace:
         """Open, run, close. With no `user` the run is one segment (nobody
