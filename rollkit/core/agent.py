@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .budgets import RolloutLimits, RolloutTimeouts
+from .errors import RolloutEnded
 from .events import EventBus
 from .harness import ChatHarness, Harness
 from .hooks import BoundHook, bind, collect_hooks, hook_spec
@@ -129,8 +130,8 @@ def _harness_metrics(harness: Harness) -> list[BoundHook]:
     return hooks
 
 
-class InteractionEnded(RuntimeError):
-    """`turn()` was called after the exchange ended."""
+# Deprecated: the old name of rk.RolloutEnded (one "it is over" error).
+InteractionEnded = RolloutEnded
 
 
 class Interaction:
@@ -163,7 +164,7 @@ class Interaction:
         of the agent's last reply in it (None if it said nothing)."""
         if self.done:
             why = self.trace.stop or ("zero progress" if self.rollout.state == "ended" else self.rollout.state)
-            raise InteractionEnded(f"the interaction has ended ({why}); read it.trace")
+            raise RolloutEnded(f"the interaction has ended ({why}); read it.trace")
         before = len(self.trace.messages)
         await self.rollout.step(message)
         for reply in reversed(self.trace.messages[before:]):

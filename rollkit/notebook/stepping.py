@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..core.errors import RolloutEnded
 from ..core.human import HumanModel, check_reply
 from ..core.messages import AssistantMessage, to_messages
 from ..core.trace import Trace
@@ -52,10 +53,6 @@ if TYPE_CHECKING:
     from .panel import RolloutPanel
 
 __all__ = ["NotebookRollout", "RolloutEnded", "Status", "StepResult", "open"]
-
-
-class RolloutEnded(RuntimeError):
-    """A step was asked of a rollout whose exchange is over."""
 
 
 @dataclass(frozen=True)
