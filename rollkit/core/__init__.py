@@ -31,7 +31,7 @@ from .hooks import intercept, metric, reward, stop
 from .human import HumanModel, NobodyToAsk, check_reply, check_tool_call
 from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
 from .outcome import Outcome
-from .models import Model, ScriptedModel, count_tokens, model_names, register_model, resolve_model
+from .models import Model, ScriptedModel, count_tokens, register_model, resolve_model
 from .plugins import plug, plugged
 from .rollout import Rollout
 from .runtime import LocalRuntime, NetworkPolicy, Runtime
@@ -49,7 +49,7 @@ __all__ = [
     "Request", "Response", "Rollout", "RolloutContext", "RolloutEnded", "RolloutError", "RolloutLimits", "RolloutTimeouts",
     "Runtime", "SandboxError", "ScriptedModel", "SystemMessage", "Task", "TaskData", "TaskError", "Tool",
     "ToolCall", "ToolMessage", "Toolset", "ToolsetError", "Trace", "TraceFileError", "Usage", "UserMessage",
-    "count_tokens", "intercept", "load", "metric", "model_names", "plug", "plugged", "register_model",
+    "count_tokens", "intercept", "load", "metric", "plug", "plugged", "register_model",
     "resolve_model", "reward", "save", "stop", "tool",
     "AgentUser", "ForkError", "RecordedUser", "ScriptedUser", "User", "UserReply", "UserTurn", "converse", "fork",
     "similarity", "UserStop", "drive", "HumanModel", "NobodyToAsk", "check_tool_call", "check_reply",

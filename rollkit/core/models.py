@@ -26,7 +26,7 @@ from .errors import ProviderError
 from .messages import AssistantMessage, Request, Response, ToolCall, Usage
 
 __all__ = [
-    "Model", "ScriptedModel", "count_tokens", "register_model", "resolve_model", "model_names", "calling_rollout",
+    "Model", "ScriptedModel", "count_tokens", "register_model", "resolve_model", "calling_rollout",
     "calling_rollout_key",
 ]
 
@@ -211,11 +211,6 @@ def register_model(name: str, factory: ModelFactory, *, help: str = "") -> None:
     if not callable(factory):
         raise TypeError(f"register_model({name!r}, ...) needs a function of the name, got {type(factory).__name__}")
     _registry[name] = (factory, help)
-
-
-def model_names() -> dict[str, str]:
-    """The registered names (prefixes end in "/") and their help texts."""
-    return {name: help for name, (_, help) in _registry.items()}
 
 
 def resolve_model(model: Model | str) -> Model:

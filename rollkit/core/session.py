@@ -72,7 +72,6 @@ class Session:
         self._segment = segment
         self._limits = active_limits(limits)
         self.stop_condition: str | None = None
-        self.last: tuple[Request, Response] | None = None
         self._next_call = 0
         self._in_flight = 0
 
@@ -178,7 +177,6 @@ class Session:
             error=None, agent_time=self._agent_time(), continues_prompt=extended, dialect=dialect,
             request_messages=len(request.messages),
         )
-        self.last = (request, response)
         self._emit("call_end", call=index, ok=True)
         self._emit("turn", turn=self.trace.num_turns)
         if stop_after is not None:
