@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .budgets import RolloutLimits, RolloutTimeouts
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import RolloutEnded
 from .events import EventBus
 from .harness import ChatHarness, Harness
@@ -36,6 +37,8 @@ class Agent:
     `runtime` is a Runtime class or factory (each rollout owns a fresh one) or
     a Runtime instance (lent to every rollout; its owner keeps it alive).
     `judges` are extra `@reward`/`@metric` functions scored on every trace (L29).
+    `clock` is what its rollouts read time from (rollkit.core.clock; tests
+    pass a `FakeClock`).
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class Agent:
         judges: Iterable[Callable[..., Any]] = (),
         network: NetworkPolicy | None = None,
         name: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.model = resolve_model(model)
         if harness is None:
@@ -66,6 +70,9 @@ class Agent:
         self.judges: list[BoundHook] = [bind(j, hook_spec(j), "judge") for j in judges]
         self.name = name or self.model.name
         self.events = EventBus()
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must be a rollkit.core.clock.Clock (e.g. FakeClock()), got {type(clock).__name__}")
+        self.clock = clock or SYSTEM_CLOCK
 
     @property
     def spec(self) -> RolloutSpec:
@@ -73,7 +80,7 @@ class Agent:
         return RolloutSpec(
             model=self.model, harness=self.harness, runtime=self._runtime, limits=self.limits,
             timeouts=self.timeouts, signals=(*self.harness_metrics, *self.judges), network=self.network,
-            name=self.name, events=self.events,
+            name=self.name, events=self.events, clock=self.clock,
         )
 
     def make_runtime(self) -> Runtime:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -71,6 +70,7 @@ class Rollout:
         if not isinstance(task, Task):
             raise TypeError(f"a rollout needs a rk.Task, got {type(task).__name__}")
         self.spec = spec
+        self._clock = spec.clock
         self.task = task
         self.harness = spec.harness
         self.user = user
@@ -118,6 +118,7 @@ class Rollout:
         self.session = Session(
             trace=self.trace,
             model=self.spec.model,
+            clock=self._clock,
             hooks=self.hooks,
             limits=self.limits,
             values=self._values,
@@ -193,18 +194,18 @@ class Rollout:
         return self._agent_time()
 
     def _agent_time(self) -> float:
-        running = time.perf_counter() - self._segment_t0 if self._segment_t0 is not None else 0.0
+        running = self._clock.monotonic() - self._segment_t0 if self._segment_t0 is not None else 0.0
         return self._charged + running
 
     def _phase_start(self, name: str) -> None:
-        span = self.trace._open_span(name)
+        span = self.trace._open_span(name, self._clock.time())
         span.end = None
         self._emit("phase_start", phase=name)
 
     def _phase_end(self, name: str) -> None:
         span = self.trace.phases.get(name)
         if span is not None and span.end is None:
-            span.end = time.time()
+            span.end = self._clock.time()
             self._emit("phase_end", phase=name)
 
     def _fail(self, exc: BaseException, phase: str) -> None:
@@ -414,7 +415,7 @@ class Rollout:
         self.trace.messages.extend(new)
         segment = Segment(
             index=len(self.trace.segments),
-            start=time.time(),
+            start=self._clock.time(),
             turns_before=self.trace.num_turns,
             user_messages=sum(1 for m in new if m.role == "user"),
         )
@@ -424,7 +425,7 @@ class Rollout:
         self._step_done = asyncio.Event()
         self._phase_start("agent")
         self._emit("segment_start", segment=segment.index)
-        self._segment_t0 = time.perf_counter()
+        self._segment_t0 = self._clock.monotonic()
         lifetime_error: LifetimeError | None = None
         try:
             await self._run_segment(new)
@@ -514,12 +515,12 @@ class Rollout:
             self._fail(error, "agent")
 
     def _end_segment(self, segment: Segment) -> None:
-        spent = time.perf_counter() - (self._segment_t0 or time.perf_counter())
+        spent = self._clock.monotonic() - (self._segment_t0 or self._clock.monotonic())
         self._segment_t0 = None
         self._charged += spent
         if self._remaining is not None:
             self._remaining = max(0.0, self._remaining - spent)
-        segment.end = time.time()
+        segment.end = self._clock.time()
         segment.charged = spent
         segment.remaining = self._remaining
         segment.turns_added = self.trace.num_turns - segment.turns_before
@@ -574,7 +575,7 @@ class Rollout:
             try:
                 await self._teardown_runtime()  # runs to its end, even when cancelled (Runtime.stop)
             finally:
-                self.trace._close_open_spans(time.time())
+                self.trace._close_open_spans(self._clock.time())
                 self.trace.ok = self._opened and not self._failed and not self.trace.aborted  # L25, decided last
                 self.trace.completed = True
                 self._state = "closed"
@@ -679,7 +680,7 @@ class Rollout:
             await self._release_harness()
             await self._teardown_runtime()
         finally:
-            self.trace._close_open_spans(time.time())
+            self.trace._close_open_spans(self._clock.time())
             self._mark_cut(where)
             self.trace.ok = False
             self._state = "closed"

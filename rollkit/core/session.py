@@ -15,10 +15,10 @@ start segments, charge agent time or score.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import ProviderError, Refused, crossing
 from .hooks import HookSet, check_stop, rewrite
 from .messages import Request, Response
@@ -62,6 +62,7 @@ class Session:
         emit: Callable[..., None],
         agent_time: Callable[[], float],
         segment: Callable[[], int],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.trace = trace
         self.model = model
@@ -70,6 +71,7 @@ class Session:
         self._emit = emit
         self._agent_time = agent_time
         self._segment = segment
+        self._clock = clock
         self._limits = active_limits(limits)
         self.stop_condition: str | None = None
         self._next_call = 0
@@ -135,7 +137,7 @@ class Session:
         self._emit("call_start", call=index)
         # The wall clock dates the call; a monotonic clock measures it, so a
         # clock step while waiting never makes a negative latency.
-        start, began = time.time(), time.monotonic()
+        start, began = self._clock.time(), self._clock.monotonic()
         try:
             token = calling_rollout.set(self.trace.id)
             key_token = calling_rollout_key.set(self.trace.info.get("rollout_id") or self.trace.id)
@@ -147,13 +149,13 @@ class Session:
                 calling_rollout.reset(token)
         except BaseException as exc:
             # Cancelled calls too: their time was spent waiting for the model.
-            self._record_failed_call(index, start, exc, request=request, end=start + time.monotonic() - began,
+            self._record_failed_call(index, start, exc, request=request, end=start + self._clock.monotonic() - began,
                                      dialect=dialect)
             condition = getattr(exc, "stop_condition", None)
             if condition:  # e.g. the prompt outgrew the context window: a clean stop
                 raise self._refuse(condition) from exc
             raise
-        end = start + time.monotonic() - began
+        end = start + self._clock.monotonic() - began
 
         stop_after: str | None = None
         try:

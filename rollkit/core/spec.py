@@ -3,8 +3,8 @@
 `RolloutSpec` names everything one rollout needs from outside its task: the
 model, the harness, where its runtime comes from (a factory, or one runtime
 lent to every rollout), the budgets, the signals the harness and the judges
-add, the network policy, a name, and the event bus of whoever else listens
-(the agent's subscribers). `rk.Agent` builds one per rollout from its
+add, the network policy, a name, the event bus of whoever else listens
+(the agent's subscribers), and the clock it reads time from. `rk.Agent` builds one per rollout from its
 configuration (`agent.spec`); a `Rollout` reads only this, never the agent,
 so the rollout sits below the agent. This module checks nothing and runs
 nothing.
@@ -13,10 +13,11 @@ nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .budgets import RolloutLimits, RolloutTimeouts
+from .clock import SYSTEM_CLOCK, Clock
 from .events import EventBus
 from .harness import Harness
 from .hooks import BoundHook
@@ -41,6 +42,8 @@ class RolloutSpec:
     network: NetworkPolicy
     name: str
     events: EventBus
+    # What the rollout and its session read time from (rollkit.core.clock).
+    clock: Clock = field(default=SYSTEM_CLOCK)
 
     @property
     def lends_runtime(self) -> bool:
