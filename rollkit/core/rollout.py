@@ -515,7 +515,8 @@ class Rollout:
             self._fail(error, "agent")
 
     def _end_segment(self, segment: Segment) -> None:
-        spent = self._clock.monotonic() - (self._segment_t0 or self._clock.monotonic())
+        now = self._clock.monotonic()
+        spent = now - (self._segment_t0 if self._segment_t0 is not None else now)
         self._segment_t0 = None
         self._charged += spent
         if self._remaining is not None:
