@@ -312,5 +312,19 @@ def test_the_layout_is_the_readme_layout() -> None:
     assert listed == packages
 
 
+def test_the_readme_lists_every_core_module_bottom_up() -> None:
+    """The README's core map names each core module once, and none imports
+    (type-only imports included) a module listed after it."""
+    readme = (ROOT.parent / "README.md").read_text()
+    section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    listed = [line.split("`")[1] for line in section.splitlines() if line.startswith("- `")]
+    modules = sorted(p.stem for p in (ROOT / "core").glob("*.py") if p.name != "__init__.py")
+    assert sorted(listed) == modules
+    graph, lines = _package_graph()
+    later = [f"{a} imports {b}, listed after it ({lines[(f'rollkit.core.{a}', f'rollkit.core.{b}')]})"
+             for i, a in enumerate(listed) for b in listed[i + 1:] if f"rollkit.core.{b}" in graph.get(f"rollkit.core.{a}", ())]
+    assert later == []
+
+
 if __name__ == "__main__":
     print("\n".join(describe_circles()) or "no import circle inside any package")
