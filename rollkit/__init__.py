@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from .core import (
     Agent, AssistantMessage, ChatHarness, Event, Harness, HarnessError, Interaction, LifetimeError, LocalRuntime,
-    Model, NetworkPolicy, Outcome, ProviderError, Refused, Request, Response, Rollout, RolloutContext, RolloutError,
-    RolloutLimits, RolloutTimeouts, Runtime, SandboxError, ScriptedModel, SystemMessage, Task, TaskData, TaskError,
+    Model, NetworkPolicy, Outcome, ProviderError, Refused, Request, Response, Rollout, RolloutContext, RolloutEnded,
+    RolloutError, RolloutLimits, RolloutTimeouts, Runtime, SandboxError, ScriptedModel, SystemMessage, Task, TaskData, TaskError,
     Tool, ToolCall, ToolMessage, Toolset, ToolsetError, Trace, TraceFileError, Usage, UserMessage, __version__,
     intercept, load, metric, register_model, reward, save, stop, tool,
     AgentUser, ForkError, RecordedUser, ScriptedUser, User, UserReply, UserStop, UserTurn, converse, fork,
@@ -81,6 +81,7 @@ __all__ = [
     "Response",
     "Rollout",
     "RolloutContext",
+    "RolloutEnded",
     "RolloutError",
     "RolloutLimits",
     "RolloutTimeouts",

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 import rollkit as rk
+from rollkit.core.clock import FakeClock
 
 
 class Recorder:
@@ -72,3 +73,18 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
         terminalreporter.section("fault suite")
         for line in LINES:
             terminalreporter.write_line(f"fault suite: {line}")
+
+
+def ticking(model: rk.ScriptedModel, clock: FakeClock, seconds: float) -> rk.ScriptedModel:
+    """`model`, whose every reply moves the fake `clock` by `seconds` first:
+    with a FakeClock the model is the only thing that takes time, so the
+    agent time a rollout charges is exact."""
+    reply = model.replies
+    assert callable(reply), "ticking() wraps a ScriptedModel built from a function of the request"
+
+    def tick(request: rk.Request) -> object:
+        clock.advance(seconds)
+        return reply(request)
+
+    model.replies = tick
+    return model

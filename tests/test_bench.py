@@ -123,7 +123,7 @@ async def test_requests_asked_at_once_wait_in_order_and_each_gets_its_own_answer
     await ro.aopen()
     token = rk.core.models.calling_rollout.set(ro.id)
     try:
-        calls = [asyncio.ensure_future(ro.rollout.agent.model.complete(rk.Request(messages=[rk.UserMessage(content=t)])))
+        calls = [asyncio.ensure_future(ro.rollout.spec.model.complete(rk.Request(messages=[rk.UserMessage(content=t)])))
                  for t in ("one", "two")]
         await _until_asked(ro)
         while len(ro._asking) < 2:
@@ -148,7 +148,7 @@ async def test_a_rollout_played_by_a_person_forks_with_its_own_seat():
     ro.answer("I think it is 42.")
     await step
     fork = await ro.afork(1)
-    model = ro.rollout.agent.model
+    model = ro.rollout.spec.model
     assert fork.seat_is_yours and model.answers(fork.id) is not None and fork.id != ro.id
     again = fork.step_soon("are you sure?")
     await _until_asked(fork)

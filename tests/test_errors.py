@@ -177,5 +177,8 @@ async def test_interaction_turn_after_the_end_says_why():
     async with agent.interaction(rk.Task()) as it:
         assert await it.turn("hi") == "You said: hi"
         await it.turn("again")
-        with pytest.raises(InteractionEnded, match=r"the interaction has ended \(max_turns\)"):
+        with pytest.raises(rk.RolloutEnded, match=r"the interaction has ended \(max_turns\)"):
             await it.turn("still there?")
+    # One "it is over" error: the old name is the same class, so old `except` clauses still catch it.
+    assert InteractionEnded is rk.RolloutEnded is rk.notebook.RolloutEnded
+    assert rk.core.trace.ErrorInfo is rk.core.errors.ErrorInfo

@@ -5,34 +5,33 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import prompt_task, replies
+from conftest import prompt_task, replies, ticking
 
 import rollkit as rk
+from rollkit.core.clock import FakeClock
 
 
 async def test_L9_agent_time_is_charged_per_segment_and_waiting_costs_nothing():
-    """Two interleaved interactions, B playing A's user: A is charged only for
-    its own segments, never for the time B ran (B's model takes 30 ms a turn)."""
-    fast = rk.Agent(model="echo", timeouts=rk.RolloutTimeouts(agent=30))
-    slow = rk.Agent(model=rk.ScriptedModel(lambda r: "sure", delay=0.03))
+    """Two interleaved interactions on one fake clock, B playing A's user: A's
+    model takes 0.25 s a turn and B's 1 s; A is charged exactly its own
+    segments, never the time B ran, and the same the other way round."""
+    clock = FakeClock()
+    fast = rk.Agent(model=ticking(rk.ScriptedModel(lambda r: "ok"), clock, 0.25),
+                    timeouts=rk.RolloutTimeouts(agent=30), clock=clock)
+    slow = rk.Agent(model=ticking(rk.ScriptedModel(lambda r: "sure"), clock, 1.0), clock=clock)
     async with fast.interaction(rk.Task()) as a, slow.interaction(rk.Task()) as b:
         message = "start"
         for _ in range(4):
             said = await a.turn(message)
             message = await b.turn(said)
     ta, tb = a.trace, b.trace
-    assert len(ta.segments) == 4
-    assert ta.agent_time == pytest.approx(sum(s.charged for s in ta.segments))
-    # Every B segment lies in a gap between A's segments, so A's wall span holds
-    # all of B's charged time, none of which was billed to A.
-    wall = ta.segments[-1].end - ta.segments[0].start
-    assert wall - ta.agent_time >= sum(s.charged for s in tb.segments[:3])
-    assert tb.agent_time >= 4 * 0.03
+    assert [s.charged for s in ta.segments] == [0.25] * 4
+    assert [s.charged for s in tb.segments] == [1.0] * 4
+    assert (ta.agent_time, tb.agent_time) == (1.0, 4.0)
+    # A's wall span holds three of B's turns, none of which was billed to A.
+    assert ta.segments[-1].end - ta.segments[0].start == 1.0 + 3 * 1.0
     # The remaining budget goes down by exactly what each segment was charged.
-    remaining = 30.0
-    for segment in ta.segments:
-        remaining -= segment.charged
-        assert segment.remaining == pytest.approx(remaining)
+    assert [s.remaining for s in ta.segments] == [29.75, 29.5, 29.25, 29.0]
 
 
 async def test_L10_running_out_of_agent_time_is_an_agent_failure():

@@ -262,10 +262,12 @@ def test_the_final_draw_is_immediate(written):
 
 async def test_a_monitor_over_an_evaluation_shows_it_and_opens_the_slowest_rollout():
     pending = rk.evaluate(demo_agent(), TASKS, repeats=2, progress=False)
-    monitor = RunMonitor(pending)
+    clock = _Clock()  # stands still for the whole run: every redraw after the first is coalesced
+    monitor = RunMonitor(pending, clock=clock, schedule=clock.schedule)
     result = await pending
     assert f'data-done="{len(result)}"' in monitor.counts.value and 'data-status="finished"' in monitor.counts.value
-    assert monitor.redraws <= 3  # the run takes milliseconds: the first, the final, maybe one between
+    # The first draw, then one for the end, drawn at once; the one scheduled between was dropped.
+    assert monitor.redraws == 2 and clock.timers and all(t.cancelled for _, t in clock.timers)
     assert "<td>reward</td><td>0.667 ± " in monitor.signals.value and "<td>12 / 12</td>" in monitor.signals.value
     labels = [label for label, _ in monitor.picks.options]
     assert len(labels) == 5 and all(label.startswith("slow ") for label in labels)

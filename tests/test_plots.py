@@ -8,6 +8,8 @@ import plotly.graph_objects as go
 import pytest
 
 import rollkit as rk
+from conftest import ticking
+from rollkit.core.clock import FakeClock
 from rollkit import frames, plots
 from rollkit.examples import arithmetic_tasks, demo_agent
 
@@ -45,24 +47,26 @@ async def test_budget_burn_draws_cumulative_values_limits_and_segments() -> None
 
 
 async def test_waiting_for_the_user_costs_no_agent_time_on_the_chart() -> None:
-    """L9 on the chart: between segments the wall clock runs (here another
-    rollout, with a slow model, runs to its end meanwhile) but agent time
-    does not."""
-    agent = demo_agent()
+    """L9 on the chart, on a fake clock where the agent's model takes 0.25 s
+    a call: between segments the wall clock runs (another rollout, whose
+    model takes 5 s, runs to its end meanwhile) but agent time does not."""
+    clock = FakeClock()
+    agent = demo_agent(clock=clock)
+    ticking(agent.model, clock, 0.25)
     rollout = agent.rollout(arithmetic_tasks(1)[0], user=True)
     await rollout.open()
     await rollout.step()
-    slow = rk.Agent(model=rk.ScriptedModel(["done"], delay=0.2))
-    other = await slow.run(rk.Task(prompt="meanwhile"))
+    slow = rk.Agent(model=ticking(rk.ScriptedModel(lambda r: "done"), clock, 5.0), clock=clock)
+    await slow.run(rk.Task(prompt="meanwhile"))
     await rollout.step("Now 7 boxes with 6 pens each?")
     trace = await rollout.close()
     first, second = trace.segments
-    assert second.start - first.end >= other.model_time >= 0.2  # the user's wait, in wall time
+    assert second.start - first.end == 5.0  # the user's wait, in wall time
+    turns = [first.turns_added, second.turns_added]
+    assert (first.charged, second.charged) == (0.25 * turns[0], 0.25 * turns[1]) and min(turns) > 0
+    # the chart's agent time climbs 0.25 a turn: the wait is not in it
     agent_time = list(plots.budget_burn(trace).data[4].y)
-    assert agent_time[1] <= first.charged
-    # the wait is not in it: only what the two segments themselves spent
-    assert agent_time[3] <= first.charged + second.charged + 1e-9
-    assert trace.agent_time == pytest.approx(first.charged + second.charged)
+    assert agent_time == [0.25 * (i + 1) for i in range(trace.num_turns)]
 
 
 async def test_live_budget_burn_grows_one_point_per_turn_from_events() -> None:

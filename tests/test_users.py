@@ -19,6 +19,8 @@ import pytest
 from evaluate_helpers import HERE, chat_agent, chat_user, said_tasks, sigkill, start_gated, wait_blocked
 
 import rollkit as rk
+from conftest import ticking
+from rollkit.core.clock import FakeClock
 from rollkit.notebook.stepping import NotebookRollout
 from rollkit.examples import (
     customer_persona, support_agent, support_tasks, toy_customer, toy_customer_model,
@@ -271,7 +273,14 @@ async def test_agent_user_plays_the_customer_in_its_own_linked_trace():
 
 
 async def test_L9_agent_user_and_assistant_are_each_charged_only_their_own_time_and_tokens():
-    trace = await support_agent().run(support_tasks(1)[0], user=customer())
+    # One fake clock: the assistant's model takes 1 s a call, the user's 0.25 s, nothing else takes time.
+    clock = FakeClock()
+    assistant = support_agent()
+    assistant.clock = clock
+    ticking(assistant.model, clock, 1.0)
+    user = rk.AgentUser(rk.Agent(model=ticking(toy_customer_model(), clock, 0.25), clock=clock),
+                        persona=customer_persona)
+    trace = await assistant.run(support_tasks(1)[0], user=user)
     [user_trace] = trace.user_traces
 
     def inside(call: rk.core.trace.ModelCall, segments: list) -> bool:
@@ -281,7 +290,9 @@ async def test_L9_agent_user_and_assistant_are_each_charged_only_their_own_time_
     # the assistant waited for its user for free, and the user for the assistant.
     assert all(inside(c, trace.segments) and not inside(c, user_trace.segments) for c in trace.model_calls)
     assert all(inside(c, user_trace.segments) and not inside(c, trace.segments) for c in user_trace.model_calls)
-    assert trace.agent_time == pytest.approx(sum(s.charged for s in trace.segments))
+    # Time: each side is charged exactly its own model's calls, never the other's.
+    assert trace.agent_time == 1.0 * len(trace.model_calls) > 0
+    assert user_trace.agent_time == 0.25 * len(user_trace.model_calls) > 0
     # Tokens: each trace counts only its own model's calls.
     assert (trace.num_turns, user_trace.num_turns) == (4, 3)
     assert trace.num_output_tokens == sum(c.usage.output_tokens for c in trace.turns)

@@ -18,9 +18,11 @@ dependency beyond the standard library is pydantic.
 from __future__ import annotations
 
 from .agent import Agent, Interaction, InteractionEnded, RolloutLimits, RolloutTimeouts
+from .agent_user import AgentUser
 from .context import RolloutContext
 from .errors import (
-    HarnessError, LifetimeError, ProviderError, Refused, RolloutError, SandboxError, TaskError, ToolsetError,
+    HarnessError, LifetimeError, ProviderError, Refused, RolloutEnded, RolloutError, SandboxError, TaskError,
+    ToolsetError,
 )
 from .events import Event, EventBus
 from .forks import ForkError, fork
@@ -29,7 +31,7 @@ from .hooks import intercept, metric, reward, stop
 from .human import HumanModel, NobodyToAsk, check_reply, check_tool_call
 from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
 from .outcome import Outcome
-from .models import Model, ScriptedModel, count_tokens, model_names, register_model, resolve_model
+from .models import Model, ScriptedModel, count_tokens, register_model, resolve_model
 from .plugins import plug, plugged
 from .rollout import Rollout
 from .runtime import LocalRuntime, NetworkPolicy, Runtime
@@ -37,17 +39,17 @@ from .store import TraceFileError, load, save
 from .task import Task, TaskData
 from .tools import Tool, Toolset, tool
 from .trace import Trace, UserTurn
-from .users import AgentUser, RecordedUser, ScriptedUser, User, UserReply, UserStop, converse, drive, similarity
+from .users import RecordedUser, ScriptedUser, User, UserReply, UserStop, converse, drive, similarity
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Agent", "AssistantMessage", "ChatHarness", "Event", "EventBus", "Harness", "HarnessError", "Interaction",
     "InteractionEnded", "LifetimeError", "LocalRuntime", "Model", "NetworkPolicy", "Outcome", "ProviderError", "Refused",
-    "Request", "Response", "Rollout", "RolloutContext", "RolloutError", "RolloutLimits", "RolloutTimeouts",
+    "Request", "Response", "Rollout", "RolloutContext", "RolloutEnded", "RolloutError", "RolloutLimits", "RolloutTimeouts",
     "Runtime", "SandboxError", "ScriptedModel", "SystemMessage", "Task", "TaskData", "TaskError", "Tool",
     "ToolCall", "ToolMessage", "Toolset", "ToolsetError", "Trace", "TraceFileError", "Usage", "UserMessage",
-    "count_tokens", "intercept", "load", "metric", "model_names", "plug", "plugged", "register_model",
+    "count_tokens", "intercept", "load", "metric", "plug", "plugged", "register_model",
     "resolve_model", "reward", "save", "stop", "tool",
     "AgentUser", "ForkError", "RecordedUser", "ScriptedUser", "User", "UserReply", "UserTurn", "converse", "fork",
     "similarity", "UserStop", "drive", "HumanModel", "NobodyToAsk", "check_tool_call", "check_reply",

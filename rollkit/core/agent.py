@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
-
+from .budgets import RolloutLimits, RolloutTimeouts
+from .clock import SYSTEM_CLOCK, Clock
+from .errors import RolloutEnded
 from .events import EventBus
 from .harness import ChatHarness, Harness
 from .hooks import BoundHook, bind, collect_hooks, hook_spec
@@ -22,63 +23,12 @@ from .messages import AssistantMessage
 from .models import Model, resolve_model
 from .rollout import Rollout
 from .runtime import LocalRuntime, NetworkPolicy, Runtime
+from .spec import RolloutSpec
 from .task import Task
 from .trace import Trace
 from .users import User, drive
 
 __all__ = ["Agent", "RolloutLimits", "RolloutTimeouts", "Interaction"]
-
-
-class RolloutLimits(BaseModel):
-    """Turn and token budgets; None means no limit. Each is checked before a
-    model call against the trace aggregate of the same name (L11, L12).
-    `max_user_turns` caps the turns a `rk.User` takes (rollkit.core.users)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    max_turns: int | None = None
-    max_input_tokens: int | None = None
-    max_output_tokens: int | None = None
-    max_total_tokens: int | None = None
-    # How often a rk.User may speak in a run with one (agent.run(task,
-    # user=...)); the turn past it is refused and the run stops with
-    # stop_condition "max_user_turns".
-    max_user_turns: int | None = None
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _whole_and_non_negative(cls, value: Any, info: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(
-                f"{info.field_name} must be a whole number >= 0, or None for no limit; got {value!r}"
-            )
-        return value
-
-
-class RolloutTimeouts(BaseModel):
-    """Seconds per phase; None means no deadline. `agent` is cumulative over
-    all segments and charged only while the agent runs (L9)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    setup: float | None = 120.0
-    agent: float | None = None
-    finalize: float | None = 120.0
-    scoring: float | None = 120.0
-    # Harness cleanup, tool services and runtime stop each get this long;
-    # a hung teardown only warns, it never hangs close().
-    teardown: float | None = 30.0
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _positive(cls, value: Any, info: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"timeout {info.field_name} must be a number of seconds > 0, or None; got {value!r}")
-        return float(value)
 
 
 class Agent:
@@ -87,6 +37,8 @@ class Agent:
     `runtime` is a Runtime class or factory (each rollout owns a fresh one) or
     a Runtime instance (lent to every rollout; its owner keeps it alive).
     `judges` are extra `@reward`/`@metric` functions scored on every trace (L29).
+    `clock` is what its rollouts read time from (rollkit.core.clock; tests
+    pass a `FakeClock`).
     """
 
     def __init__(
@@ -100,6 +52,7 @@ class Agent:
         judges: Iterable[Callable[..., Any]] = (),
         network: NetworkPolicy | None = None,
         name: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.model = resolve_model(model)
         if harness is None:
@@ -117,20 +70,30 @@ class Agent:
         self.judges: list[BoundHook] = [bind(j, hook_spec(j), "judge") for j in judges]
         self.name = name or self.model.name
         self.events = EventBus()
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must be a rollkit.core.clock.Clock (e.g. FakeClock()), got {type(clock).__name__}")
+        self.clock = clock or SYSTEM_CLOCK
+
+    @property
+    def spec(self) -> RolloutSpec:
+        """What a rollout of this agent runs, as it is configured now."""
+        return RolloutSpec(
+            model=self.model, harness=self.harness, runtime=self._runtime, limits=self.limits,
+            timeouts=self.timeouts, signals=(*self.harness_metrics, *self.judges), network=self.network,
+            name=self.name, events=self.events, clock=self.clock,
+        )
 
     def make_runtime(self) -> Runtime:
-        if isinstance(self._runtime, Runtime):
-            raise TypeError("this agent lends one runtime to all rollouts; it cannot make owned ones")
-        return self._runtime()
+        return self.spec.make_runtime()
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, **self.model.describe(), **self.harness.describe()}
+        return self.spec.describe()
 
     def rollout(self, task: Task, runtime: Runtime | None = None, *, user: bool = False) -> Rollout:
         """A rollout to drive by hand: `open()`, `step()` as often as wanted, `close()`."""
-        if runtime is None and isinstance(self._runtime, Runtime):
-            runtime = self._runtime
-        return Rollout(self, task, runtime, user=user)
+        rollout = Rollout(self.spec, task, runtime, user=user)
+        rollout._made_by = self
+        return rollout
 
     async def run(self, task: Task, runtime: Runtime | None = None, *, user: User | None = None) -> Trace:
         """Open, run, close. With no `user` the run is one segment (nobody
@@ -174,8 +137,8 @@ def _harness_metrics(harness: Harness) -> list[BoundHook]:
     return hooks
 
 
-class InteractionEnded(RuntimeError):
-    """`turn()` was called after the exchange ended."""
+# Deprecated: the old name of rk.RolloutEnded (one "it is over" error).
+InteractionEnded = RolloutEnded
 
 
 class Interaction:
@@ -208,7 +171,7 @@ class Interaction:
         of the agent's last reply in it (None if it said nothing)."""
         if self.done:
             why = self.trace.stop or ("zero progress" if self.rollout.state == "ended" else self.rollout.state)
-            raise InteractionEnded(f"the interaction has ended ({why}); read it.trace")
+            raise RolloutEnded(f"the interaction has ended ({why}); read it.trace")
         before = len(self.trace.messages)
         await self.rollout.step(message)
         for reply in reversed(self.trace.messages[before:]):

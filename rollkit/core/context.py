@@ -14,18 +14,29 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .messages import Message, Request, Response, ToolCall, ToolMessage
 from .tools import Tool
 
 if TYPE_CHECKING:
     from .runtime import Runtime
-    from .session import Session
     from .task import Task, TaskData
     from .trace import Trace
 
-__all__ = ["RolloutContext", "new_secret", "SECRET_PREFIX"]
+__all__ = ["RolloutContext", "ModelAccess", "new_secret", "SECRET_PREFIX"]
+
+
+class ModelAccess(Protocol):
+    """What a context needs of the session behind it (rollkit.core.session's
+    `Session` is one): whether the exchange was stopped, and a model call
+    through the interception point that raises `Refused` when a limit or a
+    @stop refuses it."""
+
+    @property
+    def stopped(self) -> bool: ...
+
+    async def complete(self, request: Request) -> Response: ...
 
 # A secret is handed to programs as an API key, often as a separate argument
 # (`--openai-api-key KEY`): one starting with "-" would be read as an option
@@ -47,7 +58,7 @@ class RolloutContext:
     data: TaskData
     trace: Trace
     runtime: Runtime
-    session: Session
+    session: ModelAccess
     # Kept out of repr: a context printed in a log or a notebook must not leak it.
     secret: str = field(repr=False)
     tools: dict[str, Tool] = field(default_factory=dict)

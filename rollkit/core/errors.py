@@ -10,11 +10,15 @@ Four mechanisms live here and nowhere else:
 2. Classification: `crossing(boundary)` wraps a plain exception raised behind
    a boundary into that boundary's type; an already typed error passes
    through unchanged.
-3. The record: `ErrorInfo.from_exception` turns an error into the data a trace
-   keeps (type, message, traceback, phase).
+3. The record: `ErrorInfo` is a failure as a trace keeps it;
+   `ErrorInfo.from_exception` turns an error into it (type, boundary,
+   message, traceback, phase). `rollkit.core.trace` re-exports it.
 4. What is not a failure: `Refused` is a clean stop (a limit or a @stop
-   refused a model call), and `LifetimeError` is the caller's bug (a borrowed
-   runtime that its owner stopped, L3), raised to the caller, never recorded.
+   refused a model call), `LifetimeError` is the caller's bug (a borrowed
+   runtime that its owner stopped, L3), and `RolloutEnded` is a turn or a
+   step asked of an exchange that is over (`Interaction.turn`, the
+   notebook's `ro.step`; `InteractionEnded` is its deprecated old name).
+   All three go to the caller and are never recorded.
 
 This module must not import anything else from rollkit: every other module
 depends on it.
@@ -23,8 +27,11 @@ depends on it.
 from __future__ import annotations
 
 import contextlib
+import time
 import traceback as _traceback
 from collections.abc import Iterator
+
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "RolloutError",
@@ -35,6 +42,8 @@ __all__ = [
     "ToolsetError",
     "LifetimeError",
     "Refused",
+    "RolloutEnded",
+    "ErrorInfo",
     "crossing",
 ]
 
@@ -99,6 +108,36 @@ class LifetimeError(RuntimeError):
     owner while the rollout runs (L3). It goes to the caller and is never
     recorded on the trace: the rollout did nothing wrong.
     """
+
+
+class RolloutEnded(RuntimeError):
+    """A turn or a step was asked of a rollout whose exchange is over; the
+    message says why it ended and what to do (read the trace, close it)."""
+
+
+class ErrorInfo(BaseModel):
+    """A failure as a trace keeps it: typed by the boundary that broke (L31)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str
+    boundary: str
+    message: str
+    phase: str | None = None
+    status: int | None = None
+    traceback: str = ""
+    time: float = Field(default_factory=time.time)
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, phase: str | None) -> ErrorInfo:
+        return cls(
+            type=type(exc).__name__,
+            boundary=getattr(exc, "boundary", "unknown"),
+            message=str(exc),
+            phase=phase,
+            status=getattr(exc, "status", None),
+            traceback=format_traceback(exc),
+        )
 
 
 @contextlib.contextmanager

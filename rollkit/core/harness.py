@@ -20,7 +20,7 @@ from .context import RolloutContext
 from .hooks import metric
 from .messages import Message, Request
 
-__all__ = ["Harness", "ChatHarness"]
+__all__ = ["Harness", "ChatHarness", "ToolCallRate"]
 
 
 class Harness:
@@ -54,7 +54,19 @@ class Harness:
         return {"harness": self.name, "type": type(self).__name__}
 
 
-class ChatHarness(Harness):
+class ToolCallRate:
+    """Mix into a harness whose tool calls go through `ctx.run_tool` (the
+    chat loop, a program's MCP tools): it reports their success rate."""
+
+    @metric
+    def tool_call_success_rate(self, ctx: RolloutContext) -> float | None:
+        """Share of tool calls that ran cleanly; missing when none were made."""
+        if ctx.tool_calls == 0:
+            return None
+        return 1.0 - ctx.tool_failures / ctx.tool_calls
+
+
+class ChatHarness(ToolCallRate, Harness):
     """Call the model, run the tools it asks for, repeat; yield when it
     answers without tool calls. Resuming continues the same conversation."""
 
@@ -72,10 +84,3 @@ class ChatHarness(Harness):
                 return
             for call in reply.tool_calls:
                 conversation.append(await ctx.run_tool(call))
-
-    @metric
-    def tool_call_success_rate(self, ctx: RolloutContext) -> float | None:
-        """Share of tool calls that ran cleanly; missing when none were made."""
-        if ctx.tool_calls == 0:
-            return None
-        return 1.0 - ctx.tool_failures / ctx.tool_calls

@@ -31,10 +31,21 @@ imports it; `record` asks the trace to write itself).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .trace import Trace
+
+class Trace(Protocol):
+    """What this module reads and writes of a trace (rollkit.core.trace
+    imports this module, so it names the trace by what it offers)."""
+
+    phases: dict[str, Any]
+    errors: list[Any]
+    aborted: bool
+    aborted_in: str | None
+    completed: bool
+    stop_condition: str | None
+
+    def _set_outcome(self, outcome: Outcome, at: float | None) -> None: ...
 
 __all__ = ["Outcome", "OUTCOME_KINDS"]
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .agent import RolloutLimits
+from .budgets import RolloutLimits
 from .hooks import BoundHook, HookSet, bind, check_stop, collect_hooks, hook_spec, rewrite
 from .messages import Request, Response, ToolMessage, opening_messages
 from .session import LIMIT_NAMES, active_limits

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import time
+import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .cancellation import deadline, finish
 from .context import RolloutContext, new_secret
@@ -25,17 +25,15 @@ from .errors import HarnessError, LifetimeError, Refused, RolloutError, SandboxE
 from .events import EventBus
 from .hooks import HookSet, collect_hooks
 from .messages import Request, opening_messages, to_messages
+from .prefix import ForkError, Prefix, prefix_of
 from .runtime import Runtime
 from .scoring import score
 from .session import Session
+from .spec import RolloutSpec, SpecSource
 from .task import Task
 from .trace import PHASES, ErrorInfo, Segment, TaskRef, Trace, UserTurn
 
-if TYPE_CHECKING:
-    from .agent import Agent
-    from .forks import Prefix
-
-__all__ = ["Rollout"]
+__all__ = ["Rollout", "open_fork"]
 
 log = logging.getLogger("rollkit")
 
@@ -66,25 +64,31 @@ class Rollout:
     notebook, a script, another agent); it lets a task without a prompt open.
     """
 
-    def __init__(self, agent: Agent, task: Task, runtime: Runtime | None = None, *, user: bool = False) -> None:
+    def __init__(self, spec: RolloutSpec, task: Task, runtime: Runtime | None = None, *, user: bool = False) -> None:
+        if not isinstance(spec, RolloutSpec):
+            raise TypeError(f"build a rollout with agent.rollout(task); Rollout() takes a RolloutSpec, got {type(spec).__name__}")
         if not isinstance(task, Task):
             raise TypeError(f"a rollout needs a rk.Task, got {type(task).__name__}")
-        self.agent = agent
+        self.spec = spec
+        self._clock = spec.clock
         self.task = task
-        self.harness = agent.harness
+        self.harness = spec.harness
         self.user = user
+        if runtime is None and spec.lends_runtime:
+            runtime = spec.runtime  # type: ignore[assignment]
         self.owns_runtime = runtime is None
-        self.runtime = runtime if runtime is not None else agent.make_runtime()
+        self.runtime = runtime if runtime is not None else spec.make_runtime()
         self.events = EventBus()
-        self.limits = agent.limits
-        self.timeouts = agent.timeouts
+        self.limits = spec.limits
+        self.timeouts = spec.timeouts
         # Routing and shape checks happen here, at build time (L16, L17).
         self.hooks = HookSet.build(collect_hooks(task, "task"))
-        self._signals = [*self.hooks.rewards, *self.hooks.metrics, *agent.harness_metrics, *agent.judges]
+        self._signals = [*self.hooks.rewards, *self.hooks.metrics, *spec.signals]
         _check_signal_names(self._signals)
+        self._made_by: Any = None  # the agent that built it, for the deprecated `agent`
         self.trace = Trace(
             task=TaskRef.of(task),
-            agent=agent.describe(),
+            agent=spec.describe(),
             limits=self.limits.model_dump(),
             timeouts=self.timeouts.model_dump(),
         )
@@ -93,7 +97,7 @@ class Rollout:
         self._failed = False
         self._opened = False
         self._pending: list[Any] | None = None
-        self._prefix: Prefix | None = None  # set by rollkit.core.forks before open
+        self._prefix: Prefix | None = None  # set by start_from before open
         self._remaining = self.timeouts.agent
         self._charged = 0.0
         self._segment_t0: float | None = None
@@ -104,10 +108,17 @@ class Rollout:
         self._releasing = self._aborting = None  # type: asyncio.Future[Any] | None
         self._setup_started = False
         self.toolsets = task.all_toolsets()
+        self._wire()
+
+    def _wire(self) -> None:
+        """The session (model calls under the limits and hooks) and the
+        context the harness sees, then the task's tools on it."""
+        task = self.task
         self._values: dict[str, Any] = {"trace": self.trace, "task": task, "data": task.data, "runtime": self.runtime}
         self.session = Session(
             trace=self.trace,
-            model=agent.model,
+            model=self.spec.model,
+            clock=self._clock,
             hooks=self.hooks,
             limits=self.limits,
             values=self._values,
@@ -175,7 +186,7 @@ class Rollout:
 
     def _emit(self, kind: str, **data: Any) -> None:
         self.events.emit(kind, self.id, **data)
-        self.agent.events.emit(kind, self.id, **data)
+        self.spec.events.emit(kind, self.id, **data)
 
     @property
     def agent_time(self) -> float:
@@ -183,18 +194,18 @@ class Rollout:
         return self._agent_time()
 
     def _agent_time(self) -> float:
-        running = time.perf_counter() - self._segment_t0 if self._segment_t0 is not None else 0.0
+        running = self._clock.monotonic() - self._segment_t0 if self._segment_t0 is not None else 0.0
         return self._charged + running
 
     def _phase_start(self, name: str) -> None:
-        span = self.trace._open_span(name)
+        span = self.trace._open_span(name, self._clock.time())
         span.end = None
         self._emit("phase_start", phase=name)
 
     def _phase_end(self, name: str) -> None:
         span = self.trace.phases.get(name)
         if span is not None and span.end is None:
-            span.end = time.time()
+            span.end = self._clock.time()
             self._emit("phase_end", phase=name)
 
     def _fail(self, exc: BaseException, phase: str) -> None:
@@ -232,7 +243,7 @@ class Rollout:
             raise RuntimeError(f"rollout {self.id} was already opened; build a new one with agent.rollout(task)")
         # A model that cannot answer at all (a HumanModel with nobody to ask)
         # is the caller's setup mistake: refused before anything starts.
-        self.agent.model.check(self.id)
+        self.spec.model.check(self.id)
         self._state = "opening"
         phase = "boot"
         try:
@@ -310,7 +321,7 @@ class Rollout:
             self.ctx.services.update(await self.harness.serve(self.ctx))
         with crossing(SandboxError, "network policy"):
             self.trace.info["network"] = await self.runtime.apply_network_policy(
-                self.agent.network, keep=list(self.ctx.services.values())
+                self.spec.network, keep=list(self.ctx.services.values())
             )
 
     async def _initial_messages(self) -> list[Any]:
@@ -350,13 +361,31 @@ class Rollout:
         if prefix.stop_condition is not None:
             self.session.stop(prefix.stop_condition)
 
-    async def fork(self, turn: int, *, agent: Agent | None = None, runtime: Runtime | None = None,
+    @property
+    def agent(self) -> Any:
+        """Deprecated: the rk.Agent that built this rollout (None when built
+        from a spec). Read `rollout.spec` for what it runs."""
+        warnings.warn("rollout.agent is deprecated; read rollout.spec (model, harness, limits, ...)",
+                      DeprecationWarning, stacklevel=2)
+        return self._made_by
+
+    def start_from(self, prefix: Prefix) -> None:
+        """Start, when opened, where `prefix` stood (rollkit.core.prefix);
+        refused when this rollout's runtime cannot be copied."""
+        if self._state != "new":
+            raise RuntimeError(f"rollout {self.id} was already opened; a fork starts from a new rollout")
+        if not self.runtime.forkable:
+            raise ForkError(
+                f"cannot fork trace {prefix.source} at turn {prefix.turn} into a {type(self.runtime).__name__}: "
+                f"{self.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
+            )
+        self._prefix = prefix
+
+    async def fork(self, turn: int, *, agent: SpecSource | None = None, runtime: Runtime | None = None,
                    before_open: Callable[[Rollout], Any] | None = None) -> Rollout:
         """A new rollout, opened, that starts where this one stood after turn
         `turn` (see rollkit.core.forks); `agent` may differ (another model or
         sampling). This rollout and its trace are not touched."""
-        from .forks import ForkError, fork
-
         if self._state in ("stepping", "opening"):
             raise ForkError(f"rollout {self.id} is {self._state}; fork it once that has finished")
         if not self.runtime.forkable:
@@ -364,8 +393,11 @@ class Rollout:
                 f"cannot fork rollout {self.id}: it runs in a {type(self.runtime).__name__}, and "
                 f"{self.runtime.unforkable_reason}; fork rollouts that run in a LocalRuntime"
             )
-        return await fork(self.trace, turn, agent=agent or self.agent, task=self.task, runtime=runtime,
-                          before_open=before_open)
+        spec = self.spec if agent is None else agent.spec
+        if not isinstance(spec, RolloutSpec):
+            raise TypeError(f"fork(agent=...) takes a rk.Agent, got {type(agent).__name__}")
+        return await open_fork(self.trace, turn, spec, self.task, runtime, before_open=before_open,
+                               made_by=self._made_by if agent is None else agent)
 
     # ---- step -------------------------------------------------------------
     async def step(self, messages: Any = None, *, by: str = "caller") -> bool:
@@ -383,7 +415,7 @@ class Rollout:
         self.trace.messages.extend(new)
         segment = Segment(
             index=len(self.trace.segments),
-            start=time.time(),
+            start=self._clock.time(),
             turns_before=self.trace.num_turns,
             user_messages=sum(1 for m in new if m.role == "user"),
         )
@@ -393,7 +425,7 @@ class Rollout:
         self._step_done = asyncio.Event()
         self._phase_start("agent")
         self._emit("segment_start", segment=segment.index)
-        self._segment_t0 = time.perf_counter()
+        self._segment_t0 = self._clock.monotonic()
         lifetime_error: LifetimeError | None = None
         try:
             await self._run_segment(new)
@@ -483,12 +515,13 @@ class Rollout:
             self._fail(error, "agent")
 
     def _end_segment(self, segment: Segment) -> None:
-        spent = time.perf_counter() - (self._segment_t0 or time.perf_counter())
+        now = self._clock.monotonic()
+        spent = now - (self._segment_t0 if self._segment_t0 is not None else now)
         self._segment_t0 = None
         self._charged += spent
         if self._remaining is not None:
             self._remaining = max(0.0, self._remaining - spent)
-        segment.end = time.time()
+        segment.end = self._clock.time()
         segment.charged = spent
         segment.remaining = self._remaining
         segment.turns_added = self.trace.num_turns - segment.turns_before
@@ -543,7 +576,7 @@ class Rollout:
             try:
                 await self._teardown_runtime()  # runs to its end, even when cancelled (Runtime.stop)
             finally:
-                self.trace._close_open_spans(time.time())
+                self.trace._close_open_spans(self._clock.time())
                 self.trace.ok = self._opened and not self._failed and not self.trace.aborted  # L25, decided last
                 self.trace.completed = True
                 self._state = "closed"
@@ -655,9 +688,32 @@ class Rollout:
             await self._release_harness()
             await self._teardown_runtime()
         finally:
-            self.trace._close_open_spans(time.time())
+            self.trace._close_open_spans(self._clock.time())
             self._mark_cut(where)
             self.trace.ok = False
             self._state = "closed"
         self._emit("closed", ok=False, aborted=True)
         return self.trace
+
+
+async def open_fork(
+    trace: Trace, turn: int, spec: RolloutSpec, task: Task, runtime: Runtime | None = None, *,
+    before_open: Callable[[Rollout], Any] | None = None, made_by: Any = None,
+) -> Rollout:
+    """A new rollout of `spec` on `task`, opened where `trace` stood after
+    turn `turn` (rollkit.core.forks); a fork that cannot open is closed and
+    refused with a ForkError naming why."""
+    prefix = prefix_of(trace, turn)
+    rollout = Rollout(spec, task, runtime, user=True)
+    rollout._made_by = made_by
+    rollout.start_from(prefix)
+    if before_open is not None:
+        before_open(rollout)
+    if not await rollout.open():
+        error = rollout.trace.error
+        await rollout.close()
+        raise ForkError(
+            f"the fork of trace {trace.id} at turn {turn} could not open: "
+            f"{error.type}: {error.message}" if error else f"the fork of trace {trace.id} at turn {turn} could not open"
+        )
+    return rollout

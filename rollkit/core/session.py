@@ -15,10 +15,10 @@ start segments, charge agent time or score.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import ProviderError, Refused, crossing
 from .hooks import HookSet, check_stop, rewrite
 from .messages import Request, Response
@@ -26,7 +26,7 @@ from .models import calling_rollout, calling_rollout_key
 from .trace import ErrorInfo, Rewrite
 
 if TYPE_CHECKING:
-    from .agent import RolloutLimits
+    from .budgets import RolloutLimits
     from .models import Model
     from .trace import Trace
 
@@ -62,6 +62,7 @@ class Session:
         emit: Callable[..., None],
         agent_time: Callable[[], float],
         segment: Callable[[], int],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.trace = trace
         self.model = model
@@ -70,9 +71,9 @@ class Session:
         self._emit = emit
         self._agent_time = agent_time
         self._segment = segment
+        self._clock = clock
         self._limits = active_limits(limits)
         self.stop_condition: str | None = None
-        self.last: tuple[Request, Response] | None = None
         self._next_call = 0
         self._in_flight = 0
 
@@ -136,7 +137,7 @@ class Session:
         self._emit("call_start", call=index)
         # The wall clock dates the call; a monotonic clock measures it, so a
         # clock step while waiting never makes a negative latency.
-        start, began = time.time(), time.monotonic()
+        start, began = self._clock.time(), self._clock.monotonic()
         try:
             token = calling_rollout.set(self.trace.id)
             key_token = calling_rollout_key.set(self.trace.info.get("rollout_id") or self.trace.id)
@@ -148,13 +149,13 @@ class Session:
                 calling_rollout.reset(token)
         except BaseException as exc:
             # Cancelled calls too: their time was spent waiting for the model.
-            self._record_failed_call(index, start, exc, request=request, end=start + time.monotonic() - began,
+            self._record_failed_call(index, start, exc, request=request, end=start + self._clock.monotonic() - began,
                                      dialect=dialect)
             condition = getattr(exc, "stop_condition", None)
             if condition:  # e.g. the prompt outgrew the context window: a clean stop
                 raise self._refuse(condition) from exc
             raise
-        end = start + time.monotonic() - began
+        end = start + self._clock.monotonic() - began
 
         stop_after: str | None = None
         try:
@@ -178,7 +179,6 @@ class Session:
             error=None, agent_time=self._agent_time(), continues_prompt=extended, dialect=dialect,
             request_messages=len(request.messages),
         )
-        self.last = (request, response)
         self._emit("call_end", call=index, ok=True)
         self._emit("turn", turn=self.trace.num_turns)
         if stop_after is not None:

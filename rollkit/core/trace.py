@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from .errors import format_traceback
+from .errors import ErrorInfo  # defined with the error model; kept importable from here
 from .plugins import plugged
 from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, _absent, text_of
 from .outcome import Outcome
@@ -52,29 +52,6 @@ class Span(_Record):
     @property
     def duration(self) -> float | None:
         return None if self.end is None else self.end - self.start
-
-
-class ErrorInfo(_Record):
-    """A failure as a trace keeps it: typed by the boundary that broke (L31)."""
-
-    type: str
-    boundary: str
-    message: str
-    phase: str | None = None
-    status: int | None = None
-    traceback: str = ""
-    time: float = Field(default_factory=time.time)
-
-    @classmethod
-    def from_exception(cls, exc: BaseException, phase: str | None) -> ErrorInfo:
-        return cls(
-            type=type(exc).__name__,
-            boundary=getattr(exc, "boundary", "unknown"),
-            message=str(exc),
-            phase=phase,
-            status=getattr(exc, "status", None),
-            traceback=format_traceback(exc),
-        )
 
 
 class ModelCall(_Record):

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..core.errors import RolloutEnded
 from ..core.human import HumanModel, check_reply
 from ..core.messages import AssistantMessage, to_messages
 from ..core.trace import Trace
@@ -52,10 +53,6 @@ if TYPE_CHECKING:
     from .panel import RolloutPanel
 
 __all__ = ["NotebookRollout", "RolloutEnded", "Status", "StepResult", "open"]
-
-
-class RolloutEnded(RuntimeError):
-    """A step was asked of a rollout whose exchange is over."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +126,7 @@ class NotebookRollout:
         # Requests wait here in the order the model was asked (parallel calls
         # of a program each wait for their own answer).
         self._asking: list[tuple[Any, asyncio.Future[Any]]] = []
-        model = self.rollout.agent.model
+        model = self.rollout.spec.model
         self.seat_is_yours = isinstance(model, HumanModel) and model.ask is None
         if self.seat_is_yours:
             model.attach(self._ask, rollout=self.id)
@@ -432,7 +429,7 @@ class NotebookRollout:
     # ---- the agent's seat (a HumanModel answered here) -----------------------
     def _leave_seat(self) -> None:
         if self.seat_is_yours:
-            self.rollout.agent.model.detach(self.id)  # type: ignore[attr-defined]
+            self.rollout.spec.model.detach(self.id)  # type: ignore[attr-defined]
 
     async def _ask(self, request: Any) -> Any:
         asking = (request, asyncio.get_running_loop().create_future())
@@ -495,7 +492,7 @@ class NotebookRollout:
         def seat(rollout: Rollout) -> None:
             # Built before the fork opens, so a HumanModel has its seat when
             # the fork checks there is someone to ask; it lives where this one does.
-            fork = NotebookRollout(rollout.agent, rollout.task, rollout=rollout)
+            fork = NotebookRollout(agent or self.agent, rollout.task, rollout=rollout)
             fork._home, fork._view = asyncio.get_running_loop(), self._view
             seated.append(fork)
 

@@ -74,8 +74,7 @@ from . import interception
 from ..core.checks import seconds, whole
 from ..core.context import RolloutContext
 from ..core.errors import HarnessError, ToolsetError, crossing
-from ..core.harness import Harness
-from ..core.hooks import metric
+from ..core.harness import Harness, ToolCallRate
 from ..core.messages import Message
 
 __all__ = ["ProgramHarness"]
@@ -100,7 +99,7 @@ class _Run:
     runs: list[dict[str, Any]] = field(default_factory=list)
 
 
-class ProgramHarness(Harness):
+class ProgramHarness(ToolCallRate, Harness):
     """Run `argv` (a list, or a shell-style string) as the agent program.
 
     `env` adds variables to the program's environment. `persistent=True`
@@ -397,13 +396,6 @@ class ProgramHarness(Harness):
                     await run.tools.stop()
             finally:
                 await interception.release(run.server)
-
-    @metric
-    def tool_call_success_rate(self, ctx: RolloutContext) -> float | None:
-        """Share of the program's MCP tool calls that ran cleanly; missing when none were made."""
-        if ctx.tool_calls == 0:
-            return None
-        return 1.0 - ctx.tool_failures / ctx.tool_calls
 
 
 def _exit_text(status: int) -> str:

@@ -1,0 +1,68 @@
+"""Budgets: how much a rollout may spend, by count and by time.
+
+`RolloutLimits` (turns and tokens, L11) and `RolloutTimeouts` (seconds per
+phase; the agent budget is cumulative, L9) are frozen values checked when
+built. This module only describes budgets: the session checks the limits,
+the rollout keeps the deadlines. It imports nothing of rollkit, so every
+module may use it (`rk.RolloutLimits` and `rollkit.core.agent` re-export it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+__all__ = ["RolloutLimits", "RolloutTimeouts"]
+
+
+class RolloutLimits(BaseModel):
+    """Turn and token budgets; None means no limit. Each is checked before a
+    model call against the trace aggregate of the same name (L11, L12).
+    `max_user_turns` caps the turns a `rk.User` takes (rollkit.core.users)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_turns: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_total_tokens: int | None = None
+    # How often a rk.User may speak in a run with one (agent.run(task,
+    # user=...)); the turn past it is refused and the run stops with
+    # stop_condition "max_user_turns".
+    max_user_turns: int | None = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _whole_and_non_negative(cls, value: Any, info: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                f"{info.field_name} must be a whole number >= 0, or None for no limit; got {value!r}"
+            )
+        return value
+
+
+class RolloutTimeouts(BaseModel):
+    """Seconds per phase; None means no deadline. `agent` is cumulative over
+    all segments and charged only while the agent runs (L9)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    setup: float | None = 120.0
+    agent: float | None = None
+    finalize: float | None = 120.0
+    scoring: float | None = 120.0
+    # Harness cleanup, tool services and runtime stop each get this long;
+    # a hung teardown only warns, it never hangs close().
+    teardown: float | None = 30.0
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _positive(cls, value: Any, info: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"timeout {info.field_name} must be a number of seconds > 0, or None; got {value!r}")
+        return float(value)
