@@ -172,7 +172,8 @@ async def test_hung_teardown_only_warns(recorder: Recorder):
     agent = rk.Agent(harness=Hanging(), timeouts=rk.RolloutTimeouts(teardown=0.1))
     trace = await agent.run(prompt_task())
     assert trace.ok is True
-    assert trace.warnings == ["harness cleanup did not finish within the 0.1s teardown deadline"]
+    assert trace.warnings == [
+        "harness cleanup did not finish within the 0.1s teardown deadline: abandoned (its processes killed)"]
 
 
 async def test_L8_runtime_cancelled_mid_start_is_still_stopped(recorder: Recorder):

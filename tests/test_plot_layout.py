@@ -154,9 +154,11 @@ def layout_problems(geometry: dict[str, Any]) -> list[str]:
     return problems
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def render(tmp_path_factory):  # type: ignore[no-untyped-def]
     """render(name, fig, width) -> the geometry of the figure as drawn."""
+    # Per test, not per module: a sync Playwright still open here would make
+    # the next test's own (the Voila page of the TraceBrowser test) refuse to start.
     folder = tmp_path_factory.mktemp("figures")
     with playwright_sync.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)

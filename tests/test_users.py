@@ -396,7 +396,7 @@ def test_cli_eval_with_a_user(tmp_path):
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
     )
     assert bad.returncode == 1
-    assert "Error: users_helpers:NOT_A_USER is a int, not a rk.User or a function of the task that makes one" in bad.stderr
+    assert "Error: users_helpers:NOT_A_USER is an int, not an rk.User or a function of the task that makes one" in bad.stderr
     cap_alone = subprocess.run(
         ["rollkit", "eval", "rollkit.examples:support_tasks", "-m", "toy-support", "--max-user-turns", "2"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,

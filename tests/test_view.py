@@ -143,7 +143,7 @@ def test_view_refuses_a_file_it_cannot_show_early(tmp_path: Path) -> None:
         assert done.returncode == 1
         assert f"Error: {tmp_path / name} {why}" in done.stderr
         assert ("pass the --out folder of rollkit eval, or a trace file in one of the formats rk.load reads "
-                "(rollkit, inspect, trajectory, tau2, verifiers, messages)") in done.stderr
+                "(rollkit, inspect, atif, trajectory, tau2, verifiers, verifiers-v1, messages)") in done.stderr
 
 
 # ---- issue 23, item 6: a locked-down viewer -------------------------------------------------
