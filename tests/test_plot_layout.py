@@ -53,7 +53,7 @@ pytestmark = [
 # What plotly drew, as boxes in page pixels: every visible text with the
 # part of the figure it belongs to and whether it is clipped, the plot
 # areas, the legend, and the bars' and legend swatches' colours.
-_GEOMETRY = """() => {
+_GEOMETRY = r"""() => {
   const box = r => ({x0: r.left, y0: r.top, x1: r.right, y1: r.bottom});
   const figure = box(document.querySelector('.svg-container').getBoundingClientRect());
   const role = el => {
