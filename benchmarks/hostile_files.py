@@ -89,6 +89,11 @@ def _peak_mb(pid: int) -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
+def _resident_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
 def _descendants(pid: int) -> list[int]:
     children = []
     for task in os.listdir(f"/proc/{pid}/task"):
@@ -121,7 +126,7 @@ def view(megabytes: int) -> None:
             assert '"output_type": "execute_result"' in page, page[-2000:]  # the kernel ran the page's cell
             kernels = [pid for pid in _descendants(proc.pid) if "ipykernel" in open(f"/proc/{pid}/cmdline").read()]
             print(f"rollkit view on {path.stat().st_size / 2**20:.0f} MB ({megabytes * 10} verifiers lines of 100 kB): "
-                  f"command peak {_peak_mb(proc.pid):.0f} MB, kernel peak "
+                  f"command peak {_peak_mb(proc.pid):.0f} MB (held while serving: {_resident_mb(proc.pid):.0f} MB), kernel peak "
                   f"{', '.join(f'{_peak_mb(k):.0f}' for k in kernels)} MB, page after {seconds:.1f} s")
         finally:
             os.kill(proc.pid, signal.SIGTERM)
