@@ -4,15 +4,24 @@ Each case runs `rk.load` in a fresh process and prints that process's peak
 resident memory (ru_maxrss) and what came of the load (the traces read, or
 the error's first words). The files are written to a temporary folder and
 removed. Run: `python benchmarks/hostile_files.py` (about 1.5 GB of disk).
+
+`python benchmarks/hostile_files.py view [MB]` measures `rollkit view FILE`
+on a large well-formed verifiers file (MB of it, 200 by default): the peak
+resident memory (VmHWM) of the command and of the page's kernel, once the
+page has been loaded (so the kernel has read its traces), and the seconds
+from the command's start to the page. Point PYTHONPATH at another checkout
+to measure its code (the command and Voila's kernel inherit it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -75,7 +84,59 @@ def _write(folder: Path) -> list[tuple[str, Path, str]]:
     return cases
 
 
+def _peak_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+
+def _resident_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def _descendants(pid: int) -> list[int]:
+    children = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            children += [int(c) for c in f.read().split()]
+    return [d for c in children for d in (c, *_descendants(c))]
+
+
+def view(megabytes: int) -> None:
+    """Peak memory of `rollkit view FILE` and of its page's kernel."""
+    import http.client
+
+    with tempfile.TemporaryDirectory(prefix="rollkit-hostile-") as tmp:
+        path = Path(tmp) / "results.jsonl"
+        text = "x" * 100_000  # 100 kB of completion a line
+        with open(path, "w") as f:
+            for n in range(megabytes * 10):
+                f.write(json.dumps(dict(LINE, example_id=n, completion=[{"role": "assistant", "content": text}])) + "\n")
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "rollkit", "view", str(path)], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, start_new_session=True, cwd=tmp)
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().split()[2]
+            port, token = int(url.split(":")[2].split("/")[0]), url.split("?token=")[1]
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            conn.request("GET", f"/?token={token}", headers={"Host": f"127.0.0.1:{port}"})
+            page = conn.getresponse().read().decode("utf-8", "replace")
+            seconds = time.perf_counter() - start
+            assert '"output_type": "execute_result"' in page, page[-2000:]  # the kernel ran the page's cell
+            kernels = [pid for pid in _descendants(proc.pid) if "ipykernel" in open(f"/proc/{pid}/cmdline").read()]
+            print(f"rollkit view on {path.stat().st_size / 2**20:.0f} MB ({megabytes * 10} verifiers lines of 100 kB): "
+                  f"command peak {_peak_mb(proc.pid):.0f} MB (held while serving: {_resident_mb(proc.pid):.0f} MB), kernel peak "
+                  f"{', '.join(f'{_peak_mb(k):.0f}' for k in kernels)} MB, page after {seconds:.1f} s")
+        finally:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["view"]:
+        view(int(sys.argv[2]) if len(sys.argv) > 2 else 200)
+        return
     with tempfile.TemporaryDirectory(prefix="rollkit-hostile-") as tmp:
         cases = _write(Path(tmp))
         print(f"{'file':44} {'peak MB':>8} {'import MB':>9}  outcome")

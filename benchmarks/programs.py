@@ -32,7 +32,8 @@ Prints:
 - SandboxRuntime side by side with SubprocessRuntime: the extra cost of a
   program launch and of a model call through the sandbox's bridge.
 
-Run: python benchmarks/programs.py (only the sandbox part: ... programs.py sandbox)
+Run: python benchmarks/programs.py (only the sandbox part: ... programs.py sandbox; only the live turn:
+... programs.py live)
 """
 
 from __future__ import annotations
@@ -244,11 +245,14 @@ class _LiveTask(rk.Task):
         ctx.runtime.write("live.py", LIVE_PROGRAM)
 
 
-async def live_turn(turns: int = TURNS) -> tuple[float, float]:
+async def live_turn(turns: int = TURNS) -> tuple[float, float, float, float]:
     """Median wall time of one user turn through rollkit (step with the
     user's message -> the program's stdin -> its model call through the
-    interception server -> its yield), and this process's CPU time per turn
-    (rollkit's share, less noisy than wall time on a shared machine)."""
+    interception server -> its yield), this process's CPU time per turn
+    (rollkit's share, less noisy than wall time on a shared machine), and
+    the median wall time of the first and of the last 50 turns (the program
+    resends the whole conversation each call, so a turn's parsing grows
+    with it)."""
     harness = rk.ProgramHarness([sys.executable, "live.py", "call"], persistent=True)
     agent = rk.Agent(model=rk.ScriptedModel(lambda request: "ok"), harness=harness, runtime=rk.SubprocessRuntime)
     rollout = agent.rollout(_LiveTask(prompt="go"), user=True)
@@ -263,7 +267,7 @@ async def live_turn(turns: int = TURNS) -> tuple[float, float]:
     cpu = (time.process_time() - cpu) / turns
     trace = await rollout.close()
     assert trace.ok and trace.num_turns == turns + 1, trace.errors
-    return statistics.median(walls), cpu
+    return statistics.median(walls), cpu, statistics.median(walls[:50]), statistics.median(walls[-50:])
 
 
 async def live_floor(turns: int = TURNS, *, call: bool = False) -> tuple[float, float]:
@@ -352,9 +356,23 @@ async def sandbox_side_by_side(launches: int = 40, calls: int = 300, rounds: int
               f"extra {extra * 1e3:.3f} {unit} (median of {rounds} rounds)")
 
 
+async def live_side_by_side(rounds: int = 3) -> None:
+    """The live-program user turn beside its floors: rounds of each, interleaved; the medians of the rounds."""
+    results = [(*await live_turn(), *await live_floor(), *await live_floor(call=True)) for _ in range(rounds)]
+    turn, turn_cpu, first, last, echo, _, called, called_cpu = (statistics.median(r[i] for r in results)
+                                                                  for i in range(8))
+    print(f"live-program user turn ({TURNS} turns of one conversation, one model call each): median "
+          f"{turn * 1e3:.2f} ms through rollkit (first 50 turns {first * 1e3:.2f} ms, last 50 {last * 1e3:.2f} ms); floor: a bare echo over the same pipes {echo * 1e3:.2f} ms, "
+          f"with its call answered by a bare aiohttp server {called * 1e3:.2f} ms; CPU per turn in this process "
+          f"{turn_cpu * 1e3:.2f} ms (rollkit) vs {called_cpu * 1e3:.2f} ms (the floor with the call)")
+
+
 async def main() -> None:
     if sys.argv[1:] == ["sandbox"]:
         await sandbox_side_by_side()
+        return
+    if sys.argv[1:] == ["live"]:
+        await live_side_by_side()
         return
     median, p95, wall = await program_overhead()
     print(f"overhead per model call through the interception server ({CALLS} calls of one program): "
@@ -368,13 +386,7 @@ async def main() -> None:
         print(f"dialect {name:9s}: median {measured * 1e3:.3f} ms per call through rollkit (model time subtracted), "
               f"bare aiohttp floor {floor * 1e3:.3f} ms, overhead {(measured - floor) * 1e3:.3f} ms, "
               f"ratio {ratio:.2f}x the floor")
-    # Three rounds of each, interleaved; the medians of the rounds.
-    rounds = [(*await live_turn(), *await live_floor(), *await live_floor(call=True)) for _ in range(3)]
-    turn, turn_cpu, echo, _, called, called_cpu = (statistics.median(r[i] for r in rounds) for i in range(6))
-    print(f"live-program user turn ({TURNS} turns of one conversation, one model call each): median "
-          f"{turn * 1e3:.2f} ms through rollkit; floor: a bare echo over the same pipes {echo * 1e3:.2f} ms, "
-          f"with its call answered by a bare aiohttp server {called * 1e3:.2f} ms; CPU per turn in this process "
-          f"{turn_cpu * 1e3:.2f} ms (rollkit) vs {called_cpu * 1e3:.2f} ms (the floor with the call)")
+    await live_side_by_side()
     sustained = 0
     for n in (1, 10, 50, 100, 200, 400):
         ok, rate, med, p95 = await concurrent(n)

@@ -349,7 +349,9 @@ async def test_a_subprocess_stop_that_overruns_kills_its_programs_and_removes_it
     runtime = rk.SubprocessRuntime(kill_grace=60.0)
     await runtime.start()
     workdir = runtime.workdir
-    program = await runtime.launch(["sh", "-c", "trap '' TERM; while :; do sleep 1; done"], stdin=False)
+    program = await runtime.launch(["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"], stdin=False)
+    # Stop only once the trap is set: a SIGTERM before it ends the program at once (a race on a loaded machine).
+    assert await program.process.stdout.readline() == b"ready\n"
     with rk.core.cancellation.deadline(0.2):
         with pytest.raises(rk.core.cancellation.Overrun):
             await runtime.stop()

@@ -155,12 +155,21 @@ async def test_faults_seeded_injection_every_outcome_typed_siblings_unhurt(tmp_p
     provider = await FakeProvider().start()
     ports, running = listening_ports(), other_tasks()
     try:
-        timeouts = {"setup": 1.0, "agent": 2.0}
-        in_process = rk.Agent(model=rk.ScriptedModel(_reply), timeouts=timeouts)
+        # Only a rollout that hangs for ever gets a deadline, and only on the phase where it hangs:
+        # its outcome is the same whatever the clock does, and every other rollout has the default
+        # deadlines, which a loaded machine cannot reach (a 2 s agent deadline for all of them once
+        # cut a healthy program's rollout short under load: an untyped sibling).
+        def agent(timeouts: dict | None = None, **kwargs) -> rk.Agent:  # type: ignore[no-untyped-def,type-arg]
+            return rk.Agent(model=rk.ScriptedModel(_reply), timeouts=timeouts, **kwargs)
+
+        program = {"harness": rk.ProgramHarness(PROGRAM), "runtime": rk.SubprocessRuntime}
         remote = rk.Agent(model=rk.OpenAIModel("m", base_url=provider.url, api_key="k", max_retries=1))
-        programs = rk.Agent(model=rk.ScriptedModel(_reply), harness=rk.ProgramHarness(PROGRAM),
-                            runtime=rk.SubprocessRuntime, timeouts=timeouts)
-        batches = [(in_process, tasks[:220], 32), (remote, tasks[220:276], 16), (programs, tasks[276:], 4)]
+        hangs = {"setup_timeout": agent({"setup": 1.0}), "agent_timeout": agent({"agent": 2.0}),
+                 "program_hang": agent({"agent": 2.0}, **program)}
+        batches = [(agent(), tasks[:220], 32), (remote, tasks[220:276], 16), (agent(**program), tasks[276:], 4)]
+        batches = [*((chosen, [t for t in batch if t.fault not in hangs], c) for chosen, batch, c in batches),
+                   *((hung, held, len(held)) for fault, hung in hangs.items()
+                     if (held := [t for t in tasks if t.fault == fault]))]
         results = await asyncio.gather(*(rk.evaluate_async(agent, batch, concurrency=c, progress=False)
                                          for agent, batch, c in batches))
     finally:

@@ -257,3 +257,49 @@ async def test_hostile_nan_or_infinity_in_a_rollkit_trace_is_refused_naming_the_
     assert (caught.value.line, caught.value.field) == (2, field)
     with pytest.warns(UserWarning, match="line 2 is not a rollkit trace"):
         assert [t.id for t in rk.load(path, errors="skip")] == [traces[1].id]
+
+
+def test_rollkit_view_reads_a_trace_file_once_and_its_page_loads_the_copy_handed_over(tmp_path, monkeypatch):
+    """Before: the command read the file to refuse a bad one, then the page's
+    kernel read it again (a 1 GB file peaked at 4.1 GB in each). Now the
+    command reads it once and hands the traces to the kernel as rollkit's
+    JSON lines in the view's folder. Voila is not started: `_serve` is
+    replaced by what the kernel does with the page's one cell."""
+    pytest.importorskip("voila")
+    pytest.importorskip("ipywidgets")
+    from click.testing import CliRunner
+
+    import rollkit.core.store as store
+    import rollkit.runs.cli as cli
+
+    source = tmp_path / "results.jsonl"  # a verifiers file: the page must show the same traces
+    source.write_text("".join(json.dumps({"example_id": n, "prompt": [{"role": "user", "content": f"q{n}"}],
+                                          "completion": [{"role": "assistant", "content": f"a{n}"}],
+                                          "reward": n / 4}) + "\n" for n in range(4)))
+    loads: list[str] = []
+    real_load = store.load
+
+    def counted(path, **kwargs):  # type: ignore[no-untyped-def]
+        loads.append(str(path))
+        return real_load(path, **kwargs)
+
+    shown: dict = {}
+
+    def kernel(notebook, home, port):  # type: ignore[no-untyped-def]
+        cell = json.loads(notebook.read_text())["cells"][0]["source"]
+        page = {}
+        exec(cell.replace("rk.notebook.view(", "page['view'] = rk.notebook.view("), {"page": page})
+        shown["children"] = page["view"].children
+        shown["home"] = home
+
+    monkeypatch.setattr(store, "load", counted)
+    monkeypatch.setattr(cli, "_serve", kernel)
+    done = CliRunner().invoke(cli.cli, ["view", str(source)])
+    assert done.exit_code == 0, done.output
+    copy = str(shown["home"] / "read-0.jsonl")
+    assert loads == [str(source), copy]  # the file once (the command), the copy once (the kernel)
+    assert not shown["home"].exists()  # the copy went with the view's folder
+    summary, browser = shown["children"][1].children
+    assert "rollouts: 4 over 4 tasks" in summary.value and "0.375" in summary.value
+    same = [t.model_dump(exclude={"id"}) for t in real_load(source)]  # a fresh id each time a foreign file is read
+    assert [t.model_dump(exclude={"id"}) for t in browser.traces] == same

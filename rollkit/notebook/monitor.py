@@ -31,7 +31,7 @@ import asyncio
 import html
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -301,16 +301,22 @@ class RunMonitor(widgets.VBox):
             self.show_rollout(self._picked[change["new"]])
 
 
-def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5) -> widgets.VBox:
+def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5,
+         read: Mapping[str, str] | None = None) -> widgets.VBox:
     """The page of `rollkit view DIR...`: a monitor following each folder
     (an A/B test's folder gets its interval, live; a trace file, of any format rk.load reads, gets its summary and a
     trace browser) and, for two of them, a button comparing them
-    (rk.compare)."""
+    (rk.compare). `read` maps a trace file already read to a rollkit JSON
+    lines file of its traces, loaded instead of it (the `rollkit view`
+    command reads each file once, to refuse a bad one before its server
+    starts, and hands the traces over so)."""
     folders = [Path(p) for p in paths]
+    read = read or {}
     parts: list[widgets.Widget] = []
     for folder in folders:
         heading = widgets.HTML(f"<h3>{html.escape(str(folder))}</h3>")
-        parts += [heading, _trace_file_view(folder) if folder.is_file() else _folder_view(folder, poll_every)]
+        parts += [heading, _trace_file_view(folder, read.get(str(folder))) if folder.is_file()
+                  else _folder_view(folder, poll_every)]
     if len(folders) == 2:
         button = widgets.Button(description="compare the two runs")
         button.add_class("rk-compare-button")
@@ -342,14 +348,15 @@ def _folder_view(folder: Path, poll_every: float) -> widgets.Widget:
     return RunMonitor(folder, poll_every=poll_every)
 
 
-def _trace_file_view(path: Path) -> widgets.Widget:
+def _trace_file_view(path: Path, copy: str | None = None) -> widgets.Widget:
     """A finished trace file (rollkit's or another tool's): its summary
-    table and a TraceBrowser over its traces; one that cannot be read says why."""
+    table and a TraceBrowser over its traces, read from `copy` (rollkit's
+    JSON lines) when the file was read already; one that cannot be read says why."""
     from ..core.store import load
     from ..runs.evaluation import EvalResult
 
     try:
-        traces = load(path)
+        traces = load(copy or path)
     except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:  # ValueError: TraceFileError among them
         return widgets.HTML(error_html(str(exc)))
     summary = widgets.HTML(f"<pre>{html.escape(EvalResult(traces).summary())}</pre>")

@@ -12,7 +12,8 @@ counts it, and the server tells the guard when a request starts and ends.
 
 The rules, with `ServerLimits` holding the numbers:
 - at most `max_connections` connections at once per server (by default half
-  the file-descriptor limit in force when the server starts, at most 4096);
+  the file-descriptor limit in force when the server starts, at least 16,
+  at most 4096);
   at the cap, the oldest connection that has shown no rollout's secret and
   is handling no request is closed to make room (so keyless connections
   cannot starve a rollout's call); only when there is none is one more
@@ -20,8 +21,10 @@ The rules, with `ServerLimits` holding the numbers:
 - a connection that has not shown a valid rollout secret within
   `anonymous_timeout` seconds of its last request (or of opening) is
   closed; it never counts against any rollout's share;
-- at most `per_rollout` connections at once for one rollout (counted from its
-  first authenticated request); one more is answered `429` in the caller's
+- at most `per_rollout` connections at once for one rollout, and never more
+  than half a cap that follows the descriptor limit, so one rollout cannot
+  fill a server whose limit is low (counted from its first authenticated
+  request); one more is answered `429` in the caller's
   dialect (the server does that, see `claim`) and closed;
 - a connection that is not handling a request (just opened, between
   requests, or trickling its request head) is closed after `idle_timeout`
@@ -53,7 +56,7 @@ def _descriptor_share() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 4096
-    return max(64, min(4096, soft // 2))
+    return max(16, min(4096, soft // 2))
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,7 @@ class ConnectionGuard:
     expired: int = 0  # connections closed for idling
     evicted: int = 0  # keyless idle connections closed at the cap to make room
     cap: int = 0  # max_connections, as it was when the server started (see protocol)
+    share: int = 0  # per_rollout; at most half a cap that follows the descriptor limit (see protocol)
     _open: dict[Any, _Connection] = field(default_factory=dict)
     _owned: dict[Any, set[_Connection]] = field(default_factory=dict)
 
@@ -176,6 +180,8 @@ class ConnectionGuard:
         Called when the server starts: the connection cap follows the
         descriptor limit in force then, not at import."""
         self.cap = self.limits.max_connections or _descriptor_share()
+        per = self.limits.per_rollout
+        self.share = per if self.limits.max_connections else min(per, max(1, self.cap // 2))
 
         def make(*args: Any, **kwargs: Any) -> asyncio.Protocol:
             return _Connection(self, inner_factory(*args, **kwargs))
@@ -208,7 +214,7 @@ class ConnectionGuard:
         if connection is None or connection.owner is owner:
             return True
         held = self._owned.setdefault(owner, set())
-        if len(held) >= self.limits.per_rollout:
+        if len(held) >= (self.share or self.limits.per_rollout):
             return False
         if connection.owner is not None:
             self._owned.get(connection.owner, set()).discard(connection)

@@ -254,7 +254,7 @@ class InterceptionServer:
         if registration is None:
             return None, dialect.unauthorized(missing=not token)
         if not self.guard.claim(_peer(request), registration):
-            cap = self.limits.per_rollout
+            cap = self.guard.share or self.limits.per_rollout
             refusal = dialect.error(
                 429,
                 f"rollout {registration.rollout_id or '?'} already holds {cap} connections to this server, its "

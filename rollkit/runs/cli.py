@@ -419,13 +419,13 @@ def _bad_trace_file(exc: Any, *, given_a_file: bool) -> str:
 
 # The page `rollkit view` serves: one code cell calling the notebook layer's
 # `view` (this layer never imports it; Voila's kernel does).
-_VIEW_CELL = "import rollkit as rk\n\nrk.notebook.view({folders!r}, poll_every={poll!r})"
+_VIEW_CELL = "import rollkit as rk\n\nrk.notebook.view({folders!r}, poll_every={poll!r}, read={read!r})"
 
 
-def _view_notebook(folders: list[str], poll: float) -> dict[str, Any]:
+def _view_notebook(folders: list[str], poll: float, read: dict[str, str]) -> dict[str, Any]:
     return {
         "cells": [{"cell_type": "code", "execution_count": None, "id": "rollkit-view", "metadata": {}, "outputs": [],
-                   "source": _VIEW_CELL.format(folders=folders, poll=poll)}],
+                   "source": _VIEW_CELL.format(folders=folders, poll=poll, read=read)}],
         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
         "nbformat": 4, "nbformat_minor": 5,
     }
@@ -457,10 +457,13 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
 
     if importlib.util.find_spec("voila") is None:
         raise click.ClickException("rollkit view serves its page with Voila, which is not installed: pip install 'rollkit[view]'")
+    # A trace file is read once, here (a bad one is refused before any server starts); the page's
+    # kernel gets its traces as rollkit's own JSON lines in the view's folder, never the file again.
+    files: dict[Path, list[Any]] = {}
     for folder in folders:
         _refuse_run_folder_file(folder, "view")
         if folder.is_file():
-            _check_trace_file(folder)
+            files[folder] = _check_trace_file(folder)
             continue
         if not folder.exists() or not any((folder / n).exists() for n in ("manifest.json", "traces.jsonl", "live.jsonl")):
             click.echo(f"warning: {folder} is not a run folder (yet); the page says so and follows it if a run starts there",
@@ -472,8 +475,14 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
     home = Path(tempfile.mkdtemp(prefix="rollkit-view-"))
     watchdog.watch_folder(home)  # removed even if this command is killed (SIGKILL)
     try:
+        from ..core.store import save
+
+        read = {}
+        for n, folder in enumerate(list(files)):
+            read[str(folder.resolve())] = str(save(files.pop(folder), home / f"read-{n}.jsonl"))
         notebook = home / "rollkit-view.ipynb"
-        notebook.write_text(json.dumps(_view_notebook([str(f.resolve()) for f in folders], poll)), encoding="utf-8")
+        notebook.write_text(json.dumps(_view_notebook([str(f.resolve()) for f in folders], poll, read)),
+                            encoding="utf-8")
         _serve(notebook, home, port or _free_port())
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -493,9 +502,10 @@ def _check_port_free(port: int) -> None:
                                        "port, or leave --port out for a free one") from None
 
 
-def _check_trace_file(path: Path) -> None:
-    """Refuse, before any server starts, a file `rollkit view` cannot show:
-    one rk.load does not read, or one holding no traces."""
+def _check_trace_file(path: Path) -> list[Any]:
+    """The traces of a file `rollkit view` shows; refuses, before any server
+    starts, a file it cannot show: one rk.load does not read, or one holding
+    no traces."""
     import warnings
 
     from ..core.store import formats, load
@@ -513,6 +523,7 @@ def _check_trace_file(path: Path) -> None:
         raise click.ClickException(f"{path} is neither a run folder nor a trace file rollkit reads ({reason}): {what}") from None
     if not traces:
         raise click.ClickException(f"{path} holds no traces: {what}")
+    return traces
 
 
 def _serve(notebook: Path, home: Path, port: int) -> None:
