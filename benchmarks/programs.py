@@ -329,23 +329,69 @@ async def _launch_times(runtime: rk.Runtime, launches: int) -> list[float]:
     return times
 
 
-async def sandbox_side_by_side(launches: int = 40, calls: int = 300, rounds: int = 3) -> None:
+# A round trip over one TCP connection to the host's loopback: 300 bytes out,
+# the same back (an echo server in the benchmark's event loop, where the
+# interception server runs), timed per exchange; prints the median. Stdlib
+# sockets only, so the client costs the same in both runtimes.
+ROUND_TRIP = """
+import json, os, socket, statistics, sys, time
+port = int(os.environ["ECHO_URL"].rsplit(":", 1)[1])
+sock = socket.create_connection(("127.0.0.1", port))
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+message, times = b"x" * 300, []
+for _ in range(int(sys.argv[1])):
+    t0 = time.perf_counter()
+    sock.sendall(message)
+    got = 0
+    while got < len(message):
+        got += len(sock.recv(65536))
+    times.append(time.perf_counter() - t0)
+print(json.dumps(statistics.median(times)))
+"""
+
+
+class _Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.transport.write(data)
+
+
+async def _round_trip(runtime: rk.Runtime, port: int, exchanges: int) -> float:
+    runtime.write("round_trip.py", ROUND_TRIP)
+    done = await runtime.run([sys.executable, "round_trip.py", str(exchanges)], env={"ECHO_URL": f"http://127.0.0.1:{port}"},
+                             timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+async def sandbox_side_by_side(launches: int = 40, calls: int = 300, rounds: int = 3, exchanges: int = 2000) -> None:
     """SandboxRuntime next to SubprocessRuntime in the same run: the extra cost
-    of one program launch (`true`, to its exit) and of one model call through
-    the sandbox's bridge (relay inside, Unix socket, forwarder outside). Each
-    round measures both, interleaved; the medians of the rounds are printed."""
+    of one program launch (`true`, to its exit), of one round trip over a
+    connection through the sandbox's bridge (relay inside, Unix socket,
+    forwarder outside; what a model call pays on top of SubprocessRuntime's,
+    measured without the SDK's and the server's noise around it) and of one
+    model call with the openai SDK through ProgramHarness. Each round measures
+    both runtimes, interleaved; the medians of the rounds are printed."""
     plain, sandbox = rk.SubprocessRuntime(), rk.SandboxRuntime()
     await plain.start()
     await sandbox.start()
+    echo = await asyncio.get_running_loop().create_server(_Echo, "127.0.0.1", 0)
+    port = echo.sockets[0].getsockname()[1]
     try:
         launch = [(statistics.median(await _launch_times(plain, launches)),
                    statistics.median(await _launch_times(sandbox, launches))) for _ in range(rounds)]
+        trips = [(await _round_trip(plain, port, exchanges), await _round_trip(sandbox, port, exchanges))
+                 for _ in range(rounds)]
     finally:
+        echo.close()
         await plain.stop()
         await sandbox.stop()
     per_call = [((await program_overhead(calls))[0], (await program_overhead(calls, rk.SandboxRuntime))[0])
                 for _ in range(rounds)]
-    for what, pairs, unit in (("program launch", launch, "ms"), ("model call", per_call, "ms")):
+    for what, pairs, unit in (("program launch", launch, "ms"), ("round trip", trips, "ms"),
+                              ("model call", per_call, "ms")):
         base, boxed = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
         extra = statistics.median(p[1] - p[0] for p in pairs)
         print(f"{what:14s}: SubprocessRuntime median {base * 1e3:.3f} {unit}, SandboxRuntime {boxed * 1e3:.3f} {unit}, "

@@ -1,9 +1,12 @@
 """The first process inside a `SandboxRuntime` sandbox (rollkit.programs.sandbox_runtime starts it).
 
-Run by bubblewrap as `python -I -S <this file> STATUS_FD LIMITS RELAYS -- ARGV...`,
+Run by bubblewrap as `python -I -S <this file> STATUS_FD CGROUP_FD LIMITS RELAYS -- ARGV...`,
 it imports nothing of rollkit, and only C modules (socket's, json's and
 threading's Python layers cost more than the rest of a launch). LIMITS is
-`name=value,...` (resource limits), RELAYS `port=unix socket path,...`. It:
+`name=value,...` (resource limits), RELAYS `port=unix socket path,...`,
+CGROUP_FD an open `cgroup.procs` of the sandbox's pids cgroup or -1. It:
+
+0. joins that cgroup, so every process of the program is born in it;
 
 1. listens on the sandbox's own loopback at 127.0.0.1:port for each relay
    and forwards every connection to the Unix socket bound in from outside
@@ -71,8 +74,11 @@ def _pairs(text):
 
 
 def main():
-    status_fd, limits, relays = int(sys.argv[1]), _pairs(sys.argv[2]), _pairs(sys.argv[3])
-    argv = sys.argv[5:]
+    status_fd, cgroup_fd, limits, relays = int(sys.argv[1]), int(sys.argv[2]), _pairs(sys.argv[3]), _pairs(sys.argv[4])
+    argv = sys.argv[6:]
+    if cgroup_fd >= 0:
+        os.write(cgroup_fd, b"0")
+        os.close(cgroup_fd)
     listeners = []
     for port, path in relays:
         listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)

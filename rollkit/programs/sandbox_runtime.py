@@ -8,10 +8,11 @@ secret, the working folder and its `read`/`write`, process groups, the
 watchdog, timeouts) is `SubprocessRuntime`'s, reused unchanged.
 
 What it enforces, exactly (each program gets its own sandbox):
-- files: the host's /usr (and /bin, /lib*, /sbin), a short list of /etc
-  entries (no /etc/shadow; passwd, group, hosts and resolv.conf are the
-  sandbox's own), Python's prefix and rollkit's package directory, all
-  read-only, plus `ro_paths`; the working folder read-write at the same path
+- files: the host's /usr (and /bin, /lib*, /sbin), Python's prefix and
+  rollkit's package directory, all read-only, plus `ro_paths`; an /etc of the
+  sandbox's own, read-only: copies (made at start) of a short list of host
+  entries, only what every user may read (no /etc/shadow, no ssl/private),
+  with its own passwd, group, hosts and resolv.conf; the working folder read-write at the same path
   as outside (so setup and finalize see what the program sees); private
   size-bounded tmpfs /tmp and /dev/shm; /proc of its own PID namespace; a
   minimal /dev. Nothing else of the host: not its home, not /root, not other
@@ -161,8 +162,12 @@ def _compiled_init() -> Path | None:
         partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
         try:
             cache.mkdir(parents=True, exist_ok=True)
-            result = subprocess.run([compiler, "-O2", "-o", str(partial), str(_INIT_SOURCE)],
-                                    capture_output=True, timeout=120)
+            # Static where the C library allows it: no dynamic loading per launch.
+            for flags in (["-static"], []):
+                result = subprocess.run([compiler, "-O2", *flags, "-o", str(partial), str(_INIT_SOURCE)],
+                                        capture_output=True, timeout=120)
+                if result.returncode == 0:
+                    break
             if result.returncode == 0:
                 os.replace(partial, target)
                 found = target
@@ -266,6 +271,64 @@ async def _splice(a: tuple[asyncio.StreamReader, asyncio.StreamWriter],
     finally:
         for writer in (a[1], b[1]):
             writer.close()
+
+
+class _Pipe(asyncio.Protocol):
+    """One end of a bridged connection: what arrives is written to the other
+    end's transport as it comes (protocols, not streams: no task, no copy and
+    no await per chunk, which is what a model call through the bridge pays).
+
+    Made for a connection from the sandbox (`port` given): it opens the other
+    end to the host's 127.0.0.1:`port` and reads nothing until that is up."""
+
+    def __init__(self, port: int | None = None, peer: _Pipe | None = None) -> None:
+        self.port, self.peer = port, peer
+        self.transport: asyncio.Transport | None = None
+        self.eof = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.peer is None:
+            transport.pause_reading()  # type: ignore[attr-defined]
+            self._connecting = asyncio.ensure_future(self._connect())
+
+    async def _connect(self) -> None:
+        assert self.transport is not None and self.port is not None
+        try:
+            _, self.peer = await asyncio.get_running_loop().create_connection(
+                lambda: _Pipe(peer=self), "127.0.0.1", self.port)
+        except OSError:
+            self.transport.close()
+            return
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
+        else:
+            self.peer.transport.close()  # type: ignore[union-attr]
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.write(data)
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        other = self.peer.transport if self.peer is not None else None
+        if other is None or self.peer.eof:  # type: ignore[union-attr]
+            return False  # both directions ended: close
+        other.write_eof()
+        return True  # the other direction may still carry data
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+    # Flow control: a full write buffer here pauses reading at the other end.
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None and not self.peer.transport.is_closing():
+            self.peer.transport.resume_reading()
 
 
 class SandboxProgram(Program):
@@ -412,9 +475,16 @@ class SandboxRuntime(SubprocessRuntime):
                 watchdog.forget_folder(self._ctl)
 
     def _write_etc(self) -> None:
+        """The sandbox's /etc, one folder bound as a whole (one mount instead
+        of one per entry: each costs bubblewrap a scan of the mount table):
+        copies of the allowed host entries, only what any user may read
+        (symlinks kept as they are: they point into /usr), and its own
+        passwd, group, hosts and resolv.conf."""
         assert self._ctl is not None
         etc = self._ctl / "etc"
         etc.mkdir()
+        for name in _ETC:
+            _copy_readable(Path("/etc", name), etc / name)
         workdir = self._workdir
         (etc / "passwd").write_text(f"root:x:0:0::/:/bin/sh\nsandbox:x:{_UID}:{_UID}::{workdir}:/bin/sh\n")
         (etc / "group").write_text(f"root:x:0:\nsandbox:x:{_UID}:\n")
@@ -433,23 +503,23 @@ class SandboxRuntime(SubprocessRuntime):
                 args += ["--symlink", os.readlink(path), str(path)]
             elif path.is_dir():
                 args += ["--ro-bind", str(path), str(path)]
-        for name in _ETC:
-            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        for name in ("passwd", "group", "hosts", "resolv.conf"):
-            args += ["--ro-bind", str(self._ctl / "etc" / name), f"/etc/{name}"]
-        args += ["--proc", "/proc", "--dev", "/dev",
+        args += ["--ro-bind", str(self._ctl / "etc"), "/etc",
+                 "--proc", "/proc", "--dev", "/dev",
                  "--size", str(self.tmp_bytes), "--tmpfs", "/tmp",
                  "--size", str(self.tmp_bytes), "--tmpfs", "/dev/shm"]
-        seen: set[str] = set()
+        seen: list[Path] = [Path("/usr")]
         for path in (sys.prefix, sys.base_prefix, *_site_dirs(), str(_PACKAGE), *self.ro_paths):
-            real = str(Path(path).resolve())
-            if real not in seen and Path(real).exists() and not real.startswith("/usr/"):
-                seen.add(real)
-                args += ["--ro-bind", real, real]
+            real = Path(path).resolve()
+            # A folder inside one already bound is seen through that bind.
+            if real.exists() and not any(real == s or s in real.parents for s in seen):
+                seen.append(real)
+                args += ["--ro-bind", str(real), str(real)]
         workdir = str(self._workdir)
         args += ["--bind", workdir, workdir, "--ro-bind", str(self._ctl), _INSIDE_CTL, "--chdir", workdir]
         if self._compiled_path is not None:
-            args += ["--ro-bind", str(self._compiled_path), _INSIDE_INIT]
+            # The compiled init is the sandbox's PID 1 and reaps its orphans
+            # itself: one process fewer per launch.
+            args += ["--ro-bind", str(self._compiled_path), _INSIDE_INIT, "--as-pid-1"]
         return args
 
     # ---- network ------------------------------------------------------------
@@ -482,16 +552,8 @@ class SandboxRuntime(SubprocessRuntime):
         assert self._ctl is not None
         path = self._ctl / f"{port}.sock"
         if port not in self._servers:
-            async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-                try:
-                    upstream = await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    writer.close()
-                    return
-                upstream[1].get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                await _splice((reader, writer), upstream)
-
-            self._servers[port] = await asyncio.start_unix_server(forward, path=str(path))
+            loop = asyncio.get_running_loop()
+            self._servers[port] = await loop.create_unix_server(lambda: _Pipe(port), path=str(path))
         return path
 
     async def _proxy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -548,22 +610,25 @@ class SandboxRuntime(SubprocessRuntime):
         self._fds.update((read_fd, write_fd))
         relays = [*self._relays, (self._proxy_port, f"{_INSIDE_CTL}/proxy.sock")]
         limits = ",".join(f"{name}={value}" for name, value in self.limits.items() if value is not None)
-        command = [*self._base_args, "--", *self._init, str(write_fd), limits,
-                   ",".join(f"{port}={path}" for port, path in relays), "--", *argv]
-        cgroup = None
+        cgroup, join_fd = None, -1
         if self._cgroups is not None:
             cgroup = self._cgroups / f"rollkit-sandbox-{os.urandom(6).hex()}"
             try:
                 cgroup.mkdir()
                 watchdog.watch_folder(cgroup)  # emptied by the watchdog's kills, an empty cgroup can be removed
                 (cgroup / "pids.max").write_text(str(self.limits["processes"]))
-                # The shell joins the cgroup, then becomes bubblewrap: every
-                # process of the sandbox is born in it.
-                command = ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *command]
+                # The sandbox's first process joins the cgroup through this
+                # descriptor before it starts the program: every process of
+                # the program is born in it.
+                join_fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+                self._fds.add(join_fd)
             except OSError:
                 _remove_cgroup(cgroup)
                 cgroup = None
-        return command, (write_fd,), (read_fd, write_fd, cgroup)
+        command = [*self._base_args, "--", *self._init, str(write_fd), str(join_fd), limits,
+                   ",".join(f"{port}={path}" for port, path in relays), "--", *argv]
+        passed = (write_fd,) if join_fd < 0 else (write_fd, join_fd)
+        return command, passed, (read_fd, passed, cgroup)
 
     async def launch(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                      stdin: bool = True) -> Program:
@@ -576,9 +641,10 @@ class SandboxRuntime(SubprocessRuntime):
         return await super().launch(argv, env=env, stdin=stdin)
 
     def _new_program(self, process: asyncio.subprocess.Process, argv: Sequence[str], launch_state: Any) -> Program:
-        read_fd, write_fd, cgroup = launch_state
-        os.close(write_fd)
-        self._fds.discard(write_fd)
+        read_fd, passed, cgroup = launch_state
+        for fd in passed:
+            os.close(fd)
+            self._fds.discard(fd)
         self._fds.discard(read_fd)
         return SandboxProgram(process, argv, self, read_fd, cgroup)
 
@@ -613,6 +679,24 @@ def _remove_cgroup(cgroup: Path) -> None:
             for fd in pidfds:
                 os.close(fd)
     watchdog.forget_folder(cgroup)
+
+
+def _copy_readable(source: Path, target: Path) -> None:
+    """Copy `source` (a file, a symlink or a folder) to `target`, keeping
+    symlinks and leaving out whatever not every user may read."""
+    try:
+        if source.is_symlink():
+            os.symlink(os.readlink(source), target)
+        elif source.is_dir():
+            if source.stat().st_mode & 0o005 != 0o005:  # not listable by others (e.g. ssl/private)
+                return
+            target.mkdir()
+            for entry in source.iterdir():
+                _copy_readable(entry, target / entry.name)
+        elif source.is_file() and source.stat().st_mode & 0o004:
+            shutil.copyfile(source, target)
+    except OSError:
+        pass  # absent or unreadable: the sandbox goes without it
 
 
 def _site_dirs() -> list[str]:
