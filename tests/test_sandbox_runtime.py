@@ -180,3 +180,16 @@ async def test_codex_cli_runs_in_the_sandbox():
     trace = await agent.run(answer_file_tasks(1)[0])
     assert trace.reward == 1.0, trace.errors
     assert {c.dialect for c in trace.model_calls} == {"responses"}
+
+
+@needs_bwrap
+@pytest.mark.slow
+async def test_claude_code_runs_in_the_sandbox():
+    agent = rk.Agent(model=toy_shell_model(), harness=harnesses.claude_code(executable=_cli("claude")),
+                     runtime=lambda: SandboxRuntime(ro_paths=[NPM]), timeouts={"agent": 180},
+                     network=rk.NetworkPolicy(allow=["api.rollkit.test"]))
+    trace = await agent.run(answer_file_tasks(1)[0])
+    assert trace.reward == 1.0, trace.errors
+    assert {c.dialect for c in trace.model_calls} == {"anthropic"}
+    assert [c.name for m in trace.messages if m.role == "assistant" for c in m.tool_calls] == ["Bash"]
+    assert trace.info["network"]["enforced"] and trace.info["network"]["runtime"] == "sandbox"
