@@ -360,8 +360,8 @@ class _Echo(asyncio.Protocol):
 
 async def _round_trip(runtime: rk.Runtime, port: int, exchanges: int) -> float:
     runtime.write("round_trip.py", ROUND_TRIP)
-    done = await runtime.run([sys.executable, "round_trip.py", str(exchanges)], env={"ECHO_URL": f"http://127.0.0.1:{port}"},
-                             timeout=120)
+    done = await runtime.run([sys.executable, "round_trip.py", str(exchanges)],
+                             env={"ECHO_URL": f"http://127.0.0.1:{port}"}, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

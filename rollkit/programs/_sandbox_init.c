@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/statvfs.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -120,6 +121,12 @@ static void relay(int p, int side) {
     }
 }
 
+/* 1 if the file system at `path` has no block left (the program filled it). */
+static int full(const char *path) {
+    struct statvfs fs;
+    return statvfs(path, &fs) == 0 && fs.f_bavail == 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 7 || strcmp(argv[5], "--")) {
         fprintf(stderr, "usage: init STATUS_FD CGROUP_FD LIMITS RELAYS -- ARGV...\n");
@@ -183,11 +190,14 @@ int main(int argc, char **argv) {
              * reparented to this PID 1. */
             int status;
             pid_t done;
-            while ((done = waitpid(-1, &status, WNOHANG)) > 0) {
+            struct rusage usage;
+            while ((done = wait4(-1, &status, WNOHANG, &usage)) > 0) {
                 if (done != pid) continue;
                 int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
                 int code = sig ? -sig : WEXITSTATUS(status);
-                dprintf(status_fd, "%d %d", code, sig);
+                long cpu_ms = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000L
+                              + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1000;
+                dprintf(status_fd, "%d %d %ld %d %d", code, sig, cpu_ms, full("/tmp"), full("/dev/shm"));
                 _exit(sig ? 128 + sig : code);
             }
         }

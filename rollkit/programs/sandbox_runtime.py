@@ -23,15 +23,20 @@ What it enforces, exactly (each program gets its own sandbox):
   process left in it (daemons, setsid grandchildren); a kill of the launch
   (stop, abort, agent timeout, the watchdog after the rollkit process died)
   kills bubblewrap, whose sandbox dies with it (--die-with-parent). A kill is
-  immediate: `kill_grace` gives no SIGTERM grace inside the sandbox.
-- limits (setrlimit on the program, inherited by its children): processes,
-  open files, memory (address space), CPU seconds, file size; and the tmpfs
-  sizes. A program killed by a limit's signal (SIGXCPU, SIGXFSZ) has the
-  limit named on `Program.limit_hit`, which ProgramHarness puts on the
-  trace's warnings. Limits reached as errors (fork or open failing, a
-  MemoryError, a full /tmp) show only in the program's own output. The working
-  folder is on the host's disk: only `file_bytes` bounds what one file there
-  may hold, not the folder's total.
+  immediate: `kill_grace` gives no SIGTERM grace inside the sandbox. The
+  compiled first process is the sandbox's PID 1 and reaps its orphans.
+- limits (setrlimit on the program, inherited by its children): processes
+  (also a pids cgroup where rollkit may make one), open files, memory
+  (address space), CPU seconds, file size; and the tmpfs sizes. Each limit
+  hit is named on the trace (ProgramHarness puts `limits_named_by` on the
+  warnings, on `info["program_runs"][i]["limit"]`, and in the error of a
+  program that failed): from the kernel where it says so (killed by SIGXCPU
+  or SIGXFSZ, the CPU time used up, /tmp or /dev/shm full at exit, process
+  creations the pids cgroup refused); from the error the program printed
+  where the kernel only returns one (EMFILE, ENOMEM or MemoryError, EAGAIN
+  from fork, ENOSPC), which a program that swallows it leaves unreported.
+  The working folder is on the host's disk: only `file_bytes` bounds what
+  one file there may hold, not the folder's total.
 - network: its own network namespace with loopback only, no nameserver and
   a minimal /etc/hosts. Inside, a relay listens on 127.0.0.1 at each port of
   the framework's routes (the ports in the policy's `keep` list and in the
@@ -59,6 +64,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -90,6 +96,19 @@ _ETC = (
 )
 _LOCAL_URL = re.compile(r"\bhttps?://(?:127\.0\.0\.1|localhost):(\d+)")
 _LIMIT_SIGNALS = {24: "cpu_seconds (SIGXCPU)", 25: "file_bytes (SIGXFSZ)"}
+# Limits the kernel enforces with an error, not a signal or a counter: what
+# a program then prints. In the sandbox these errors have no other cause
+# than the limit (EMFILE: the descriptor limit; EAGAIN from fork or a new
+# thread: the process limit; ENOMEM: the address-space limit, if set; ENOSPC
+# on /tmp or /dev/shm: tmp_bytes, else the host's disk under the folder).
+_OUTPUT_SIGNS = (
+    ("open_files", re.compile(r"Too many open files(?! in system)|\bEMFILE\b|\[Errno 24\]")),
+    ("processes", re.compile(r"(?:fork|clone|spawn|thread)\b[^\n]{0,80}(?:Resource temporarily unavailable|EAGAIN)"
+                             r"|can't start new thread|fork: retry", re.I)),
+    ("memory_bytes", re.compile(r"MemoryError|Cannot allocate memory|\bENOMEM\b|\[Errno 12\]|bad_alloc"
+                                r"|out of memory", re.I)),
+    ("tmp_bytes", re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]")),
+)
 _checked: dict[str, str | None] = {}  # bwrap path -> why it cannot run sandboxes (None: it can)
 
 
@@ -333,16 +352,40 @@ class _Pipe(asyncio.Protocol):
 
 class SandboxProgram(Program):
     """A program in a sandbox: its exit status comes from the sandbox's first
-    process (bubblewrap reports a signal death as 128 + signal), and
-    `limit_hit` names the resource limit that killed it, if one did."""
+    process (bubblewrap reports a signal death as 128 + signal).
+
+    `limits_hit` names each resource limit the kernel says the program hit:
+    killed by its signal (SIGXCPU, SIGXFSZ), CPU time used up (the SIGKILL
+    after an ignored SIGXCPU), /tmp or /dev/shm left full, process creations
+    refused by the pids cgroup. `limits_named_by(output)` adds those whose
+    error the program printed (see `_OUTPUT_SIGNS`)."""
 
     def __init__(self, process: asyncio.subprocess.Process, argv: Sequence[str], runtime: SandboxRuntime,
                  status_fd: int, cgroup: Path | None) -> None:
         super().__init__(process, argv, runtime)
+        self._sandbox = runtime
         self._status_fd = status_fd
         self._cgroup = cgroup
         self._status: dict[str, Any] | None = None
-        self.limit_hit: str | None = None
+        self.limits_hit: list[str] = []
+
+    @property
+    def limit_hit(self) -> str | None:
+        """The limits hit, in one line (None: none)."""
+        return "; ".join(self.limits_hit) or None
+
+    def limits_named_by(self, output: str) -> list[str]:
+        """The limits hit: `limits_hit` and those whose error `output` shows."""
+        hits = list(self.limits_hit)
+        for name, sign in _OUTPUT_SIGNS:
+            value = self._sandbox.tmp_bytes if name == "tmp_bytes" else self._sandbox.limits[name]
+            found = sign.search(output[-(1 << 16):])
+            if value is None or found is None or any(name in hit for hit in hits):
+                continue
+            where = " or the host's disk under the working folder" if name == "tmp_bytes" else ""
+            hits.append(f"the sandbox's {name} limit ({value}{where}) was likely hit: the program printed "
+                        f"{found.group(0)!r}")
+        return hits
 
     @property
     def returncode(self) -> int | None:
@@ -355,15 +398,24 @@ class SandboxProgram(Program):
         if self._status_fd < 0:
             return
         try:
-            code, signum = map(int, os.read(self._status_fd, 64).split())
+            code, signum, cpu_ms, tmp_full, shm_full = map(int, os.read(self._status_fd, 128).split())
             self._status = {"status": code, "signal": signum or None}
         except (OSError, ValueError):  # the sandbox died before its first process could say
             self._status = None
         os.close(self._status_fd)
         self._status_fd = -1
-        signum = (self._status or {}).get("signal")
+        if self._status is None:
+            return
+        cpu = self._sandbox.limits["cpu_seconds"]
         if signum in _LIMIT_SIGNALS:
-            self.limit_hit = f"the program was killed by the sandbox's {_LIMIT_SIGNALS[signum]} limit"
+            self.limits_hit.append(f"the program was killed by the sandbox's {_LIMIT_SIGNALS[signum]} limit")
+        elif cpu is not None and cpu_ms >= cpu * 1000:
+            self.limits_hit.append(f"the program used up the sandbox's cpu_seconds limit ({cpu} s of CPU; "
+                                   f"{_signal_name(signum)})")
+        for full, where in ((tmp_full, "/tmp"), (shm_full, "/dev/shm")):
+            if full:
+                self.limits_hit.append(f"{where} was full when the program exited: the sandbox's tmp_bytes limit "
+                                       f"({self._sandbox.tmp_bytes})")
 
     async def _reap(self) -> int:
         await super()._reap()
@@ -375,8 +427,9 @@ class SandboxProgram(Program):
                               .get("max", 0))
             except (OSError, ValueError):
                 refused = 0
-            if refused and self.limit_hit is None:
-                self.limit_hit = f"the sandbox's processes limit refused {refused} process creations (fork/clone)"
+            if refused:
+                self.limits_hit.append(f"the sandbox's processes limit ({self._sandbox.limits['processes']}) refused "
+                                       f"{refused} process creations (fork/clone)")
             _remove_cgroup(self._cgroup)
             self._cgroup = None
         return status  # type: ignore[return-value]
@@ -679,6 +732,15 @@ def _remove_cgroup(cgroup: Path) -> None:
             for fd in pidfds:
                 os.close(fd)
     watchdog.forget_folder(cgroup)
+
+
+def _signal_name(signum: int) -> str:
+    if not signum:
+        return "it exited on its own"
+    try:
+        return f"it was killed by {signal.Signals(signum).name}"
+    except ValueError:
+        return f"it was killed by signal {signum}"
 
 
 def _copy_readable(source: Path, target: Path) -> None:
