@@ -85,6 +85,8 @@ _INIT = Path(__file__).with_name("_sandbox_init.py")
 _INIT_SOURCE = Path(__file__).with_name("_sandbox_init.c")
 _INSIDE_INIT = "/run/rollkit-init"
 _compiled: list[Path | None] = []  # the compiled init, once looked for
+_ETC_BOUND = ("alternatives", "ssl/certs")  # folders of many symlinks into /usr: bound, not copied
+_etc: list[Path] = []  # the sandbox's /etc, once made
 log = logging.getLogger("rollkit")
 _PACKAGE = Path(__file__).resolve().parent.parent  # rollkit/: the harness programs live here
 _INSIDE_CTL = "/run/rollkit"
@@ -166,6 +168,51 @@ def _pids_cgroup_parent() -> Path | None:
     return None
 
 
+def _cache_folder() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rollkit"
+
+
+def _etc_folder() -> Path:
+    """The sandbox's /etc (without passwd, which is per runtime): copies of
+    the `_ETC` host entries, only what every user may read (symlinks kept as
+    they are: they point into /usr), with empty folders where `_ETC_BOUND`
+    are bound, and its own group, hosts and resolv.conf.
+
+    Made once per machine into rollkit's cache folder, named by what it
+    copies (paths, sizes, modes, times, link targets), so a changed host
+    entry makes a new one: writing a few hundred small files costs seconds on
+    a slow disk. Where the cache cannot be written, a fresh temporary folder
+    per process (watched, so it goes when the process dies)."""
+    if _etc:
+        return _etc[0]
+    manifest: list[str] = []
+    for name in _ETC:
+        _list_readable(Path("/etc", name), manifest)
+    key = hashlib.sha256("\n".join(manifest).encode()).hexdigest()[:16]
+    target = _cache_folder() / f"sandbox-etc-{key}"
+    if not (target / "group").is_file():
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
+        except OSError:
+            partial = target = Path(tempfile.mkdtemp(prefix="rollkit-sandbox-etc-"))
+            watchdog.watch_folder(target)
+        for name in _ETC:
+            _copy_readable(Path("/etc", name), partial / name)
+        (partial / "passwd").write_text("")  # where the runtime's own is bound
+        (partial / "group").write_text(f"root:x:0:\nsandbox:x:{_UID}:\n")
+        (partial / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
+        (partial / "resolv.conf").write_text("# empty: names resolve only through the proxy (HTTP_PROXY)\n")
+        partial.chmod(0o755)
+        if partial != target:
+            try:
+                os.rename(partial, target)
+            except OSError:  # another process made it meanwhile
+                shutil.rmtree(partial, ignore_errors=True)
+    _etc.append(target)
+    return target
+
+
 def _compiled_init() -> Path | None:
     """The C version of the sandbox's first process, built with the system's
     C compiler into rollkit's cache folder on first use (a Python start per
@@ -173,7 +220,7 @@ def _compiled_init() -> Path | None:
     if _compiled:
         return _compiled[0]
     source = _INIT_SOURCE.read_bytes()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rollkit"
+    cache = _cache_folder()
     target = cache / f"sandbox-init-{hashlib.sha256(source).hexdigest()[:16]}"
     found: Path | None = target if target.is_file() else None
     compiler = shutil.which("cc") or shutil.which("gcc")
@@ -491,6 +538,7 @@ class SandboxRuntime(SubprocessRuntime):
         self._base_args: list[str] = []
         self._relays: list[tuple[int, str]] = []
         self._cgroups: Path | None = None
+        self._etc: Path | None = None
 
     # ---- lifetime -----------------------------------------------------------
     async def _start(self) -> None:
@@ -501,6 +549,7 @@ class SandboxRuntime(SubprocessRuntime):
         if self.limits["processes"] is not None:
             self._cgroups = await asyncio.to_thread(_pids_cgroup_parent)
         compiled = await asyncio.to_thread(_compiled_init) if self.compiled_init else None
+        self._etc = await asyncio.to_thread(_etc_folder)
         self._init = [_INSIDE_INIT] if compiled else [sys.executable, "-I", "-S", str(_INIT)]
         self._compiled_path = compiled
         await super()._start()
@@ -528,21 +577,10 @@ class SandboxRuntime(SubprocessRuntime):
                 watchdog.forget_folder(self._ctl)
 
     def _write_etc(self) -> None:
-        """The sandbox's /etc, one folder bound as a whole (one mount instead
-        of one per entry: each costs bubblewrap a scan of the mount table):
-        copies of the allowed host entries, only what any user may read
-        (symlinks kept as they are: they point into /usr), and its own
-        passwd, group, hosts and resolv.conf."""
+        """The sandbox's passwd (its home is this runtime's folder); the rest
+        of its /etc is `_etc_folder()`'s."""
         assert self._ctl is not None
-        etc = self._ctl / "etc"
-        etc.mkdir()
-        for name in _ETC:
-            _copy_readable(Path("/etc", name), etc / name)
-        workdir = self._workdir
-        (etc / "passwd").write_text(f"root:x:0:0::/:/bin/sh\nsandbox:x:{_UID}:{_UID}::{workdir}:/bin/sh\n")
-        (etc / "group").write_text(f"root:x:0:\nsandbox:x:{_UID}:\n")
-        (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
-        (etc / "resolv.conf").write_text("# empty: names resolve only through the proxy (HTTP_PROXY)\n")
+        (self._ctl / "passwd").write_text(f"root:x:0:0::/:/bin/sh\nsandbox:x:{_UID}:{_UID}::{self._workdir}:/bin/sh\n")
 
     def _sandbox_args(self) -> list[str]:
         assert self._ctl is not None
@@ -556,8 +594,13 @@ class SandboxRuntime(SubprocessRuntime):
                 args += ["--symlink", os.readlink(path), str(path)]
             elif path.is_dir():
                 args += ["--ro-bind", str(path), str(path)]
-        args += ["--ro-bind", str(self._ctl / "etc"), "/etc",
-                 "--proc", "/proc", "--dev", "/dev",
+        # /etc: one folder bound as a whole, the big folders of symlinks bound
+        # live into it (each mount costs bubblewrap a scan of the mount table).
+        args += ["--ro-bind", str(self._etc), "/etc", "--ro-bind", str(self._ctl / "passwd"), "/etc/passwd"]
+        for name in _ETC_BOUND:
+            if (self._etc / name).is_dir():
+                args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+        args += ["--proc", "/proc", "--dev", "/dev",
                  "--size", str(self.tmp_bytes), "--tmpfs", "/tmp",
                  "--size", str(self.tmp_bytes), "--tmpfs", "/dev/shm"]
         seen: list[Path] = [Path("/usr")]
@@ -743,20 +786,51 @@ def _signal_name(signum: int) -> str:
         return f"it was killed by signal {signum}"
 
 
+def _readable(source: Path) -> str | None:
+    """What `source` is, for the sandbox's /etc: "link", "bound", "dir",
+    "file", or None where not every user may read it (e.g. ssl/private)."""
+    if str(source.relative_to("/etc")) in _ETC_BOUND and source.is_dir() and not source.is_symlink():
+        return "bound"
+    if source.is_symlink():
+        return "link"
+    mode = source.stat().st_mode
+    if source.is_dir():
+        return "dir" if mode & 0o005 == 0o005 else None
+    return "file" if source.is_file() and mode & 0o004 else None
+
+
+def _list_readable(source: Path, out: list[str]) -> None:
+    """Describe what `_copy_readable` would copy of `source`, one line each."""
+    try:
+        kind = _readable(source)
+        if kind is None:
+            return
+        info = source.lstat()
+        target = os.readlink(source) if kind == "link" else ""
+        out.append(f"{source}\t{kind}\t{info.st_mode:o}\t{info.st_size}\t{info.st_mtime_ns}\t{target}")
+        if kind == "dir":
+            for entry in sorted(source.iterdir()):
+                _list_readable(entry, out)
+    except OSError:
+        pass
+
+
 def _copy_readable(source: Path, target: Path) -> None:
     """Copy `source` (a file, a symlink or a folder) to `target`, keeping
-    symlinks and leaving out whatever not every user may read."""
+    symlinks and leaving out whatever not every user may read; a folder of
+    `_ETC_BOUND` becomes an empty folder (where it is bound)."""
     try:
-        if source.is_symlink():
+        kind = _readable(source)
+        if kind == "link":
             os.symlink(os.readlink(source), target)
-        elif source.is_dir():
-            if source.stat().st_mode & 0o005 != 0o005:  # not listable by others (e.g. ssl/private)
-                return
+        elif kind in ("dir", "bound"):
             target.mkdir()
-            for entry in source.iterdir():
+            target.chmod(0o755)
+            for entry in source.iterdir() if kind == "dir" else ():
                 _copy_readable(entry, target / entry.name)
-        elif source.is_file() and source.stat().st_mode & 0o004:
+        elif kind == "file":
             shutil.copyfile(source, target)
+            target.chmod(0o644)
     except OSError:
         pass  # absent or unreadable: the sandbox goes without it
 
