@@ -10,9 +10,10 @@ watchdog, timeouts) is `SubprocessRuntime`'s, reused unchanged.
 What it enforces, exactly (each program gets its own sandbox):
 - files: the host's /usr (and /bin, /lib*, /sbin), Python's prefix and
   rollkit's package directory, all read-only, plus `ro_paths`; an /etc of the
-  sandbox's own, read-only: copies (made at start) of a short list of host
-  entries, only what every user may read (no /etc/shadow, no ssl/private),
-  with its own passwd, group, hosts and resolv.conf; the working folder read-write at the same path
+  sandbox's own, read-only: copies (made once, in rollkit's cache folder) of
+  a short list of host entries, only what every user may read (no
+  /etc/shadow, no ssl/private), with its own passwd, group, hosts and
+  resolv.conf; the working folder read-write at the same path
   as outside (so setup and finalize see what the program sees); private
   size-bounded tmpfs /tmp and /dev/shm; /proc of its own PID namespace; a
   minimal /dev. Nothing else of the host: not its home, not /root, not other
