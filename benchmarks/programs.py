@@ -79,7 +79,7 @@ class Bench(rk.Task):
         ctx.state["latencies"] = json.loads(ctx.runtime.read("latencies.json"))
 
 
-async def program_overhead(calls: int = CALLS, runtime: type = rk.SubprocessRuntime) -> tuple[float, float, float]:
+async def program_overhead(calls: int = CALLS, runtime: type = rk.SubprocessRuntime) -> tuple[float, float, float, float]:
     harness = rk.ProgramHarness([sys.executable, "bench.py", str(calls)])
     agent = rk.Agent(model=rk.ScriptedModel(lambda request: "ok"), harness=harness, runtime=runtime)
     rollout = agent.rollout(Bench(prompt="go"))
@@ -89,7 +89,8 @@ async def program_overhead(calls: int = CALLS, runtime: type = rk.SubprocessRunt
     assert trace.ok and len(trace.model_calls) == calls, trace.errors
     latencies = rollout.ctx.state["latencies"]
     samples = [wall - call.latency for wall, call in zip(latencies, trace.model_calls)]
-    return statistics.median(samples), statistics.quantiles(samples, n=20)[-1], statistics.median(latencies)
+    return (statistics.median(samples), statistics.quantiles(samples, n=20)[-1], statistics.median(latencies),
+            statistics.quantiles(samples, n=10)[0])
 
 
 # The dialect client: posts BODY to URL `calls` times on one keep-alive
@@ -333,26 +334,79 @@ async def _launch_times(runtime: rk.Runtime, launches: int) -> list[float]:
     return times
 
 
-async def sandbox_side_by_side(launches: int = 40, calls: int = 300, rounds: int = 3) -> None:
+# A round trip over one TCP connection to the host's loopback: 300 bytes out,
+# the same back (an echo server in the benchmark's event loop, where the
+# interception server runs), timed per exchange; prints the median. Stdlib
+# sockets only, so the client costs the same in both runtimes.
+ROUND_TRIP = """
+import json, os, socket, statistics, sys, time
+port = int(os.environ["ECHO_URL"].rsplit(":", 1)[1])
+sock = socket.create_connection(("127.0.0.1", port))
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+message, times = b"x" * 300, []
+for _ in range(int(sys.argv[1])):
+    t0 = time.perf_counter()
+    sock.sendall(message)
+    got = 0
+    while got < len(message):
+        got += len(sock.recv(65536))
+    times.append(time.perf_counter() - t0)
+print(json.dumps(statistics.median(times)))
+"""
+
+
+class _Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.transport.write(data)
+
+
+async def _round_trip(runtime: rk.Runtime, port: int, exchanges: int) -> float:
+    runtime.write("round_trip.py", ROUND_TRIP)
+    done = await runtime.run([sys.executable, "round_trip.py", str(exchanges)],
+                             env={"ECHO_URL": f"http://127.0.0.1:{port}"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+async def sandbox_side_by_side(launches: int = 40, calls: int = 300, rounds: int = 3, exchanges: int = 2000) -> None:
     """SandboxRuntime next to SubprocessRuntime in the same run: the extra cost
-    of one program launch (`true`, to its exit) and of one model call through
-    the sandbox's bridge (relay inside, Unix socket, forwarder outside). Each
-    round measures both, interleaved; the medians of the rounds are printed."""
+    of one program launch (`true`, to its exit), of one round trip over a
+    connection through the sandbox's bridge (relay inside, Unix socket,
+    forwarder outside; what a model call pays on top of SubprocessRuntime's,
+    measured without the SDK's and the server's noise around it) and of one
+    model call with the openai SDK through ProgramHarness. Each round measures
+    both runtimes, interleaved; the medians of the rounds are printed. Launch
+    and model call are printed twice: the median of a round, and its 10th
+    percentile (the launch or call the scheduler did not hold up: on a loaded
+    2-core machine a median swings by milliseconds with the load alone)."""
     plain, sandbox = rk.SubprocessRuntime(), rk.SandboxRuntime()
     await plain.start()
     await sandbox.start()
+    echo = await asyncio.get_running_loop().create_server(_Echo, "127.0.0.1", 0)
+    port = echo.sockets[0].getsockname()[1]
     try:
-        launch = [(statistics.median(await _launch_times(plain, launches)),
-                   statistics.median(await _launch_times(sandbox, launches))) for _ in range(rounds)]
+        times = [(await _launch_times(plain, launches), await _launch_times(sandbox, launches)) for _ in range(rounds)]
+        trips = [(await _round_trip(plain, port, exchanges), await _round_trip(sandbox, port, exchanges))
+                 for _ in range(rounds)]
     finally:
+        echo.close()
         await plain.stop()
         await sandbox.stop()
-    per_call = [((await program_overhead(calls))[0], (await program_overhead(calls, rk.SandboxRuntime))[0])
-                for _ in range(rounds)]
-    for what, pairs, unit in (("program launch", launch, "ms"), ("model call", per_call, "ms")):
+    calls_pairs = [(await program_overhead(calls), await program_overhead(calls, rk.SandboxRuntime))
+                   for _ in range(rounds)]
+    launch = [(statistics.median(plain), statistics.median(boxed)) for plain, boxed in times]
+    launch_p10 = [(statistics.quantiles(plain, n=10)[0], statistics.quantiles(boxed, n=10)[0]) for plain, boxed in times]
+    per_call = [(plain[0], boxed[0]) for plain, boxed in calls_pairs]
+    per_call_p10 = [(plain[3], boxed[3]) for plain, boxed in calls_pairs]
+    for what, pairs, unit in (("program launch", launch, "ms"), ("launch p10", launch_p10, "ms"),
+                              ("round trip", trips, "ms"), ("model call", per_call, "ms"),
+                              ("model call p10", per_call_p10, "ms")):
         base, boxed = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
         extra = statistics.median(p[1] - p[0] for p in pairs)
-        print(f"{what:14s}: SubprocessRuntime median {base * 1e3:.3f} {unit}, SandboxRuntime {boxed * 1e3:.3f} {unit}, "
+        print(f"{what:14s}: SubprocessRuntime {base * 1e3:.3f} {unit}, SandboxRuntime {boxed * 1e3:.3f} {unit}, "
               f"extra {extra * 1e3:.3f} {unit} (median of {rounds} rounds)")
 
 
@@ -374,7 +428,7 @@ async def main() -> None:
     if sys.argv[1:] == ["live"]:
         await live_side_by_side()
         return
-    median, p95, wall = await program_overhead()
+    median, p95, wall, _ = await program_overhead()
     print(f"overhead per model call through the interception server ({CALLS} calls of one program): "
           f"median {median * 1e3:.2f} ms, p95 {p95 * 1e3:.2f} ms (median call as the program sees it: "
           f"{wall * 1e3:.2f} ms)")

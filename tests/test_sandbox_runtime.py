@@ -104,19 +104,41 @@ async def test_subprocess_runtime_still_refuses_a_restricting_policy():
     assert "SubprocessRuntime cannot enforce a network policy" in str(trace.errors)
 
 
+_PY = "exec python3 -c "
+
+
 @needs_bwrap
-@pytest.mark.parametrize("limit, program, named", [
-    ("file_bytes", "exec head -c 4194304 /dev/zero > big.bin", "file_bytes (SIGXFSZ)"),
-    ("processes", "for i in $(seq 100); do sleep 30 & done; exit 0", "processes limit refused"),
-    ("cpu_seconds", "exec python3 -c 'while True: pass'", "cpu_seconds (SIGXCPU)"),
+@pytest.mark.parametrize("limits, program, named", [
+    ({"file_bytes": 1 << 20}, "exec head -c 4194304 /dev/zero > big.bin", "file_bytes (SIGXFSZ)"),
+    ({"processes": 32}, "for i in $(seq 100); do sleep 30 & done; exit 0", "processes limit (32) refused"),
+    ({"cpu_seconds": 1}, _PY + "'while True: pass'", "cpu_seconds (SIGXCPU)"),
+    # SIGXCPU ignored: the SIGKILL a second later, named from the CPU time used.
+    ({"cpu_seconds": 1}, _PY + "'import signal; signal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass'",
+     "used up the sandbox's cpu_seconds limit (1 s of CPU; it was killed by SIGKILL)"),
+    ({"open_files": 64}, _PY + "'files = [open(\"f\", \"w\") for _ in range(100)]'",
+     "open_files limit (64) was likely hit: the program printed '[Errno 24]'"),
+    ({"memory_bytes": 256 << 20}, _PY + "'block = bytearray(512 << 20)'",
+     "memory_bytes limit (268435456) was likely hit: the program printed 'MemoryError'"),
+    ({"tmp_bytes": 1 << 20}, "head -c 4194304 /dev/zero > /tmp/big; exit 0",
+     "/tmp was full when the program exited: the sandbox's tmp_bytes limit (1048576)"),
 ])
-async def test_a_limit_hit_is_a_warning_on_the_trace(limit, program, named):
-    options = {"file_bytes": 1 << 20, "processes": 32, "cpu_seconds": 1}
+async def test_a_limit_hit_is_a_warning_on_the_trace(limits, program, named):
     agent = rk.Agent(model=rk.ScriptedModel(["x"]), harness=rk.ProgramHarness(["sh", "-c", program]),
-                     runtime=lambda: SandboxRuntime(**{limit: options[limit]}))
+                     runtime=lambda: SandboxRuntime(**limits))
     trace = await agent.run(rk.Task(prompt="go"))
     assert any(named in w for w in trace.warnings), (trace.warnings, trace.errors)
     assert any(named in run.get("limit", "") for run in trace.info["program_runs"])
+    if trace.errors:  # a program that failed on the limit: its error names the limit too
+        assert named in trace.error.message
+
+
+@needs_bwrap
+async def test_a_program_within_its_limits_gets_no_limit_warning():
+    harness = rk.ProgramHarness(["sh", "-c", "head -c 1000 /dev/zero > /tmp/f"])
+    agent = rk.Agent(model=rk.ScriptedModel(["x"]), harness=harness,
+                     runtime=lambda: SandboxRuntime(tmp_bytes=1 << 20, cpu_seconds=5, open_files=64))
+    trace = await agent.run(rk.Task(prompt="go"))
+    assert trace.ok and trace.warnings == [] and "limit" not in trace.info["program_runs"][0], trace.warnings
 
 
 def _sleeper(marker: str, says: str) -> str:
@@ -180,3 +202,16 @@ async def test_codex_cli_runs_in_the_sandbox():
     trace = await agent.run(answer_file_tasks(1)[0])
     assert trace.reward == 1.0, trace.errors
     assert {c.dialect for c in trace.model_calls} == {"responses"}
+
+
+@needs_bwrap
+@pytest.mark.slow
+async def test_claude_code_runs_in_the_sandbox():
+    agent = rk.Agent(model=toy_shell_model(), harness=harnesses.claude_code(executable=_cli("claude")),
+                     runtime=lambda: SandboxRuntime(ro_paths=[NPM]), timeouts={"agent": 180},
+                     network=rk.NetworkPolicy(allow=["api.rollkit.test"]))
+    trace = await agent.run(answer_file_tasks(1)[0])
+    assert trace.reward == 1.0, trace.errors
+    assert {c.dialect for c in trace.model_calls} == {"anthropic"}
+    assert [c.name for m in trace.messages if m.role == "assistant" for c in m.tool_calls] == ["Bash"]
+    assert trace.info["network"]["enforced"] and trace.info["network"]["runtime"] == "sandbox"

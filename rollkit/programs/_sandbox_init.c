@@ -4,10 +4,13 @@
  * the system's C compiler on first use and falls back to the Python one
  * where there is none.
  *
- *   init STATUS_FD LIMITS RELAYS -- ARGV...
+ *   init STATUS_FD CGROUP_FD LIMITS RELAYS -- ARGV...
  *
- * One poll loop relays every connection (TCP on the sandbox's loopback <->
- * Unix socket bound in from outside) and watches the program's pidfd. */
+ * It runs as the sandbox's PID 1 (bubblewrap's --as-pid-1: no reaper of
+ * bubblewrap's own in between), so it also reaps every orphan of the
+ * sandbox. One poll loop relays every connection (TCP on the sandbox's
+ * loopback <-> Unix socket bound in from outside) and reads a signalfd for
+ * SIGCHLD. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,8 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/statvfs.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -117,34 +121,54 @@ static void relay(int p, int side) {
     }
 }
 
+/* 1 if the file system at `path` has no block left (the program filled it). */
+static int full(const char *path) {
+    struct statvfs fs;
+    return statvfs(path, &fs) == 0 && fs.f_bavail == 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 6 || strcmp(argv[4], "--")) {
-        fprintf(stderr, "usage: init STATUS_FD LIMITS RELAYS -- ARGV...\n");
+    if (argc < 7 || strcmp(argv[5], "--")) {
+        fprintf(stderr, "usage: init STATUS_FD CGROUP_FD LIMITS RELAYS -- ARGV...\n");
         return 126;
     }
     signal(SIGPIPE, SIG_IGN);
-    int status_fd = atoi(argv[1]);
+    int status_fd = atoi(argv[1]), cgroup_fd = atoi(argv[2]);
+    if (cgroup_fd >= 0) {
+        /* Join the sandbox's pids cgroup (the descriptor was opened outside):
+         * the program and everything it starts are born in it. */
+        if (write(cgroup_fd, "0", 1) != 1) {
+            fprintf(stderr, "sandbox: cannot join the processes cgroup: %s\n", strerror(errno));
+            return 126;
+        }
+        close(cgroup_fd);
+    }
     for (int p = 0; p < MAX_PAIRS; p++) pair_fd[p][0] = pair_fd[p][1] = -1;
-    listen_relays(argv[3]);
+    listen_relays(argv[4]);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     pid_t pid = fork();
     if (pid == 0) {
+        sigprocmask(SIG_UNBLOCK, &chld, NULL);
         signal(SIGPIPE, SIG_DFL);
         close(status_fd);
-        set_limits(argv[2]);
-        execv(argv[5], argv + 5);
-        fprintf(stderr, "sandbox: cannot run '%s': %s\n", argv[5], strerror(errno));
+        set_limits(argv[3]);
+        execv(argv[6], argv + 6);
+        fprintf(stderr, "sandbox: cannot run '%s': %s\n", argv[6], strerror(errno));
         _exit(127);
     }
     /* The relays never read stdin: the program alone holds the pipes. */
     close(0);
     close(1);
     close(2);
-    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     static struct pollfd fds[1 + MAX_LISTENERS + 2 * MAX_PAIRS];
     static int owner[1 + MAX_LISTENERS + 2 * MAX_PAIRS];
     for (;;) {
         int n = 0;
-        fds[n].fd = pidfd;
+        fds[n].fd = sigfd;
         fds[n++].events = POLLIN;
         for (int i = 0; i < nlisteners; i++) {
             fds[n].fd = listeners[i];
@@ -158,13 +182,22 @@ int main(int argc, char **argv) {
                     fds[n].events = POLLIN;
                     owner[n++] = p * 2 + side;
                 }
-        if (poll(fds, n, pidfd < 0 ? 100 : -1) < 0 && errno != EINTR) break;
-        if (pidfd < 0 || fds[0].revents) {
+        if (poll(fds, n, sigfd < 0 ? 100 : -1) < 0 && errno != EINTR) break;
+        if (sigfd < 0 || fds[0].revents) {
+            struct signalfd_siginfo info;
+            while (sigfd >= 0 && read(sigfd, &info, sizeof info) > 0) {}
+            /* Reap every child that exited: the program, and orphans
+             * reparented to this PID 1. */
             int status;
-            if (waitpid(pid, &status, pidfd < 0 ? WNOHANG : 0) == pid) {
+            pid_t done;
+            struct rusage usage;
+            while ((done = wait4(-1, &status, WNOHANG, &usage)) > 0) {
+                if (done != pid) continue;
                 int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
                 int code = sig ? -sig : WEXITSTATUS(status);
-                dprintf(status_fd, "%d %d", code, sig);
+                long cpu_ms = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000L
+                              + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1000;
+                dprintf(status_fd, "%d %d %ld %d %d", code, sig, cpu_ms, full("/tmp"), full("/dev/shm"));
                 _exit(sig ? 128 + sig : code);
             }
         }

@@ -1,16 +1,21 @@
 """The first process inside a `SandboxRuntime` sandbox (rollkit.programs.sandbox_runtime starts it).
 
-Run by bubblewrap as `python -I -S <this file> STATUS_FD LIMITS RELAYS -- ARGV...`,
+Run by bubblewrap as `python -I -S <this file> STATUS_FD CGROUP_FD LIMITS RELAYS -- ARGV...`,
 it imports nothing of rollkit, and only C modules (socket's, json's and
 threading's Python layers cost more than the rest of a launch). LIMITS is
-`name=value,...` (resource limits), RELAYS `port=unix socket path,...`. It:
+`name=value,...` (resource limits), RELAYS `port=unix socket path,...`,
+CGROUP_FD an open `cgroup.procs` of the sandbox's pids cgroup or -1. It:
+
+0. joins that cgroup, so every process of the program is born in it;
 
 1. listens on the sandbox's own loopback at 127.0.0.1:port for each relay
    and forwards every connection to the Unix socket bound in from outside
    (where rollkit forwards it to the real 127.0.0.1:port, or to its proxy);
 2. starts ARGV with the resource limits set;
-3. when the program exits, writes `status signal` (the exit status, negative
-   for a signal death, and the signal or 0) to STATUS_FD and exits itself,
+3. when the program exits, writes `status signal cpu_ms tmp_full shm_full`
+   (the exit status, negative for a signal death; the signal or 0; the CPU
+   milliseconds it used; 1 where /tmp or /dev/shm has no space left, else 0)
+   to STATUS_FD and exits itself,
    which ends the sandbox's PID namespace: the kernel kills every process
    left in it (daemons, setsid children).
 
@@ -66,13 +71,23 @@ def _serve(listener, path):
         _thread.start_new_thread(_pipe, (client, upstream))
 
 
+def _full(path):
+    try:
+        return os.statvfs(path).f_bavail == 0
+    except OSError:
+        return False
+
+
 def _pairs(text):
     return [item.split("=", 1) for item in text.split(",") if item]
 
 
 def main():
-    status_fd, limits, relays = int(sys.argv[1]), _pairs(sys.argv[2]), _pairs(sys.argv[3])
-    argv = sys.argv[5:]
+    status_fd, cgroup_fd, limits, relays = int(sys.argv[1]), int(sys.argv[2]), _pairs(sys.argv[3]), _pairs(sys.argv[4])
+    argv = sys.argv[6:]
+    if cgroup_fd >= 0:
+        os.write(cgroup_fd, b"0")
+        os.close(cgroup_fd)
     listeners = []
     for port, path in relays:
         listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
@@ -106,11 +121,13 @@ def main():
             pass
     for listener, path in listeners:
         _thread.start_new_thread(_serve, (listener, path))
-    _, status = os.waitpid(pid, 0)
+    _, status, usage = os.wait4(pid, 0)
     signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
     code = -signum if signum else os.WEXITSTATUS(status)
+    cpu_ms = int((usage.ru_utime + usage.ru_stime) * 1000)
+    full = [int(_full(path)) for path in ("/tmp", "/dev/shm")]
     try:
-        os.write(status_fd, f"{code} {signum}".encode())
+        os.write(status_fd, f"{code} {signum} {cpu_ms} {full[0]} {full[1]}".encode())
     except OSError:
         pass
     os._exit(128 + signum if signum else code)

@@ -328,18 +328,24 @@ class ProgramHarness(ToolCallRate, Harness):
         """The program exited: read what it left and say what its exit means."""
         assert run.exit is not None
         status = run.exit.result()
-        limit_hit = getattr(run.program, "limit_hit", None)  # a SandboxRuntime's resource limit
-        if limit_hit:
-            ctx.trace.warnings.append(f"program {self.command!r}: {limit_hit}")
-            run.runs[-1]["limit"] = limit_hit
-        await self._end_program(run)
+        program = run.program
+        await self._end_program(run)  # its stderr is all read after this
+        # A SandboxRuntime's resource limits the program hit, from what the
+        # kernel says and from the errors the program printed.
+        named_by = getattr(program, "limits_named_by", None)
+        hits = named_by(b"".join(run.stderr).decode(errors="replace")) if named_by else []
+        for hit in hits:
+            ctx.trace.warnings.append(f"program {self.command!r}: {hit}")
+        if hits:
+            run.runs[-1]["limit"] = "; ".join(hits)
         run.runs[-1]["exit"] = status
         failure = run.registration.failure
         if failure is not None:
             raise failure  # the model or a hook broke, not the program: keep its type (L31)
         if status == 0 or ctx.stopped:
             return
-        raise HarnessError(f"program {self.command!r} {_exit_text(status)}; {self._stderr_text(run)}")
+        limits = f" ({'; '.join(hits)})" if hits else ""
+        raise HarnessError(f"program {self.command!r} {_exit_text(status)}{limits}; {self._stderr_text(run)}")
 
     def _stderr_text(self, run: _Run) -> str:
         text = b"".join(run.stderr).decode(errors="replace").strip()

@@ -8,10 +8,12 @@ secret, the working folder and its `read`/`write`, process groups, the
 watchdog, timeouts) is `SubprocessRuntime`'s, reused unchanged.
 
 What it enforces, exactly (each program gets its own sandbox):
-- files: the host's /usr (and /bin, /lib*, /sbin), a short list of /etc
-  entries (no /etc/shadow; passwd, group, hosts and resolv.conf are the
-  sandbox's own), Python's prefix and rollkit's package directory, all
-  read-only, plus `ro_paths`; the working folder read-write at the same path
+- files: the host's /usr (and /bin, /lib*, /sbin), Python's prefix and
+  rollkit's package directory, all read-only, plus `ro_paths`; an /etc of the
+  sandbox's own, read-only: copies (made once, in rollkit's cache folder) of
+  a short list of host entries, only what every user may read (no
+  /etc/shadow, no ssl/private), with its own passwd, group, hosts and
+  resolv.conf; the working folder read-write at the same path
   as outside (so setup and finalize see what the program sees); private
   size-bounded tmpfs /tmp and /dev/shm; /proc of its own PID namespace; a
   minimal /dev. Nothing else of the host: not its home, not /root, not other
@@ -22,15 +24,20 @@ What it enforces, exactly (each program gets its own sandbox):
   process left in it (daemons, setsid grandchildren); a kill of the launch
   (stop, abort, agent timeout, the watchdog after the rollkit process died)
   kills bubblewrap, whose sandbox dies with it (--die-with-parent). A kill is
-  immediate: `kill_grace` gives no SIGTERM grace inside the sandbox.
-- limits (setrlimit on the program, inherited by its children): processes,
-  open files, memory (address space), CPU seconds, file size; and the tmpfs
-  sizes. A program killed by a limit's signal (SIGXCPU, SIGXFSZ) has the
-  limit named on `Program.limit_hit`, which ProgramHarness puts on the
-  trace's warnings. Limits reached as errors (fork or open failing, a
-  MemoryError, a full /tmp) show only in the program's own output. The working
-  folder is on the host's disk: only `file_bytes` bounds what one file there
-  may hold, not the folder's total.
+  immediate: `kill_grace` gives no SIGTERM grace inside the sandbox. The
+  compiled first process is the sandbox's PID 1 and reaps its orphans.
+- limits (setrlimit on the program, inherited by its children): processes
+  (also a pids cgroup where rollkit may make one), open files, memory
+  (address space), CPU seconds, file size; and the tmpfs sizes. Each limit
+  hit is named on the trace (ProgramHarness puts `limits_named_by` on the
+  warnings, on `info["program_runs"][i]["limit"]`, and in the error of a
+  program that failed): from the kernel where it says so (killed by SIGXCPU
+  or SIGXFSZ, the CPU time used up, /tmp or /dev/shm full at exit, process
+  creations the pids cgroup refused); from the error the program printed
+  where the kernel only returns one (EMFILE, ENOMEM or MemoryError, EAGAIN
+  from fork, ENOSPC), which a program that swallows it leaves unreported.
+  The working folder is on the host's disk: only `file_bytes` bounds what
+  one file there may hold, not the folder's total.
 - network: its own network namespace with loopback only, no nameserver and
   a minimal /etc/hosts. Inside, a relay listens on 127.0.0.1 at each port of
   the framework's routes (the ports in the policy's `keep` list and in the
@@ -58,6 +65,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -78,6 +86,8 @@ _INIT = Path(__file__).with_name("_sandbox_init.py")
 _INIT_SOURCE = Path(__file__).with_name("_sandbox_init.c")
 _INSIDE_INIT = "/run/rollkit-init"
 _compiled: list[Path | None] = []  # the compiled init, once looked for
+_ETC_BOUND = ("alternatives", "ssl/certs")  # folders of many symlinks into /usr: bound, not copied
+_etc: list[Path] = []  # the sandbox's /etc, once made
 log = logging.getLogger("rollkit")
 _PACKAGE = Path(__file__).resolve().parent.parent  # rollkit/: the harness programs live here
 _INSIDE_CTL = "/run/rollkit"
@@ -89,6 +99,19 @@ _ETC = (
 )
 _LOCAL_URL = re.compile(r"\bhttps?://(?:127\.0\.0\.1|localhost):(\d+)")
 _LIMIT_SIGNALS = {24: "cpu_seconds (SIGXCPU)", 25: "file_bytes (SIGXFSZ)"}
+# Limits the kernel enforces with an error, not a signal or a counter: what
+# a program then prints. In the sandbox these errors have no other cause
+# than the limit (EMFILE: the descriptor limit; EAGAIN from fork or a new
+# thread: the process limit; ENOMEM: the address-space limit, if set; ENOSPC
+# on /tmp or /dev/shm: tmp_bytes, else the host's disk under the folder).
+_OUTPUT_SIGNS = (
+    ("open_files", re.compile(r"Too many open files(?! in system)|\bEMFILE\b|\[Errno 24\]")),
+    ("processes", re.compile(r"(?:fork|clone|spawn|thread)\b[^\n]{0,80}(?:Resource temporarily unavailable|EAGAIN)"
+                             r"|can't start new thread|fork: retry", re.I)),
+    ("memory_bytes", re.compile(r"MemoryError|Cannot allocate memory|\bENOMEM\b|\[Errno 12\]|bad_alloc"
+                                r"|out of memory", re.I)),
+    ("tmp_bytes", re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]")),
+)
 _checked: dict[str, str | None] = {}  # bwrap path -> why it cannot run sandboxes (None: it can)
 
 
@@ -146,6 +169,51 @@ def _pids_cgroup_parent() -> Path | None:
     return None
 
 
+def _cache_folder() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rollkit"
+
+
+def _etc_folder() -> Path:
+    """The sandbox's /etc (without passwd, which is per runtime): copies of
+    the `_ETC` host entries, only what every user may read (symlinks kept as
+    they are: they point into /usr), with empty folders where `_ETC_BOUND`
+    are bound, and its own group, hosts and resolv.conf.
+
+    Made once per machine into rollkit's cache folder, named by what it
+    copies (paths, sizes, modes, times, link targets), so a changed host
+    entry makes a new one: writing a few hundred small files costs seconds on
+    a slow disk. Where the cache cannot be written, a fresh temporary folder
+    per process (watched, so it goes when the process dies)."""
+    if _etc:
+        return _etc[0]
+    manifest: list[str] = []
+    for name in _ETC:
+        _list_readable(Path("/etc", name), manifest)
+    key = hashlib.sha256("\n".join(manifest).encode()).hexdigest()[:16]
+    target = _cache_folder() / f"sandbox-etc-{key}"
+    if not (target / "group").is_file():
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
+        except OSError:
+            partial = target = Path(tempfile.mkdtemp(prefix="rollkit-sandbox-etc-"))
+            watchdog.watch_folder(target)
+        for name in _ETC:
+            _copy_readable(Path("/etc", name), partial / name)
+        (partial / "passwd").write_text("")  # where the runtime's own is bound
+        (partial / "group").write_text(f"root:x:0:\nsandbox:x:{_UID}:\n")
+        (partial / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
+        (partial / "resolv.conf").write_text("# empty: names resolve only through the proxy (HTTP_PROXY)\n")
+        partial.chmod(0o755)
+        if partial != target:
+            try:
+                os.rename(partial, target)
+            except OSError:  # another process made it meanwhile
+                shutil.rmtree(partial, ignore_errors=True)
+    _etc.append(target)
+    return target
+
+
 def _compiled_init() -> Path | None:
     """The C version of the sandbox's first process, built with the system's
     C compiler into rollkit's cache folder on first use (a Python start per
@@ -153,7 +221,7 @@ def _compiled_init() -> Path | None:
     if _compiled:
         return _compiled[0]
     source = _INIT_SOURCE.read_bytes()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rollkit"
+    cache = _cache_folder()
     target = cache / f"sandbox-init-{hashlib.sha256(source).hexdigest()[:16]}"
     found: Path | None = target if target.is_file() else None
     compiler = shutil.which("cc") or shutil.which("gcc")
@@ -161,8 +229,12 @@ def _compiled_init() -> Path | None:
         partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
         try:
             cache.mkdir(parents=True, exist_ok=True)
-            result = subprocess.run([compiler, "-O2", "-o", str(partial), str(_INIT_SOURCE)],
-                                    capture_output=True, timeout=120)
+            # Static where the C library allows it: no dynamic loading per launch.
+            for flags in (["-static"], []):
+                result = subprocess.run([compiler, "-O2", *flags, "-o", str(partial), str(_INIT_SOURCE)],
+                                        capture_output=True, timeout=120)
+                if result.returncode == 0:
+                    break
             if result.returncode == 0:
                 os.replace(partial, target)
                 found = target
@@ -268,18 +340,100 @@ async def _splice(a: tuple[asyncio.StreamReader, asyncio.StreamWriter],
             writer.close()
 
 
+class _Pipe(asyncio.Protocol):
+    """One end of a bridged connection: what arrives is written to the other
+    end's transport as it comes (protocols, not streams: no task, no copy and
+    no await per chunk, which is what a model call through the bridge pays).
+
+    Made for a connection from the sandbox (`port` given): it opens the other
+    end to the host's 127.0.0.1:`port` and reads nothing until that is up."""
+
+    def __init__(self, port: int | None = None, peer: _Pipe | None = None) -> None:
+        self.port, self.peer = port, peer
+        self.transport: asyncio.Transport | None = None
+        self.eof = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.peer is None:
+            transport.pause_reading()  # type: ignore[attr-defined]
+            self._connecting = asyncio.ensure_future(self._connect())
+
+    async def _connect(self) -> None:
+        assert self.transport is not None and self.port is not None
+        try:
+            _, self.peer = await asyncio.get_running_loop().create_connection(
+                lambda: _Pipe(peer=self), "127.0.0.1", self.port)
+        except OSError:
+            self.transport.close()
+            return
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
+        else:
+            self.peer.transport.close()  # type: ignore[union-attr]
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.write(data)
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        other = self.peer.transport if self.peer is not None else None
+        if other is None or self.peer.eof:  # type: ignore[union-attr]
+            return False  # both directions ended: close
+        other.write_eof()
+        return True  # the other direction may still carry data
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+    # Flow control: a full write buffer here pauses reading at the other end.
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None and not self.peer.transport.is_closing():
+            self.peer.transport.resume_reading()
+
+
 class SandboxProgram(Program):
     """A program in a sandbox: its exit status comes from the sandbox's first
-    process (bubblewrap reports a signal death as 128 + signal), and
-    `limit_hit` names the resource limit that killed it, if one did."""
+    process (bubblewrap reports a signal death as 128 + signal).
+
+    `limits_hit` names each resource limit the kernel says the program hit:
+    killed by its signal (SIGXCPU, SIGXFSZ), CPU time used up (the SIGKILL
+    after an ignored SIGXCPU), /tmp or /dev/shm left full, process creations
+    refused by the pids cgroup. `limits_named_by(output)` adds those whose
+    error the program printed (see `_OUTPUT_SIGNS`)."""
 
     def __init__(self, process: asyncio.subprocess.Process, argv: Sequence[str], runtime: SandboxRuntime,
                  status_fd: int, cgroup: Path | None) -> None:
         super().__init__(process, argv, runtime)
+        self._sandbox = runtime
         self._status_fd = status_fd
         self._cgroup = cgroup
         self._status: dict[str, Any] | None = None
-        self.limit_hit: str | None = None
+        self.limits_hit: list[str] = []
+
+    @property
+    def limit_hit(self) -> str | None:
+        """The limits hit, in one line (None: none)."""
+        return "; ".join(self.limits_hit) or None
+
+    def limits_named_by(self, output: str) -> list[str]:
+        """The limits hit: `limits_hit` and those whose error `output` shows."""
+        hits = list(self.limits_hit)
+        for name, sign in _OUTPUT_SIGNS:
+            value = self._sandbox.tmp_bytes if name == "tmp_bytes" else self._sandbox.limits[name]
+            found = sign.search(output[-(1 << 16):])
+            if value is None or found is None or any(name in hit for hit in hits):
+                continue
+            where = " or the host's disk under the working folder" if name == "tmp_bytes" else ""
+            hits.append(f"the sandbox's {name} limit ({value}{where}) was likely hit: the program printed "
+                        f"{found.group(0)!r}")
+        return hits
 
     @property
     def returncode(self) -> int | None:
@@ -292,15 +446,24 @@ class SandboxProgram(Program):
         if self._status_fd < 0:
             return
         try:
-            code, signum = map(int, os.read(self._status_fd, 64).split())
+            code, signum, cpu_ms, tmp_full, shm_full = map(int, os.read(self._status_fd, 128).split())
             self._status = {"status": code, "signal": signum or None}
         except (OSError, ValueError):  # the sandbox died before its first process could say
             self._status = None
         os.close(self._status_fd)
         self._status_fd = -1
-        signum = (self._status or {}).get("signal")
+        if self._status is None:
+            return
+        cpu = self._sandbox.limits["cpu_seconds"]
         if signum in _LIMIT_SIGNALS:
-            self.limit_hit = f"the program was killed by the sandbox's {_LIMIT_SIGNALS[signum]} limit"
+            self.limits_hit.append(f"the program was killed by the sandbox's {_LIMIT_SIGNALS[signum]} limit")
+        elif cpu is not None and cpu_ms >= cpu * 1000:
+            self.limits_hit.append(f"the program used up the sandbox's cpu_seconds limit ({cpu} s of CPU; "
+                                   f"{_signal_name(signum)})")
+        for full, where in ((tmp_full, "/tmp"), (shm_full, "/dev/shm")):
+            if full:
+                self.limits_hit.append(f"{where} was full when the program exited: the sandbox's tmp_bytes limit "
+                                       f"({self._sandbox.tmp_bytes})")
 
     async def _reap(self) -> int:
         await super()._reap()
@@ -312,8 +475,9 @@ class SandboxProgram(Program):
                               .get("max", 0))
             except (OSError, ValueError):
                 refused = 0
-            if refused and self.limit_hit is None:
-                self.limit_hit = f"the sandbox's processes limit refused {refused} process creations (fork/clone)"
+            if refused:
+                self.limits_hit.append(f"the sandbox's processes limit ({self._sandbox.limits['processes']}) refused "
+                                       f"{refused} process creations (fork/clone)")
             _remove_cgroup(self._cgroup)
             self._cgroup = None
         return status  # type: ignore[return-value]
@@ -375,6 +539,7 @@ class SandboxRuntime(SubprocessRuntime):
         self._base_args: list[str] = []
         self._relays: list[tuple[int, str]] = []
         self._cgroups: Path | None = None
+        self._etc: Path | None = None
 
     # ---- lifetime -----------------------------------------------------------
     async def _start(self) -> None:
@@ -385,6 +550,7 @@ class SandboxRuntime(SubprocessRuntime):
         if self.limits["processes"] is not None:
             self._cgroups = await asyncio.to_thread(_pids_cgroup_parent)
         compiled = await asyncio.to_thread(_compiled_init) if self.compiled_init else None
+        self._etc = await asyncio.to_thread(_etc_folder)
         self._init = [_INSIDE_INIT] if compiled else [sys.executable, "-I", "-S", str(_INIT)]
         self._compiled_path = compiled
         await super()._start()
@@ -412,14 +578,10 @@ class SandboxRuntime(SubprocessRuntime):
                 watchdog.forget_folder(self._ctl)
 
     def _write_etc(self) -> None:
+        """The sandbox's passwd (its home is this runtime's folder); the rest
+        of its /etc is `_etc_folder()`'s."""
         assert self._ctl is not None
-        etc = self._ctl / "etc"
-        etc.mkdir()
-        workdir = self._workdir
-        (etc / "passwd").write_text(f"root:x:0:0::/:/bin/sh\nsandbox:x:{_UID}:{_UID}::{workdir}:/bin/sh\n")
-        (etc / "group").write_text(f"root:x:0:\nsandbox:x:{_UID}:\n")
-        (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
-        (etc / "resolv.conf").write_text("# empty: names resolve only through the proxy (HTTP_PROXY)\n")
+        (self._ctl / "passwd").write_text(f"root:x:0:0::/:/bin/sh\nsandbox:x:{_UID}:{_UID}::{self._workdir}:/bin/sh\n")
 
     def _sandbox_args(self) -> list[str]:
         assert self._ctl is not None
@@ -433,23 +595,28 @@ class SandboxRuntime(SubprocessRuntime):
                 args += ["--symlink", os.readlink(path), str(path)]
             elif path.is_dir():
                 args += ["--ro-bind", str(path), str(path)]
-        for name in _ETC:
-            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        for name in ("passwd", "group", "hosts", "resolv.conf"):
-            args += ["--ro-bind", str(self._ctl / "etc" / name), f"/etc/{name}"]
+        # /etc: one folder bound as a whole, the big folders of symlinks bound
+        # live into it (each mount costs bubblewrap a scan of the mount table).
+        args += ["--ro-bind", str(self._etc), "/etc", "--ro-bind", str(self._ctl / "passwd"), "/etc/passwd"]
+        for name in _ETC_BOUND:
+            if (self._etc / name).is_dir():
+                args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         args += ["--proc", "/proc", "--dev", "/dev",
                  "--size", str(self.tmp_bytes), "--tmpfs", "/tmp",
                  "--size", str(self.tmp_bytes), "--tmpfs", "/dev/shm"]
-        seen: set[str] = set()
+        seen: list[Path] = [Path("/usr")]
         for path in (sys.prefix, sys.base_prefix, *_site_dirs(), str(_PACKAGE), *self.ro_paths):
-            real = str(Path(path).resolve())
-            if real not in seen and Path(real).exists() and not real.startswith("/usr/"):
-                seen.add(real)
-                args += ["--ro-bind", real, real]
+            real = Path(path).resolve()
+            # A folder inside one already bound is seen through that bind.
+            if real.exists() and not any(real == s or s in real.parents for s in seen):
+                seen.append(real)
+                args += ["--ro-bind", str(real), str(real)]
         workdir = str(self._workdir)
         args += ["--bind", workdir, workdir, "--ro-bind", str(self._ctl), _INSIDE_CTL, "--chdir", workdir]
         if self._compiled_path is not None:
-            args += ["--ro-bind", str(self._compiled_path), _INSIDE_INIT]
+            # The compiled init is the sandbox's PID 1 and reaps its orphans
+            # itself: one process fewer per launch.
+            args += ["--ro-bind", str(self._compiled_path), _INSIDE_INIT, "--as-pid-1"]
         return args
 
     # ---- network ------------------------------------------------------------
@@ -482,16 +649,8 @@ class SandboxRuntime(SubprocessRuntime):
         assert self._ctl is not None
         path = self._ctl / f"{port}.sock"
         if port not in self._servers:
-            async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-                try:
-                    upstream = await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    writer.close()
-                    return
-                upstream[1].get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                await _splice((reader, writer), upstream)
-
-            self._servers[port] = await asyncio.start_unix_server(forward, path=str(path))
+            loop = asyncio.get_running_loop()
+            self._servers[port] = await loop.create_unix_server(lambda: _Pipe(port), path=str(path))
         return path
 
     async def _proxy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -548,22 +707,25 @@ class SandboxRuntime(SubprocessRuntime):
         self._fds.update((read_fd, write_fd))
         relays = [*self._relays, (self._proxy_port, f"{_INSIDE_CTL}/proxy.sock")]
         limits = ",".join(f"{name}={value}" for name, value in self.limits.items() if value is not None)
-        command = [*self._base_args, "--", *self._init, str(write_fd), limits,
-                   ",".join(f"{port}={path}" for port, path in relays), "--", *argv]
-        cgroup = None
+        cgroup, join_fd = None, -1
         if self._cgroups is not None:
             cgroup = self._cgroups / f"rollkit-sandbox-{os.urandom(6).hex()}"
             try:
                 cgroup.mkdir()
                 watchdog.watch_folder(cgroup)  # emptied by the watchdog's kills, an empty cgroup can be removed
                 (cgroup / "pids.max").write_text(str(self.limits["processes"]))
-                # The shell joins the cgroup, then becomes bubblewrap: every
-                # process of the sandbox is born in it.
-                command = ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *command]
+                # The sandbox's first process joins the cgroup through this
+                # descriptor before it starts the program: every process of
+                # the program is born in it.
+                join_fd = os.open(cgroup / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+                self._fds.add(join_fd)
             except OSError:
                 _remove_cgroup(cgroup)
                 cgroup = None
-        return command, (write_fd,), (read_fd, write_fd, cgroup)
+        command = [*self._base_args, "--", *self._init, str(write_fd), str(join_fd), limits,
+                   ",".join(f"{port}={path}" for port, path in relays), "--", *argv]
+        passed = (write_fd,) if join_fd < 0 else (write_fd, join_fd)
+        return command, passed, (read_fd, passed, cgroup)
 
     async def launch(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                      stdin: bool = True) -> Program:
@@ -576,9 +738,10 @@ class SandboxRuntime(SubprocessRuntime):
         return await super().launch(argv, env=env, stdin=stdin)
 
     def _new_program(self, process: asyncio.subprocess.Process, argv: Sequence[str], launch_state: Any) -> Program:
-        read_fd, write_fd, cgroup = launch_state
-        os.close(write_fd)
-        self._fds.discard(write_fd)
+        read_fd, passed, cgroup = launch_state
+        for fd in passed:
+            os.close(fd)
+            self._fds.discard(fd)
         self._fds.discard(read_fd)
         return SandboxProgram(process, argv, self, read_fd, cgroup)
 
@@ -613,6 +776,64 @@ def _remove_cgroup(cgroup: Path) -> None:
             for fd in pidfds:
                 os.close(fd)
     watchdog.forget_folder(cgroup)
+
+
+def _signal_name(signum: int) -> str:
+    if not signum:
+        return "it exited on its own"
+    try:
+        return f"it was killed by {signal.Signals(signum).name}"
+    except ValueError:
+        return f"it was killed by signal {signum}"
+
+
+def _readable(source: Path) -> str | None:
+    """What `source` is, for the sandbox's /etc: "link", "bound", "dir",
+    "file", or None where not every user may read it (e.g. ssl/private)."""
+    if str(source.relative_to("/etc")) in _ETC_BOUND and source.is_dir() and not source.is_symlink():
+        return "bound"
+    if source.is_symlink():
+        return "link"
+    mode = source.stat().st_mode
+    if source.is_dir():
+        return "dir" if mode & 0o005 == 0o005 else None
+    return "file" if source.is_file() and mode & 0o004 else None
+
+
+def _list_readable(source: Path, out: list[str]) -> None:
+    """Describe what `_copy_readable` would copy of `source`, one line each."""
+    try:
+        kind = _readable(source)
+        if kind is None:
+            return
+        info = source.lstat()
+        target = os.readlink(source) if kind == "link" else ""
+        out.append(f"{source}\t{kind}\t{info.st_mode:o}\t{info.st_size}\t{info.st_mtime_ns}\t{target}")
+        if kind == "dir":
+            for entry in sorted(source.iterdir()):
+                _list_readable(entry, out)
+    except OSError:
+        pass
+
+
+def _copy_readable(source: Path, target: Path) -> None:
+    """Copy `source` (a file, a symlink or a folder) to `target`, keeping
+    symlinks and leaving out whatever not every user may read; a folder of
+    `_ETC_BOUND` becomes an empty folder (where it is bound)."""
+    try:
+        kind = _readable(source)
+        if kind == "link":
+            os.symlink(os.readlink(source), target)
+        elif kind in ("dir", "bound"):
+            target.mkdir()
+            target.chmod(0o755)
+            for entry in source.iterdir() if kind == "dir" else ():
+                _copy_readable(entry, target / entry.name)
+        elif kind == "file":
+            shutil.copyfile(source, target)
+            target.chmod(0o644)
+    except OSError:
+        pass  # absent or unreadable: the sandbox goes without it
 
 
 def _site_dirs() -> list[str]:
