@@ -10,8 +10,9 @@
     rk.plots.rewards(traces)             # plotly figures (rollkit.notebook.plots)
 
 What this layer owns: the synchronous facade over the async core
-(`stepping`, over a loop of its own in a thread: `_loop`), the rollout panel and the
-trace browser (ipywidgets), HTML of traces (`display`, standard library
+(`stepping`, over a loop of its own in a thread: `_loop`), the rollout panel and
+agent's seat (`panel`, `seat`: they type against the facade's protocol in
+`_view` and never reach the core), the trace browser (ipywidgets), HTML of traces (`display`, standard library
 only), DataFrames (`frames`, pandas) and figures (`plots`, plotly).
 
 It imports the core, programs and runs layers, never `rollkit.examples`.

@@ -43,6 +43,7 @@ from ..core.human import HumanModel, check_reply
 from ..core.messages import AssistantMessage, to_messages
 from ..core.trace import Trace
 from . import _loop
+from ._view import Status
 from .display import chat_html
 
 if TYPE_CHECKING:
@@ -50,22 +51,9 @@ if TYPE_CHECKING:
     from ..core.rollout import Rollout
     from ..core.runtime import Runtime
     from ..core.task import Task
-    from .panel import RolloutPanel
+    from .panel import RolloutPanel  # the facade builds the panel; the panel knows only ._view
 
 __all__ = ["NotebookRollout", "RolloutEnded", "Status", "StepResult", "open"]
-
-
-@dataclass(frozen=True)
-class Status:
-    """Where a rollout stands. `kind` is one of: new, opening, running,
-    asked (a HumanModel waits for the person's answer), waiting, stopped,
-    ended, closing, closed, failed, aborted."""
-
-    kind: str
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
 
 
 @dataclass
@@ -170,6 +158,60 @@ class NotebookRollout:
     @property
     def can_abort(self) -> bool:
         return not self.rollout.closed
+
+    @property
+    def is_open(self) -> bool:
+        """Open and not ended: the exchange can go on (a step may run when not busy)."""
+        return self.rollout.is_open
+
+    @property
+    def can_fork(self) -> bool:
+        """A fork can start now: a turn to fork after, nothing running, no
+        failure, and a runtime that can be copied."""
+        return (self.trace.num_turns > 0 and not self.busy and not self.trace.errors
+                and self.rollout.runtime.forkable)
+
+    @property
+    def no_turn_left(self) -> str | None:
+        """Which limit leaves the open rollout no next turn, in words, or None.
+
+        The core refuses a model call once a limit is used up (L12): at 6 of
+        6 turns the next step is refused, stops the rollout and adds nothing.
+        The forecast reads the same state, so the panel turns Send and Step
+        off before anyone clicks into a refusal. (A `@stop` on the trace
+        cannot be foreseen without running it; that one still ends the step
+        that asks.)"""
+        if not self.can_step:
+            return None
+        from ..core.forecast import forecast
+
+        for row in forecast(self.trace, agent_time=self.agent_time):
+            if row.reached:
+                unit = {"max_turns": " turns", "agent_time": " s"}.get(row.limit, " tokens")
+                digits = 2 if row.limit == "agent_time" else 0
+                return (f"{row.limit} reached ({row.used:.{digits}f} of {row.value:.{digits}f}{unit} used): "
+                        "the next turn would be refused")
+        return None
+
+    @property
+    def forecast(self) -> str:
+        """When each limit will be used up at the pace so far, in words."""
+        from ..core.forecast import forecast_text
+
+        return forecast_text(self.trace, agent_time=self.agent_time)
+
+    @property
+    def task_name(self) -> str:
+        return self.task.name
+
+    @property
+    def agent_name(self) -> str:
+        return str(self.agent.name)
+
+    @property
+    def tools(self) -> dict[str, Any]:
+        """The task's tools by name (what the model may call)."""
+        return self.rollout.ctx.tools
 
     @property
     def current_phase(self) -> str | None:
