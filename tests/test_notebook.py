@@ -15,6 +15,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import virtual_time
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
@@ -177,9 +178,10 @@ async def test_open_that_failed_says_why_and_refuses_steps() -> None:
 
 
 async def test_failed_status_names_the_error() -> None:
-    agent = rk.Agent(model=rk.ScriptedModel(["x"], delay=0.5), timeouts={"agent": 0.02})
-    ro = await _opened(agent, rk.Task(prompt="hi"))
-    assert not await ro.astep()
+    with virtual_time():  # the model would answer after 5 s; the agent's budget ends at 0.25 s
+        agent = rk.Agent(model=rk.ScriptedModel(["x"], delay=5), timeouts={"agent": 0.25})
+        ro = await _opened(agent, rk.Task(prompt="hi"))
+        assert not await ro.astep()
     assert ro.status.kind == "failed"
     assert ro.status.text.startswith("failed in agent: HarnessError: agent timeout")
     await ro.aclose()
