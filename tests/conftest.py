@@ -57,7 +57,7 @@ _STDLIB_RUN = asyncio.run
 def _no_nest_asyncio_in_the_test_process():
     """nest-asyncio patches asyncio.run for the whole process (its run skips
     the loop's async-generator shutdown), which would change what later tests
-    see. Tests drive the facade's async forms (`await ro.aopen()`) inside a
+    see. Tests drive the facade's async forms (`await ro.open_async()`) inside a
     loop, and the sync forms inside a running loop in a subprocess."""
     yield
     assert asyncio.run is _STDLIB_RUN, (

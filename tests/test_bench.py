@@ -63,7 +63,7 @@ async def test_human_model_with_nobody_to_ask_is_refused_at_open():
 
 async def _seated() -> tuple[NotebookRollout, asyncio.Future]:
     ro = NotebookRollout(rk.Agent(model=rk.HumanModel()), TASK)
-    await ro.aopen()
+    await ro.open_async()
     future = ro.step_soon()
     while ro.asked is None:  # the step runs until the model (the person) is asked
         await asyncio.sleep(0)
@@ -84,7 +84,7 @@ async def test_the_person_answers_from_code_and_bad_tool_calls_are_refused_befor
     ro.answer("The answer is 42.")
     result = await step
     assert result.reply == "The answer is 42."
-    assert (await ro.aclose()).rewards == {"correct": 1.0}
+    assert (await ro.close_async()).rewards == {"correct": 1.0}
     with pytest.raises(RuntimeError, match="nothing to answer: the model is not being asked right now"):
         ro.answer("late")
 
@@ -100,8 +100,8 @@ async def test_one_human_model_serves_each_rollout_from_its_own_seat():
     agent = rk.Agent(model=model, limits={"max_turns": 5})
     first, second = arithmetic_tasks(2)
     ro1, ro2 = NotebookRollout(agent, first), NotebookRollout(agent, second)
-    await ro1.aopen()
-    await ro2.aopen()
+    await ro1.open_async()
+    await ro2.open_async()
     steps = ro1.step_soon(), ro2.step_soon()
     await _until_asked(ro1, ro2)
     # Each seat holds its own rollout's request, not the other's.
@@ -112,15 +112,15 @@ async def test_one_human_model_serves_each_rollout_from_its_own_seat():
     assert [(await s).reply for s in steps] == ["first's answer", "second's answer"]
     with pytest.raises(RuntimeError, match=f"rollout {ro1.id} already has someone answering as its model"):
         model.attach(lambda request: "x", rollout=ro1.id)
-    await ro1.aclose()
+    await ro1.close_async()
     assert model.answers(ro1.id) is None and model.answers(ro2.id) is not None  # detached at close
-    await ro2.aclose()
+    await ro2.close_async()
     assert model.answers(ro2.id) is None
 
 
 async def test_requests_asked_at_once_wait_in_order_and_each_gets_its_own_answer():
     ro = NotebookRollout(rk.Agent(model=rk.HumanModel()), TASK)
-    await ro.aopen()
+    await ro.open_async()
     token = rk.core.models.calling_rollout.set(ro.id)
     try:
         calls = [asyncio.ensure_future(ro.rollout.spec.model.complete(rk.Request(messages=[rk.UserMessage(content=t)])))
@@ -140,14 +140,14 @@ async def test_requests_asked_at_once_wait_in_order_and_each_gets_its_own_answer
         ro._asking.append((None, asyncio.get_running_loop().create_future()))
         ro.answer(rk.Response(message=rk.HumanModel.call("calculator")))  # a Response's calls are checked too
     ro._asking.clear()
-    await ro.aclose()
+    await ro.close_async()
 
 
 async def test_a_rollout_played_by_a_person_forks_with_its_own_seat():
     ro, step = await _seated()
     ro.answer("I think it is 42.")
     await step
-    fork = await ro.afork(1)
+    fork = await ro.fork_async(1)
     model = ro.rollout.spec.model
     assert fork.seat_is_yours and model.answers(fork.id) is not None and fork.id != ro.id
     again = fork.step_soon("are you sure?")
@@ -156,7 +156,7 @@ async def test_a_rollout_played_by_a_person_forks_with_its_own_seat():
     fork.answer("Yes: 34 + 8 = 42.")
     await again
     assert [m.content for m in fork.trace.messages[-2:]] == ["are you sure?", "Yes: 34 + 8 = 42."]
-    await fork.aclose()
+    await fork.close_async()
     # "Fork here" in an agent-seat panel: the fork's panel has the seat too.
     panel = ro.panel(seat="agent", chart=False)
     panel.fork_turn.value = 1
@@ -166,8 +166,8 @@ async def test_a_rollout_played_by_a_person_forks_with_its_own_seat():
             await asyncio.sleep(0)
     [child] = panel.forks.children
     assert child.options == {"chart": False, "seat": "agent"} and child.seat.ro is child.ro
-    await child.ro.aclose()
-    await ro.aclose()
+    await child.ro.close_async()
+    await ro.close_async()
     assert model.answers(fork.id) is None and model.answers(ro.id) is None
 
 
@@ -197,7 +197,7 @@ async def test_the_agent_seat_form_validates_against_the_schema_and_sends_only_g
     seat.send_reply.click()
     await step
     assert seat.send_reply.disabled  # nothing asked any more
-    assert (await ro.aclose()).rewards == {"correct": 1.0}
+    assert (await ro.close_async()).rewards == {"correct": 1.0}
 
 
 def test_form_fields_follow_the_schema_types():
@@ -227,7 +227,7 @@ class Paint(rk.Task):
 
 async def test_the_form_resolves_refs_and_optionals_and_leaves_optional_fields_unsent():
     ro = NotebookRollout(rk.Agent(model=rk.HumanModel()), Paint(prompt="paint it"))
-    await ro.aopen()
+    await ro.open_async()
     step = ro.step_soon()
     await _until_asked(ro)
     seat = ro.panel(seat="agent", chart=False).seat
@@ -251,7 +251,7 @@ async def test_the_form_resolves_refs_and_optionals_and_leaves_optional_fields_u
     assert asked[2].content == "blue x2 thinned=None ratio=None shade=None"
     ro.answer("Painted.")
     await step
-    await ro.aclose()
+    await ro.close_async()
 
 
 # ---- what-if replay ---------------------------------------------------------------------

@@ -55,7 +55,7 @@ def test_rollouts_waiting_are_on_disk_in_flight_and_an_interrupted_run_says_so(t
                 both_waiting.set()
             await asyncio.Event().wait()  # the model never answers
 
-        run = asyncio.ensure_future(rk.evaluate(rk.Agent(model=rk.ScriptedModel(never)), TASKS[:2], out=tmp_path,
+        run = asyncio.ensure_future(rk.evaluate_async(rk.Agent(model=rk.ScriptedModel(never)), TASKS[:2], out=tmp_path,
                                                 progress=False))
         await both_waiting.wait()
         # Both rollouts now wait and write nothing more: their lines still reach
@@ -264,7 +264,7 @@ def test_the_final_draw_is_immediate(written):
 
 
 async def test_a_monitor_over_an_evaluation_shows_it_and_opens_the_slowest_rollout():
-    pending = rk.evaluate(demo_agent(), TASKS, repeats=2, progress=False)
+    pending = rk.evaluate_async(demo_agent(), TASKS, repeats=2, progress=False)
     clock = _Clock()  # stands still for the whole run: every redraw after the first is coalesced
     monitor = RunMonitor(pending, clock=clock, schedule=clock.schedule)
     result = await pending
@@ -293,7 +293,7 @@ def test_evaluate_monitor_true_displays_a_monitor_instead_of_the_bar(monkeypatch
 
 
 def test_monitor_refuses_what_it_cannot_watch():
-    with pytest.raises(TypeError, match="RunMonitor watches an rk.evaluate\\(...\\) awaitable, an EvalResult, a list of "
+    with pytest.raises(TypeError, match="RunMonitor watches an rk.evaluate_async\\(...\\) awaitable, an EvalResult, a list of "
                                         "traces or a run folder path; got int"):
         RunMonitor(3)
     with pytest.raises(TypeError, match="item 0 is a str, not an rk.Trace"):

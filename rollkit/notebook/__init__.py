@@ -1,7 +1,7 @@
 """The notebook face: step rollouts by hand, watch them, explore traces.
 
     ro = rk.notebook.open(agent, task)   # a NotebookRollout, opened
-    ro.step()                            # or ro.step("user text"); await ro.astep(...)
+    ro.step()                            # or ro.step("user text"); await ro.step_async(...)
     ro.panel()                           # the widget: chat, Send/Step/Close/Abort, gauges, chart
     ro.close()                           # finalize and score; returns the trace
     rk.notebook.TraceBrowser(traces)     # many traces: pick one, read it, see its plots
