@@ -13,7 +13,7 @@ import rollkit as rk
 from rollkit.core.forecast import forecast, forecast_text
 from rollkit.examples import Arithmetic, arithmetic_tasks, demo_agent
 from rollkit.notebook.stepping import NotebookRollout
-from rollkit.notebook.whatif import areplay_hooks
+from rollkit.notebook.whatif import replay_hooks_async
 
 TASK = arithmetic_tasks(1)[0]  # Ann has 34 apples and buys 8 more
 
@@ -284,7 +284,7 @@ async def test_replayed_hooks_equal_what_a_live_run_with_them_records():
     tasks = arithmetic_tasks(12)
     recorded = [await demo_agent().run(t) for t in tasks]  # without the hooks
     live = [await demo_agent().run(Stricter(t.data)) for t in tasks]  # with them
-    frame = await areplay_hooks(recorded, Stricter)
+    frame = await replay_hooks_async(recorded, Stricter)
     for before, after in zip(recorded, live):
         rows = frame[frame["id"] == before.id]
         ends = rows["ends_after"].iloc[0]
@@ -356,19 +356,19 @@ async def test_replay_equals_live_runs_at_the_edges():
     failed = await rk.Agent(model=rk.ScriptedModel(fails_second)).run(task)
     assert (cut.stop_condition, cut.num_turns) == ("max_turns", 1)
     assert failed.num_turns == 1 and [c.committed for c in failed.model_calls] == [True, False]
-    frame = await areplay_hooks([cut, failed], OneTurn)
+    frame = await replay_hooks_async([cut, failed], OneTurn)
     assert list(frame.groupby("id", sort=False)["ends_after"].first()) == [live.num_turns] * 2
     assert set(zip(frame["turn"], frame["fired"])) == {(1, False), (2, True)}
 
     # A prompt rewrite that adds a message lasts: later requests hold it.
     live = await demo_agent().run(Noted(task.data))
-    frame = await areplay_hooks([await demo_agent().run(task)], Noted)
+    frame = await replay_hooks_async([await demo_agent().run(task)], Noted)
     assert _rewrites_replayed(frame) == _rewrites_live(live) == [("note", None)]
 
     # No prompt: nothing is rewritten at open, live or replayed.
     user = rk.ScriptedUser(["what is 2 + 2?"])
     live = await rk.Agent(model="echo").run(Greeted(), user=user)
-    frame = await areplay_hooks([await rk.Agent(model="echo").run(rk.Task(), user=user)], Greeted)
+    frame = await replay_hooks_async([await rk.Agent(model="echo").run(rk.Task(), user=user)], Greeted)
     assert _rewrites_replayed(frame) == _rewrites_live(live) == [("polite", 0)]
     assert 0 not in set(frame["turn"])
 
@@ -386,7 +386,7 @@ async def test_a_request_stop_that_refused_the_last_call_fires_again_in_replay()
     plain = await rk.Agent(model="echo").run(rk.Task(prompt="hi"), user=user)
     assert plain.num_turns == 2
     # The trace it ended, and a recording without it: both stop after turn 1.
-    frame = await areplay_hooks([live, plain], Rude)
+    frame = await replay_hooks_async([live, plain], Rude)
     assert list(frame.groupby("id", sort=False)["ends_after"].first()) == [1, 1]
     assert set(zip(frame["turn"], frame["fired"])) == {(1, False), (2, True)}
 
@@ -394,7 +394,7 @@ async def test_a_request_stop_that_refused_the_last_call_fires_again_in_replay()
 async def test_a_trace_with_rewritten_history_is_left_out_with_a_row_saying_so():
     trace = await demo_agent().run(arithmetic_tasks(1)[0])
     trace.sampled = trace.sampled[:1]  # as a harness that rewrote history leaves it
-    frame = await areplay_hooks([trace], OneTurn)
+    frame = await replay_hooks_async([trace], OneTurn)
     assert list(zip(frame["kind"], frame["hook"])) == [("skipped", "(not replayed)")]
     assert frame["error"].iloc[0].startswith("the harness rewrote the conversation's history")
     assert rk.plots.hook_matrix(frame).layout.title.text.endswith("(1 with rewritten history left out)")
@@ -404,7 +404,7 @@ async def test_replayed_limits_say_when_each_trace_would_have_been_stopped():
     tasks = arithmetic_tasks(6)
     recorded = [await demo_agent().run(t) for t in tasks]
     limits = {"max_total_tokens": 36, "max_turns": 4}
-    frame = await areplay_hooks(recorded, limits=rk.RolloutLimits(**limits))
+    frame = await replay_hooks_async(recorded, limits=rk.RolloutLimits(**limits))
     ends = frame.groupby("id")["ends_after"].first()
     stopped = 0
     for task, trace in zip(tasks, recorded):
@@ -429,11 +429,11 @@ async def test_replay_reports_a_raising_hook_on_its_row_and_goes_on():
         return trace.num_turns >= 1
 
     recorded = [await demo_agent().run(t) for t in arithmetic_tasks(2)]
-    frame = await areplay_hooks(recorded, [broken, two_turns])
+    frame = await replay_hooks_async(recorded, [broken, two_turns])
     assert set(frame[frame["hook"] == "broken"]["error"]) == {"TaskError: @stop 'broken': ValueError: oops"}
     assert list(frame.groupby("id")["ends_after"].first()) == [1.0, 1.0]
     with pytest.raises(TypeError, match="replay runs @stop and @intercept hooks; 'correct' is a @reward"):
-        await areplay_hooks(recorded, [Arithmetic.correct])
+        await replay_hooks_async(recorded, [Arithmetic.correct])
     fig = rk.plots.hook_matrix(frame)
     assert fig.layout.title.text == "what-if replay · 2 hooks and limits over 2 traces"
 
@@ -524,3 +524,15 @@ def test_the_panel_gauges_show_the_forecast():
     ro.close()
     panel.refresh()
     assert "ended: no limit was reached" in panel.gauges.value
+
+
+async def test_the_old_areplay_hooks_still_works_and_warns_naming_replay_hooks_async():
+    from rollkit.notebook.whatif import areplay_hooks
+
+    trace = await demo_agent().run(arithmetic_tasks(1)[0])
+    with pytest.warns(DeprecationWarning, match=r"areplay_hooks\(\) is deprecated and goes in the next release: "
+                                                r"write replay_hooks_async\(\)") as seen:
+        old = await areplay_hooks([trace], OneTurn)
+    assert [w.filename for w in seen] == [__file__]
+    new = await replay_hooks_async([trace], OneTurn)
+    assert old.to_dict("records") == new.to_dict("records") and len(new) > 0
