@@ -96,6 +96,9 @@ class Awaiting(Coroutine[Any, Any, T]):
     def __init__(self, coroutine: Coroutine[Any, Any, T], renamed: tuple[str, str] | None = None) -> None:
         self._coroutine = coroutine
         self._renamed = renamed
+        # What a task's repr names (asyncio reads the coroutine's names).
+        self.__name__ = getattr(coroutine, "__name__", type(self).__name__)
+        self.__qualname__ = getattr(coroutine, "__qualname__", self.__name__)
 
     def _warn(self, stacklevel: int) -> None:
         if self._renamed is not None:
