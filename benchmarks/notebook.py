@@ -106,7 +106,7 @@ def bench_replay(traces: list[rk.Trace]) -> None:
 async def _bench_live(turns: int) -> None:
     agent = rk.Agent(model="echo", limits={"max_turns": turns + 1, "max_total_tokens": 10**9})
     ro = NotebookRollout(agent, rk.Task(id="bench"))
-    await ro.aopen()
+    await ro.open_async()
     burn = plots.LiveBudgetBurn(ro.rollout)
     timeline = plots.LivePhaseTimeline(ro.rollout)
     panel = ro.panel(chart=False)
@@ -133,8 +133,8 @@ async def _bench_live(turns: int) -> None:
     ro.subscribe(timed("phase timeline", timeline._on_event))
     ro.subscribe(timed("panel (no chart)", panel._on_event))
     for i in range(turns):
-        await ro.astep(f"message number {i}")
-    await ro.aclose()
+        await ro.step_async(f"message number {i}")
+    await ro.close_async()
     print(f"live updates, per turn, over {turns} turns (all events of that turn):")
     for name, values in samples.items():
         values = values[1:]  # the first turn pays one-off imports and template work

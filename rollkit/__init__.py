@@ -9,6 +9,13 @@ imports pointing down only:
     rollkit.notebook   the notebook face: facade, panel, browser, display, frames, plots
     rollkit.examples   ready task sets and toy models, on top
 
+One spelling per idea for sync and async: `name(...)` runs to the end and
+returns the result (`rk.evaluate`, `ro.step`), `name_async(...)` is the same
+work to await (`rk.evaluate_async`, `ro.step_async`), and the notebook
+facade's `name_soon(...)` starts it and returns at once. Old spellings
+(`ro.astep()`, `await rk.evaluate(...)` in a running loop) warn for one
+release (rollkit.core._renamed).
+
 This module imports each layer's package, which registers what the layer
 provides (model names, how a trace draws itself, ...), and loads no
 ipywidgets, plotly, pandas, openai or aiohttp: the names that need them are
@@ -41,8 +48,11 @@ _LAZY = {
     "open_run": ("rollkit.runs.lazyrun", "open_run"),
     "compare": ("rollkit.runs.compare", "compare"),
     "turn_values": ("rollkit.runs.turnvalues", "turn_values"),
+    "turn_values_async": ("rollkit.runs.turnvalues", "turn_values_async"),
     "turn_values_many": ("rollkit.runs.turnvalues", "turn_values_many"),
+    "turn_values_many_async": ("rollkit.runs.turnvalues", "turn_values_many_async"),
     "ab_test": ("rollkit.runs.ab", "ab_test"),
+    "ab_test_async": ("rollkit.runs.ab", "ab_test_async"),
     "plan_ab": ("rollkit.runs.ab", "plan_ab"),
     "groups": ("rollkit.runs.groups", None),
     "frames": ("rollkit.notebook.frames", None),

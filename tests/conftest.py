@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
 import rollkit as rk
-from rollkit.core.clock import FakeClock
+from rollkit.core.clock import Clock, FakeClock
 
 
 class Recorder:
@@ -56,7 +57,7 @@ _STDLIB_RUN = asyncio.run
 def _no_nest_asyncio_in_the_test_process():
     """nest-asyncio patches asyncio.run for the whole process (its run skips
     the loop's async-generator shutdown), which would change what later tests
-    see. Tests drive the facade's async forms (`await ro.aopen()`) inside a
+    see. Tests drive the facade's async forms (`await ro.open_async()`) inside a
     loop, and the sync forms inside a running loop in a subprocess."""
     yield
     assert asyncio.run is _STDLIB_RUN, (
@@ -88,3 +89,50 @@ def ticking(model: rk.ScriptedModel, clock: FakeClock, seconds: float) -> rk.Scr
 
     model.replies = tick
     return model
+
+
+class VirtualTime(Clock):
+    """Virtual time for the running event loop, as trio's autojump clock:
+    while the loop has nothing ready it jumps to its next timer instead of
+    waiting, so `asyncio.sleep(5)` and `asyncio.timeout(0.2)` take no real
+    time and end at exact instants. As a rollkit `Clock`
+    (`rk.Agent(clock=vt)`) it reads the same virtual time, so what a rollout
+    charges agrees exactly with the deadlines the loop enforces.
+
+    Only for tests whose waits are all timers on this loop: I/O and threads
+    are still polled (never waited on), but time jumps past them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        # Monotonic, from a whole second so that binary-exact steps (0.25,
+        # 0.5) add up exactly; wall time is `start` + the same moves.
+        self.now = float(math.ceil(loop.time()))
+        self.start = 1_700_000_000.0 - self.now
+        self._select = loop._selector.select  # type: ignore[attr-defined]
+
+    def _jump(self, timeout: float | None) -> list:
+        ready = self._select(0)
+        if ready or timeout is None:
+            return ready or self._select(None)  # nothing timed to jump to: really wait
+        self.now += timeout
+        return ready
+
+    def __enter__(self) -> VirtualTime:
+        self.loop._selector.select = self._jump  # type: ignore[attr-defined]
+        self.loop.time = lambda: self.now  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.loop._selector.select  # type: ignore[attr-defined]
+        del self.loop.time
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.start + self.now
+
+
+def virtual_time() -> VirtualTime:
+    """`with virtual_time() as clock:` inside an async test (see VirtualTime)."""
+    return VirtualTime(asyncio.get_running_loop())

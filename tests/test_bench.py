@@ -13,7 +13,7 @@ import rollkit as rk
 from rollkit.core.forecast import forecast, forecast_text
 from rollkit.examples import Arithmetic, arithmetic_tasks, demo_agent
 from rollkit.notebook.stepping import NotebookRollout
-from rollkit.notebook.whatif import areplay_hooks
+from rollkit.notebook.whatif import replay_hooks_async
 
 TASK = arithmetic_tasks(1)[0]  # Ann has 34 apples and buys 8 more
 
@@ -63,7 +63,7 @@ async def test_human_model_with_nobody_to_ask_is_refused_at_open():
 
 async def _seated() -> tuple[NotebookRollout, asyncio.Future]:
     ro = NotebookRollout(rk.Agent(model=rk.HumanModel()), TASK)
-    await ro.aopen()
+    await ro.open_async()
     future = ro.step_soon()
     while ro.asked is None:  # the step runs until the model (the person) is asked
         await asyncio.sleep(0)
@@ -84,7 +84,7 @@ async def test_the_person_answers_from_code_and_bad_tool_calls_are_refused_befor
     ro.answer("The answer is 42.")
     result = await step
     assert result.reply == "The answer is 42."
-    assert (await ro.aclose()).rewards == {"correct": 1.0}
+    assert (await ro.close_async()).rewards == {"correct": 1.0}
     with pytest.raises(RuntimeError, match="nothing to answer: the model is not being asked right now"):
         ro.answer("late")
 
@@ -100,8 +100,8 @@ async def test_one_human_model_serves_each_rollout_from_its_own_seat():
     agent = rk.Agent(model=model, limits={"max_turns": 5})
     first, second = arithmetic_tasks(2)
     ro1, ro2 = NotebookRollout(agent, first), NotebookRollout(agent, second)
-    await ro1.aopen()
-    await ro2.aopen()
+    await ro1.open_async()
+    await ro2.open_async()
     steps = ro1.step_soon(), ro2.step_soon()
     await _until_asked(ro1, ro2)
     # Each seat holds its own rollout's request, not the other's.
@@ -112,15 +112,15 @@ async def test_one_human_model_serves_each_rollout_from_its_own_seat():
     assert [(await s).reply for s in steps] == ["first's answer", "second's answer"]
     with pytest.raises(RuntimeError, match=f"rollout {ro1.id} already has someone answering as its model"):
         model.attach(lambda request: "x", rollout=ro1.id)
-    await ro1.aclose()
+    await ro1.close_async()
     assert model.answers(ro1.id) is None and model.answers(ro2.id) is not None  # detached at close
-    await ro2.aclose()
+    await ro2.close_async()
     assert model.answers(ro2.id) is None
 
 
 async def test_requests_asked_at_once_wait_in_order_and_each_gets_its_own_answer():
     ro = NotebookRollout(rk.Agent(model=rk.HumanModel()), TASK)
-    await ro.aopen()
+    await ro.open_async()
     token = rk.core.models.calling_rollout.set(ro.id)
     try:
         calls = [asyncio.ensure_future(ro.rollout.spec.model.complete(rk.Request(messages=[rk.UserMessage(content=t)])))
@@ -140,14 +140,14 @@ async def test_requests_asked_at_once_wait_in_order_and_each_gets_its_own_answer
         ro._asking.append((None, asyncio.get_running_loop().create_future()))
         ro.answer(rk.Response(message=rk.HumanModel.call("calculator")))  # a Response's calls are checked too
     ro._asking.clear()
-    await ro.aclose()
+    await ro.close_async()
 
 
 async def test_a_rollout_played_by_a_person_forks_with_its_own_seat():
     ro, step = await _seated()
     ro.answer("I think it is 42.")
     await step
-    fork = await ro.afork(1)
+    fork = await ro.fork_async(1)
     model = ro.rollout.spec.model
     assert fork.seat_is_yours and model.answers(fork.id) is not None and fork.id != ro.id
     again = fork.step_soon("are you sure?")
@@ -156,7 +156,7 @@ async def test_a_rollout_played_by_a_person_forks_with_its_own_seat():
     fork.answer("Yes: 34 + 8 = 42.")
     await again
     assert [m.content for m in fork.trace.messages[-2:]] == ["are you sure?", "Yes: 34 + 8 = 42."]
-    await fork.aclose()
+    await fork.close_async()
     # "Fork here" in an agent-seat panel: the fork's panel has the seat too.
     panel = ro.panel(seat="agent", chart=False)
     panel.fork_turn.value = 1
@@ -166,8 +166,8 @@ async def test_a_rollout_played_by_a_person_forks_with_its_own_seat():
             await asyncio.sleep(0)
     [child] = panel.forks.children
     assert child.options == {"chart": False, "seat": "agent"} and child.seat.ro is child.ro
-    await child.ro.aclose()
-    await ro.aclose()
+    await child.ro.close_async()
+    await ro.close_async()
     assert model.answers(fork.id) is None and model.answers(ro.id) is None
 
 
@@ -197,7 +197,7 @@ async def test_the_agent_seat_form_validates_against_the_schema_and_sends_only_g
     seat.send_reply.click()
     await step
     assert seat.send_reply.disabled  # nothing asked any more
-    assert (await ro.aclose()).rewards == {"correct": 1.0}
+    assert (await ro.close_async()).rewards == {"correct": 1.0}
 
 
 def test_form_fields_follow_the_schema_types():
@@ -227,7 +227,7 @@ class Paint(rk.Task):
 
 async def test_the_form_resolves_refs_and_optionals_and_leaves_optional_fields_unsent():
     ro = NotebookRollout(rk.Agent(model=rk.HumanModel()), Paint(prompt="paint it"))
-    await ro.aopen()
+    await ro.open_async()
     step = ro.step_soon()
     await _until_asked(ro)
     seat = ro.panel(seat="agent", chart=False).seat
@@ -251,7 +251,7 @@ async def test_the_form_resolves_refs_and_optionals_and_leaves_optional_fields_u
     assert asked[2].content == "blue x2 thinned=None ratio=None shade=None"
     ro.answer("Painted.")
     await step
-    await ro.aclose()
+    await ro.close_async()
 
 
 # ---- what-if replay ---------------------------------------------------------------------
@@ -284,7 +284,7 @@ async def test_replayed_hooks_equal_what_a_live_run_with_them_records():
     tasks = arithmetic_tasks(12)
     recorded = [await demo_agent().run(t) for t in tasks]  # without the hooks
     live = [await demo_agent().run(Stricter(t.data)) for t in tasks]  # with them
-    frame = await areplay_hooks(recorded, Stricter)
+    frame = await replay_hooks_async(recorded, Stricter)
     for before, after in zip(recorded, live):
         rows = frame[frame["id"] == before.id]
         ends = rows["ends_after"].iloc[0]
@@ -356,19 +356,19 @@ async def test_replay_equals_live_runs_at_the_edges():
     failed = await rk.Agent(model=rk.ScriptedModel(fails_second)).run(task)
     assert (cut.stop_condition, cut.num_turns) == ("max_turns", 1)
     assert failed.num_turns == 1 and [c.committed for c in failed.model_calls] == [True, False]
-    frame = await areplay_hooks([cut, failed], OneTurn)
+    frame = await replay_hooks_async([cut, failed], OneTurn)
     assert list(frame.groupby("id", sort=False)["ends_after"].first()) == [live.num_turns] * 2
     assert set(zip(frame["turn"], frame["fired"])) == {(1, False), (2, True)}
 
     # A prompt rewrite that adds a message lasts: later requests hold it.
     live = await demo_agent().run(Noted(task.data))
-    frame = await areplay_hooks([await demo_agent().run(task)], Noted)
+    frame = await replay_hooks_async([await demo_agent().run(task)], Noted)
     assert _rewrites_replayed(frame) == _rewrites_live(live) == [("note", None)]
 
     # No prompt: nothing is rewritten at open, live or replayed.
     user = rk.ScriptedUser(["what is 2 + 2?"])
     live = await rk.Agent(model="echo").run(Greeted(), user=user)
-    frame = await areplay_hooks([await rk.Agent(model="echo").run(rk.Task(), user=user)], Greeted)
+    frame = await replay_hooks_async([await rk.Agent(model="echo").run(rk.Task(), user=user)], Greeted)
     assert _rewrites_replayed(frame) == _rewrites_live(live) == [("polite", 0)]
     assert 0 not in set(frame["turn"])
 
@@ -386,7 +386,7 @@ async def test_a_request_stop_that_refused_the_last_call_fires_again_in_replay()
     plain = await rk.Agent(model="echo").run(rk.Task(prompt="hi"), user=user)
     assert plain.num_turns == 2
     # The trace it ended, and a recording without it: both stop after turn 1.
-    frame = await areplay_hooks([live, plain], Rude)
+    frame = await replay_hooks_async([live, plain], Rude)
     assert list(frame.groupby("id", sort=False)["ends_after"].first()) == [1, 1]
     assert set(zip(frame["turn"], frame["fired"])) == {(1, False), (2, True)}
 
@@ -394,7 +394,7 @@ async def test_a_request_stop_that_refused_the_last_call_fires_again_in_replay()
 async def test_a_trace_with_rewritten_history_is_left_out_with_a_row_saying_so():
     trace = await demo_agent().run(arithmetic_tasks(1)[0])
     trace.sampled = trace.sampled[:1]  # as a harness that rewrote history leaves it
-    frame = await areplay_hooks([trace], OneTurn)
+    frame = await replay_hooks_async([trace], OneTurn)
     assert list(zip(frame["kind"], frame["hook"])) == [("skipped", "(not replayed)")]
     assert frame["error"].iloc[0].startswith("the harness rewrote the conversation's history")
     assert rk.plots.hook_matrix(frame).layout.title.text.endswith("(1 with rewritten history left out)")
@@ -404,7 +404,7 @@ async def test_replayed_limits_say_when_each_trace_would_have_been_stopped():
     tasks = arithmetic_tasks(6)
     recorded = [await demo_agent().run(t) for t in tasks]
     limits = {"max_total_tokens": 36, "max_turns": 4}
-    frame = await areplay_hooks(recorded, limits=rk.RolloutLimits(**limits))
+    frame = await replay_hooks_async(recorded, limits=rk.RolloutLimits(**limits))
     ends = frame.groupby("id")["ends_after"].first()
     stopped = 0
     for task, trace in zip(tasks, recorded):
@@ -429,11 +429,11 @@ async def test_replay_reports_a_raising_hook_on_its_row_and_goes_on():
         return trace.num_turns >= 1
 
     recorded = [await demo_agent().run(t) for t in arithmetic_tasks(2)]
-    frame = await areplay_hooks(recorded, [broken, two_turns])
+    frame = await replay_hooks_async(recorded, [broken, two_turns])
     assert set(frame[frame["hook"] == "broken"]["error"]) == {"TaskError: @stop 'broken': ValueError: oops"}
     assert list(frame.groupby("id")["ends_after"].first()) == [1.0, 1.0]
     with pytest.raises(TypeError, match="replay runs @stop and @intercept hooks; 'correct' is a @reward"):
-        await areplay_hooks(recorded, [Arithmetic.correct])
+        await replay_hooks_async(recorded, [Arithmetic.correct])
     fig = rk.plots.hook_matrix(frame)
     assert fig.layout.title.text == "what-if replay · 2 hooks and limits over 2 traces"
 
@@ -524,3 +524,15 @@ def test_the_panel_gauges_show_the_forecast():
     ro.close()
     panel.refresh()
     assert "ended: no limit was reached" in panel.gauges.value
+
+
+async def test_the_old_areplay_hooks_still_works_and_warns_naming_replay_hooks_async():
+    from rollkit.notebook.whatif import areplay_hooks
+
+    trace = await demo_agent().run(arithmetic_tasks(1)[0])
+    with pytest.warns(DeprecationWarning, match=r"areplay_hooks\(\) is deprecated and goes in the next release: "
+                                                r"write replay_hooks_async\(\)") as seen:
+        old = await areplay_hooks([trace], OneTurn)
+    assert [w.filename for w in seen] == [__file__]
+    new = await replay_hooks_async([trace], OneTurn)
+    assert old.to_dict("records") == new.to_dict("records") and len(new) > 0

@@ -5,6 +5,7 @@ L21), DataFrames, and the bad input it refuses."""
 from __future__ import annotations
 
 import re
+import warnings
 
 import asyncio
 import json
@@ -100,13 +101,25 @@ def test_L32_unexpected_exception_in_one_rollout_is_data_not_a_crash_of_siblings
         assert by_key[key].reward == float(int(key[-1]) % 2 == 0)
 
 
-async def test_evaluate_in_a_running_loop_returns_an_awaitable():
-    pending = rk.evaluate(said_agent(), said_tasks(2), progress=False)
-    assert "await it: result = await rk.evaluate(...)" in repr(pending)
-    result = await pending
+async def test_evaluate_async_is_the_spelling_to_await():
+    pending = rk.evaluate_async(said_agent(), said_tasks(2), progress=False)
+    assert repr(pending) == "<rollkit evaluation, not started: await it: result = await rk.evaluate_async(...)>"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new spelling warns about nothing
+        result = await pending
     assert sorted(t.info["rollout_id"] for t in result.traces) == ["said-0#0", "said-1#0"]
-    again = await evaluate_async(said_agent(), said_tasks(2), progress=False)
+    # A coroutine: asyncio's own tools take it as it is.
+    again = await asyncio.create_task(evaluate_async(said_agent(), said_tasks(2), progress=False))
     assert [t.reward for t in again.traces] == [t.reward for t in result.traces]
+
+
+async def test_await_rk_evaluate_in_a_running_loop_still_works_and_warns_naming_evaluate_async():
+    pending = rk.evaluate(said_agent(), said_tasks(2), progress=False)
+    with pytest.warns(DeprecationWarning, match=re.escape(
+            "await rk.evaluate(...) is deprecated and goes in the next release: write await rk.evaluate_async(...)")) as seen:
+        result = await pending
+    assert [w.filename for w in seen] == [__file__]  # it points at the line that awaited
+    assert sorted(t.info["rollout_id"] for t in result.traces) == ["said-0#0", "said-1#0"]
 
 
 async def test_cancellation_stops_new_work_aborts_in_flight_and_keeps_finished(tmp_path):
@@ -307,7 +320,7 @@ def test_rk_evaluate_stays_the_function_after_importing_the_module(tmp_path):
 
 
 def test_evaluate_in_a_running_loop_is_awaited_even_where_nest_asyncio_allows_reentry():
-    # One rule whatever patched the loop: `await rk.evaluate(...)` works in
+    # One rule whatever patched the loop: `await rk.evaluate_async(...)` works in
     # every notebook. In a subprocess: nest_asyncio patches the whole process.
     pytest.importorskip("nest_asyncio")
     code = """
@@ -318,7 +331,7 @@ from evaluate_helpers import said_agent, said_tasks
 
 async def notebook_cell():
     nest_asyncio.apply(asyncio.get_running_loop())  # what some libraries do in Jupyter
-    pending = rk.evaluate(said_agent(), said_tasks(3), progress=False)
+    pending = rk.evaluate_async(said_agent(), said_tasks(3), progress=False)
     print(repr(pending))
     result = await pending
     print(type(result).__name__, sorted(t.info["rollout_id"] for t in result.traces))
@@ -330,26 +343,26 @@ asyncio.run(notebook_cell())
     done = subprocess.run([sys.executable, "-c", code, str(HERE)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "<rollkit evaluation, not started: an event loop runs here, so await it: result = await rk.evaluate(...)>",
+        "<rollkit evaluation, not started: await it: result = await rk.evaluate_async(...)>",
         "EvalResult ['said-0#0', 'said-1#0', 'said-2#0']",
     ]
 
 
 async def test_an_evaluation_never_awaited_writes_nothing_and_the_folder_stays_usable(tmp_path):
     out = tmp_path / "run"
-    forgotten = rk.evaluate(said_agent(), said_tasks(2), out=out, progress=False)
-    with pytest.raises(AttributeError, match=r"this evaluation has not run yet; an event loop runs here, so await it"):
+    forgotten = rk.evaluate_async(said_agent(), said_tasks(2), out=out, progress=False)
+    with pytest.raises(AttributeError, match=r"this evaluation has not run yet; await it: result = await rk.evaluate_async"):
         forgotten.traces  # noqa: B018 - what a notebook user who forgot `await` types next
     forgotten._coroutine.close()  # dropped without running (no "never awaited" warning in the test log)
     assert not out.exists()
     # The next run on the same out= is a new run, not refused as "already holds a run".
-    result = await rk.evaluate(said_agent(), said_tasks(2), out=out, progress=False)
+    result = await rk.evaluate_async(said_agent(), said_tasks(2), out=out, progress=False)
     assert sorted(t.info["rollout_id"] for t in load_run(out)) == sorted(t.info["rollout_id"] for t in result.traces)
 
 
 async def test_a_folder_problem_is_raised_when_the_evaluation_is_awaited(tmp_path):
-    await rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, progress=False)
-    again = rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, progress=False)  # no error yet: nothing touched
+    await rk.evaluate_async(said_agent(), said_tasks(1), out=tmp_path, progress=False)
+    again = rk.evaluate_async(said_agent(), said_tasks(1), out=tmp_path, progress=False)  # no error yet: nothing touched
     with pytest.raises(RunFolderError, match="already holds a run"):
         await again
 

@@ -133,14 +133,14 @@ async def test_a_fork_keeps_the_original_agent_budget_and_runs_out_of_it():
 
 async def test_the_notebook_facade_forks_too():
     ro = NotebookRollout(support_agent(), support_tasks(1)[0])  # async: no nest-asyncio in the test process
-    await ro.aopen()
-    await ro.astep()
-    fork = await ro.afork(1)
+    await ro.open_async()
+    await ro.step_async()
+    fork = await ro.fork_async(1)
     assert fork.trace.info["forked_from"] == [ro.id, 1] and fork.rollout.is_open
-    reply = (await fork.astep("It's 42.")).reply
+    reply = (await fork.step_async("It's 42.")).reply
     assert reply == "Order 42: no order with number 42. Anything else I can help with?"
-    await fork.aclose()
-    await ro.aclose()
+    await fork.close_async()
+    await ro.close_async()
 
 
 def test_the_panel_forks_here_and_shows_the_forks_panel_below():

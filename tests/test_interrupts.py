@@ -181,7 +181,7 @@ async def test_sigkill_of_a_run_leaves_no_program_and_no_folder_and_resume_finds
     assert _leftover_folders(tmp) == []
     assert sorted(_rollout_ids(out)) == FINISHED_BEFORE_BLOCK
 
-    result = await rk.evaluate(gated_program_agent(marker), said_tasks(6, kind=ToolSaid), repeats=2, concurrency=4, out=out,
+    result = await rk.evaluate_async(gated_program_agent(marker), said_tasks(6, kind=ToolSaid), repeats=2, concurrency=4, out=out,
                                resume=True, progress=False)
     assert Counter(_rollout_ids(out)) == ALL_12 and len(result) == 12
     assert processes_marked(marker) == []

@@ -14,8 +14,8 @@ These tests read the source with `ast` (nothing is imported) and fail on:
   (they are still held to the layering above);
 - an import circle inside a package, type-only (`if TYPE_CHECKING:`) and
   lazy imports included: a circle makes its modules one unit that cannot be
-  read bottom-up. The few circles left are named in `_ALLOWED_CIRCLES` with
-  why; any other fails. `python tests/test_layers.py` lists them all;
+  read bottom-up. None is allowed; `python tests/test_layers.py` lists
+  any found, with the file and line of each import;
 - a package or module without the docstring that says what it owns, a
   sub-package without `__all__`, and a function of the core longer than 60
   lines.
@@ -174,15 +174,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# Circles left on purpose, each with why; a circle found that is not inside
-# one of these fails the test, and so does an entry no circle needs any more.
-_ALLOWED_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"rollkit.notebook.panel", "rollkit.notebook.seat", "rollkit.notebook.stepping"}):
-        "the widgets type against the facade (panel, seat) while the facade builds the panel; "
-        "panel.py and seat.py are being changed on another branch (issue 22, notebook part)",
-}
-
-
 def _package_graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], str]]:
     """Edges between modules of one package, type-only and lazy ones included."""
     graph: dict[str, set[str]] = {}
@@ -243,11 +234,22 @@ def describe_circles() -> list[str]:
 
 def test_no_import_circle_inside_a_package_type_only_included() -> None:
     graph, _ = _package_graph()
-    circles = _circles(graph)
-    new = [part for part in circles if not any(part <= allowed for allowed in _ALLOWED_CIRCLES)]
-    assert new == [], "import circles inside a package (python tests/test_layers.py lists them):\n" + "\n".join(describe_circles())
-    stale = [sorted(allowed) for allowed in _ALLOWED_CIRCLES if not any(part <= allowed and len(part) > 1 for part in circles)]
-    assert stale == [], f"these allowed circles are gone; remove them from _ALLOWED_CIRCLES: {stale}"
+    assert _circles(graph) == [], (
+        "import circles inside a package (python tests/test_layers.py lists them):\n" + "\n".join(describe_circles())
+    )
+
+
+def test_the_notebook_widgets_ask_the_facade_never_the_core() -> None:
+    """The panel and the agent's seat type against the facade's protocol
+    (rollkit.notebook._view) and import nothing of the core, type-only
+    imports included: what can run now is the facade's to say."""
+    reach = []
+    for path, imports in _all_imports().items():
+        if imports.module in ("rollkit.notebook.panel", "rollkit.notebook.seat"):
+            reach += [f"{path.relative_to(ROOT.parent)}:{line} imports {module}"
+                      for line, module, _ in imports.found
+                      if module.startswith("rollkit.core") or module == "rollkit.notebook.stepping"]
+    assert reach == [], "widgets must ask the facade (rollkit.notebook._view), not the core:\n" + "\n".join(reach)
 
 
 def test_the_checks_above_can_fail() -> None:

@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 import pytest
-from conftest import CountingRuntime, Recorder, prompt_task
+from conftest import CountingRuntime, Recorder, prompt_task, virtual_time
 
 import rollkit as rk
 
@@ -188,7 +188,8 @@ async def test_L27_a_signal_that_times_out_stays_visible_as_missing():
         def quick(self) -> float:
             return 1.0
 
-    trace = await rk.Agent(timeouts=rk.RolloutTimeouts(scoring=0.2)).run(Slow(prompt="x"))
+    with virtual_time():
+        trace = await rk.Agent(timeouts=rk.RolloutTimeouts(scoring=0.2)).run(Slow(prompt="x"))
     assert trace.metrics["forever"] is None
     assert trace.signal_errors["forever"] == "scoring timed out after 0.2s"
     assert trace.rewards == {"quick": 1.0}

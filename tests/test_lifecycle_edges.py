@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import CountingRuntime, Recorder, prompt_task
+from conftest import CountingRuntime, Recorder, prompt_task, virtual_time
 
 import rollkit as rk
 
@@ -27,17 +27,20 @@ class _WaitingModel(rk.Model):
 
 
 async def test_L9_budget_is_cumulative_across_segments():
-    """0.8 s in all; each call takes 0.45 s. The first segment fits; the second
-    would fit a fresh budget but not what is left of the shared one."""
-    agent = rk.Agent(model=rk.ScriptedModel(lambda r: "ok", delay=0.45), timeouts=rk.RolloutTimeouts(agent=0.8))
-    rollout = agent.rollout(rk.Task(), user=True)
-    await rollout.open()
-    assert await rollout.step("one") is True
-    assert await rollout.step("two") is False
-    trace = await rollout.close()
-    assert trace.error.message == "agent timeout: the agent used its whole 0.8s agent-time budget"
+    """0.75 s in all; each call takes 0.5 s (virtual time: exact, instant).
+    The first segment fits; the second would fit a fresh budget but not the
+    0.25 s left of the shared one, and is cut off exactly there."""
+    with virtual_time() as clock:
+        agent = rk.Agent(model=rk.ScriptedModel(lambda r: "ok", delay=0.5), timeouts=rk.RolloutTimeouts(agent=0.75),
+                         clock=clock)
+        rollout = agent.rollout(rk.Task(), user=True)
+        await rollout.open()
+        assert await rollout.step("one") is True
+        assert await rollout.step("two") is False
+        trace = await rollout.close()
+    assert trace.error.message == "agent timeout: the agent used its whole 0.75s agent-time budget"
     assert [s.turns_added for s in trace.segments] == [1, 0]
-    assert trace.segments[-1].remaining == 0.0
+    assert [(s.charged, s.remaining) for s in trace.segments] == [(0.5, 0.25), (0.25, 0.0)]
 
 
 async def test_L10_a_harness_that_swallows_the_deadline_still_ran_out():
@@ -48,18 +51,23 @@ async def test_L10_a_harness_that_swallows_the_deadline_still_ran_out():
             except asyncio.CancelledError:
                 return  # pretends nothing happened
 
-    agent = rk.Agent(harness=Stubborn(), timeouts=rk.RolloutTimeouts(agent=0.1))
-    trace = await agent.run(prompt_task())
-    assert trace.error.message == "agent timeout: the agent used its whole 0.1s agent-time budget"
+    with virtual_time() as clock:
+        agent = rk.Agent(harness=Stubborn(), timeouts=rk.RolloutTimeouts(agent=0.25), clock=clock)
+        trace = await agent.run(prompt_task())
+    assert trace.error.message == "agent timeout: the agent used its whole 0.25s agent-time budget"
+    assert [s.charged for s in trace.segments] == [0.25]  # cut off at the deadline, not when it gave up waiting
 
 
 async def test_L10_a_model_call_cut_off_by_the_deadline_is_recorded():
-    agent = rk.Agent(model=rk.ScriptedModel(lambda r: "x", delay=5), timeouts=rk.RolloutTimeouts(agent=0.2))
-    trace = await agent.run(prompt_task())
+    with virtual_time() as clock:
+        agent = rk.Agent(model=rk.ScriptedModel(lambda r: "x", delay=5), timeouts=rk.RolloutTimeouts(agent=0.25),
+                         clock=clock)
+        trace = await agent.run(prompt_task())
     (call,) = trace.model_calls
     assert (call.committed, call.error.type) == (False, "ProviderError")
     assert call.error.message.startswith("the model call was cancelled before it answered")
-    assert trace.model_time >= 0.15  # the wait counts as model time, not harness time
+    # The whole wait up to the deadline counts as model time, not harness time.
+    assert (call.latency, trace.model_time, trace.harness_time) == (0.25, 0.25, 0.0)
 
 
 async def test_L15_failure_after_a_committed_turn_returns_false():
@@ -169,8 +177,9 @@ async def test_hung_teardown_only_warns(recorder: Recorder):
         async def cleanup(self, ctx):
             await asyncio.Event().wait()
 
-    agent = rk.Agent(harness=Hanging(), timeouts=rk.RolloutTimeouts(teardown=0.1))
-    trace = await agent.run(prompt_task())
+    with virtual_time():
+        agent = rk.Agent(harness=Hanging(), timeouts=rk.RolloutTimeouts(teardown=0.1))
+        trace = await agent.run(prompt_task())
     assert trace.ok is True
     assert trace.warnings == [
         "harness cleanup did not finish within the 0.1s teardown deadline: abandoned (its processes killed)"]
@@ -257,7 +266,8 @@ async def test_a_scorer_that_returned_none_is_not_blamed_on_the_timeout():
             await asyncio.Event().wait()
             return 1.0
 
-    trace = await rk.Agent(timeouts=rk.RolloutTimeouts(scoring=0.1)).run(Mixed(prompt="x"))
+    with virtual_time():
+        trace = await rk.Agent(timeouts=rk.RolloutTimeouts(scoring=0.1)).run(Mixed(prompt="x"))
     assert set(trace.signal_errors) == {"forever"}
     assert trace.metrics["nothing"] is None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import CountingRuntime, PromptTask, Recorder, prompt_task, replies
+from conftest import CountingRuntime, PromptTask, Recorder, prompt_task, replies, virtual_time
 
 import rollkit as rk
 
@@ -29,11 +29,12 @@ async def test_L1_three_actions_and_many_steps():
 
 
 async def test_L2_five_phase_spans_all_ended_and_agent_time_split():
-    """L2: five spans with start and end; agent time = model time + harness time."""
+    """L2: five spans with start and end; agent time = model time + harness
+    time, on virtual time: the harness works 0.5 s, the model answers in 0.25 s."""
 
     class SlowHarness(rk.ChatHarness):
         async def segment(self, ctx, messages):
-            await asyncio.sleep(0.05)  # harness work, not model time
+            await asyncio.sleep(0.5)  # harness work, not model time
             await super().segment(ctx, messages)
 
     class Scored(rk.Task):
@@ -41,13 +42,15 @@ async def test_L2_five_phase_spans_all_ended_and_agent_time_split():
         def one(self) -> float:
             return 1.0
 
-    agent = rk.Agent(model=replies("hi", delay=0.05), harness=SlowHarness())
-    trace = await agent.run(Scored(prompt="go"))
+    with virtual_time() as clock:
+        agent = rk.Agent(model=replies("hi", delay=0.25), harness=SlowHarness(), clock=clock)
+        trace = await agent.run(Scored(prompt="go"))
     assert list(trace.phases) == ["boot", "setup", "agent", "finalize", "scoring"]
     for span in trace.phases.values():
         assert span.end is not None and span.end >= span.start
-    assert trace.model_time >= 0.05
-    assert trace.harness_time >= 0.05
+    agent_span = trace.phases["agent"]
+    assert agent_span.end - agent_span.start == 0.75
+    assert (trace.agent_time, trace.model_time, trace.harness_time) == (0.75, 0.25, 0.5)
 
 
 async def test_L2_failed_open_leaves_no_span_open():
@@ -140,9 +143,10 @@ class _SlowSetupHarness(rk.ChatHarness):
 async def test_L5_setup_deadline_is_shared_and_names_the_slow_one():
     """Each setup alone fits in 1 s; together they do not, and harness.setup is blamed."""
     task = _SlowSetupTask(prompt="x")
-    task.delay = 0.6
-    agent = rk.Agent(harness=_SlowSetupHarness(0.6), timeouts=rk.RolloutTimeouts(setup=1.0))
-    trace = await agent.run(task)
+    task.delay = 0.5
+    with virtual_time():
+        agent = rk.Agent(harness=_SlowSetupHarness(0.75), timeouts=rk.RolloutTimeouts(setup=1.0))
+        trace = await agent.run(task)
     assert trace.error.type == "HarnessError"
     assert "setup timeout: harness.setup was still running when the shared 1.0s setup deadline" in trace.error.message
 
@@ -150,8 +154,9 @@ async def test_L5_setup_deadline_is_shared_and_names_the_slow_one():
 async def test_L5_slow_task_setup_is_a_task_error():
     task = _SlowSetupTask(prompt="x")
     task.delay = 5
-    agent = rk.Agent(harness=_SlowSetupHarness(0), timeouts=rk.RolloutTimeouts(setup=0.2))
-    trace = await agent.run(task)
+    with virtual_time():
+        agent = rk.Agent(harness=_SlowSetupHarness(0), timeouts=rk.RolloutTimeouts(setup=0.2))
+        trace = await agent.run(task)
     assert trace.error.type == "TaskError"
     assert trace.error.message.startswith("setup timeout: task.setup was still running")
 

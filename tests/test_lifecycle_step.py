@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import prompt_task, replies, ticking
+from conftest import prompt_task, replies, ticking, virtual_time
 
 import rollkit as rk
 from rollkit.core.clock import FakeClock
@@ -35,11 +35,12 @@ async def test_L9_agent_time_is_charged_per_segment_and_waiting_costs_nothing():
 
 
 async def test_L10_running_out_of_agent_time_is_an_agent_failure():
-    agent = rk.Agent(model=rk.ScriptedModel(lambda r: "late", delay=5), timeouts=rk.RolloutTimeouts(agent=0.2))
-    rollout = agent.rollout(prompt_task())
-    await rollout.open()
-    assert await rollout.step() is False
-    trace = await rollout.close()
+    with virtual_time():
+        agent = rk.Agent(model=rk.ScriptedModel(lambda r: "late", delay=5), timeouts=rk.RolloutTimeouts(agent=0.2))
+        rollout = agent.rollout(prompt_task())
+        await rollout.open()
+        assert await rollout.step() is False
+        trace = await rollout.close()
     assert trace.error.type == "HarnessError"
     assert trace.error.message == "agent timeout: the agent used its whole 0.2s agent-time budget"
     assert trace.ok is False and trace.rewards == {}

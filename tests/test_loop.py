@@ -2,7 +2,7 @@
 
 A rollout opened by the sync facade lives on rollkit's loop thread; these
 tests call it the ways a kernel does, from this test's running loop (the
-kernel's loop stands in for it): blocking calls, `await ro.astep()`, a
+kernel's loop stands in for it): blocking calls, `await ro.step_async()`, a
 click's `*_soon`, and the person answering as the model from the kernel's
 thread while the step waits on rollkit's.
 """
@@ -33,7 +33,7 @@ async def test_sync_and_async_forms_both_run_on_rollkits_loop_thread() -> None:
     seen, model = _threads_seen()
     ro = rk.notebook.open(rk.Agent(model=model), rk.Task())  # blocks this loop until it is open
     assert ro.step("one").reply == "Echo: one"
-    assert (await ro.astep("two")).reply == "Echo: two"  # awaited from this loop, run on rollkit's
+    assert (await ro.step_async("two")).reply == "Echo: two"  # awaited from this loop, run on rollkit's
     assert ro.close().num_turns == 2
     assert seen == ["rollkit-loop", "rollkit-loop"]
     assert threading.current_thread().name == "MainThread"
@@ -42,11 +42,11 @@ async def test_sync_and_async_forms_both_run_on_rollkits_loop_thread() -> None:
 async def test_a_rollout_opened_by_await_stays_on_the_awaiting_loop() -> None:
     seen, model = _threads_seen()
     ro = rk.notebook.NotebookRollout(rk.Agent(model=model), rk.Task())
-    assert await ro.aopen()
-    await ro.astep("here")
-    with pytest.raises(RuntimeError, match=r"would never finish: await the async form instead \(await ro.astep\(\)"):
+    assert await ro.open_async()
+    await ro.step_async("here")
+    with pytest.raises(RuntimeError, match=r"would never finish: await the async form instead \(await ro.step_async\(\)"):
         ro.step("blocking")  # would block the very loop the rollout lives on
-    await ro.aclose()
+    await ro.close_async()
     assert seen == ["MainThread"]
 
 

@@ -15,6 +15,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import virtual_time
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
@@ -24,7 +25,7 @@ from rollkit.notebook.stepping import NotebookRollout
 
 async def _opened(agent: rk.Agent, task: rk.Task) -> NotebookRollout:
     ro = NotebookRollout(agent, task)
-    assert await ro.aopen()
+    assert await ro.open_async()
     return ro
 
 
@@ -97,22 +98,47 @@ def test_core_import_loads_no_notebook_dependencies() -> None:
 async def test_async_form_and_step_results() -> None:
     ro = await _opened(demo_agent(), arithmetic_tasks(3)[2])
     assert ro.status.text == "open: step to let the agent answer the prompt"
-    result = await ro.astep()
+    result = await ro.step_async()
     assert bool(result) is True
     assert result.reply == "The answer is 378."
     assert [m.role for m in result.messages] == ["system", "user", "assistant", "tool", "assistant"]
     assert ro.status.kind == "waiting"
-    trace = await ro.aclose()
+    trace = await ro.close_async()
     assert trace.reward == 1.0
     assert ro.status.text == "closed: ok, reward 1.000"
 
 
+@pytest.mark.parametrize(("old", "new"), [("aopen", "open_async"), ("astep", "step_async"), ("afork", "fork_async"),
+                                          ("aclose", "close_async"), ("aabort", "abort_async")])
+async def test_the_old_async_names_still_work_and_warn_naming_the_new_one(old: str, new: str) -> None:
+    ro = NotebookRollout(demo_agent(), arithmetic_tasks(3)[2])
+    steps = {"aopen": [], "astep": ["open"], "afork": ["open", "step"], "aclose": ["open", "step"], "aabort": ["open"]}
+    for done in steps[old]:  # the state each one needs, reached with the new names
+        await getattr(ro, f"{done}_async")()
+    args = (1,) if old == "afork" else ()
+    with pytest.warns(DeprecationWarning, match=rf"ro\.{old}\(\) is deprecated and goes in the next release: "
+                                                 rf"write ro\.{new}\(\)") as seen:
+        result = await getattr(ro, old)(*args)
+    assert [w.filename for w in seen] == [__file__]  # the warning points at the caller's line
+    if old == "aopen":
+        assert result is True and ro.status.text == "open: step to let the agent answer the prompt"
+    elif old == "astep":
+        assert result.reply == "The answer is 378."
+    elif old == "afork":
+        assert isinstance(result, NotebookRollout) and result.trace.num_turns == 1 and result is not ro
+        await result.close_async()
+    else:
+        assert result is ro.trace and ro.closed and result.aborted is (old == "aabort")
+    if not ro.closed:
+        await ro.close_async()
+
+
 async def test_step_result_html_escapes_the_reply_once() -> None:
     ro = await _opened(rk.Agent(model=rk.ScriptedModel(["a < b & <b>c</b>"])), rk.Task(prompt="hi"))
-    page = (await ro.astep())._repr_html_()
+    page = (await ro.step_async())._repr_html_()
     assert "a &lt; b &amp; &lt;b&gt;c&lt;/b&gt;" in page  # escaped, and only once
     assert "<b>c" not in page
-    await ro.aclose()
+    await ro.close_async()
 
 
 async def test_prompt_less_task_needs_the_users_opening_message() -> None:
@@ -120,28 +146,28 @@ async def test_prompt_less_task_needs_the_users_opening_message() -> None:
     assert ro.needs_message
     assert ro.status.text == "waiting for the user: this task has no prompt, so type the opening message"
     with pytest.raises(ValueError, match=r"no prompt, so the user speaks first: pass the opening message"):
-        await ro.astep()
-    result = await ro.astep("hi there")
+        await ro.step_async()
+    result = await ro.step_async("hi there")
     assert result.reply == "You said: hi there"
     assert not ro.needs_message
-    await ro.aclose()
+    await ro.close_async()
 
 
 async def test_empty_message_is_refused_before_anything_runs() -> None:
     ro = await _opened(rk.Agent(model="echo"), rk.Task())
     for empty in ("", "   \n"):
         with pytest.raises(ValueError, match=r"empty message: type what the user says"):
-            await ro.astep(empty)
+            await ro.step_async(empty)
     assert ro.trace.segments == [] and ro.trace.messages == []
-    await ro.aclose()
+    await ro.close_async()
 
 
 async def test_step_on_a_closed_rollout_says_so() -> None:
     ro = await _opened(demo_agent(), arithmetic_tasks(1)[0])
-    await ro.astep()
-    await ro.aclose()
+    await ro.step_async()
+    await ro.close_async()
     with pytest.raises(RolloutEnded, match=r"is closed \(closed: ok, reward 1.000\).*rk.notebook.open\(agent, task\)"):
-        await ro.astep("more")
+        await ro.step_async("more")
     with pytest.raises(RolloutEnded, match="is closed"):
         ro.step_soon()
     assert len(ro.trace.segments) == 1  # nothing ran
@@ -149,11 +175,11 @@ async def test_step_on_a_closed_rollout_says_so() -> None:
 
 async def test_step_after_a_limit_ended_the_exchange_says_close() -> None:
     ro = await _opened(demo_agent(limits={"max_turns": 1}), arithmetic_tasks(1)[0])
-    assert not await ro.astep()
+    assert not await ro.step_async()
     assert ro.status.text == "stopped by max_turns after 1 turn: close to score it"
     with pytest.raises(RolloutEnded, match=r"is over \(stopped by max_turns.*call ro.close\(\) to finalize and score it"):
-        await ro.astep()
-    await ro.aclose()
+        await ro.step_async()
+    await ro.close_async()
 
 
 class BrokenSetup(rk.Task):
@@ -163,26 +189,27 @@ class BrokenSetup(rk.Task):
 
 async def test_open_that_failed_says_why_and_refuses_steps() -> None:
     ro = NotebookRollout(demo_agent(), BrokenSetup(prompt="hi"))
-    assert not await ro.aopen()
+    assert not await ro.open_async()
     assert ro.status.kind == "failed"
     assert ro.status.text.startswith("failed in setup: TaskError: task.setup: OSError: the fixture file is missing")
     panel = ro.panel(chart=False)
     assert panel.send_button.disabled and panel.step_button.disabled
     assert not panel.close_button.disabled
     with pytest.raises(RolloutEnded, match="is over"):
-        await ro.astep("hello")
-    trace = await ro.aclose()
+        await ro.step_async("hello")
+    trace = await ro.close_async()
     assert trace.ok is False and trace.rewards == {}
     panel.close()
 
 
 async def test_failed_status_names_the_error() -> None:
-    agent = rk.Agent(model=rk.ScriptedModel(["x"], delay=0.5), timeouts={"agent": 0.02})
-    ro = await _opened(agent, rk.Task(prompt="hi"))
-    assert not await ro.astep()
+    with virtual_time():  # the model would answer after 5 s; the agent's budget ends at 0.25 s
+        agent = rk.Agent(model=rk.ScriptedModel(["x"], delay=5), timeouts={"agent": 0.25})
+        ro = await _opened(agent, rk.Task(prompt="hi"))
+        assert not await ro.step_async()
     assert ro.status.kind == "failed"
     assert ro.status.text.startswith("failed in agent: HarnessError: agent timeout")
-    await ro.aclose()
+    await ro.close_async()
     assert ro.status.text.startswith("failed in agent: HarnessError: agent timeout")
 
 
@@ -252,7 +279,7 @@ async def test_a_second_click_before_the_step_ran_does_not_start_another() -> No
     await ro.wait()
     assert len(ro.trace.segments) == 1
     assert ro.trace.last_reply == "Echo: first"
-    await ro.aclose()
+    await ro.close_async()
     panel.close()
 
 
@@ -268,14 +295,14 @@ async def test_send_with_an_empty_message_shows_an_error_and_runs_nothing() -> N
     assert panel.error.value == ""
     await ro.wait()
     assert ro.trace.last_reply == "You said: ok now"
-    await ro.aclose()
+    await ro.close_async()
     panel.close()
 
 
 async def test_step_button_on_a_closed_rollout_reports_instead_of_raising() -> None:
     ro = await _opened(demo_agent(), arithmetic_tasks(1)[0])
     panel = ro.panel(chart=False)
-    await ro.aclose()
+    await ro.close_async()
     assert panel.step_button.disabled
     panel._on_step()  # what a click that raced the close would do
     assert "RolloutEnded: rollout" in panel.error.value and "is closed" in panel.error.value
@@ -314,14 +341,14 @@ async def test_gauges_show_limits_budget_and_phase() -> None:
     agent = demo_agent(limits={"max_turns": 4, "max_total_tokens": 100}, timeouts={"agent": 30})
     ro = await _opened(agent, arithmetic_tasks(1)[0])
     panel = RolloutPanel(ro, chart=False)
-    await ro.astep()
+    await ro.step_async()
     gauges = panel.gauges.value
     assert '<td class="rk-gauge-value">2 / 4</td>' in gauges
     assert f'<td class="rk-gauge-value">{ro.trace.num_total_tokens} / 100</td>' in gauges
     assert '<td class="rk-nolimit">no limit</td>' in gauges  # input and output tokens
     assert " / 30.000 s</td>" in gauges
     assert '<td class="rk-phase" colspan="3">none: waiting for the user</td>' in gauges
-    await ro.aclose()
+    await ro.close_async()
     panel.close()
 
 
@@ -359,13 +386,13 @@ async def test_a_stop_condition_is_escaped_in_status_error_and_trace() -> None:
 
     ro = await _opened(rk.Agent(model="echo"), BoldStop(prompt="hi"))
     panel = ro.panel(chart=False)
-    assert not await ro.astep()
+    assert not await ro.step_async()
     assert ro.trace.stop_condition == "<b>x</b>"
     _assert_escaped(panel.status.value, "stopped by <b>x</b> after 1 turn")
     panel._on_step()  # a click that raced the end of the exchange
     assert "RolloutEnded" in panel.error.value
     _assert_escaped(panel.error.value, "(stopped by <b>x</b> after 1 turn")
-    await ro.aclose()
+    await ro.close_async()
     _assert_escaped(panel.status.value, "closed: ok, stopped by <b>x</b>")
     page = trace_html(ro.trace)
     assert '<span class="rk-stopped">stopped</span> by &lt;b&gt;x&lt;/b&gt;' in page
@@ -378,13 +405,13 @@ async def test_an_error_message_is_escaped_in_status_error_and_trace() -> None:
 
     ro = await _opened(rk.Agent(harness=BoldBoom()), rk.Task(prompt="hi"))
     panel = ro.panel(chart=False)
-    assert not await ro.astep()
+    assert not await ro.step_async()
     assert ro.trace.error.message.endswith("ValueError: <b>boom</b>")
     _assert_escaped(panel.status.value, "ValueError: <b>boom</b>")
     panel._on_step()
     assert "RolloutEnded" in panel.error.value
     _assert_escaped(panel.error.value, "ValueError: <b>boom</b>")
-    await ro.aclose()
+    await ro.close_async()
     _assert_escaped(panel.status.value, "ValueError: <b>boom</b>")
     _assert_escaped(trace_html(ro.trace), "ValueError: <b>boom</b>")
     panel.close()
@@ -412,7 +439,7 @@ async def test_agent_time_is_the_rollouts_own_clock(monkeypatch) -> None:
     gate.open.set()
     await ro.wait()
     assert ro.agent_time == ro.trace.agent_time  # between segments: what was charged
-    await ro.aclose()
+    await ro.close_async()
 
 
 async def test_an_awaited_abort_says_aborting_while_it_runs() -> None:
@@ -422,7 +449,7 @@ async def test_an_awaited_abort_says_aborting_while_it_runs() -> None:
     await gate.called.wait()
     seen: list[str] = []
     ro.watch(lambda: seen.append(ro.status.text))
-    trace = await ro.aabort()
+    trace = await ro.abort_async()
     assert "aborting: cancelling and freeing resources" in seen
     assert seen[-1] == "aborted: resources freed, not finalized or scored"
     assert trace.aborted and ro.closed and not ro.busy
@@ -442,12 +469,12 @@ async def test_transcript_is_redrawn_when_the_trace_replaces_its_message_list() 
     ro = await _opened(rk.Agent(model="echo", harness=Rewriter()), rk.Task(prompt="original prompt"))
     panel = ro.panel(chart=False)
     first = ro.trace.messages
-    await ro.astep()
+    await ro.step_async()
     assert ro.trace.messages is not first  # the ledger was replaced, and is longer
     assert [m.content for m in ro.trace.messages] == ["rewritten history", "You said: rewritten history"]
     assert "original prompt" not in panel.transcript.value
     assert "rewritten history" in panel.transcript.value
-    await ro.aclose()
+    await ro.close_async()
     panel.close()
 
 
@@ -462,6 +489,6 @@ async def test_panel_is_reused_until_closed_or_asked_with_other_options() -> Non
     charted = ro.panel(chart=True)
     assert charted is not again and charted.chart is not None
     assert ro.panel() is charted
-    await ro.aclose()
+    await ro.close_async()
     again.close()
     charted.close()

@@ -20,7 +20,7 @@ _STEP_DOES = "Let the agent run one more segment without a new message"
 
 async def _opened(agent: rk.Agent, task: rk.Task) -> NotebookRollout:
     ro = NotebookRollout(agent, task)
-    assert await ro.aopen()
+    assert await ro.open_async()
     return ro
 
 
@@ -28,11 +28,11 @@ async def test_send_and_step_are_off_at_6_of_6_turns_naming_the_limit() -> None:
     ro = await _opened(rk.Agent(model="echo", limits={"max_turns": 6}), rk.Task())
     panel = ro.panel(chart=False)
     for k in range(1, 6):
-        await ro.astep(f"message {k}")
+        await ro.step_async(f"message {k}")
     assert not panel.send_button.disabled and not panel.step_button.disabled
     assert panel.send_button.tooltip == _SEND_DOES and panel.step_button.tooltip == _STEP_DOES
 
-    await ro.astep("message 6")  # 6 of 6: the core would refuse the next call
+    await ro.step_async("message 6")  # 6 of 6: the core would refuse the next call
     reason = "max_turns reached (6 of 6 turns used): the next turn would be refused"
     assert panel.send_button.disabled and panel.step_button.disabled and panel.text.disabled
     assert panel.send_button.tooltip == reason and panel.step_button.tooltip == reason
@@ -41,7 +41,7 @@ async def test_send_and_step_are_off_at_6_of_6_turns_naming_the_limit() -> None:
     assert not panel.close_button.disabled and panel.close_button.tooltip == "Finalize, score and tear down"
     assert ro.rollout.state == "open"  # nothing was refused: the panel foresaw it
 
-    await ro.aclose()
+    await ro.close_async()
     assert panel.send_button.disabled
     assert panel.send_button.tooltip == "the rollout is closed: nothing more can run in it"
     assert panel.abort_button.disabled and panel.abort_button.tooltip == "the rollout is closed already"
@@ -52,13 +52,13 @@ async def test_a_token_limit_reached_turns_send_and_step_off() -> None:
     ro = await _opened(rk.Agent(model="echo", limits={"max_total_tokens": 10}), rk.Task(prompt="hello there friend"))
     panel = ro.panel(chart=False)
     assert not panel.step_button.disabled
-    await ro.astep()
+    await ro.step_async()
     used = ro.trace.num_total_tokens
     assert used >= 10
     assert panel.step_button.disabled
     assert panel.step_button.tooltip == (
         f"max_total_tokens reached ({used} of 10 tokens used): the next turn would be refused")
-    await ro.aclose()
+    await ro.close_async()
     panel.close()
 
 
@@ -73,12 +73,12 @@ async def test_after_a_refused_step_the_buttons_say_the_exchange_is_over() -> No
     # and then the status names the stop.
     ro = await _opened(rk.Agent(model="echo"), OneTurn())
     panel = ro.panel(chart=False)
-    await ro.astep("one")
+    await ro.step_async("one")
     assert not panel.send_button.disabled
-    assert not await ro.astep("two")
+    assert not await ro.step_async("two")
     assert panel.send_button.disabled and panel.step_button.disabled
     assert panel.send_button.tooltip == "stopped by after_one after 1 turn: close to score it"
-    await ro.aclose()
+    await ro.close_async()
     panel.close()
 
 
@@ -103,11 +103,11 @@ def test_a_fork_from_an_earlier_turn_has_its_buttons_on_again() -> None:
 async def test_the_transcript_holds_the_escaped_chat_in_a_self_scrolling_widget() -> None:
     ro = await _opened(rk.Agent(model="echo"), rk.Task())
     panel = ro.panel(chart=False)
-    await ro.astep("<script>x</script>")
+    await ro.step_async("<script>x</script>")
     assert "&lt;script&gt;x&lt;/script&gt;" in panel.transcript.value
     assert "<script>" not in panel.transcript.value
     # Its front end scrolls the box to the bottom whenever the value changes.
     assert "box.scrollTop = box.scrollHeight" in panel.transcript._esm and "ResizeObserver" in panel.transcript._esm
     assert "rk-transcript" in panel.transcript._dom_classes
-    await ro.aclose()
+    await ro.close_async()
     panel.close()

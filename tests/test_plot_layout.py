@@ -211,11 +211,11 @@ class Picky(Arithmetic):
 
 async def _panel_chart() -> Any:
     ro = NotebookRollout(demo_agent(limits={"max_turns": 4}), arithmetic_tasks(3)[0])
-    await ro.aopen()
-    await ro.astep()
-    await ro.astep("And 7 boxes with 6 pens each?")
+    await ro.open_async()
+    await ro.step_async()
+    await ro.step_async("And 7 boxes with 6 pens each?")
     chart = rk.plots.LiveBudgetBurn(ro, width=460, height=420)  # as the panel makes it
-    await ro.aclose()
+    await ro.close_async()
     return chart
 
 
@@ -282,8 +282,8 @@ def test_stop_reasons_colours_and_words_agree(render) -> None:  # type: ignore[n
 def test_compare_draws_tasks_with_the_same_values_as_one_counted_point(render) -> None:  # type: ignore[no-untyped-def]
     async def runs() -> tuple[Any, Any]:
         tasks = arithmetic_tasks(12)
-        a = await rk.evaluate(demo_agent(), tasks, progress=False)
-        b = await rk.evaluate(demo_agent(model=careful_calculator_model()), tasks, progress=False)
+        a = await rk.evaluate_async(demo_agent(), tasks, progress=False)
+        b = await rk.evaluate_async(demo_agent(model=careful_calculator_model()), tasks, progress=False)
         return a, b
 
     a, b = _run(runs())

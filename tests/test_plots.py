@@ -17,7 +17,11 @@ from conftest_notebook import assorted_traces
 
 
 async def _two_segments() -> rk.Trace:
-    agent = demo_agent(limits={"max_turns": 6, "max_total_tokens": 500}, timeouts={"agent": 60})
+    """Two segments of two turns each, on a fake clock where each model call
+    takes 0.25 s: agent time 0.25 a turn, exactly."""
+    clock = FakeClock()
+    agent = demo_agent(limits={"max_turns": 6, "max_total_tokens": 500}, timeouts={"agent": 60}, clock=clock)
+    ticking(agent.model, clock, 0.25)
     rollout = agent.rollout(arithmetic_tasks(1)[0], user=True)
     await rollout.open()
     await rollout.step()
@@ -35,7 +39,7 @@ async def test_budget_burn_draws_cumulative_values_limits_and_segments() -> None
     by_name = {d.name: d for d in fig.data}
     assert list(by_name["turns"].x) == [1, 2, 3, 4]
     assert list(by_name["total"].y) == [c.cum_total_tokens for c in trace.turns]
-    assert list(by_name["agent time"].y) == [c.cum_agent_time for c in trace.turns]
+    assert list(by_name["agent time"].y) == [0.25, 0.5, 0.75, 1.0]  # charged per turn, on the fake clock
     # limits as dashed horizontal lines in their own rows
     assert len(_shapes_at(fig, yref="y", y0=6, y1=6)) == 1
     assert len(_shapes_at(fig, yref="y2", y0=500, y1=500)) == 1

@@ -335,3 +335,34 @@ def test_ab_test_refuses_a_value_outside_its_bounds_and_an_out_that_is_a_file(tm
     (tmp_path / "taken").write_text("x")
     with pytest.raises(ABTestError, match="is a file; pass a folder"):
         rk.ab_test(a, a, arithmetic_tasks(3), out=tmp_path / "taken")
+
+
+# ---- one spelling per idea: `name` runs, `name_async` is awaited -----------------------
+
+
+async def test_the_async_spellings_are_awaited_without_a_warning_and_the_old_ones_warn(sources):
+    """`await rk.turn_values_async(...)` (and _many, ab_test) is the spelling
+    in async code; `await rk.turn_values(...)` there still works for one
+    release, warning with the new spelling."""
+    import re
+    import warnings
+
+    agent = chain_agent(slip=SLIP)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = await rk.turn_values_async(sources[2], agent, n=2, turns=[2], progress=False)
+        many = await rk.turn_values_many_async(sources[:1], agent, n=1, progress=False)
+        ab = await rk.ab_test_async(_agent(toy_calculator_model()), _agent(careful_calculator_model()),
+                                    arithmetic_tasks(4), max_pairs=2)
+    assert ([r["turn"] for r in new.rows], len(many.values), ab.pairs) == ([2], 1, 2)
+    for call, old, spelled in [
+        (lambda: rk.turn_values(sources[2], agent, n=2, turns=[2], progress=False), "turn_values", "turn_values_async"),
+        (lambda: rk.turn_values_many(sources[:1], agent, n=1, progress=False), "turn_values_many",
+         "turn_values_many_async"),
+        (lambda: rk.ab_test(_agent(toy_calculator_model()), _agent(careful_calculator_model()), arithmetic_tasks(4),
+                            max_pairs=2), "ab_test", "ab_test_async"),
+    ]:
+        message = f"await rk.{old}(...) is deprecated and goes in the next release: write await rk.{spelled}(...)"
+        with pytest.warns(DeprecationWarning, match=re.escape(message)):
+            result = await call()
+        assert type(result) is type({"turn_values": new, "turn_values_many": many, "ab_test": ab}[old])

@@ -240,11 +240,11 @@ async def test_recorded_user_refuses_a_trace_without_user_turns_and_bad_options(
 async def test_a_person_stepping_in_the_notebook_is_recorded_and_replayable():
     task = support_tasks(1)[0]
     ro = NotebookRollout(support_agent(), task)  # the async form: no nest-asyncio in the test process
-    await ro.aopen()
-    await ro.astep()
-    await ro.astep(f"It's {task.data.order}.")
-    await ro.astep("No, that's all, thanks!")
-    person = await ro.aclose()
+    await ro.open_async()
+    await ro.step_async()
+    await ro.step_async(f"It's {task.data.order}.")
+    await ro.step_async("No, that's all, thanks!")
+    person = await ro.close_async()
     assert [u.by for u in person.user_turns] == ["person", "person"]
     replay = await support_agent().run(task, user=rk.RecordedUser(person))
     assert texts(replay) == texts(person)
@@ -321,7 +321,7 @@ def test_agent_user_refuses_what_is_not_an_agent():
 
 async def test_evaluate_with_a_user_factory_writes_both_sides_to_the_run_folder(tmp_path):
     tasks = support_tasks(6)
-    result = await rk.evaluate(support_agent(), tasks, repeats=2, out=tmp_path / "run", progress=False,
+    result = await rk.evaluate_async(support_agent(), tasks, repeats=2, out=tmp_path / "run", progress=False,
                                user=lambda task: customer())
     assert len(result.traces) == 12 and len(result.user_traces) == 12
     by_id = {u.id: u for u in result.user_traces}
@@ -335,7 +335,7 @@ async def test_evaluate_with_a_user_factory_writes_both_sides_to_the_run_folder(
 
 
 async def test_a_user_trace_whose_rollout_never_finished_is_dropped_on_loading(tmp_path):
-    result = await rk.evaluate(support_agent(), support_tasks(2), out=tmp_path / "run", progress=False, user=customer())
+    result = await rk.evaluate_async(support_agent(), support_tasks(2), out=tmp_path / "run", progress=False, user=customer())
     orphan = result.user_traces[0].model_copy(update={"id": "orphan"})
     orphan.info["assistant_trace_id"] = "never-finished"
     with open(tmp_path / "run" / "user_traces.jsonl", "a") as f:
@@ -354,7 +354,7 @@ async def test_a_user_factory_that_breaks_fails_only_that_rollout():
             raise RuntimeError("no customer today")
         return toy_customer()
 
-    result = await rk.evaluate(support_agent(), support_tasks(2), progress=False, user=factory)
+    result = await rk.evaluate_async(support_agent(), support_tasks(2), progress=False, user=factory)
     failed = [t for t in result.traces if t.failed]
     assert len(failed) == 1 and "no customer today" in failed[0].error.message
     assert [t.ok for t in result.traces if not t.failed] == [True]

@@ -1,7 +1,7 @@
 """The notebook face: step rollouts by hand, watch them, explore traces.
 
     ro = rk.notebook.open(agent, task)   # a NotebookRollout, opened
-    ro.step()                            # or ro.step("user text"); await ro.astep(...)
+    ro.step()                            # or ro.step("user text"); await ro.step_async(...)
     ro.panel()                           # the widget: chat, Send/Step/Close/Abort, gauges, chart
     ro.close()                           # finalize and score; returns the trace
     rk.notebook.TraceBrowser(traces)     # many traces: pick one, read it, see its plots
@@ -10,8 +10,9 @@
     rk.plots.rewards(traces)             # plotly figures (rollkit.notebook.plots)
 
 What this layer owns: the synchronous facade over the async core
-(`stepping`, over a loop of its own in a thread: `_loop`), the rollout panel and the
-trace browser (ipywidgets), HTML of traces (`display`, standard library
+(`stepping`, over a loop of its own in a thread: `_loop`), the rollout panel and
+agent's seat (`panel`, `seat`: they type against the facade's protocol in
+`_view` and never reach the core), the trace browser (ipywidgets), HTML of traces (`display`, standard library
 only), DataFrames (`frames`, pandas) and figures (`plots`, plotly).
 
 It imports the core, programs and runs layers, never `rollkit.examples`.

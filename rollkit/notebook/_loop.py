@@ -16,10 +16,10 @@ connections and runtimes bound to it survive from one cell to the next.
   With no loop running in the calling thread (a plain script) there is
   nothing to return to, so it runs `coro` to its end first.
 - `on(loop, coro)` awaits `coro` on `loop` from any loop (the async forms,
-  `await ro.astep()` in a cell, go through it).
+  `await ro.step_async()` in a cell, go through it).
 
 Each accepts the loop a coroutine must run on (a rollout opened with
-`await ro.aopen()` lives on the loop that awaited it); by default
+`await ro.open_async()` lives on the loop that awaited it); by default
 rollkit's loop. A synchronous call from the very loop it would wait for
 would deadlock, so it raises instead, naming the async form.
 
@@ -102,7 +102,7 @@ def run(coro: Coroutine[Any, Any, T], where: asyncio.AbstractEventLoop | None = 
         coro.close()
         raise RuntimeError(
             "a synchronous rollkit call was made on the event loop it would have to wait for, which would "
-            "never finish: await the async form instead (await ro.astep(), await ro.aclose(), ...)"
+            "never finish: await the async form instead (await ro.step_async(), await ro.close_async(), ...)"
         )
     finished = threading.Event()
     started: list[asyncio.Task[T]] = []

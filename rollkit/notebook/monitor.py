@@ -6,7 +6,7 @@ agent time), each signal's running mean with a 95% interval and n scored /
 n total, stop reasons and error types so far, and the slowest and failed
 rollouts: picking one opens it in a `TraceBrowser` below. `source` is
 
-- an `rk.evaluate(...)` awaitable in this kernel (the run feeds the monitor
+- an `rk.evaluate_async(...)` awaitable in this kernel (the run feeds the monitor
   as it goes; `rk.evaluate(..., monitor=True)` makes and displays one),
 - an `EvalResult` or a list of traces (a finished run), or
 - a run folder written by another process (`rollkit eval ... --out DIR`):
@@ -121,7 +121,7 @@ class RunMonitor(widgets.VBox):
                 self.start()
             return
         attach = getattr(source, "attach", None)
-        if callable(attach) and not isinstance(source, Trace):  # an rk.evaluate awaitable
+        if callable(attach) and not isinstance(source, Trace):  # an rk.evaluate_async awaitable
             attach(self.state)
             return
         traces = getattr(source, "traces", source)
@@ -136,7 +136,7 @@ class RunMonitor(widgets.VBox):
             self.state.end("done")
             return
         raise TypeError(
-            f"RunMonitor watches an rk.evaluate(...) awaitable, an EvalResult, a list of traces or a run folder "
+            f"RunMonitor watches an rk.evaluate_async(...) awaitable, an EvalResult, a list of traces or a run folder "
             f"path; got {type(source).__name__}"
         )
 

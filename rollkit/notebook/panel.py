@@ -16,6 +16,8 @@ The panel is thin. A button forwards intent to the `NotebookRollout`
 the running loop and returns at once, so a click never blocks the kernel.
 The view changes only when the rollout says something happened (its events)
 or an action starts or ends; it never decides anything about the lifecycle.
+It types against the facade's protocol (rollkit.notebook._view) and asks
+the facade, never the core, whether an action can run now.
 All text shown goes through `html.escape` (see `display`).
 """
 
@@ -28,11 +30,10 @@ import anywidget
 import ipywidgets as widgets
 import traitlets
 
-from ..core.events import Event
 from .display import STYLE, error_html, message_html
 
 if TYPE_CHECKING:
-    from .stepping import NotebookRollout
+    from ._view import RolloutView
 
 __all__ = ["RolloutPanel"]
 
@@ -97,39 +98,9 @@ def _gauge(label: str, used: float, limit: float | None, unit: str = "", digits:
     )
 
 
-def _forecast(ro: Any) -> str:
-    from ..core.forecast import forecast_text
-
-    return forecast_text(ro.trace, agent_time=ro.agent_time)
-
-
-_USE_UNITS = {"max_turns": " turns", "agent_time": " s"}
-
-
-def _limit_reached(ro: Any) -> str | None:
-    """Which limit leaves the open rollout no next turn, in words, or None.
-
-    The core refuses a model call once a limit is used up (L12): at 6 of 6
-    turns the next step is refused, stops the rollout and adds nothing. The
-    panel reads the same state from the forecast, so Send and Step are off
-    before anyone clicks into a refusal. (A `@stop` on the trace cannot be
-    foreseen without running it; that one still ends the step that asks.)"""
-    from ..core.forecast import forecast
-
-    if ro.rollout.state != "open":
-        return None
-    for row in forecast(ro.trace, agent_time=ro.agent_time):
-        if row.reached:
-            unit = _USE_UNITS.get(row.limit, " tokens")
-            digits = 2 if row.limit == "agent_time" else 0
-            return (f"{row.limit} reached ({row.used:.{digits}f} of {row.value:.{digits}f}{unit} used): "
-                    "the next turn would be refused")
-    return None
-
-
 def _why_not_step(ro: Any, no_turn_left: str | None) -> str | None:
     """Why neither Send nor Step can run now, or None when they can
-    (`no_turn_left`: what `_limit_reached` said)."""
+    (`no_turn_left`: what `ro.no_turn_left` said)."""
     if ro.can_step:
         return no_turn_left
     if ro.busy:
@@ -143,7 +114,7 @@ class RolloutPanel(widgets.VBox):
     """A widget for one rollout. Build it with `ro.panel()` and show it by
     leaving it as the last expression of a cell."""
 
-    def __init__(self, ro: NotebookRollout, *, chart: bool = True, seat: str = "user") -> None:
+    def __init__(self, ro: RolloutView, *, chart: bool = True, seat: str = "user") -> None:
         self.ro = ro
         self.options = {"chart": chart, "seat": seat}  # what it was built with; ro.panel() compares
         self._closed = False
@@ -151,8 +122,8 @@ class RolloutPanel(widgets.VBox):
         self._rendered_from: list[Any] | None = None  # the message list `_rendered` was made from
         trace = ro.trace
         self.header = widgets.HTML(
-            f"{STYLE}<b>{html.escape(ro.task.name)}</b> · task {html.escape(trace.task.key)} · "
-            f"agent {html.escape(str(ro.agent.name))} · rollout {html.escape(ro.id)}"
+            f"{STYLE}<b>{html.escape(ro.task_name)}</b> · task {html.escape(trace.task.key)} · "
+            f"agent {html.escape(ro.agent_name)} · rollout {html.escape(ro.id)}"
         )
         self.status = widgets.HTML()
         self.status.add_class("rk-status")
@@ -288,13 +259,13 @@ class RolloutPanel(widgets.VBox):
         self.error.value = error_html(f"{type(exc).__name__}: {exc}")
 
     # ---- view: redrawn from the rollout's state -----------------------------
-    def _on_event(self, event: Event) -> None:
+    def _on_event(self, event: Any) -> None:
         self.refresh()
 
     def refresh(self) -> None:
         ro = self.ro
         kind, text = ro.status.kind, ro.status.text
-        no_turn_left = _limit_reached(ro) if ro.can_step else None
+        no_turn_left = ro.no_turn_left
         if no_turn_left is not None:
             kind, text = "no-turn-left", f"{no_turn_left}: close to score it, or fork from an earlier turn"
         colour = _STATUS_COLOURS.get(kind, "#555")
@@ -314,7 +285,7 @@ class RolloutPanel(widgets.VBox):
         if len(self.fork_turn.options) != turns:
             self.fork_turn.options = [(str(k), k) for k in range(1, turns + 1)]
             self.fork_turn.value = turns or None
-        self.fork_button.disabled = turns == 0 or ro.busy or bool(ro.trace.errors) or not ro.rollout.runtime.forkable
+        self.fork_button.disabled = not ro.can_fork
         if ro.last_error is not None:
             self._show_error(ro.last_error)
         if self.seat is not None:
@@ -341,7 +312,7 @@ class RolloutPanel(widgets.VBox):
         limits = trace.limits
         phase = ro.current_phase
         if phase is None:
-            phase = "none: waiting for the user" if ro.rollout.is_open else "none"
+            phase = "none: waiting for the user" if ro.is_open else "none"
         self.gauges.value = (
             '<table class="rk-table rk-gauge-table">'
             + _gauge("turns", trace.num_turns, limits.get("max_turns"))
@@ -350,7 +321,7 @@ class RolloutPanel(widgets.VBox):
             + _gauge("total tokens", trace.num_total_tokens, limits.get("max_total_tokens"))
             + _gauge("agent time", ro.agent_time, trace.timeouts.get("agent"), " s", 3)
             + f'<tr><td>phase</td><td class="rk-phase" colspan="3">{html.escape(phase)}</td></tr>'
-            + f'<tr><td>forecast</td><td class="rk-forecast" colspan="3">{html.escape(_forecast(ro))}</td></tr>'
+            + f'<tr><td>forecast</td><td class="rk-forecast" colspan="3">{html.escape(ro.forecast)}</td></tr>'
             + "</table>"
         )
 

@@ -7,11 +7,11 @@ from each tool's schema (`$ref`s and `Optional[...]` resolved): a text
 field for a string, a number field for an integer or a number, a check box
 for a boolean, a drop-down for an enum, JSON for anything else; an optional
 argument's field can be left alone (then the tool's default applies). A call is checked against the tool's own argument
-model before it is sent (`NotebookRollout.answer`): a bad argument is shown
+model before it is sent (the facade's `answer` / `call`): a bad argument is shown
 in the form, and nothing goes to the rollout.
 
-Like the panel, the seat is thin: it forwards the answer to the
-NotebookRollout and redraws when it says something changed. Every text
+Like the panel, the seat is thin: it types against the facade's protocol
+(rollkit.notebook._view), forwards the answer to it and redraws when it says something changed. Every text
 from the task or the conversation is escaped.
 """
 
@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ..core.human import HumanModel
 from .display import error_html
 
 if TYPE_CHECKING:
-    from .stepping import NotebookRollout
+    from ._view import RolloutView
 
 __all__ = ["AgentSeat", "field_for"]
 
@@ -113,9 +112,9 @@ def _value(name: str, widget: widgets.Widget) -> Any:
 class AgentSeat(widgets.VBox):
     """Answer as the model: text, or a call of one of the task's tools."""
 
-    def __init__(self, ro: NotebookRollout) -> None:
+    def __init__(self, ro: RolloutView) -> None:
         self.ro = ro
-        tools = ro.rollout.ctx.tools
+        tools = ro.tools
         self.asked = widgets.HTML()
         self.asked.add_class("rk-asked")
         specs = "".join(
@@ -148,7 +147,7 @@ class AgentSeat(widgets.VBox):
         self.refresh()
 
     def _build_form(self) -> None:
-        tool = self.ro.rollout.ctx.tools.get(self.tool.value) if self.tool.value else None
+        tool = self.ro.tools.get(self.tool.value) if self.tool.value else None
         if tool is None:
             self.fields, self.form.children = {}, ()
             return
@@ -169,17 +168,17 @@ class AgentSeat(widgets.VBox):
                 arguments[name] = value
         return arguments
 
-    def _deliver(self, reply: Any) -> bool:
+    def _deliver(self, action: Any, *args: Any, **kwargs: Any) -> bool:
         self.error.value = ""
         try:
-            self.ro.answer(reply)
+            action(*args, **kwargs)
         except (ValueError, RuntimeError) as exc:  # a bad argument, or nothing asked: say it, send nothing
             self.error.value = error_html(str(exc))
             return False
         return True
 
     def _on_reply(self, _button: Any = None) -> None:
-        if self._deliver(self.reply.value):
+        if self._deliver(self.ro.answer, self.reply.value):
             self.reply.value = ""
 
     def _on_call(self, _button: Any = None) -> None:
@@ -188,7 +187,7 @@ class AgentSeat(widgets.VBox):
         except ValueError as exc:  # a field whose text is not what its schema asks
             self.error.value = error_html(str(exc))
             return
-        self._deliver(HumanModel.call(self.tool.value, **arguments))
+        self._deliver(self.ro.call, self.tool.value, **arguments)
 
     def refresh(self) -> None:
         request = self.ro.asked

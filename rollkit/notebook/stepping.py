@@ -3,13 +3,16 @@
 `ro = rk.notebook.open(agent, task)` opens a rollout and hands back a
 `NotebookRollout`; then `ro.step()`, `ro.step("user text")`, `ro.close()` and
 `ro.abort()` work in a cell, in a plain script and inside a running loop.
-Each has an async twin (`await ro.astep(...)`) and a non-blocking one
+Each has an async twin named with `_async` (`await ro.step_async(...)`, as
+`rk.evaluate_async`) and a non-blocking one named with `_soon`
 (`ro.step_soon(...)`, what the panel's buttons call), so everything the
-panel does, code can do without it.
+panel does, code can do without it. The old async names (`ro.astep()`,
+`ro.aopen()`, `ro.aclose()`, `ro.aabort()`, `ro.afork()`) still work for
+one release and warn (DeprecationWarning) naming the new one.
 
 A rollout lives on one event loop, its home: rollkit's own loop thread when
 it was opened by `rk.notebook.open` / `ro.open()` (rollkit.notebook._loop),
-the awaiting loop when it was opened by `await ro.aopen()`. Every form runs
+the awaiting loop when it was opened by `await ro.open_async()`. Every form runs
 its work there, whoever calls it: a sync call blocks its thread until that
 work ends, an async one awaits it from its own loop, a `*_soon` one returns a
 future at once. So a cell never re-enters the kernel's loop.
@@ -38,11 +41,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..core._renamed import renamed_method
 from ..core.errors import RolloutEnded
 from ..core.human import HumanModel, check_reply
 from ..core.messages import AssistantMessage, to_messages
 from ..core.trace import Trace
 from . import _loop
+from ._view import Status
 from .display import chat_html
 
 if TYPE_CHECKING:
@@ -50,22 +55,9 @@ if TYPE_CHECKING:
     from ..core.rollout import Rollout
     from ..core.runtime import Runtime
     from ..core.task import Task
-    from .panel import RolloutPanel
+    from .panel import RolloutPanel  # the facade builds the panel; the panel knows only ._view
 
 __all__ = ["NotebookRollout", "RolloutEnded", "Status", "StepResult", "open"]
-
-
-@dataclass(frozen=True)
-class Status:
-    """Where a rollout stands. `kind` is one of: new, opening, running,
-    asked (a HumanModel waits for the person's answer), waiting, stopped,
-    ended, closing, closed, failed, aborted."""
-
-    kind: str
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
 
 
 @dataclass
@@ -100,7 +92,7 @@ class NotebookRollout:
 
     `rollout` is the core `rk.Rollout`, `trace` its trace. Its resources
     belong to the loop it runs on: for one opened by `rk.notebook.open`,
-    rollkit's loop, so await `ro.astep()` (which runs there), not
+    rollkit's loop, so await `ro.step_async()` (which runs there), not
     `ro.rollout.step()`. The prompt-less case works: the rollout is built with
     a user, and the first step must carry the user's opening message.
     """
@@ -170,6 +162,60 @@ class NotebookRollout:
     @property
     def can_abort(self) -> bool:
         return not self.rollout.closed
+
+    @property
+    def is_open(self) -> bool:
+        """Open and not ended: the exchange can go on (a step may run when not busy)."""
+        return self.rollout.is_open
+
+    @property
+    def can_fork(self) -> bool:
+        """A fork can start now: a turn to fork after, nothing running, no
+        failure, and a runtime that can be copied."""
+        return (self.trace.num_turns > 0 and not self.busy and not self.trace.errors
+                and self.rollout.runtime.forkable)
+
+    @property
+    def no_turn_left(self) -> str | None:
+        """Which limit leaves the open rollout no next turn, in words, or None.
+
+        The core refuses a model call once a limit is used up (L12): at 6 of
+        6 turns the next step is refused, stops the rollout and adds nothing.
+        The forecast reads the same state, so the panel turns Send and Step
+        off before anyone clicks into a refusal. (A `@stop` on the trace
+        cannot be foreseen without running it; that one still ends the step
+        that asks.)"""
+        if not self.can_step:
+            return None
+        from ..core.forecast import forecast
+
+        for row in forecast(self.trace, agent_time=self.agent_time):
+            if row.reached:
+                unit = {"max_turns": " turns", "agent_time": " s"}.get(row.limit, " tokens")
+                digits = 2 if row.limit == "agent_time" else 0
+                return (f"{row.limit} reached ({row.used:.{digits}f} of {row.value:.{digits}f}{unit} used): "
+                        "the next turn would be refused")
+        return None
+
+    @property
+    def forecast(self) -> str:
+        """When each limit will be used up at the pace so far, in words."""
+        from ..core.forecast import forecast_text
+
+        return forecast_text(self.trace, agent_time=self.agent_time)
+
+    @property
+    def task_name(self) -> str:
+        return self.task.name
+
+    @property
+    def agent_name(self) -> str:
+        return str(self.agent.name)
+
+    @property
+    def tools(self) -> dict[str, Any]:
+        """The task's tools by name (what the model may call)."""
+        return self.rollout.ctx.tools
 
     @property
     def current_phase(self) -> str | None:
@@ -300,7 +346,7 @@ class NotebookRollout:
                 self._leave_seat()
             self._notify()
 
-    async def aopen(self) -> bool:
+    async def open_async(self) -> bool:
         """Open the rollout. False means it failed; the failure is on the trace."""
         if self.rollout.state != "new":
             raise RuntimeError(f"rollout {self.id} is already opened; open a new one with rk.notebook.open(agent, task)")
@@ -308,7 +354,7 @@ class NotebookRollout:
             self._home = asyncio.get_running_loop()
         return await _loop.on(self._home, self._guarded("open", self.rollout.open()))
 
-    async def astep(self, message: Any = None) -> StepResult:
+    async def step_async(self, message: Any = None) -> StepResult:
         """Run one segment on `message` (the user's words, or None)."""
         self._check_step(message)
         return await _loop.on(self._home, self._run_step(message))
@@ -325,7 +371,7 @@ class NotebookRollout:
         self._steps += 1
         return more
 
-    async def aclose(self) -> Trace:
+    async def close_async(self) -> Trace:
         """Finalize, score and tear down; returns the trace. Idempotent."""
         if self.rollout.closed:
             return self.trace
@@ -336,7 +382,7 @@ class NotebookRollout:
     async def _close(self) -> Trace:
         return await self._guarded("close", self.rollout.close())
 
-    async def aabort(self) -> Trace:
+    async def abort_async(self) -> Trace:
         """Free everything without finalizing or scoring; cancels a running
         step first. Idempotent."""
         return await _loop.on(self._home, self._abort())
@@ -364,7 +410,7 @@ class NotebookRollout:
 
     # ---- synchronous forms ---------------------------------------------------
     def open(self) -> bool:
-        return _loop.run(self.aopen(), self._home)
+        return _loop.run(self.open_async(), self._home)
 
     def step(self, message: Any = None) -> StepResult:
         """Run one segment and return what it did (true while the exchange can go on)."""
@@ -376,13 +422,19 @@ class NotebookRollout:
                 "forever; start it with ro.step_soon() and answer with ro.answer(...) / ro.call(...), "
                 "or use ro.panel(seat='agent')"
             )
-        return _loop.run(self.astep(message), self._home)
+        return _loop.run(self.step_async(message), self._home)
 
     def close(self) -> Trace:
-        return _loop.run(self.aclose(), self._home)
+        return _loop.run(self.close_async(), self._home)
 
     def abort(self) -> Trace:
-        return _loop.run(self.aabort(), self._home)
+        return _loop.run(self.abort_async(), self._home)
+
+    # ---- the old async spellings, one more release ------------------------------
+    aopen = renamed_method(open_async, "ro.aopen()", "ro.open_async()")
+    astep = renamed_method(step_async, "ro.astep()", "ro.step_async()")
+    aclose = renamed_method(close_async, "ro.aclose()", "ro.close_async()")
+    aabort = renamed_method(abort_async, "ro.aabort()", "ro.abort_async()")
 
     # ---- non-blocking forms (widget callbacks) ---------------------------------
     def _soon(self, coro: Any, action: str) -> Any:
@@ -404,7 +456,7 @@ class NotebookRollout:
         if not future.cancelled() and future.exception() is not None:
             self.last_error = future.exception()
         # Not busy any more, also when the task was cancelled before it ran;
-        # but an abort awaited meanwhile (aabort) has taken over and is still running.
+        # but an abort awaited meanwhile (abort_async) has taken over and is still running.
         if self._inflight is future and self._action == action:
             self._action = None
         self._notify()
@@ -478,7 +530,7 @@ class NotebookRollout:
         self.answer(HumanModel.call(tool, **arguments))
 
     # ---- forks ------------------------------------------------------------------
-    async def afork(self, turn: int, *, agent: Agent | None = None) -> NotebookRollout:
+    async def fork_async(self, turn: int, *, agent: Agent | None = None) -> NotebookRollout:
         """A new NotebookRollout, opened, starting where this one stood after
         turn `turn` (rollkit.core.forks); step it with another message, or
         pass another `agent`. This rollout is not touched."""
@@ -507,8 +559,10 @@ class NotebookRollout:
         return ro
 
     def fork(self, turn: int, *, agent: Agent | None = None) -> NotebookRollout:
-        """`ro.fork(2)`: the synchronous form of `afork`."""
-        return _loop.run(self.afork(turn, agent=agent), self._home)
+        """`ro.fork(2)`: the synchronous form of `fork_async`."""
+        return _loop.run(self.fork_async(turn, agent=agent), self._home)
+
+    afork = renamed_method(fork_async, "ro.afork()", "ro.fork_async()")
 
     def fork_soon(self, turn: int) -> Any:
         """Start a fork and return at once (a future of the new

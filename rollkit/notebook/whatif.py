@@ -16,16 +16,17 @@ from typing import Any
 
 import pandas as pd
 
+from ..core._renamed import warn_renamed
 from ..core.replay import REPLAY_COLUMNS, replay
 from ..core.trace import Trace
 from . import _loop
 from .frames import _list
 
-__all__ = ["replay_hooks", "areplay_hooks"]
+__all__ = ["replay_hooks", "replay_hooks_async", "areplay_hooks"]
 
 
-async def areplay_hooks(traces: Iterable[Trace] | Trace, hooks: Any = (), *, limits: Any = None) -> pd.DataFrame:
-    """`await rk.notebook.whatif.areplay_hooks(...)`: the async form."""
+async def replay_hooks_async(traces: Iterable[Trace] | Trace, hooks: Any = (), *, limits: Any = None) -> pd.DataFrame:
+    """`await rk.notebook.whatif.replay_hooks_async(...)`: the async form."""
     columns = await replay(_list(traces), hooks, limits=limits)
     frame = pd.DataFrame(columns, columns=list(REPLAY_COLUMNS))
     return frame.astype({"fired": "bool", "ends_after": "float"})
@@ -35,4 +36,10 @@ def replay_hooks(traces: Iterable[Trace] | Trace, hooks: Any = (), *, limits: An
     """Replay `hooks` (a Task subclass, a Task, or @rk.stop / @rk.intercept
     functions) and `limits` over recorded traces, with no model calls; see
     rollkit.core.replay for what each row means."""
-    return _loop.run(areplay_hooks(traces, hooks, limits=limits))
+    return _loop.run(replay_hooks_async(traces, hooks, limits=limits))
+
+
+def areplay_hooks(traces: Iterable[Trace] | Trace, hooks: Any = (), *, limits: Any = None) -> Any:
+    """Deprecated spelling of `replay_hooks_async`: goes in the next release."""
+    warn_renamed("areplay_hooks()", "replay_hooks_async()")
+    return replay_hooks_async(traces, hooks, limits=limits)

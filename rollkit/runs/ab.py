@@ -354,13 +354,15 @@ def ab_test(a: Agent, b: Agent, tasks: Iterable[Task] | Task, *, repeats: int = 
     - `on_pair(state)`: called after each pair counts; `monitor=True` in a
       notebook draws the interval narrowing as pairs land.
 
-    From sync code it runs and returns an `ABResult`; where an event loop
-    runs it returns an awaitable, as rk.evaluate does.
+    It runs and returns an `ABResult`; in async code (a notebook cell)
+    write `await rk.ab_test_async(...)`. Called where an event loop runs it
+    still returns an awaitable, for one release, and warns
+    (DeprecationWarning), as rk.evaluate does.
     """
     test = _prepare(a, b, tasks, repeats=repeats, signal=signal, alpha=alpha, margin=margin, max_pairs=max_pairs,
                     stop=stop, bounds=bounds, concurrency=concurrency, seed=seed, out=out, on_pair=on_pair,
                     monitor=monitor)
-    return run_or_await(test.run(), what="A/B test")
+    return run_or_await(test.run(), what="A/B test", renamed=("await rk.ab_test(...)", "await rk.ab_test_async(...)"))
 
 
 class ABFollower:

@@ -1,7 +1,7 @@
 """Run many: a task set times `repeats`, many rollouts in flight, one result.
 
-This module owns batch evaluation: `evaluate` (runs to the end from sync
-code, an awaitable wherever an event loop runs) and `evaluate_async` bound the rollouts in flight,
+This module owns batch evaluation: `evaluate` (runs to the end) and
+`evaluate_async` (the same, to await in async code) bound the rollouts in flight,
 tag every trace with its example id and rollout id, keep a `tqdm.auto`
 progress bar, append each finished trace to the run folder's trace file the
 moment it finishes, resume a folder, run group scorers once all the repeats
@@ -607,7 +607,7 @@ class _Run:
 
 async def _execute(plan: _Plan) -> EvalResult:
     # The run folder is touched here, when the evaluation really starts, and
-    # not while planning: an `rk.evaluate(...)` awaitable that is never
+    # not while planning: an `rk.evaluate_async(...)` awaitable that is never
     # awaited must not leave a manifest behind, or the next run on the same
     # out= would be refused as "already holds a run".
     if plan.starts:
@@ -620,7 +620,7 @@ async def _execute(plan: _Plan) -> EvalResult:
     return await _Run(plan).execute()
 
 
-async def evaluate_async(
+def evaluate_async(
     agent: Agent,
     tasks: Iterable[Task] | Task,
     *,
@@ -632,14 +632,24 @@ async def evaluate_async(
     progress: bool = True,
     group_scorers: Any = None,
     user: Any = None,
-) -> EvalResult:
-    """Run every task `repeats` times with at most `concurrency` rollouts in
-    flight; see `evaluate` for the arguments."""
+    monitor: bool = False,
+) -> _Pending:
+    """The async form of `evaluate` (same arguments): `result = await
+    rk.evaluate_async(...)` in async code and notebook cells. The
+    evaluation starts when awaited (a coroutine: `asyncio.run`,
+    `create_task` and `gather` take it too); until then a
+    `rk.notebook.RunMonitor(it)` can watch it. Arguments are checked at once."""
     plan = _plan(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
-        backend=backend, progress=progress, group_scorers=group_scorers, user=user,
+        backend=backend, progress=progress and not monitor, group_scorers=group_scorers, user=user,
     )
-    return await _execute(plan)
+    pending = _Pending(_execute(plan), plan)
+    if monitor:
+        show = plugged("monitor")
+        if show is None:
+            raise RuntimeError("no run monitor is plugged in: import rollkit (it imports rollkit.notebook)")
+        show(pending)
+    return pending
 
 
 def evaluate(
@@ -677,11 +687,13 @@ def evaluate(
       and failed rollouts) instead of the bar. With `out=DIR` the run also
       writes DIR/live.jsonl, which `rollkit view DIR` follows from elsewhere.
 
-    Called from sync code (no event loop running) it runs to the end and
-    returns an `EvalResult`. Called where an event loop runs (async code,
-    Jupyter, with or without nest-asyncio) it always returns an awaitable:
-    `result = await rk.evaluate(...)`; one rule, so the same cell works in
-    every notebook. Arguments are checked at once either way
+    It runs to the end and returns an `EvalResult`. In async code and
+    notebook cells (where an event loop runs) write `result = await
+    rk.evaluate_async(...)`, the async form: one spelling per idea, the sync
+    name blocks, the `_async` one is awaited. Called where an event loop
+    runs, `rk.evaluate` still returns an awaitable for one release, and
+    awaiting it warns (DeprecationWarning) naming `rk.evaluate_async`.
+    Arguments are checked at once either way
     (`EvaluateArgumentError`, also a ValueError or TypeError); the run
     folder is written only once the evaluation runs. Ctrl-C stops new work,
     aborts the rollouts in flight and keeps every finished trace in the run
@@ -692,32 +704,27 @@ def evaluate(
     the programs still running at once, a third stops waiting
     (rollkit.runs.interrupts).
     """
-    plan = _plan(
-        agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
-        backend=backend, progress=progress and not monitor, group_scorers=group_scorers, user=user,
+    pending = evaluate_async(
+        agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume, backend=backend,
+        progress=progress, group_scorers=group_scorers, user=user, monitor=monitor,
     )
-    pending = _Pending(_execute(plan), plan)
-    if monitor:
-        show = plugged("monitor")
-        if show is None:
-            raise RuntimeError("no run monitor is plugged in: import rollkit (it imports rollkit.notebook)")
-        show(pending)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return interrupts.run(pending._coroutine)
-    # Even where nest-asyncio would allow running to the end here, return the
-    # awaitable: otherwise `await rk.evaluate(...)` would work in one notebook
-    # and fail in another, depending on whether something patched the loop.
+    # The old rule, for one more release: where a loop runs, an awaitable
+    # (whatever patched the loop, so the same cell works in every notebook).
+    pending._renamed = ("await rk.evaluate(...)", "await rk.evaluate_async(...)")
     return pending
 
 
-class _Pending:
-    """What `evaluate` returns where an event loop already runs: await it.
-    Its repr says so, for the notebook user who forgot the `await`."""
+class _Pending(interrupts.Awaiting[EvalResult]):
+    """What `evaluate_async` returns (and `evaluate`, deprecated, where an
+    event loop already runs): await it. Its repr says so, for the notebook
+    user who forgot the `await`."""
 
     def __init__(self, coroutine: Any, plan: _Plan | None = None) -> None:
-        self._coroutine = coroutine
+        super().__init__(coroutine)
         self._plan = plan
 
     def attach(self, watcher: Any) -> None:
@@ -727,10 +734,7 @@ class _Pending:
             raise RuntimeError("this evaluation cannot be watched")
         self._plan.watchers.append(watcher)
 
-    def __await__(self) -> Any:
-        return self._coroutine.__await__()
-
-    _HINT = "an event loop runs here, so await it: result = await rk.evaluate(...)"
+    _HINT = "await it: result = await rk.evaluate_async(...)"
 
     def __repr__(self) -> str:
         return f"<rollkit evaluation, not started: {self._HINT}>"

@@ -377,9 +377,11 @@ def turn_values(
       of a trace returning whether it succeeded;
     - `concurrency`, `out`, `resume`, `progress`: as in rk.evaluate.
 
-    Like rk.evaluate: from sync code it runs and returns `TurnValues`; where
-    an event loop runs it returns an awaitable (`await rk.turn_values(...)`).
-    Bad arguments are refused at once either way (TurnValueError, ForkError).
+    Like rk.evaluate: it runs and returns `TurnValues`; in async code (a
+    notebook cell) write `await rk.turn_values_async(...)`. Called where an
+    event loop runs it still returns an awaitable, for one release, and
+    warns (DeprecationWarning). Bad arguments are refused at once either way
+    (TurnValueError, ForkError).
     """
     source = _source(trace, turns, task, success)
     count = _check_n(n)
@@ -389,7 +391,8 @@ def turn_values(
                                  resume=resume, progress=progress)
         return values[0]
 
-    return interrupts.run_or_await(sweep(), what="turn-value sweep")
+    return interrupts.run_or_await(sweep(), what="turn-value sweep",
+                                  renamed=("await rk.turn_values(...)", "await rk.turn_values_async(...)"))
 
 
 async def turn_values_many_async(
@@ -405,11 +408,12 @@ def turn_values_many(
     out: str | os.PathLike[str] | None = None, resume: bool = False, progress: bool = True,
 ) -> Any:
     """Turn values of every trace in `traces` (every turn, `n` continuations
-    each), in one run; returns a `TurnValueBatch` (sync) or an awaitable
-    (where an event loop runs), as `turn_values` does."""
+    each), in one run; returns a `TurnValueBatch`. In async code write
+    `await rk.turn_values_many_async(...)` (see `turn_values`)."""
     sources = _sources(traces, success)
     return interrupts.run_or_await(_many(sources, agent, _check_n(n), success, concurrency, out, resume, progress),
-                                  what="turn-value sweep")
+                                  what="turn-value sweep",
+                                  renamed=("await rk.turn_values_many(...)", "await rk.turn_values_many_async(...)"))
 
 
 def _sources(traces: Iterable[Trace], success: Success) -> list[_Source]:
