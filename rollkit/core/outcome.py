@@ -45,7 +45,7 @@ class Trace(Protocol):
     completed: bool
     stop_condition: str | None
 
-    def _set_outcome(self, outcome: Outcome, at: float | None) -> None: ...
+    def record_outcome(self, outcome: Outcome, at: float | None = None) -> None: ...
 
 __all__ = ["Outcome", "OUTCOME_KINDS"]
 
@@ -161,4 +161,4 @@ class Outcome:
         already holds errors), and a scoring span when scored (at `at`, or
         at the end of the last phase, of no length: the source did not time
         it) or none when not."""
-        trace._set_outcome(self, at)
+        trace.record_outcome(self, at)

@@ -198,7 +198,7 @@ class Rollout:
         return self._charged + running
 
     def _phase_start(self, name: str) -> None:
-        span = self.trace._open_span(name, self._clock.time())
+        span = self.trace.open_span(name, self._clock.time())
         span.end = None
         self._emit("phase_start", phase=name)
 
@@ -347,11 +347,10 @@ class Rollout:
         trace.user_turns = prefix.user_turns
         trace.info.update(prefix.info)
         trace.info["forked_from"] = [prefix.source, prefix.turn]
-        trace._recount()
         self._charged = prefix.agent_time  # agent time is a budget of the whole trajectory (L9)
         if self._remaining is not None:
             self._remaining = max(0.0, self._remaining - prefix.agent_time)
-        self.session._next_call = prefix.next_call
+        self.session.next_call = prefix.next_call
         # What run_tool counted, recounted from the results (an error result
         # is what run_tool answers a failed call with).
         results = [m for m in trace.messages if m.role == "tool"]
@@ -576,7 +575,7 @@ class Rollout:
             try:
                 await self._teardown_runtime()  # runs to its end, even when cancelled (Runtime.stop)
             finally:
-                self.trace._close_open_spans(self._clock.time())
+                self.trace.close_open_spans(self._clock.time())
                 self.trace.ok = self._opened and not self._failed and not self.trace.aborted  # L25, decided last
                 self.trace.completed = True
                 self._state = "closed"
@@ -688,7 +687,7 @@ class Rollout:
             await self._release_harness()
             await self._teardown_runtime()
         finally:
-            self.trace._close_open_spans(self._clock.time())
+            self.trace.close_open_spans(self._clock.time())
             self._mark_cut(where)
             self.trace.ok = False
             self._state = "closed"

@@ -328,7 +328,7 @@ async def converse(rollout: Rollout, user: User) -> list[Trace]:
             rollout.fail(exc, "user")
     finally:
         companions = await _close(user, rollout)
-        trace._user_traces = companions
+        trace.record_user_traces(companions)
     return companions
 
 
