@@ -34,6 +34,7 @@ import pydantic
 
 from . import _safe_read
 from ._safe_read import TraceFileError  # defined there, where every reader raises it
+from .outcome import MissingSignal
 from .trace import SCHEMA_VERSION, Trace
 
 __all__ = ["save", "load", "TraceFileError", "append_trace", "trace_of_line", "line_error", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
@@ -41,7 +42,7 @@ __all__ = ["save", "load", "TraceFileError", "append_trace", "trace_of_line", "l
 ROLLKIT = "rollkit"
 # Why a signal of an imported trace is missing when its tool did not record
 # it (the trace's signal_errors, and the why_missing of rk.frames.signals).
-NOT_IN_SOURCE = "not in the source"
+NOT_IN_SOURCE = MissingSignal.NOT_IN_SOURCE.value
 # How much of a file the sniffers see.
 _HEAD = 64 * 1024
 

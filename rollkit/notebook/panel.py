@@ -116,7 +116,7 @@ def _limit_reached(ro: Any) -> str | None:
     foreseen without running it; that one still ends the step that asks.)"""
     from ..core.forecast import forecast
 
-    if ro.rollout.state != "open":
+    if not ro.rollout.is_open:
         return None
     for row in forecast(ro.trace, agent_time=ro.agent_time):
         if row.reached:
