@@ -13,6 +13,7 @@ either class (`trace._record_call(...)`, `session._next_call = ...`).
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,44 @@ def test_user_traces_are_kept_in_memory_and_none_reads_as_empty() -> None:
     assert trace.user_traces == [other]
     with pytest.raises(ValueError, match="ends before it starts"):
         trace.record_call(index=0, segment=0, start=2.0, end=1.0, response=None, error=None, agent_time=0.0)
+
+
+# ---- typed values where modules used to agree through strings -------------------
+
+
+async def test_rollout_states_are_one_enum_that_still_equals_the_old_texts() -> None:
+    from rollkit.core.rollout import RolloutState
+
+    agent = rk.Agent(model=rk.ScriptedModel(lambda request: "hi"))
+    rollout = agent.rollout(rk.Task(prompt="q"))
+    seen = [rollout.state]
+    await rollout.open()
+    seen.append(rollout.state)
+    await rollout.step()
+    rollout.stop("enough")
+    seen.append(rollout.state)
+    await rollout.close()
+    seen.append(rollout.state)
+    assert seen == [RolloutState.NEW, RolloutState.OPEN, RolloutState.ENDED, RolloutState.CLOSED]
+    assert all(type(state) is RolloutState for state in seen)
+    assert seen == ["new", "open", "ended", "closed"]  # code comparing to the texts keeps working
+    assert f"{rollout.state}" == "closed" and json.dumps(rollout.state) == '"closed"'
+
+
+def test_why_a_signal_is_missing_is_read_where_it_is_written() -> None:
+    from rollkit.core.outcome import MissingSignal
+
+    assert MissingSignal.of_error(MissingSignal.timed_out(5.0)) is MissingSignal.SCORING_TIMED_OUT
+    assert MissingSignal.of_error("ValueError: scoring timed out") is MissingSignal.SCORING_RAISED
+    assert MissingSignal.of_error("not in the source") is MissingSignal.NOT_IN_SOURCE
+    assert MissingSignal.of_error(None) is MissingSignal.RETURNED_NONE
+    assert [MissingSignal.of_outcome(k) for k in ("failed", "aborted", "incomplete")] == [
+        "run failed", "run aborted", "not scored"]
+
+
+def test_a_failed_tool_call_s_text_is_defined_once() -> None:
+    from rollkit.core.tools import ToolResult
+
+    failed = ToolResult.error("tool 'lookup' raised KeyError: 'x'")
+    assert (failed.content, failed.ok) == ("error: tool 'lookup' raised KeyError: 'x'", False)
+    assert ToolResult.is_error(failed.content) and not ToolResult.is_error("no error: all fine")
