@@ -28,7 +28,7 @@ from .events import Event, EventBus
 from .forks import ForkError, fork
 from .harness import ChatHarness, Harness
 from .hooks import intercept, metric, reward, stop
-from .human import HumanModel, NobodyToAsk, check_reply, check_tool_call
+from .human import HumanModel, NobodyToAsk, check_reply
 from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
 from .outcome import Outcome
 from .models import Model, ScriptedModel, count_tokens, register_model, resolve_model
@@ -52,5 +52,5 @@ __all__ = [
     "count_tokens", "intercept", "load", "metric", "plug", "plugged", "register_model",
     "resolve_model", "reward", "save", "stop", "tool",
     "AgentUser", "ForkError", "RecordedUser", "ScriptedUser", "User", "UserReply", "UserTurn", "converse", "fork",
-    "similarity", "UserStop", "drive", "HumanModel", "NobodyToAsk", "check_tool_call", "check_reply",
+    "similarity", "UserStop", "drive", "HumanModel", "NobodyToAsk", "check_reply",
 ]
