@@ -257,3 +257,53 @@ async def test_hostile_nan_or_infinity_in_a_rollkit_trace_is_refused_naming_the_
     assert (caught.value.line, caught.value.field) == (2, field)
     with pytest.warns(UserWarning, match="line 2 is not a rollkit trace"):
         assert [t.id for t in rk.load(path, errors="skip")] == [traces[1].id]
+
+
+async def test_loading_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+    """rk.load pauses the cyclic collector while it builds (rollkit.core._gcpause)
+    and puts it back as it was: on stays on, off stays off, also after a
+    bad line raised, and a pause nested in another ends with the outer one."""
+    import gc
+    import threading
+
+    from rollkit.core._gcpause import paused
+
+    path = rk.save(await _traces(2), tmp_path / "t.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(path.read_text() + "{not json}\n")
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        seen = []
+        with paused():
+            seen.append(gc.isenabled())
+            assert len(rk.load(path)) == 2
+            seen.append(gc.isenabled())  # the load's own pause ended inside this one: still paused
+        seen.append(gc.isenabled())
+        with pytest.raises(rk.TraceFileError, match="line 3"):
+            rk.load(bad)
+        seen.append(gc.isenabled())
+        gc.disable()
+        rk.load(path)
+        seen.append(gc.isenabled())  # a caller that turned it off keeps it off
+        assert seen == [False, False, True, True, False]
+        # Two threads pausing at once: on again only when both have ended.
+        gc.enable()
+        inside, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with paused():
+                inside.set()
+                release.wait(10)
+
+        other = threading.Thread(target=hold)
+        other.start()
+        inside.wait(10)
+        with paused():
+            pass
+        assert not gc.isenabled()  # the other thread's pause still runs
+        release.set()
+        other.join(10)
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -20,7 +20,6 @@ and files, nothing about running.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from typing import Any
 import pydantic
 
 from . import _safe_read
+from ._gcpause import paused
 from ._safe_read import TraceFileError  # defined there, where every reader raises it
 from .outcome import MissingSignal
 from .trace import SCHEMA_VERSION, Trace
@@ -392,11 +392,8 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
             return
         raise TraceFileError(message, path=path, line=number, field=field, hint=SKIP_HINT)
 
-    # Loading makes many objects and frees none; the cyclic collector would
-    # walk the growing heap again and again (most of the time of a big file).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    # Loading makes many objects and frees none: the collector is paused (_gcpause).
+    with paused():
         # Line by line, so the file's bytes are never all in memory at once
         # (and a line is bounded: rollkit.core._safe_read).
         for number, line in _safe_read.lines(path):
@@ -426,9 +423,6 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
                 continue
             share(trace)
             traces.append(trace)
-    finally:
-        if collecting:
-            gc.enable()
     if unknown:
         warnings.warn(_unknown_message(path, unknown, newer), stacklevel=3)
     return traces

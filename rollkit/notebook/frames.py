@@ -50,7 +50,6 @@ This module only reads traces; it runs nothing and draws nothing.
 from __future__ import annotations
 
 import functools
-import gc
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -58,6 +57,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..core._gcpause import paused
 from ..core.outcome import MissingSignal
 from ..core.store import _checked, load
 from ..core.trace import PHASES, Trace
@@ -148,13 +148,8 @@ def _no_gc(build: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
 
     @functools.wraps(build)
     def wrapper(*args: Any, **kwargs: Any) -> pd.DataFrame:
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with paused():
             return build(*args, **kwargs)
-        finally:
-            if collecting:
-                gc.enable()
 
     return wrapper
 

@@ -30,7 +30,6 @@ nothing and builds no DataFrame (rollkit.runs.lazyrun does).
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import math
@@ -39,6 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..core._gcpause import paused
 from ..core.outcome import MissingSignal, Outcome
 
 __all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
@@ -460,13 +460,8 @@ class TableSet:
     def _build(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
         # Building makes millions of tuples and frees none until a part is
         # written: the cyclic collector would walk them again and again.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with paused():
             return self._build_parts(start, size, ordinal)
-        finally:
-            if collecting:
-                gc.enable()
 
     def _build_parts(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
         """Parts for the complete lines of source[start:size], _BATCH lines each.
