@@ -307,3 +307,16 @@ async def test_loading_leaves_the_garbage_collector_as_it_found_it(tmp_path):
         assert gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+async def test_loaded_records_share_one_set_of_given_fields(tmp_path):
+    """rk.load keeps one set of given fields per record type
+    (rollkit.core.store._Shared.share_given writes pydantic 2's
+    __pydantic_fields_set__; pyproject pins pydantic < 3 for it): if pydantic
+    moved that set, the records would hold their own again and this fails."""
+    first, second = rk.load(rk.save(await _traces(2), tmp_path / "t.jsonl"))
+    assert first.model_fields_set is second.model_fields_set
+    assert first.model_fields_set == set(rk.Trace.model_fields)
+    assert first.messages[0].model_fields_set is second.messages[0].model_fields_set
+    assert first.model_calls[0].usage.model_fields_set is second.model_calls[0].usage.model_fields_set
+    assert first.agent is second.agent  # one agent record for the file
