@@ -2,9 +2,10 @@
 
 Loading a big trace file, building the frames over it or writing its
 columnar tables makes millions of objects and frees none; the cyclic
-collector would walk the growing heap again and again (on 100,000 traces,
-half the time of `rk.load`: benchmarks in the commit that made this
-module). `paused()` turns it off for the length of such a call and puts it
+collector would walk the growing heap again and again (`rk.load` of
+100,000 traces: 17.7 s paused, 34.9 s not; the columnar build 24.6 s and
+32.4 s; on a loaded 2-core machine, fresh processes, medians of 3).
+`paused()` turns it off for the length of such a call and puts it
 back as it was: nested or concurrent pauses (threads) share one pause, and
 the collector comes back on when the last one ends, only if it was on when
 the first began, so a caller that turned it off keeps it off. It must
