@@ -147,7 +147,7 @@ def test_usage_not_reported_is_none_not_zero():
 def test_recording_refuses_a_call_that_ends_before_it_starts_and_importers_mend_it():
     trace = rk.Trace(task=TaskRef(type="Task", key="k"))
     with pytest.raises(ValueError, match=r"model call 0 ends before it starts \(9.0 < 10.0\)"):
-        trace._record_call(index=0, segment=0, start=10.0, end=9.0, response=None, error=None, agent_time=0.0)
+        trace.record_call(index=0, segment=0, start=10.0, end=9.0, response=None, error=None, agent_time=0.0)
     assert trace.model_calls == []
     assert mended_times(10.0, 9.969) == (10.0, 10.0, "the source ends this call 0.031 s before it starts; latency set to 0")
     assert mended_times(10.0, 11.0) == (10.0, 11.0, None)

@@ -303,3 +303,66 @@ def test_rollkit_view_reads_a_trace_file_once_and_its_page_loads_the_copy_handed
     assert "rollouts: 4 over 4 tasks" in summary.value and "0.375" in summary.value
     same = [t.model_dump(exclude={"id"}) for t in real_load(source)]  # a fresh id each time a foreign file is read
     assert [t.model_dump(exclude={"id"}) for t in browser.traces] == same
+
+
+async def test_loading_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+    """rk.load pauses the cyclic collector while it builds (rollkit.core._gcpause)
+    and puts it back as it was: on stays on, off stays off, also after a
+    bad line raised, and a pause nested in another ends with the outer one."""
+    import gc
+    import threading
+
+    from rollkit.core._gcpause import paused
+
+    path = rk.save(await _traces(2), tmp_path / "t.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(path.read_text() + "{not json}\n")
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        seen = []
+        with paused():
+            seen.append(gc.isenabled())
+            assert len(rk.load(path)) == 2
+            seen.append(gc.isenabled())  # the load's own pause ended inside this one: still paused
+        seen.append(gc.isenabled())
+        with pytest.raises(rk.TraceFileError, match="line 3"):
+            rk.load(bad)
+        seen.append(gc.isenabled())
+        gc.disable()
+        rk.load(path)
+        seen.append(gc.isenabled())  # a caller that turned it off keeps it off
+        assert seen == [False, False, True, True, False]
+        # Two threads pausing at once: on again only when both have ended.
+        gc.enable()
+        inside, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with paused():
+                inside.set()
+                release.wait(10)
+
+        other = threading.Thread(target=hold)
+        other.start()
+        inside.wait(10)
+        with paused():
+            pass
+        assert not gc.isenabled()  # the other thread's pause still runs
+        release.set()
+        other.join(10)
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+async def test_loaded_records_share_one_set_of_given_fields(tmp_path):
+    """rk.load keeps one set of given fields per record type
+    (rollkit.core.store._Shared.share_given writes pydantic 2's
+    __pydantic_fields_set__; pyproject pins pydantic < 3 for it): if pydantic
+    moved that set, the records would hold their own again and this fails."""
+    first, second = rk.load(rk.save(await _traces(2), tmp_path / "t.jsonl"))
+    assert first.model_fields_set is second.model_fields_set
+    assert first.model_fields_set == set(rk.Trace.model_fields)
+    assert first.messages[0].model_fields_set is second.messages[0].model_fields_set
+    assert first.model_calls[0].usage.model_fields_set is second.model_calls[0].usage.model_fields_set
+    assert first.agent is second.agent  # one agent record for the file

@@ -28,12 +28,12 @@ from .events import Event, EventBus
 from .forks import ForkError, fork
 from .harness import ChatHarness, Harness
 from .hooks import intercept, metric, reward, stop
-from .human import HumanModel, NobodyToAsk, check_reply, check_tool_call
+from .human import HumanModel, NobodyToAsk, check_reply
 from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
 from .outcome import Outcome
 from .models import Model, ScriptedModel, count_tokens, register_model, resolve_model
 from .plugins import plug, plugged
-from .rollout import Rollout
+from .rollout import Rollout, RolloutState
 from .runtime import LocalRuntime, NetworkPolicy, Runtime
 from .store import TraceFileError, load, save
 from .task import Task, TaskData
@@ -46,11 +46,11 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent", "AssistantMessage", "ChatHarness", "Event", "EventBus", "Harness", "HarnessError", "Interaction",
     "InteractionEnded", "LifetimeError", "LocalRuntime", "Model", "NetworkPolicy", "Outcome", "ProviderError", "Refused",
-    "Request", "Response", "Rollout", "RolloutContext", "RolloutEnded", "RolloutError", "RolloutLimits", "RolloutTimeouts",
+    "Request", "Response", "Rollout", "RolloutContext", "RolloutEnded", "RolloutState", "RolloutError", "RolloutLimits", "RolloutTimeouts",
     "Runtime", "SandboxError", "ScriptedModel", "SystemMessage", "Task", "TaskData", "TaskError", "Tool",
     "ToolCall", "ToolMessage", "Toolset", "ToolsetError", "Trace", "TraceFileError", "Usage", "UserMessage",
     "count_tokens", "intercept", "load", "metric", "plug", "plugged", "register_model",
     "resolve_model", "reward", "save", "stop", "tool",
     "AgentUser", "ForkError", "RecordedUser", "ScriptedUser", "User", "UserReply", "UserTurn", "converse", "fork",
-    "similarity", "UserStop", "drive", "HumanModel", "NobodyToAsk", "check_tool_call", "check_reply",
+    "similarity", "UserStop", "drive", "HumanModel", "NobodyToAsk", "check_reply",
 ]

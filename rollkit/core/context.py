@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .messages import Message, Request, Response, ToolCall, ToolMessage
-from .tools import Tool
+from .tools import Tool, ToolResult
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -90,10 +90,9 @@ class RolloutContext:
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
-            content, ok = f"error: there is no tool named {call.name!r}; available tools: {known}", False
+            result = ToolResult.error(f"there is no tool named {call.name!r}; available tools: {known}")
         else:
             result = await tool(call)
-            content, ok = result.content, result.ok
-        if not ok:
+        if not result.ok:
             self.tool_failures += 1
-        return ToolMessage(tool_call_id=call.id, content=content, name=call.name)
+        return ToolMessage(tool_call_id=call.id, content=result.content, name=call.name)

@@ -16,10 +16,9 @@ or a `Response`); or, in a notebook, the rollout's panel in the agent seat
 rollout is built (`rk.notebook.open`). With neither, `open()` refuses to
 start: there would be nobody to answer.
 
-`check_tool_call(tool, arguments)` validates a call against the tool's
-schema (its argument model) and says what is wrong, so a form can refuse a
-bad argument before anything is sent; `check_reply(reply, tools)` does it
-for a whole reply.
+`check_reply(reply, tools)` says what is wrong with a reply, each tool call
+validated against its tool's schema (`Tool.check`), so a form can refuse a
+bad argument before anything is sent.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from .messages import AssistantMessage, Request, Response
 from .models import ScriptedModel, calling_rollout
 from .tools import Tool
 
-__all__ = ["HumanModel", "check_tool_call", "check_reply", "NobodyToAsk"]
+__all__ = ["HumanModel", "check_reply", "NobodyToAsk"]
 
 Ask = Callable[[Request], Any | Awaitable[Any]]
 
@@ -103,13 +102,7 @@ def check_reply(reply: Any, tools: Mapping[str, Tool]) -> str | None:
         tool = tools.get(call.name)
         if tool is None:
             return f"there is no tool named {call.name!r}; this task's tools: {', '.join(sorted(tools)) or 'none'}"
-        problem = check_tool_call(tool, call.args())
+        problem = tool.check(call.args())
         if problem is not None:
             return problem
     return None
-
-
-def check_tool_call(tool: Tool, arguments: dict[str, Any]) -> str | None:
-    """What is wrong with calling `tool` with `arguments` (validated by the
-    tool's own argument model, as the rollout will), or None if nothing."""
-    return tool.check(arguments)

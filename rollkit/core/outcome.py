@@ -23,13 +23,18 @@ building traces).
 Importers map their source's terms into it with the constructors
 (`Outcome.ok()`, `.failed(error_type, boundary, ...)`, `.stopped(reason)`,
 `.aborted(phase)`, `.incomplete()`) and write it with `record(trace)`, which
-sets the trace's stored fields so that `Outcome.of` reads it back. This
-module decides nothing else and imports nothing of rollkit (the trace
-imports it; `record` asks the trace to write itself).
+sets the trace's stored fields so that `Outcome.of` reads it back.
+
+`MissingSignal` says why a reward or metric has no value: the outcome of an
+unscored run (`MissingSignal.of_outcome`), or, in a scored one, what its
+`signal_errors` entry records (`MissingSignal.of_error`). This module
+decides nothing else and imports nothing of rollkit (the trace imports it;
+`record` asks the trace to write itself).
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,9 +50,9 @@ class Trace(Protocol):
     completed: bool
     stop_condition: str | None
 
-    def _set_outcome(self, outcome: Outcome, at: float | None) -> None: ...
+    def record_outcome(self, outcome: Outcome, at: float | None = None) -> None: ...
 
-__all__ = ["Outcome", "OUTCOME_KINDS"]
+__all__ = ["Outcome", "OUTCOME_KINDS", "MissingSignal"]
 
 OUTCOME_KINDS = ("ok", "stopped", "failed", "aborted", "incomplete")
 
@@ -161,4 +166,43 @@ class Outcome:
         already holds errors), and a scoring span when scored (at `at`, or
         at the end of the last phase, of no length: the source did not time
         it) or none when not."""
-        trace._set_outcome(self, at)
+        trace.record_outcome(self, at)
+
+
+class MissingSignal(enum.StrEnum):
+    """Why a signal has no value: the vocabulary of the `why_missing` column
+    of `rk.frames.signals` (batch reports group by it, so the texts are part
+    of the API). A str enum: each reason equals its text."""
+
+    RUN_FAILED = "run failed"
+    RUN_ABORTED = "run aborted"
+    NOT_SCORED = "not scored"  # the run never closed
+    SCORING_RAISED = "scoring raised"
+    SCORING_TIMED_OUT = "scoring timed out"
+    RETURNED_NONE = "returned None"
+    NOT_IN_SOURCE = "not in the source"  # an imported trace whose tool did not record it
+
+    @classmethod
+    def of_outcome(cls, kind: str) -> MissingSignal:
+        """Why every signal of a run that was not scored is missing."""
+        return cls.RUN_FAILED if kind == "failed" else cls.RUN_ABORTED if kind == "aborted" else cls.NOT_SCORED
+
+    @classmethod
+    def of_error(cls, error: str | None) -> MissingSignal:
+        """Why a signal of a scored run is missing, from its entry in
+        `trace.signal_errors` (None: the function returned None). Saved
+        traces keep only that text, so it is read here, next to
+        `timed_out`, which writes it: a scorer that raised is recorded as
+        "<ExceptionType>: <message>", which never reads as the other two."""
+        if error is None:
+            return cls.RETURNED_NONE
+        if error == cls.NOT_IN_SOURCE:
+            return cls.NOT_IN_SOURCE
+        if error.startswith(cls.SCORING_TIMED_OUT.value):
+            return cls.SCORING_TIMED_OUT
+        return cls.SCORING_RAISED
+
+    @classmethod
+    def timed_out(cls, timeout: float | None) -> str:
+        """The `signal_errors` entry of a signal the scoring deadline cut."""
+        return f"{cls.SCORING_TIMED_OUT.value} after {timeout}s"

@@ -121,7 +121,6 @@ def _before(trace: Trace, turn: int, positions: list[int]) -> Trace:
     # A shallow copy with two fields replaced: model_construct would build
     # every default again (slow in pydantic), and nothing here is mutated.
     view = trace.model_copy(update={"messages": messages, "model_calls": calls})
-    view._recount()
     return view
 
 

@@ -13,6 +13,7 @@ scoring through `scoring.score`; this module only sequences them.
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
 import logging
 import warnings
@@ -31,11 +32,27 @@ from .scoring import score
 from .session import Session
 from .spec import RolloutSpec, SpecSource
 from .task import Task
+from .tools import ToolResult
 from .trace import PHASES, ErrorInfo, Segment, TaskRef, Trace, UserTurn
 
-__all__ = ["Rollout", "open_fork"]
+__all__ = ["Rollout", "RolloutState", "open_fork"]
 
 log = logging.getLogger("rollkit")
+
+
+class RolloutState(enum.StrEnum):
+    """Where a rollout is in its lifecycle (`Rollout.state`):
+    new -> opening -> open <-> stepping -> ended -> closing/aborting -> closed.
+    A str enum: each state equals its name ("open"), as before it was typed."""
+
+    NEW = "new"
+    OPENING = "opening"
+    OPEN = "open"  # between segments: step() runs one
+    STEPPING = "stepping"
+    ENDED = "ended"  # the exchange is over (a stop, a failure, a step that added no turn); close() scores
+    CLOSING = "closing"
+    ABORTING = "aborting"
+    CLOSED = "closed"
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -93,7 +110,7 @@ class Rollout:
             timeouts=self.timeouts.model_dump(),
         )
         self.id = self.trace.id
-        self._state = "new"  # new -> opening -> open <-> stepping -> ended -> closing/aborting -> closed
+        self._state = RolloutState.NEW
         self._failed = False
         self._opened = False
         self._pending: list[Any] | None = None
@@ -155,15 +172,15 @@ class Rollout:
 
     @property
     def closed(self) -> bool:
-        return self._state == "closed"
+        return self._state == RolloutState.CLOSED
 
     @property
     def is_open(self) -> bool:
         """True while `step()` can run a segment."""
-        return self._state == "open"
+        return self._state == RolloutState.OPEN
 
     @property
-    def state(self) -> str:
+    def state(self) -> RolloutState:
         return self._state
 
     @property
@@ -172,7 +189,7 @@ class Rollout:
         message is a reply without tool calls), or nobody has spoken in a
         task without a prompt. False when the agent has work left: the
         prompt not answered yet, or tool results (a fork after a tool call)."""
-        if self._state != "open":
+        if self._state != RolloutState.OPEN:
             return False
         if self._pending is not None:
             return not self.task.data.prompt
@@ -198,7 +215,7 @@ class Rollout:
         return self._charged + running
 
     def _phase_start(self, name: str) -> None:
-        span = self.trace._open_span(name, self._clock.time())
+        span = self.trace.open_span(name, self._clock.time())
         span.end = None
         self._emit("phase_start", phase=name)
 
@@ -222,29 +239,29 @@ class Rollout:
         ends and the run will not be scored (L23)."""
         if not isinstance(error, RolloutError):
             raise TypeError(f"fail() records a rk.RolloutError (e.g. rk.TaskError), got {type(error).__name__}")
-        if self._state not in ("open", "ended"):
+        if self._state not in (RolloutState.OPEN, RolloutState.ENDED):
             raise RuntimeError(f"rollout {self.id} is {self._state}: a failure is recorded between segments only")
         self._fail(error, phase)
-        self._state = "ended"
+        self._state = RolloutState.ENDED
 
     def stop(self, condition: str) -> None:
         """End the exchange cleanly between segments, as a limit does (L13):
         `condition` becomes `trace.stop_condition` and the run is scored."""
-        if self._state not in ("open", "ended"):
+        if self._state not in (RolloutState.OPEN, RolloutState.ENDED):
             raise RuntimeError(f"rollout {self.id} is {self._state}: it can be stopped between segments only")
         self.session.stop(condition)
-        self._state = "ended"
+        self._state = RolloutState.ENDED
 
     # ---- open -------------------------------------------------------------
     async def open(self) -> bool:
         """Build the world up to "able to run". Returns False when something
         failed; the failure is on the trace (L8)."""
-        if self._state != "new":
+        if self._state != RolloutState.NEW:
             raise RuntimeError(f"rollout {self.id} was already opened; build a new one with agent.rollout(task)")
         # A model that cannot answer at all (a HumanModel with nobody to ask)
         # is the caller's setup mistake: refused before anything starts.
         self.spec.model.check(self.id)
-        self._state = "opening"
+        self._state = RolloutState.OPENING
         phase = "boot"
         try:
             self._phase_start("boot")
@@ -269,10 +286,10 @@ class Rollout:
             raise
         except Exception as exc:
             self._fail(exc, phase)
-            self._state = "ended"
+            self._state = RolloutState.ENDED
             return False
         self._opened = True
-        self._state = "open"
+        self._state = RolloutState.OPEN
         return True
 
     async def _boot(self) -> None:
@@ -347,16 +364,14 @@ class Rollout:
         trace.user_turns = prefix.user_turns
         trace.info.update(prefix.info)
         trace.info["forked_from"] = [prefix.source, prefix.turn]
-        trace._recount()
         self._charged = prefix.agent_time  # agent time is a budget of the whole trajectory (L9)
         if self._remaining is not None:
             self._remaining = max(0.0, self._remaining - prefix.agent_time)
-        self.session._next_call = prefix.next_call
-        # What run_tool counted, recounted from the results (an error result
-        # is what run_tool answers a failed call with).
+        self.session.next_call = prefix.next_call
+        # What run_tool counted, recounted from the results the conversation kept.
         results = [m for m in trace.messages if m.role == "tool"]
         self.ctx.tool_calls = len(results)
-        self.ctx.tool_failures = sum(1 for m in results if m.content.startswith("error: "))
+        self.ctx.tool_failures = sum(1 for m in results if ToolResult.is_error(m.content))
         self.harness.restore(self.ctx, list(trace.messages))
         if prefix.stop_condition is not None:
             self.session.stop(prefix.stop_condition)
@@ -372,7 +387,7 @@ class Rollout:
     def start_from(self, prefix: Prefix) -> None:
         """Start, when opened, where `prefix` stood (rollkit.core.prefix);
         refused when this rollout's runtime cannot be copied."""
-        if self._state != "new":
+        if self._state != RolloutState.NEW:
             raise RuntimeError(f"rollout {self.id} was already opened; a fork starts from a new rollout")
         if not self.runtime.forkable:
             raise ForkError(
@@ -386,7 +401,7 @@ class Rollout:
         """A new rollout, opened, that starts where this one stood after turn
         `turn` (see rollkit.core.forks); `agent` may differ (another model or
         sampling). This rollout and its trace are not touched."""
-        if self._state in ("stepping", "opening"):
+        if self._state in (RolloutState.STEPPING, RolloutState.OPENING):
             raise ForkError(f"rollout {self.id} is {self._state}; fork it once that has finished")
         if not self.runtime.forkable:
             raise ForkError(
@@ -404,11 +419,11 @@ class Rollout:
         """Run one segment on `messages` (the user's turn, recorded on
         `trace.user_turns` as spoken `by` whoever passes them). Returns
         whether the exchange can continue (L15)."""
-        if self._state == "stepping":
+        if self._state == RolloutState.STEPPING:
             raise RuntimeError(
                 f"rollout {self.id} is already running a step; await it before stepping again"
             )
-        if self._state != "open":
+        if self._state != RolloutState.OPEN:
             return False
         await self._check_borrowed_runtime()
         new = self._take_messages(messages, by)
@@ -420,7 +435,7 @@ class Rollout:
             user_messages=sum(1 for m in new if m.role == "user"),
         )
         self.trace.segments.append(segment)
-        self._state = "stepping"
+        self._state = RolloutState.STEPPING
         self._step_task = asyncio.current_task()
         self._step_done = asyncio.Event()
         self._phase_start("agent")
@@ -439,8 +454,8 @@ class Rollout:
             raise
         finally:
             self._end_segment(segment)
-            if self._state == "stepping":
-                self._state = "open"
+            if self._state == RolloutState.STEPPING:
+                self._state = RolloutState.OPEN
             self._step_task = None
             self._step_done.set()
         if lifetime_error is not None:
@@ -471,13 +486,13 @@ class Rollout:
 
     def _continues(self, segment: Segment) -> bool:
         """Whether the exchange can go on after `segment` (L15)."""
-        if self._state != "open":
+        if self._state != RolloutState.OPEN:
             return False  # aborted or closed while the segment ran
         if self._failed or self.session.stopped or segment.turns_added == 0:
             # A segment that committed nothing cannot be waiting on the user;
             # treating it as continuable would hand the user a conversation
             # that never moved, forever (L14).
-            self._state = "ended"
+            self._state = RolloutState.ENDED
             return False
         return True
 
@@ -554,13 +569,13 @@ class Rollout:
         cancelled before its score is written (in finalize or scoring) still
         tears everything down, and marks the trace aborted where it was cut
         (`trace.aborted_in`): an unscored run must not pass for a whole one."""
-        if self._state in ("closed", "closing"):
+        if self._state in (RolloutState.CLOSED, RolloutState.CLOSING):
             return self.trace
-        if self._state == "stepping":
+        if self._state == RolloutState.STEPPING:
             await self._cancel_running_step()
         if self._opened:
             await self._check_borrowed_runtime()
-        self._state = "closing"
+        self._state = RolloutState.CLOSING
         self._close_task = asyncio.current_task()
         self._close_done = asyncio.Event()
         try:
@@ -576,10 +591,10 @@ class Rollout:
             try:
                 await self._teardown_runtime()  # runs to its end, even when cancelled (Runtime.stop)
             finally:
-                self.trace._close_open_spans(self._clock.time())
+                self.trace.close_open_spans(self._clock.time())
                 self.trace.ok = self._opened and not self._failed and not self.trace.aborted  # L25, decided last
                 self.trace.completed = True
-                self._state = "closed"
+                self._state = RolloutState.CLOSED
                 self._close_done.set()
                 self._emit("closed", ok=self.trace.ok, **({"aborted": True} if self.trace.aborted else {}))
         log.info(self._done_line())
@@ -671,27 +686,27 @@ class Rollout:
         another task is cancelled first. The cleanup runs to its end even if
         the caller is cancelled meanwhile; `trace.aborted_in` says which
         phase the abort cut (None between segments)."""
-        if self._state == "closed":
+        if self._state == RolloutState.CLOSED:
             return self.trace
-        if self._state == "closing":
+        if self._state == RolloutState.CLOSING:
             return await self._abort_closing()
         if self._aborting is None:
             self._aborting = asyncio.ensure_future(self._abort())
         return await finish(self._aborting)
 
     async def _abort(self) -> Trace:
-        where = "agent" if self._state == "stepping" else self._running_phase()
-        if self._state == "stepping":
+        where = "agent" if self._state == RolloutState.STEPPING else self._running_phase()
+        if self._state == RolloutState.STEPPING:
             await self._cancel_running_step()
-        self._state = "aborting"
+        self._state = RolloutState.ABORTING
         try:
             await self._release_harness()
             await self._teardown_runtime()
         finally:
-            self.trace._close_open_spans(self._clock.time())
+            self.trace.close_open_spans(self._clock.time())
             self._mark_cut(where)
             self.trace.ok = False
-            self._state = "closed"
+            self._state = RolloutState.CLOSED
         self._emit("closed", ok=False, aborted=True)
         return self.trace
 

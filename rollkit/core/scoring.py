@@ -23,11 +23,10 @@ from typing import Any
 
 from .errors import HarnessError, TaskError, crossing
 from .hooks import BoundHook
+from .outcome import MissingSignal
 from .trace import Trace
 
 __all__ = ["score"]
-
-_TIMED_OUT = "scoring timed out"
 
 
 def _signals(trace: Trace, hook: BoundHook) -> dict[str, float | None]:
@@ -102,5 +101,5 @@ async def score(trace: Trace, hooks: list[BoundHook], values: dict[str, Any], ti
     except TimeoutError:
         for hook in hooks:
             if hook.name not in finished:
-                trace.signal_errors[hook.name] = f"{_TIMED_OUT} after {timeout}s"
+                trace.signal_errors[hook.name] = MissingSignal.timed_out(timeout)
 

@@ -74,7 +74,8 @@ class Session:
         self._clock = clock
         self._limits = active_limits(limits)
         self.stop_condition: str | None = None
-        self._next_call = 0
+        # The index the next model call gets (a fork starts after its prefix's).
+        self.next_call = 0
         self._in_flight = 0
 
     @property
@@ -118,8 +119,8 @@ class Session:
         condition = await self.check_before_turn()
         if condition is not None:
             raise self._refuse(condition)
-        index = self._next_call
-        self._next_call += 1
+        index = self.next_call
+        self.next_call += 1
         hooks = self.hooks
         if hooks.request_interceptors:
             request = await self.rewrite_request(request, call=index)
@@ -173,8 +174,8 @@ class Session:
             self._record_failed_call(index, start, exc, request=request, end=end, response=response, dialect=dialect)
             raise
 
-        extended = self.trace._record_conversation(request.messages, response.message)
-        self.trace._record_call(
+        extended = self.trace.record_conversation(request.messages, response.message)
+        self.trace.record_call(
             index=index, segment=self._segment(), start=start, end=end, response=response,
             error=None, agent_time=self._agent_time(), continues_prompt=extended, dialect=dialect,
             request_messages=len(request.messages),
@@ -196,12 +197,12 @@ class Session:
         if isinstance(exc, asyncio.CancelledError):
             exc = ProviderError("the model call was cancelled before it answered (agent timeout, abort or close)")
         trace = self.trace
-        trace._record_call(
+        trace.record_call(
             index=index, segment=self._segment(), start=start, end=end, response=None,
             error=ErrorInfo.from_exception(exc, "agent"), agent_time=self._agent_time(),
             usage=response.usage if response is not None else None, dialect=dialect,
             reply=response.message if response is not None else None,
-            request_messages=len(request.messages) if trace._holds_prefix(request.messages) else None,
+            request_messages=len(request.messages) if trace.holds_prefix(request.messages) else None,
         )
         self._emit("call_end", call=index, ok=False)
 

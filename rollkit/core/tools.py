@@ -39,10 +39,29 @@ def tool(fn: Callable | None = None, *, name: str | None = None, description: st
     return mark(fn) if fn is not None else mark
 
 
+# How a failed tool call's answer to the model begins (ToolResult.error).
+_ERROR = "error: "
+
+
 @dataclass(frozen=True)
 class ToolResult:
+    """What a tool call answers the model (`content`), and whether it ran
+    cleanly (`ok`)."""
+
     content: str
     ok: bool
+
+    @classmethod
+    def error(cls, why: str) -> ToolResult:
+        """A failed call: the model reads `error: <why>`."""
+        return cls(_ERROR + why, ok=False)
+
+    @staticmethod
+    def is_error(content: str) -> bool:
+        """Whether a tool message's text is a failed call's answer (see
+        `error`): a conversation keeps only the text, so a fork counts its
+        prefix's failures by it."""
+        return content.startswith(_ERROR)
 
 
 class Tool:
@@ -70,13 +89,13 @@ class Tool:
             raw = call.args()
             args = self.arguments_model.model_validate(raw)
         except (ValueError, pydantic.ValidationError) as exc:
-            return ToolResult(f"error: {self._invalid(exc)}", ok=False)
+            return ToolResult.error(self._invalid(exc))
         try:
             result = self.fn(**{k: getattr(args, k) for k in self.arguments_model.model_fields})
             if inspect.isawaitable(result):
                 result = await result
         except Exception as exc:
-            return ToolResult(f"error: tool {self.name!r} raised {type(exc).__name__}: {exc}", ok=False)
+            return ToolResult.error(f"tool {self.name!r} raised {type(exc).__name__}: {exc}")
         return ToolResult(result if isinstance(result, str) else json.dumps(result, default=str), ok=True)
 
 

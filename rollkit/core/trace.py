@@ -7,9 +7,12 @@ was charged, rewards and metrics (seeded, L27), errors typed by boundary (L31),
 the stop condition, and whether the run was ok. It round-trips through JSON
 losslessly, so saved traces load back identical.
 
-The trace only records; it decides nothing. The rollout and the session write
-to it through the few `_record_*` methods below, which keep the running
-aggregates that limits read on every turn (L11) in O(1). Nothing here imports
+The trace only records; it decides nothing. Whoever writes a trace (the
+rollout, the session, the agent user's conversation, the importers of other
+tools' records) writes through its recorder, the `record_*` methods and
+`open_span`/`close_open_spans` below; nothing else reaches into it. The
+running aggregates that limits read on every turn (L11) are the totals of
+the last committed call, found from the end in O(1). Nothing here imports
 the rest of rollkit except the message vocabulary, the error model and the
 plug points (how the notebook layer draws a trace).
 """
@@ -70,7 +73,7 @@ class ModelCall(_Record):
       rewrites it out of its history (smolagents re-sends each tool call as
       assistant text), so the model's structured tool calls are never lost.
     - `finish_reason`, `usage` (None counts: not reported), and the latency
-      `end - start` (never negative: `Trace._record_call` refuses it; an
+      `end - start` (never negative: `Trace.record_call` refuses it; an
       importer whose source has one mends it with `mended_times`, which
       says why in `timing_issue`).
 
@@ -228,22 +231,13 @@ class Trace(_Record):
     # rollkit's format and says so.
     schema_version: int = SCHEMA_VERSION
 
-    # Running totals over committed turns; derived from model_calls, kept so
-    # that the limit check before every call is O(1).
-    # No defaults here: pydantic resolves a private default per instance
-    # through inspect.signature (90% of loading a trace); model_post_init,
-    # which every way of building a trace runs, sets them all.
-    _num_turns: int = PrivateAttr()
-    _num_input: int = PrivateAttr()
-    _num_output: int = PrivateAttr()
-    _num_total: int = PrivateAttr()
     # The traces of an AgentUser that played the user in this run (kept in
-    # memory only; saved traces link them by info["user_trace_id"]).
-    _user_traces: list[Trace] = PrivateAttr()
+    # memory only; saved traces link them by info["user_trace_id"]). An
+    # immutable default: pydantic copies a private default per instance, and
+    # a factory it resolves through inspect.signature (slow on loading).
+    _user_traces: list[Trace] | None = PrivateAttr(default=None)
 
     def model_post_init(self, context: Any) -> None:
-        self.__pydantic_private__["_user_traces"] = []  # type: ignore[index]
-        self._recount()
         self._resolve_replies()
 
     def _resolve_replies(self) -> None:
@@ -252,12 +246,10 @@ class Trace(_Record):
         a loaded trace holds each reply once."""
         messages = self.messages
         for call in self.model_calls:
-            values = call.__dict__
-            count = values["request_messages"]
-            if (values["reply"] is None and count is not None and values["committed"] and values["request"] is None
+            count = call.request_messages
+            if (call.reply is None and count is not None and call.committed and call.request is None
                     and count < len(messages) and messages[count].role == "assistant"):
-                values["reply"] = messages[count]
-                call.__pydantic_fields_set__.add("reply")
+                call.reply = messages[count]
 
     def model_dump_json(self, **options: Any) -> str:  # type: ignore[override]
         """The trace as JSON. A committed call's reply that is the message
@@ -277,40 +269,37 @@ class Trace(_Record):
                 options["exclude"] = {"model_calls": shared}
         return super().model_dump_json(**options)
 
-    def _recount(self) -> None:
-        """Running totals from the recorded calls (after loading, or after a
-        fork installed a prefix). Written to the private dict directly: this
-        runs for every trace loaded, and pydantic's setattr is slow."""
-        turns = input_ = output = total = 0
-        for call in self.model_calls:
-            if call.committed:
-                turns, input_, output, total = (
-                    call.cum_turns, call.cum_input_tokens, call.cum_output_tokens, call.cum_total_tokens)
-        private = self.__pydantic_private__
-        private["_num_turns"] = turns  # type: ignore[index]
-        private["_num_input"] = input_  # type: ignore[index]
-        private["_num_output"] = output  # type: ignore[index]
-        private["_num_total"] = total  # type: ignore[index]
-
     # ---- aggregates (L11 reads these by name) ---------------------------
+    def _last_turn(self) -> ModelCall | None:
+        """The last committed call: its `cum_*` fields are the running
+        totals. Found from the end, so O(1) but for failed calls after it."""
+        for call in reversed(self.model_calls):
+            if call.committed:
+                return call
+        return None
+
     @property
     def num_turns(self) -> int:
-        return self._num_turns
+        last = self._last_turn()
+        return 0 if last is None else last.cum_turns
 
     @property
     def num_input_tokens(self) -> int:
         """New input fed to the model, each token counted once: a turn adds
         the part of its prompt that the previous turn's sequence did not hold."""
-        return self._num_input
+        last = self._last_turn()
+        return 0 if last is None else last.cum_input_tokens
 
     @property
     def num_output_tokens(self) -> int:
-        return self._num_output
+        last = self._last_turn()
+        return 0 if last is None else last.cum_output_tokens
 
     @property
     def num_total_tokens(self) -> int:
         """The final sequence length: the last turn's prompt plus its reply."""
-        return self._num_total
+        last = self._last_turn()
+        return 0 if last is None else last.cum_total_tokens
 
     @property
     def reward(self) -> float:
@@ -338,7 +327,7 @@ class Trace(_Record):
     def user_traces(self) -> list[Trace]:
         """The own traces of a model that played the user in this run
         (`rk.AgentUser`), when it ran in this process."""
-        return self._user_traces
+        return self._user_traces or []
 
     @property
     def failed(self) -> bool:
@@ -416,8 +405,11 @@ class Trace(_Record):
             f"turns={self.num_turns} tokens={self.num_total_tokens} stop={self.stop}"
         )
 
-    def _set_outcome(self, outcome: Outcome, at: float | None) -> None:
-        """Write `outcome` into the stored fields (see `Outcome.record`)."""
+    # ---- the recorder: what the rollout, the session, the conversation
+    # with a user and the importers write through (nothing else writes) ---
+    def record_outcome(self, outcome: Outcome, at: float | None = None) -> None:
+        """Write `outcome` into the stored fields (see `Outcome.record`,
+        which importers call)."""
         kind = outcome.kind
         self.aborted = kind == "aborted"
         self.aborted_in = outcome.phase if kind == "aborted" else None
@@ -436,19 +428,26 @@ class Trace(_Record):
             self.phases["scoring"] = Span(name="scoring", start=when, end=when)
         self.ok = kind in ("ok", "stopped")
 
-    # ---- recording (called by the rollout and the session only) ---------
-    def _open_span(self, name: str, now: float | None = None) -> Span:
+    def record_user_traces(self, traces: list[Trace]) -> None:
+        """Keep the own traces of the model that played the user (in memory
+        only, see `user_traces`). None stands for none, so a trace that
+        had none equals its saved copy."""
+        self._user_traces = list(traces) or None
+
+    def open_span(self, name: str, now: float | None = None) -> Span:
+        """The span of phase `name`, opened at `now` if it is not yet."""
         span = self.phases.get(name)
         if span is None:
             span = self.phases[name] = Span(name=name, start=now or time.time())
         return span
 
-    def _close_open_spans(self, now: float) -> None:
+    def close_open_spans(self, now: float) -> None:
+        """End every span still open at `now` (a close or an abort)."""
         for span in self.phases.values():
             if span.end is None:
                 span.end = now
 
-    def _record_call(
+    def record_call(
         self,
         *,
         index: int,
@@ -475,6 +474,7 @@ class Trace(_Record):
         if end < start:
             raise ValueError(f"model call {index} ends before it starts ({end} < {start}): "
                              "a latency is never negative; take both times from one clock")
+        last = self._last_turn()
         call = ModelCall.model_construct(
             index=index,
             segment=segment,
@@ -485,10 +485,10 @@ class Trace(_Record):
             finish_reason=response.finish_reason if response else None,
             committed=response is not None,
             error=error,
-            cum_turns=self._num_turns,
-            cum_input_tokens=self._num_input,
-            cum_output_tokens=self._num_output,
-            cum_total_tokens=self._num_total,
+            cum_turns=last.cum_turns if last else 0,
+            cum_input_tokens=last.cum_input_tokens if last else 0,
+            cum_output_tokens=last.cum_output_tokens if last else 0,
+            cum_total_tokens=last.cum_total_tokens if last else 0,
             cum_agent_time=agent_time,
             dialect=dialect,
             reply=response.message if response is not None else reply,
@@ -497,28 +497,9 @@ class Trace(_Record):
             timing_issue=timing_issue,
         )
         if response is not None:
-            self._count_turn(call, response.usage, continues_prompt)
+            _count_turn(call, response.usage, continues_prompt)
         self.model_calls.append(call)
         return call
-
-    def _count_turn(self, call: ModelCall, usage: Usage, continues_prompt: bool) -> None:
-        """Add a committed call to the running totals (a count not reported
-        adds nothing) and write the totals after it on the call."""
-        prompt = usage.input_tokens or 0
-        # Only the part of the prompt the previous sequence did not hold is new.
-        if self._num_turns and continues_prompt:
-            new_input = max(0, prompt - self._num_total)
-        else:
-            new_input = prompt
-        self._num_turns += 1
-        self._num_input += new_input
-        self._num_output += usage.output_tokens or 0
-        self._num_total = prompt + (usage.output_tokens or 0)
-        call.new_input_tokens = new_input
-        call.cum_turns = self._num_turns
-        call.cum_input_tokens = self._num_input
-        call.cum_output_tokens = self._num_output
-        call.cum_total_tokens = self._num_total
 
     def request_of(self, call: ModelCall) -> list[Message] | None:
         """The messages the request of `call` (one of this trace's model
@@ -539,13 +520,14 @@ class Trace(_Record):
                 out.extend(replaced[-1 - first:-1 - first + n])
         return out
 
-    def _holds_prefix(self, sent: list[Any]) -> bool:
-        """Whether `sent` is the first messages of the conversation."""
+    def holds_prefix(self, sent: list[Any]) -> bool:
+        """Whether `sent` is the first messages of the conversation (a
+        failed call's request, recorded only when the trace holds it)."""
         ledger = self.messages
         n = len(sent)
         return n <= len(ledger) and (n == 0 or sent[n - 1] is ledger[n - 1] or sent == ledger[:n])
 
-    def _record_conversation(self, sent: list[Any], reply: AssistantMessage | None) -> bool:
+    def record_conversation(self, sent: list[Any], reply: AssistantMessage | None) -> bool:
         """Bring the ledger up to what the model saw, then add its reply.
 
         Harnesses usually extend one list, so the ledger is a prefix of what was
@@ -620,6 +602,19 @@ class Trace(_Record):
                     first, n = runs[k], runs[k + 1]
                     refs.extend(ref(first + d) if first >= 0 else first - d for d in range(n))
             call.request = _runs(refs)
+
+
+def _count_turn(call: ModelCall, usage: Usage, continues_prompt: bool) -> None:
+    """Make `call` (which holds the totals before it) a committed turn: add
+    it to the running totals (a count not reported adds nothing)."""
+    prompt = usage.input_tokens or 0
+    # Only the part of the prompt the previous sequence did not hold is new.
+    new_input = max(0, prompt - call.cum_total_tokens) if call.cum_turns and continues_prompt else prompt
+    call.new_input_tokens = new_input
+    call.cum_turns += 1
+    call.cum_input_tokens += new_input
+    call.cum_output_tokens += usage.output_tokens or 0
+    call.cum_total_tokens = prompt + (usage.output_tokens or 0)
 
 
 def _runs(refs: list[int]) -> list[int]:

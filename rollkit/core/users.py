@@ -47,6 +47,8 @@ from .messages import Message, to_messages
 from .task import Task
 from .trace import Trace
 
+from .rollout import RolloutState
+
 if TYPE_CHECKING:
     from .rollout import Rollout
 
@@ -324,11 +326,11 @@ async def converse(rollout: Rollout, user: User) -> list[Trace]:
                 turn = trace.user_turns[-1]
                 turn.similarity, turn.diverged = round(reply.similarity, 4), reply.diverged
     except TaskError as exc:
-        if rollout.state in ("open", "ended"):
+        if rollout.state in (RolloutState.OPEN, RolloutState.ENDED):
             rollout.fail(exc, "user")
     finally:
         companions = await _close(user, rollout)
-        trace._user_traces = companions
+        trace.record_user_traces(companions)
     return companions
 
 

@@ -296,7 +296,7 @@ class RolloutPanel(widgets.VBox):
     def _refresh_transcript(self) -> None:
         messages = self.ro.trace.messages
         # A harness that rewrote history makes the trace replace its message
-        # list (Trace._record_conversation), possibly with one as long or
+        # list (Trace.record_conversation), possibly with one as long or
         # longer: the cached bubbles then belong to another conversation.
         if messages is not self._rendered_from or len(messages) < len(self._rendered):
             self._rendered = []

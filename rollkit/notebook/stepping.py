@@ -45,6 +45,7 @@ from ..core._renamed import renamed_method
 from ..core.errors import RolloutEnded
 from ..core.human import HumanModel, check_reply
 from ..core.messages import AssistantMessage, to_messages
+from ..core.rollout import RolloutState
 from ..core.trace import Trace
 from . import _loop
 from ._view import Status
@@ -157,7 +158,7 @@ class NotebookRollout:
 
     @property
     def can_close(self) -> bool:
-        return not self.rollout.closed and not self.busy and self.rollout.state != "opening"
+        return not self.rollout.closed and not self.busy and self.rollout.state != RolloutState.OPENING
 
     @property
     def can_abort(self) -> bool:
@@ -236,7 +237,7 @@ class NotebookRollout:
     @property
     def status(self) -> Status:
         trace, state = self.trace, self.rollout.state
-        if state == "closed":
+        if state == RolloutState.CLOSED:
             if trace.aborted:
                 return Status("aborted", "aborted: resources freed, not finalized or scored")
             if trace.errors:
@@ -246,11 +247,11 @@ class NotebookRollout:
             return Status("closed", f"closed: ok{stop}, reward {reward}")
         if self._action == "abort":
             return Status("closing", "aborting: cancelling and freeing resources")
-        if state == "closing" or self._action == "close":
+        if state == RolloutState.CLOSING or self._action == "close":
             return Status("closing", "closing: finalizing and scoring")
-        if state == "opening" or self._action == "open":
+        if state == RolloutState.OPENING or self._action == "open":
             return Status("opening", "opening: booting the runtime and running setup")
-        if state == "new":
+        if state == RolloutState.NEW:
             return Status("new", "not opened yet: call ro.open()")
         if trace.errors:
             return Status("failed", _failure(trace) + " (close to end it; a failed run is not scored)")
@@ -258,7 +259,7 @@ class NotebookRollout:
             return Status("asked", f"your turn as the model: answer the request ({_turns(trace.num_turns)} so far)")
         if self._action == "step":
             return Status("running", f"running: the agent is working ({_turns(trace.num_turns)} so far)")
-        if state == "ended":
+        if state == RolloutState.ENDED:
             if trace.stop_condition:
                 return Status("stopped", f"stopped by {trace.stop_condition} after {_turns(trace.num_turns)}: close to score it")
             return Status("ended", "ended: the last step added no turn, so the exchange is over: close to score it")
@@ -310,18 +311,18 @@ class NotebookRollout:
                 "(await ro.wait()) before stepping again"
             )
         state = self.rollout.state
-        if state == "closed":
+        if state == RolloutState.CLOSED:
             raise RolloutEnded(
                 f"rollout {self.id} is closed ({self.status.text}); nothing more can run in it. "
                 "Open a new one: rk.notebook.open(agent, task)"
             )
-        if state == "ended":
+        if state == RolloutState.ENDED:
             raise RolloutEnded(
                 f"the exchange of rollout {self.id} is over ({self.status.text}); "
                 "call ro.close() to finalize and score it"
             )
-        if state != "open":
-            raise RolloutEnded(f"rollout {self.id} is not open (state {state!r}); call ro.open() first")
+        if state != RolloutState.OPEN:
+            raise RolloutEnded(f"rollout {self.id} is not open (state {str(state)!r}); call ro.open() first")
         if isinstance(message, str) and not message.strip():
             raise ValueError(
                 "empty message: type what the user says, or call step() with no message "
@@ -348,7 +349,7 @@ class NotebookRollout:
 
     async def open_async(self) -> bool:
         """Open the rollout. False means it failed; the failure is on the trace."""
-        if self.rollout.state != "new":
+        if self.rollout.state != RolloutState.NEW:
             raise RuntimeError(f"rollout {self.id} is already opened; open a new one with rk.notebook.open(agent, task)")
         if self._home is None:
             self._home = asyncio.get_running_loop()

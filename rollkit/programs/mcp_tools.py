@@ -37,6 +37,7 @@ from starlette.routing import Mount
 from ..core.cancellation import finish
 from ..core.errors import ToolsetError
 from ..core.messages import ToolCall
+from ..core.tools import ToolResult
 from .guard import DEFAULT_LIMITS, ConnectionGuard, ServerLimits
 
 if TYPE_CHECKING:
@@ -167,13 +168,12 @@ class ToolServer:
         ctx.tool_calls += 1
         tool = ctx.tools.get(name) if name in served else None
         if tool is None:
-            content, ok = f"error: there is no tool named {name!r}; available tools: {', '.join(served) or 'none'}", False
+            result = ToolResult.error(f"there is no tool named {name!r}; available tools: {', '.join(served) or 'none'}")
         else:
             result = await tool(ToolCall(id=f"mcp_{uuid.uuid4().hex[:8]}", name=name, arguments=json.dumps(arguments)))
-            content, ok = result.content, result.ok
-        if not ok:
+        if not result.ok:
             ctx.tool_failures += 1
-        return content, ok
+        return result.content, result.ok
 
     async def start(self) -> dict[str, str]:
         """Bring the server up; returns {toolset: url}. A start cut short by

@@ -31,6 +31,7 @@ from ..core.checks import seconds, whole
 from ..core.errors import ProviderError
 from ..core.messages import AssistantMessage, Request, Response, ToolCall, Usage
 from ..core.models import Model
+from .dialects.chat import SDK_OPTIONS
 
 __all__ = ["OpenAIModel", "ContextLengthExceeded", "close_pools"]
 
@@ -49,11 +50,11 @@ _CONTEXT_WORDS = re.compile(
     re.IGNORECASE,
 )
 
-# The SDK's per-call transport options. A request's params never set them: a
-# request may come from an agent program (through the interception server),
-# which must not choose headers (Authorization!), query, body or timeout of
-# the host's provider call. The host sets them in OpenAIModel(params=...).
-_SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+# The SDK's per-call transport options (SDK_OPTIONS) are never taken from a
+# request's params: a request may come from an agent program (through the
+# interception server), which must not choose headers (Authorization!),
+# query, body or timeout of the host's provider call. The host sets them in
+# OpenAIModel(params=...).
 # What create() takes as keyword arguments; any other field (vLLM's top_k,
 # repetition_penalty, ...) goes in the JSON body through extra_body, where a
 # keyword would raise TypeError.
@@ -61,7 +62,7 @@ _CREATE_FIELDS = frozenset(
     name
     for name in inspect.signature(openai.resources.chat.completions.AsyncCompletions.create).parameters
     if name != "self"
-) - _SDK_OPTIONS
+) - SDK_OPTIONS
 
 
 def _call_arguments(host: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
@@ -72,9 +73,9 @@ def _call_arguments(host: dict[str, Any], request: dict[str, Any]) -> dict[str, 
         for key, value in source.items():
             if key in _CREATE_FIELDS:
                 kwargs[key] = value
-            elif key in _SDK_OPTIONS:
+            elif key in SDK_OPTIONS:
                 if not trusted:
-                    continue  # see _SDK_OPTIONS
+                    continue  # see SDK_OPTIONS
                 if key == "extra_body":
                     extra.update(value or {})
                 else:

@@ -30,7 +30,6 @@ nothing and builds no DataFrame (rollkit.runs.lazyrun does).
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import math
@@ -39,7 +38,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..core.outcome import Outcome
+from ..core._gcpause import paused
+from ..core.outcome import MissingSignal, Outcome
 
 __all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
 
@@ -57,8 +57,6 @@ _BATCH = 50_000
 # More parts than this are merged into one on open (a run that grew often).
 _MAX_PARTS = 24
 _SIGNATURE = 4096
-_NOT_IN_SOURCE = "not in the source"
-_TIMED_OUT = "scoring timed out"
 
 
 def _num(value: Any) -> float:
@@ -275,11 +273,9 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
                                 err_text, ordinal, True))
     else:  # one marker row; the frame gives it one row per signal the task type has elsewhere
         if error:
-            why, err_text = "run failed", f"{error['type']}: {error['message']}"
-        elif aborted:
-            why, err_text = "run aborted", None
+            why, err_text = MissingSignal.RUN_FAILED.value, f"{error['type']}: {error['message']}"
         else:
-            why, err_text = "not scored", None
+            why, err_text = (MissingSignal.RUN_ABORTED if aborted else MissingSignal.NOT_SCORED).value, None
         signals_out.append((*ids, key, task_type, None, None, _NAN, _NAN, True, why, err_text, ordinal, False))
     messages_out = table["messages"]
     for index, message in enumerate(t.get("messages") or ()):
@@ -315,16 +311,12 @@ def _count(value: Any) -> int | None:
 
 
 def _why(errors: dict[str, str], name: str, value: Any) -> tuple[str | None, str | None]:
+    """As rollkit.notebook.frames reads a missing signal, from the raw record."""
     if value is not None:
         return None, None
-    reason = errors.get(name)
-    if reason is None:
-        return "returned None", None
-    if reason == _NOT_IN_SOURCE:
-        return _NOT_IN_SOURCE, None
-    if reason.startswith(_TIMED_OUT):
-        return _TIMED_OUT, reason
-    return "scoring raised", reason
+    error = errors.get(name)
+    why = MissingSignal.of_error(error)
+    return why.value, error if why in (MissingSignal.SCORING_RAISED, MissingSignal.SCORING_TIMED_OUT) else None
 
 
 # ---- the source's identity ------------------------------------------------------
@@ -468,13 +460,8 @@ class TableSet:
     def _build(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
         # Building makes millions of tuples and frees none until a part is
         # written: the cyclic collector would walk them again and again.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with paused():
             return self._build_parts(start, size, ordinal)
-        finally:
-            if collecting:
-                gc.enable()
 
     def _build_parts(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
         """Parts for the complete lines of source[start:size], _BATCH lines each.

@@ -169,7 +169,7 @@ class RayBackend:
             payload = await ref
             self._unsettled.discard(ref)
             trace = Trace.model_validate_json(payload[0])
-            trace._user_traces = [Trace.model_validate_json(p) for p in payload[1:]]
+            trace.record_user_traces([Trace.model_validate_json(p) for p in payload[1:]])
             return trace
         except asyncio.CancelledError:
             if ref is not None:

@@ -294,7 +294,7 @@ def build(
         start, end, timing_issue = mended_times(start, call.end if call.end is not None else start)
         agent_time += end - start
         reply = conversation[position]
-        trace._record_call(
+        trace.record_call(
             index=n, segment=reply_segment[n], start=start, end=end, agent_time=agent_time,
             response=Response(message=reply, usage=call.usage or Usage(),  # type: ignore[arg-type]
                               finish_reason=call.finish_reason or ("tool_calls" if reply.tool_calls else "stop")),  # type: ignore[union-attr]

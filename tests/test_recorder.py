@@ -1,0 +1,168 @@
+"""A trace is written through its public recorder only.
+
+`Trace` (rollkit/core/trace.py) and `Session` (rollkit/core/session.py) keep
+their own state behind underscore names; whoever records on a trace (the
+rollout, the session, the conversation with a user, the importers, the Ray
+backend) calls the recorder's public methods (`record_call`,
+`record_conversation`, `record_outcome`, `record_user_traces`, `open_span`,
+`close_open_spans`, `Session.next_call`). These tests read the source with
+`ast` and fail when a module reaches another object's private name of
+either class (`trace._record_call(...)`, `session._next_call = ...`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+import rollkit as rk
+from rollkit.core.messages import AssistantMessage, Response, Usage
+from rollkit.core.trace import TaskRef
+
+ROOT = Path(__file__).resolve().parent.parent / "rollkit"
+# The classes whose private names stay inside their module.
+OWNERS = {"core/trace.py": "Trace", "core/session.py": "Session"}
+
+
+def _private_names(path: Path, cls: str) -> set[str]:
+    """The underscore names class `cls` of `path` defines: its methods,
+    its annotated attributes and what its methods assign on `self`."""
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in ast.walk(node):
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names.add(item.target.id)
+                elif (isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name)
+                      and item.value.id == "self" and isinstance(item.ctx, ast.Store)):
+                    names.add(item.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _reaches(source: str, private: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each `x._name` in `source` whose name is in
+    `private` and whose object is not `self` or `cls` (a class's own
+    attribute of the same name is its business)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and node.attr in private
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+            found.append((node.lineno, node.attr))
+    return sorted(found)
+
+
+def _violations() -> list[str]:
+    out = []
+    for owner, cls in OWNERS.items():
+        private = _private_names(ROOT / owner, cls)
+        assert private, f"found no private names in {cls} ({owner}): the scan reads nothing"
+        for path in sorted(ROOT.rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel == owner:
+                continue
+            out += [f"rollkit/{rel}:{line}: {cls}.{name}" for line, name in _reaches(path.read_text(), private)]
+    return out
+
+
+def test_no_module_reaches_a_private_name_of_the_trace_or_the_session() -> None:
+    found = _violations()
+    assert found == [], (
+        "a module reaches into a trace or a session by a private name; record through the public "
+        "recorder (Trace.record_call, record_conversation, record_outcome, record_user_traces, open_span, "
+        "close_open_spans; Session.next_call):\n" + "\n".join(found)
+    )
+
+
+def test_the_scan_finds_what_the_old_code_did() -> None:
+    # What session.py, runs/formats/_build.py, users.py and rollout.py did before the recorder.
+    old = (
+        "trace._record_call(index=0)\n"
+        "self.trace._record_conversation([], None)\n"
+        "trace._user_traces = companions\n"
+        "self.session._next_call = prefix.next_call\n"
+        "self._user_traces = []\n"  # a class's own attribute of the same name: fine
+    )
+    private = _private_names(ROOT / "core/trace.py", "Trace") | {"_record_call", "_record_conversation",
+                                                                    "_next_call"}
+    assert "_user_traces" in private and "_last_turn" in private
+    assert _reaches(old, private) == [(1, "_record_call"), (2, "_record_conversation"), (3, "_user_traces"),
+                                      (4, "_next_call")]
+
+
+def _reply(text: str, prompt: int, output: int) -> Response:
+    return Response(message=AssistantMessage(content=text), usage=Usage(input_tokens=prompt, output_tokens=output))
+
+
+def test_the_running_totals_are_the_last_committed_call_s() -> None:
+    trace = rk.Trace(task=TaskRef.of(rk.Task(prompt="q")))
+    trace.record_call(index=0, segment=0, start=1.0, end=2.0, response=_reply("a", 10, 5), error=None, agent_time=1.0)
+    trace.record_call(index=1, segment=0, start=2.0, end=3.0, response=None, error=None, agent_time=2.0)
+    trace.record_call(index=2, segment=0, start=3.0, end=4.0, response=_reply("b", 20, 7), error=None, agent_time=3.0)
+    # 10 new, then 20 - (10 + 5) = 5 new: the prompt continued the sequence.
+    assert (trace.num_turns, trace.num_input_tokens, trace.num_output_tokens, trace.num_total_tokens) == (2, 15, 12, 27)
+    assert [c.cum_turns for c in trace.model_calls] == [1, 1, 2]
+    # A trace cut to its first call (a fork's prefix, replay's view) reads its own totals.
+    view = trace.model_copy(update={"model_calls": trace.model_calls[:2]})
+    assert (view.num_turns, view.num_input_tokens, view.num_total_tokens) == (1, 10, 15)
+    loaded = rk.Trace.model_validate_json(trace.model_dump_json())
+    assert (loaded.num_turns, loaded.num_input_tokens, loaded.num_total_tokens) == (2, 15, 27)
+    assert loaded == trace
+
+
+def test_user_traces_are_kept_in_memory_and_none_reads_as_empty() -> None:
+    trace = rk.Trace(task=TaskRef.of(rk.Task(prompt="q")))
+    assert trace.user_traces == []
+    trace.record_user_traces([])
+    assert trace == rk.Trace.model_validate_json(trace.model_dump_json())  # none equals its saved copy
+    other = trace.model_copy()
+    trace.record_user_traces([other])
+    assert trace.user_traces == [other]
+    with pytest.raises(ValueError, match="ends before it starts"):
+        trace.record_call(index=0, segment=0, start=2.0, end=1.0, response=None, error=None, agent_time=0.0)
+
+
+# ---- typed values where modules used to agree through strings -------------------
+
+
+async def test_rollout_states_are_one_enum_that_still_equals_the_old_texts() -> None:
+    from rollkit.core.rollout import RolloutState
+
+    agent = rk.Agent(model=rk.ScriptedModel(lambda request: "hi"))
+    rollout = agent.rollout(rk.Task(prompt="q"))
+    seen = [rollout.state]
+    await rollout.open()
+    seen.append(rollout.state)
+    await rollout.step()
+    rollout.stop("enough")
+    seen.append(rollout.state)
+    await rollout.close()
+    seen.append(rollout.state)
+    assert seen == [RolloutState.NEW, RolloutState.OPEN, RolloutState.ENDED, RolloutState.CLOSED]
+    assert all(type(state) is RolloutState for state in seen)
+    assert seen == ["new", "open", "ended", "closed"]  # code comparing to the texts keeps working
+    assert f"{rollout.state}" == "closed" and json.dumps(rollout.state) == '"closed"'
+
+
+def test_why_a_signal_is_missing_is_read_where_it_is_written() -> None:
+    from rollkit.core.outcome import MissingSignal
+
+    assert MissingSignal.of_error(MissingSignal.timed_out(5.0)) is MissingSignal.SCORING_TIMED_OUT
+    assert MissingSignal.of_error("ValueError: scoring timed out") is MissingSignal.SCORING_RAISED
+    assert MissingSignal.of_error("not in the source") is MissingSignal.NOT_IN_SOURCE
+    assert MissingSignal.of_error(None) is MissingSignal.RETURNED_NONE
+    assert [MissingSignal.of_outcome(k) for k in ("failed", "aborted", "incomplete")] == [
+        "run failed", "run aborted", "not scored"]
+
+
+def test_a_failed_tool_call_s_text_is_defined_once() -> None:
+    from rollkit.core.tools import ToolResult
+
+    failed = ToolResult.error("tool 'lookup' raised KeyError: 'x'")
+    assert (failed.content, failed.ok) == ("error: tool 'lookup' raised KeyError: 'x'", False)
+    assert ToolResult.is_error(failed.content) and not ToolResult.is_error("no error: all fine")
