@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from .errors import ErrorInfo  # defined with the error model; kept importable from here
 from .plugins import plugged
-from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, _absent, text_of
+from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, _absent, text_of, unvalidated
 from .outcome import Outcome
 
 __all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES",
@@ -242,6 +242,12 @@ class Trace(_Record):
     _user_traces: list[Trace] = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
+        # Sets every private attribute itself (pydantic's own pass over them,
+        # which the class statement wraps around this method, is undone
+        # below the class: it resolved each declared default per instance,
+        # two thirds of building a trace).
+        if self.__pydantic_private__ is None:
+            object.__setattr__(self, "__pydantic_private__", {})
         self.__pydantic_private__["_user_traces"] = []  # type: ignore[index]
         self._recount()
         self._resolve_replies()
@@ -475,7 +481,10 @@ class Trace(_Record):
         if end < start:
             raise ValueError(f"model call {index} ends before it starts ({end} < {start}): "
                              "a latency is never negative; take both times from one clock")
-        call = ModelCall.model_construct(
+        private = self.__pydantic_private__
+        assert private is not None
+        call = unvalidated(
+            ModelCall,
             index=index,
             segment=segment,
             start=start,
@@ -485,10 +494,10 @@ class Trace(_Record):
             finish_reason=response.finish_reason if response else None,
             committed=response is not None,
             error=error,
-            cum_turns=self._num_turns,
-            cum_input_tokens=self._num_input,
-            cum_output_tokens=self._num_output,
-            cum_total_tokens=self._num_total,
+            cum_turns=private["_num_turns"],
+            cum_input_tokens=private["_num_input"],
+            cum_output_tokens=private["_num_output"],
+            cum_total_tokens=private["_num_total"],
             cum_agent_time=agent_time,
             dialect=dialect,
             reply=response.message if response is not None else reply,
@@ -503,22 +512,31 @@ class Trace(_Record):
 
     def _count_turn(self, call: ModelCall, usage: Usage, continues_prompt: bool) -> None:
         """Add a committed call to the running totals (a count not reported
-        adds nothing) and write the totals after it on the call."""
+        adds nothing) and write the totals after it on the call.
+
+        Reads and writes the private totals and the call's fields through
+        their dicts: pydantic's attribute hooks cost more than the sums
+        (a third of importing a file); every field set here was set when
+        the call was built, so `model_fields_set` stays right."""
+        totals = self.__pydantic_private__
+        assert totals is not None
         prompt = usage.input_tokens or 0
+        output = usage.output_tokens or 0
         # Only the part of the prompt the previous sequence did not hold is new.
-        if self._num_turns and continues_prompt:
-            new_input = max(0, prompt - self._num_total)
+        if totals["_num_turns"] and continues_prompt:
+            new_input = max(0, prompt - totals["_num_total"])
         else:
             new_input = prompt
-        self._num_turns += 1
-        self._num_input += new_input
-        self._num_output += usage.output_tokens or 0
-        self._num_total = prompt + (usage.output_tokens or 0)
-        call.new_input_tokens = new_input
-        call.cum_turns = self._num_turns
-        call.cum_input_tokens = self._num_input
-        call.cum_output_tokens = self._num_output
-        call.cum_total_tokens = self._num_total
+        totals["_num_turns"] += 1
+        totals["_num_input"] += new_input
+        totals["_num_output"] += output
+        totals["_num_total"] = prompt + output
+        values = call.__dict__
+        values["new_input_tokens"] = new_input
+        values["cum_turns"] = totals["_num_turns"]
+        values["cum_input_tokens"] = totals["_num_input"]
+        values["cum_output_tokens"] = totals["_num_output"]
+        values["cum_total_tokens"] = totals["_num_total"]
 
     def request_of(self, call: ModelCall) -> list[Message] | None:
         """The messages the request of `call` (one of this trace's model
@@ -620,6 +638,11 @@ class Trace(_Record):
                     first, n = runs[k], runs[k + 1]
                     refs.extend(ref(first + d) if first >= 0 else first - d for d in range(n))
             call.request = _runs(refs)
+
+
+# pydantic wraps a model_post_init of a class with private attributes in its
+# own pass over them; Trace's sets them all itself (see model_post_init).
+Trace.model_post_init = Trace.model_post_init.__wrapped__  # type: ignore[attr-defined,method-assign]
 
 
 def _runs(refs: list[int]) -> list[int]:
