@@ -246,6 +246,52 @@ def test_inspect_round_trip_keeps_messages_and_scores(inspect_logs, tmp_path):
     assert [t.rewards for t in again] == [t.rewards for t in traces]
 
 
+@pytest.mark.parametrize("log", [Path(__file__).parent / "fixtures/inspect/adding.eval", "made"])
+def test_inspect_eval_log_is_read_from_its_zip_as_inspects_reader_reads_it(log, inspect_logs, monkeypatch, tmp_path):
+    """A finished .eval is read from the zip directly (inspect's reader
+    validated every event, twice rk.load's cost) and gives the very traces
+    inspect's reader gives, field by field. What the direct read does not
+    expect goes to inspect's reader, whose refusal names the field."""
+    import zipfile
+
+    import inspect_ai.log
+
+    from rollkit.runs.formats import inspect_log
+
+    path = inspect_logs["eval"] if log == "made" else log
+    read_by_inspect = []
+    real = inspect_ai.log.read_eval_log
+    monkeypatch.setattr(inspect_ai.log, "read_eval_log", lambda *a, **k: read_by_inspect.append(a) or real(*a, **k))
+    direct = rk.load(path)
+    assert read_by_inspect == []
+
+    def refuse(*args):
+        raise inspect_log._NotPlain("left to inspect's reader")
+
+    monkeypatch.setattr(inspect_log, "_read_zip_directly", refuse)
+    through_inspect = rk.load(path)
+    assert len(read_by_inspect) == 1
+
+    def dump(trace):
+        return trace.model_dump(mode="json", exclude={"id"})
+
+    assert [dump(t) for t in direct] == [dump(t) for t in through_inspect]
+    assert len(direct) == (3 if log != "made" else 8)
+
+    monkeypatch.undo()
+    bad = tmp_path / "bad.eval"
+    with zipfile.ZipFile(path) as original, zipfile.ZipFile(bad, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in original.infolist():
+            data = original.read(info)
+            if info.filename.startswith("samples/") and info.filename.endswith(".json"):
+                data = json.dumps({**json.loads(data), "epoch": "second"}).encode()
+            out.writestr(info.filename, data)
+    with pytest.raises(rk.TraceFileError) as caught:
+        rk.load(bad)
+    assert caught.value.field == "epoch"
+    assert str(caught.value).startswith(f"{bad}: inspect-ai cannot read this log (field epoch): ValidationError")
+
+
 def test_inspect_truncated_and_malformed_logs_name_the_file(inspect_logs, tmp_path):
     cut = tmp_path / "cut.eval"
     data = inspect_logs["eval"].read_bytes()
