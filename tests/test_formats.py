@@ -246,19 +246,21 @@ def test_inspect_round_trip_keeps_messages_and_scores(inspect_logs, tmp_path):
     assert [t.rewards for t in again] == [t.rewards for t in traces]
 
 
-@pytest.mark.parametrize("log", [Path(__file__).parent / "fixtures/inspect/adding.eval", "made"])
-def test_inspect_eval_log_is_read_from_its_zip_as_inspects_reader_reads_it(log, inspect_logs, monkeypatch, tmp_path):
-    """A finished .eval is read from the zip directly (inspect's reader
-    validated every event, twice rk.load's cost) and gives the very traces
-    inspect's reader gives, field by field. What the direct read does not
-    expect goes to inspect's reader, whose refusal names the field."""
+@pytest.mark.parametrize("log", [Path(__file__).parent / "fixtures/inspect/adding.eval",
+                                 Path(__file__).parent / "fixtures/inspect/adding.json", "eval", "json"])
+def test_inspect_log_is_read_directly_as_inspects_reader_reads_it(log, inspect_logs, monkeypatch, tmp_path):
+    """A finished log is read directly, not through inspect's reader (which
+    validated every event, twice rk.load's cost), and gives the very traces
+    inspect's reader gives, field by field. A .eval the direct read does not
+    expect goes to inspect's reader, whose refusal names the field (the
+    .json case is test_inspect_truncated_and_malformed_logs_name_the_file)."""
     import zipfile
 
     import inspect_ai.log
 
     from rollkit.runs.formats import inspect_log
 
-    path = inspect_logs["eval"] if log == "made" else log
+    path = log if isinstance(log, Path) else inspect_logs[log]
     read_by_inspect = []
     real = inspect_ai.log.read_eval_log
     monkeypatch.setattr(inspect_ai.log, "read_eval_log", lambda *a, **k: read_by_inspect.append(a) or real(*a, **k))
@@ -268,7 +270,7 @@ def test_inspect_eval_log_is_read_from_its_zip_as_inspects_reader_reads_it(log, 
     def refuse(*args):
         raise inspect_log._NotPlain("left to inspect's reader")
 
-    monkeypatch.setattr(inspect_log, "_read_zip_directly", refuse)
+    monkeypatch.setattr(inspect_log, "_read_directly", refuse)
     through_inspect = rk.load(path)
     assert len(read_by_inspect) == 1
 
@@ -276,7 +278,9 @@ def test_inspect_eval_log_is_read_from_its_zip_as_inspects_reader_reads_it(log, 
         return trace.model_dump(mode="json", exclude={"id"})
 
     assert [dump(t) for t in direct] == [dump(t) for t in through_inspect]
-    assert len(direct) == (3 if log != "made" else 8)
+    assert len(direct) == (3 if isinstance(log, Path) else 8)
+    if path.suffix == ".json":
+        return
 
     monkeypatch.undo()
     bad = tmp_path / "bad.eval"

@@ -1,7 +1,7 @@
 """inspect-ai eval logs (`.eval` and `.json`), read and written with
 inspect-ai's own models, reader and writer (the optional extra
-`pip install 'rollkit[inspect]'`). A finished `.eval` is read from its zip
-directly: each sample's messages, scores, usage, error and limit through
+`pip install 'rollkit[inspect]'`). A finished log is read directly (a
+`.eval` from its zip members): each sample's messages, scores, usage, error and limit through
 inspect's models, its events (which inspect's reader validates whole, most
 of its time) raw for the few fields rollkit keeps; a log in any other shape
 (still being written, an older sample shape, a member that does not parse)
@@ -322,16 +322,14 @@ def _raw_sample(data: Any, models: Any) -> _Fields:
     )
 
 
-def _read_zip_directly(path: Path, log_api: Any) -> tuple[Any, list[_Fields]]:
-    """(the log's header, its samples) of a finished `.eval` log, read from
-    the zip without validating each sample whole (inspect's reader spent
-    most of its time on events rollkit does not keep). Raises _NotPlain
-    (or any error) for a log it leaves to inspect's reader: no header (a
-    log still being written), a sample in an older shape, a member it
+def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_Fields]]:
+    """(the log's header, its samples) of a finished log, read without
+    validating each sample whole (inspect's reader spent most of its time
+    on events rollkit does not keep): a `.eval` from its zip members, a
+    `.json` from the document. Raises _NotPlain (or any error) for a log it
+    leaves to inspect's reader: no header (a `.eval` still being written),
+    a log version other than 2, a sample in an older shape, a member it
     cannot inflate or parse."""
-    import zipfile
-
-    import zipfile_zstd  # noqa: F401  (inspect's dependency: zstandard members, as inspect writes them)
     from pydantic import TypeAdapter
     from inspect_ai._util.constants import get_deserializing_context
     from inspect_ai.log import EvalError, EvalSampleLimit
@@ -339,18 +337,31 @@ def _read_zip_directly(path: Path, log_api: Any) -> tuple[Any, list[_Fields]]:
     from inspect_ai.scorer import Score
 
     models = (TypeAdapter(list[ChatMessage]), ModelUsage, Score, EvalError, EvalSampleLimit, get_deserializing_context)
-    with zipfile.ZipFile(path) as archive:
-        names = {info.filename: info for info in archive.infolist()}  # a re-logged member: the last one, as inspect
-        if "header.json" not in names:
-            raise _NotPlain("no header: a log still being written")
-        header = _safe_read.loads(archive.read(names["header.json"]))
-        if not isinstance(header, dict) or "samples" in header:
-            raise _NotPlain("a header of another shape")
-        log = log_api.EvalLog.model_validate(header, context=get_deserializing_context())
-        samples = [_raw_sample(_safe_read.loads(archive.read(info)), models) for name, info in names.items()
+    if zipped:
+        import zipfile
+
+        import zipfile_zstd  # noqa: F401  (inspect's dependency: zstandard members, as inspect writes them)
+
+        with zipfile.ZipFile(path) as archive:
+            names = {info.filename: info for info in archive.infolist()}  # a re-logged member: the last, as inspect
+            if "header.json" not in names:
+                raise _NotPlain("no header: a log still being written")
+            header = _safe_read.loads(archive.read(names["header.json"]))
+            if not isinstance(header, dict) or "samples" in header:
+                raise _NotPlain("a header of another shape")
+            raw = [_safe_read.loads(archive.read(info)) for name, info in names.items()
                    if name.startswith("samples/") and name.endswith(".json")]
-    # inspect's order: by epoch, then id (numbers zero-filled so they sort as numbers)
-    samples.sort(key=lambda s: (s.epoch, s.id if isinstance(s.id, str) else str(s.id).zfill(20)))
+    else:
+        header = _safe_read.loads(_safe_read.read_document(path))
+        if not isinstance(header, dict) or not isinstance(header.get("samples") or [], list):
+            raise _NotPlain("a document of another shape")
+        raw = header.pop("samples", None) or []
+    if header.get("version") != 2:
+        raise _NotPlain("a log version this reader was not written for")
+    log = log_api.EvalLog.model_validate(header, context=get_deserializing_context())
+    samples = [_raw_sample(sample, models) for sample in raw]
+    if zipped:  # inspect's order: by epoch, then id (numbers zero-filled so they sort as numbers)
+        samples.sort(key=lambda s: (s.epoch, s.id if isinstance(s.id, str) else str(s.id).zfill(20)))
     return log, samples
 
 
@@ -362,14 +373,14 @@ def read(path: Path, errors: str) -> list[Trace]:
         zipped = f.read(4) == b"PK\x03\x04"
     if zipped:
         _safe_read.check_zip(path)  # member and total decompressed sizes bounded before inspect inflates any
-        try:
-            log, samples = _read_zip_directly(path, log_api)
-        except Exception:  # noqa: BLE001  anything unusual: inspect's own reader, and its word on what is wrong
-            pass
-        else:
-            return [_trace(log, sample, path) for sample in samples]
     else:
         _safe_read.check_document(path)  # inspect reads the whole JSON log at once
+    try:
+        log, samples = _read_directly(path, log_api, zipped)
+    except Exception:  # noqa: BLE001  anything unusual: inspect's own reader, and its word on what is wrong
+        pass
+    else:
+        return [_trace(log, sample, path) for sample in samples]
     try:
         log = _off_loop(log_api.read_eval_log, str(path))
     except Exception as exc:  # inspect's reader: a damaged zip, a cut file, a field of the wrong type
