@@ -193,6 +193,11 @@ def load(path: str | os.PathLike[str], *, errors: str = "raise", format: str | N
     _safe_read.check_regular(path)  # a FIFO or a device would block or never end
     if fmt is None:
         fmt = _sniff(path)
+    # Loading makes many objects and frees none; the cyclic collector would
+    # walk the growing heap again and again (a third to half of reading a
+    # big file, in every format).
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         return fmt.read(path, errors)  # type: ignore[misc]
     except TraceFileError:
@@ -204,6 +209,9 @@ def load(path: str | os.PathLike[str], *, errors: str = "raise", format: str | N
     except (RecursionError, OverflowError, ValueError) as exc:  # never a bare crash out of a hostile file
         what = _safe_read.DEEP if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
         raise TraceFileError(f"{path}: cannot be read as {fmt.name} ({what})", path=path) from None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _field(exc: pydantic.ValidationError) -> str | None:
@@ -391,43 +399,36 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
             return
         raise TraceFileError(message, path=path, line=number, field=field, hint=SKIP_HINT)
 
-    # Loading makes many objects and frees none; the cyclic collector would
-    # walk the growing heap again and again (most of the time of a big file).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        # Line by line, so the file's bytes are never all in memory at once
-        # (and a line is bounded: rollkit.core._safe_read).
-        for number, line in _safe_read.lines(path):
-            if line is not None and not line.strip():
+    # (rk.load pauses the cyclic collector around every format's read)
+    # Line by line, so the file's bytes are never all in memory at once
+    # (and a line is bounded: rollkit.core._safe_read).
+    for number, line in _safe_read.lines(path):
+        if line is not None and not line.strip():
+            continue
+        fault = _unsafe(path, number, line)
+        if fault is not None:
+            refuse(fault[0], number, fault[1])
+            continue
+        try:
+            trace = validate(line)
+        except pydantic.ValidationError as exc:
+            lenient = _without_unknown(line, exc)
+            if lenient is not None:
+                trace, names, claimed = lenient
+                unknown |= names
+                newer.add(claimed)
+                share(trace)
+                traces.append(trace)
                 continue
-            fault = _unsafe(path, number, line)
-            if fault is not None:
-                refuse(fault[0], number, fault[1])
+            if not line.endswith(b"\n"):
+                warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
+                              "skipped", stacklevel=3)
                 continue
-            try:
-                trace = validate(line)
-            except pydantic.ValidationError as exc:
-                lenient = _without_unknown(line, exc)
-                if lenient is not None:
-                    trace, names, claimed = lenient
-                    unknown |= names
-                    newer.add(claimed)
-                    share(trace)
-                    traces.append(trace)
-                    continue
-                if not line.endswith(b"\n"):
-                    warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
-                                  "skipped", stacklevel=3)
-                    continue
-                detail, field = _bad_line(exc, line)
-                refuse(f"{path}: line {number} is not a rollkit trace ({detail})", number, field)
-                continue
-            share(trace)
-            traces.append(trace)
-    finally:
-        if collecting:
-            gc.enable()
+            detail, field = _bad_line(exc, line)
+            refuse(f"{path}: line {number} is not a rollkit trace ({detail})", number, field)
+            continue
+        share(trace)
+        traces.append(trace)
     if unknown:
         warnings.warn(_unknown_message(path, unknown, newer), stacklevel=3)
     return traces

@@ -331,12 +331,16 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
     a log version other than 2, a sample in an older shape, a member it
     cannot inflate or parse."""
     from pydantic import TypeAdapter
-    from inspect_ai._util.constants import get_deserializing_context
+    from inspect_ai._util.constants import DESERIALIZING, get_deserializing_context
     from inspect_ai.log import EvalError, EvalSampleLimit
     from inspect_ai.model import ChatMessage, ModelUsage
     from inspect_ai.scorer import Score
 
-    models = (TypeAdapter(list[ChatMessage]), ModelUsage, Score, EvalError, EvalSampleLimit, get_deserializing_context)
+    # Deserializing (no new message ids), without inspect's cache of equal
+    # messages (a hash of each message's JSON: a third of the read, and
+    # rollkit shares nothing through it).
+    models = (TypeAdapter(list[ChatMessage]), ModelUsage, Score, EvalError, EvalSampleLimit,
+              lambda: {DESERIALIZING: True})
     if zipped:
         import zipfile
 
