@@ -296,6 +296,32 @@ def test_inspect_log_is_read_directly_as_inspects_reader_reads_it(log, inspect_l
     assert str(caught.value).startswith(f"{bad}: inspect-ai cannot read this log (field epoch): ValidationError")
 
 
+def test_inspect_zstandard_member_is_never_inflated_past_its_declared_size(tmp_path):
+    """A zstandard member (as inspect writes them) whose directory declares
+    100 bytes but which inflates to 64 MB is cut at 101 bytes and left to
+    inspect's reader, not inflated whole."""
+    import struct
+    import types
+
+    zstandard = pytest.importorskip("zstandard")
+    from rollkit.runs.formats import inspect_log
+
+    bomb = zstandard.ZstdCompressor(level=19).compress(b"[" + b"0," * (32 << 20) + b"0]")
+    raw = tmp_path / "member.bin"
+    raw.write_bytes(b"PK\x03\x04" + bytes(22) + struct.pack("<HH", 0, 0) + bomb)
+    info = types.SimpleNamespace(compress_type=93, file_size=100, CRC=0, header_offset=0, compress_size=len(bomb))
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(inspect_log._NotPlain, match="does not inflate to the size and CRC its directory declares"):
+            inspect_log._member(None, raw, info)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2**20  # inflated whole, it would be 64 MB
+
+
 def test_inspect_truncated_and_malformed_logs_name_the_file(inspect_logs, tmp_path):
     cut = tmp_path / "cut.eval"
     data = inspect_logs["eval"].read_bytes()

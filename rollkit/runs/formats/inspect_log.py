@@ -322,6 +322,43 @@ def _raw_sample(data: Any, models: Any) -> _Fields:
     )
 
 
+_ZSTD = 93  # the zip compression method inspect writes (zstandard)
+
+
+def _member(archive: Any, path: Path, info: Any) -> bytes:
+    """A zip member's bytes, never inflated past the size its directory
+    declares (which `_safe_read.check_zip` bounded). Python's reader keeps
+    to that for stored and deflated members; for a zstandard member (the
+    zipfile_zstd patch inflates all of it at once) the compressed bytes are
+    read here and inflated through a stream cut at the declared size, and
+    the CRC checked."""
+    import struct
+    import zlib
+
+    if info.compress_type != _ZSTD:
+        return archive.read(info)  # type: ignore[no-any-return]
+    import zstandard
+
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)
+        if len(local) != 30 or local[:4] != b"PK\x03\x04":
+            raise _NotPlain("a member without its local header")
+        name_length, extra_length = struct.unpack("<HH", local[26:30])
+        f.seek(info.header_offset + 30 + name_length + extra_length)
+        compressed = f.read(info.compress_size)
+    out = bytearray()
+    with zstandard.ZstdDecompressor().stream_reader(compressed) as stream:
+        while len(out) <= info.file_size:
+            chunk = stream.read(min(1 << 20, info.file_size + 1 - len(out)))
+            if not chunk:
+                break
+            out += chunk
+    if len(out) != info.file_size or zlib.crc32(out) != info.CRC:
+        raise _NotPlain("a member that does not inflate to the size and CRC its directory declares")
+    return bytes(out)
+
+
 def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_Fields]]:
     """(the log's header, its samples) of a finished log, read without
     validating each sample whole (inspect's reader spent most of its time
@@ -350,10 +387,10 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
             names = {info.filename: info for info in archive.infolist()}  # a re-logged member: the last, as inspect
             if "header.json" not in names:
                 raise _NotPlain("no header: a log still being written")
-            header = _safe_read.loads(archive.read(names["header.json"]))
+            header = _safe_read.loads(_member(archive, path, names["header.json"]))
             if not isinstance(header, dict) or "samples" in header:
                 raise _NotPlain("a header of another shape")
-            raw = [_safe_read.loads(archive.read(info)) for name, info in names.items()
+            raw = [_safe_read.loads(_member(archive, path, info)) for name, info in names.items()
                    if name.startswith("samples/") and name.endswith(".json")]
     else:
         header = _safe_read.loads(_safe_read.read_document(path))
