@@ -1,12 +1,12 @@
 """inspect-ai eval logs (`.eval` and `.json`), read and written with
 inspect-ai's own models, reader and writer (the optional extra
 `pip install 'rollkit[inspect]'`). A finished log is read directly (a
-`.eval` from its zip members): each sample's messages, scores, usage, error and limit through
-inspect's models, its events (which inspect's reader validates whole, most
-of its time) raw for the few fields rollkit keeps; a log in any other shape
-(still being written, an older sample shape, a member that does not parse)
-goes through inspect's `read_eval_log`, which also says what is wrong with
-a damaged one.
+`.eval` from its zip members): each sample's messages, scores, usage,
+error and limit through inspect's models, its events (which inspect's
+reader validates whole, most of its time) raw for the few fields rollkit
+keeps; a log in any other shape (still being written, an older sample
+shape, a member that does not parse) goes through inspect's
+`read_eval_log`, which also says what is wrong with a damaged one.
 
 Read: one trace per sample and epoch. Messages with tool calls and results
 come from the sample's messages; one model call per assistant reply from
@@ -257,7 +257,7 @@ _OTHER_EVENTS: dict[str, _Fields] = {}
 
 
 class _NotPlain(Exception):
-    """A zipped log the direct reader leaves to inspect's own reader."""
+    """A log the direct reader leaves to inspect's own reader."""
 
 
 def _raw_event(raw: Any, usage_model: Any) -> _Fields:
@@ -335,8 +335,10 @@ def _member(archive: Any, path: Path, info: Any) -> bytes:
     import struct
     import zlib
 
-    if info.compress_type != _ZSTD:
+    if info.compress_type in (0, 8):  # stored, deflated
         return archive.read(info)  # type: ignore[no-any-return]
+    if info.compress_type != _ZSTD:  # bzip2, lzma: Python inflates those whole too; inspect's reader reads them
+        raise _NotPlain("a member compressed with a method inspect does not write")
     import zstandard
 
     with open(path, "rb") as f:
@@ -387,23 +389,30 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
             names = {info.filename: info for info in archive.infolist()}  # a re-logged member: the last, as inspect
             if "header.json" not in names:
                 raise _NotPlain("no header: a log still being written")
-            header = _safe_read.loads(_member(archive, path, names["header.json"]))
-            if not isinstance(header, dict) or "samples" in header:
-                raise _NotPlain("a header of another shape")
-            raw = [_safe_read.loads(_member(archive, path, info)) for name, info in names.items()
-                   if name.startswith("samples/") and name.endswith(".json")]
-    else:
-        header = _safe_read.loads(_safe_read.read_document(path))
-        if not isinstance(header, dict) or not isinstance(header.get("samples") or [], list):
-            raise _NotPlain("a document of another shape")
-        raw = header.pop("samples", None) or []
+            log = _header(_safe_read.loads(_member(archive, path, names["header.json"])), log_api,
+                          get_deserializing_context)
+            # One member at a time, each parsed and read before the next (never all the JSON at once).
+            samples = [_raw_sample(_safe_read.loads(_member(archive, path, info)), models)
+                       for name, info in names.items() if name.startswith("samples/") and name.endswith(".json")]
+        # inspect's order: by epoch, then id (numbers zero-filled so they sort as numbers)
+        samples.sort(key=lambda s: (s.epoch, s.id if isinstance(s.id, str) else str(s.id).zfill(20)))
+        return log, samples
+    document = _safe_read.loads(_safe_read.read_document(path))
+    if not isinstance(document, dict) or not isinstance(document.get("samples") or [], list):
+        raise _NotPlain("a document of another shape")
+    raw = document.pop("samples", None) or []
+    log = _header(document, log_api, get_deserializing_context)
+    return log, [_raw_sample(sample, models) for sample in raw]
+
+
+def _header(header: Any, log_api: Any, context: Any) -> Any:
+    """The log without its samples, through inspect's model (a log version
+    other than 2 is left to inspect's reader)."""
+    if not isinstance(header, dict) or "samples" in header:
+        raise _NotPlain("a header of another shape")
     if header.get("version") != 2:
         raise _NotPlain("a log version this reader was not written for")
-    log = log_api.EvalLog.model_validate(header, context=get_deserializing_context())
-    samples = [_raw_sample(sample, models) for sample in raw]
-    if zipped:  # inspect's order: by epoch, then id (numbers zero-filled so they sort as numbers)
-        samples.sort(key=lambda s: (s.epoch, s.id if isinstance(s.id, str) else str(s.id).zfill(20)))
-    return log, samples
+    return log_api.EvalLog.model_validate(header, context=context())
 
 
 def read(path: Path, errors: str) -> list[Trace]:
@@ -418,10 +427,11 @@ def read(path: Path, errors: str) -> list[Trace]:
         _safe_read.check_document(path)  # inspect reads the whole JSON log at once
     try:
         log, samples = _read_directly(path, log_api, zipped)
+        return [_trace(log, sample, path) for sample in samples]
+    except TraceFileError:  # the conversion's refusal (a score it cannot read), as through inspect's reader
+        raise
     except Exception:  # noqa: BLE001  anything unusual: inspect's own reader, and its word on what is wrong
         pass
-    else:
-        return [_trace(log, sample, path) for sample in samples]
     try:
         log = _off_loop(log_api.read_eval_log, str(path))
     except Exception as exc:  # inspect's reader: a damaged zip, a cut file, a field of the wrong type
