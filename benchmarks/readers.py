@@ -12,6 +12,17 @@ slower than the tool's reader, ratio <= 1).
 - verifiers results.jsonl: 2,000 rollouts (the math-python fixture's lines
   repeated), `rk.load` against a bare `json.loads` of every line (the least
   any reader of the file does; verifiers 0.4 ships no reader for it).
+- inspect-ai `.json`: the same 2,000 samples as a JSON log, against
+  `read_eval_log`.
+- The formats whose tools are not installed here, or ship no reader
+  (tau2-bench, SWE-agent / mini-swe-agent trajectories, Harbor's ATIF,
+  OpenAI transcripts) and rollkit's own JSON lines: `rk.load` against a
+  bare `json.loads` of the same bytes (the floor under any reader: no
+  objects built). These ratios are above 1 by construction; they say what
+  building rollkit's traces costs over parsing.
+
+Every timing is the best of a few runs in this process; the machine may be
+shared, so compare ratios, not seconds.
 
     PYTHONPATH=. python benchmarks/readers.py [--samples 2000]
 """
@@ -57,6 +68,11 @@ def inspect_eval(folder: Path, samples: int) -> None:
     theirs = _best(lambda: read_eval_log(str(path)))
     ours = _best(lambda: rk.load(path))
     _report(f"inspect .eval, {samples} samples", ours, theirs, "read_eval_log")
+    path = folder / "big.json"
+    write_eval_log(log, str(path), "json")
+    theirs = _best(lambda: read_eval_log(str(path)))
+    ours = _best(lambda: rk.load(path))
+    _report(f"inspect .json, {samples} samples", ours, theirs, "read_eval_log")
 
 
 def verifiers_v1(folder: Path, samples: int) -> None:
@@ -95,6 +111,55 @@ def verifiers_results(folder: Path, samples: int) -> None:
     _report(f"verifiers results, {samples} rows", ours, theirs, "json.loads")
 
 
+def _against_json(what: str, path: Path, lines: bool) -> None:
+    """rk.load of `path` against json.loads of its bytes (each line, or the
+    whole document)."""
+    import rollkit as rk
+
+    def parse() -> None:
+        data = path.read_bytes()
+        if lines:
+            [json.loads(line) for line in data.splitlines() if line.strip()]
+        else:
+            json.loads(data)
+
+    ours = _best(lambda: rk.load(path), 3)
+    theirs = _best(parse, 3)
+    _report(what, ours, theirs, "json.loads")
+
+
+def others(folder: Path, samples: int) -> None:
+    import rollkit as rk
+
+    # tau2-bench: the fixture's simulations repeated in one results document.
+    tau2 = json.loads((FIXTURES / "tau2/airline_results.json").read_text())
+    sims = tau2["simulations"]
+    tau2["simulations"] = [{**sims[i % len(sims)], "id": f"sim-{i}"} for i in range(samples)]
+    path = folder / "tau2.json"
+    path.write_text(json.dumps(tau2, indent=2))
+    _against_json(f"tau2 results, {samples} simulations", path, lines=False)
+    # SWE-agent: one trajectory a file, as the tool writes them; the larger fixture.
+    path = FIXTURES / "swe-agent/6e44b9__sweagenttestrepo-1c2844.traj"
+    n = max(1, samples // 20)
+    ours = _best(lambda: [rk.load(path) for _ in range(n)], 3)
+    theirs = _best(lambda: [json.loads(path.read_bytes()) for _ in range(n)], 3)
+    _report(f"SWE-agent .traj, {n} files", ours, theirs, "json.loads")
+    # ATIF: one trajectory a line.
+    atif = json.dumps(json.loads((FIXTURES / "harbor/atif_rfc_example.json").read_text()))
+    path = folder / "atif.jsonl"
+    path.write_text("".join(atif + "\n" for _ in range(samples)))
+    _against_json(f"ATIF, {samples} trajectories", path, lines=True)
+    # Transcripts and rollkit's own format: the verifiers fixture's rollouts,
+    # written by rk.save.
+    results = folder / "results" / "results.jsonl"
+    traces = rk.load(results) if results.exists() else []
+    if traces:
+        path = rk.save(traces, folder / "chats.jsonl", format="messages")
+        _against_json(f"transcripts, {len(traces)} chats", path, lines=True)
+        path = rk.save(traces, folder / "traces.jsonl")
+        _against_json(f"rollkit traces.jsonl, {len(traces)} traces", path, lines=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=2000)
@@ -104,6 +169,7 @@ def main() -> None:
         inspect_eval(folder, args.samples)
         verifiers_v1(folder, args.samples)
         verifiers_results(folder, args.samples)
+        others(folder, args.samples)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,25 @@ def test_atif_trajectory_field_by_field():
     assert _diff(path, [expected], rk.load(path)) == []
 
 
+def test_tau2_results_field_by_field():
+    path = FIXTURES / "tau2/airline_results.json"
+    document = json.loads(path.read_text())
+    expected = []
+    for sim in document["simulations"]:
+        # The agent's side: every message but the user simulator's own tool calls and their results.
+        kept = [{**m, "tool_call_id": m["id"]} if m["role"] == "tool" else m for m in sim["messages"]
+                if m.get("requestor") != "user" and not (m["role"] == "user" and m.get("tool_calls"))]
+        usage = [(m["usage"]["prompt_tokens"], m["usage"]["completion_tokens"], None) if m.get("usage")
+                 else (None, None, None) for m in kept if m["role"] == "assistant"]
+        reward = sim["reward_info"]
+        metrics = {f"reward.{k.lower()}": v for k, v in reward["reward_breakdown"].items()}
+        expected.append(_openai(kept) | {
+            "usage": usage, "rewards": {"reward": reward["reward"]},
+            "metrics": metrics | {"agent_cost": sim["agent_cost"], "user_cost": sim["user_cost"]},
+            "outcome": f"stopped: {sim['termination_reason']}"})
+    assert _diff(path, expected, rk.load(path)) == []
+
+
 def _inspect_samples(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".json":
         return json.loads(path.read_text())["samples"]

@@ -246,6 +246,82 @@ def test_inspect_round_trip_keeps_messages_and_scores(inspect_logs, tmp_path):
     assert [t.rewards for t in again] == [t.rewards for t in traces]
 
 
+@pytest.mark.parametrize("log", [Path(__file__).parent / "fixtures/inspect/adding.eval",
+                                 Path(__file__).parent / "fixtures/inspect/adding.json", "eval", "json"])
+def test_inspect_log_is_read_directly_as_inspects_reader_reads_it(log, inspect_logs, monkeypatch, tmp_path):
+    """A finished log is read directly, not through inspect's reader (which
+    validated every event, twice rk.load's cost), and gives the very traces
+    inspect's reader gives, field by field. A .eval the direct read does not
+    expect goes to inspect's reader, whose refusal names the field (the
+    .json case is test_inspect_truncated_and_malformed_logs_name_the_file)."""
+    import zipfile
+
+    import inspect_ai.log
+
+    from rollkit.runs.formats import inspect_log
+
+    path = log if isinstance(log, Path) else inspect_logs[log]
+    read_by_inspect = []
+    real = inspect_ai.log.read_eval_log
+    monkeypatch.setattr(inspect_ai.log, "read_eval_log", lambda *a, **k: read_by_inspect.append(a) or real(*a, **k))
+    direct = rk.load(path)
+    assert read_by_inspect == []
+
+    def refuse(*args):
+        raise inspect_log._NotPlain("left to inspect's reader")
+
+    monkeypatch.setattr(inspect_log, "_read_directly", refuse)
+    through_inspect = rk.load(path)
+    assert len(read_by_inspect) == 1
+
+    def dump(trace):
+        return trace.model_dump(mode="json", exclude={"id"})
+
+    assert [dump(t) for t in direct] == [dump(t) for t in through_inspect]
+    assert len(direct) == (3 if isinstance(log, Path) else 8)
+    if path.suffix == ".json":
+        return
+
+    monkeypatch.undo()
+    bad = tmp_path / "bad.eval"
+    with zipfile.ZipFile(path) as original, zipfile.ZipFile(bad, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in original.infolist():
+            data = original.read(info)
+            if info.filename.startswith("samples/") and info.filename.endswith(".json"):
+                data = json.dumps({**json.loads(data), "epoch": "second"}).encode()
+            out.writestr(info.filename, data)
+    with pytest.raises(rk.TraceFileError) as caught:
+        rk.load(bad)
+    assert caught.value.field == "epoch"
+    assert str(caught.value).startswith(f"{bad}: inspect-ai cannot read this log (field epoch): ValidationError")
+
+
+def test_inspect_zstandard_member_is_never_inflated_past_its_declared_size(tmp_path):
+    """A zstandard member (as inspect writes them) whose directory declares
+    100 bytes but which inflates to 64 MB is cut at 101 bytes and left to
+    inspect's reader, not inflated whole."""
+    import struct
+    import types
+
+    zstandard = pytest.importorskip("zstandard")
+    from rollkit.runs.formats import inspect_log
+
+    bomb = zstandard.ZstdCompressor(level=19).compress(b"[" + b"0," * (32 << 20) + b"0]")
+    raw = tmp_path / "member.bin"
+    raw.write_bytes(b"PK\x03\x04" + bytes(22) + struct.pack("<HH", 0, 0) + bomb)
+    info = types.SimpleNamespace(compress_type=93, file_size=100, CRC=0, header_offset=0, compress_size=len(bomb))
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(inspect_log._NotPlain, match="does not inflate to the size and CRC its directory declares"):
+            inspect_log._member(None, raw, info)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2**20  # inflated whole, it would be 64 MB
+
+
 def test_inspect_truncated_and_malformed_logs_name_the_file(inspect_logs, tmp_path):
     cut = tmp_path / "cut.eval"
     data = inspect_logs["eval"].read_bytes()

@@ -194,8 +194,12 @@ def load(path: str | os.PathLike[str], *, errors: str = "raise", format: str | N
     _safe_read.check_regular(path)  # a FIFO or a device would block or never end
     if fmt is None:
         fmt = _sniff(path)
+    # Loading makes many objects and frees none; the cyclic collector would
+    # walk the growing heap again and again (a third to half of reading a
+    # big file, in every format): it is paused, scoped (_gcpause).
     try:
-        return fmt.read(path, errors)  # type: ignore[misc]
+        with paused():
+            return fmt.read(path, errors)  # type: ignore[misc]
     except TraceFileError:
         raise
     except pydantic.ValidationError as exc:  # a reader that let a refused field through: still name it

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from .errors import ErrorInfo  # defined with the error model; kept importable from here
 from .plugins import plugged
-from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, _absent, text_of
+from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, _absent, text_of, unvalidated
 from .outcome import Outcome
 
 __all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES",
@@ -475,7 +475,8 @@ class Trace(_Record):
             raise ValueError(f"model call {index} ends before it starts ({end} < {start}): "
                              "a latency is never negative; take both times from one clock")
         last = self._last_turn()
-        call = ModelCall.model_construct(
+        call = unvalidated(
+            ModelCall,
             index=index,
             segment=segment,
             start=start,

@@ -4,7 +4,7 @@ What this package owns: one module per peer format, each reading that
 tool's record (and, where one exists, writing it):
 
     messages      OpenAI-format chat transcripts (read and write, "messages")
-    inspect_log   inspect-ai eval logs, through inspect-ai's reader and writer ("inspect")
+    inspect_log   inspect-ai eval logs, through inspect-ai's models, reader and writer ("inspect")
     verifiers     verifiers' results.jsonl ("verifiers") and v1 traces.jsonl ("verifiers-v1")
     tau2          tau2-bench simulation results, one file or a folder ("tau2")
     trajectory    mini-swe-agent / SWE-agent trajectory files ("trajectory")

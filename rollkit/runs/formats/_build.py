@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...core.messages import AssistantMessage, Message, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
+from ...core.messages import (AssistantMessage, Message, Response, SystemMessage, ToolCall, ToolMessage, Usage,
+                              UserMessage, unvalidated)
 import pydantic
 
 from ...core import _safe_read
@@ -153,7 +154,10 @@ def _tool_call(raw: Any, where: Where, field_path: str, index: int) -> ToolCall:
         raise where.error(f"{field_path}.function.name", "is missing: a tool call needs the name of its tool")
     if not isinstance(arguments, (str, dict)):
         raise where.error(f"{field_path}.arguments", f"should be an object or JSON text, got {type(arguments).__name__}")
-    return ToolCall(id=str(raw.get("id") or f"call_{index}"), name=name, arguments=arguments)
+    # Checked above: built without a second validation (ToolCall's own
+    # validator writes a dict of arguments as JSON text the same way).
+    return unvalidated(ToolCall, id=str(raw.get("id") or f"call_{index}"), name=name,
+                       arguments=json.dumps(arguments) if isinstance(arguments, dict) else arguments)
 
 
 def message(raw: Any, where: Where, field_path: str, unanswered: list[str] | None = None) -> Message | None:
@@ -171,10 +175,12 @@ def message(raw: Any, where: Where, field_path: str, unanswered: list[str] | Non
     if not isinstance(role, str):
         raise where.error(f"{field_path}.role", "is missing: each message needs a role (system, user, assistant, tool)")
     content = _text(raw.get("content"), where, f"{field_path}.content")
+    # Each message is built from values checked here, without validating
+    # them again (a third of reading a file went to that).
     if role in ("system", "developer"):
-        return SystemMessage(content=content)
+        return unvalidated(SystemMessage, role="system", content=content)
     if role == "user":
-        return UserMessage(content=content)
+        return unvalidated(UserMessage, role="user", content=content)
     if role == "assistant":
         calls = raw.get("tool_calls") or []
         if not isinstance(calls, list):
@@ -183,8 +189,8 @@ def message(raw: Any, where: Where, field_path: str, unanswered: list[str] | Non
         made = [_tool_call(c, where, f"{field_path}.tool_calls.{i}", i) for i, c in enumerate(calls)]
         if unanswered is not None:
             unanswered.extend(c.id for c in made)
-        return AssistantMessage(content=content or None, tool_calls=made,
-                                reasoning=reasoning if isinstance(reasoning, str) and reasoning else None)
+        return unvalidated(AssistantMessage, role="assistant", content=content or None, tool_calls=made,
+                           reasoning=reasoning if isinstance(reasoning, str) and reasoning else None)
     if role == "tool":
         call_id = raw.get("tool_call_id") or raw.get("id")
         ids = raw.get("tool_call_ids")
@@ -197,7 +203,10 @@ def message(raw: Any, where: Where, field_path: str, unanswered: list[str] | Non
                                                             "a tool result answers a call")
         if unanswered is not None and str(call_id) in unanswered:
             unanswered.remove(str(call_id))
-        return ToolMessage(tool_call_id=str(call_id), content=content, name=raw.get("name") or raw.get("function"))
+        name = raw.get("name") or raw.get("function")
+        if name is not None and not isinstance(name, str):  # refused by validation, naming the field
+            return ToolMessage(tool_call_id=str(call_id), content=content, name=name)
+        return unvalidated(ToolMessage, role="tool", tool_call_id=str(call_id), content=content, name=name)
     return None
 
 
@@ -223,32 +232,38 @@ def messages(raw: Any, where: Where, field_path: str, tool_errors: list[dict[str
 def _lay_out(conversation: list[Message], user_by: str) -> tuple[list[Segment], list[UserTurn], list[int]]:
     """The segments and user turns of a conversation, and the segment of
     each reply: a new segment opens at each user message that follows a
-    reply (the opening prompt is the task's, not a user turn)."""
-    segments = [Segment(index=0, start=0.0)]
+    reply (the opening prompt is the task's, not a user turn). Counts are
+    kept in plain lists and the records made once at the end (a pydantic
+    attribute write per message cost more than the rest of the layout)."""
+    counts = [[0, 0]]  # per segment: replies (turns added), user messages
     user_turns: list[UserTurn] = []
     reply_segment: list[int] = []
     last_reply = ""
     replied = False
-    opening: list[Message] = []
-    for i, msg in enumerate(conversation):
+    opening = False
+    for msg in conversation:
         if isinstance(msg, UserMessage) and replied:
             if not opening:  # a user speaking after a reply opens a new segment
-                segments.append(Segment(index=len(segments), start=0.0,
-                                        turns_before=sum(s.turns_added for s in segments)))
-                user_turns.append(UserTurn(index=len(user_turns), segment=len(segments) - 1, by=user_by,
+                counts.append([0, 0])
+                user_turns.append(UserTurn(index=len(user_turns), segment=len(counts) - 1, by=user_by,
                                            replying_to=last_reply))
-            opening.append(msg)
+            opening = True
             user_turns[-1].messages.append(msg)
-            segments[-1].user_messages += 1
+            counts[-1][1] += 1
             continue
         if isinstance(msg, UserMessage):
-            segments[-1].user_messages += 1
-        opening = []
+            counts[-1][1] += 1
+        opening = False
         if isinstance(msg, AssistantMessage):
             replied = True
             last_reply = msg.content or last_reply
-            segments[-1].turns_added += 1
-            reply_segment.append(len(segments) - 1)
+            counts[-1][0] += 1
+            reply_segment.append(len(counts) - 1)
+    segments = []
+    before = 0
+    for index, (added, users) in enumerate(counts):
+        segments.append(Segment(index=index, start=0.0, turns_before=before, turns_added=added, user_messages=users))
+        before += added
     return segments, user_turns, reply_segment
 
 
@@ -282,10 +297,12 @@ def build(
     if replies and all(c.start is None for c in calls) and "agent" not in phases:
         missing.append("timings")
     trace = Trace(
-        task=task, agent=agent, messages=list(conversation),
+        task=task, agent=agent,
         info={"format": fmt, "file": str(where.path), **(info or {}), **({"missing": missing} if missing else {})},
         errors=list(errors or []), stop_condition=stop_condition, completed=completed and not errors,
     )
+    trace.__dict__["messages"] = list(conversation)  # rollkit messages already: not validated again
+    trace.__pydantic_fields_set__.add("messages")
     segments, user_turns, reply_segment = _lay_out(conversation, user_by)
     origin = min((s for s, _ in phases.values()), default=None)
     agent_time = 0.0
@@ -296,8 +313,7 @@ def build(
         reply = conversation[position]
         trace.record_call(
             index=n, segment=reply_segment[n], start=start, end=end, agent_time=agent_time,
-            response=Response(message=reply, usage=call.usage or Usage(),  # type: ignore[arg-type]
-                              finish_reason=call.finish_reason or ("tool_calls" if reply.tool_calls else "stop")),  # type: ignore[union-attr]
+            response=_response(reply, call),  # type: ignore[arg-type]
             error=None, timing_issue=timing_issue, request_messages=position,
         )
     trace.sampled = replies
@@ -325,6 +341,17 @@ def build(
     trace.phases = {name: Span(name=name, start=s, end=e) for name, (s, e) in phases.items()}
     trace.ok = not trace.errors
     return trace
+
+
+def _response(reply: AssistantMessage, call: Call) -> Response:
+    """The call's response: its reply, usage and finish reason (validated
+    only when the source's finish reason is not text, to refuse it)."""
+    finish = call.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+    usage = call.usage or unvalidated(Usage, input_tokens=None, output_tokens=None, cache_read_tokens=None,
+                                      cache_write_tokens=None)
+    if not isinstance(finish, str):
+        return Response(message=reply, usage=usage, finish_reason=finish)
+    return unvalidated(Response, message=reply, usage=usage, finish_reason=finish, model=None)
 
 
 def _time_segments(segments: list[Segment], trace: Trace, phases: dict[str, tuple[float, float | None]],

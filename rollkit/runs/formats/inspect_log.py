@@ -1,6 +1,12 @@
 """inspect-ai eval logs (`.eval` and `.json`), read and written with
-inspect-ai's own log reader and writer (the optional extra
-`pip install 'rollkit[inspect]'`).
+inspect-ai's own models, reader and writer (the optional extra
+`pip install 'rollkit[inspect]'`). A finished log is read directly (a
+`.eval` from its zip members): each sample's messages, scores, usage,
+error and limit through inspect's models, its events (which inspect's
+reader validates whole, most of its time) raw for the few fields rollkit
+keeps; a log in any other shape (still being written, an older sample
+shape, a member that does not parse) goes through inspect's
+`read_eval_log`, which also says what is wrong with a damaged one.
 
 Read: one trace per sample and epoch. Messages with tool calls and results
 come from the sample's messages; one model call per assistant reply from
@@ -80,10 +86,17 @@ def _off_loop(fn: Any, *args: Any) -> Any:
 
 
 def _seconds(moment: Any) -> float | None:
+    """A time as inspect writes it (an ISO string, a datetime, or seconds
+    since the epoch) in seconds; a time without a zone is UTC, as inspect
+    reads it."""
     if moment is None:
         return None
+    if isinstance(moment, (int, float)) and not isinstance(moment, bool):
+        return float(moment)
     if isinstance(moment, str):
         moment = datetime.fromisoformat(moment)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
 
 
@@ -226,6 +239,182 @@ def _trace(log: Any, sample: Any, path: Path) -> Trace:
     )
 
 
+class _Fields:
+    """The fields of one raw inspect record (an event, a model output) that
+    the conversion reads, as attributes; a field the record lacks is None
+    (inspect's default for each of them)."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+
+_EVENT_FIELDS = {"span_begin": ("id", "type", "parent_id", "timestamp", "span_id"),
+                 "span_end": ("id", "timestamp", "span_id"),
+                 "model": ("timestamp", "completed", "span_id")}
+
+
+_OTHER_EVENTS: dict[str, _Fields] = {}
+
+
+class _NotPlain(Exception):
+    """A log the direct reader leaves to inspect's own reader."""
+
+
+def _raw_event(raw: Any, usage_model: Any) -> _Fields:
+    """One event of a sample's JSON as the conversion reads it: its kind,
+    and for spans and model calls the fields `_phases` and `_calls` use."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("event"), str):
+        raise _NotPlain("an event that is not an object with a kind")
+    kind = raw["event"]
+    wanted = _EVENT_FIELDS.get(kind)
+    if wanted is None:  # an event the conversion only counts past: one shared record per kind
+        other = _OTHER_EVENTS.get(kind)
+        if other is None:
+            other = _Fields(event=kind)
+            if len(_OTHER_EVENTS) < 256:  # inspect has a few dozen kinds; a hostile file's millions are not kept
+                _OTHER_EVENTS[kind] = other
+        return other
+    fields = {name: raw.get(name) for name in wanted}
+    if kind == "model":
+        output = raw.get("output")
+        if not isinstance(output, dict):
+            raise _NotPlain("a model event without its output")
+        usage = output.get("usage")
+        choices = output.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise _NotPlain("a model output whose choices are not objects")
+        fields["output"] = _Fields(usage=None if usage is None else usage_model.model_validate(usage),
+                                   time=output.get("time"),
+                                   choices=[_Fields(stop_reason=c.get("stop_reason")) for c in choices])
+    return _Fields(event=kind, **fields)
+
+
+def _raw_sample(data: Any, models: Any) -> _Fields:
+    """A sample's JSON as the conversion reads it. The parts rollkit keeps
+    whole (messages, scores, usage, error, limit) go through inspect's own
+    models, so they read exactly as inspect's reader gives them; the
+    events, which inspect validates whole and rollkit reads a few fields
+    of, are read raw. A sample in an older shape (a `score` or
+    `transcript` field inspect migrates) is left to inspect's reader."""
+    chat, usage_model, score_model, error_model, limit_model, context = models
+    if not isinstance(data, dict) or "score" in data or "transcript" in data:
+        raise _NotPlain("a sample in an older shape")
+    sample_id, epoch, events = data.get("id"), data.get("epoch"), data.get("events") or []
+    if not isinstance(sample_id, (int, str)) or isinstance(sample_id, bool) or type(epoch) is not int:
+        raise _NotPlain("a sample without an id and epoch")
+    if not isinstance(events, list):
+        raise _NotPlain("events that are not a list")
+    working = data.get("working_time")
+    if working is not None and (isinstance(working, bool) or not isinstance(working, (int, float))):
+        raise _NotPlain("a working time that is not a number")
+    scores = data.get("scores")
+    return _Fields(
+        id=sample_id, epoch=epoch, input=data.get("input"), target=data.get("target"),
+        messages=chat.validate_python(data.get("messages") or [], context=context()),
+        events=[_raw_event(e, usage_model) for e in events],
+        scores=None if scores is None else {name: score_model.model_validate(score, context=context())
+                                            for name, score in scores.items()},
+        error=None if data.get("error") is None else error_model.model_validate(data["error"]),
+        limit=None if data.get("limit") is None else limit_model.model_validate(data["limit"]),
+        started_at=data.get("started_at"), completed_at=data.get("completed_at"),
+        working_time=None if working is None else float(working),
+        model_usage={name: usage_model.model_validate(u) for name, u in (data.get("model_usage") or {}).items()},
+    )
+
+
+_ZSTD = 93  # the zip compression method inspect writes (zstandard)
+
+
+def _member(archive: Any, path: Path, info: Any) -> bytes:
+    """A zip member's bytes, never inflated past the size its directory
+    declares (which `_safe_read.check_zip` bounded). Python's reader keeps
+    to that for stored and deflated members; for a zstandard member (the
+    zipfile_zstd patch inflates all of it at once) the compressed bytes are
+    read here and inflated through a stream cut at the declared size, and
+    the CRC checked."""
+    import struct
+    import zlib
+
+    if info.compress_type in (0, 8):  # stored, deflated
+        return archive.read(info)  # type: ignore[no-any-return]
+    if info.compress_type != _ZSTD:  # bzip2, lzma: Python inflates those whole too; inspect's reader reads them
+        raise _NotPlain("a member compressed with a method inspect does not write")
+    import zstandard
+
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)
+        if len(local) != 30 or local[:4] != b"PK\x03\x04":
+            raise _NotPlain("a member without its local header")
+        name_length, extra_length = struct.unpack("<HH", local[26:30])
+        f.seek(info.header_offset + 30 + name_length + extra_length)
+        compressed = f.read(info.compress_size)
+    out = bytearray()
+    with zstandard.ZstdDecompressor().stream_reader(compressed) as stream:
+        while len(out) <= info.file_size:
+            chunk = stream.read(min(1 << 20, info.file_size + 1 - len(out)))
+            if not chunk:
+                break
+            out += chunk
+    if len(out) != info.file_size or zlib.crc32(out) != info.CRC:
+        raise _NotPlain("a member that does not inflate to the size and CRC its directory declares")
+    return bytes(out)
+
+
+def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_Fields]]:
+    """(the log's header, its samples) of a finished log, read without
+    validating each sample whole (inspect's reader spent most of its time
+    on events rollkit does not keep): a `.eval` from its zip members, a
+    `.json` from the document. Raises _NotPlain (or any error) for a log it
+    leaves to inspect's reader: no header (a `.eval` still being written),
+    a log version other than 2, a sample in an older shape, a member it
+    cannot inflate or parse."""
+    from pydantic import TypeAdapter
+    from inspect_ai._util.constants import DESERIALIZING, get_deserializing_context
+    from inspect_ai.log import EvalError, EvalSampleLimit
+    from inspect_ai.model import ChatMessage, ModelUsage
+    from inspect_ai.scorer import Score
+
+    # Deserializing (no new message ids), without inspect's cache of equal
+    # messages (a hash of each message's JSON: a third of the read, and
+    # rollkit shares nothing through it).
+    models = (TypeAdapter(list[ChatMessage]), ModelUsage, Score, EvalError, EvalSampleLimit,
+              lambda: {DESERIALIZING: True})
+    if zipped:
+        import zipfile
+
+        import zipfile_zstd  # noqa: F401  (inspect's dependency: zstandard members, as inspect writes them)
+
+        with zipfile.ZipFile(path) as archive:
+            names = {info.filename: info for info in archive.infolist()}  # a re-logged member: the last, as inspect
+            if "header.json" not in names:
+                raise _NotPlain("no header: a log still being written")
+            log = _header(_safe_read.loads(_member(archive, path, names["header.json"])), log_api,
+                          get_deserializing_context)
+            # One member at a time, each parsed and read before the next (never all the JSON at once).
+            samples = [_raw_sample(_safe_read.loads(_member(archive, path, info)), models)
+                       for name, info in names.items() if name.startswith("samples/") and name.endswith(".json")]
+        # inspect's order: by epoch, then id (numbers zero-filled so they sort as numbers)
+        samples.sort(key=lambda s: (s.epoch, s.id if isinstance(s.id, str) else str(s.id).zfill(20)))
+        return log, samples
+    document = _safe_read.loads(_safe_read.read_document(path))
+    if not isinstance(document, dict) or not isinstance(document.get("samples") or [], list):
+        raise _NotPlain("a document of another shape")
+    raw = document.pop("samples", None) or []
+    log = _header(document, log_api, get_deserializing_context)
+    return log, [_raw_sample(sample, models) for sample in raw]
+
+
+def _header(header: Any, log_api: Any, context: Any) -> Any:
+    """The log without its samples, through inspect's model (a log version
+    other than 2 is left to inspect's reader)."""
+    if not isinstance(header, dict) or "samples" in header:
+        raise _NotPlain("a header of another shape")
+    if header.get("version") != 2:
+        raise _NotPlain("a log version this reader was not written for")
+    return log_api.EvalLog.model_validate(header, context=context())
+
+
 def read(path: Path, errors: str) -> list[Trace]:
     from ...core.store import TraceFileError
 
@@ -236,6 +425,13 @@ def read(path: Path, errors: str) -> list[Trace]:
         _safe_read.check_zip(path)  # member and total decompressed sizes bounded before inspect inflates any
     else:
         _safe_read.check_document(path)  # inspect reads the whole JSON log at once
+    try:
+        log, samples = _read_directly(path, log_api, zipped)
+        return [_trace(log, sample, path) for sample in samples]
+    except TraceFileError:  # the conversion's refusal (a score it cannot read), as through inspect's reader
+        raise
+    except Exception:  # noqa: BLE001  anything unusual: inspect's own reader, and its word on what is wrong
+        pass
     try:
         log = _off_loop(log_api.read_eval_log, str(path))
     except Exception as exc:  # inspect's reader: a damaged zip, a cut file, a field of the wrong type
