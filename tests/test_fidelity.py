@@ -162,6 +162,31 @@ def test_tau2_results_field_by_field():
     assert _diff(path, expected, rk.load(path)) == []
 
 
+
+def test_tau2_results_in_the_folder_layout_load_as_the_one_file_does(tmp_path):
+    """tau2's newer layout (Results.save to a folder): results.json without
+    the simulations, one file per simulation in simulations/. The real
+    results file, split that way, loads into the same traces."""
+    path = FIXTURES / "tau2/airline_results.json"
+    document = json.loads(path.read_text())
+    simulations = document.pop("simulations")
+    folder = tmp_path / "run"
+    (folder / "simulations").mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps(document))
+    for sim in simulations:
+        (folder / "simulations" / f"{sim['id']}.json").write_text(json.dumps(sim))
+
+    def comparable(traces: list[rk.Trace]) -> list[dict[str, Any]]:
+        rows = [t.model_dump(exclude={"id"}) for t in traces]
+        for row in rows:
+            row["info"].pop("file")  # names the file it came from
+        return sorted(rows, key=lambda row: json.dumps(row["task"], sort_keys=True, default=str))
+
+    one_file = comparable(rk.load(path))
+    assert len(one_file) == len(simulations) == 3
+    assert comparable(rk.load(folder)) == one_file
+
+
 def _inspect_samples(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".json":
         return json.loads(path.read_text())["samples"]
