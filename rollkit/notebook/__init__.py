@@ -39,7 +39,7 @@ _LAZY = {
     "RolloutPanel": (".panel", "RolloutPanel"),
     "TraceBrowser": (".browser", "TraceBrowser"),
     "RunMonitor": (".monitor", "RunMonitor"),
-    "view": (".monitor", "view"),
+    "view": (".viewpage", "view"),
     "chat_html": (".display", "chat_html"),
     "replay_hooks": (".whatif", "replay_hooks"),
     "trace_html": (".display", "trace_html"),
