@@ -225,3 +225,14 @@ def test_view_page_in_a_browser_draws_its_charts_and_opens_a_flip(runs, tmp_path
         assert (tmp_path / "view-page-charts.png").stat().st_size > 10_000
     finally:
         _stop(viewer)
+
+
+def test_a_task_only_one_run_has_opens_with_the_other_half_saying_so(runs, tmp_path):
+    more = tmp_path / "more"
+    rk.evaluate(demo_agent(), arithmetic_tasks(13), out=more, progress=False)  # the same 12 and arith-0-012
+    compared = CompareView(runs[0], more)
+    assert compared.comparison.only_b == ["arith-0-012"]
+    trace_a, trace_b = compared.open_pair("arith-0-012")
+    assert trace_a is None and trace_b.task.key == "arith-0-012"
+    left, right = compared.side.children
+    assert "run A has no rollout of arith-0-012" in left.value and "arith-0-012" in right.value

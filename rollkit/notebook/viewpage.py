@@ -179,17 +179,20 @@ def _comparison_html(c: Any) -> str:
 def _row_of(run: Any, row: dict[str, Any]) -> int | None:
     """The first row of `run` (a lazy run) of the comparison row's task (and
     repeat, when paired by repeat); None when it has none."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     table = run.arrow("rollouts")
+    if row["repeat"] is None:  # by task (the page's pairing): the task's first rollout, found in Arrow
+        keys = pc.coalesce(table.column("example_id").cast(pa.large_string()), table.column("task_key"))
+        found = pc.index(keys, row["example_id"]).as_py()
+        return None if found < 0 else found
     examples = table.column("example_id").to_pylist()
     tasks = table.column("task_key").to_pylist()
     repeats = table.column("repeat").to_pylist() if "repeat" in table.column_names else [None] * len(tasks)
     seen: dict[str, int] = {}
     for i, (example, task, repeat) in enumerate(zip(examples, tasks, repeats)):
         key = str(task if example is None else example)
-        if row["repeat"] is None:
-            if key == row["example_id"]:
-                return i
-            continue
         if repeat is None:  # no batch ids: the task's n-th rollout, as rk.compare pairs them
             repeat = seen.get(key, 0)
             seen[key] = repeat + 1
