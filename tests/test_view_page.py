@@ -236,3 +236,20 @@ def test_a_task_only_one_run_has_opens_with_the_other_half_saying_so(runs, tmp_p
     assert trace_a is None and trace_b.task.key == "arith-0-012"
     left, right = compared.side.children
     assert "run A has no rollout of arith-0-012" in left.value and "arith-0-012" in right.value
+
+
+def test_a_followed_run_gets_its_charts_when_it_ends(tmp_path):
+    from rollkit.notebook.monitor import RunMonitor
+
+    folder = tmp_path / "live"
+    folder.mkdir()
+    page = view([folder])
+    _stop_monitors(page)
+    _, _, monitor, charts = page.children
+    assert isinstance(monitor, RunMonitor) and charts.figures == []
+    assert "no finished rollout yet" in charts.note.value
+    rk.evaluate(demo_agent(), arithmetic_tasks(3), out=folder, progress=False)  # written "by another process"
+    monitor.poll()  # what the follow task does: the run's end redraws the charts
+    assert monitor.state.final == "done"
+    assert charts.figures[0].layout.title.text == "reward distribution · 3 rollouts"
+    assert charts.note.value == ""
