@@ -10,8 +10,8 @@
     rk.plots.rewards(traces)             # plotly figures (rollkit.notebook.plots)
 
 What this layer owns: the synchronous facade over the async core
-(`stepping`, over a loop of its own in a thread: `_loop`), the rollout panel and the
-trace browser (ipywidgets), HTML of traces (`display`, standard library
+(`stepping`, over a loop of its own in a thread: `_loop`), the rollout panel, the
+trace browser, the run monitor and the page of `rollkit view` (`viewpage`) (ipywidgets), HTML of traces (`display`, standard library
 only), DataFrames (`frames`, pandas) and figures (`plots`, plotly).
 
 It imports the core, programs and runs layers, never `rollkit.examples`.
