@@ -148,12 +148,10 @@ def voila(tmp_path: Path, request):
         server.stop()
 
 
-def _local_only(route, aborted: list[str] | None = None) -> None:  # type: ignore[no-untyped-def]
+def _local_only(route) -> None:  # type: ignore[no-untyped-def]
     if route.request.url.startswith("http://127.0.0.1"):
         route.continue_()
     else:
-        if aborted is not None:
-            aborted.append(route.request.url)
         route.abort()
 
 
@@ -179,7 +177,12 @@ def _page(server: _Server, tmp_path: Path, name: str, url: str | None = None,  #
         page.set_default_navigation_timeout(BUDGET_MS)
         try:
             page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
-            page.route("**/*", lambda route: _local_only(route, aborted))
+            def local_only(route) -> None:  # type: ignore[no-untyped-def]
+                if aborted is not None and not route.request.url.startswith("http://127.0.0.1"):
+                    aborted.append(route.request.url)
+                _local_only(route)
+
+            page.route("**/*", local_only)
             # Voila runs the notebook before it answers: ~8 s here, 40 s and more on a loaded machine.
             page.goto(url or server.url, wait_until="domcontentloaded", timeout=BUDGET_MS)  # type: ignore[attr-defined]
             yield page

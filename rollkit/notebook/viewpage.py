@@ -291,7 +291,7 @@ class CompareView(widgets.VBox):
                 button.on_click(lambda _, key=row["key"]: self.open_pair(key))
                 cells.append(button)
             grid = widgets.GridBox(cells, layout=widgets.Layout(
-                grid_template_columns="minmax(160px, 280px) 80px 80px 80px 120px"))
+                grid_template_columns="minmax(160px, 280px) 80px 80px 80px 120px", width="680px"))
             grid.add_class(f"rk-flips-{kind}")
             more = len(rows) - MAX_FLIPS
             parts += [heading, grid] + ([widgets.HTML(f"<p>and {more} more</p>")] if more > 0 else [])
