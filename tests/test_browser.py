@@ -156,13 +156,15 @@ def _local_only(route) -> None:  # type: ignore[no-untyped-def]
 
 
 @contextlib.contextmanager
-def _page(server: _Server, tmp_path: Path, name: str, url: str | None = None):  # type: ignore[no-untyped-def]
+def _page(server: _Server, tmp_path: Path, name: str, url: str | None = None,  # type: ignore[no-untyped-def]
+          console: list[str] | None = None, aborted: list[str] | None = None):
     """A page on the server's app (`url`, by default the Voila app's); on
-    failure the browser console and the server's log are printed, and the
-    screenshot is always saved."""
+    failure the browser console (kept in `console` when given) and the
+    server's log are printed, and the screenshot is always saved. The
+    requests not to 127.0.0.1, refused, are kept in `aborted` when given."""
     playwright_sync.expect.set_options(timeout=BUDGET_MS)
     screenshot = tmp_path / f"{name}.png"
-    console: list[str] = []
+    console = [] if console is None else console
     with playwright_sync.sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
@@ -175,7 +177,12 @@ def _page(server: _Server, tmp_path: Path, name: str, url: str | None = None):  
         page.set_default_navigation_timeout(BUDGET_MS)
         try:
             page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
-            page.route("**/*", _local_only)
+            def local_only(route) -> None:  # type: ignore[no-untyped-def]
+                if aborted is not None and not route.request.url.startswith("http://127.0.0.1"):
+                    aborted.append(route.request.url)
+                _local_only(route)
+
+            page.route("**/*", local_only)
             # Voila runs the notebook before it answers: ~8 s here, 40 s and more on a loaded machine.
             page.goto(url or server.url, wait_until="domcontentloaded", timeout=BUDGET_MS)  # type: ignore[attr-defined]
             yield page

@@ -539,22 +539,22 @@ def test_rollkit_show_reads_an_inspect_log(inspect_logs):
 
 def test_view_shows_another_tools_trace_file_and_compares_two(verifiers_run, tmp_path):
     from rollkit.notebook.browser import TraceBrowser
-    from rollkit.notebook.monitor import view
+    from rollkit.notebook.viewpage import RunCharts, view
 
     page = view([verifiers_run])
-    heading, part = page.children
+    _, heading, part, charts = page.children
     assert str(verifiers_run) in heading.value
     summary, browser = part.children
     assert "rollouts: 3 over 2 tasks" in summary.value
+    assert isinstance(charts, RunCharts) and charts.figures[0].layout.title.text == "reward distribution · 3 rollouts"
     assert isinstance(browser, TraceBrowser)
     assert [t.info["rollout_id"] for t in browser.traces] == ["0#0", "0#1", "1#0"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
-    _, part = view([bad]).children
+    _, _, part = view([bad]).children  # no charts for a file that cannot be read
     assert f"{bad}: line 1 is not a rollkit trace" in part.value
     twice = view([verifiers_run, verifiers_run])
-    twice.children[-2].click()
-    assert "paired sign-flip permutation test" in twice.children[-1].value
+    assert "paired sign-flip permutation test" in twice.children[-1].result.value
 
 
 # ---- issue 21: tau2's folder layout and endings, SWE-agent's history anywhere ----

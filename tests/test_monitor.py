@@ -17,7 +17,8 @@ import pytest
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
 from rollkit.notebook.browser import TraceBrowser
-from rollkit.notebook.monitor import RunMonitor, view
+from rollkit.notebook.monitor import RunMonitor
+from rollkit.notebook.viewpage import view
 from rollkit.runs.live import LIVE, FolderFollower, RunState, finished_from_line, finished_from_trace
 
 TASKS = arithmetic_tasks(6)
@@ -322,14 +323,15 @@ def test_view_compares_two_folders_and_says_why_it_cannot(written, tmp_path):
     assert len(monitors) == 2
     for monitor in monitors:
         monitor.stop()
-    button, table = page.children[-2:]
-    button.click()
-    assert "have no task in common" in table.value
+    compared = page.children[-1]  # both finished: compared at once
+    assert "have no task in common" in compared.result.value
     same = view([written, written])
     for monitor in (w for w in same.children if isinstance(w, RunMonitor)):
         monitor.stop()
-    same.children[-2].click()
-    assert "paired sign-flip permutation test" in same.children[-1].value
+    compared = same.children[-1]
+    compared.result.value = ""
+    compared.button.click()
+    assert "paired sign-flip permutation test" in compared.result.value
 
 
 def test_an_event_no_subscriber_wants_is_not_built():

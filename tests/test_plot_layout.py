@@ -297,6 +297,30 @@ def test_compare_draws_tasks_with_the_same_values_as_one_counted_point(render) -
     assert sorted(labels) == ["4 tasks", "8 tasks"]  # 4 subtractions B got right, 8 both got right
 
 
+@pytest.mark.parametrize("figure", ["forest", "reward_distribution", "phase_timing"])
+def test_the_view_pages_figures_read_cleanly_at_the_width_it_draws_them(render, figure: str) -> None:  # type: ignore[no-untyped-def]
+    """rollkit view's charts (rollkit.notebook.viewpage draws the forest 900
+    px wide, the run's two charts 600): the long signal names and the
+    W / T / L beside each row are neither cut off nor drawn over anything."""
+    async def runs() -> tuple[Any, Any]:
+        tasks = arithmetic_tasks(12)
+        a = await rk.evaluate(demo_agent(), tasks, progress=False)
+        b = await rk.evaluate(demo_agent(model=careful_calculator_model()), tasks, progress=False)
+        return a, b
+
+    a, b = _run(runs())
+    comparison = rk.compare(a, b)
+    fig, width = {"forest": (lambda: rk.plots.forest(comparison), 900),
+                  "reward_distribution": (lambda: rk.plots.reward_distribution(b.traces), 600),
+                  "phase_timing": (lambda: rk.plots.phase_timing(b.traces), 600)}[figure]
+    geometry = render(figure, fig(), width)
+    _assert_clean(geometry)
+    if figure == "forest":
+        beside = [t["text"] for t in geometry["texts"] if t["role"] == "annotation"]
+        shown = [s for s in comparison.signals if s.diff is not None]
+        assert sorted(beside) == sorted(["W / T / L"] + [f"{s.wins} / {s.ties} / {s.losses}" for s in shown])
+
+
 # Where the header's and the first row's text start, their fonts, and the
 # width of each prefix of each text as drawn in its own font.
 _TABLE_GEOMETRY = """() => {

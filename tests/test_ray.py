@@ -106,6 +106,16 @@ def test_ray_trace_file_resume_and_groups_behave_as_locally(local_ray, tmp_path)
     assert [t.model_dump() for t in load_run(tmp_path).traces] == [t.model_dump() for t in first.traces]
     # The columnar tables of a Ray run are the same as of a local one (rollkit.runs.columns).
     assert rk.open_run(tmp_path).rollouts().equals(rk.frames.rollouts(first.traces))
+    # They are plain Parquet, in parts (shards by byte range of the driver's file): Ray Data and
+    # DuckDB read the folder as it is, as the README says ("Big runs").
+    import duckdb
+    from ray import data as ray_data
+
+    rollouts = tmp_path / ".rollkit" / "traces.jsonl" / "rollouts"
+    expected = rk.frames.rollouts(first.traces)["reward"].mean()
+    data = ray_data.read_parquet(str(rollouts))
+    assert data.count() == 8 and data.mean("reward") == pytest.approx(expected)
+    assert duckdb.sql(f"select count(*), avg(reward) from '{rollouts}/*.parquet'").fetchall() == [(8, pytest.approx(expected))]
     # Cut the run short as a crash would: 3 whole lines and a torn one.
     path = tmp_path / "traces.jsonl"
     lines = path.read_text().splitlines(keepends=True)

@@ -299,7 +299,7 @@ def test_rollkit_view_reads_a_trace_file_once_and_its_page_loads_the_copy_handed
     copy = str(shown["home"] / "read-0.jsonl")
     assert loads == [str(source), copy]  # the file once (the command), the copy once (the kernel)
     assert not shown["home"].exists()  # the copy went with the view's folder
-    summary, browser = shown["children"][1].children
+    summary, browser = shown["children"][2].children
     assert "rollouts: 4 over 4 tasks" in summary.value and "0.375" in summary.value
     same = [t.model_dump(exclude={"id"}) for t in real_load(source)]  # a fresh id each time a foreign file is read
     assert [t.model_dump(exclude={"id"}) for t in browser.traces] == same

@@ -274,7 +274,7 @@ def test_a_sweep_leaves_the_source_trace_untouched_and_each_continuation_its_own
 
 def test_an_ab_folder_is_followed_live_pair_by_pair_and_rollkit_view_shows_it(tmp_path):
     from rollkit.notebook.decide import ABMonitor
-    from rollkit.notebook.monitor import view
+    from rollkit.notebook.viewpage import view
     from rollkit.runs.ab import ABFollower
 
     result = rk.ab_test(_agent(toy_calculator_model()), _agent(careful_calculator_model()), arithmetic_tasks(90),
@@ -295,7 +295,8 @@ def test_an_ab_folder_is_followed_live_pair_by_pair_and_rollkit_view_shows_it(tm
     assert list(monitor.figure.data[1].y) == [s.low for s in result.history]
     assert f"{result.pairs} of 90 pairs" in monitor.status.value and "B better" in monitor.status.value
     page = view([tmp_path / "ab"])
-    assert isinstance(page.children[1], ABMonitor)
+    _, heading, part = page.children  # the page's style, the folder's heading, its monitor (no charts: no run)
+    assert str(tmp_path / "ab") in heading.value and isinstance(part, ABMonitor)
 
 
 def test_a_rollout_stopped_by_its_turn_limit_counts_as_failed_where_it_went_wrong():

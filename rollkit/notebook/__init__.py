@@ -12,7 +12,8 @@
 What this layer owns: the synchronous facade over the async core
 (`stepping`, over a loop of its own in a thread: `_loop`), the rollout panel and
 agent's seat (`panel`, `seat`: they type against the facade's protocol in
-`_view` and never reach the core), the trace browser (ipywidgets), HTML of traces (`display`, standard library
+`_view` and never reach the core), the trace browser, the run monitor and the
+page of `rollkit view` (`viewpage`) (ipywidgets), HTML of traces (`display`, standard library
 only), DataFrames (`frames`, pandas) and figures (`plots`, plotly).
 
 It imports the core, programs and runs layers, never `rollkit.examples`.
@@ -40,7 +41,7 @@ _LAZY = {
     "RolloutPanel": (".panel", "RolloutPanel"),
     "TraceBrowser": (".browser", "TraceBrowser"),
     "RunMonitor": (".monitor", "RunMonitor"),
-    "view": (".monitor", "view"),
+    "view": (".viewpage", "view"),
     "chat_html": (".display", "chat_html"),
     "replay_hooks": (".whatif", "replay_hooks"),
     "trace_html": (".display", "trace_html"),

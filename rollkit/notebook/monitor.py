@@ -19,9 +19,9 @@ many rollouts finish in between, the front end gets at most 1 / `interval`
 redraws a second (plus the final one, drawn at once). `clock` and
 `schedule` are injectable, so the coalescing can be tested without waiting.
 
-`view(paths)` is the page `rollkit view DIR...` serves: a monitor per folder
-(and, for two, their comparison). Everything a model or task wrote is
-escaped before it becomes HTML. The widget holds view state only: the run's
+`on_final` holds callables called once when the run ends (the page of
+`rollkit view`, rollkit.notebook.viewpage, redraws its charts then).
+Everything a model or task wrote is escaped before it becomes HTML. The widget holds view state only: the run's
 numbers live in rollkit.runs.live.RunState.
 """
 
@@ -31,7 +31,7 @@ import asyncio
 import html
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from ..runs.live import Finished, FolderFollower, RunState
 from .browser import TraceBrowser
 from .display import STYLE, error_html
 
-__all__ = ["RunMonitor", "view", "MAX_LANES"]
+__all__ = ["RunMonitor", "MAX_LANES"]
 
 MAX_LANES = 20  # lanes drawn; the rest are counted
 
@@ -85,6 +85,8 @@ class RunMonitor(widgets.VBox):
         self._task: asyncio.Task[None] | None = None
         self._batch: list[bool] | None = None  # while a poll reads: the changes seen (final or not)
         self.redraws = 0
+        self.on_final: list[Callable[[], None]] = []
+        self._final_seen = False
         self.follower: FolderFollower | None = None
         self.counts = widgets.HTML()
         self.counts.add_class("rk-monitor-counts")
@@ -229,6 +231,10 @@ class RunMonitor(widgets.VBox):
             self._picked = [r for _, r in picks]
             self.picks.options = [(label, i) for i, (label, _) in enumerate(picks)]
             self.picks.value = chosen if chosen is not None and chosen < len(picks) else None
+        if state.final is not None and not self._final_seen:
+            self._final_seen = True
+            for call in self.on_final:
+                call()
 
     @staticmethod
     def _counts_html(state: RunState) -> str:
@@ -299,66 +305,3 @@ class RunMonitor(widgets.VBox):
     def _on_pick(self, change: dict[str, Any]) -> None:
         if change["new"] is not None:
             self.show_rollout(self._picked[change["new"]])
-
-
-def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5,
-         read: Mapping[str, str] | None = None) -> widgets.VBox:
-    """The page of `rollkit view DIR...`: a monitor following each folder
-    (an A/B test's folder gets its interval, live; a trace file, of any format rk.load reads, gets its summary and a
-    trace browser) and, for two of them, a button comparing them
-    (rk.compare). `read` maps a trace file already read to a rollkit JSON
-    lines file of its traces, loaded instead of it (the `rollkit view`
-    command reads each file once, to refuse a bad one before its server
-    starts, and hands the traces over so)."""
-    folders = [Path(p) for p in paths]
-    read = read or {}
-    parts: list[widgets.Widget] = []
-    for folder in folders:
-        heading = widgets.HTML(f"<h3>{html.escape(str(folder))}</h3>")
-        parts += [heading, _trace_file_view(folder, read.get(str(folder))) if folder.is_file()
-                  else _folder_view(folder, poll_every)]
-    if len(folders) == 2:
-        button = widgets.Button(description="compare the two runs")
-        button.add_class("rk-compare-button")
-        result = widgets.HTML()
-        result.add_class("rk-compare-table")
-
-        def on_click(_: Any) -> None:
-            from ..runs.compare import CompareError, compare
-
-            try:
-                result.value = f"<pre>{html.escape(compare(*folders, labels=(str(folders[0]), str(folders[1]))).table())}</pre>"
-            except (CompareError, ValueError) as exc:  # e.g. no task in common, a run still empty
-                result.value = error_html(str(exc))
-
-        button.on_click(on_click)
-        parts += [button, result]
-    return widgets.VBox(parts)
-
-
-def _folder_view(folder: Path, poll_every: float) -> widgets.Widget:
-    """A run folder's monitor, or an A/B test's interval when the folder is one
-    (rk.ab_test(..., out=DIR) writes DIR/ab.jsonl)."""
-    from ..runs.ab import AB_LOG
-
-    if (folder / AB_LOG).exists():
-        from .decide import ABMonitor
-
-        return ABMonitor.follow(folder, poll_every=poll_every)
-    return RunMonitor(folder, poll_every=poll_every)
-
-
-def _trace_file_view(path: Path, copy: str | None = None) -> widgets.Widget:
-    """A finished trace file (rollkit's or another tool's): its summary
-    table and a TraceBrowser over its traces, read from `copy` (rollkit's
-    JSON lines) when the file was read already; one that cannot be read says why."""
-    from ..core.store import load
-    from ..runs.evaluation import EvalResult
-
-    try:
-        traces = load(copy or path)
-    except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:  # ValueError: TraceFileError among them
-        return widgets.HTML(error_html(str(exc)))
-    summary = widgets.HTML(f"<pre>{html.escape(EvalResult(traces).summary())}</pre>")
-    summary.add_class("rk-file-summary")
-    return widgets.VBox([summary, TraceBrowser(traces)])

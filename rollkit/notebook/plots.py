@@ -17,6 +17,11 @@ From data to picture in one call; every function returns a figure:
   stop, a failure, done), counted.
 - `compare(a, b)`: a paired comparison of two runs (rk.compare): each
   signal's difference with its interval, and a per-task scatter of A vs B.
+- `forest(a, b)`: the same comparison as a forest plot, each signal's
+  B - A with its interval and B's wins / ties / losses beside it.
+- `reward_distribution(run)` and `phase_timing(run)`: a run of any size in
+  a few bars: how many rollouts got each reward, and each phase's median
+  and 95th percentile duration (what `rollkit view` draws per run).
 - `branches(traces)`: an original rollout and its forks side by side, one
   row per branch: the turns it shares with its parent in grey, its own in
   colour from the split on, its reward and stop at the end.
@@ -61,6 +66,9 @@ __all__ = [
     "hook_matrix",
     "stop_reasons",
     "compare",
+    "forest",
+    "reward_distribution",
+    "phase_timing",
     "LiveBudgetBurn",
     "LivePhaseTimeline",
     "LiveRewards",
@@ -386,6 +394,14 @@ class LivePhaseTimeline:
         display(self.figure)
 
 
+# The phases of the phase-timing chart: (name, rollouts frame column).
+_PHASE_PARTS = (
+    ("boot", "phase.boot"), ("setup", "phase.setup"), ("agent · model", "model_time"),
+    ("agent · harness", "harness_time"), ("waiting for the user", "wait_time"), ("finalize", "phase.finalize"),
+    ("scoring", "phase.scoring"),
+)
+
+
 def _rollout_frame(data: Any) -> pd.DataFrame:
     if isinstance(data, pd.DataFrame):
         if "id" not in data.columns or "phase.agent" not in data.columns:
@@ -407,15 +423,7 @@ def phase_durations(data: Any, *, by: str = "id") -> go.Figure:
             f"phase_durations(by={by!r}): the rollouts frame has no column {by!r}; "
             f"pick one of: {', '.join(map(str, frame.columns))}"
         )
-    parts = [
-        ("boot", frame["phase.boot"]),
-        ("setup", frame["phase.setup"]),
-        ("agent · model", frame["model_time"]),
-        ("agent · harness", frame["harness_time"]),
-        ("waiting for the user", frame["wait_time"]),
-        ("finalize", frame["phase.finalize"]),
-        ("scoring", frame["phase.scoring"]),
-    ]
+    parts = [(name, frame[column]) for name, column in _PHASE_PARTS]
     labels = [_text(label) for label in frame[by]]
     fig = go.Figure()
     for name, values in parts:
@@ -616,16 +624,7 @@ def compare(a: Any, b: Any = None, *, signal: str | None = None, **options: Any)
     comparison.signal(signal)  # a KeyError naming the signals there are
     fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], horizontal_spacing=0.18,
                         subplot_titles=("B - A with 95% interval", _text(f"{signal} per {comparison._unit}")))
-    names = [_text(s.signal) for s in compared]
-    fig.add_trace(go.Scatter(
-        x=[s.diff for s in compared], y=names, mode="markers", name="B - A", showlegend=False,
-        marker={"size": 9, "color": ["#59a14f" if s.low > 0 else "#e15759" if s.high < 0 else "#4e79a7"
-                                     for s in compared]},
-        error_x={"type": "data", "symmetric": False, "array": [s.high - s.diff for s in compared],
-                 "arrayminus": [s.diff - s.low for s in compared]},
-        customdata=[[s.pairs, s.p_value] for s in compared],
-        hovertemplate="%{y}: %{x:.3f} over %{customdata[0]} pairs, p %{customdata[1]:.3f}<extra></extra>",
-    ), row=1, col=1)
+    fig.add_trace(_forest_points(compared), row=1, col=1)
     fig.add_vline(x=0, line={"dash": "dot", "color": "#888"}, row=1, col=1)
     pairs = [r for r in comparison.rows if r["signal"] == signal and r["a"] is not None and r["b"] is not None]
     values = [r["a"] for r in pairs] + [r["b"] for r in pairs] or [0.0, 1.0]
@@ -658,6 +657,109 @@ def compare(a: Any, b: Any = None, *, signal: str | None = None, **options: Any)
         title={"text": _text(f"{comparison.label_b} vs {comparison.label_a} · {comparison.common} "
                              f"{comparison._unit}s paired")},
         template="plotly_white", height=max(360, 200 + 30 * len(compared)), margin={"l": 160, "r": 20, "t": 70, "b": 50},
+    )
+    return fig
+
+
+def _forest_points(compared: list[Any]) -> go.Scatter:
+    """One point per compared signal at its B - A, with its interval as an
+    error bar: green when the interval is above 0, red below, blue across."""
+    return go.Scatter(
+        x=[s.diff for s in compared], y=[_text(s.signal) for s in compared], mode="markers", name="B - A",
+        showlegend=False,
+        marker={"size": 9, "color": ["#59a14f" if s.low > 0 else "#e15759" if s.high < 0 else "#4e79a7"
+                                     for s in compared]},
+        # one colour for the bars: plotly takes no per-point array there (it would warn, and draw black)
+        error_x={"type": "data", "symmetric": False, "array": [s.high - s.diff for s in compared],
+                 "arrayminus": [s.diff - s.low for s in compared], "color": "#555"},
+        customdata=[[s.pairs, s.p_value, s.wins, s.ties, s.losses] for s in compared],
+        hovertemplate=("%{y}: %{x:.3f} over %{customdata[0]} pairs, p %{customdata[1]:.3f}<br>"
+                       "wins / ties / losses of B: %{customdata[2]} / %{customdata[3]} / %{customdata[4]}<extra></extra>"),
+    )
+
+
+def forest(a: Any, b: Any = None, **options: Any) -> go.Figure:
+    """The comparison of two runs (`rk.compare`) as a forest plot: one row per
+    compared signal, B - A with its bootstrap 95% interval (the dotted line is
+    no difference), and beside each row B's wins / ties / losses over the
+    pairs. `a` is a `Comparison`, or two runs and the options of `rk.compare`."""
+    from ..runs.compare import Comparison, compare as _compare
+
+    comparison = a if isinstance(a, Comparison) else _compare(a, b, **options)
+    compared = [s for s in comparison.signals if s.diff is not None]
+    fig = go.Figure(_forest_points(compared))
+    fig.add_vline(x=0, line={"dash": "dot", "color": "#888"})
+    for s in compared:
+        fig.add_annotation(x=1.02, xref="paper", y=_text(s.signal), yref="y", xanchor="left", showarrow=False,
+                           text=f"{s.wins} / {s.ties} / {s.losses}", font={"size": 12})
+    fig.add_annotation(x=1.02, xref="paper", y=1, yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
+                       text="<b>W / T / L</b>", font={"size": 12})
+    fig.update_yaxes(autorange="reversed", automargin=True)  # the first signal (reward) on top
+    fig.update_xaxes(title={"text": "B - A (95% interval)"}, zeroline=False)
+    fig.update_layout(
+        title={"text": _text(f"{comparison.label_b} vs {comparison.label_a} · {comparison.common} "
+                             f"{comparison._unit}s paired")},
+        template="plotly_white", height=max(240, 130 + 40 * len(compared)),
+        margin={"l": 40, "r": 130, "t": 60, "b": 50},
+    )
+    return fig
+
+
+def reward_distribution(data: Any, *, bins: int = 20) -> go.Figure:
+    """How the rewards of a run are spread: for `reward` (the scored total)
+    and each `reward.<name>`, how many rollouts have each value (a signal with
+    at most `bins` distinct values) or fall in each of `bins` equal bins.
+    Counted here, so a run of a million rollouts is a few bars, not a million
+    points. Rollouts without a value are counted in the legend, never drawn
+    as 0. `data` is traces, a lazy run, a run's path or `rk.frames.rollouts(...)`."""
+    import numpy as np
+
+    frame = _rollout_frame(data)
+    names = ["reward", *sorted(c for c in frame.columns if c.startswith("reward."))]
+    fig = go.Figure()
+    for name in names:
+        values = pd.to_numeric(frame[name], errors="coerce").dropna().to_numpy(dtype=float)
+        missing = len(frame) - len(values)
+        label = _text(name) + (f" ({missing} without)" if missing else "")
+        distinct = np.unique(values)
+        if len(distinct) <= bins:
+            xs, counts = distinct, [int((values == v).sum()) for v in distinct]
+            width = None
+        else:
+            counted, edges = np.histogram(values, bins=bins)
+            xs, counts = (edges[:-1] + edges[1:]) / 2, counted.tolist()
+            width = float(edges[1] - edges[0])
+        fig.add_trace(go.Bar(x=[float(x) for x in xs], y=counts, name=label, width=width,
+                             hovertemplate=f"{_text(name)} %{{x:.3g}}: %{{y}} rollouts<extra></extra>"))
+    fig.update_layout(
+        title={"text": f"reward distribution · {len(frame)} rollouts"}, barmode="group", template="plotly_white",
+        xaxis={"title": {"text": "value"}}, yaxis={"title": {"text": "rollouts"}}, height=320,
+        margin={"l": 60, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h", "y": -0.25},
+    )
+    return fig
+
+
+def phase_timing(data: Any) -> go.Figure:
+    """Where a run's time went, phase by phase: the median and the 95th
+    percentile duration (ms) of each phase over all rollouts, the agent
+    phase split into model and harness time (waiting for the user left out
+    when no rollout waited). A summary, so it draws the same few bars for
+    ten rollouts or a million; `phase_durations` draws one bar per rollout.
+    `data` is traces, a lazy run, a run's path or `rk.frames.rollouts(...)`."""
+    frame = _rollout_frame(data)
+    parts = [(name, pd.to_numeric(frame[column], errors="coerce").dropna() * 1000) for name, column in _PHASE_PARTS]
+    parts = [(name, v) for name, v in parts if name != "waiting for the user" or (v > 0).any()]
+    names = [name for name, _ in parts]
+    fig = go.Figure()
+    for stat, q, colour in (("median", 0.5, "#4e79a7"), ("95th percentile", 0.95, "#f28e2b")):
+        fig.add_trace(go.Bar(
+            y=names, x=[float(v.quantile(q)) if len(v) else 0.0 for _, v in parts], name=stat, orientation="h",
+            marker={"color": colour}, hovertemplate=f"%{{y}}: {stat} %{{x:.2f}} ms<extra></extra>",
+        ))
+    fig.update_layout(
+        title={"text": f"phase timing · {len(frame)} rollouts"}, barmode="group", template="plotly_white",
+        xaxis={"title": {"text": "milliseconds"}}, yaxis={"autorange": "reversed"}, height=320,
+        margin={"l": 120, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h", "y": -0.25},
     )
     return fig
 

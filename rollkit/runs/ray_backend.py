@@ -11,6 +11,13 @@ rollkit.runs.groups) behave exactly as locally. Cancelling the driver cancels th
 actor calls in flight, which abort their rollouts; `stop` waits (bounded) for
 those aborts before it kills the actors, so the workers free their runtimes.
 
+The Parquet tables of a Ray run (rollkit.runs.columns) are those of a local
+run: the driver appends every trace to the one `traces.jsonl`, and the tables
+are built from it in parts (shards by byte range, a new part for the lines a
+resumed or growing run added) when the run is first opened; the workers
+write nothing. Ray Data reads them as they are
+(`ray.data.read_parquet(".../.rollkit/traces.jsonl/rollouts")`).
+
 Needs the `rollkit[ray]` extra. Tasks and agents travel by cloudpickle, so
 their classes must be importable on the workers (a local Ray instance started
 here gets this process's import path). This module must not be imported by
