@@ -304,8 +304,8 @@ def test_the_view_pages_figures_read_cleanly_at_the_width_it_draws_them(render, 
     W / T / L beside each row are neither cut off nor drawn over anything."""
     async def runs() -> tuple[Any, Any]:
         tasks = arithmetic_tasks(12)
-        a = await rk.evaluate(demo_agent(), tasks, progress=False)
-        b = await rk.evaluate(demo_agent(model=careful_calculator_model()), tasks, progress=False)
+        a = await rk.evaluate_async(demo_agent(), tasks, progress=False)
+        b = await rk.evaluate_async(demo_agent(model=careful_calculator_model()), tasks, progress=False)
         return a, b
 
     a, b = _run(runs())
