@@ -279,14 +279,19 @@ def test_stop_reasons_colours_and_words_agree(render) -> None:  # type: ignore[n
     assert said[bars["ProviderError"]] == "a failure or abort"
 
 
-def test_compare_draws_tasks_with_the_same_values_as_one_counted_point(render) -> None:  # type: ignore[no-untyped-def]
+def _flawed_and_careful_runs() -> tuple[Any, Any]:
+    """The demo agent's flawed model and the careful one on 12 arithmetic tasks."""
     async def runs() -> tuple[Any, Any]:
         tasks = arithmetic_tasks(12)
         a = await rk.evaluate_async(demo_agent(), tasks, progress=False)
         b = await rk.evaluate_async(demo_agent(model=careful_calculator_model()), tasks, progress=False)
         return a, b
 
-    a, b = _run(runs())
+    return _run(runs())
+
+
+def test_compare_draws_tasks_with_the_same_values_as_one_counted_point(render) -> None:  # type: ignore[no-untyped-def]
+    a, b = _flawed_and_careful_runs()
     geometry = render("compare", rk.plots.compare(rk.compare(a, b)))
     _assert_clean(geometry)
     per_task = geometry["points"][-1]  # the last scatter: the tasks
@@ -302,13 +307,7 @@ def test_the_view_pages_figures_read_cleanly_at_the_width_it_draws_them(render, 
     """rollkit view's charts (rollkit.notebook.viewpage draws the forest 900
     px wide, the run's two charts 600): the long signal names and the
     W / T / L beside each row are neither cut off nor drawn over anything."""
-    async def runs() -> tuple[Any, Any]:
-        tasks = arithmetic_tasks(12)
-        a = await rk.evaluate_async(demo_agent(), tasks, progress=False)
-        b = await rk.evaluate_async(demo_agent(model=careful_calculator_model()), tasks, progress=False)
-        return a, b
-
-    a, b = _run(runs())
+    a, b = _flawed_and_careful_runs()
     comparison = rk.compare(a, b)
     fig, width = {"forest": (lambda: rk.plots.forest(comparison), 900),
                   "reward_distribution": (lambda: rk.plots.reward_distribution(b.traces), 600),
