@@ -53,7 +53,7 @@ out["open_plus_rollouts_warm"] = round(out["reopen"] + out["reopen_rollouts"], 3
 del run2
 for kind in ("turns", "calls", "phases", "signals"):
     clock(kind, lambda: len(getattr(run, kind)()))
-    run._cache.pop(kind, None); gc.collect()
+    gc.collect()
 clock("sql_mean_reward_by_task", lambda: run.sql("select task_key, avg(reward) from rollouts group by 1"))
 hits = clock("search", lambda: run.search(phrase))
 out["search_hits"] = len(hits)

@@ -65,6 +65,20 @@ def test_imported_files_give_the_same_frames(tmp_path):
                                           getattr(frames, kind)(fresh).drop(columns="id"), obj=kind)
 
 
+def test_frames_keep_no_arrow_table_beside_them(tmp_path):
+    # A frame is read for itself and its Arrow table released (a million
+    # rollouts' phases would otherwise sit in memory twice); a table asked
+    # for with run.arrow is kept, and the frames read from it are the same.
+    folder = big_run(30, tmp_path / "run", turns=2, tasks=3)
+    run = open_run(folder)
+    first = {kind: getattr(run, kind)() for kind in FRAMES}
+    assert run._cache == {}
+    assert run.arrow("phases").num_rows == len(first["phases"]) == 150
+    for kind in FRAMES:
+        run.arrow(kind)
+        pd.testing.assert_frame_equal(getattr(run, kind)(), first[kind], obj=kind)
+
+
 def test_one_trace_by_index_and_id_is_the_trace_in_the_file(tmp_path):
     folder = big_run(50, tmp_path / "run", turns=3, tasks=5)
     traces = rk.load(folder)

@@ -133,12 +133,31 @@ class LazyRun:
             self._cache[table] = _concat([self._arrow_of(s, table) for s in self._sets])
         return self._cache[table]
 
+    def _rows(self, table: str) -> int:
+        """A table's row count (from the Parquet footers: nothing read)."""
+        import pyarrow.parquet as pq
+
+        return sum(pq.read_metadata(file).num_rows for s in self._sets for file in s.files[table])
+
     def _frame(self, table: str, order: Sequence[str]) -> Any:
+        """The columns `order` of a table as a DataFrame (a column no file has:
+        all None). Read for this frame only, never kept: the Arrow buffers are
+        released as pandas takes each column (self_destruct), so a frame's peak
+        is about the frame, not the frame plus its table."""
         import pandas as pd
 
-        arrow = self.arrow(table)
-        present = [c for c in order if c in arrow.column_names]
-        frame = arrow.select(present).to_pandas(split_blocks=True, self_destruct=False)
+        cached = self._cache.get(table)
+        if cached is not None:  # run.arrow(table) was asked for: it is in memory already
+            present = [c for c in order if c in cached.column_names]
+            frame = cached.select(present).to_pandas(split_blocks=True)
+        else:
+            from .columns import _concat
+
+            names = set(self.arrow_schema(table))
+            present = [c for c in order if c in names]
+            arrow = _concat([self._arrow_of(s, table, present) for s in self._sets])
+            frame = arrow.to_pandas(split_blocks=True, self_destruct=True)
+            del arrow
         for name in order:
             if name not in frame.columns:
                 frame[name] = pd.Series([None] * len(frame), dtype=object)
@@ -156,7 +175,7 @@ class LazyRun:
     def rollouts(self) -> Any:
         """One row per rollout, as rk.frames.rollouts gives for the same traces."""
         v = self._vocabulary()
-        names = self.arrow("rollouts").column_names
+        names = self.arrow_schema("rollouts")
         rewards = sorted(n for n in names if n.startswith("reward."))
         metrics = sorted(n for n in names if n.startswith("metric."))
         frame = self._frame("rollouts", [*v.ROLLOUT_COLUMNS, *rewards, *metrics])
@@ -168,7 +187,7 @@ class LazyRun:
     def turns(self) -> Any:
         """One row per committed turn, as rk.frames.turns gives."""
         v = self._vocabulary()
-        if not self.arrow("turns").num_rows:
+        if not self._rows("turns"):
             return v.turns([])
         # A count not reported is null in Parquet (a float NaN once read): NA, as in the frames.
         return self._frame("turns", v.TURN_COLUMNS).astype({"input_tokens": "Int64", "output_tokens": "Int64"})
@@ -176,7 +195,7 @@ class LazyRun:
     def calls(self) -> Any:
         """One row per model call, answered or not, as rk.frames.calls gives."""
         v = self._vocabulary()
-        if not self.arrow("calls").num_rows:
+        if not self._rows("calls"):
             return v.calls([])
         counts = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "request_messages")
         return self._frame("calls", v.CALL_COLUMNS).astype({"committed": "bool", **dict.fromkeys(counts, "Int64")})
@@ -184,7 +203,7 @@ class LazyRun:
     def phases(self) -> Any:
         """One row per phase span that started, as rk.frames.phases gives."""
         v = self._vocabulary()
-        if not self.arrow("phases").num_rows:
+        if not self._rows("phases"):
             return v.phases([])
         return self._frame("phases", v.PHASE_COLUMNS)
 
@@ -200,8 +219,7 @@ class LazyRun:
         import pandas as pd
 
         v = self._vocabulary()
-        arrow = self.arrow("signals")
-        if not arrow.num_rows:
+        if not self._rows("signals"):
             return v.signals([])
         order = list(v.SIGNAL_COLUMNS)
         frame = self._frame("signals", [*order, "_scored"])
