@@ -403,37 +403,36 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
             return
         raise TraceFileError(message, path=path, line=number, field=field, hint=SKIP_HINT)
 
-    # Loading makes many objects and frees none: the collector is paused (_gcpause).
-    with paused():
-        # Line by line, so the file's bytes are never all in memory at once
-        # (and a line is bounded: rollkit.core._safe_read).
-        for number, line in _safe_read.lines(path):
-            if line is not None and not line.strip():
+    # (store.load pauses the cyclic collector around every format's read)
+    # Line by line, so the file's bytes are never all in memory at once
+    # (and a line is bounded: rollkit.core._safe_read).
+    for number, line in _safe_read.lines(path):
+        if line is not None and not line.strip():
+            continue
+        fault = _unsafe(path, number, line)
+        if fault is not None:
+            refuse(fault[0], number, fault[1])
+            continue
+        try:
+            trace = validate(line)
+        except pydantic.ValidationError as exc:
+            lenient = _without_unknown(line, exc)
+            if lenient is not None:
+                trace, names, claimed = lenient
+                unknown |= names
+                newer.add(claimed)
+                share(trace)
+                traces.append(trace)
                 continue
-            fault = _unsafe(path, number, line)
-            if fault is not None:
-                refuse(fault[0], number, fault[1])
+            if not line.endswith(b"\n"):
+                warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
+                              "skipped", stacklevel=3)
                 continue
-            try:
-                trace = validate(line)
-            except pydantic.ValidationError as exc:
-                lenient = _without_unknown(line, exc)
-                if lenient is not None:
-                    trace, names, claimed = lenient
-                    unknown |= names
-                    newer.add(claimed)
-                    share(trace)
-                    traces.append(trace)
-                    continue
-                if not line.endswith(b"\n"):
-                    warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
-                                  "skipped", stacklevel=3)
-                    continue
-                detail, field = _bad_line(exc, line)
-                refuse(f"{path}: line {number} is not a rollkit trace ({detail})", number, field)
-                continue
-            share(trace)
-            traces.append(trace)
+            detail, field = _bad_line(exc, line)
+            refuse(f"{path}: line {number} is not a rollkit trace ({detail})", number, field)
+            continue
+        share(trace)
+        traces.append(trace)
     if unknown:
         warnings.warn(_unknown_message(path, unknown, newer), stacklevel=3)
     return traces
