@@ -88,9 +88,10 @@ def test_the_scan_finds_what_the_old_code_did() -> None:
         "self.session._next_call = prefix.next_call\n"
         "self._user_traces = []\n"  # a class's own attribute of the same name: fine
     )
+    # (the old code's names that no longer exist are added by hand)
     private = _private_names(ROOT / "core/trace.py", "Trace") | {"_record_call", "_record_conversation",
-                                                                    "_next_call"}
-    assert "_user_traces" in private and "_last_turn" in private
+                                                                    "_next_call", "_user_traces"}
+    assert "_last_turn" in private and "_resolve_replies" in private
     assert _reaches(old, private) == [(1, "_record_call"), (2, "_record_conversation"), (3, "_user_traces"),
                                       (4, "_next_call")]
 
@@ -123,8 +124,16 @@ def test_user_traces_are_kept_in_memory_and_none_reads_as_empty() -> None:
     other = trace.model_copy()
     trace.record_user_traces([other])
     assert trace.user_traces == [other]
+    assert trace == rk.Trace.model_validate_json(trace.model_dump_json())  # not a field: saved copies link them
     with pytest.raises(ValueError, match="ends before it starts"):
         trace.record_call(index=0, segment=0, start=2.0, end=1.0, response=None, error=None, agent_time=0.0)
+    # Kept beside the trace, and gone with it.
+    from rollkit.core.trace import _USER_TRACES
+
+    key = id(trace)
+    assert _USER_TRACES[key] == [other]
+    del trace
+    assert key not in _USER_TRACES
 
 
 # ---- typed values where modules used to agree through strings -------------------

@@ -201,6 +201,28 @@ def test_hostile_line_longer_than_the_bound_is_refused_unread_and_skip_skips_it(
         assert len(rk.load(path, format="verifiers", errors="skip")) == 2
 
 
+@pytest.mark.parametrize("block", [7, 64, 4096])
+def test_lines_read_a_block_at_a_time_are_the_lines_of_the_file(tmp_path, monkeypatch, block):
+    """Lines cut by block edges, a byte-order mark, an empty line, lines
+    past the bound (inside one block and across several) and a last line
+    without its newline: what readline would give, one by one."""
+    from rollkit.core import _safe_read
+
+    monkeypatch.setattr(_safe_read, "MAX_LINE", 40)
+    monkeypatch.setattr(_safe_read, "_BLOCK", block)
+    body = [b"short", b"", b"a" * 40, b"b" * 41, b"c" * 39, b"d" * 200, b"e" * 10, b"f" * 45]
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(_safe_read.BOM + b"\n".join(body))  # "f"*45, the last, has no newline and is too long
+    expected = [(1, b"short\n"), (2, b"\n"), (3, b"a" * 40 + b"\n"), (4, None), (5, b"c" * 39 + b"\n"), (6, None),
+                (7, b"e" * 10 + b"\n"), (8, None)]
+    assert list(_safe_read.lines(path)) == expected
+    path.write_bytes(b"\n".join(body[:-1]) + b"\ntorn")
+    assert list(_safe_read.lines(path))[-2:] == [(7, b"e" * 10 + b"\n"), (8, b"torn")]
+    # Every batch's bytes hold its lines, so a scan of them finds what is in any line.
+    for batch_bytes, batch in _safe_read.line_batches(path):
+        assert all(line is None or line.rstrip(b"\n") in batch_bytes for _, line in batch)
+
+
 @pytest.mark.faults
 def test_hostile_eval_zip_bomb_is_refused_before_inflating(tmp_path):
     """Before: a 4 MB .eval whose member inflates to 4 GB reached MemoryError."""

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["TraceFileError", "MAX_LINE", "MAX_DOCUMENT", "MAX_DEPTH", "MAX_MEMBER", "MAX_UNZIPPED", "BOM",
-           "MAX_CONTAINERS", "DEEP", "TooDeep", "too_many_containers", "check_regular", "check_document", "read_head", "read_document", "lines", "too_long", "loads", "check_zip"]
+           "MAX_CONTAINERS", "DEEP", "TooDeep", "too_many_containers", "check_regular", "check_document", "read_head", "read_document", "lines", "line_batches", "too_long", "loads", "check_zip"]
 
 MAX_LINE = 64 * 2**20  # one JSON line: one trace or one record
 MAX_DOCUMENT = 256 * 2**20  # a file that is one JSON document
@@ -48,7 +48,6 @@ MAX_CONTAINERS = 4_000_000  # arrays and objects in one line or document (each c
 MAX_MEMBER = 256 * 2**20  # one member of a zip, decompressed
 MAX_UNZIPPED = 1024 * 2**20  # all members of a zip, decompressed
 BOM = b"\xef\xbb\xbf"
-_CHUNK = 1 << 20
 
 
 class TraceFileError(ValueError):
@@ -120,25 +119,56 @@ def read_document(path: Path) -> bytes:
 def lines(path: Path) -> Iterator[tuple[int, bytes | None]]:
     """(number, bytes) for each line of a regular file; bytes is None for a
     line longer than MAX_LINE, whose bytes were skipped unread into memory."""
+    for _, batch in line_batches(path):
+        yield from batch
+
+
+_BLOCK = 4 * 2**20
+
+
+def line_batches(path: Path) -> Iterator[tuple[bytes, list[tuple[int, bytes | None]]]]:
+    """The lines of a regular file as `lines` gives them, a block at a
+    time: (the bytes of the batch's lines, [(number, bytes), ...]), so a
+    reader can scan a whole batch at once (is "NaN" anywhere in it?) and
+    pays no read call per line. At most one block (4 MiB) or one line
+    (MAX_LINE) is held beside the batch."""
     check_regular(path)
+    number = 0
+    head: list[bytes] = []  # the start of a line a block cut short
+    held = 0  # its length
+    skipping = False  # inside a line longer than MAX_LINE
     with open(path, "rb") as f:
-        number = 0
-        while True:
-            raw = f.readline(MAX_LINE + 1)
-            if not raw:
-                return
+        block = f.read(_BLOCK)
+        if block.startswith(BOM):
+            block = block[len(BOM):]
+        while block:
+            limit = MAX_LINE
+            pieces = block.split(b"\n")
+            rest = pieces.pop()  # after the block's last newline (b"" when it ends with one)
+            if pieces and (head or skipping):
+                first = pieces.pop(0)
+                number += 1
+                if skipping or held + len(first) > limit:
+                    yield b"", [(number, None)]
+                else:
+                    line = b"".join((*head, first, b"\n"))
+                    yield line, [(number, line)]
+                head, held, skipping = [], 0, False
+            if pieces:
+                batch = [(number + i, piece + b"\n" if len(piece) <= limit else None)
+                         for i, piece in enumerate(pieces, 1)]
+                number += len(pieces)
+                yield block, batch
+            if rest and not skipping:
+                head.append(rest)
+                held += len(rest)
+                if held > limit:
+                    head, held, skipping = [], 0, True
+            block = f.read(_BLOCK)
+        if head or skipping:  # the last line, without its newline
             number += 1
-            if number == 1 and raw.startswith(BOM):
-                raw = raw[len(BOM):]
-            if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-                raw = b""
-                while True:  # skip the rest of the line in chunks
-                    rest = f.readline(_CHUNK)
-                    if not rest or rest.endswith(b"\n"):
-                        break
-                yield number, None
-                continue
-            yield number, raw
+            line = b"".join(head)
+            yield line, [(number, None if skipping else line)]
 
 
 def too_long(path: Path, number: int) -> Exception:
@@ -153,6 +183,8 @@ class TooDeep(ValueError):
 def too_many_containers(text: str | bytes) -> str | None:
     """Why a JSON text would take far more memory than its size (None: it
     would not): millions of tiny arrays or objects, e.g. 100 MB of `[],`."""
+    if len(text) <= MAX_CONTAINERS:  # each takes a byte at least: no count needed
+        return None
     opening = ("[", "{") if isinstance(text, str) else (b"[", b"{")
     count = text.count(opening[0]) + text.count(opening[1])  # type: ignore[arg-type]
     if count <= MAX_CONTAINERS:

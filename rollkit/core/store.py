@@ -258,29 +258,29 @@ class _Shared:
         self.given: dict[type, set[str]] = {}
 
     def __call__(self, trace: Trace) -> None:
-        ref = trace.task
+        # Written through __dict__: these replace a value by an equal one,
+        # and pydantic's __setattr__ would cost as much as the rest together.
+        values = trace.__dict__
+        ref = values["task"]
         key = (ref.type, ref.key, ref.module)
         seen = self.tasks.get(key)
         if seen is None:
             self.tasks[key] = ref
-        elif seen is not ref and seen == ref:
-            trace.task = seen
+        elif seen is not ref and seen.__dict__ == ref.__dict__:
+            values["task"] = seen
+        dicts = self.dicts
         for name in ("agent", "limits", "timeouts"):
-            record = getattr(trace, name)
+            record = values[name]
             try:
-                dict_key = (name, tuple(record.items()))
-                seen_dict = self.dicts.setdefault(dict_key, record)
+                seen_dict = dicts.setdefault((name, tuple(record.items())), record)
             except TypeError:  # a value that does not hash (a nested dict): kept as it is
                 continue
-            if seen_dict is not record:
-                setattr(trace, name, seen_dict)
+            values[name] = seen_dict
         texts = self.texts
-        for message in trace.messages:
-            if message.role in ("system", "user"):
-                content = message.content
-                shared = texts.setdefault(content, content)
-                if shared is not content:
-                    message.content = shared
+        for message in values["messages"]:
+            content = message.__dict__["content"]
+            if content.__class__ is str and message.role in ("system", "user"):
+                message.__dict__["content"] = texts.setdefault(content, content)
         self.share_given(trace)
 
     def share_given(self, trace: Trace) -> None:
@@ -294,14 +294,15 @@ class _Shared:
         pydantic 2 keeps on every model (pyproject pins pydantic < 3 for it,
         and a test checks the set is still where this writes it)."""
         known = self.given
+        write = object.__setattr__
         calls = trace.model_calls
         for record in (trace, *trace.messages, *calls, *[call.usage for call in calls],
                        *trace.phases.values(), *trace.segments):
-            full = known.get(type(record))
+            kind = record.__class__
+            full = known.get(kind)
             if full is None:
-                full = known[type(record)] = set(type(record).model_fields)
-            if record.__pydantic_fields_set__ is not full:
-                object.__setattr__(record, "__pydantic_fields_set__", full)
+                full = known[kind] = set(kind.model_fields)
+            write(record, "__pydantic_fields_set__", full)
 
 
 def _without_unknown(line: bytes, exc: pydantic.ValidationError) -> tuple[Trace, set[str], Any] | None:
@@ -375,17 +376,18 @@ def _non_finite(line: bytes) -> str | None:
     return None
 
 
-def _unsafe(path: Path, number: int, line: bytes | None) -> tuple[str, str | None] | None:
+def _unsafe(path: Path, number: int, line: bytes | None, finite: bool = False) -> tuple[str, str | None] | None:
     """What makes a line unsafe to parse (too long, too many containers) or
     to use (NaN / Infinity: no time, count or reward means that, and a
     summary, an interval or a page would trip over it later), with the
-    field; None when it is neither."""
+    field; None when it is neither. `finite`: the caller saw no NaN or
+    Infinity anywhere near the line."""
     if line is None:
         return _safe_read.too_long(path, number).reason, None
     many = _safe_read.too_many_containers(line)
     if many is not None:
         return f"{path}: line {number} {many}", None
-    if (b"NaN" in line or b"Infinity" in line) and (field := _non_finite(line)) is not None:
+    if not finite and (b"NaN" in line or b"Infinity" in line) and (field := _non_finite(line)) is not None:
         return f"{path}: line {number} is not a rollkit trace (field {field}: NaN or Infinity)", field
     return None
 
@@ -404,35 +406,37 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
         raise TraceFileError(message, path=path, line=number, field=field, hint=SKIP_HINT)
 
     # (store.load pauses the cyclic collector around every format's read)
-    # Line by line, so the file's bytes are never all in memory at once
+    # A block at a time, so the file's bytes are never all in memory at once
     # (and a line is bounded: rollkit.core._safe_read).
-    for number, line in _safe_read.lines(path):
-        if line is not None and not line.strip():
-            continue
-        fault = _unsafe(path, number, line)
-        if fault is not None:
-            refuse(fault[0], number, fault[1])
-            continue
-        try:
-            trace = validate(line)
-        except pydantic.ValidationError as exc:
-            lenient = _without_unknown(line, exc)
-            if lenient is not None:
-                trace, names, claimed = lenient
-                unknown |= names
-                newer.add(claimed)
-                share(trace)
-                traces.append(trace)
+    for block, batch in _safe_read.line_batches(path):
+        finite = b"NaN" not in block and b"Infinity" not in block
+        for number, line in batch:
+            if line is not None and not line.strip():
                 continue
-            if not line.endswith(b"\n"):
-                warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
-                              "skipped", stacklevel=3)
+            fault = _unsafe(path, number, line, finite)
+            if fault is not None:
+                refuse(fault[0], number, fault[1])
                 continue
-            detail, field = _bad_line(exc, line)
-            refuse(f"{path}: line {number} is not a rollkit trace ({detail})", number, field)
-            continue
-        share(trace)
-        traces.append(trace)
+            try:
+                trace = validate(line)
+            except pydantic.ValidationError as exc:
+                lenient = _without_unknown(line, exc)
+                if lenient is not None:
+                    trace, names, claimed = lenient
+                    unknown |= names
+                    newer.add(claimed)
+                    share(trace)
+                    traces.append(trace)
+                    continue
+                if not line.endswith(b"\n"):
+                    warnings.warn(f"{path}: line {number} is torn (no newline at the end, a write cut short); "
+                                  "skipped", stacklevel=3)
+                    continue
+                detail, field = _bad_line(exc, line)
+                refuse(f"{path}: line {number} is not a rollkit trace ({detail})", number, field)
+                continue
+            share(trace)
+            traces.append(trace)
     if unknown:
         warnings.warn(_unknown_message(path, unknown, newer), stacklevel=3)
     return traces

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import time
 import uuid
+import weakref
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ErrorInfo  # defined with the error model; kept importable from here
 from .plugins import plugged
@@ -34,6 +35,12 @@ __all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "Tas
            "SCHEMA_VERSION", "mended_times"]
 
 PHASES = ("boot", "setup", "agent", "finalize", "scoring")
+
+# The traces of an AgentUser that played the user in a run, by the id() of
+# the trace it played in (memory only; `Trace.record_user_traces`). Kept
+# beside the trace rather than in a private attribute: pydantic runs Python
+# code per instance for a model with one, a fifth of loading a trace.
+_USER_TRACES: dict[int, list[Trace]] = {}
 
 # The version of the trace format this rollkit writes (`Trace.schema_version`).
 # 1: traces before the field existed; 2: model calls keep their reply and
@@ -231,12 +238,6 @@ class Trace(_Record):
     # rollkit's format and says so.
     schema_version: int = SCHEMA_VERSION
 
-    # The traces of an AgentUser that played the user in this run (kept in
-    # memory only; saved traces link them by info["user_trace_id"]). An
-    # immutable default: pydantic copies a private default per instance, and
-    # a factory it resolves through inspect.signature (slow on loading).
-    _user_traces: list[Trace] | None = PrivateAttr(default=None)
-
     def model_post_init(self, context: Any) -> None:
         self._resolve_replies()
 
@@ -327,7 +328,7 @@ class Trace(_Record):
     def user_traces(self) -> list[Trace]:
         """The own traces of a model that played the user in this run
         (`rk.AgentUser`), when it ran in this process."""
-        return self._user_traces or []
+        return _USER_TRACES.get(id(self), [])
 
     @property
     def failed(self) -> bool:
@@ -430,9 +431,15 @@ class Trace(_Record):
 
     def record_user_traces(self, traces: list[Trace]) -> None:
         """Keep the own traces of the model that played the user (in memory
-        only, see `user_traces`). None stands for none, so a trace that
-        had none equals its saved copy."""
-        self._user_traces = list(traces) or None
+        only, see `user_traces`): not a field, so a trace equals its saved
+        copy, which links them by info["user_trace_id"]."""
+        key = id(self)
+        if key not in _USER_TRACES and traces:
+            weakref.finalize(self, _USER_TRACES.pop, key, None)
+        if traces:
+            _USER_TRACES[key] = list(traces)
+        else:
+            _USER_TRACES.pop(key, None)
 
     def open_span(self, name: str, now: float | None = None) -> Span:
         """The span of phase `name`, opened at `now` if it is not yet."""
