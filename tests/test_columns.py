@@ -79,6 +79,31 @@ def test_frames_keep_no_arrow_table_beside_them(tmp_path):
         pd.testing.assert_frame_equal(getattr(run, kind)(), first[kind], obj=kind)
 
 
+@pytest.mark.parametrize("group_bytes", [1, 64 << 20])
+async def test_runs_with_different_columns_read_together_give_the_frames_of_all_their_traces(tmp_path, monkeypatch,
+                                                                                            group_bytes):
+    # Two files whose signals differ (the support run has rewards the
+    # arithmetic one has not, and the reverse), read a column at a time
+    # (group_bytes=1) or many at once: a column one file lacks is missing
+    # in its rows, and the caller's Arrow memory pool is put back.
+    import pyarrow as pa
+
+    from rollkit.runs import lazyrun
+
+    monkeypatch.setattr(lazyrun, "_GROUP_BYTES", group_bytes)
+    arithmetic = await rk.evaluate_async(demo_agent(), arithmetic_tasks(3), repeats=2, progress=False)
+    support = await rk.evaluate_async(support_agent(), support_tasks(2), user=toy_customer(), progress=False)
+    a = rk.save(arithmetic.traces, tmp_path / "a.jsonl")
+    b = rk.save(support.traces, tmp_path / "b.jsonl")
+    assert set(open_run(a).arrow_schema("rollouts")) != set(open_run(b).arrow_schema("rollouts"))
+    pool = pa.default_memory_pool().backend_name
+    run = open_run([a, b])
+    for kind in FRAMES:
+        pd.testing.assert_frame_equal(getattr(run, kind)(), getattr(frames, kind)([*rk.load(a), *rk.load(b)]),
+                                      obj=kind)
+    assert pa.default_memory_pool().backend_name == pool
+
+
 def test_one_trace_by_index_and_id_is_the_trace_in_the_file(tmp_path):
     folder = big_run(50, tmp_path / "run", turns=3, tasks=5)
     traces = rk.load(folder)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re as _re
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,75 @@ from .columns import TABLES, TableSet, tables_for
 
 __all__ = ["LazyRun", "Hits", "open_run", "highlight"]
 
+
+@contextmanager
+def _system_memory_pool() -> Iterator[None]:
+    """Arrow allocates from the C library's allocator for the block, and
+    the pages it freed go back to the system at its end. The default pool
+    (mimalloc or jemalloc) keeps what a frame's read freed, where numpy
+    cannot reuse it, and glibc keeps freed pages mapped: the frames of a
+    million rollouts, one after the other, peaked at 1.25 GB, 0.9 GB with
+    this (benchmarks/bigrun.py). The pool the caller had is put back after;
+    a concurrent read on another thread may allocate from either, which
+    changes where its memory comes from, nothing else."""
+    import pyarrow as pa
+
+    before = pa.default_memory_pool()
+    system = pa.system_memory_pool()
+    if before.backend_name != system.backend_name:
+        pa.set_memory_pool(system)
+    try:
+        yield
+    finally:
+        if before.backend_name != system.backend_name:
+            pa.set_memory_pool(before)
+        _give_back()
+
+
+_GROUP_BYTES = 64 << 20
+
+
+def _column_groups(opened: list[Any], held: list[set[str]], order: Sequence[str]) -> list[list[str]]:
+    """The columns of `order` some file holds, in groups read together:
+    as many as fit in about 64 MB of Arrow memory (a read per file per
+    group, and the group's buffers are all that is held beside the frame)."""
+    import pyarrow as pa
+
+    rows = sum(f.metadata.num_rows for f in opened)
+    groups: list[list[str]] = []
+    size = 0
+    for name in order:
+        holder = next((f for f, names in zip(opened, held) if name in names), None)
+        if holder is None:
+            continue
+        kind = holder.schema_arrow.field(name).type
+        wide = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
+            or pa.types.is_large_binary(kind)
+        cost = rows * (24 if wide else 8)
+        if not groups or size + cost > _GROUP_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += cost
+    return groups
+
+
+def _give_back() -> None:
+    """Return the C heap's free pages to the system (glibc's malloc_trim;
+    elsewhere nothing: other C libraries have no such call)."""
+    global _trim
+    if _trim is None:
+        import ctypes
+
+        try:
+            _trim = ctypes.CDLL(None).malloc_trim  # the process's own symbols: libc's, when it is glibc
+        except (OSError, AttributeError):
+            _trim = False
+    if _trim:
+        _trim(0)
+
+
+_trim: Any = None
 
 
 def open_run(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> LazyRun:
@@ -141,9 +211,10 @@ class LazyRun:
 
     def _frame(self, table: str, order: Sequence[str]) -> Any:
         """The columns `order` of a table as a DataFrame (a column no file has:
-        all None). Read for this frame only, never kept: the Arrow buffers are
-        released as pandas takes each column (self_destruct), so a frame's peak
-        is about the frame, not the frame plus its table."""
+        all None). Read for this frame only, never kept, and a column at a
+        time: each column's Arrow buffers are released (or become the
+        pandas column's own) before the next is read, so a frame's peak is
+        about the frame, not the frame plus its table."""
         import pandas as pd
 
         cached = self._cache.get(table)
@@ -153,11 +224,29 @@ class LazyRun:
         else:
             from .columns import _concat
 
-            names = set(self.arrow_schema(table))
-            present = [c for c in order if c in names]
-            arrow = _concat([self._arrow_of(s, table, present) for s in self._sets])
-            frame = arrow.to_pandas(split_blocks=True, self_destruct=True)
-            del arrow
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            columns: dict[str, Any] = {}
+            with _system_memory_pool(), ExitStack() as files:
+                # Each file's footer is read once, then a few columns at a time from all of them.
+                opened = [files.enter_context(pq.ParquetFile(file)) for s in self._sets for file in s.files[table]]
+                held = [set(f.schema_arrow.names) for f in opened]
+                for group in _column_groups(opened, held, order):
+                    parts = []
+                    for f, names in zip(opened, held):
+                        part = f.read(columns=[c for c in group if c in names])
+                        for name in group:
+                            if name not in names:
+                                part = part.append_column(name, pa.nulls(f.metadata.num_rows))
+                        parts.append(part)
+                    arrow = _concat(parts)
+                    del parts
+                    for name in group:
+                        columns[name] = arrow.column(name).to_pandas()
+                    del arrow
+            frame = pd.DataFrame(columns, copy=False)
+            del columns
         for name in order:
             if name not in frame.columns:
                 frame[name] = pd.Series([None] * len(frame), dtype=object)
