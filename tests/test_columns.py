@@ -162,6 +162,39 @@ def test_a_torn_last_line_waits_and_an_appended_tail_gets_its_own_part(tmp_path)
     _same_frames(folder, rk.load(folder))
 
 
+def test_parts_are_bounded_by_bytes_and_only_small_neighbours_are_merged(tmp_path, monkeypatch):
+    # A build cuts a part at _BATCH lines or _PART_BYTES of source bytes
+    # (long rollouts: bytes first); a run that grew often gets its small
+    # parts merged on open, never past those bounds, and reads the same.
+    from rollkit.runs import columns
+
+    folder = big_run(12, tmp_path / "run", turns=3, tasks=3)
+    source = folder / "traces.jsonl"
+    line = len(source.read_bytes().splitlines(keepends=True)[0])
+    monkeypatch.setattr(columns, "_PART_BYTES", 3 * line)  # about three of these rollouts a part
+    cache = folder / ".rollkit" / "traces.jsonl"
+
+    def parts() -> list[int]:
+        return sorted(json.loads(p.read_text())["lines"] for p in cache.glob("part-*.json"))
+
+    run = open_run(folder)
+    assert len(run) == 12 and len(parts()) >= 4 and max(parts()) <= 4
+    _same_frames(folder, rk.load(folder))
+    more = big_run(6, tmp_path / "more", turns=1, tasks=3, seed=2) / "traces.jsonl"
+    monkeypatch.setattr(columns, "_PART_BYTES", 1 << 30)
+    for i, tail in enumerate(more.read_bytes().splitlines(keepends=True)):  # six appends: six one-line parts
+        with open(source, "ab") as f:
+            f.write(tail.replace(b'"id":"0000000', f'"id":"fff{i:04d}'.encode()))
+        open_run(folder)
+    before = parts()
+    monkeypatch.setattr(columns, "_MAX_PARTS", 5)
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    assert len(open_run(folder)) == 18
+    after = parts()
+    assert before.count(1) == 6 and len(after) < len(before) and max(after) <= 4 and sum(after) == 18
+    _same_frames(folder, rk.load(folder))
+
+
 def test_a_resumed_run_brings_its_tables_up_to_date(tmp_path):
     tasks = arithmetic_tasks(3)
     rk.evaluate(demo_agent(), tasks, out=tmp_path, progress=False)

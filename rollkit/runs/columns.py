@@ -51,10 +51,13 @@ _PHASES = ("boot", "setup", "agent", "finalize", "scoring")
 _LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
 _INFO_IDS = ("example_id", "repeat", "rollout_id")
 _NAN = math.nan
-# Lines per part while building: bounds the memory of a build (a part's rows
-# are held as Python lists before they become Arrow columns).
+# Lines and source bytes per part while building, whichever comes first:
+# bounds the memory of a build (a part's rows are held as Python lists
+# before they become Arrow columns; 50,000 twenty-turn rollouts took 2.6 GB).
 _BATCH = 50_000
-# More parts than this are merged into one on open (a run that grew often).
+_PART_BYTES = 128 << 20
+# More parts than this and the small ones side by side are merged on open
+# (a run that grew often); a part is never merged past the bounds above.
 _MAX_PARTS = 24
 _SIGNATURE = 4096
 
@@ -452,7 +455,7 @@ class TableSet:
         if covered < size:
             parts.extend(self._build(covered, size, ordinal))
         if len(parts) > _MAX_PARTS:
-            parts = self._merge(parts)
+            parts = self._compact(parts)
         self.parts = parts
         self.built_lines = sum(p["lines"] for p in parts)
         self.files = {table: [self.folder / table / f"{p['name']}.parquet" for p in parts] for table in TABLES}
@@ -486,7 +489,7 @@ class TableSet:
                     ordinal += 1
                     lines += 1
                 offset += length
-                if lines >= _BATCH:
+                if lines >= _BATCH or offset - part_start >= _PART_BYTES:
                     made.append(self._write_part(rows, part_start, offset, lines, head))
                     rows, lines, part_start = _Rows(), 0, offset
             if offset > part_start:
@@ -527,6 +530,21 @@ class TableSet:
         # The marker last: a part without it is ignored (and cleared with the next rebuild).
         _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
         return {**meta, "name": name}
+
+    def _compact(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The parts with each run of small neighbours merged into one, as
+        long as the merged part stays within the build's bounds (a million
+        rollouts' twenty full parts stay as they are)."""
+        kept: list[dict[str, Any]] = []
+        group: list[dict[str, Any]] = []
+        for part in [*parts, None]:
+            if group and (part is None or sum(p["lines"] for p in group) + part["lines"] > _BATCH
+                          or part["end"] - group[0]["start"] > _PART_BYTES):
+                kept.extend(self._merge(group) if len(group) > 1 else group)
+                group = []
+            if part is not None:
+                group.append(part)
+        return kept
 
     def _merge(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
