@@ -39,8 +39,11 @@ import rollkit as rk
 from rollkit.runs.lazyrun import open_run
 folder, phrase = sys.argv[1], sys.argv[2]
 out = {}
+peaks = {}  # the process's peak RSS (MB) once each step is done: which step set the peak
 def clock(name, fn):
-    t = time.perf_counter(); value = fn(); out[name] = round(time.perf_counter() - t, 3); return value
+    t = time.perf_counter(); value = fn(); out[name] = round(time.perf_counter() - t, 3)
+    peaks[name] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return value
 run = clock("open", lambda: open_run(folder))
 frame = clock("rollouts_cold", run.rollouts)
 out["open_plus_rollouts_cold"] = round(out["open"] + out["rollouts_cold"], 3)
@@ -61,6 +64,7 @@ clock("one_trace_first", lambda: run[len(run) // 2])
 clock("one_trace", lambda: run[len(run) // 3])
 clock("one_trace_by_id", lambda: run.trace(hits.ids[-1]))
 out["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+out["peak_mb_after"] = peaks
 print(json.dumps(out))
 '''
 

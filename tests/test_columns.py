@@ -104,6 +104,20 @@ async def test_runs_with_different_columns_read_together_give_the_frames_of_all_
     assert pa.default_memory_pool().backend_name == pool
 
 
+def test_a_footer_is_read_once_per_version_of_its_file(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rollkit.runs.columns import footer
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": [1, 2]}), path)
+    first = footer(path)
+    assert footer(path) is first and first.num_rows == 2
+    pq.write_table(pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"]}), path)  # rewritten in place
+    assert footer(path).num_rows == 3 and footer(path).schema.to_arrow_schema().names == ["a", "b"]
+
+
 def test_one_trace_by_index_and_id_is_the_trace_in_the_file(tmp_path):
     folder = big_run(50, tmp_path / "run", turns=3, tasks=5)
     traces = rk.load(folder)

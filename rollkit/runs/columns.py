@@ -417,7 +417,7 @@ class TableSet:
                 meta = json.loads(marker.read_text())
                 for table in TABLES:
                     file = self.folder / table / f"{marker.stem}.parquet"
-                    stored = pq.read_metadata(file).metadata or {}
+                    stored = footer(file).metadata or {}
                     if stored.get(b"rollkit.part") != marker.stem.encode() or stored.get(b"rollkit.v") != _VERSION.encode():
                         return None
             except (OSError, ValueError, Exception):  # a torn or partial part: rebuild, never trust
@@ -594,6 +594,26 @@ def _atomic(write: Any, target: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_FOOTERS: dict[tuple[str, int, int, int], Any] = {}
+
+
+def footer(file: Path) -> Any:
+    """A Parquet file's footer (pyarrow FileMetaData: schema, row counts,
+    key-value metadata), read once per version of the file in a process:
+    opening a run reads every part's footer, and each frame would again."""
+    stat = file.stat()
+    key = (str(file), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    meta = _FOOTERS.get(key)
+    if meta is None:
+        import pyarrow.parquet as pq
+
+        meta = pq.read_metadata(file)
+        if len(_FOOTERS) >= 4096:  # parts are rewritten, not edited: old versions' entries just age out
+            _FOOTERS.clear()
+        _FOOTERS[key] = meta
+    return meta
 
 
 def _concat(tables: list[Any]) -> Any:
