@@ -130,6 +130,27 @@ def test_one_trace_by_index_and_id_is_the_trace_in_the_file(tmp_path):
         run[50]
 
 
+def test_traces_by_row_and_id_across_parts_and_files_are_the_traces_in_them(tmp_path, monkeypatch):
+    # Many parts per file (a part every 7 lines), two files: each row and
+    # each id finds its own trace, before and after the whole index loads.
+    from rollkit.runs import columns
+
+    monkeypatch.setattr(columns, "_BATCH", 7)
+    a = big_run(30, tmp_path / "a", tasks=4)
+    b = big_run(12, tmp_path / "b", tasks=4, seed=5)
+    traces = [*rk.load(a), *rk.load(b)]
+    (tmp_path / "b" / "traces.jsonl").write_bytes(
+        (tmp_path / "b" / "traces.jsonl").read_bytes().replace(b'"id":"0000000', b'"id":"bbb0000'))
+    traces[30:] = rk.load(b)
+    for fresh in (True, False):
+        run = open_run([a, b])
+        if not fresh:
+            run._offsets()  # the whole index, as a search's ordering loads it
+        assert [run[i] for i in (0, 6, 7, 29, 30, 41, -1)] == [traces[i] for i in (0, 6, 7, 29, 30, 41, -1)]
+        assert [run.trace(t.id) for t in (traces[13], traces[35])] == [traces[13], traces[35]]
+        assert [t.id for t in run] == [t.id for t in traces]
+
+
 def _tables_mtimes(path: Path) -> dict[str, int]:
     return {str(p): p.stat().st_mtime_ns for p in (path.parent / ".rollkit").rglob("*.parquet")}
 

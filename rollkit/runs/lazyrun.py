@@ -14,6 +14,7 @@ This module reads; it writes only the cache (through columns) and draws nothing.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re as _re
 from collections.abc import Iterator, Sequence
@@ -116,6 +117,7 @@ class LazyRun:
         self._cache: dict[str, Any] = {}
         self._duck: Any = None
         self._index: Any = None
+        self._parts: tuple[list[int], list[tuple[Path, Path]], dict[Any, Any]] | None = None
 
     # ---- size and traces --------------------------------------------------------
     def __len__(self) -> int:
@@ -141,11 +143,46 @@ class LazyRun:
             self._index = pa.concat_tables(parts) if parts else None
         return self._index
 
+    def _part_files(self) -> tuple[list[int], list[tuple[Path, Path]], dict[Any, Any]]:
+        """The first row of each rollouts part file that has rows, its JSON
+        source and file, and what has been read of them (offsets and lengths
+        by path, ids by (path, "id"))."""
+        if self._parts is None:
+            starts, files, at = [], [], 0
+            for s in self._sets:
+                for file in s.files["rollouts"]:
+                    rows = footer(file).num_rows
+                    if rows:
+                        starts.append(at)
+                        files.append((s.source, file))
+                        at += rows
+            self._parts = (starts, files, {})
+        return self._parts
+
+    def _place(self, row: int) -> tuple[Path, int, int]:
+        """The JSON file, byte offset and length of row `row`: from the
+        whole index when something loaded it, else from the one part file
+        holding the row (found by the footers' row counts), so the first
+        pick reads 50,000 offsets, not a million."""
+        if self._index is not None:
+            index = self._index
+            k = index.column("_set")[row].as_py()
+            return (self._sets[k].source, index.column("_offset")[row].as_py(),
+                    index.column("_length")[row].as_py())
+        starts, files, spans = self._part_files()
+        j = bisect.bisect_right(starts, row) - 1
+        source, file = files[j]
+        if file not in spans:
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(file, columns=["_offset", "_length"])
+            spans[file] = (table.column("_offset").to_numpy(), table.column("_length").to_numpy())
+        offsets, lengths = spans[file]
+        return source, int(offsets[row - starts[j]]), int(lengths[row - starts[j]])
+
     def _read_at(self, row: int) -> Trace:
-        index = self._offsets()
-        k = index.column("_set")[row].as_py()
-        offset, length = index.column("_offset")[row].as_py(), index.column("_length")[row].as_py()
-        with open(self._sets[k].source, "rb") as f:
+        source, offset, length = self._place(row)
+        with open(source, "rb") as f:
             f.seek(offset)
             return Trace.model_validate_json(f.read(length))
 
@@ -164,9 +201,21 @@ class LazyRun:
     def trace(self, trace_id: str) -> Trace:
         """The trace with this id (the first, when ids repeat across files)."""
         import pyarrow.compute as pc
+        import pyarrow.parquet as pq
 
-        ids = self._offsets().column("id")
-        found = pc.index(ids, trace_id).as_py()
+        if self._index is not None:
+            found = pc.index(self._index.column("id"), trace_id).as_py()
+        else:  # part by part, stopping at the first holding it
+            found = -1
+            starts, files, read = self._part_files()
+            for start, (_, file) in zip(starts, files):
+                key = (file, "id")
+                if key not in read:
+                    read[key] = pq.read_table(file, columns=["id"]).column("id")
+                at = pc.index(read[key], trace_id).as_py()
+                if at >= 0:
+                    found = start + at
+                    break
         if found < 0:
             raise KeyError(f"no trace with id {trace_id!r} in this run ({len(self)} traces)")
         return self._read_at(found)
