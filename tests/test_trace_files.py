@@ -377,6 +377,28 @@ async def test_loading_leaves_the_garbage_collector_as_it_found_it(tmp_path):
         (gc.enable if was else gc.disable)()
 
 
+async def test_loaded_traces_are_made_old_unless_something_is_frozen(tmp_path):
+    """What rk.load made is moved to the oldest generation when its pause
+    ends (not walked as young), and nothing is unfrozen that a caller froze."""
+    import gc
+
+    path = rk.save(await _traces(2), tmp_path / "t.jsonl")
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        traces = rk.load(path)
+        oldest = {id(o) for o in gc.get_objects(generation=2)}
+        assert all(id(t) in oldest and id(t.messages) in oldest for t in traces)
+        marker = [[]]
+        gc.freeze()  # a caller's, e.g. before forking workers
+        traces = rk.load(path)
+        assert not any(o is marker for o in gc.get_objects())  # still frozen: in no generation
+        assert not any(t is o for o in gc.get_objects(generation=2) for t in traces)
+    finally:
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
+
+
 async def test_loaded_records_share_one_set_of_given_fields(tmp_path):
     """rk.load keeps one set of given fields per record type
     (rollkit.core.store._Shared.share_given writes pydantic 2's

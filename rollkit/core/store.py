@@ -196,9 +196,10 @@ def load(path: str | os.PathLike[str], *, errors: str = "raise", format: str | N
         fmt = _sniff(path)
     # Loading makes many objects and frees none; the cyclic collector would
     # walk the growing heap again and again (a third to half of reading a
-    # big file, in every format): it is paused, scoped (_gcpause).
+    # big file, in every format): it is paused, scoped, and what was loaded
+    # is made old at the end rather than walked as young (_gcpause).
     try:
-        with paused():
+        with paused(keep=True):
             return fmt.read(path, errors)  # type: ignore[misc]
     except TraceFileError:
         raise
