@@ -48,6 +48,7 @@ _LAZY = {
     "load_run": ("rollkit.runs.evaluation", "load_run"),
     "open_run": ("rollkit.runs.lazyrun", "open_run"),
     "compare": ("rollkit.runs.compare", "compare"),
+    "export": ("rollkit.runs.exports", "export"),
     "turn_values": ("rollkit.runs.turnvalues", "turn_values"),
     "turn_values_async": ("rollkit.runs.turnvalues", "turn_values_async"),
     "turn_values_many": ("rollkit.runs.turnvalues", "turn_values_many"),

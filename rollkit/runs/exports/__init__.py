@@ -1,0 +1,126 @@
+"""Traces out: what other tools take from finished rollouts (training rows,
+spans), made by `rk.export(source, path, format=...)`.
+
+What this package owns: the front door (`export`), the table of export
+formats, and reading a source (traces, a trace file or run folder, or an
+opened run) into what a format needs: traces one at a time, or a run's
+columnar tables for formats that never build a trace. One module per
+format writes it:
+
+    sft     one chat-template training row per branch (Parquet, JSON lines)
+    rl      token ids, logprobs and loss masks per turn, with the reward
+    otel    OpenTelemetry GenAI spans, one trace per rollout, over OTLP
+
+These are not trace formats: nothing here loads back as a trace (that is
+`rk.save` / `rk.load`). Modules here import the core and the runs layer,
+never `rollkit.notebook`; each format's heavy dependency (pyarrow, the
+OpenTelemetry SDK) is imported when that format is first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...core.errors import UsageError
+from ...core.trace import Trace
+
+__all__ = ["export", "ExportSource", "formats"]
+
+# name -> (module under this package, what it writes); the module has
+# `write(source: ExportSource, path: Path | None, **options) -> Any`.
+_FORMATS: dict[str, tuple[str, str]] = {
+    "sft": ("sft", "one chat-template training row per branch (.parquet or .jsonl)"),
+    "rl": ("rl", "token ids, logprobs and loss mask per turn, with the reward (.parquet or .jsonl)"),
+    "otel": ("otel", "OpenTelemetry GenAI spans over OTLP (endpoint=...)"),
+}
+
+
+def formats() -> dict[str, str]:
+    """The export formats and what each writes."""
+    return {name: what for name, (_, what) in _FORMATS.items()}
+
+
+@dataclass
+class ExportSource:
+    """What `rk.export` was given, read on demand: `traces()` yields one
+    trace at a time (a run's are parsed one by one, never all held); `run`
+    is the opened run (`rk.open_run`) when the source was a file or folder,
+    so a format can read its columnar tables instead; `where` is the SQL
+    filter over the run's rollouts table, already checked."""
+
+    given: Any
+    run: Any = None
+    where: str | None = None
+
+    def ids(self) -> list[str] | None:
+        """The ids of the rollouts `where` selects, in row order (None: all)."""
+        if self.where is None:
+            return None
+        table = self.run.sql(f"SELECT id FROM rollouts WHERE {self.where}")
+        return [str(i) for i in table["id"].tolist()]
+
+    def traces(self) -> Iterator[Trace]:
+        if self.run is None:
+            yield from self.given
+            return
+        ids = self.ids()
+        if ids is None:
+            yield from self.run
+        else:
+            for trace_id in ids:
+                yield self.run.trace(trace_id)
+
+
+def _source(source: Any, where: str | None) -> ExportSource:
+    if isinstance(source, Trace):
+        source = [source]
+    if isinstance(source, (str, os.PathLike)):
+        from ..lazyrun import open_run
+
+        path = Path(source)
+        if not path.exists():
+            raise UsageError(f"rk.export: {path} does not exist; give a trace file, a run folder, "
+                             "an opened run (rk.open_run) or a list of traces")
+        run = open_run(path)
+    elif type(source).__name__ == "LazyRun":
+        run = source
+    elif isinstance(source, Iterable) and not isinstance(source, (bytes, dict)):
+        items = list(source)
+        for i, item in enumerate(items):
+            if not isinstance(item, Trace):
+                raise UsageError(f"rk.export: item {i} is {type(item).__name__}, not a rollkit Trace; "
+                                 "give traces, a trace file, a run folder or an opened run")
+        if where is not None:
+            raise UsageError("rk.export: where= is SQL over a run's rollouts table; give a trace file, "
+                             "a run folder or rk.open_run(...) with it, or filter a list of traces in Python")
+        return ExportSource(items)
+    else:
+        raise UsageError(f"rk.export takes traces, a trace file, a run folder or an opened run, "
+                         f"got {type(source).__name__}")
+    if where is not None:
+        try:
+            run.sql(f"SELECT id FROM rollouts WHERE {where} LIMIT 0")
+        except Exception as exc:
+            raise UsageError(f"rk.export: where={where!r} is not a filter over the rollouts table "
+                             f"({exc}); its columns are {', '.join(run.arrow_schema('rollouts'))}") from exc
+    return ExportSource(None, run=run, where=where)
+
+
+def export(source: Any, path: str | os.PathLike[str] | None = None, *, format: str,
+           where: str | None = None, **options: Any) -> Any:
+    """Write what other tools take from rollouts: `format="sft"` training
+    rows, `"rl"` token-level rows, `"otel"` spans (see `formats()`).
+
+    `source` is a trace, a list of traces, a trace file or run folder, or an
+    opened run. `where=` selects rollouts by SQL over the run's rollouts
+    table (e.g. `"reward = 1"`), for a file, folder or opened run."""
+    if format not in _FORMATS:
+        raise UsageError(f"rk.export: unknown format {format!r}; the formats are "
+                         + ", ".join(f"{n!r} ({w})" for n, w in formats().items()))
+    module = importlib.import_module(f"{__name__}.{_FORMATS[format][0]}")
+    return module.write(_source(source, where), None if path is None else Path(path), **options)
