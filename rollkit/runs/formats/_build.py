@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 from collections.abc import Iterator
@@ -331,6 +332,8 @@ def build(
     missing = []
     if calls is None or sum(c.error is None for c in calls) != len(replies):
         calls = [Call() for _ in replies]
+    inferred = list(inferred or [])
+    calls, errors = _errors_timed(calls, list(errors or []), phases, inferred)
     if replies and all(c.usage is None for c in calls):
         missing.append("usage")
     phases = dict(phases or {})
@@ -342,7 +345,7 @@ def build(
         # A failed run has no reward (L23), whatever the source wrote there
         # (verifiers writes 0.0); the source's value is kept in info.
         notes["source_rewards"] = dict(rewards)
-    trace = Trace(task=task, agent=agent, info=notes, errors=list(errors or []), **({"id": trace_id} if trace_id else {}))
+    trace = Trace(task=task, agent=agent, info=notes, errors=errors, **({"id": trace_id} if trace_id else {}))
     segments, user_turns, reply_segment = _lay_out(conversation, user_by, context)
     origin = min((s for s, _ in phases.values()), default=None)
     agent_time = 0.0
@@ -380,7 +383,39 @@ def build(
         trace.record_cut(cut[0])
     trace.record_outcome(outcome or _outcome(errors, completed, stop_condition, "scoring" in phases),
                          at=max((e for _, e in phases.values() if e is not None), default=origin or 0.0))
-    return trace
+    # The id is the record's: a digest of what was read and where in the
+    # file it was ("line 3": two equal records stay two traces), so the same
+    # file loads as the same traces, wherever it lies and however often.
+    return trace if trace_id else trace.model_copy(update={"id": _content_id(trace, where)})
+
+
+def _content_id(trace: Trace, where: Where) -> str:
+    data = trace.model_dump_json(exclude={"id": True, "info": {"file"}})
+    return hashlib.blake2b(f"{where.record}\n{data}".encode(), digest_size=6).hexdigest()
+
+
+def _errors_timed(calls: list[Call], errors: list[ErrorInfo], phases: dict[str, tuple[float, float | None]] | None,
+                  inferred: list[str]) -> tuple[list[Call], list[ErrorInfo]]:
+    """The errors with the time the source gave them, else (marked
+    inferred) the end of the failed call, or of the run for a run's error:
+    never the clock at load time, which would make one file read two ways."""
+    def untimed(error: ErrorInfo | None) -> bool:
+        return error is not None and "time" not in error.model_fields_set
+
+    if any(untimed(c.error) for c in calls):
+        inferred.append("model_calls.error.time")
+        calls = [dataclasses.replace(c, error=c.error.model_copy(update={"time": _call_time(c)}))
+                 if untimed(c.error) else c for c in calls]
+    if any(untimed(e) for e in errors):
+        inferred.append("errors.time")
+        ends = [e for _, e in (phases or {}).values() if e is not None] + [_call_time(c) for c in calls]
+        at = max(ends, default=0.0)
+        errors = [e.model_copy(update={"time": at}) if untimed(e) else e for e in errors]
+    return calls, errors
+
+
+def _call_time(call: Call) -> float:
+    return next((t for t in (call.end, call.start) if t is not None), 0.0)
 
 
 def kept_outcome(trace: Trace) -> dict[str, Any]:
