@@ -322,6 +322,15 @@ def test_the_tracer_names_the_pinned_semantic_conventions_and_spans_keep_no_none
     assert (kinds["chat toy-calculator"], kinds["invoke_agent toy-calculator"]) == ("CLIENT", "INTERNAL")
 
 
+def test_a_span_exporter_the_caller_gave_is_left_open_for_the_next_export():
+    memory = InMemorySpanExporter()
+    traces = rk.evaluate(demo_agent(), arithmetic_tasks(2), progress=False).traces
+    first = rk.export(traces[0], format="otel", span_exporter=memory)
+    second = rk.export(traces[1], format="otel", span_exporter=memory)
+    assert (first.spans, second.spans, second.failed) == (9, 9, 0)
+    assert len({s.context.trace_id for s in memory.get_finished_spans()}) == 2
+
+
 def test_otel_is_not_loaded_by_import_rollkit_nor_by_evaluate_without_it():
     code = ("import sys, rollkit as rk; from rollkit.examples import demo_agent, arithmetic_tasks; "
             "rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False); "

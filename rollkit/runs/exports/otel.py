@@ -177,6 +177,8 @@ class OtelExporter:
             raise UsageError(f"OtelExporter: timeout must be a number of seconds > 0, got {timeout!r}")
         self.endpoint = None if endpoint is None else _endpoint(endpoint, "OtelExporter")
         sdk = _sdk()
+        # A span exporter the caller gave stays theirs: flushed into, never shut down.
+        self._owns_exporter = span_exporter is None
         self._exporter = span_exporter if span_exporter is not None else _otlp_exporter(self.endpoint, headers, timeout)
         resource = sdk.Resource.create({"service.name": service_name, **dict(resource_attributes or {})})
         self._provider = sdk.TracerProvider(resource=resource, shutdown_on_exit=False)
@@ -240,7 +242,8 @@ class OtelExporter:
         return OtelSent(self.traces, self.spans, self.failed, self.endpoint, self._said.said if self.failed else None)
 
     def close(self) -> OtelSent:
-        """Send what is queued, wait for it, shut the exporter down."""
+        """Send what is queued, wait for it, shut the OTLP exporter down (a
+        `span_exporter=` given is left open: it is the caller's)."""
         if self._closed:
             return self.sent
         try:
@@ -249,7 +252,8 @@ class OtelExporter:
             self._closed = True
             self._pool.shutdown(wait=True)
             self._provider.shutdown()
-            self._exporter.shutdown()
+            if self._owns_exporter:
+                self._exporter.shutdown()
             logging.getLogger(_EXPORTER_LOGGER).removeHandler(self._said)
         return sent
 
