@@ -161,9 +161,10 @@ class OtelExporter:
       Phoenix project).
     - `content=True` adds the messages, system instructions and tool
       arguments and results as the conventions' content attributes.
-    - `provider`: `gen_ai.provider.name`; by default "openai" for an
-      OpenAI-protocol model (one with a `base_url`), else the trace's
-      `agent["provider"]`, else "rollkit".
+    - `provider`: `gen_ai.provider.name`; by default the trace's
+      `agent["provider"]`, else "openai" for an OpenAI-protocol model (one
+      with a `base_url`, as the conventions name whatever speaks OpenAI's
+      API), else "rollkit" (a model in this process).
     - `timeout`: seconds per request, retries included."""
 
     def __init__(self, endpoint: str | None = None, *, headers: Mapping[str, str] | None = None,
