@@ -331,6 +331,18 @@ def test_a_span_exporter_the_caller_gave_is_left_open_for_the_next_export():
     assert len({s.context.trace_id for s in memory.get_finished_spans()}) == 2
 
 
+def test_an_aborted_rollout_is_an_error_span_naming_where_it_was_cut():
+    from rollkit.core.outcome import Outcome
+
+    trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0].model_copy(deep=True)
+    Outcome("aborted", scored=False, phase="agent").record(trace)
+    memory = InMemorySpanExporter()
+    rk.export(trace, format="otel", span_exporter=memory)
+    [root] = [s for s in memory.get_finished_spans() if s.parent is None]
+    assert (root.status.status_code.name, root.status.description) == ("ERROR", "aborted: the rollout was aborted in agent")
+    assert (root.attributes["error.type"], root.attributes["rollkit.outcome"]) == ("aborted", "aborted")
+
+
 def test_otel_is_not_loaded_by_import_rollkit_nor_by_evaluate_without_it():
     code = ("import sys, rollkit as rk; from rollkit.examples import demo_agent, arithmetic_tasks; "
             "rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False); "

@@ -343,9 +343,11 @@ class _Spans:
         start, end = _bounds(trace)
         name = str(trace.agent.get("name") or self.model)
         root = self._open(f"invoke_agent {name}", None, start, self._root_attributes(name), "INTERNAL")
-        error = trace.error
+        error, outcome = trace.error, trace.outcome
         if error is not None:
             self._fail(root, error.type, error.message)
+        elif outcome.kind == "aborted":  # cut short with no error of its own (Ctrl-C, a cancelled run)
+            self._fail(root, "aborted", f"the rollout was aborted in {outcome.phase or 'between segments'}")
         inside = self.api.set_span_in_context(root)
         under = self._phases(inside, end)
         tool_results = {m.tool_call_id: m for m in trace.messages if isinstance(m, ToolMessage)}
