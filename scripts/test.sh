@@ -50,6 +50,14 @@ if [ ! -x "$oracles/verifiers/bin/python" ]; then
     && mv "$oracles/verifiers.building" "$oracles/verifiers"; } \
     || { rm -rf "$oracles/verifiers.building"; echo "verifiers 0.4.0 could not be installed: its oracle test will be skipped" >&2; }
 fi
+# Arize Phoenix, the trace back end tests/test_otel_export.py sends rollkit's
+# OpenTelemetry spans to and reads them back from (heavy: its own venv).
+if [ ! -x "$oracles/phoenix/bin/python" ]; then
+  { python -m venv "$oracles/phoenix.building" \
+    && "$oracles/phoenix.building/bin/python" -m pip install -q --disable-pip-version-check "arize-phoenix==20.26.1" \
+    && mv "$oracles/phoenix.building" "$oracles/phoenix"; } \
+    || { rm -rf "$oracles/phoenix.building"; echo "arize-phoenix 20.26.1 could not be installed: its OpenTelemetry test will be skipped" >&2; }
+fi
 py312=""
 if python3.12 -c "" 2>/dev/null; then
   py312=python3.12

@@ -103,15 +103,23 @@ async def kill_marked(marker: str) -> list[int]:
 
 def listening_ports() -> set[int]:
     """TCP ports this process listens on (read from /proc, IPv4 and IPv6)."""
+    return {port for _, port in listening_sockets()}
+
+
+def listening_sockets(pid: int | str = "self") -> set[tuple[str, int]]:
+    """(address, port) of each TCP socket process `pid` listens on, read
+    from /proc (IPv4 and IPv6): "127.0.0.1", "0.0.0.0", "::", "::1", ..."""
+    import ipaddress
+
     inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
+    for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
-    ports = set()
+    found = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -120,8 +128,11 @@ def listening_ports() -> set[int]:
         for line in lines:
             fields = line.split()
             if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+                address, port = fields[1].rsplit(":", 1)
+                # /proc writes an address as 32-bit words in host (little-endian) order
+                raw = b"".join(bytes.fromhex(address[i:i + 8])[::-1] for i in range(0, len(address), 8))
+                found.add((str(ipaddress.ip_address(raw)), int(port, 16)))
+    return found
 
 
 def other_tasks() -> set[asyncio.Task]:

@@ -101,7 +101,10 @@ class _Imports(ast.NodeVisitor):
         value = node.value
         if not isinstance(value, str) or not value or any(c.isspace() for c in value):
             return
-        if value.startswith("rollkit.") and _exists(value):
+        # Only a dotted name can be a module: the head of an f-string
+        # (f"rollkit.{key}", an attribute name built) is not the package.
+        dotted = all(part.isidentifier() for part in value.split("."))
+        if value.startswith("rollkit.") and dotted and _exists(value):
             self._add(node.lineno, value)
         elif value.startswith(".") and value.lstrip(".").replace(".", "").isidentifier():
             level = len(value) - len(value.lstrip("."))

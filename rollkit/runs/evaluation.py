@@ -307,6 +307,8 @@ class _Plan:
     # What watches the run in this process (a monitor's rollkit.runs.live.RunState),
     # called as the live file's LiveWriter is: begin, started, phase, turn, finished, end.
     watchers: list[Any] = field(default_factory=list)
+    # Sends each finished rollout as OpenTelemetry spans (`otel=`; rollkit.runs.exports.otel).
+    otel: Any = None
 
     @property
     def run_id(self) -> str:
@@ -325,6 +327,7 @@ def _plan(
     progress: bool,
     group_scorers: Any,
     user: Any = None,
+    otel: Any = None,
 ) -> _Plan:
     if not isinstance(agent, Agent):
         raise _BadType(f"agent must be a rk.Agent (e.g. rollkit.examples.demo_agent()), got {type(agent).__name__}")
@@ -355,7 +358,12 @@ def _plan(
         # A name, never a repr with a memory address: the manifest says what ran.
         manifest["user"] = getattr(user, "name", None) if isinstance(user, User) else getattr(user, "__qualname__", type(user).__name__)
     folder_path = Path(out) if out is not None else None
-    return _Plan(agent, task_list, repeats, concurrency, backend, progress, scorers, manifest, folder_path, resume, user)
+    plan = _Plan(agent, task_list, repeats, concurrency, backend, progress, scorers, manifest, folder_path, resume, user)
+    if otel is not None:
+        from .exports.otel import live_sink
+
+        plan.otel = live_sink(otel)
+    return plan
 
 
 def _backend(backend: Any) -> Any:
@@ -517,6 +525,8 @@ class _Run:
             for trace in self.finished_before:
                 watcher.finished(trace)
         self.sinks.extend(plan.watchers)
+        if plan.otel is not None:  # after the replay above: what an earlier run finished was sent then
+            self.sinks.append(plan.otel)
         if not self.sinks:
             return
         info = run_info(plan.run_id, len(self.todo) + len(self.finished_before), plan.agent.limits.model_dump(),
@@ -634,6 +644,7 @@ def evaluate_async(
     group_scorers: Any = None,
     user: Any = None,
     monitor: bool = False,
+    otel: Any = None,
 ) -> _Pending:
     """The async form of `evaluate` (same arguments): `result = await
     rk.evaluate_async(...)` in async code and notebook cells. The
@@ -642,7 +653,7 @@ def evaluate_async(
     `rk.notebook.RunMonitor(it)` can watch it. Arguments are checked at once."""
     plan = _plan(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
-        backend=backend, progress=progress and not monitor, group_scorers=group_scorers, user=user,
+        backend=backend, progress=progress and not monitor, group_scorers=group_scorers, user=user, otel=otel,
     )
     pending = _Pending(_execute(plan), plan)
     if monitor:
@@ -666,6 +677,7 @@ def evaluate(
     group_scorers: Any = None,
     user: Any = None,
     monitor: bool = False,
+    otel: Any = None,
 ) -> Any:
     """Run every task `repeats` times, at most `concurrency` rollouts at once.
 
@@ -687,6 +699,11 @@ def evaluate(
       (counts, rollouts in flight, running means with intervals, the slowest
       and failed rollouts) instead of the bar. With `out=DIR` the run also
       writes DIR/live.jsonl, which `rollkit view DIR` follows from elsewhere.
+    - `otel="http://HOST:PORT/v1/traces"` sends each rollout, as it
+      finishes, as one OpenTelemetry trace of GenAI spans to that OTLP/HTTP
+      collector (Phoenix, Langfuse, a Collector...); an
+      `rollkit.runs.exports.otel.OtelExporter` gives more options (headers,
+      content). A collector that does not take them is a warning at the end.
 
     It runs to the end and returns an `EvalResult`. In async code and
     notebook cells (where an event loop runs) write `result = await
@@ -706,7 +723,7 @@ def evaluate(
     """
     pending = evaluate_async(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume, backend=backend,
-        progress=progress, group_scorers=group_scorers, user=user, monitor=monitor,
+        progress=progress, group_scorers=group_scorers, user=user, monitor=monitor, otel=otel,
     )
     return interrupts.run_sync(pending._coroutine, what="evaluation", called="rk.evaluate(...)",
                                instead="result = await rk.evaluate_async(...)")

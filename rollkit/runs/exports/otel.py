@@ -1,0 +1,558 @@
+"""OpenTelemetry GenAI spans: each rollout sent as one OTel trace over OTLP/HTTP.
+
+What this module owns: turning a finished trace into spans named and
+attributed by the OpenTelemetry GenAI semantic conventions (the version
+pinned in `SEMCONV_VERSION`), and sending them through the OpenTelemetry
+SDK's OTLP/HTTP exporter. `rk.export(traces, format="otel", endpoint=...)`
+sends a batch (`write`); `rk.evaluate(..., otel=URL)` sends each rollout
+as it finishes (`live_sink`).
+
+One rollout is one trace:
+
+    invoke_agent {agent}          the rollout, with its reward, outcome and stop
+    ├── boot / setup / agent / finalize / scoring      rollkit's phases
+    │   (under agent:)
+    │   ├── chat {model}          one per model call, at the call's own times
+    │   └── execute_tool {name}   one per tool call that was answered
+
+The trace does not time tool calls, so an `execute_tool` span covers the
+gap between the model call that asked for the tool and the next call (or
+the end of its segment) and says so (`rollkit.timing = "inferred"`).
+Message and tool content is left out unless `content=True`.
+
+The SDK is imported when an exporter is made, never by `import rollkit`.
+Each exporter has a TracerProvider of its own (the process's global one,
+which the user's own tracing may own, is never touched), gives every span
+its recorded start and end, and sends from one background thread, so a
+live run's event loop never waits on the network. This module reads traces
+only; it writes no trace and no file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import warnings
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ...core.errors import Unavailable, UsageError
+from ...core.messages import AssistantMessage, Message, SystemMessage, ToolMessage, text_of
+from ...core.trace import PHASES, ModelCall, Trace
+
+__all__ = ["OtelExporter", "OtelSent", "SEMCONV_VERSION", "live_sink", "write"]
+
+# The GenAI semantic conventions these spans follow: semantic-conventions
+# v1.41.0, the last release that held the GenAI conventions before they
+# moved to a repository of their own. From 1.37 on, the provider is
+# `gen_ai.provider.name` (it replaced `gen_ai.system`) and content is the
+# JSON attributes `gen_ai.input.messages` / `gen_ai.output.messages`
+# (it replaced the per-message events). Sent as the tracer's schema URL too,
+# so a back end can tell which names it is reading.
+SEMCONV_VERSION = "1.41.0"
+SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
+
+# Spans sent per request when exporting a batch: large enough that the
+# request overhead vanishes, small enough to stay far below the exporter's
+# request size limit with content on.
+_BATCH_SPANS = 512
+_EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.http"
+
+
+@dataclass(frozen=True)
+class OtelSent:
+    """What an exporter sent: rollouts (`traces`), spans, and the spans the
+    endpoint did not take (`failed`, with the exporter's last word on why)."""
+
+    traces: int
+    spans: int
+    failed: int = 0
+    endpoint: str | None = None
+    reason: str | None = None
+
+
+@cache
+def _sdk() -> Any:
+    """The OpenTelemetry SDK, imported on first use, and the span processor
+    that hands ended spans to the exporter (defined here: its base class is
+    the SDK's)."""
+    try:
+        from opentelemetry import trace as api
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    except ImportError as exc:
+        raise Unavailable(f"OpenTelemetry export needs the OpenTelemetry SDK ({exc}); install it: "
+                          "pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-http") from None
+
+    class Collector(SpanProcessor):
+        """Keeps each ended span until the exporter takes the batch."""
+
+        def __init__(self) -> None:
+            self.spans: list[Any] = []
+
+        def on_end(self, span: Any) -> None:
+            self.spans.append(span)
+
+    class SDK:
+        pass
+
+    sdk = SDK()
+    sdk.api, sdk.Resource, sdk.TracerProvider, sdk.Collector = api, Resource, TracerProvider, Collector
+    return sdk
+
+
+def _otlp_exporter(endpoint: str, headers: Mapping[str, str] | None, timeout: float) -> Any:
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError as exc:
+        raise Unavailable(f"OpenTelemetry export needs the OTLP/HTTP exporter ({exc}); install it: "
+                          "pip install opentelemetry-exporter-otlp-proto-http") from None
+    return OTLPSpanExporter(endpoint=endpoint, headers=dict(headers or {}), timeout=timeout)
+
+
+def _endpoint(endpoint: Any, owner: str) -> str:
+    """An OTLP/HTTP traces URL; a bare base URL gets the signal path
+    `/v1/traces` as the OTLP specification adds it to a base endpoint."""
+    if not isinstance(endpoint, str):
+        raise UsageError(f"{owner}: endpoint must be the OTLP/HTTP URL of a trace collector, e.g. "
+                         f"'http://127.0.0.1:6006/v1/traces' (Phoenix), got {type(endpoint).__name__}")
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"{owner}: endpoint {endpoint!r} is not an http(s) URL; give the collector's "
+                         "OTLP/HTTP traces URL, e.g. 'http://127.0.0.1:6006/v1/traces' (Phoenix)")
+    if parts.path in ("", "/"):
+        parts = parts._replace(path="/v1/traces")
+    return urlunsplit(parts)
+
+
+class _LastWord(logging.Handler):
+    """The OTLP exporter says why an export failed only in its log; this
+    keeps the last thing it said from one exporter's sending thread, for
+    the error or warning rollkit raises (and keeps the exporter's retry
+    chatter off stderr)."""
+
+    def __init__(self, thread_prefix: str) -> None:
+        super().__init__(logging.WARNING)
+        self.thread_prefix = thread_prefix
+        self.said: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.threadName.startswith(self.thread_prefix):
+            self.said = record.getMessage()
+
+
+class OtelExporter:
+    """Sends rollouts as OpenTelemetry traces (`send(trace)`), from a
+    background thread; `close()` waits for everything to be sent and says
+    what was (`OtelSent`).
+
+    - `endpoint`: the collector's OTLP/HTTP traces URL (Phoenix:
+      `http://HOST:6006/v1/traces`); or `span_exporter=`, any SDK span
+      exporter (e.g. `InMemorySpanExporter`), instead.
+    - `headers`: sent with each request (an API key, a project header).
+    - `service_name`: the resource's `service.name`; `resource_attributes`
+      adds more (e.g. `{"openinference.project.name": "evals"}` for a
+      Phoenix project).
+    - `content=True` adds the messages, system instructions and tool
+      arguments and results as the conventions' content attributes.
+    - `provider`: `gen_ai.provider.name`; by default the trace's
+      `agent["provider"]`, else "openai" for an OpenAI-protocol model (one
+      with a `base_url`, as the conventions name whatever speaks OpenAI's
+      API), else "rollkit" (a model in this process).
+    - `timeout`: seconds per request, retries included."""
+
+    def __init__(self, endpoint: str | None = None, *, headers: Mapping[str, str] | None = None,
+                 service_name: str = "rollkit", resource_attributes: Mapping[str, Any] | None = None,
+                 content: bool = False, provider: str | None = None, timeout: float = 10.0,
+                 span_exporter: Any = None) -> None:
+        if (endpoint is None) == (span_exporter is None):
+            raise UsageError("OtelExporter: give the collector's endpoint= (an OTLP/HTTP URL) or a span_exporter=, "
+                             "exactly one")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise UsageError(f"OtelExporter: timeout must be a number of seconds > 0, got {timeout!r}")
+        self.endpoint = None if endpoint is None else _endpoint(endpoint, "OtelExporter")
+        sdk = _sdk()
+        # A span exporter the caller gave stays theirs: flushed into, never shut down.
+        self._owns_exporter = span_exporter is None
+        self._exporter = span_exporter if span_exporter is not None else _otlp_exporter(self.endpoint, headers, timeout)
+        resource = sdk.Resource.create({"service.name": service_name, **dict(resource_attributes or {})})
+        self._provider = sdk.TracerProvider(resource=resource, shutdown_on_exit=False)
+        self._collector = sdk.Collector()
+        self._provider.add_span_processor(self._collector)
+        self._tracer = self._provider.get_tracer("rollkit", schema_url=SCHEMA_URL)
+        self._api = sdk.api
+        self.content = bool(content)
+        self.provider = provider
+        prefix = f"rollkit-otel-{id(self):x}"
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=prefix)
+        self._said = _LastWord(prefix)
+        logging.getLogger(_EXPORTER_LOGGER).addHandler(self._said)
+        self._pending: list[Future[tuple[int, bool]]] = []
+        self.traces = self.spans = self.failed = 0
+        self._closed = False
+
+    # ---- sending ------------------------------------------------------------
+    def send(self, trace: Trace, *, wait: bool = False) -> int:
+        """Queue one rollout's spans for sending; returns how many it made.
+        `wait=True` holds the caller while more than one batch is in flight
+        (an export of many rollouts stays bounded in memory)."""
+        if self._closed:
+            raise UsageError("OtelExporter: this exporter is closed; make a new one")
+        made = _Spans(self, trace).emit()
+        self.traces += 1
+        self.spans += made
+        if not wait or len(self._collector.spans) >= _BATCH_SPANS:
+            self._submit(wait)
+        return made
+
+    def _submit(self, wait: bool) -> None:
+        batch, self._collector.spans = self._collector.spans, []
+        while self._pending and self._pending[0].done():
+            self._settle(keep=len(self._pending) - 1)  # count what is done; a live run never waits here
+        if not batch:
+            return
+        if wait:
+            self._settle(keep=1)
+        self._pending.append(self._pool.submit(self._export, batch))
+
+    def _export(self, batch: list[Any]) -> tuple[int, bool]:
+        result = self._exporter.export(batch)
+        return len(batch), getattr(result, "name", str(result)) == "SUCCESS"
+
+    def _settle(self, keep: int = 0) -> None:
+        """Wait for sent batches until at most `keep` are in flight, counting failures."""
+        while len(self._pending) > keep:
+            count, ok = self._pending.pop(0).result()
+            if not ok:
+                self.failed += count
+
+    def flush(self) -> OtelSent:
+        """Send what is queued and wait for it; what was sent so far."""
+        self._submit(wait=False)
+        self._settle()
+        return self.sent
+
+    @property
+    def sent(self) -> OtelSent:
+        return OtelSent(self.traces, self.spans, self.failed, self.endpoint, self._said.said if self.failed else None)
+
+    def close(self) -> OtelSent:
+        """Send what is queued, wait for it, shut the OTLP exporter down (a
+        `span_exporter=` given is left open: it is the caller's)."""
+        if self._closed:
+            return self.sent
+        try:
+            sent = self.flush()
+        finally:
+            self._closed = True
+            self._pool.shutdown(wait=True)
+            self._provider.shutdown()
+            if self._owns_exporter:
+                self._exporter.shutdown()
+            logging.getLogger(_EXPORTER_LOGGER).removeHandler(self._said)
+        return sent
+
+    def __repr__(self) -> str:
+        where = self.endpoint or type(self._exporter).__name__
+        return f"OtelExporter({where!r}, sent {self.traces} rollouts, {self.spans} spans)"
+
+
+class _LiveSink:
+    """A run's watcher (called as rollkit.runs.live.LiveWriter is) that sends
+    each finished rollout; the other events carry nothing to send. Given a
+    URL it makes its exporter when the run begins and closes it at the end;
+    given an `OtelExporter` it flushes it at the end and leaves it open. A
+    failure to send is a warning at the end, never the run's error."""
+
+    def __init__(self, otel: OtelExporter | str) -> None:
+        self.given = otel
+        self.exporter: OtelExporter | None = otel if isinstance(otel, OtelExporter) else None
+
+    def begin(self, info: dict[str, Any]) -> None:
+        if self.exporter is None:
+            self.exporter = OtelExporter(self.given)  # type: ignore[arg-type]
+
+    def started(self, rollout_id: str) -> None:
+        pass
+
+    def phase(self, rollout_id: str, phase: str) -> None:
+        pass
+
+    def turn(self, rollout_id: str, turns: int, tokens: int, agent_time: float) -> None:
+        pass
+
+    def finished(self, trace: Trace) -> None:
+        if self.exporter is not None:
+            self.exporter.send(trace)
+
+    def end(self, status: str) -> None:
+        if self.exporter is None:
+            return
+        owned = self.exporter is not self.given
+        sent = self.exporter.close() if owned else self.exporter.flush()
+        if sent.failed:
+            warnings.warn(f"rollkit: {sent.failed} of {sent.spans} spans were not taken by "
+                          f"{sent.endpoint or 'the span exporter'} ({sent.reason or 'no reason given'})", stacklevel=2)
+
+
+def live_sink(otel: Any) -> _LiveSink:
+    """`rk.evaluate`'s `otel=` checked, as a run watcher (see `_LiveSink`)."""
+    if isinstance(otel, OtelExporter):
+        return _LiveSink(otel)
+    if isinstance(otel, str):
+        _sdk()  # not installed: say so before the run starts
+        return _LiveSink(_endpoint(otel, "rk.evaluate(otel=...)"))
+    raise UsageError(f"rk.evaluate: otel= takes the OTLP/HTTP URL of a trace collector (e.g. "
+                     f"'http://127.0.0.1:6006/v1/traces') or an OtelExporter, got {type(otel).__name__}")
+
+
+# ---- one rollout's spans ----------------------------------------------------------
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def _set(attributes: dict[str, Any], key: str, value: Any) -> None:
+    """OTel attributes hold no None: a missing value is left out, never 0."""
+    if value is not None:
+        attributes[key] = value
+
+
+class _Spans:
+    """The spans of one trace, made through the exporter's tracer at the
+    trace's own times."""
+
+    def __init__(self, exporter: OtelExporter, trace: Trace) -> None:
+        self.exporter = exporter
+        self.trace = trace
+        self.api = exporter._api
+        self.tracer = exporter._tracer
+        self.model = str(trace.agent.get("model") or "unknown")
+        self.provider = self._provider()
+        self.made = 0
+
+    def emit(self) -> int:
+        trace = self.trace
+        start, end = _bounds(trace)
+        name = str(trace.agent.get("name") or self.model)
+        root = self._open(f"invoke_agent {name}", None, start, self._root_attributes(name), "INTERNAL")
+        error, outcome = trace.error, trace.outcome
+        if error is not None:
+            self._fail(root, error.type, error.message)
+        elif outcome.kind == "aborted":  # cut short with no error of its own (Ctrl-C, a cancelled run)
+            self._fail(root, "aborted", f"the rollout was aborted in {outcome.phase or 'between segments'}")
+        inside = self.api.set_span_in_context(root)
+        under = self._phases(inside, end)
+        tool_results = {m.tool_call_id: m for m in trace.messages if isinstance(m, ToolMessage)}
+        calls = trace.model_calls
+        for i, call in enumerate(calls):
+            self._chat(under, call)
+            if call.committed and call.reply is not None and call.reply.tool_calls:
+                self._tools(under, call, _tool_window_end(trace, calls, i, end), tool_results)
+        root.end(end_time=_ns(end))
+        return self.made
+
+    def _open(self, name: str, context: Any, start: float, attributes: dict[str, Any], kind: str) -> Any:
+        self.made += 1
+        return self.tracer.start_span(name, context=context, kind=getattr(self.api.SpanKind, kind),
+                                      attributes=attributes, start_time=_ns(start))
+
+    def _fail(self, span: Any, error_type: str, message: str) -> None:
+        span.set_attribute("error.type", error_type)
+        span.set_status(self.api.Status(self.api.StatusCode.ERROR, f"{error_type}: {message}"))
+
+    def _provider(self) -> str:
+        agent = self.trace.agent
+        if self.exporter.provider:
+            return self.exporter.provider
+        if agent.get("provider"):
+            return str(agent["provider"])
+        return "openai" if agent.get("base_url") else "rollkit"
+
+    def _root_attributes(self, name: str) -> dict[str, Any]:
+        trace = self.trace
+        a: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": self.provider,
+            "gen_ai.agent.name": name, "gen_ai.request.model": self.model, "gen_ai.conversation.id": trace.id,
+            "rollkit.trace.id": trace.id, "rollkit.task.key": trace.task.key,
+            "rollkit.task.type": trace.task.type, "rollkit.outcome": trace.outcome.kind,
+            "rollkit.turns": trace.num_turns, "rollkit.total_tokens": trace.num_total_tokens,
+        }
+        inputs = [c.usage.input_tokens for c in trace.model_calls if c.usage.input_tokens is not None]
+        outputs = [c.usage.output_tokens for c in trace.model_calls if c.usage.output_tokens is not None]
+        _set(a, "gen_ai.usage.input_tokens", sum(inputs) if inputs else None)
+        _set(a, "gen_ai.usage.output_tokens", sum(outputs) if outputs else None)
+        _set(a, "rollkit.ok", trace.ok)
+        _set(a, "rollkit.stop_condition", trace.stop_condition)
+        _set(a, "rollkit.reward", trace.scored_reward)
+        _set(a, "rollkit.aborted_in", trace.aborted_in)
+        for key in ("rollout_id", "run_id", "example_id", "repeat"):
+            _set(a, f"rollkit.{key}", trace.info.get(key))
+        for kind, values in (("reward", trace.rewards), ("metric", trace.metrics)):
+            for signal, value in values.items():
+                _set(a, f"rollkit.{kind}.{signal}", value)
+        return a
+
+    def _phases(self, inside: Any, end: float) -> Any:
+        """One span per phase, under the root; the context model calls and
+        tools go under (the agent phase's, or the root's when a trace has
+        no agent phase: an import, a rollout cut before it)."""
+        trace = self.trace
+        failed_in: dict[str | None, Any] = {}
+        for error in trace.errors:
+            failed_in.setdefault(error.phase, error)
+        under = inside
+        for phase in sorted(trace.phases, key=lambda p: (PHASES.index(p) if p in PHASES else len(PHASES), p)):
+            span = trace.phases[phase]
+            attributes: dict[str, Any] = {"rollkit.phase": phase}
+            if span.end is None:
+                attributes["rollkit.phase.unfinished"] = True
+            opened = self._open(phase, inside, span.start, attributes, "INTERNAL")
+            if phase in failed_in:
+                self._fail(opened, failed_in[phase].type, failed_in[phase].message)
+            opened.end(end_time=_ns(span.end if span.end is not None else max(end, span.start)))
+            if phase == "agent":
+                under = self.api.set_span_in_context(opened)
+        return under
+
+    def _chat(self, under: Any, call: ModelCall) -> None:
+        a: dict[str, Any] = {
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": self.provider,
+            "gen_ai.request.model": self.model, "gen_ai.conversation.id": self.trace.id,
+            "rollkit.call.index": call.index, "rollkit.call.committed": call.committed, "rollkit.segment": call.segment,
+        }
+        usage = call.usage
+        _set(a, "gen_ai.usage.input_tokens", usage.input_tokens)
+        _set(a, "gen_ai.usage.output_tokens", usage.output_tokens)
+        _set(a, "gen_ai.usage.cache_read.input_tokens", usage.cache_read_tokens)
+        _set(a, "gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens)
+        _set(a, "gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)
+        if call.finish_reason is not None:
+            a["gen_ai.response.finish_reasons"] = [call.finish_reason]
+        _set(a, "rollkit.dialect", call.dialect)
+        _set(a, "rollkit.timing_issue", call.timing_issue)
+        if self.exporter.content:
+            a.update(_call_content(self.trace, call))
+        span = self._open(f"chat {self.model}", under, call.start, a, "CLIENT")
+        if call.error is not None:
+            self._fail(span, call.error.type, call.error.message)
+        span.end(end_time=_ns(call.end))
+
+    def _tools(self, under: Any, call: ModelCall, until: float, results: dict[str, ToolMessage]) -> None:
+        for tool_call in call.reply.tool_calls:  # type: ignore[union-attr]
+            result = results.get(tool_call.id)
+            if result is None:
+                continue  # asked for, never run (the rollout stopped first): no execution to show
+            a: dict[str, Any] = {
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_call.name,
+                "gen_ai.tool.call.id": tool_call.id, "gen_ai.tool.type": "function",
+                "rollkit.timing": "inferred", "rollkit.call.index": call.index,
+            }
+            if self.exporter.content:
+                a["gen_ai.tool.call.arguments"] = tool_call.arguments
+                a["gen_ai.tool.call.result"] = result.content
+            self._open(f"execute_tool {tool_call.name}", under, call.end, a, "INTERNAL").end(end_time=_ns(until))
+
+
+def _bounds(trace: Trace) -> tuple[float, float]:
+    """When the rollout started and ended, from its phases and calls."""
+    starts = [s.start for s in trace.phases.values()] + [c.start for c in trace.model_calls]
+    ends = [s.end for s in trace.phases.values() if s.end is not None] + [c.end for c in trace.model_calls]
+    if not starts:
+        when = trace.error.time if trace.error is not None else time.time()
+        return when, when
+    start = min(starts)
+    return start, max([start, *ends])
+
+
+def _tool_window_end(trace: Trace, calls: list[ModelCall], i: int, end: float) -> float:
+    """Where the tools a call asked for ended at the latest: the next model
+    call's start, else the end of the call's segment, else the rollout's."""
+    call = calls[i]
+    for later in calls[i + 1:]:
+        if later.start >= call.end:
+            return later.start
+    segment = next((s for s in trace.segments if s.index == call.segment), None)
+    if segment is not None and segment.end is not None and segment.end >= call.end:
+        return segment.end
+    return max(end, call.end)
+
+
+def _parts(message: Message) -> list[dict[str, Any]]:
+    """A message's parts in the conventions' message schema."""
+    parts: list[dict[str, Any]] = []
+    if isinstance(message, AssistantMessage):
+        if message.reasoning:
+            parts.append({"type": "reasoning", "content": message.reasoning})
+        if message.content:
+            parts.append({"type": "text", "content": message.content})
+        for call in message.tool_calls:
+            try:
+                arguments: Any = call.args()
+            except ValueError:
+                arguments = call.arguments
+            parts.append({"type": "tool_call", "id": call.id, "name": call.name, "arguments": arguments})
+        return parts
+    if isinstance(message, ToolMessage):
+        return [{"type": "tool_call_response", "id": message.tool_call_id, "response": message.content}]
+    return [{"type": "text", "content": text_of(message)}]
+
+
+def _call_content(trace: Trace, call: ModelCall) -> dict[str, str]:
+    """`gen_ai.system_instructions`, `gen_ai.input.messages` and
+    `gen_ai.output.messages` of one call, as the conventions' JSON."""
+    out: dict[str, str] = {}
+    request = trace.request_of(call) or []
+    system = [p for m in request if isinstance(m, SystemMessage) for p in _parts(m)]
+    if system:
+        out["gen_ai.system_instructions"] = json.dumps(system)
+    inputs = [{"role": m.role, "parts": _parts(m)} for m in request if not isinstance(m, SystemMessage)]
+    out["gen_ai.input.messages"] = json.dumps(inputs)
+    if call.reply is not None:
+        reply = {"role": "assistant", "parts": _parts(call.reply)}
+        if call.finish_reason is not None:
+            reply["finish_reason"] = call.finish_reason
+        out["gen_ai.output.messages"] = json.dumps([reply])
+    return out
+
+
+# ---- rk.export(..., format="otel") ---------------------------------------------------
+
+
+def write(source: Any, path: Path | None, *, endpoint: Any = None, headers: Mapping[str, str] | None = None,
+          service_name: str = "rollkit", resource_attributes: Mapping[str, Any] | None = None,
+          content: bool = False, provider: str | None = None, timeout: float = 10.0,
+          span_exporter: Any = None) -> OtelSent:
+    """Send every rollout of `source` as one OTel trace (options: see
+    `OtelExporter`); returns what was sent. Raises `Unavailable` naming the
+    endpoint when it did not take them."""
+    if path is not None:
+        raise UsageError(f"rk.export(format='otel') sends spans to a collector and writes no file; drop the path "
+                         f"{str(path)!r} and give endpoint='http://HOST:PORT/v1/traces'")
+    if endpoint is None and span_exporter is None:
+        raise UsageError("rk.export(format='otel') needs endpoint=, the collector's OTLP/HTTP traces URL "
+                         "(e.g. 'http://127.0.0.1:6006/v1/traces' for Phoenix)")
+    if endpoint is not None:
+        endpoint = _endpoint(endpoint, "rk.export(format='otel')")
+    exporter = OtelExporter(endpoint, headers=headers, service_name=service_name,
+                            resource_attributes=resource_attributes, content=content, provider=provider,
+                            timeout=timeout, span_exporter=span_exporter)
+    try:
+        for trace in source.traces():
+            exporter.send(trace, wait=True)
+            if exporter.failed:
+                break  # the endpoint is not taking spans: say so now, not after retrying every batch
+    finally:
+        sent = exporter.close()
+    if sent.failed:
+        raise Unavailable(f"rk.export(format='otel'): {sent.endpoint or 'the span exporter'} did not take "
+                          f"{sent.failed} of {sent.spans} spans ({sent.reason or 'no reason given'}); "
+                          "is the collector running and is this its OTLP/HTTP traces URL?")
+    return sent

@@ -1,0 +1,405 @@
+"""OpenTelemetry GenAI spans (rollkit.runs.exports.otel): each rollout is one
+OTel trace (invoke_agent, its phases, a chat span per model call at the
+call's own times, an execute_tool span per answered tool call), with the
+GenAI semantic conventions' attributes, sent over OTLP/HTTP.
+
+The spans go to a real Arize Phoenix, started here on 127.0.0.1 from the
+virtualenv scripts/test.sh builds ($ROLLKIT_ORACLE_PHOENIX_PYTHON or
+~/.cache/rollkit-oracles/phoenix/bin/python, made by
+    python -m venv ~/.cache/rollkit-oracles/phoenix
+    ~/.cache/rollkit-oracles/phoenix/bin/pip install arize-phoenix
+), and are read back through Phoenix's REST API. Phoenix always opens an
+OTLP/gRPC listener on every interface ([::]); rollkit sends OTLP/HTTP only,
+so the server is started with that listener disabled (Phoenix's own
+`disabled` switch of its gRPC server, which `phoenix serve` does not
+expose), and the test checks it listens on 127.0.0.1 alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import prompt_task
+from conftest_programs import listening_sockets
+
+import rollkit as rk
+from rollkit.examples import arithmetic_tasks, demo_agent
+from rollkit.runs.exports.otel import SEMCONV_VERSION, OtelExporter
+
+pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is a dependency of rollkit: pip install -e .")
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+
+_PHASES = ("boot", "setup", "agent", "finalize", "scoring")
+
+# Phoenix's server, with its gRPC listener (bound to [::], all interfaces) switched off.
+_LAUNCH = """
+import runpy, sys
+from phoenix.server import grpc_server
+_init = grpc_server.GrpcServer.__init__
+def _http_only(self, *args, **kwargs):
+    kwargs["disabled"] = True
+    _init(self, *args, **kwargs)
+grpc_server.GrpcServer.__init__ = _http_only
+sys.argv = ["phoenix", "serve"]
+runpy.run_module("phoenix.server.main", run_name="__main__")
+"""
+
+
+def _phoenix_python() -> Path | None:
+    named = os.environ.get("ROLLKIT_ORACLE_PHOENIX_PYTHON")
+    default = Path.home() / ".cache" / "rollkit-oracles" / "phoenix" / "bin" / "python"
+    return Path(named) if named else default if default.exists() else None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
+
+
+class _Phoenix:
+    def __init__(self, process: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.process, self.port, self.log = process, port, log
+        self.url = f"http://127.0.0.1:{port}"
+        self.traces_url = f"{self.url}/v1/traces"
+
+    def spans(self, project: str) -> list[dict[str, Any]]:
+        found, cursor = [], None
+        while True:
+            query = f"?limit=1000{'&cursor=' + cursor if cursor else ''}"
+            try:
+                page = _get(f"{self.url}/v1/projects/{project}/spans{query}")
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:  # the project is made by its first span
+                    return []
+                raise
+            found += page["data"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return found
+
+    def spans_when(self, project: str, count: int, guard: float = 120.0) -> list[dict[str, Any]]:
+        """The project's spans once Phoenix has stored `count` of them (it
+        inserts what it receives in the background); `guard` bounds a hang."""
+        deadline = time.monotonic() + guard
+        while True:
+            spans = self.spans(project)
+            if len(spans) >= count or time.monotonic() > deadline:
+                return spans
+            time.sleep(0.2)
+
+
+def _wait_until_up(phoenix: _Phoenix, guard: float) -> None:
+    deadline = time.monotonic() + guard
+    while True:
+        if phoenix.process.poll() is not None:
+            pytest.fail(f"Phoenix exited ({phoenix.process.returncode}): {phoenix.log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{phoenix.url}/healthz", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"Phoenix did not answer within {guard:.0f} s: {phoenix.log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    python = _phoenix_python()
+    if python is None:
+        pytest.skip("no virtualenv with arize-phoenix (scripts/test.sh builds ~/.cache/rollkit-oracles/phoenix; "
+                    "or set ROLLKIT_ORACLE_PHOENIX_PYTHON)")
+    home = tmp_path_factory.mktemp("phoenix")
+    port = _free_port()
+    env = {**os.environ, "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(_free_port()),
+           "PHOENIX_WORKING_DIR": str(home), "PHOENIX_TELEMETRY_ENABLED": "false"}
+    log = home / "phoenix.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen([str(python), "-c", _LAUNCH], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   cwd=home)
+    server = _Phoenix(process, port, log)
+    try:
+        _wait_until_up(server, guard=280.0)  # a cold start imports a great deal; only bounds a hang
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _when(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def _by_trace(spans: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for span in spans:
+        out.setdefault(span["context"]["trace_id"], []).append(span)
+    return out
+
+
+def _expected_spans(trace: rk.Trace) -> int:
+    answered = {m.tool_call_id for m in trace.messages if m.role == "tool"}
+    tools = sum(1 for c in trace.model_calls if c.reply is not None for t in c.reply.tool_calls if t.id in answered)
+    return 1 + len(trace.phases) + len(trace.model_calls) + tools
+
+
+# ---- against Phoenix ----------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_each_rollout_is_one_trace_in_phoenix_with_its_phases_calls_and_tools_nested(phoenix):
+    listening = listening_sockets(phoenix.process.pid)
+    assert listening == {("127.0.0.1", phoenix.port)}, f"Phoenix listens beyond loopback: {listening}"
+    traces = rk.evaluate(demo_agent(), arithmetic_tasks(3), progress=False).traces
+    sent = rk.export(traces, format="otel", endpoint=phoenix.traces_url,
+                     resource_attributes={"openinference.project.name": "nesting"})
+    expected = sum(_expected_spans(t) for t in traces)
+    assert (sent.traces, sent.spans, sent.failed) == (3, expected, 0)
+    assert expected == 3 * (1 + 5 + 2 + 1)
+    spans = phoenix.spans_when("nesting", expected)
+    assert len(spans) == expected
+    groups = _by_trace(spans)
+    assert len(groups) == 3
+    for group in groups.values():
+        roots = [s for s in group if s["parent_id"] is None]
+        assert [r["name"] for r in roots] == ["invoke_agent toy-calculator"]
+        root = roots[0]
+        trace = next(t for t in traces if t.id == root["attributes"]["rollkit.trace.id"])
+        _check_nesting(group, root, trace)
+        _check_root(root, trace)
+        _check_calls(group, trace)
+
+
+def _check_nesting(group: list[dict[str, Any]], root: dict[str, Any], trace: rk.Trace) -> None:
+    ids = {s["context"]["span_id"]: s for s in group}
+    phases = {s["name"]: s for s in group if s["parent_id"] == root["context"]["span_id"]}
+    assert sorted(phases) == sorted(_PHASES)
+    for name, span in phases.items():
+        assert abs(_when(span["start_time"]) - trace.phases[name].start) < 2e-6
+        assert abs(_when(span["end_time"]) - trace.phases[name].end) < 2e-6
+    agent = phases["agent"]["context"]["span_id"]
+    under_agent = [s for s in group if s["parent_id"] == agent]
+    assert sorted(s["name"] for s in under_agent) == ["chat toy-calculator"] * 2 + ["execute_tool calculator"]
+    assert all(s["parent_id"] in ids for s in group if s["parent_id"] is not None)
+
+
+def _check_root(root: dict[str, Any], trace: rk.Trace) -> None:
+    a = root["attributes"]
+    assert a["gen_ai.operation.name"] == "invoke_agent"
+    assert a["gen_ai.agent.name"] == "toy-calculator"
+    assert a["gen_ai.request.model"] == "toy-calculator"
+    assert a["gen_ai.conversation.id"] == trace.id
+    assert a["gen_ai.usage.input_tokens"] == sum(c.usage.input_tokens for c in trace.model_calls)
+    assert a["gen_ai.usage.output_tokens"] == sum(c.usage.output_tokens for c in trace.model_calls)
+    assert a["rollkit.reward"] == trace.reward
+    assert a["rollkit.reward.correct"] == trace.rewards["correct"]
+    assert a["rollkit.task.key"] == trace.task.key
+    assert a["rollkit.rollout_id"] == trace.info["rollout_id"]
+    assert (a["rollkit.ok"], a["rollkit.outcome"]) == (True, "ok")
+    assert "rollkit.stop_condition" not in a  # ended on its own: no stop, and no None written as a value
+    assert root["status_code"] == "UNSET"
+
+
+def _check_calls(group: list[dict[str, Any]], trace: rk.Trace) -> None:
+    chats = sorted((s for s in group if s["name"].startswith("chat ")),
+                   key=lambda s: s["attributes"]["rollkit.call.index"])
+    assert len(chats) == len(trace.model_calls) == 2
+    for span, call in zip(chats, trace.model_calls):
+        a = span["attributes"]
+        assert a["gen_ai.operation.name"] == "chat"
+        assert a["gen_ai.provider.name"] == "rollkit"
+        assert a["gen_ai.usage.input_tokens"] == call.usage.input_tokens
+        assert a["gen_ai.usage.output_tokens"] == call.usage.output_tokens
+        assert a["gen_ai.response.finish_reasons"] == [call.finish_reason]
+        assert abs(_when(span["start_time"]) - call.start) < 2e-6
+        assert abs(_when(span["end_time"]) - call.end) < 2e-6
+        assert "gen_ai.input.messages" not in a  # content is off by default
+    [tool] = [s for s in group if s["name"].startswith("execute_tool ")]
+    asked = trace.model_calls[0].reply.tool_calls[0]
+    a = tool["attributes"]
+    assert (a["gen_ai.operation.name"], a["gen_ai.tool.name"], a["gen_ai.tool.call.id"]) == (
+        "execute_tool", "calculator", asked.id)
+    assert a["rollkit.timing"] == "inferred"
+    # between the call that asked for it and the next one
+    assert abs(_when(tool["start_time"]) - trace.model_calls[0].end) < 2e-6
+    assert abs(_when(tool["end_time"]) - trace.model_calls[1].start) < 2e-6
+
+
+@pytest.mark.timeout(600)
+def test_a_failed_rollout_is_an_error_trace_in_phoenix(phoenix):
+    trace = rk.evaluate(rk.Agent(model=rk.ScriptedModel([])), prompt_task(), progress=False).traces[0]
+    assert trace.error.type == "ProviderError"
+    rk.export(trace, format="otel", endpoint=phoenix.traces_url, resource_attributes={"openinference.project.name": "errors"})
+    spans = phoenix.spans_when("errors", _expected_spans(trace))
+    by_name = {s["name"]: s for s in spans}
+    assert sorted(by_name) == ["agent", "boot", "chat scripted", "invoke_agent scripted", "setup"]
+    for name in ("invoke_agent scripted", "agent", "chat scripted"):
+        span = by_name[name]
+        assert span["status_code"] == "ERROR", name
+        assert span["status_message"].startswith("ProviderError: ScriptedModel 'scripted' has no reply #1"), name
+        assert span["attributes"]["error.type"] == "ProviderError"
+    assert by_name["setup"]["status_code"] == "UNSET"
+    assert by_name["invoke_agent scripted"]["attributes"]["rollkit.outcome"] == "failed"
+
+
+@pytest.mark.timeout(600)
+def test_evaluate_otel_sends_each_rollout_to_phoenix(phoenix):
+    result = rk.evaluate(demo_agent(), arithmetic_tasks(2), progress=False, otel=phoenix.traces_url)
+    expected = sum(_expected_spans(t) for t in result.traces)
+    spans = phoenix.spans_when("default", expected)
+    ours = [s for s in spans if s["attributes"].get("rollkit.run_id") == result.manifest["run_id"]]
+    assert sorted(s["attributes"]["rollkit.task.key"] for s in ours) == ["arith-0-000", "arith-0-001"]
+    assert len(_by_trace(spans)) >= 2
+
+
+@pytest.mark.timeout(600)
+def test_content_true_sends_the_messages_as_the_conventions_json(phoenix):
+    trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0]
+    rk.export([trace], format="otel", endpoint=phoenix.traces_url, content=True,
+              resource_attributes={"openinference.project.name": "content"})
+    spans = phoenix.spans_when("content", _expected_spans(trace))
+    second = next(s for s in spans if s["name"].startswith("chat ") and s["attributes"]["rollkit.call.index"] == 1)
+    a = second["attributes"]
+    assert json.loads(a["gen_ai.system_instructions"]) == [{"type": "text", "content": trace.messages[0].content}]
+    sent = json.loads(a["gen_ai.input.messages"])
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    call = trace.model_calls[0].reply.tool_calls[0]
+    assert sent[1]["parts"] == [{"type": "tool_call", "id": call.id, "name": "calculator", "arguments": call.args()}]
+    assert sent[2]["parts"] == [{"type": "tool_call_response", "id": call.id, "response": trace.messages[3].content}]
+    assert json.loads(a["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": trace.last_reply}], "finish_reason": "stop"}]
+    [tool] = [s for s in spans if s["name"] == "execute_tool calculator"]
+    assert tool["attributes"]["gen_ai.tool.call.result"] == trace.messages[3].content
+
+
+# ---- in process (the SDK's own in-memory exporter) -------------------------------------------
+
+
+def test_evaluate_otel_sends_one_batch_per_rollout_as_each_finishes():
+    batches: list[set[str]] = []
+
+    class Recording(InMemorySpanExporter):
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            batches.append({s.attributes["rollkit.task.key"] for s in spans if "rollkit.task.key" in s.attributes})
+            return super().export(spans)
+
+    exporter = OtelExporter(span_exporter=Recording())
+    rk.evaluate(demo_agent(), arithmetic_tasks(3), progress=False, concurrency=1, otel=exporter)
+    assert batches == [{"arith-0-000"}, {"arith-0-001"}, {"arith-0-002"}]
+    assert exporter.close().traces == 3
+
+
+def test_the_tracer_names_the_pinned_semantic_conventions_and_spans_keep_no_none():
+    memory = InMemorySpanExporter()
+    trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0]
+    rk.export(trace, format="otel", span_exporter=memory, service_name="evals")
+    spans = memory.get_finished_spans()
+    assert {s.instrumentation_scope.schema_url for s in spans} == {f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"}
+    assert {s.resource.attributes["service.name"] for s in spans} == {"evals"}
+    kinds = {s.name: s.kind.name for s in spans}
+    assert (kinds["chat toy-calculator"], kinds["invoke_agent toy-calculator"]) == ("CLIENT", "INTERNAL")
+
+
+def test_a_span_exporter_the_caller_gave_is_left_open_for_the_next_export():
+    memory = InMemorySpanExporter()
+    traces = rk.evaluate(demo_agent(), arithmetic_tasks(2), progress=False).traces
+    first = rk.export(traces[0], format="otel", span_exporter=memory)
+    second = rk.export(traces[1], format="otel", span_exporter=memory)
+    assert (first.spans, second.spans, second.failed) == (9, 9, 0)
+    assert len({s.context.trace_id for s in memory.get_finished_spans()}) == 2
+
+
+def test_an_aborted_rollout_is_an_error_span_naming_where_it_was_cut():
+    from rollkit.core.outcome import Outcome
+
+    trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0].model_copy(deep=True)
+    Outcome("aborted", scored=False, phase="agent").record(trace)
+    memory = InMemorySpanExporter()
+    rk.export(trace, format="otel", span_exporter=memory)
+    [root] = [s for s in memory.get_finished_spans() if s.parent is None]
+    assert (root.status.status_code.name, root.status.description) == ("ERROR", "aborted: the rollout was aborted in agent")
+    assert (root.attributes["error.type"], root.attributes["rollkit.outcome"]) == ("aborted", "aborted")
+
+
+def test_otel_is_not_loaded_by_import_rollkit_nor_by_evaluate_without_it():
+    code = ("import sys, rollkit as rk; from rollkit.examples import demo_agent, arithmetic_tasks; "
+            "rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False); "
+            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ---- bad input and an endpoint that does not answer -------------------------------------------
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({}, r"needs endpoint=, the collector's OTLP/HTTP traces URL"),
+    ({"endpoint": "127.0.0.1:6006"}, r"endpoint '127.0.0.1:6006' is not an http\(s\) URL"),
+    ({"endpoint": 6006}, r"endpoint must be the OTLP/HTTP URL of a trace collector.*got int"),
+    ({"endpoint": "http://127.0.0.1:6006", "timeout": 0}, r"timeout must be a number of seconds > 0, got 0"),
+])
+def test_bad_otel_options_are_refused_naming_them(options, message):
+    trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0]
+    with pytest.raises(rk.UsageError, match=message):
+        rk.export(trace, format="otel", **options)
+
+
+def test_otel_export_writes_no_file_and_says_so(tmp_path):
+    trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0]
+    with pytest.raises(rk.UsageError, match=r"sends spans to a collector and writes no file; drop the path"):
+        rk.export(trace, tmp_path / "spans.json", format="otel", endpoint="http://127.0.0.1:6006/v1/traces")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_evaluate_refuses_an_otel_that_is_neither_url_nor_exporter():
+    with pytest.raises(rk.UsageError, match=r"otel= takes the OTLP/HTTP URL of a trace collector.*got int"):
+        rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False, otel=6006)
+
+
+def test_an_endpoint_that_takes_nothing_is_unavailable_naming_it_and_why():
+    trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0]
+    url = f"http://127.0.0.1:{_free_port()}/v1/traces"  # nobody listens there
+    with pytest.raises(rk.Unavailable, match=rf"{url} did not take 9 of 9 spans \(.*(refused|timeout)"):
+        rk.export(trace, format="otel", endpoint=url, timeout=1)
+
+
+def test_a_live_run_whose_collector_is_down_finishes_and_warns():
+    url = f"http://127.0.0.1:{_free_port()}/v1/traces"
+    exporter = OtelExporter(url, timeout=1)
+    with pytest.warns(UserWarning, match=rf"18 of 18 spans were not taken by {url}"):
+        result = rk.evaluate(demo_agent(), arithmetic_tasks(2), progress=False, otel=exporter)
+    assert [t.ok for t in result.traces] == [True, True]
+    exporter.close()
+
+
+@pytest.mark.parametrize(("given", "used"), [
+    ("http://127.0.0.1:6006", "http://127.0.0.1:6006/v1/traces"),
+    ("http://127.0.0.1:6006/", "http://127.0.0.1:6006/v1/traces"),
+    ("http://127.0.0.1:4318/custom/v1/traces", "http://127.0.0.1:4318/custom/v1/traces"),
+])
+def test_a_base_url_gets_the_otlp_traces_path(given, used):
+    exporter = OtelExporter(given)
+    assert exporter.endpoint == used
+    assert exporter.close().spans == 0
