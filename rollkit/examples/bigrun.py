@@ -29,12 +29,9 @@ _NAMES = ("Ann", "Bo", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana")
 _THINGS = ("apples", "marbles", "stamps", "coins", "shells", "cards", "pens", "books")
 
 
-def _template(turns: int) -> str:
-    """One trace as a format string: validated once as a `Trace`, then its
-    varying values replaced by named fields."""
-    from ..core.trace import Trace
-
-    t0 = 1_700_000_000.0
+def _turns(turns: int, t0: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
+    """The messages and model calls of `turns` turns (a calculator call
+    each, then the answer), and when the last one ended."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": _SYSTEM},
         {"role": "user", "content": "@@PROMPT@@"},
@@ -64,6 +61,16 @@ def _template(turns: int) -> str:
                 {"id": f"call_{turn}", "name": "calculator", "arguments": json.dumps({"expression": f"@@EXPR@@ + {turn}"})}]})
             messages.append({"role": "tool", "tool_call_id": f"call_{turn}", "content": f"@@RESULT{turn}@@",
                              "name": "calculator"})
+    return messages, calls, now
+
+
+def _template(turns: int) -> str:
+    """One trace as a format string: validated once as a `Trace`, then its
+    varying values replaced by named fields."""
+    from ..core.trace import Trace
+
+    t0 = 1_700_000_000.0
+    messages, calls, now = _turns(turns, t0)
     trace = {
         "id": "@@ID@@",
         "task": {"type": "Arithmetic", "key": "@@KEY@@", "module": "rollkit.examples.arithmetic",

@@ -129,33 +129,7 @@ class RolloutPanel(widgets.VBox):
         self.status.add_class("rk-status")
         self.transcript = _Transcript()
         self.transcript.add_class("rk-transcript")
-        # continuous_update=False: the text reaches the kernel in one piece when
-        # the box loses focus, which a click on Send does before the click itself
-        # is sent (typing and clicking at once otherwise race).
-        self.text = widgets.Textarea(
-            placeholder="Type the user's message, then press Send",
-            continuous_update=False,
-            layout=widgets.Layout(width="100%", height="60px"),
-        )
-        self.text.add_class("rk-input")
-        self.send_button = self._button("Send", "primary", "rk-send", "Send the message as the user and step")
-        self.step_button = self._button("Step", "", "rk-step", "Let the agent run one more segment without a new message")
-        self.close_button = self._button("Close", "success", "rk-close", "Finalize, score and tear down")
-        self.abort_button = self._button("Abort", "danger", "rk-abort", "Free everything; no finalize, no score")
-        self.send_button.on_click(self._on_send)
-        self.step_button.on_click(self._on_step)
-        self.close_button.on_click(self._on_close)
-        self.abort_button.on_click(self._on_abort)
-        self.error = widgets.HTML()
-        self.error.add_class("rk-error")
-        # Fork here: a new rollout from where this one stood after the turn
-        # picked; its own panel appears below this one.
-        self.fork_turn = widgets.Dropdown(description="after turn", options=[], layout=widgets.Layout(width="160px"))
-        self.fork_turn.add_class("rk-fork-turn")
-        self.fork_button = self._button("Fork here", "", "rk-fork", "A new rollout from where this one stood after the turn picked")
-        self.fork_button.on_click(self._on_fork)
-        self.forks = widgets.VBox()
-        self.forks.add_class("rk-forks")
+        self._build_controls()
         self.gauges = widgets.HTML()
         self.gauges.add_class("rk-gauges")
         self.chart = None
@@ -186,6 +160,36 @@ class RolloutPanel(widgets.VBox):
         self._unsubscribe = ro.subscribe(self._on_event)
         self._unwatch = ro.watch(self.refresh)
         self.refresh()
+
+    def _build_controls(self) -> None:
+        """The input box, the lifecycle buttons and the fork picker."""
+        # continuous_update=False: the text reaches the kernel in one piece when
+        # the box loses focus, which a click on Send does before the click itself
+        # is sent (typing and clicking at once otherwise race).
+        self.text = widgets.Textarea(
+            placeholder="Type the user's message, then press Send",
+            continuous_update=False,
+            layout=widgets.Layout(width="100%", height="60px"),
+        )
+        self.text.add_class("rk-input")
+        self.send_button = self._button("Send", "primary", "rk-send", "Send the message as the user and step")
+        self.step_button = self._button("Step", "", "rk-step", "Let the agent run one more segment without a new message")
+        self.close_button = self._button("Close", "success", "rk-close", "Finalize, score and tear down")
+        self.abort_button = self._button("Abort", "danger", "rk-abort", "Free everything; no finalize, no score")
+        self.send_button.on_click(self._on_send)
+        self.step_button.on_click(self._on_step)
+        self.close_button.on_click(self._on_close)
+        self.abort_button.on_click(self._on_abort)
+        self.error = widgets.HTML()
+        self.error.add_class("rk-error")
+        # Fork here: a new rollout from where this one stood after the turn
+        # picked; its own panel appears below this one.
+        self.fork_turn = widgets.Dropdown(description="after turn", options=[], layout=widgets.Layout(width="160px"))
+        self.fork_turn.add_class("rk-fork-turn")
+        self.fork_button = self._button("Fork here", "", "rk-fork", "A new rollout from where this one stood after the turn picked")
+        self.fork_button.on_click(self._on_fork)
+        self.forks = widgets.VBox()
+        self.forks.add_class("rk-forks")
 
     @staticmethod
     def _button(label: str, style: str, css: str, tooltip: str) -> widgets.Button:
