@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ...core._gcpause import paused
 from ...core.errors import UsageError
 from ...core.outcome import Outcome
 from ..columns import _loads
@@ -65,24 +66,30 @@ def write(source: ExportSource, path: Path | None, *, rows_per_group: int = _GRO
     sink = _ParquetSink(signals) if suffix == ".parquet" else _JsonLinesSink()
     part = path.with_name(f".{path.name}.part")
     try:
-        sink.open(part)
-        batch: list[dict[str, Any]] = []
-        held = 0
-        for record, size in records:
-            batch.append(training_row(record, signals))
-            held += size
-            if len(batch) >= rows_per_group or held >= _GROUP_BYTES:
-                sink.write(batch)
-                batch, held = [], 0
-        if batch:
-            sink.write(batch)
-        sink.close()
+        with paused():  # rows are freed a group at a time; the collector would walk each group's dicts again
+            _write_groups(sink, part, records, signals, rows_per_group)
         os.replace(part, path)
     except BaseException:
         sink.close()
         part.unlink(missing_ok=True)
         raise
     return path
+
+
+def _write_groups(sink: Any, part: Path, records: Iterator[tuple[dict[str, Any], int]], signals: list[str],
+                  rows_per_group: int) -> None:
+    sink.open(part)
+    batch: list[dict[str, Any]] = []
+    held = 0
+    for record, size in records:
+        batch.append(training_row(record, signals))
+        held += size
+        if len(batch) >= rows_per_group or held >= _GROUP_BYTES:
+            sink.write(batch)
+            batch, held = [], 0
+    if batch:
+        sink.write(batch)
+    sink.close()
 
 
 # ---- reading the source --------------------------------------------------------
@@ -169,21 +176,22 @@ def _message(m: dict[str, Any]) -> dict[str, Any]:
     """A message in the chat shape templates read; content is always text
     (images and other parts are left out: a text trainer has no use for a
     reference to them)."""
-    role = m.get("role")
+    role = m["role"]
     content = m.get("content")
-    out: dict[str, Any] = {"role": role, "content": content if isinstance(content, str) else "",
-                           "reasoning_content": None, "tool_calls": None, "tool_call_id": None, "name": None}
+    if content.__class__ is not str:
+        content = ""
     if role == "assistant":
-        out["reasoning_content"] = m.get("reasoning") or None
-        calls = m.get("tool_calls") or ()
-        if calls:
-            out["tool_calls"] = [{"id": c.get("id"), "type": "function",
-                                  "function": {"name": c.get("name"), "arguments": c.get("arguments") or "{}"}}
-                                 for c in calls]
-    elif role == "tool":
-        out["tool_call_id"] = m.get("tool_call_id")
-        out["name"] = m.get("name")
-    return out
+        calls = m.get("tool_calls")
+        return {"role": role, "content": content, "reasoning_content": m.get("reasoning") or None,
+                "tool_calls": [{"id": c["id"], "type": "function",
+                                "function": {"name": c["name"], "arguments": c.get("arguments") or "{}"}}
+                               for c in calls] if calls else None,
+                "tool_call_id": None, "name": None}
+    if role == "tool":
+        return {"role": role, "content": content, "reasoning_content": None, "tool_calls": None,
+                "tool_call_id": m.get("tool_call_id"), "name": m.get("name")}
+    return {"role": role, "content": content, "reasoning_content": None, "tool_calls": None, "tool_call_id": None,
+            "name": None}
 
 
 def _reward(t: dict[str, Any]) -> float | None:
