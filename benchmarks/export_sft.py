@@ -6,8 +6,9 @@ tables once, then, each in a fresh process so its peak memory is its own:
 
 - export: open the run and write every rollout as a training row to
   Parquet (row groups of 2,000); wall and CPU time, rows per second, the
-  file's size, and the process's peak RSS (ru_maxrss) beside its RSS once
-  the run was open (what the export itself added);
+  file's size, and the process's peak RSS (VmHWM: ru_maxrss of a child
+  starts at its parent's) beside its peak once the run was open (what the
+  export itself added);
 - where: the same with `where="reward = 1"` (about half the rows);
 - via traces: the rows of --sample rollouts built through `Trace` objects
   (each trace read by its row, dumped and turned into a row: the path a
@@ -32,8 +33,9 @@ from pathlib import Path
 _EXPORT = r'''
 import json, os, resource, sys, time
 import rollkit as rk
-def rss():
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+def rss():  # this process's own peak (VmHWM); ru_maxrss would start at the parent's, kept across exec
+    with open("/proc/self/status") as f:
+        return round(next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024)
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
 folder, out, where = sys.argv[1], sys.argv[2], sys.argv[3] or None

@@ -200,3 +200,21 @@ def test_a_failed_export_leaves_no_file(made, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         rk.export(traces, tmp_path / "rows.parquet", format="sft")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_imported_trace_has_no_tools_column_value_but_its_messages(tmp_path):
+    """A trace from another tool's file does not say which tools were
+    offered: null, never an empty list (which would say there were none)."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    traces = rk.load(Path(__file__).parent / "fixtures" / "inspect" / "adding.eval")
+    rows = pq.read_table(rk.export(traces, tmp_path / "rows.parquet", format="sft")).to_pylist()
+    assert [row["tools"] for row in rows] == [None] * len(traces)
+    for row, trace in zip(rows, traces):
+        assert row["messages"] == _expected_messages(trace)
+        assert row["reward"] == trace.scored_reward and row["outcome"] == trace.outcome.label
+    # inspect's message limit stopped the third: a truncation, though rollkit's limits did not
+    assert [row["is_truncated"] for row in rows] == [False, False, True]
+    assert rows[2]["stop_condition"] == "message limit"

@@ -12,6 +12,9 @@ key Qwen3's and DeepSeek's templates read; never folded into `content`),
 and `tools`, the schemas the agent was offered, as JSON text (a JSON Schema
 has no fixed Parquet type); then the columns a data pipeline filters on
 (`COLUMNS`, plus `reward.<name>` / `metric.<name>` per signal).
+`is_truncated` is true when a limit stopped the run (`_limited`), it was
+cut short (aborted), or its last reply ended at the length limit
+(finish reason "length").
 
 Rows are built from each trace's JSON object, never from `Trace` objects:
 a run (file, folder, opened run) is read line by line from its JSON lines
@@ -162,7 +165,7 @@ def training_row(t: dict[str, Any], signals: list[str]) -> dict[str, Any]:
         "tools": None if tools is None else json.dumps(tools, ensure_ascii=False),
         "reward": _reward(t), "outcome": Outcome.of_record(t).label, "ok": t.get("ok"), "stop_condition": stop,
         "has_error": bool(errors), "error_type": errors[0].get("type") if errors else None,
-        "is_truncated": bool((stop or "").startswith("max_") or t.get("aborted") or last_finish == "length"),
+        "is_truncated": _limited(stop, t.get("limits") or {}) or bool(t.get("aborted")) or last_finish == "length",
         "turns": turns, "input_tokens": tokens[0], "output_tokens": tokens[1], "total_tokens": tokens[2],
     }
     rewards, metrics = t.get("rewards") or {}, t.get("metrics") or {}
@@ -192,6 +195,15 @@ def _message(m: dict[str, Any]) -> dict[str, Any]:
                 "tool_call_id": m.get("tool_call_id"), "name": m.get("name")}
     return {"role": role, "content": content, "reasoning_content": None, "tool_calls": None, "tool_call_id": None,
             "name": None}
+
+
+def _limited(stop: str | None, limits: dict[str, Any]) -> bool:
+    """Whether a limit stopped the run: one of its `limits` (max_turns, the
+    token limits), or an imported stop that names one (inspect's "message
+    limit", tau2's "max_steps", verifiers' "truncated")."""
+    if not stop:
+        return False
+    return stop in limits or stop.startswith("max_") or "limit" in stop or "truncat" in stop
 
 
 def _reward(t: dict[str, Any]) -> float | None:
