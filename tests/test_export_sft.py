@@ -209,8 +209,15 @@ def test_an_imported_trace_has_no_tools_column_value_but_its_messages(tmp_path):
 
     import pyarrow.parquet as pq
 
-    traces = rk.load(Path(__file__).parent / "fixtures" / "inspect" / "adding.eval")
+    import shutil
+
+    source = shutil.copy(Path(__file__).parent / "fixtures" / "inspect" / "adding.eval", tmp_path / "adding.eval")
+    traces = rk.load(source)
     rows = pq.read_table(rk.export(traces, tmp_path / "rows.parquet", format="sft")).to_pylist()
+    # the file itself, opened as a run (read from the JSON lines its tables were built from): the same rows
+    from_file = pq.read_table(rk.export(source, tmp_path / "file.parquet", format="sft")).to_pylist()
+    unnamed = lambda rows: [{k: v for k, v in row.items() if k != "id"} for row in rows]  # noqa: E731
+    assert unnamed(from_file) == unnamed(rows)  # (an import names its traces afresh each time)
     assert [row["tools"] for row in rows] == [None] * len(traces)
     for row, trace in zip(rows, traces):
         assert row["messages"] == _expected_messages(trace)
