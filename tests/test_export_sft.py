@@ -37,7 +37,7 @@ def _agent(**overrides):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
-    """A real run folder (four rollouts, one with its thinking), a rollout
+    """A real run folder (four rollouts, each final answer with its thinking), a rollout
     cut by its turn limit, and a fork of the subtraction rollout (turn 1)
     finished by the careful model: every kind of row."""
     import asyncio
@@ -175,7 +175,7 @@ def test_bad_input_is_refused_with_what_to_do(made, tmp_path):
         rk.export(traces, format="sft")
     with pytest.raises(rk.UsageError, match=r"where='no_such_column = 1' is not a filter over the rollouts table"):
         rk.export(folder, tmp_path / "rows.parquet", format="sft", where="no_such_column = 1")
-    with pytest.raises(rk.UsageError, match="rk.export takes traces, a trace file, a run folder or an opened run, got int"):
+    with pytest.raises(rk.UsageError, match="takes traces, a trace file, a run folder or an opened run, got int"):
         rk.export(42, tmp_path / "rows.parquet", format="sft")
     with pytest.raises(rk.UsageError, match="item 1 is str, not a rollkit Trace"):
         rk.export([traces[0], "trace"], tmp_path / "rows.parquet", format="sft")
