@@ -135,6 +135,11 @@ def test_a_run_folder_and_a_trace_file_give_the_rows_of_their_traces(made, tmp_p
     import pyarrow.parquet as pq
 
     assert pq.read_table(from_file).to_pylist() == pq.read_table(from_list).to_pylist()
+    # a run of several files: each file's rows, one file after the other
+    both = rk.export(rk.open_run([file, folder]), tmp_path / "both.parquet", format="sft")
+    from_folder = rk.export(folder, tmp_path / "folder.parquet", format="sft")
+    assert pq.read_table(both).to_pylist() == pq.read_table(from_file).to_pylist() + pq.read_table(
+        from_folder).to_pylist()
 
 
 def test_json_lines_hold_the_same_rows_as_parquet(made, tmp_path):
