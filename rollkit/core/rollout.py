@@ -165,6 +165,9 @@ class Rollout:
                     raise TypeError(f"task {self.task.name}: two tools are named {name!r}; rename one")
                 self.ctx.tools[name] = tool
                 self.ctx.tool_specs.append(tool.spec)
+        # The schemas the agent was offered, on the trace: a training row
+        # needs them beside the messages (rk.export format="sft").
+        self.trace.record_info(tools=list(self.ctx.tool_specs))
 
     # ---- state ------------------------------------------------------------
     @property
