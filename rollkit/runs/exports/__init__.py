@@ -57,23 +57,37 @@ class ExportSource:
     run: Any = None
     where: str | None = None
 
-    def ids(self) -> list[str] | None:
-        """The ids of the rollouts `where` selects, in row order (None: all)."""
-        if self.where is None:
-            return None
-        table = self.run.sql(f"SELECT id FROM rollouts WHERE {self.where}")
-        return [str(i) for i in table["id"].tolist()]
+    def lines(self) -> Iterator[bytes]:
+        """The JSON line of each rollout of the run `where` selects, in run
+        order, read at its byte offset (the store's `_offset`, `_length`):
+        only the offsets of the selected rows are held, no trace is built."""
+        query = "SELECT _set, _offset, _length FROM rollouts"
+        if self.where is not None:
+            query += f" WHERE {self.where}"
+        spans = self.run.sql(query + " ORDER BY _set, _offset")
+        places = zip(*(spans[c].to_numpy().tolist() for c in ("_set", "_offset", "_length")))
+        del spans
+        paths = self.run.paths
+        current, handle = -1, None
+        try:
+            for k, offset, length in places:
+                if k != current:
+                    if handle is not None:
+                        handle.close()
+                    handle, current = open(paths[k], "rb"), k
+                handle.seek(offset)
+                yield handle.read(length)
+        finally:
+            if handle is not None:
+                handle.close()
 
     def traces(self) -> Iterator[Trace]:
+        """The traces selected, one at a time."""
         if self.run is None:
             yield from self.given
             return
-        ids = self.ids()
-        if ids is None:
-            yield from self.run
-        else:
-            for trace_id in ids:
-                yield self.run.trace(trace_id)
+        for line in self.lines():
+            yield Trace.model_validate_json(line)
 
 
 def _source(source: Any, where: str | None) -> ExportSource:

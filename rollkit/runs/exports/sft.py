@@ -107,7 +107,7 @@ def _records(source: ExportSource) -> tuple[list[str], Iterator[tuple[dict[str, 
         return sorted(names), _dumped(traces)
     run = source.run
     names = [c for c in run.arrow_schema("rollouts") if c.startswith(_SIGNAL_PREFIXES)]
-    return sorted(names), _lines(run, source.where)
+    return sorted(names), _lines(source)
 
 
 def _dumped(traces: list[Any]) -> Iterator[tuple[dict[str, Any], int]]:
@@ -117,30 +117,11 @@ def _dumped(traces: list[Any]) -> Iterator[tuple[dict[str, Any], int]]:
         yield loads(text), len(text)
 
 
-def _lines(run: Any, where: str | None) -> Iterator[tuple[dict[str, Any], int]]:
-    """The JSON object of each rollout `where` selects, in run order, read at
-    its byte offset (the store's `_offset`, `_length`): nothing but the
-    offsets of the selected rows is held."""
-    query = "SELECT _set, _offset, _length FROM rollouts"
-    if where is not None:
-        query += f" WHERE {where}"
-    spans = run.sql(query + " ORDER BY _set, _offset")
-    sets, offsets, lengths = (spans[c].to_numpy() for c in ("_set", "_offset", "_length"))
-    del spans
+def _lines(source: ExportSource) -> Iterator[tuple[dict[str, Any], int]]:
+    """The JSON object of each rollout selected, with its size in bytes."""
     loads = _loads()
-    paths = run.paths
-    current, handle = -1, None
-    try:
-        for k, offset, length in zip(sets.tolist(), offsets.tolist(), lengths.tolist()):
-            if k != current:
-                if handle is not None:
-                    handle.close()
-                handle, current = open(paths[k], "rb"), k
-            handle.seek(offset)
-            yield loads(handle.read(length)), length
-    finally:
-        if handle is not None:
-            handle.close()
+    for line in source.lines():
+        yield loads(line), len(line)
 
 
 # ---- one row -------------------------------------------------------------------
