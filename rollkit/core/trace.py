@@ -32,7 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ErrorInfo  # defined with the error model; kept importable from here
 from .plugins import plugged
-from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, _absent, text_of, unvalidated
+from .messages import (AssistantMessage, Message, Response, TokenLogprobs, ToolMessage, Usage, _absent, text_of,
+                       unvalidated)
 from .outcome import Outcome
 
 __all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES",
@@ -49,8 +50,9 @@ _USER_TRACES: dict[int, list[Trace]] = {}
 # The version of the trace format this rollkit writes (`Trace.schema_version`).
 # 1: traces before the field existed; 2: model calls keep their reply and
 # request, usage counts may be None (not reported), cache tokens; 3: messages
-# keep their content parts (`parts`), usage its reasoning tokens.
-SCHEMA_VERSION = 3
+# keep their content parts (`parts`), usage its reasoning tokens; 4: model
+# calls may keep their token ids and logprobs (`ModelCall.tokens`).
+SCHEMA_VERSION = 4
 
 
 class _Record(BaseModel):
@@ -84,6 +86,11 @@ class ModelCall(_Record):
       written before rollkit kept replies. Kept even when the program later
       rewrites it out of its history (smolagents re-sends each tool call as
       assistant text), so the model's structured tool calls are never lost.
+    - `tokens`: the prompt's and the reply's token ids and the reply's
+      logprobs, where the endpoint returned them (`TokenLogprobs`; None:
+      it returned none, e.g. no `OpenAIModel(logprobs=True)`). They are
+      the tokens the model sampled, also when a response interceptor then
+      rewrote the reply (`Trace.response_rewrites` says which).
     - `finish_reason`, `usage` (None counts: not reported), and the latency
       `end - start` (never negative: `Trace.record_call` refuses it; an
       importer whose source has one mends it with `mended_times`, which
@@ -133,6 +140,8 @@ class ModelCall(_Record):
     # Why `start`/`end` are not the call's own times, when an importer had
     # to mend them (see `mended_times`); None when they are.
     timing_issue: str | None = Field(default=None, exclude_if=_absent)
+    # Token ids and logprobs of the call, where the endpoint gave them (see above).
+    tokens: TokenLogprobs | None = Field(default=None, exclude_if=_absent)
 
     @property
     def latency(self) -> float:
@@ -637,6 +646,7 @@ class Trace(_Record):
             request_messages=request_messages,
             request=None,
             timing_issue=timing_issue,
+            tokens=response.tokens if response is not None else None,
         )
         if response is not None:
             _count_turn(call, response.usage, continues_prompt)
