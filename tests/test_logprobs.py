@@ -77,6 +77,8 @@ class VLLMShaped:
         prompt_ids = [1, *(self.id_of(w) for w in words)]
         as_ids = bool(body.get("return_tokens_as_token_ids"))
 
+        garbled = "garble" in json.dumps(body["messages"])  # logprobs that are not numbers
+
         def shown(token: str) -> str:
             return f"token_id:{self.id_of(token)}" if as_ids else token
 
@@ -84,7 +86,7 @@ class VLLMShaped:
         if body.get("logprobs"):
             k = body.get("top_logprobs") or 0
             logprobs = {"content": [
-                {"token": shown(t), "logprob": p, "bytes": list(t.encode()),
+                {"token": shown(t), "logprob": "likely" if garbled else p, "bytes": list(t.encode()),
                  "top_logprobs": [{"token": shown(t), "logprob": p, "bytes": list(t.encode())}]
                  + [{"token": shown(f"alt{j}"), "logprob": p - j, "bytes": list(f"alt{j}".encode())}
                     for j in range(1, k)]}
@@ -258,6 +260,15 @@ def test_openai_model_token_options_are_checked():
         OpenAIModel("m", api_key="k", token_ids=1)
 
 
+async def test_logprobs_that_are_not_numbers_are_a_502_naming_the_endpoint(vllm):
+    model = OpenAIModel("qwen-test", base_url=vllm.url, api_key="none", logprobs=True)
+    with pytest.raises(rk.ProviderError) as caught:
+        await model.complete(rk.Request(messages=[rk.UserMessage(content="garble it")]))
+    assert caught.value.status == 502
+    assert str(caught.value).startswith(f"model endpoint {vllm.url} sent logprobs that are not OpenAI's shape "
+                                        "(model 'qwen-test'): ValueError: could not convert string to float")
+
+
 async def test_the_transcript_colours_a_reply_by_logprob_only_when_asked_and_escaped(vllm):
     trace = await _rollout(vllm, logprobs=True, token_ids=True)
     plain = trace_html(trace)
@@ -300,7 +311,7 @@ async def test_a_program_asking_for_logprobs_through_the_interception_server_get
     program = tmp_path / "program.py"
     program.write_text(_PROGRAM)
     received = tmp_path / "received.json"
-    model = OpenAIModel("qwen-test", base_url=vllm.url, api_key="none")
+    model = OpenAIModel("qwen-test", base_url=vllm.url, api_key="none", logprobs=True)  # the host keeps them all
     harness = rk.ProgramHarness([sys.executable, str(program), str(received)])
     trace = await rk.Agent(model=model, harness=harness, runtime=rk.SubprocessRuntime).run(
         rk.Task(prompt="capital of France?"))
@@ -316,16 +327,16 @@ async def test_a_program_asking_for_logprobs_through_the_interception_server_get
     assert content[2]["bytes"] == list(b" <b>")
     assert got["asked"]["choices"][0]["token_ids"] == vllm.answers[0]["choices"][0]["token_ids"]
     assert got["asked"]["prompt_token_ids"] == vllm.answers[0]["prompt_token_ids"]
-    # The second did not ask: no logprobs upstream, none back.
-    assert "logprobs" not in vllm.requests[1] and got["unasked"]["choices"][0]["logprobs"] is None
-    assert "token_ids" not in got["unasked"]["choices"][0]
+    # The second did not ask: the host asked upstream for its trace, the program gets none.
+    assert vllm.requests[1]["logprobs"] is True and "top_logprobs" not in vllm.requests[1]
+    assert got["unasked"]["choices"][0]["logprobs"] is None and "token_ids" not in got["unasked"]["choices"][0]
     # The streamed one gets them with its finish chunk.
     [streamed] = got["streamed"]
     assert [(c["token"], c["logprob"]) for c in streamed["content"]] == _REPLIES[1]
     # And the trace kept each call's tokens as the endpoint sent them.
     assert [c.dialect for c in trace.model_calls] == ["chat"] * 3
     assert trace.model_calls[0].tokens.ids == vllm.answers[0]["choices"][0]["token_ids"]
-    assert trace.model_calls[1].tokens is None
+    assert trace.model_calls[1].tokens.logprobs == [p for _, p in _REPLIES[1]] and trace.model_calls[1].tokens.ids is None
     assert trace.model_calls[2].tokens.logprobs == [p for _, p in _REPLIES[1]]
     frame = rk.frames.calls([trace])
     pd.testing.assert_series_equal(frame["has_token_ids"], pd.Series([True, False, False], name="has_token_ids"))

@@ -303,8 +303,16 @@ class OpenAIModel(Model):
             usage=_usage(completion.usage),
             finish_reason=choice.finish_reason or ("tool_calls" if calls else "stop"),
             model=completion.model or self.model,
-            tokens=_token_logprobs(completion, choice),
+            tokens=self._tokens(completion, choice),
         )
+
+    def _tokens(self, completion: Any, choice: Any) -> TokenLogprobs | None:
+        try:
+            return _token_logprobs(completion, choice)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ProviderError(
+                f"model endpoint {self.base_url} sent logprobs that are not OpenAI's shape (model {self.model!r}): "
+                f"{type(exc).__name__}: {exc}", status=502) from exc
 
 
 def _token_options(model: str, logprobs: Any, top_logprobs: Any, token_ids: Any) -> tuple[bool, int | None, bool]:
