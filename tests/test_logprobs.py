@@ -151,6 +151,12 @@ async def test_a_rollout_keeps_the_ids_and_logprobs_vllm_sent(vllm, tmp_path):
     assert rk.load(path) == [trace]
     calls = json.loads(path.read_text())["model_calls"]
     assert calls[0]["tokens"]["ids"] == first.tokens.ids and "top_ids" not in calls[0]["tokens"]
+    # On disk the second prompt leaves out what the first prompt and reply hold (its prompt, then "Paris").
+    shared = len(first.tokens.prompt_ids) + 1
+    assert "prompt_shared" not in calls[0]["tokens"] and calls[0]["tokens"]["prompt_ids"] == first.tokens.prompt_ids
+    assert calls[1]["tokens"]["prompt_shared"] == shared
+    assert calls[1]["tokens"]["prompt_ids"] == second.tokens.prompt_ids[shared:]
+    assert second.tokens.prompt_shared is None and len(second.tokens.prompt_ids) > shared
 
 
 async def test_without_logprobs_nothing_is_asked_or_kept_and_token_id_strings_are_read_as_ids(vllm, tmp_path):

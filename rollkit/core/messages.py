@@ -298,7 +298,13 @@ class TokenLogprobs(_Data):
     token as the endpoint wrote it, `logprobs` its log probability (OpenAI's
     `logprobs`); `top_logprobs`, `top_text` and `top_ids` the alternatives
     at each position (`top_logprobs=N`), in the endpoint's order. The
-    reply's lists are aligned: position i of each is the reply's token i."""
+    reply's lists are aligned: position i of each is the reply's token i.
+
+    `prompt_shared` is for files only: a trace writes each call's prompt
+    ids without the first `prompt_shared` of them, which are the previous
+    call's prompt and reply ids (a conversation resends its history every
+    turn), and loading puts them back (`Trace` does both), so in memory it
+    is None and `prompt_ids` whole."""
 
     prompt_ids: list[int] | None = Field(default=None, exclude_if=_absent)
     ids: list[int] | None = Field(default=None, exclude_if=_absent)
@@ -307,6 +313,7 @@ class TokenLogprobs(_Data):
     top_logprobs: list[list[float]] | None = Field(default=None, exclude_if=_absent)
     top_text: list[list[str]] | None = Field(default=None, exclude_if=_absent)
     top_ids: list[list[int]] | None = Field(default=None, exclude_if=_absent)
+    prompt_shared: int | None = Field(default=None, exclude_if=_absent)
 
     @property
     def logprob_sum(self) -> float | None:

@@ -90,7 +90,10 @@ class ModelCall(_Record):
       logprobs, where the endpoint returned them (`TokenLogprobs`; None:
       it returned none, e.g. no `OpenAIModel(logprobs=True)`). They are
       the tokens the model sampled, also when a response interceptor then
-      rewrote the reply (`Trace.response_rewrites` says which).
+      rewrote the reply (`Trace.response_rewrites` says which). On disk a
+      call's prompt ids leave out the part that repeats the previous call's
+      prompt and reply ids (`TokenLogprobs.prompt_shared`): a rollout does
+      not hold its growing prompt once per turn.
     - `finish_reason`, `usage` (None counts: not reported), and the latency
       `end - start` (never negative: `Trace.record_call` refuses it; an
       importer whose source has one mends it with `mended_times`, which
@@ -254,6 +257,38 @@ class Trace(_Record):
 
     def model_post_init(self, context: Any) -> None:
         self._resolve_replies()
+        self._expand_prompt_ids()
+
+    def _expand_prompt_ids(self) -> None:
+        """Prompt ids written without their shared part (see
+        `_shared_prompt_ids`) become whole again."""
+        previous: list[int] | None = None
+        for call in self.model_calls:
+            tokens = call.tokens
+            if tokens is None:
+                continue
+            if tokens.prompt_shared is not None and tokens.prompt_ids is not None and previous is not None:
+                whole = previous[:tokens.prompt_shared] + tokens.prompt_ids
+                call.tokens = tokens = tokens.model_copy(update={"prompt_ids": whole, "prompt_shared": None})
+            previous = _sequence(tokens, previous)
+
+    def _shared_prompt_ids(self) -> Trace:
+        """This trace, or a shallow copy of it to write whose calls' prompt
+        ids leave out the ids the previous call's prompt and reply already
+        hold (`TokenLogprobs.prompt_shared`)."""
+        previous: list[int] | None = None
+        calls = None
+        for i, call in enumerate(self.model_calls):
+            tokens = call.tokens
+            if tokens is None:
+                continue
+            shared = _common_prefix(previous, tokens.prompt_ids) if previous and tokens.prompt_ids else 0
+            if shared:
+                calls = calls or list(self.model_calls)
+                compact = tokens.model_copy(update={"prompt_ids": tokens.prompt_ids[shared:], "prompt_shared": shared})
+                calls[i] = call.model_copy(update={"tokens": compact})
+            previous = _sequence(tokens, previous)
+        return self if calls is None else self.model_copy(update={"model_calls": calls})
 
     def _resolve_replies(self) -> None:
         """A reply written as "the message after its request" (see
@@ -282,7 +317,7 @@ class Trace(_Record):
                     shared[i] = {"reply"}
             if shared:
                 options["exclude"] = {"model_calls": shared}
-        return super().model_dump_json(**options)
+        return super(Trace, self._shared_prompt_ids()).model_dump_json(**options)
 
     # ---- aggregates (L11 reads these by name) ---------------------------
     def _last_turn(self) -> ModelCall | None:
@@ -754,6 +789,30 @@ class Trace(_Record):
                     first, n = runs[k], runs[k + 1]
                     refs.extend(ref(first + d) if first >= 0 else first - d for d in range(n))
             call.request = _runs(refs)
+
+
+def _sequence(tokens: TokenLogprobs, previous: list[int] | None) -> list[int] | None:
+    """The token sequence a call's prompt and reply make (what the next
+    call's prompt may repeat); the previous one when this call lacks either."""
+    if tokens.prompt_ids is None or tokens.ids is None:
+        return previous
+    return tokens.prompt_ids + tokens.ids
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """How many first items `a` and `b` share (list comparisons run in C;
+    a shared prefix is found by halving, as equality of prefixes is monotone)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _count_turn(call: ModelCall, usage: Usage, continues_prompt: bool) -> None:
