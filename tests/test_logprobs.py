@@ -48,6 +48,7 @@ class VLLMShaped:
         self.vocab: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.prompt_ids_on_the_choice = False  # SGLang's place for them
 
     async def start(self) -> VLLMShaped:
         app = web.Application()
@@ -100,7 +101,7 @@ class VLLMShaped:
                                   "prompt_logprobs": None}
         if body.get("return_token_ids"):
             choice["token_ids"] = ids
-            answer["prompt_token_ids"] = prompt_ids
+            (choice if self.prompt_ids_on_the_choice else answer)["prompt_token_ids"] = prompt_ids
         self.answers.append(answer)
         return web.json_response(answer)
 
@@ -172,6 +173,11 @@ async def test_without_logprobs_nothing_is_asked_or_kept_and_token_id_strings_ar
     assert tokens.ids == [vllm.vocab[t] for t, _ in _REPLIES[0]] and tokens.text is None
     assert tokens.prompt_ids is None and tokens.top_text is None
     assert tokens.top_ids == [[vllm.vocab[t], vllm.vocab["alt1"]] for t, _ in _REPLIES[0]]
+    # SGLang sends the prompt's ids on the choice, beside the reply's.
+    vllm.prompt_ids_on_the_choice = True
+    sglang = await _rollout(vllm, logprobs=True, token_ids=True)
+    assert sglang.model_calls[0].tokens.prompt_ids == vllm.answers[-2]["choices"][0]["prompt_token_ids"]
+    assert sglang.model_calls[1].tokens.ids == vllm.answers[-1]["choices"][0]["token_ids"]
 
 
 async def test_calls_frame_and_both_columnar_builds_carry_the_logprob_sums(vllm, tmp_path, monkeypatch):

@@ -343,9 +343,14 @@ def _token_logprobs(completion: Any, choice: Any) -> TokenLogprobs | None:
     top_logprobs: [{token, logprob, bytes}]} (OpenAI's own shape);
     `choices[i].token_ids` and top-level `prompt_token_ids` when the request
     set `return_token_ids`; tokens written "token_id:N" when it set
-    `return_tokens_as_token_ids`. The SDK keeps vLLM's fields as extras."""
-    prompt_ids = _ints((getattr(completion, "model_extra", None) or {}).get("prompt_token_ids"))
-    ids = _ints((getattr(choice, "model_extra", None) or {}).get("token_ids"))
+    `return_tokens_as_token_ids`. SGLang puts `prompt_token_ids` on the
+    choice beside `token_ids` (python/sglang/srt/entrypoints/openai/
+    protocol.py: ChatCompletionResponseChoice). The SDK keeps these fields
+    as extras."""
+    extra = getattr(choice, "model_extra", None) or {}
+    prompt_ids = _ints((getattr(completion, "model_extra", None) or {}).get("prompt_token_ids")) or _ints(
+        extra.get("prompt_token_ids"))
+    ids = _ints(extra.get("token_ids"))
     content = getattr(getattr(choice, "logprobs", None), "content", None) or []
     text = [entry.token for entry in content]
     logprobs = [float(entry.logprob) for entry in content] if content else None
