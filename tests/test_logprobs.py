@@ -352,3 +352,28 @@ async def test_a_program_asking_for_logprobs_through_the_interception_server_get
     assert trace.model_calls[2].tokens.logprobs == [p for _, p in _REPLIES[1]]
     frame = rk.frames.calls([trace])
     pd.testing.assert_series_equal(frame["has_token_ids"], pd.Series([True, False, False], name="has_token_ids"))
+
+
+async def test_atif_carries_the_token_ids_and_logprobs_both_ways(vllm, tmp_path):
+    trace = await _rollout(vllm, logprobs=True, token_ids=True)
+    path = rk.save([trace], tmp_path / "t.json", format="atif")
+    document = json.loads(path.read_text())
+    agent_steps = [s for s in document["steps"] if s["source"] == "agent"]
+    for step, call in zip(agent_steps, trace.model_calls):  # ATIF v1.3's per-step fields
+        metrics = step["metrics"]
+        assert metrics["prompt_token_ids"] == call.tokens.prompt_ids
+        assert (metrics["completion_token_ids"], metrics["logprobs"]) == (call.tokens.ids, call.tokens.logprobs)
+    # Another tool's trajectory (no rollkit extra): the calls get them from the steps, and the rl export works.
+    del document["extra"]
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps(document))
+    [loaded] = rk.load(foreign)
+    assert [(c.tokens.prompt_ids, c.tokens.ids, c.tokens.logprobs) for c in loaded.model_calls] == [
+        (c.tokens.prompt_ids, c.tokens.ids, c.tokens.logprobs) for c in trace.model_calls]
+    rows = pq.read_table(rk.export([loaded], tmp_path / "rl.parquet", format="rl")).to_pylist()
+    assert [r["completion_ids"] for r in rows] == [c.tokens.ids for c in trace.model_calls]
+    agent_steps[0]["metrics"]["completion_token_ids"] = [1, "two"]
+    foreign.write_text(json.dumps(document))
+    with pytest.raises(rk.TraceFileError, match=r"field steps\.\d+\.metrics\.completion_token_ids should be a list "
+                                                r"of token ids"):
+        rk.load(foreign)
