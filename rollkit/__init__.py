@@ -32,7 +32,7 @@ from .core import (
     RollkitError, RolloutBusy, RolloutStateError, Unavailable, UsageError,
     intercept, load, metric, register_model, reward, save, stop, tool,
     AgentUser, ForkError, RecordedUser, ScriptedUser, User, UserReply, UserStop, UserTurn, converse, fork,
-    similarity, HumanModel,
+    similarity, HumanModel, TokenLogprobs,
 )
 from .core._lazy import lazy_names
 from . import programs, runs, notebook, examples  # noqa: E402,F401 - each registers what its layer provides
@@ -119,6 +119,7 @@ __all__ = [
     "TraceFileError",
     "Usage",
     "UserMessage",
+    "TokenLogprobs",
     "examples",
     "intercept",
     "load",

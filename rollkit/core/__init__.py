@@ -30,7 +30,8 @@ from .forks import ForkError, fork
 from .harness import ChatHarness, Harness
 from .hooks import intercept, metric, reward, stop
 from .human import HumanModel, NobodyToAsk, check_reply
-from .messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
+from .messages import (AssistantMessage, Request, Response, SystemMessage, TokenLogprobs, ToolCall, ToolMessage, Usage,
+                       UserMessage)
 from .outcome import Outcome
 from .models import Model, ScriptedModel, count_tokens, register_model, resolve_model
 from .plugins import plug, plugged
@@ -50,6 +51,7 @@ __all__ = [
     "Request", "Response", "Rollout", "RolloutContext", "RolloutEnded", "RollkitError", "RolloutBusy", "RolloutStateError", "Unavailable", "UsageError", "RolloutState", "RolloutError", "RolloutLimits", "RolloutTimeouts",
     "Runtime", "SandboxError", "ScriptedModel", "SystemMessage", "Task", "TaskData", "TaskError", "Tool",
     "ToolCall", "ToolMessage", "Toolset", "ToolsetError", "Trace", "TraceFileError", "Usage", "UserMessage",
+    "TokenLogprobs",
     "count_tokens", "intercept", "load", "metric", "plug", "plugged", "register_model",
     "resolve_model", "reward", "save", "stop", "tool",
     "AgentUser", "ForkError", "RecordedUser", "ScriptedUser", "User", "UserReply", "UserTurn", "converse", "fork",

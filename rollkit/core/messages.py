@@ -37,6 +37,7 @@ __all__ = [
     "split_parts",
     "canonical_parts",
     "Usage",
+    "TokenLogprobs",
     "Request",
     "Response",
     "text_of",
@@ -285,6 +286,47 @@ class Usage(_Data):
         return (self.input_tokens or 0) + (self.output_tokens or 0)
 
 
+class TokenLogprobs(_Data):
+    """The tokens of one model call, where the endpoint returned them: what
+    a trainer needs to learn from the call (an RL loss over the sampled
+    tokens) and what a person reads a reply's confidence from.
+
+    Lists of plain numbers, each present only when the endpoint gave it
+    (None: not given, never guessed): `prompt_ids` the prompt's token ids
+    and `ids` the reply's (vLLM's `return_token_ids`, or its
+    `return_tokens_as_token_ids` tokens "token_id:N"); `text` each reply
+    token as the endpoint wrote it, `logprobs` its log probability (OpenAI's
+    `logprobs`); `top_logprobs`, `top_text` and `top_ids` the alternatives
+    at each position (`top_logprobs=N`), in the endpoint's order. The
+    reply's lists are aligned: position i of each is the reply's token i.
+
+    `prompt_shared` is for files only: a trace writes each call's prompt
+    ids without the first `prompt_shared` of them, which are the previous
+    call's prompt and reply ids (a conversation resends its history every
+    turn), and loading puts them back (`Trace` does both), so in memory it
+    is None and `prompt_ids` whole."""
+
+    prompt_ids: list[int] | None = Field(default=None, exclude_if=_absent)
+    ids: list[int] | None = Field(default=None, exclude_if=_absent)
+    text: list[str] | None = Field(default=None, exclude_if=_absent)
+    logprobs: list[float] | None = Field(default=None, exclude_if=_absent)
+    top_logprobs: list[list[float]] | None = Field(default=None, exclude_if=_absent)
+    top_text: list[list[str]] | None = Field(default=None, exclude_if=_absent)
+    top_ids: list[list[int]] | None = Field(default=None, exclude_if=_absent)
+    prompt_shared: int | None = Field(default=None, exclude_if=_absent)
+
+    @property
+    def logprob_sum(self) -> float | None:
+        """The reply's log probability (the sum over its tokens, left to
+        right, as the columnar store's SQL sums them); None without logprobs."""
+        return sum(self.logprobs) if self.logprobs else None
+
+    @property
+    def logprob_mean(self) -> float | None:
+        """The mean log probability per reply token; None without logprobs."""
+        return sum(self.logprobs) / len(self.logprobs) if self.logprobs else None
+
+
 class Request(_Data):
     """What goes to the model: the conversation, the tools it may call, and
     sampling parameters passed through untouched."""
@@ -302,6 +344,8 @@ class Response(_Data):
     usage: Usage = Field(default_factory=Usage)
     finish_reason: str = "stop"
     model: str | None = None
+    # Token ids and logprobs, where the endpoint returned them (OpenAIModel(logprobs=True)).
+    tokens: TokenLogprobs | None = Field(default=None, exclude_if=_absent)
 
 
 _MESSAGE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Message)

@@ -32,7 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ErrorInfo  # defined with the error model; kept importable from here
 from .plugins import plugged
-from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, _absent, text_of, unvalidated
+from .messages import (AssistantMessage, Message, Response, TokenLogprobs, ToolMessage, Usage, _absent, text_of,
+                       unvalidated)
 from .outcome import Outcome
 
 __all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES",
@@ -49,8 +50,9 @@ _USER_TRACES: dict[int, list[Trace]] = {}
 # The version of the trace format this rollkit writes (`Trace.schema_version`).
 # 1: traces before the field existed; 2: model calls keep their reply and
 # request, usage counts may be None (not reported), cache tokens; 3: messages
-# keep their content parts (`parts`), usage its reasoning tokens.
-SCHEMA_VERSION = 3
+# keep their content parts (`parts`), usage its reasoning tokens; 4: model
+# calls may keep their token ids and logprobs (`ModelCall.tokens`).
+SCHEMA_VERSION = 4
 
 
 class _Record(BaseModel):
@@ -84,6 +86,14 @@ class ModelCall(_Record):
       written before rollkit kept replies. Kept even when the program later
       rewrites it out of its history (smolagents re-sends each tool call as
       assistant text), so the model's structured tool calls are never lost.
+    - `tokens`: the prompt's and the reply's token ids and the reply's
+      logprobs, where the endpoint returned them (`TokenLogprobs`; None:
+      it returned none, e.g. no `OpenAIModel(logprobs=True)`). They are
+      the tokens the model sampled, also when a response interceptor then
+      rewrote the reply (`Trace.response_rewrites` says which). On disk a
+      call's prompt ids leave out the part that repeats the previous call's
+      prompt and reply ids (`TokenLogprobs.prompt_shared`): a rollout does
+      not hold its growing prompt once per turn.
     - `finish_reason`, `usage` (None counts: not reported), and the latency
       `end - start` (never negative: `Trace.record_call` refuses it; an
       importer whose source has one mends it with `mended_times`, which
@@ -133,6 +143,8 @@ class ModelCall(_Record):
     # Why `start`/`end` are not the call's own times, when an importer had
     # to mend them (see `mended_times`); None when they are.
     timing_issue: str | None = Field(default=None, exclude_if=_absent)
+    # Token ids and logprobs of the call, where the endpoint gave them (see above).
+    tokens: TokenLogprobs | None = Field(default=None, exclude_if=_absent)
 
     @property
     def latency(self) -> float:
@@ -245,6 +257,38 @@ class Trace(_Record):
 
     def model_post_init(self, context: Any) -> None:
         self._resolve_replies()
+        self._expand_prompt_ids()
+
+    def _expand_prompt_ids(self) -> None:
+        """Prompt ids written without their shared part (see
+        `_shared_prompt_ids`) become whole again."""
+        previous: list[int] | None = None
+        for call in self.model_calls:
+            tokens = call.tokens
+            if tokens is None:
+                continue
+            if tokens.prompt_shared is not None and tokens.prompt_ids is not None and previous is not None:
+                whole = previous[:tokens.prompt_shared] + tokens.prompt_ids
+                call.tokens = tokens = tokens.model_copy(update={"prompt_ids": whole, "prompt_shared": None})
+            previous = _sequence(tokens, previous)
+
+    def _shared_prompt_ids(self) -> Trace:
+        """This trace, or a shallow copy of it to write whose calls' prompt
+        ids leave out the ids the previous call's prompt and reply already
+        hold (`TokenLogprobs.prompt_shared`)."""
+        previous: list[int] | None = None
+        calls = None
+        for i, call in enumerate(self.model_calls):
+            tokens = call.tokens
+            if tokens is None:
+                continue
+            shared = _common_prefix(previous, tokens.prompt_ids) if previous and tokens.prompt_ids else 0
+            if shared:
+                calls = calls or list(self.model_calls)
+                compact = tokens.model_copy(update={"prompt_ids": tokens.prompt_ids[shared:], "prompt_shared": shared})
+                calls[i] = call.model_copy(update={"tokens": compact})
+            previous = _sequence(tokens, previous)
+        return self if calls is None else self.model_copy(update={"model_calls": calls})
 
     def _resolve_replies(self) -> None:
         """A reply written as "the message after its request" (see
@@ -273,7 +317,7 @@ class Trace(_Record):
                     shared[i] = {"reply"}
             if shared:
                 options["exclude"] = {"model_calls": shared}
-        return super().model_dump_json(**options)
+        return super(Trace, self._shared_prompt_ids()).model_dump_json(**options)
 
     # ---- aggregates (L11 reads these by name) ---------------------------
     def _last_turn(self) -> ModelCall | None:
@@ -637,6 +681,7 @@ class Trace(_Record):
             request_messages=request_messages,
             request=None,
             timing_issue=timing_issue,
+            tokens=response.tokens if response is not None else None,
         )
         if response is not None:
             _count_turn(call, response.usage, continues_prompt)
@@ -744,6 +789,30 @@ class Trace(_Record):
                     first, n = runs[k], runs[k + 1]
                     refs.extend(ref(first + d) if first >= 0 else first - d for d in range(n))
             call.request = _runs(refs)
+
+
+def _sequence(tokens: TokenLogprobs, previous: list[int] | None) -> list[int] | None:
+    """The token sequence a call's prompt and reply make (what the next
+    call's prompt may repeat); the previous one when this call lacks either."""
+    if tokens.prompt_ids is None or tokens.ids is None:
+        return previous
+    return tokens.prompt_ids + tokens.ids
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """How many first items `a` and `b` share (list comparisons run in C;
+    a shared prefix is found by halving, as equality of prefixes is monotone)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _count_turn(call: ModelCall, usage: Usage, continues_prompt: bool) -> None:

@@ -55,14 +55,15 @@ __all__ = [*_LAZY, "show"]
 __getattr__ = lazy_names(__name__, globals(), _LAZY)
 
 
-def show(trace: Any) -> None:
+def show(trace: Any, *, logprobs: bool = False) -> None:
     """Display a trace as HTML in the notebook (what leaving it as a cell's
-    last expression does too)."""
+    last expression does too); `logprobs=True` colours each reply whose
+    call kept its token logprobs by them."""
     from IPython.display import HTML, display
 
     from .display import trace_html
 
-    display(HTML(trace_html(trace)))
+    display(HTML(trace_html(trace, logprobs=logprobs)))
 
 
 def _trace_html(trace: Any) -> str:

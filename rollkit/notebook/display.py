@@ -2,7 +2,9 @@
 
 `chat_html(messages)` draws a conversation as chat bubbles (user, assistant,
 tool calls and their results, a reply's reasoning, long texts folded);
-`trace_html(trace)` draws a whole trace: summary, transcript, the replies
+`trace_html(trace)` draws a whole trace: summary, transcript (with
+`logprobs=True`, each reply whose call kept its token logprobs coloured
+token by token, the less likely the redder), the replies
 the transcript no longer holds (a program that rewrote its history, a
 side call such as a title), signals, phases. The rollout panel and the
 trace browser reuse both, so a trace looks the same live, loaded back from a
@@ -24,7 +26,7 @@ from typing import Any
 
 from ..core.trace import PHASES, Trace
 
-__all__ = ["chat_html", "message_html", "trace_html", "status_html", "error_html", "STYLE"]
+__all__ = ["chat_html", "message_html", "tokens_html", "trace_html", "status_html", "error_html", "STYLE"]
 
 # Texts longer than this (or with more lines) are folded behind a summary
 # line, so one huge tool result does not push the conversation off screen.
@@ -50,6 +52,7 @@ STYLE = """<style>
 .rk-stopped {color: #8a6d00; font-weight: 600;}
 .rk-bar {display: block; height: 9px; background: #4e79a7;}
 .rk-bartrack {display: inline-block; width: 120px; height: 9px; background: #e0e0e0; vertical-align: middle;}
+.rk-tok {border-radius: 2px;}
 </style>"""
 
 
@@ -66,8 +69,24 @@ def _fold(text: str) -> str:
     )
 
 
-def message_html(message: Any) -> str:
-    """One message as a chat bubble."""
+def tokens_html(tokens: Any) -> str:
+    """A reply's tokens (`TokenLogprobs` with `text` and `logprobs`), each
+    escaped and shaded by its probability (red: unlikely, clear: certain),
+    its logprob in the tooltip; "" when the call kept no such tokens."""
+    if tokens is None or not tokens.text or not tokens.logprobs or len(tokens.text) != len(tokens.logprobs):
+        return ""
+    spans = []
+    for text, logprob in zip(tokens.text, tokens.logprobs):
+        p = math.exp(min(0.0, logprob))
+        spans.append(f'<span class="rk-tok" style="background: rgba(220,40,40,{0.75 * (1 - p):.2f})" '
+                     f'title="logprob {logprob:.3f} (p {p:.3f})">{html.escape(text)}</span>')
+    return "".join(spans)
+
+
+def message_html(message: Any, tokens: Any = None) -> str:
+    """One message as a chat bubble; a reply whose `tokens` (its call's
+    `TokenLogprobs`) are given is shown coloured by logprob (`tokens_html`):
+    in place of its text when they spell it, else below it."""
     role = getattr(message, "role", "?")
     content = getattr(message, "content", None) or ""
     parts = []
@@ -79,8 +98,12 @@ def message_html(message: Any) -> str:
     reasoning = getattr(message, "reasoning", None)
     if reasoning:
         parts.append(f'<div class="rk-reasoning">thinking: {_fold(reasoning)}</div>')
+    shaded = tokens_html(tokens)
+    spelled = bool(shaded) and "".join(tokens.text) == content
     if content:
-        parts.append(_fold(content))
+        parts.append(shaded if spelled else _fold(content))
+    if shaded and not spelled:
+        parts.append(f'<details class="rk-tokens"><summary>tokens by logprob</summary>{shaded}</details>')
     for call in getattr(message, "tool_calls", None) or ():
         parts.append(
             f'<div class="rk-call">→ calls <b>{html.escape(call.name)}</b>({_fold(call.arguments)})</div>'
@@ -96,9 +119,11 @@ def error_html(text: str) -> str:
     return f'<span style="color:#b00020">{html.escape(text)}</span>'
 
 
-def chat_html(messages: Iterable[Any], *, style: bool = True) -> str:
-    """A conversation as chat bubbles."""
-    body = "".join(message_html(m) for m in messages)
+def chat_html(messages: Iterable[Any], *, style: bool = True, tokens: dict[int, Any] | None = None) -> str:
+    """A conversation as chat bubbles; `tokens` maps a reply's id() to its
+    call's `TokenLogprobs`, to colour it by logprob (see `message_html`)."""
+    tokens = tokens or {}
+    body = "".join(message_html(m, tokens.get(id(m))) for m in messages)
     return f'{STYLE if style else ""}<div class="rk-chat">{body}</div>'
 
 
@@ -213,8 +238,16 @@ def _inferred_html(trace: Trace) -> str:
             f"{html.escape('; '.join(str(w) for w in words))}</p>")
 
 
-def trace_html(trace: Trace) -> str:
-    """A whole trace as HTML: summary, transcript, signals, phases."""
+def _reply_tokens(trace: Trace) -> dict[int, Any]:
+    """Each reply's call's token logprobs, by the reply's id()."""
+    return {id(call.reply): call.tokens for call in trace.model_calls
+            if call.reply is not None and call.tokens is not None}
+
+
+def trace_html(trace: Trace, *, logprobs: bool = False) -> str:
+    """A whole trace as HTML: summary, transcript, signals, phases. With
+    `logprobs=True` a reply whose call kept its token logprobs is coloured
+    by them (off by default: it is a lot of markup)."""
     limits = trace.limits or {}
     inferred = trace.info.get("inferred") if isinstance(trace.info.get("inferred"), list) else []
     summary = (
@@ -235,7 +268,7 @@ def trace_html(trace: Trace) -> str:
         f'{STYLE}<div class="rk-trace" data-trace="{html.escape(trace.id)}">'
         f"<b>rollkit trace</b>{summary}{_inferred_html(trace)}{warnings}"
         f"<details open><summary><b>transcript</b> ({len(trace.messages)} messages)</summary>"
-        f"{chat_html(trace.messages, style=False)}</details>"
+        f"{chat_html(trace.messages, style=False, tokens=_reply_tokens(trace) if logprobs else None)}</details>"
         f"{_other_replies_html(trace)}"
         f"<details open><summary><b>signals</b></summary>{_signals_html(trace)}</details>"
         f"<details><summary><b>phases</b></summary>{_phases_html(trace)}</details>"

@@ -101,7 +101,7 @@ CALL_COLUMNS = (
     "id", *_INFO_IDS, "task_key", "call", "segment", "dialect", "committed", "start", "latency",
     "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "new_input_tokens",
     "finish_reason", "reply", "reasoning", "tool_calls", "request_messages", "error_type", "error_message",
-    "timing_issue",
+    "timing_issue", "completion_logprob_sum", "completion_logprob_mean", "has_token_ids",
 )
 # Token counts: nullable integers, NA where not reported.
 _COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
@@ -316,7 +316,10 @@ def calls(traces: Iterable[Trace]) -> pd.DataFrame:
     its thinking, `tool_calls` the names of the tools it called, joined by
     ", " ("" when it called none; None when no reply came back),
     `request_messages` how many messages its request held, the error it
-    raised, and `timing_issue` when an importer had to mend its times."""
+    raised, `timing_issue` when an importer had to mend its times, and
+    of the reply's tokens (where the endpoint returned them, see
+    `ModelCall.tokens`; the lists themselves stay on the trace) the sum
+    and mean of their logprobs (NaN: none returned) and `has_token_ids`."""
     traces = _list(traces)
     rows = []
     for trace in traces:
@@ -331,11 +334,21 @@ def calls(traces: Iterable[Trace]) -> pd.DataFrame:
                 reply.content if reply is not None else None, reply.reasoning if reply is not None else None,
                 ", ".join(c.name for c in reply.tool_calls) if reply is not None else None,
                 call.request_messages, error.type if error else None, error.message if error else None,
-                call.timing_issue,
+                call.timing_issue, *_logprob_stats(call.tokens),
             ))
     frame = _table(rows, list(CALL_COLUMNS))
     return frame.astype({"call": "int64", "segment": "int64", "committed": "bool", "new_input_tokens": "int64",
-                         "request_messages": "Int64", **{name: "Int64" for name in _COUNTS}})
+                         "request_messages": "Int64", **{name: "Int64" for name in _COUNTS},
+                         "completion_logprob_sum": "float64", "completion_logprob_mean": "float64",
+                         "has_token_ids": "bool"})
+
+
+def _logprob_stats(tokens: Any) -> tuple[float, float, bool]:
+    """A call's (logprob sum, mean, has token ids); NaN where not returned."""
+    if tokens is None:
+        return math.nan, math.nan, False
+    total, mean = tokens.logprob_sum, tokens.logprob_mean
+    return (math.nan if total is None else total), (math.nan if mean is None else mean), tokens.ids is not None
 
 
 @_stored

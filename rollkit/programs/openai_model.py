@@ -5,7 +5,10 @@ official `openai` SDK's chat-completions call, the pool of SDK clients (one
 keep-alive client per endpoint and event loop, shared by every model pointing
 there), and the mapping of provider failures onto `ProviderError` with an HTTP
 status: a transport fault is a 503, a timeout a 504, an answer that is not a
-chat completion a 502, and an error status keeps its own. A prompt longer than
+chat completion a 502, and an error status keeps its own. With
+`logprobs=True` it asks for the reply's logprobs and keeps them, with the
+token ids a vLLM server adds, as the response's `tokens` (see
+`_token_logprobs`). A prompt longer than
 the context window raises `ContextLengthExceeded`, whose `stop_condition`
 makes the session end the rollout as a clean stop "context_length".
 
@@ -28,8 +31,8 @@ from typing import Any
 import openai
 
 from ..core.checks import seconds, whole
-from ..core.errors import ProviderError
-from ..core.messages import AssistantMessage, Request, Response, ToolCall, Usage
+from ..core.errors import ProviderError, UsageError
+from ..core.messages import AssistantMessage, Request, Response, TokenLogprobs, ToolCall, Usage
 from ..core.models import Model
 from .dialects.chat import SDK_OPTIONS
 
@@ -153,6 +156,13 @@ class OpenAIModel(Model):
     SDK's transport options (`extra_headers`, `extra_query`, `extra_body`,
     `timeout`) are honoured from `params` only, never from a request.
 
+    `logprobs=True` asks every call for the reply's token logprobs
+    (`top_logprobs=N`: and the N likeliest alternatives at each token) and
+    keeps them on the trace (`ModelCall.tokens`); `token_ids=True` also
+    asks a vLLM server for the prompt's and the reply's token ids (its
+    `return_token_ids`, which OpenAI's own API refuses). A program's
+    request may ask for more, never for less.
+
     Call `await model.aclose()` when done to close its pooled connections.
     """
 
@@ -166,6 +176,9 @@ class OpenAIModel(Model):
         max_retries: int = 2,
         params: dict[str, Any] | None = None,
         name: str | None = None,
+        logprobs: bool = False,
+        top_logprobs: int | None = None,
+        token_ids: bool = False,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"OpenAIModel needs a model name such as 'gpt-4o-mini', got {model!r}")
@@ -183,6 +196,7 @@ class OpenAIModel(Model):
         self.max_retries = whole("OpenAIModel", "max_retries", max_retries)
         self.params = dict(params or {})
         self.name = name or model
+        self.logprobs, self.top_logprobs, self.token_ids = _token_options(model, logprobs, top_logprobs, token_ids)
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "type": type(self).__name__, "base_url": self.base_url}
@@ -220,6 +234,7 @@ class OpenAIModel(Model):
         if request.tools:
             body["tools"] = request.tools
         body.pop("stream", None)  # this model reads whole answers
+        self._ask_tokens(body)
         try:
             completion = await self._client().chat.completions.create(**body)
         except openai.APITimeoutError as exc:
@@ -243,6 +258,16 @@ class OpenAIModel(Model):
                 status=502,
             ) from exc
         return self._response(completion)
+
+    def _ask_tokens(self, body: dict[str, Any]) -> None:
+        """Ask for what `logprobs`, `top_logprobs` and `token_ids` want,
+        whatever the request said (a request may ask for more)."""
+        if self.logprobs:
+            body["logprobs"] = True
+            if self.top_logprobs and (body.get("top_logprobs") or 0) < self.top_logprobs:
+                body["top_logprobs"] = self.top_logprobs
+        if self.token_ids:
+            body["extra_body"] = {**body.get("extra_body", {}), "return_token_ids": True}
 
     def _status_error(self, exc: openai.APIStatusError) -> ProviderError:
         status = exc.status_code
@@ -278,7 +303,86 @@ class OpenAIModel(Model):
             usage=_usage(completion.usage),
             finish_reason=choice.finish_reason or ("tool_calls" if calls else "stop"),
             model=completion.model or self.model,
+            tokens=self._tokens(completion, choice),
         )
+
+    def _tokens(self, completion: Any, choice: Any) -> TokenLogprobs | None:
+        try:
+            return _token_logprobs(completion, choice)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ProviderError(
+                f"model endpoint {self.base_url} sent logprobs that are not OpenAI's shape (model {self.model!r}): "
+                f"{type(exc).__name__}: {exc}", status=502) from exc
+
+
+def _token_options(model: str, logprobs: Any, top_logprobs: Any, token_ids: Any) -> tuple[bool, int | None, bool]:
+    for name, value in (("logprobs", logprobs), ("token_ids", token_ids)):
+        if not isinstance(value, bool):
+            raise UsageError(f"OpenAIModel {model!r}: {name} is True or False, got {value!r}")
+    if top_logprobs is not None:
+        if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
+            raise UsageError(f"OpenAIModel {model!r}: top_logprobs is how many alternatives to keep per token "
+                             f"(a whole number, OpenAI allows 0 to 20), got {top_logprobs!r}")
+        if not logprobs:
+            raise UsageError(f"OpenAIModel {model!r}: top_logprobs={top_logprobs} needs logprobs=True "
+                             "(the endpoint returns alternatives only with the logprobs)")
+    return logprobs, top_logprobs, token_ids
+
+
+# vLLM's "token_id:N" token strings (return_tokens_as_token_ids).
+_TOKEN_ID = re.compile(r"token_id:(-?\d+)")
+
+
+def _token_logprobs(completion: Any, choice: Any) -> TokenLogprobs | None:
+    """The token ids and logprobs of a completion, where it holds them.
+
+    The shapes, as vLLM documents them (vllm/entrypoints/openai/
+    chat_completion/protocol.py: ChatCompletionResponse,
+    ChatCompletionResponseChoice, ChatCompletionRequest):
+    `choices[i].logprobs.content[j]` = {token, logprob, bytes,
+    top_logprobs: [{token, logprob, bytes}]} (OpenAI's own shape);
+    `choices[i].token_ids` and top-level `prompt_token_ids` when the request
+    set `return_token_ids`; tokens written "token_id:N" when it set
+    `return_tokens_as_token_ids`. SGLang puts `prompt_token_ids` on the
+    choice beside `token_ids` (python/sglang/srt/entrypoints/openai/
+    protocol.py: ChatCompletionResponseChoice). The SDK keeps these fields
+    as extras."""
+    extra = getattr(choice, "model_extra", None) or {}
+    prompt_ids = _ints((getattr(completion, "model_extra", None) or {}).get("prompt_token_ids")) or _ints(
+        extra.get("prompt_token_ids"))
+    ids = _ints(extra.get("token_ids"))
+    content = getattr(getattr(choice, "logprobs", None), "content", None) or []
+    text = [entry.token for entry in content]
+    logprobs = [float(entry.logprob) for entry in content] if content else None
+    as_ids = _ints([_token_id(t) for t in text]) if text else None
+    if as_ids is not None:  # the tokens are ids, not text
+        ids, text = ids or as_ids, None
+    tops = [entry.top_logprobs or [] for entry in content]
+    top_logprobs = top_text = top_ids = None
+    if any(tops):
+        top_logprobs = [[float(alt.logprob) for alt in alts] for alts in tops]
+        top_text = [[alt.token for alt in alts] for alts in tops]
+        top_as_ids = [[_token_id(t) for t in row] for row in top_text]
+        if all(i is not None for row in top_as_ids for i in row):
+            top_ids, top_text = top_as_ids, None
+    if prompt_ids is None and ids is None and logprobs is None:
+        return None
+    return TokenLogprobs(prompt_ids=prompt_ids, ids=ids, text=text or None, logprobs=logprobs,
+                         top_logprobs=top_logprobs, top_text=top_text, top_ids=top_ids)
+
+
+def _token_id(token: str) -> int | None:
+    match = _TOKEN_ID.fullmatch(token)
+    return int(match.group(1)) if match else None
+
+
+def _ints(values: Any) -> list[int] | None:
+    """A list of whole numbers, or None (not given, or not such a list)."""
+    if not isinstance(values, list) or not values:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return None
+    return list(values)
 
 
 def _usage(usage: Any) -> Usage:

@@ -51,7 +51,8 @@ __all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
 TABLES = ("rollouts", "turns", "calls", "phases", "signals", "messages")
 CACHE_DIR = ".rollkit"
 # The store's layout version: a part written by another version is rebuilt.
-_VERSION = "3"  # 2: trace schema 2 (replies, unreported usage, outcome, the calls of rk.frames.calls); 3: large strings
+_VERSION = "4"  # 2: trace schema 2 (replies, unreported usage, outcome, the calls of rk.frames.calls); 3: large strings
+# 4: the calls' logprob sum and mean and whether they hold token ids
 _PHASES = ("boot", "setup", "agent", "finalize", "scoring")
 _LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
 _INFO_IDS = ("example_id", "repeat", "rollout_id")
@@ -102,6 +103,16 @@ def _text(content: Any) -> str:
     return str(content)
 
 
+def _logprob_stats(tokens: dict[str, Any] | None) -> tuple[float, float, bool]:
+    """A call's logprob sum and mean (NaN: none) and whether it holds token
+    ids, as rk.frames.calls has them (`TokenLogprobs.logprob_sum`)."""
+    if not tokens:
+        return _NAN, _NAN, False
+    logprobs = tokens.get("logprobs")
+    total = sum(logprobs) if logprobs else _NAN
+    return total, (total / len(logprobs) if logprobs else _NAN), tokens.get("ids") is not None
+
+
 def _calls_text(calls: list[dict[str, Any]] | None) -> str:
     return ", ".join(f"{c.get('name')}({c.get('arguments', '{}')})" for c in calls or ())
 
@@ -118,7 +129,7 @@ _COLUMNS = {
     "calls": (*_IDS, "task_key", "call", "segment", "dialect", "committed", "start", "latency", "input_tokens",
               "output_tokens", "cache_read_tokens", "cache_write_tokens", "new_input_tokens", "finish_reason",
               "reply", "reasoning", "tool_calls", "request_messages", "error_type", "error_message", "timing_issue",
-              "end", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time",
+              "completion_logprob_sum", "completion_logprob_mean", "has_token_ids", "end", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time",
               "_ordinal"),
     "turns": (*_IDS, "task_key", "turn", "call", "segment", "start", "end", "latency", "input_tokens",
               "output_tokens", "new_input_tokens", "finish_reason", "dialect", "cum_turns", "cum_input_tokens",
@@ -136,8 +147,9 @@ _INT = ("turns", "model_calls", "input_tokens", "output_tokens", "total_tokens",
         "cache_write_tokens", "request_messages", "segments", "_ordinal", "_offset", "_length", "call", "segment",
         "new_input_tokens", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "turn", "index")
 _FLOAT = ("reward", "model_time", "harness_time", *(f"phase.{p}" for p in _PHASES), "start", "end", "latency",
-          "cum_agent_time", "duration", "offset", "value", "weight")
-_BOOL = ("completed", "aborted", "committed", "missing", "_scored")
+          "cum_agent_time", "duration", "offset", "value", "weight", "completion_logprob_sum",
+          "completion_logprob_mean")
+_BOOL = ("completed", "aborted", "committed", "missing", "_scored", "has_token_ids")
 # Columns whose values always have one type; the others (ok, the batch ids,
 # limits, times that may be 0) are inferred, as pandas infers them in the frames.
 _TYPES = {**dict.fromkeys(_STR, "string"), **dict.fromkeys(_INT, "int64"), **dict.fromkeys(_FLOAT, "float64"),
@@ -238,7 +250,7 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
             reply.get("reasoning") if reply is not None else None,
             ", ".join(c["name"] for c in reply.get("tool_calls") or ()) if reply is not None else None,
             _count(call.get("request_messages")), err["type"] if err else None, err["message"] if err else None,
-            call.get("timing_issue"), c_end, *totals, ordinal,
+            call.get("timing_issue"), *_logprob_stats(call.get("tokens")), c_end, *totals, ordinal,
         ))
         if committed:
             number += 1

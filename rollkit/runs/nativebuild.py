@@ -56,6 +56,7 @@ _TRACE_FIELDS: dict[str, Any] = {
         "cum_total_tokens": "BIGINT", "cum_agent_time": "DOUBLE",
         "reply": {"content": "VARCHAR", "reasoning": "VARCHAR", "tool_calls": [{"name": "VARCHAR"}]},
         "request_messages": "BIGINT", "request": "JSON", "timing_issue": "VARCHAR",
+        "tokens": {"ids": "BIGINT[]", "logprobs": "DOUBLE[]"},
     }],
     "rewards": "MAP(VARCHAR, DOUBLE)", "reward_weights": "MAP(VARCHAR, DOUBLE)", "metrics": "MAP(VARCHAR, DOUBLE)",
     "signal_errors": "MAP(VARCHAR, VARCHAR)",
@@ -212,6 +213,8 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signal_names: list[st
                "and t.messages[c.request_messages + 1].role = 'assistant')")
     next_message = "t.messages[c.request_messages + 1]"
     reply_names = "array_to_string(list_transform({r}.tool_calls, lambda k: k.name), ', ')"
+    lp_sum = ("case when len(c.tokens.logprobs) > 0 then 0.0::DOUBLE + list_reduce(c.tokens.logprobs::DOUBLE[], "
+              "lambda a, b: a + b) end")
     calls = {
         **_ids(kinds, "calls"), "task_key": "t.task.key", "call": "c.index", "segment": "c.segment",
         "dialect": "c.dialect", "committed": "coalesce(c.committed, false)", "start": "c.start",
@@ -225,7 +228,12 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signal_names: list[st
         "tool_calls": (f"case when c.reply is not null then coalesce({reply_names.format(r='c.reply')}, '') "
                        f"when {follows} then coalesce({reply_names.format(r=next_message)}, '') end"),
         "request_messages": "c.request_messages", "error_type": "c.error.type", "error_message": "c.error.message",
-        "timing_issue": "c.timing_issue", "end": "c.\"end\"", **totals, "_ordinal": "_ordinal",
+        "timing_issue": "c.timing_issue",
+        # A plain sum left to right, as columns._logprob_stats adds them (null: no logprobs).
+        "completion_logprob_sum": lp_sum,
+        "completion_logprob_mean": f"{lp_sum} / len(c.tokens.logprobs)",
+        "has_token_ids": "coalesce(c.tokens.ids is not null, false)",
+        "end": "c.\"end\"", **totals, "_ordinal": "_ordinal",
     }
     turns = {
         **_ids(kinds, "turns"), "task_key": "t.task.key", "turn": "n", "call": "c.index", "segment": "c.segment",

@@ -7,6 +7,13 @@ options (`SDK_OPTIONS`), which a program must never set on the host's own
 provider call. A stream sends the text and each tool call's arguments in
 pieces, as a provider does, then the finish reason, then (with
 `stream_options.include_usage`) the usage.
+
+A request asking for `logprobs` gets the reply's token logprobs back in
+OpenAI's shape (`choices[0].logprobs.content`), and one asking for vLLM's
+`return_token_ids` the token ids in vLLM's (`choices[0].token_ids`,
+`prompt_token_ids`), when the model behind returned them (an
+`OpenAIModel(logprobs=True)` on an endpoint that does); otherwise they are
+null, as an endpoint without them answers.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import pydantic
 from ...core.messages import AssistantMessage, Request, Response, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ._base import Dialect, Parsed, WireError, chunks_of, sse, text_parts
 
-__all__ = ["CHAT", "ChatDialect", "parse_request", "completion_payload", "wire_message", "SDK_OPTIONS"]
+__all__ = ["CHAT", "ChatDialect", "parse_request", "completion_payload", "wire_message", "wire_logprobs", "SDK_OPTIONS"]
 
 _WIRE_FIELDS = {"messages", "tools", "model", "stream", "stream_options"}
 # The openai SDK's per-call transport options: never request fields. A program
@@ -129,6 +136,40 @@ def _wire_calls(message: AssistantMessage) -> list[dict[str, Any]]:
     ]
 
 
+def wire_logprobs(tokens: Any) -> dict[str, Any] | None:
+    """A response's `TokenLogprobs` as a choice's `logprobs` (OpenAI's
+    shape); a token known only by its id is written "token_id:N", as vLLM
+    writes it."""
+    if tokens is None or tokens.logprobs is None:
+        return None
+    n = len(tokens.logprobs)
+    text = tokens.text or [f"token_id:{i}" for i in tokens.ids or ()]
+    if len(text) != n:
+        return None
+    tops_p = tokens.top_logprobs or [[] for _ in range(n)]
+    tops_t = tokens.top_text or [[f"token_id:{i}" for i in row] for row in tokens.top_ids or [[]] * n]
+    known = tokens.text is not None  # else the bytes of "token_id:N" would be no token's
+    content = []
+    for token, logprob, alt_p, alt_t in zip(text, tokens.logprobs, tops_p, tops_t):
+        content.append({"token": token, "logprob": logprob, "bytes": list(token.encode()) if known else None,
+                        "top_logprobs": [{"token": t, "logprob": p,
+                                          "bytes": list(t.encode()) if tokens.top_text is not None else None}
+                                         for t, p in zip(alt_t, alt_p)]})
+    return {"content": content, "refusal": None}
+
+
+def _with_tokens(payload: dict[str, Any], response: Response, params: dict[str, Any]) -> dict[str, Any]:
+    """Add what the request asked of the tokens (see the module's doc)."""
+    tokens = response.tokens
+    choice = payload["choices"][0]
+    if params.get("logprobs"):
+        choice["logprobs"] = wire_logprobs(tokens)
+    if params.get("return_token_ids"):
+        choice["token_ids"] = tokens.ids if tokens is not None else None
+        payload["prompt_token_ids"] = tokens.prompt_ids if tokens is not None else None
+    return payload
+
+
 def completion_payload(response: Response, *, model: str, id: str) -> dict[str, Any]:
     """A `Response` as a chat.completion object."""
     message: dict[str, Any] = {"role": "assistant", "content": response.message.content}
@@ -165,7 +206,8 @@ class ChatDialect(Dialect):
         return Parsed(request, stream=bool(body.get("stream")), options={"include_usage": usage})
 
     def payload(self, response: Response, parsed: Parsed, *, model: str, id: str, memory: dict[str, Any]) -> dict[str, Any]:
-        payload = completion_payload(response, model=model, id=f"chatcmpl-{id}")
+        payload = _with_tokens(completion_payload(response, model=model, id=f"chatcmpl-{id}"), response,
+                               parsed.request.params)
         seen = memory.get(_SEEN)
         if seen is not None and len(seen) == len(parsed.request.messages):
             seen.append((payload["choices"][0]["message"], response.message))
@@ -175,12 +217,19 @@ class ChatDialect(Dialect):
         head = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
                 "model": payload["model"]}
 
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            return sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
+        def chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> bytes:
+            return sse({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None,
+                                             **more}]})
 
         choice = payload["choices"][0]
         message = choice["message"]
-        out = [chunk({"role": "assistant", "content": ""})]
+        # vLLM sends the prompt's ids with the first chunk; the reply's tokens
+        # come here whole with the finish reason (the SDK's stream helpers
+        # join a choice's logprobs across chunks).
+        first = sse({**head, "prompt_token_ids": payload["prompt_token_ids"],
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None,
+                                  "logprobs": None}]}) if "prompt_token_ids" in payload else None
+        out = [first or chunk({"role": "assistant", "content": ""})]
         out += [chunk({"content": piece}) for piece in chunks_of(message["content"] or "", 64) if piece]
         for i, call in enumerate(message.get("tool_calls") or []):
             # The id and name first, then the arguments in pieces (the SDK's
@@ -189,7 +238,7 @@ class ChatDialect(Dialect):
             out.append(chunk({"tool_calls": [first]}))
             for piece in chunks_of(call["function"]["arguments"], 24):
                 out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
-        out.append(chunk({}, choice["finish_reason"]))
+        out.append(chunk({}, choice["finish_reason"], **{k: choice[k] for k in ("logprobs", "token_ids") if k in choice}))
         if parsed.options.get("include_usage"):
             out.append(sse({**head, "choices": [], "usage": payload["usage"]}))
         out.append(b"data: [DONE]\n\n")

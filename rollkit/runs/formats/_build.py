@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...core.messages import (AssistantMessage, Message, Response, SystemMessage, ToolCall, ToolMessage, Usage,
-                              UserMessage, split_parts, unvalidated)
+from ...core.messages import (AssistantMessage, Message, Response, SystemMessage, TokenLogprobs, ToolCall, ToolMessage,
+                              Usage, UserMessage, split_parts, unvalidated)
 import pydantic
 
 from ...core import _safe_read
@@ -81,6 +81,7 @@ class Call:
     end: float | None = None
     finish_reason: str | None = None
     error: ErrorInfo | None = None
+    tokens: TokenLogprobs | None = None  # token ids and logprobs, where the source kept them
 
 
 def read_json(path: Path, where: Where) -> Any:
@@ -457,8 +458,8 @@ def _response(reply: AssistantMessage, call: Call) -> Response:
     usage = call.usage or unvalidated(Usage, input_tokens=None, output_tokens=None, cache_read_tokens=None,
                                       cache_write_tokens=None, reasoning_tokens=None)
     if not isinstance(finish, str):
-        return Response(message=reply, usage=usage, finish_reason=finish)
-    return unvalidated(Response, message=reply, usage=usage, finish_reason=finish, model=None)
+        return Response(message=reply, usage=usage, finish_reason=finish, tokens=call.tokens)
+    return unvalidated(Response, message=reply, usage=usage, finish_reason=finish, model=None, tokens=call.tokens)
 
 
 def _time_segments(segments: list[Segment], trace: Trace, phases: dict[str, tuple[float, float | None]],

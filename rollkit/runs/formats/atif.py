@@ -9,7 +9,9 @@ the `system` (a system prompt), the `user` or the `agent`: an agent step is
 one model call (its `message`, `reasoning_content`, `tool_calls` of
 `{tool_call_id, function_name, arguments}`, per-call `metrics` with
 `prompt_tokens` including the `cached_tokens` read from the cache,
-`completion_tokens`, `cost_usd`) and the `observation` that answered it
+`completion_tokens`, `cost_usd`, and from v1.3 `prompt_token_ids`,
+`completion_token_ids` and `logprobs`, which map onto the call's
+`ModelCall.tokens` both ways) and the `observation` that answered it
 (`results` of `{source_call_id, content}`).
 
 Read: one trace per file (or per line of a JSON lines file of
@@ -33,7 +35,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ...core.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
+from ...core.messages import (AssistantMessage, SystemMessage, TokenLogprobs, ToolCall, ToolMessage, Usage,
+                              UserMessage)
 from ...core.outcome import Outcome
 from ...core.trace import TaskRef, Trace
 from . import _parse
@@ -82,6 +85,21 @@ def _usage(metrics: dict[str, Any], where: Where, at: str) -> Usage | None:
     return usage if any(v is not None for v in usage.model_dump().values()) else None
 
 
+def _tokens(metrics: dict[str, Any], where: Where, at: str) -> TokenLogprobs | None:
+    """A step's token ids and logprobs (ATIF v1.3+), None when it has none."""
+    values = {}
+    for theirs, ours, kind in (("prompt_token_ids", "prompt_ids", int), ("completion_token_ids", "ids", int),
+                               ("logprobs", "logprobs", float)):
+        value = metrics.get(theirs)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  and (kind is float or float(v).is_integer()) for v in value):
+            raise where.error(f"{at}.{theirs}", f"should be a list of {'numbers' if kind is float else 'token ids'}")
+        values[ours] = [kind(v) for v in value]
+    return TokenLogprobs(**values) if values else None
+
+
 def _trajectory(document: Any, where: Where) -> Trace:
     if not _is_trajectory(document):
         raise where.error("steps", "is missing: an ATIF trajectory holds schema_version 'ATIF-v1.x' and its steps")
@@ -125,7 +143,8 @@ def _trajectory(document: Any, where: Where) -> Trace:
                 extra = step.get("extra") if isinstance(step.get("extra"), dict) else {}
                 calls.append(Call(usage=_usage(metrics, where, f"{at}.metrics"),
                                   start=extra.get("rollkit_start", previous if stamp is not None else None),
-                                  end=stamp, finish_reason=extra.get("finish_reason")))
+                                  end=stamp, finish_reason=extra.get("finish_reason"),
+                                  tokens=_tokens(metrics, where, f"{at}.metrics")))
         else:
             raise where.error(f"{at}.source", f"should be 'system', 'user' or 'agent', got {source!r:.40}")
         observation = step.get("observation") if isinstance(step.get("observation"), dict) else {}
@@ -220,7 +239,7 @@ def _iso(moment: float | None) -> str | None:
     return datetime.fromtimestamp(moment, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _metrics(usage: Usage) -> dict[str, Any]:
+def _metrics(usage: Usage, tokens: TokenLogprobs | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"),
                          ("cache_read_tokens", "cached_tokens")):
@@ -228,6 +247,10 @@ def _metrics(usage: Usage) -> dict[str, Any]:
             out[theirs] = getattr(usage, ours)
     if usage.cache_write_tokens is not None:
         out["extra"] = {"cache_creation_input_tokens": usage.cache_write_tokens}
+    for ours, theirs in (("prompt_ids", "prompt_token_ids"), ("ids", "completion_token_ids"), ("logprobs", "logprobs")):
+        value = getattr(tokens, ours) if tokens is not None else None
+        if value is not None:
+            out[theirs] = value
     return out
 
 
@@ -270,7 +293,7 @@ def _document(trace: Trace) -> dict[str, Any]:
                 step["tool_calls"] = [{"tool_call_id": c.id, "function_name": c.name, "arguments": c.args()}
                                       for c in message.tool_calls]
             if call is not None:
-                metrics = _metrics(call.usage)
+                metrics = _metrics(call.usage, call.tokens)
                 if metrics:
                     step["metrics"] = metrics
                 step["extra"] = {"rollkit_start": call.start, **(
