@@ -563,6 +563,25 @@ def _write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
+def _voila_home(home: Path, token: str) -> dict[str, str]:
+    """Voila's settings (the token, the Host check) and rollkit's page
+    template in `home`, and the environment that points Voila there."""
+    # A dict setting does not pass on Voila's command line; it reads voila.json in its working folder.
+    settings = {"Voila": {"token": token,
+                          "tornado_settings": {"allow_remote_access": False, "local_hostnames": ["localhost"]}},
+                "VoilaConfiguration": {"template": "rollkit"}}
+    _write_private(home / "voila.json", json.dumps(settings))
+    templates = home / "jupyter" / "voila" / "templates" / "rollkit"
+    templates.mkdir(parents=True)
+    (templates / "conf.json").write_text(json.dumps({"base_template": "lab"}), encoding="utf-8")
+    (templates / "index.html.j2").write_text(_TEMPLATE, encoding="utf-8")
+    (home / "tmp").mkdir()  # Voila's connection folder and the kernel's temp files go with `home`
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "TMPDIR": str(home / "tmp"),
+           "PYTHONUNBUFFERED": "1",
+           "JUPYTER_PATH": os.pathsep.join(filter(None, [str(home / "jupyter"), os.environ.get("JUPYTER_PATH")]))}
+    return env
+
+
 def _serve(notebook: Path, home: Path, port: int) -> None:
     """Voila in its own process group, until SIGINT (Ctrl-C), SIGTERM or
     SIGHUP, whatever the command inherited for them (a `&` job of a script
@@ -587,19 +606,7 @@ def _serve(notebook: Path, home: Path, port: int) -> None:
     from ..programs import watchdog
 
     token = secrets.token_urlsafe(32)
-    # A dict setting does not pass on Voila's command line; it reads voila.json in its working folder.
-    settings = {"Voila": {"token": token,
-                          "tornado_settings": {"allow_remote_access": False, "local_hostnames": ["localhost"]}},
-                "VoilaConfiguration": {"template": "rollkit"}}
-    _write_private(home / "voila.json", json.dumps(settings))
-    templates = home / "jupyter" / "voila" / "templates" / "rollkit"
-    templates.mkdir(parents=True)
-    (templates / "conf.json").write_text(json.dumps({"base_template": "lab"}), encoding="utf-8")
-    (templates / "index.html.j2").write_text(_TEMPLATE, encoding="utf-8")
-    (home / "tmp").mkdir()  # Voila's connection folder and the kernel's temp files go with `home`
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "TMPDIR": str(home / "tmp"),
-           "PYTHONUNBUFFERED": "1",
-           "JUPYTER_PATH": os.pathsep.join(filter(None, [str(home / "jupyter"), os.environ.get("JUPYTER_PATH")]))}
+    env = _voila_home(home, token)
     interrupt = lambda *_: (_ for _ in ()).throw(KeyboardInterrupt())  # noqa: E731
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     proc = None

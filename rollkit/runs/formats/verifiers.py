@@ -280,15 +280,9 @@ def _v1_error(error: Any, phase: str = "agent") -> ErrorInfo:
                      status=(error or {}).get("status_code"), traceback=str((error or {}).get("traceback") or ""))
 
 
-def _v1_trace(episode: dict[str, Any], raw: Any, where: Where, index: int) -> Trace:
-    if not isinstance(raw, dict):
-        raise where.error(f"traces.{index}", f"should be a trace (a JSON object), got {type(raw).__name__}")
-    nodes = raw.get("nodes")
-    if not isinstance(nodes, list):
-        raise where.error(f"traces.{index}.nodes", "is missing: a v1 trace holds its messages there")
-    path = _v1_path(nodes, where)
-    tool_errors: list[dict[str, Any]] = []
-    conversation = to_messages([n["message"] for n in path], where, f"traces.{index}.nodes", tool_errors)
+def _v1_calls(raw: dict[str, Any], path: list[dict[str, Any]], where: Where, index: int) -> list[Call]:
+    """One call per reply on the path, and the failed attempts (no reply)
+    each after the replies of the calls listed before it."""
     by_node = {c.get("node"): c for c in raw.get("calls") or [] if isinstance(c, dict)}
     calls = []
     failed: list[tuple[int, Call]] = []
@@ -308,9 +302,21 @@ def _v1_trace(episode: dict[str, Any], raw: Any, where: Where, index: int) -> Tr
         calls.append(Call(usage=_v1_usage(call.get("usage"), where, f"traces.{index}.calls.usage"),
                           start=span.get("start") or None, end=span.get("end") or None,
                           finish_reason=call.get("finish_reason")))
-    # Each failed call after the replies of the calls listed before it (build keeps them in order).
-    for before, attempt in reversed(failed):
+    for before, attempt in reversed(failed):  # build keeps them in this order
         calls.insert(before, attempt)
+    return calls
+
+
+def _v1_trace(episode: dict[str, Any], raw: Any, where: Where, index: int) -> Trace:
+    if not isinstance(raw, dict):
+        raise where.error(f"traces.{index}", f"should be a trace (a JSON object), got {type(raw).__name__}")
+    nodes = raw.get("nodes")
+    if not isinstance(nodes, list):
+        raise where.error(f"traces.{index}.nodes", "is missing: a v1 trace holds its messages there")
+    path = _v1_path(nodes, where)
+    tool_errors: list[dict[str, Any]] = []
+    conversation = to_messages([n["message"] for n in path], where, f"traces.{index}.nodes", tool_errors)
+    calls = _v1_calls(raw, path, where, index)
     timing = raw.get("timing") if isinstance(raw.get("timing"), dict) else {}
     phases = {}
     for name in ("boot", "setup", "agent", "finalize", "scoring"):
