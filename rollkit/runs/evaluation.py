@@ -40,6 +40,7 @@ from .stats import mean_interval
 from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
 from .runner import run_rollout
 from .live import LIVE, LiveWriter, run_info
+from .livetables import TraceLog
 from .runfolder import GROUPS, TRACES, USER_TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
 from ..core.store import append_trace
 from ..core.task import Task
@@ -500,7 +501,7 @@ class _Run:
                 append_trace(user_trace, self.user_file)
         self.user_traces.extend(trace.user_traces)
         if self.trace_file is not None:
-            append_trace(trace, self.trace_file)
+            self.trace_file.append(trace)
         self.traces.append(trace)
         self.by_example.setdefault(trace.info["example_id"], []).append(trace)
         self.progress.add(trace)
@@ -574,7 +575,7 @@ class _Run:
     async def execute(self) -> EvalResult:
         plan, folder = self.plan, self.plan.folder
         if folder is not None:
-            self.trace_file = open(folder.path / TRACES, "a", encoding="utf-8")
+            self.trace_file = TraceLog(folder.path / TRACES)  # its tables are written as it goes
             if plan.scorers:
                 self.group_file = open(folder.path / GROUPS, "a", encoding="utf-8")
         started = False
