@@ -575,7 +575,8 @@ class _Run:
     async def execute(self) -> EvalResult:
         plan, folder = self.plan, self.plan.folder
         if folder is not None:
-            self.trace_file = TraceLog(folder.path / TRACES)  # its tables are written as it goes
+            # Its tables are written as it goes; a resume builds first what they miss (bar as the run's).
+            self.trace_file = TraceLog(folder.path / TRACES, progress=None if plan.progress else False)
             if plan.scorers:
                 self.group_file = open(folder.path / GROUPS, "a", encoding="utf-8")
         started = False

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core._gcpause import paused
 from ..core.trace import Trace
 
 __all__ = ["TraceLog"]
@@ -51,9 +52,11 @@ _SECONDS = 10.0
 class TraceLog:
     """One JSON lines file a run appends traces to, and its tables.
     `mode` opens the file ("ab": append, "xb": a new file only);
-    `tables=False` writes the lines alone."""
+    `tables=False` writes the lines alone; `progress` is the bar of a build
+    of what the tables miss at open (rk.open_run's: None shows it past a few MB)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, mode: str = "ab", tables: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, mode: str = "ab", tables: bool = True,
+                 progress: bool | None = None) -> None:
         self.path = Path(path)
         self.file = open(self.path, mode)
         self.end = os.fstat(self.file.fileno()).st_size
@@ -62,13 +65,13 @@ class TraceLog:
         self._pending_bytes = 0
         self._since = 0.0
         if tables:
-            self._open_tables()
+            self._open_tables(progress)
 
-    def _open_tables(self) -> None:
+    def _open_tables(self, progress: bool | None) -> None:
         from .columns import TableSet
 
         try:
-            self.tables = TableSet(self.path)
+            self.tables = TableSet(self.path, progress=progress)
         except _cache_errors() as exc:
             self._give_up(exc)
 
@@ -98,7 +101,10 @@ class TraceLog:
         data = b"".join(self._pending)
         self._pending, self._pending_bytes = [], 0
         try:
-            self.tables.add(data, self.end - len(data))
+            # The collector off: a part's rows are many young tuples, and each
+            # collection they set off would walk the run's heap (its traces).
+            with paused():
+                self.tables.add(data, self.end - len(data))
         except _cache_errors() as exc:
             self._give_up(exc)
 
