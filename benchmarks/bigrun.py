@@ -181,14 +181,17 @@ out = {}
 for label, tables in (("plain", False), ("live", True)):
     shutil.rmtree(target, ignore_errors=True); target.mkdir(parents=True)
     shutil.copy(source.parent / "manifest.json", target / "manifest.json")
+    r = resource.getrusage(resource.RUSAGE_SELF); c = r.ru_utime + r.ru_stime
     t = time.perf_counter()
     with open(source, "rb") as lines, TraceLog(target / "traces.jsonl", tables=tables) as log:
         for line in lines:
             log.write(line)
     out[label + "_write_s"] = round(time.perf_counter() - t, 2)
+    r = resource.getrusage(resource.RUSAGE_SELF); out[label + "_cpu_s"] = round(r.ru_utime + r.ru_stime - c, 2)
 n = sum(1 for _ in open(source, "rb"))
 out["lines"] = n
 out["tables_us_per_line"] = round(1e6 * (out["live_write_s"] - out["plain_write_s"]) / n, 1)
+out["tables_cpu_us_per_line"] = round(1e6 * (out["live_cpu_s"] - out["plain_cpu_s"]) / n, 1)
 out["parts"] = len(list((target / ".rollkit" / "traces.jsonl").glob("part-*.json")))
 out["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 print(json.dumps(out))
