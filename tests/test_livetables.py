@@ -168,6 +168,18 @@ def test_lines_handed_over_build_the_parts_a_build_of_the_file_makes(tmp_path, m
     _complete_and_fresh(source, tmp_path / "fresh")
 
 
+def test_a_slow_run_writes_a_part_when_its_oldest_line_has_waited_long_enough(tmp_path, monkeypatch):
+    monkeypatch.setattr(livetables, "_SECONDS", 0.0)  # every line has waited long enough by the next check
+    lines = (big_run(5, tmp_path / "big", tasks=2) / "traces.jsonl").read_bytes().splitlines(keepends=True)
+    source = tmp_path / "run" / "traces.jsonl"
+    source.parent.mkdir()
+    with TraceLog(source) as log:
+        for done, line in enumerate(lines, start=1):
+            log.write(line)
+            assert sum(p["lines"] for p in _markers(source)) == done  # in the tables before the next line
+    _complete_and_fresh(source, tmp_path / "fresh")
+
+
 def test_an_ab_test_writes_the_tables_of_both_arms(tmp_path, small_parts):
     rk.ab_test(demo_agent(), demo_agent(), arithmetic_tasks(6), out=tmp_path / "ab", stop=False)
     for arm in ("a", "b"):

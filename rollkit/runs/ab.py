@@ -350,7 +350,8 @@ def ab_test(a: Agent, b: Agent, tasks: Iterable[Task] | Task, *, repeats: int = 
     - `max_pairs`: the budget; `stop=False` runs every pair (still watched);
     - `bounds`: the range of `signal` (rewards in [0, 1] by default);
     - `seed`: the pairs' order; `concurrency`: rollouts in flight;
-    - `out=DIR`: DIR/a.jsonl and DIR/b.jsonl get each trace as it finishes,
+    - `out=DIR`: DIR/a.jsonl and DIR/b.jsonl get each trace as it finishes
+      (and their columnar tables, as rk.evaluate's run folder does),
       DIR/ab.jsonl the interval after each pair (`rollkit view DIR` follows it);
     - `on_pair(state)`: called after each pair counts; `monitor=True` in a
       notebook draws the interval narrowing as pairs land.

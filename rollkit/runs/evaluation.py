@@ -4,7 +4,8 @@ This module owns batch evaluation: `evaluate` (runs to the end) and
 `evaluate_async` (the same, to await in async code) bound the rollouts in flight,
 tag every trace with its example id and rollout id, keep a `tqdm.auto`
 progress bar, append each finished trace to the run folder's trace file the
-moment it finishes, resume a folder, run group scorers once all the repeats
+moment it finishes (its tables written as it goes, through
+rollkit.runs.livetables), resume a folder, run group scorers once all the repeats
 of a task are done, and hand back an `EvalResult` that builds the DataFrames
 (through `rollkit.notebook.frames`); `load_run` reads a run folder back as one.
 
