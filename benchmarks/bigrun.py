@@ -16,12 +16,18 @@ rollouts), then, each step in a fresh process so its peak memory is its own:
 - one trace parsed from its byte offset (first, with the index, and next);
 - peak memory of that process (ru_maxrss);
 - rk.load of 100,000 traces as objects;
-- the run-time cost: a real rk.evaluate run, and the build of its tables
-  after it (the tables are built on open, so the run itself writes none);
+- the tables written as the run goes (rollkit.runs.livetables, issue 34):
+  each run's lines written again through the run's writer, with its tables
+  and without (the cost per line), then that folder's first open in a
+  fresh process (its tables are there: nothing to build);
+- the run-time cost: a real rk.evaluate run at concurrency 1 and 256, its
+  tables written as it goes and not (rollouts/s of each), and the first
+  open after it;
 - inspect-ai: read_eval_log and samples_df on the same rollouts saved as
   an inspect log (rk.save format="inspect"), against open + rollouts here.
 
 Run: PYTHONPATH=. python benchmarks/bigrun.py [--n 100000,1000000] [--n20 100000] [--keep DIR] [--no-steps]
+     [--no-live] [--run-tasks 1000] [--run-concurrency 1,256] [--load 0] [--inspect 0]
 Prints one line per number. Mind the machine: the 1M step takes minutes.
 """
 
@@ -124,20 +130,71 @@ print(json.dumps({"rk_load": round(time.perf_counter() - t, 2), "traces": len(tr
                   "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
 '''
 
+# A real rk.evaluate run with its tables written as it goes (the default)
+# and without (TraceLog(tables=False): the build waits for the first open),
+# one after the other, twice each, in one process: rollouts/s of each (the
+# best of two, the machine being shared) and the first open after it.
 _RUN_COST = r'''
-import json, shutil, sys, tempfile, time
+import functools, json, shutil, sys, tempfile, time
 from pathlib import Path
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
+from rollkit.runs import evaluation
 from rollkit.runs.lazyrun import open_run
-tasks, repeats = int(sys.argv[1]), int(sys.argv[2])
-folder = Path(tempfile.mkdtemp()) / "run"
-t = time.perf_counter(); rk.evaluate(demo_agent(), arithmetic_tasks(tasks), repeats=repeats, out=folder, progress=False)
-ran = time.perf_counter() - t
-t = time.perf_counter(); open_run(folder); built = time.perf_counter() - t
-shutil.rmtree(folder.parent)
-print(json.dumps({"rollouts": tasks * repeats, "run_s": round(ran, 2), "rollouts_per_s": round(tasks * repeats / ran),
-                  "build_after_s": round(built, 2), "build_share": round(built / ran, 3)}))
+from rollkit.runs.livetables import TraceLog
+tasks, repeats, concurrency = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+root = Path(tempfile.mkdtemp())
+rk.evaluate(demo_agent(), arithmetic_tasks(20), out=root / "warm", progress=False, concurrency=concurrency)
+best = {}
+try:
+    for attempt in range(2):
+        for label, tables in (("live", True), ("plain", False)):
+            evaluation.TraceLog = functools.partial(TraceLog, tables=tables)
+            folder = root / f"{label}-{attempt}"
+            t = time.perf_counter()
+            rk.evaluate(demo_agent(), arithmetic_tasks(tasks), repeats=repeats, out=folder, progress=False,
+                        concurrency=concurrency)
+            ran = time.perf_counter() - t
+            t = time.perf_counter(); open_run(folder); opened = time.perf_counter() - t
+            if label not in best or ran < best[label][0]:
+                best[label] = (ran, opened)
+finally:
+    shutil.rmtree(root)
+n = tasks * repeats
+out = {"rollouts": n, "concurrency": concurrency}
+for label, (ran, opened) in best.items():
+    out[label] = {"rollouts_per_s": round(n / ran), "run_s": round(ran, 2), "first_open_after_s": round(opened, 3)}
+out["live_cost"] = f"{100 * (best['live'][0] / best['plain'][0] - 1):+.1f}% run time"
+print(json.dumps(out))
+'''
+
+# The lines of a generated run written again through rollkit.runs.livetables
+# (as a run writes them, a flushed line at a time), with its tables and
+# without: the writer's cost per line, then its folder's first open (which
+# should build nothing) in a fresh process (_BUILD).
+_LIVE_WRITE = r'''
+import json, os, resource, shutil, sys, time
+from pathlib import Path
+from rollkit.runs.livetables import TraceLog
+source, target = Path(sys.argv[1]) / "traces.jsonl", Path(sys.argv[2])
+out = {}
+for label, tables in (("plain", False), ("live", True)):
+    shutil.rmtree(target, ignore_errors=True); target.mkdir(parents=True)
+    shutil.copy(source.parent / "manifest.json", target / "manifest.json")
+    r = resource.getrusage(resource.RUSAGE_SELF); c = r.ru_utime + r.ru_stime
+    t = time.perf_counter()
+    with open(source, "rb") as lines, TraceLog(target / "traces.jsonl", tables=tables) as log:
+        for line in lines:
+            log.write(line)
+    out[label + "_write_s"] = round(time.perf_counter() - t, 2)
+    r = resource.getrusage(resource.RUSAGE_SELF); out[label + "_cpu_s"] = round(r.ru_utime + r.ru_stime - c, 2)
+n = sum(1 for _ in open(source, "rb"))
+out["lines"] = n
+out["tables_us_per_line"] = round(1e6 * (out["live_write_s"] - out["plain_write_s"]) / n, 1)
+out["tables_cpu_us_per_line"] = round(1e6 * (out["live_cpu_s"] - out["plain_cpu_s"]) / n, 1)
+out["parts"] = len(list((target / ".rollkit" / "traces.jsonl").glob("part-*.json")))
+out["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print(json.dumps(out))
 '''
 
 _INSPECT = r'''
@@ -173,7 +230,11 @@ def main() -> None:
     parser.add_argument("--no-steps", action="store_true", help="only the first open (and the comparison)")
     parser.add_argument("--load", type=int, default=100_000, help="traces for rk.load")
     parser.add_argument("--inspect", type=int, default=2_000, help="rollouts saved as an inspect log (0: skip)")
-    parser.add_argument("--run-tasks", type=int, default=200, help="tasks of the real run (x 2 repeats)")
+    parser.add_argument("--run-tasks", type=int, default=1000, help="tasks of the real run (x 2 repeats)")
+    parser.add_argument("--run-concurrency", type=lambda text: [int(x) for x in text.split(",")], default=[1, 256],
+                        help="concurrency of the real run, with and without live tables (comma separated)")
+    parser.add_argument("--no-live", dest="live", action="store_false",
+                        help="skip writing each run again through the live tables' writer")
     parser.add_argument("--keep", type=Path, default=None, help="keep the generated runs here")
     args = parser.parse_args()
     from rollkit.examples.bigrun import big_run
@@ -192,6 +253,13 @@ def main() -> None:
             shutil.rmtree(folder / ".rollkit", ignore_errors=True)  # tables absent: a first open
             print(f"{label} {n:,} first open + rollouts (fresh process, native build): {_py(_BUILD, str(folder))}",
                   flush=True)
+            if args.live:
+                live = root / f"{label}-{n}-live"
+                print(f"{label} {n:,} written as a run writes them, with and without tables: "
+                      f"{_py(_LIVE_WRITE, str(folder), str(live))}", flush=True)
+                print(f"{label} {n:,} first open + rollouts of the run whose tables were written as it went "
+                      f"(fresh process): {_py(_BUILD, str(live))}", flush=True)
+                shutil.rmtree(live)
             if n <= args.compare_max:
                 print(f"{label} {n:,} Python build vs native build (same process): {_py(_COMPARE, str(folder))}",
                       flush=True)
@@ -202,7 +270,9 @@ def main() -> None:
             big_run(args.load, folder)
             print(f"rk.load {args.load:,} single-turn traces: {_py(_LOAD, str(folder))}", flush=True)
         if args.run_tasks:
-            print(f"real run then build: {_py(_RUN_COST, str(args.run_tasks), '2')}", flush=True)
+            for concurrency in args.run_concurrency:
+                print(f"real run, tables written as it goes vs built on the first open: "
+                      f"{_py(_RUN_COST, str(args.run_tasks), '2', str(concurrency))}", flush=True)
         if args.inspect:
             import rollkit as rk
 

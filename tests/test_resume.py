@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from evaluate_helpers import gated_agent, said_agent, said_tasks, sigkill, start_gated, wait_blocked
+from test_livetables import _complete_and_fresh, _markers
 
 import rollkit as rk
 from rollkit.runs.evaluation import RunFolderError, best_of_n, load_run, pass_at_k
@@ -42,6 +43,8 @@ def test_kill_then_resume_gives_exactly_one_trace_per_task_and_repeat(tmp_path):
     # The finished traces were kept as they were, not rerun.
     assert {t.info["rollout_id"]: t.id for t in result.traces if t.info["rollout_id"] in kept} == kept
     assert all(t.ok for t in result.traces)
+    # The killed run's lines held in memory for the tables were built from the file on resume.
+    _complete_and_fresh(out / "traces.jsonl", tmp_path / "fresh")
 
 
 def test_interrupt_aborts_in_flight_keeps_finished_and_resume_completes(tmp_path):
@@ -61,10 +64,13 @@ def test_interrupt_aborts_in_flight_keeps_finished_and_resume_completes(tmp_path
     assert len([line for line in said if line.startswith("aborted ")]) == 4
     assert "evaluation interrupted: 8 rollouts finished and kept" in stderr
     assert sorted(_rollout_ids(out)) == FINISHED_BEFORE_BLOCK
+    assert sum(p["lines"] for p in _markers(out / "traces.jsonl")) == 8  # the interrupted run wrote its last part
+    _complete_and_fresh(out / "traces.jsonl", tmp_path / "fresh-interrupted")
 
     result = rk.evaluate(gated_agent(), said_tasks(6), repeats=2, concurrency=4, out=out, resume=True, progress=False)
     assert Counter(_rollout_ids(out)) == Counter(ALL_12)
     assert len(result) == 12
+    _complete_and_fresh(out / "traces.jsonl", tmp_path / "fresh-resumed")
 
 
 def test_resume_skips_finished_and_runs_only_the_rest(tmp_path):

@@ -54,12 +54,12 @@ from typing import TYPE_CHECKING, Any
 from ..core.agent import Agent
 from ..core.errors import UsageError
 from ..core.plugins import plugged
-from ..core.store import append_trace
 from ..core.task import Task
 from ..core.trace import Trace
 from .compare import trace_signals
 from .evaluation import _task_list
 from .interrupts import run_sync
+from .livetables import TraceLog
 from .runner import run_rollout
 from .sequential import METHOD, ConfidenceSequence, decision, simulate
 
@@ -212,7 +212,7 @@ class _Test:
     def _land(self, index: int, arm: str, trace: Trace) -> None:
         self.done[(index, arm)] = trace
         if arm in self.files:
-            append_trace(trace, self.files[arm])
+            self.files[arm].append(trace)
         # Pairs count in their planned order only (see the module docstring).
         while self.next < len(self.pairs) and (self.next, "a") in self.done and (self.next, "b") in self.done \
                 and not self.finished.is_set():
@@ -255,7 +255,7 @@ class _Test:
                 # "x": an A/B folder is written by one test only; each file is
                 # kept as soon as it is open, so the finally closes it.
                 for arm in ("a", "b"):
-                    self.files[arm] = open(self.out / f"{arm}.jsonl", "x", encoding="utf-8")
+                    self.files[arm] = TraceLog(self.out / f"{arm}.jsonl", mode="xb")  # with its tables
                 self.log = open(self.out / AB_LOG, "x", encoding="utf-8")
                 self._log({"kind": "start", "signal": self.signal, "alpha": self.alpha, "margin": self.margin,
                            "planned": len(self.pairs), "method": METHOD})
@@ -350,7 +350,8 @@ def ab_test(a: Agent, b: Agent, tasks: Iterable[Task] | Task, *, repeats: int = 
     - `max_pairs`: the budget; `stop=False` runs every pair (still watched);
     - `bounds`: the range of `signal` (rewards in [0, 1] by default);
     - `seed`: the pairs' order; `concurrency`: rollouts in flight;
-    - `out=DIR`: DIR/a.jsonl and DIR/b.jsonl get each trace as it finishes,
+    - `out=DIR`: DIR/a.jsonl and DIR/b.jsonl get each trace as it finishes
+      (and their columnar tables, as rk.evaluate's run folder does),
       DIR/ab.jsonl the interval after each pair (`rollkit view DIR` follows it);
     - `on_pair(state)`: called after each pair counts; `monitor=True` in a
       notebook draws the interval narrowing as pairs land.

@@ -16,7 +16,9 @@ metadata the source's identity (the range's end and a hash of the bytes
 just before it, and of the file's head); a part that no longer matches its
 source, or that cannot be read (torn, partial), is dropped and the tables
 are rebuilt from the JSON, never trusted. A file that grew (a resumed or
-live run) gets a new part for its new lines only. A part of 8 MB or more
+live run) gets a new part for its new lines only; a run that writes its
+traces (rollkit.runs.livetables) hands each batch of lines it wrote to
+`TableSet.add`, so its tables are complete when it ends. A part of 8 MB or more
 is built by DuckDB's JSON parser (rollkit.runs.nativebuild); a smaller one,
 and one DuckDB must not read, by the Python build here (the reference: both
 make the same tables). Rows come straight from
@@ -352,9 +354,12 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=12).hexdigest()
 
 
-def _head(path: Path) -> str:
+def _head(path: Path, end: int = _SIGNATURE) -> str:
+    """A hash of the file's first bytes, never past `end`: a part records the
+    head it covers, so a part written while the file was small (a run's
+    first traces) still matches once the file has grown."""
     with open(path, "rb") as f:
-        return _digest(f.read(_SIGNATURE))
+        return _digest(f.read(min(end, _SIGNATURE)))
 
 
 def _before(path: Path, end: int) -> str:
@@ -452,9 +457,14 @@ class TableSet:
 
     def _valid(self, parts: list[dict[str, Any]], size: int) -> bool:
         expected = 0
-        head = _head(self.source) if parts else None
+        heads: dict[int, str] = {}
         for part in parts:
-            if part["start"] != expected or part["end"] > size or part["head"] != head:
+            if part["start"] != expected or part["end"] > size:
+                return False
+            reach = min(part["end"], _SIGNATURE)
+            if reach not in heads:
+                heads[reach] = _head(self.source, reach)
+            if part["head"] != heads[reach]:
                 return False
             if part["before"] != _before(self.source, part["end"]):
                 return False
@@ -478,11 +488,37 @@ class TableSet:
         ordinal = sum(p["lines"] for p in parts)
         if covered < size:
             parts.extend(self._build(covered, size, ordinal))
+        self._settle(parts)
+
+    def _settle(self, parts: list[dict[str, Any]]) -> None:
         if len(parts) > _MAX_PARTS:
             parts = self._compact(parts)
         self.parts = parts
         self.built_lines = sum(p["lines"] for p in parts)
         self.files = {table: [self.folder / table / f"{p['name']}.parquet" for p in parts] for table in TABLES}
+
+    def add(self, data: bytes, start: int) -> None:
+        """Bring the tables up to `start + len(data)`, where `data` is
+        complete lines just written to the source at `start` (a run writing
+        its traces, rollkit.runs.livetables): the part is built from these
+        bytes, as a build from the file would build it, without reading
+        them back. Parts another process built meanwhile (a monitor opening
+        the live run) are kept and only what they miss is added; anything
+        else (a gap before `start`, parts that no longer match) is built
+        from the file, as opening it would."""
+        import numpy as np
+
+        end = start + len(data)
+        parts = self._read_parts()
+        covered = parts[-1]["end"] if parts else 0
+        if parts is None or not start <= covered <= end or not self._valid(parts, end):  # not ours to patch
+            self._refresh()
+            return
+        if covered < end:
+            piece = data[covered - start:]
+            starts, ends, lengths = _lines(piece, np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == 10) + 1)
+            parts.append(self._part(piece, starts, ends, lengths, covered, sum(p["lines"] for p in parts)))
+        self._settle(parts)
 
     def _build(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
         # Building makes millions of tuples and frees none until a part is
@@ -495,25 +531,27 @@ class TableSet:
         lines or _PART_BYTES of source each). A last line without its
         newline (torn, or still being written) waits."""
         made = []
-        head = _head(self.source)
         with open(self.source, "rb") as f:
             for part_start, data, ends in _blocks(f, start):
                 starts, ends, lengths = _lines(data, ends)
-                part = None
-                if _NATIVE and len(starts) and len(data) >= _NATIVE_MIN_BYTES:
-                    part = self._native(data, starts, ends, lengths, part_start, ordinal, head)
-                if part is None:
-                    tables = _python_tables(self._python_rows(data, starts, ends, part_start, ordinal))
-                    part = self._write_part(tables.items(), part_start, part_start + len(data), len(starts), head,
-                                            "python")
-                    del tables
-                made.append(part)
+                made.append(self._part(data, starts, ends, lengths, part_start, ordinal))
                 ordinal += len(starts)
                 bar.update(len(data))
         return made
 
-    def _native(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
-                head: str) -> dict[str, Any] | None:
+    def _part(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int,
+              ordinal: int) -> dict[str, Any]:
+        """The part of `data` (the source's lines from `part_start`) built and written."""
+        part = None
+        if _NATIVE and len(starts) and len(data) >= _NATIVE_MIN_BYTES:
+            part = self._native(data, starts, ends, lengths, part_start, ordinal)
+        if part is None:
+            tables = _python_tables(self._python_rows(data, starts, ends, part_start, ordinal))
+            part = self._write_part(tables.items(), part_start, part_start + len(data), len(starts), "python")
+        return part
+
+    def _native(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int,
+                ordinal: int) -> dict[str, Any] | None:
         """The part built by DuckDB (rollkit.runs.nativebuild) and written,
         each table as soon as it is made; None when the Python build must
         make it (it names a bad line; its files replace any written here)."""
@@ -534,7 +572,7 @@ class TableSet:
                     .cast(pa.large_string())
             lines.validate(full=True)  # UTF-8: a line that is not is the Python build's to report
             tables = native_tables(lines, ordinal, starts + part_start, lengths, _COLUMNS, _TYPES)
-            return self._write_part(tables, part_start, part_start + len(data), len(starts), head, "native")
+            return self._write_part(tables, part_start, part_start + len(data), len(starts), "native")
         except (NativeUnfit, duckdb.Error, pa.ArrowException):
             return None
 
@@ -550,7 +588,7 @@ class TableSet:
             ordinal += 1
         return rows
 
-    def _write_part(self, tables: Iterable[tuple[str, Any]], start: int, end: int, lines: int, head: str,
+    def _write_part(self, tables: Iterable[tuple[str, Any]], start: int, end: int, lines: int,
                     build: str) -> dict[str, Any]:
         import pyarrow.parquet as pq
 
@@ -560,7 +598,8 @@ class TableSet:
             folder = self.folder / table
             folder.mkdir(parents=True, exist_ok=True)
             _atomic(lambda tmp: pq.write_table(arrow, tmp, compression="lz4"), folder / f"{name}.parquet")
-        meta = {"start": start, "end": end, "lines": lines, "head": head, "before": _before(self.source, end),
+        meta = {"start": start, "end": end, "lines": lines, "head": _head(self.source, end),
+                "before": _before(self.source, end),
                 "build": build}
         # The marker last: a part without it is ignored (and cleared with the next rebuild).
         _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
@@ -590,7 +629,7 @@ class TableSet:
             merged = merged.replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
             _atomic(lambda tmp: pq.write_table(merged, tmp, compression="lz4"), self.folder / table / f"{name}.parquet")
         meta = {"start": parts[0]["start"], "end": parts[-1]["end"], "lines": sum(p["lines"] for p in parts),
-                "head": parts[0]["head"], "before": parts[-1]["before"],
+                "head": _head(self.source, parts[-1]["end"]), "before": parts[-1]["before"],
                 "build": "+".join(sorted({p.get("build", "python") for p in parts}))}
         _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
         for p in parts:

@@ -4,7 +4,8 @@ This module owns batch evaluation: `evaluate` (runs to the end) and
 `evaluate_async` (the same, to await in async code) bound the rollouts in flight,
 tag every trace with its example id and rollout id, keep a `tqdm.auto`
 progress bar, append each finished trace to the run folder's trace file the
-moment it finishes, resume a folder, run group scorers once all the repeats
+moment it finishes (its tables written as it goes, through
+rollkit.runs.livetables), resume a folder, run group scorers once all the repeats
 of a task are done, and hand back an `EvalResult` that builds the DataFrames
 (through `rollkit.notebook.frames`); `load_run` reads a run folder back as one.
 
@@ -40,6 +41,7 @@ from .stats import mean_interval
 from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
 from .runner import run_rollout
 from .live import LIVE, LiveWriter, run_info
+from .livetables import TraceLog
 from .runfolder import GROUPS, TRACES, USER_TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
 from ..core.store import append_trace
 from ..core.task import Task
@@ -508,7 +510,7 @@ class _Run:
                 append_trace(user_trace, self.user_file)
         self.user_traces.extend(trace.user_traces)
         if self.trace_file is not None:
-            append_trace(trace, self.trace_file)
+            self.trace_file.append(trace)
         self.traces.append(trace)
         self.by_example.setdefault(trace.info["example_id"], []).append(trace)
         self.progress.add(trace)
@@ -584,7 +586,8 @@ class _Run:
     async def execute(self) -> EvalResult:
         plan, folder = self.plan, self.plan.folder
         if folder is not None:
-            self.trace_file = open(folder.path / TRACES, "a", encoding="utf-8")
+            # Its tables are written as it goes; a resume builds first what they miss (bar as the run's).
+            self.trace_file = TraceLog(folder.path / TRACES, progress=None if plan.progress else False)
             if plan.scorers:
                 self.group_file = open(folder.path / GROUPS, "a", encoding="utf-8")
         started = False

@@ -12,10 +12,9 @@ actor calls in flight, which abort their rollouts; `stop` waits (bounded) for
 those aborts before it kills the actors, so the workers free their runtimes.
 
 The Parquet tables of a Ray run (rollkit.runs.columns) are those of a local
-run: the driver appends every trace to the one `traces.jsonl`, and the tables
-are built from it in parts (shards by byte range, a new part for the lines a
-resumed or growing run added) when the run is first opened; the workers
-write nothing. Ray Data reads them as they are
+run: the driver appends every trace to the one `traces.jsonl` and writes
+the tables' parts (shards by byte range) as it goes
+(rollkit.runs.livetables); the workers write nothing. Ray Data reads them as they are
 (`ray.data.read_parquet(".../.rollkit/traces.jsonl/rollouts")`).
 
 A worker that dies mid-rollout (its node removed or crashed, the actor
