@@ -133,6 +133,13 @@ class ModelCall(_Record):
     # Why `start`/`end` are not the call's own times, when an importer had
     # to mend them (see `mended_times`); None when they are.
     timing_issue: str | None = Field(default=None, exclude_if=_absent)
+    # What the call cost in dollars (rollkit.core.prices: the tier and the
+    # cache rates applied; an importer's source's own figure), None (NA,
+    # never 0) when its model has no price or its usage was not reported;
+    # `cum_cost_usd` the rollout's cost up to and with it (None once a turn's
+    # cost is unknown: a partial sum would understate it).
+    cost_usd: float | None = Field(default=None, exclude_if=_absent)
+    cum_cost_usd: float | None = Field(default=None, exclude_if=_absent)
 
     @property
     def latency(self) -> float:
@@ -209,7 +216,7 @@ class Trace(_Record):
     id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
     task: TaskRef
     agent: dict[str, Any] = Field(default_factory=dict)
-    limits: dict[str, int | None] = Field(default_factory=dict)
+    limits: dict[str, int | float | None] = Field(default_factory=dict)
     timeouts: dict[str, float | None] = Field(default_factory=dict)
     messages: list[Message] = Field(default_factory=list)
     sampled: list[int] = Field(default_factory=list)
@@ -306,6 +313,33 @@ class Trace(_Record):
         """The final sequence length: the last turn's prompt plus its reply."""
         last = self._last_turn()
         return 0 if last is None else last.cum_total_tokens
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What the rollout cost in dollars: the source's own total when an
+        importer recorded one (`info["cost_usd"]`), else its model calls'
+        sum; None (NA, never 0) when a turn's price is unknown, 0.0 before
+        any call. O(1): the last call carries the running total."""
+        imported = self.info.get("cost_usd")
+        if imported is not None:
+            return float(imported)
+        return self.model_calls[-1].cum_cost_usd if self.model_calls else 0.0
+
+    @property
+    def cost_by_phase(self) -> dict[str, float | None]:
+        """Dollars per phase (PHASES order): each model call counts in the
+        phase whose span holds its start (the agent phase when none does);
+        None where a turn's price is unknown."""
+        out: dict[str, float | None] = {name: 0.0 for name in PHASES if name in self.phases}
+        for call in self.model_calls:
+            phase = next((name for name, span in self.phases.items()
+                          if span.start <= call.start and (span.end is None or call.start <= span.end)), "agent")
+            spent = out.get(phase, 0.0)
+            if call.cost_usd is None:
+                out[phase] = None if call.committed else spent
+            elif spent is not None:
+                out[phase] = spent + call.cost_usd
+        return out
 
     @property
     def reward(self) -> float:
@@ -406,9 +440,10 @@ class Trace(_Record):
     def summary(self) -> str:
         scored = self.scored_reward  # a missing reward is "-", never 0
         reward = f"{scored:.3f}" if scored is not None else "-"
+        cost = self.cost_usd  # an unknown price is "-", never $0
         return (
             f"trace {self.id} task={self.task.key} ok={self.ok} reward={reward} "
-            f"turns={self.num_turns} tokens={self.num_total_tokens} stop={self.stop}"
+            f"turns={self.num_turns} tokens={self.num_total_tokens} cost={_dollars(cost)} stop={self.stop}"
         )
 
     # ---- the recorder: what the rollout, the session, the runner, the
@@ -604,14 +639,16 @@ class Trace(_Record):
         reply: AssistantMessage | None = None,
         request_messages: int | None = None,
         timing_issue: str | None = None,
+        cost_usd: float | None = None,
     ) -> ModelCall:
         """Record one model call; a call with a response is a committed turn.
         `continues_prompt` is False when the prompt did not extend the previous
         sequence (the harness rewrote history): then all of it is new input.
         `request_messages` is how many messages of `self.messages` the request
         was (the first ones; None when it is not on the trace); `reply` the
-        answer of a call that failed after the model answered. A call that
-        ends before it starts is refused: a negative latency is a clock bug."""
+        answer of a call that failed after the model answered; `cost_usd` its
+        price (rollkit.core.prices). A call that ends before it starts is
+        refused: a negative latency is a clock bug."""
         if end < start:
             raise ValueError(f"model call {index} ends before it starts ({end} < {start}): "
                              "a latency is never negative; take both times from one clock")
@@ -637,11 +674,21 @@ class Trace(_Record):
             request_messages=request_messages,
             request=None,
             timing_issue=timing_issue,
+            cost_usd=cost_usd,
+            cum_cost_usd=self._cost_after(cost_usd, committed=response is not None),
         )
         if response is not None:
             _count_turn(call, response.usage, continues_prompt)
         self.model_calls.append(call)
         return call
+
+    def _cost_after(self, cost: float | None, *, committed: bool) -> float | None:
+        """The running cost with one more call: a turn of unknown price makes
+        it unknown from then on; a failed call adds what is known of it."""
+        before = self.model_calls[-1].cum_cost_usd if self.model_calls else 0.0
+        if before is None or (cost is None and committed):
+            return None
+        return before + (cost or 0.0)
 
     def request_of(self, call: ModelCall) -> list[Message] | None:
         """The messages the request of `call` (one of this trace's model
@@ -744,6 +791,13 @@ class Trace(_Record):
                     first, n = runs[k], runs[k + 1]
                     refs.extend(ref(first + d) if first >= 0 else first - d for d in range(n))
             call.request = _runs(refs)
+
+
+def _dollars(cost: float | None) -> str:
+    """A cost as people read it: cents for small sums, "-" when unknown."""
+    if cost is None:
+        return "-"
+    return f"${cost:.4f}" if cost < 1 else f"${cost:,.2f}"
 
 
 def _count_turn(call: ModelCall, usage: Usage, continues_prompt: bool) -> None:
