@@ -327,19 +327,11 @@ class Trace(_Record):
 
     @property
     def cost_by_phase(self) -> dict[str, float | None]:
-        """Dollars per phase (PHASES order): each model call counts in the
-        phase whose span holds its start (the agent phase when none does);
-        None where a turn's price is unknown."""
-        out: dict[str, float | None] = {name: 0.0 for name in PHASES if name in self.phases}
-        for call in self.model_calls:
-            phase = next((name for name, span in self.phases.items()
-                          if span.start <= call.start and (span.end is None or call.start <= span.end)), "agent")
-            spent = out.get(phase, 0.0)
-            if call.cost_usd is None:
-                out[phase] = None if call.committed else spent
-            elif spent is not None:
-                out[phase] = spent + call.cost_usd
-        return out
+        """Dollars per phase that started. Model calls go through the
+        session, which runs in the agent phase only (segments, L2): the
+        agent phase carries the rollout's cost, the others none of it (a
+        judge a scorer calls itself is not a call of the trace)."""
+        return {name: self.cost_usd if name == "agent" else 0.0 for name in self.phases}
 
     @property
     def reward(self) -> float:
