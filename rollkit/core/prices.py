@@ -36,7 +36,7 @@ from typing import Any
 
 from .errors import UsageError
 
-__all__ = ["RateCard", "prices", "rate_card", "call_cost", "require_price", "PRICE_KEYS"]
+__all__ = ["RateCard", "prices", "rate_card", "call_cost", "require_price", "dollars", "PRICE_KEYS"]
 
 # The user's rates, per million tokens (requests: per call).
 PRICE_KEYS = ("input", "output", "cache_read", "cache_write", "requests")
@@ -85,6 +85,14 @@ class RateCard:
             if rate is not None and count:
                 total += _tiered(rate, prompt) * count / 1e6
         return total
+
+
+def dollars(value: float | None) -> str:
+    """Dollars as people read them: four decimals under a dollar, "-"
+    when unknown (never "$0")."""
+    if value is None:
+        return "-"
+    return f"${value:.4f}" if abs(value) < 1 else f"${value:,.2f}"
 
 
 def _tiered(rate: Rate, prompt: int) -> float:

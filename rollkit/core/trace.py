@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ErrorInfo  # defined with the error model; kept importable from here
 from .plugins import plugged
+from .prices import dollars
 from .messages import AssistantMessage, Message, Response, ToolMessage, Usage, _absent, text_of, unvalidated
 from .outcome import Outcome
 
@@ -435,7 +436,7 @@ class Trace(_Record):
         cost = self.cost_usd  # an unknown price is "-", never $0
         return (
             f"trace {self.id} task={self.task.key} ok={self.ok} reward={reward} "
-            f"turns={self.num_turns} tokens={self.num_total_tokens} cost={_dollars(cost)} stop={self.stop}"
+            f"turns={self.num_turns} tokens={self.num_total_tokens} cost={dollars(cost)} stop={self.stop}"
         )
 
     # ---- the recorder: what the rollout, the session, the runner, the
@@ -783,13 +784,6 @@ class Trace(_Record):
                     first, n = runs[k], runs[k + 1]
                     refs.extend(ref(first + d) if first >= 0 else first - d for d in range(n))
             call.request = _runs(refs)
-
-
-def _dollars(cost: float | None) -> str:
-    """A cost as people read it: cents for small sums, "-" when unknown."""
-    if cost is None:
-        return "-"
-    return f"${cost:.4f}" if cost < 1 else f"${cost:,.2f}"
 
 
 def _count_turn(call: ModelCall, usage: Usage, continues_prompt: bool) -> None:
