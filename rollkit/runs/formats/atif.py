@@ -125,7 +125,8 @@ def _trajectory(document: Any, where: Where) -> Trace:
                 extra = step.get("extra") if isinstance(step.get("extra"), dict) else {}
                 calls.append(Call(usage=_usage(metrics, where, f"{at}.metrics"),
                                   start=extra.get("rollkit_start", previous if stamp is not None else None),
-                                  end=stamp, finish_reason=extra.get("finish_reason")))
+                                  end=stamp, finish_reason=extra.get("finish_reason"),
+                                  cost_usd=costs[-1] if isinstance(metrics.get("cost_usd"), (int, float)) else None))
         else:
             raise where.error(f"{at}.source", f"should be 'system', 'user' or 'agent', got {source!r:.40}")
         observation = step.get("observation") if isinstance(step.get("observation"), dict) else {}
@@ -169,7 +170,7 @@ def _trajectory(document: Any, where: Where) -> Trace:
         task=TaskRef(type=f"atif:{agent.get('name') or 'agent'}", key=session, data={"prompt": prompt}),
         agent={"name": agent.get("name"), "model": agent.get("model_name"), "harness": agent.get("name"),
                "version": agent.get("version")},
-        rewards=None, metrics=metrics, context=copied,
+        rewards=None, metrics=metrics, context=copied, cost=(total, "final_metrics.total_cost_usd"),
         phases={"agent": (min(stamps), max(stamps))} if stamps else {},
         # ATIF says nothing of how the run ended; a reply's start is the step before it.
         inferred=["outcome", *(["model_calls.start"] if stamps else [])],
