@@ -36,7 +36,7 @@ from typing import Any
 
 from .errors import UsageError
 
-__all__ = ["RateCard", "prices", "rate_card", "call_cost", "require_price", "dollars", "PRICE_KEYS"]
+__all__ = ["RateCard", "prices", "rate_card", "call_cost", "require_price", "dollars", "card_of", "PRICE_KEYS"]
 
 # The user's rates, per million tokens (requests: per call).
 PRICE_KEYS = ("input", "output", "cache_read", "cache_write", "requests")
@@ -201,8 +201,6 @@ def _from_table(model: str, api_url: str | None) -> RateCard | None:
     """The table's rates for `model`, at the provider of `api_url` when the
     table knows that URL, else at the provider the name itself points to
     (a proxy or a test server on another address); None when unknown."""
-    import datetime
-
     import genai_prices.data_snapshot as snapshot
 
     table = snapshot.get_snapshot()
@@ -215,7 +213,14 @@ def _from_table(model: str, api_url: str | None) -> RateCard | None:
             continue
     if found is None:
         return None
-    provider, info = found
+    return card_of(*found)
+
+
+def card_of(provider: Any, info: Any) -> RateCard:
+    """The rates genai-prices lists today for model `info` at `provider`
+    (its `Provider` and `ModelInfo`)."""
+    import datetime
+
     listed = info.get_prices(datetime.datetime.now(tz=datetime.timezone.utc))
     rates = {key: _rate(getattr(listed, f"{key}_mtok", None))
              for key in ("input", "output", "cache_read", "cache_write", "output_reasoning")}
