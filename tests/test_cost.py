@@ -469,3 +469,31 @@ def test_imported_costs_map_into_the_cost_fields_with_where_they_came_from():
     steps = json.loads(atif_path.read_text())["steps"]
     assert [c.cost_usd for c in atif.model_calls] == [s["metrics"]["cost_usd"] for s in steps if s.get("metrics")]
     assert atif.cost_usd == pytest.approx(json.loads(atif_path.read_text())["final_metrics"]["total_cost_usd"])
+
+
+async def test_the_dollar_limit_is_forecast_and_replayed_like_a_token_limit():
+    from rollkit.core.forecast import forecast
+    from rollkit.core.replay import replay
+
+    rk.prices({"scripted": TOY_PRICES})
+    agent = rk.Agent(model=rk.ScriptedModel(lambda r: "one two three four five"),
+                     limits=rk.RolloutLimits(max_cost_usd=0.1))
+    rollout = agent.rollout(rk.Task(), user=True)
+    await rollout.open()
+    while await rollout.step("a b c"):
+        pass
+    trace = await rollout.close()
+    [row] = [r for r in forecast(trace) if r.limit == "max_cost_usd"]
+    assert (row.reached, row.ends_after, row.used) == (True, trace.num_turns, trace.cost_usd)
+    # Replayed under a lower dollar limit: refused before the turn whose running cost first reached it.
+    lower = trace.turns[1].cum_cost_usd
+    cols = await replay([trace], limits={"max_cost_usd": lower})
+    fired = [turn for turn, hook, fired in zip(cols["turn"], cols["hook"], cols["fired"])
+             if hook == "max_cost_usd" and fired]
+    assert fired[0] == 3
+    # A trace whose cost is unknown has no dollar forecast, and replays no dollar stop.
+    rk.prices({"scripted": None})
+    unpriced = await rk.Agent(model=rk.ScriptedModel(["ok"]), limits={"max_turns": 3}).run(rk.Task(prompt="hi"))
+    assert [r.limit for r in forecast(unpriced.model_copy(update={"limits": {"max_cost_usd": 1.0}}))] == []
+    cols = await replay([unpriced], limits={"max_cost_usd": 0.5})
+    assert not any(f for h, f in zip(cols["hook"], cols["fired"]) if h == "max_cost_usd")
