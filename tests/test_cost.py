@@ -497,3 +497,17 @@ async def test_the_dollar_limit_is_forecast_and_replayed_like_a_token_limit():
     assert [r.limit for r in forecast(unpriced.model_copy(update={"limits": {"max_cost_usd": 1.0}}))] == []
     cols = await replay([unpriced], limits={"max_cost_usd": 0.5})
     assert not any(f for h, f in zip(cols["hook"], cols["fired"]) if h == "max_cost_usd")
+
+
+async def test_the_price_is_read_when_the_rollout_opens_not_inside_agent_time():
+    class Remote(rk.ScriptedModel):
+        def price_ref(self):
+            return ("gpt-4o-mini", "https://api.openai.com/v1#open-test")
+
+    key = ("gpt-4o-mini", "https://api.openai.com/v1#open-test")
+    prices._table.pop(key, None)
+    rollout = rk.Agent(model=Remote(["ok"])).rollout(rk.Task(prompt="hi"))
+    assert key not in prices._table
+    await rollout.open()
+    assert prices._table[key].source == "genai-prices openai/gpt-4o-mini"
+    await rollout.close()

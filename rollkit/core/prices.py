@@ -36,7 +36,8 @@ from typing import Any
 
 from .errors import UsageError
 
-__all__ = ["RateCard", "prices", "rate_card", "call_cost", "require_price", "dollars", "card_of", "PRICE_KEYS"]
+__all__ = ["RateCard", "prices", "rate_card", "call_cost", "require_price", "model_card", "dollars", "card_of",
+           "PRICE_KEYS"]
 
 # The user's rates, per million tokens (requests: per call).
 PRICE_KEYS = ("input", "output", "cache_read", "cache_write", "requests")
@@ -173,22 +174,29 @@ def rate_card(name: str, ref: tuple[str, str | None] | None) -> RateCard | None:
     return card
 
 
-def call_cost(model: Any, usage: Any) -> float | None:
-    """The dollars one call of `model` (a rollkit Model) with `usage` cost;
-    None when it has no price or the usage was not reported."""
+def model_card(model: Any) -> RateCard | None:
+    """The rates of `model` (a rollkit Model), by its name and `price_ref()`.
+    `Rollout.open` asks first, so the table loads (once per process, about
+    a second) before any agent time runs, never inside a segment."""
     ref = model.price_ref() if hasattr(model, "price_ref") else (model.name, None)
-    card = rate_card(model.name, ref)
+    return rate_card(model.name, ref)
+
+
+def call_cost(model: Any, usage: Any) -> float | None:
+    """The dollars one call of `model` with `usage` cost; None when it has
+    no price or the usage was not reported."""
+    card = model_card(model)
     return None if card is None else card.cost(usage)
 
 
 def require_price(model: Any) -> None:
     """Refuse a dollar budget over a model without a price: the limit
     could never be checked, and a run believed capped would not be."""
-    ref = model.price_ref() if hasattr(model, "price_ref") else (model.name, None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the error below says it all
-        card = rate_card(model.name, ref)
+        card = model_card(model)
     if card is None:
+        ref = model.price_ref() if hasattr(model, "price_ref") else (model.name, None)
         raise UsageError(
             f"RolloutLimits(max_cost_usd=...) needs a price for model {model.name!r}, and it has none "
             f"({'it runs no paid model' if ref is None else 'the public table genai-prices does not list it'}); "
