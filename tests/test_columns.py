@@ -382,7 +382,7 @@ def test_schema_2_lines_and_an_old_schema_1_line_give_the_frames_of_their_traces
     trace = _rewritten_trace()
     path = rk.save([trace], tmp_path / "t.jsonl")
     written = json.loads(path.read_text())
-    assert written["schema_version"] == 3 and "replaced_messages" in written
+    assert written["schema_version"] == 4 and "replaced_messages" in written
     assert ["reply" in c for c in written["model_calls"]] == [True, True, False]  # the last is the next message
     # A line of a rollkit before schema 2: no version, no replies, every count reported.
     old = json.loads(trace.model_dump_json())

@@ -32,7 +32,7 @@ async def test_each_line_says_its_schema_version_and_a_file_without_it_still_loa
     traces = await _traces()
     path = rk.save(traces, tmp_path / "t.jsonl")
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert SCHEMA_VERSION == 3 and [line["schema_version"] for line in lines] == [3, 3]
+    assert SCHEMA_VERSION == 4 and [line["schema_version"] for line in lines] == [4, 4]
     old = tmp_path / "old.jsonl"
     old.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "schema_version"}) + "\n" for line in lines))
     with warnings.catch_warnings():
@@ -45,7 +45,7 @@ async def test_a_newer_rollkits_fields_load_with_one_warning_naming_them(tmp_pat
     newer = []
     for trace in traces:
         record = json.loads(trace.model_dump_json())
-        record["schema_version"] = 4
+        record["schema_version"] = SCHEMA_VERSION + 1
         record["cost_usd"] = 0.25
         record["messages"][0]["cache_control"] = {"type": "ephemeral"}
         for call in record["model_calls"]:
@@ -57,10 +57,11 @@ async def test_a_newer_rollkits_fields_load_with_one_warning_naming_them(tmp_pat
         loaded = rk.load(path)
     assert len(caught) == 1
     assert str(caught[0].message) == (
-        f"{path}: written by a newer rollkit (trace schema 4; this one reads schema 3): fields it does not know "
+        f"{path}: written by a newer rollkit (trace schema {SCHEMA_VERSION + 1}; this one reads schema "
+        f"{SCHEMA_VERSION}): fields it does not know "
         "were left out: cost_usd, messages.user.cache_control, model_calls.provider_request_id; "
         "upgrade rollkit to read them")
-    assert loaded == traces and [t.schema_version for t in loaded] == [3, 3]
+    assert loaded == traces and [t.schema_version for t in loaded] == [SCHEMA_VERSION] * 2
     # One line on its own (the monitor's link to a trace) is as tolerant.
     with pytest.warns(UserWarning, match=r"the link: written by a newer rollkit .* cost_usd"):
         assert trace_of_line(newer[0], where="the link") == traces[0]

@@ -50,8 +50,9 @@ _USER_TRACES: dict[int, list[Trace]] = {}
 # The version of the trace format this rollkit writes (`Trace.schema_version`).
 # 1: traces before the field existed; 2: model calls keep their reply and
 # request, usage counts may be None (not reported), cache tokens; 3: messages
-# keep their content parts (`parts`), usage its reasoning tokens.
-SCHEMA_VERSION = 3
+# keep their content parts (`parts`), usage its reasoning tokens; 4: model
+# calls keep their dollars (`cost_usd`, `cum_cost_usd`; left out when unknown).
+SCHEMA_VERSION = 4
 
 
 class _Record(BaseModel):
