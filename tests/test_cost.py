@@ -511,3 +511,15 @@ async def test_the_price_is_read_when_the_rollout_opens_not_inside_agent_time():
     await rollout.open()
     assert prices._table[key].source == "genai-prices openai/gpt-4o-mini"
     await rollout.close()
+
+
+async def test_atif_written_by_rollkit_carries_each_steps_dollars_and_the_total(tmp_path):
+    rk.prices({"toy-calculator": TOY_PRICES})
+    trace = await demo_agent().run(arithmetic_tasks(1)[0])
+    path = rk.save([trace], tmp_path / "t.json", format="atif")
+    document = json.loads(path.read_text())
+    steps = [s["metrics"]["cost_usd"] for s in document["steps"] if s["source"] == "agent"]
+    assert steps == [c.cost_usd for c in trace.turns]
+    assert document["final_metrics"]["total_cost_usd"] == trace.cost_usd
+    [back] = rk.load(path)
+    assert back.cost_usd == trace.cost_usd

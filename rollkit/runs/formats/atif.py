@@ -272,6 +272,8 @@ def _document(trace: Trace) -> dict[str, Any]:
                                       for c in message.tool_calls]
             if call is not None:
                 metrics = _metrics(call.usage)
+                if call.cost_usd is not None:  # ATIF's per-call dollars
+                    metrics["cost_usd"] = call.cost_usd
                 if metrics:
                     step["metrics"] = metrics
                 step["extra"] = {"rollkit_start": call.start, **(
@@ -284,6 +286,8 @@ def _document(trace: Trace) -> dict[str, Any]:
         counts = [getattr(u, ours) for u in usages if getattr(u, ours) is not None]
         if counts:
             final[theirs] = sum(counts)
+    if trace.cost_usd is not None:
+        final["total_cost_usd"] = trace.cost_usd
     ours = json.loads(trace.model_dump_json())
     del ours["messages"]
     return {
