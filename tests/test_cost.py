@@ -115,6 +115,7 @@ async def test_a_call_of_a_real_model_costs_what_genai_prices_says(model, usage)
     [call] = trace.model_calls
     assert call.cost_usd == pytest.approx(_oracle(model, usage), rel=1e-12)
     assert trace.cost_usd == call.cost_usd == call.cum_cost_usd
+    assert trace.info["cost_from"].startswith("computed from the usage: genai-prices ")
 
 
 def test_cache_reads_and_the_long_context_tier_by_hand():
@@ -133,7 +134,9 @@ def test_cache_reads_and_the_long_context_tier_by_hand():
 def test_the_endpoint_names_the_provider_and_an_unknown_endpoint_falls_back_to_the_name():
     at_openai = prices.rate_card("gpt-4o", ("gpt-4o", "https://api.openai.com/v1"))
     elsewhere = prices.rate_card("gpt-4o", ("gpt-4o", "http://127.0.0.1:9/v1"))
-    assert at_openai.source == elsewhere.source == "genai-prices openai/gpt-4o"
+    from genai_prices import __version__
+
+    assert at_openai.source == elsewhere.source == f"genai-prices {__version__} openai/gpt-4o"
 
 
 async def test_an_unknown_model_costs_na_never_0_with_one_warning_naming_it():
@@ -147,6 +150,7 @@ async def test_an_unknown_model_costs_na_never_0_with_one_warning_naming_it():
         "'cache_read': ...}}) (dollars per million tokens)"]
     assert [t.cost_usd for t in traces] == [None, None, None]
     assert [c.cost_usd for c in traces[0].model_calls] == [None]
+    assert "cost_from" not in traces[0].info
     assert "cost=- " in traces[0].summary()
     row = frames.rollouts(traces).iloc[0]
     assert math.isnan(row["cost_usd"])
@@ -157,6 +161,7 @@ async def test_user_prices_win_over_the_table_and_price_an_unknown_model():
     rk.prices({"scripted": {"input": 1.0, "output": 2.0, "cache_read": 0.1}})
     trace = await rk.Agent(model=TableModel(["ok"], "gpt-4o", usage)).run(rk.Task(prompt="hi"))
     assert trace.model_calls[0].cost_usd == pytest.approx((6000 * 1.0 + 4000 * 0.1 + 500 * 2.0) / 1e6)
+    assert trace.info["cost_from"] == "computed from the usage: rk.prices"
     # Without a cache rate, cached tokens pay the input rate; None forgets a price.
     rk.prices({"scripted": {"input": 1.0, "output": 2.0}})
     trace = await rk.Agent(model=TableModel(["ok"], "gpt-4o", usage)).run(rk.Task(prompt="hi"))
@@ -509,7 +514,7 @@ async def test_the_price_is_read_when_the_rollout_opens_not_inside_agent_time():
     rollout = rk.Agent(model=Remote(["ok"])).rollout(rk.Task(prompt="hi"))
     assert key not in prices._table
     await rollout.open()
-    assert prices._table[key].source == "genai-prices openai/gpt-4o-mini"
+    assert prices._table[key].source.endswith(" openai/gpt-4o-mini")
     await rollout.close()
 
 

@@ -28,6 +28,7 @@ unless the user gave its name a price.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import warnings
@@ -55,8 +56,8 @@ _lock = threading.Lock()
 class RateCard:
     """A model's rates in dollars per million tokens (`requests`: per
     call), each a `Rate` (a flat rate has no tiers); None: not listed.
-    `source` says where they came from ("user", or "genai-prices
-    <provider>/<model>")."""
+    `source` says where they came from ("rk.prices", the user's, or "genai-prices
+    <version> <provider>/<model>")."""
 
     input: Rate | None
     output: Rate | None
@@ -64,7 +65,7 @@ class RateCard:
     cache_write: Rate | None = None
     reasoning: Rate | None = None
     requests: float = 0.0
-    source: str = "user"
+    source: str = "rk.prices"
 
     def cost(self, usage: Any) -> float | None:
         """The dollars of one call with `usage` (a rollkit `Usage`); None
@@ -144,7 +145,7 @@ def _user_card(name: Any, rates: Any) -> RateCard:
             raise UsageError(f"rk.prices: {name!r} {key} must be a number of dollars >= 0, got {value!r}")
     flat = {key: (float(value), ()) for key, value in rates.items() if key != "requests"}
     return RateCard(input=flat["input"], output=flat["output"], cache_read=flat.get("cache_read"),
-                    cache_write=flat.get("cache_write"), requests=float(rates.get("requests", 0.0)), source="user")
+                    cache_write=flat.get("cache_write"), requests=float(rates.get("requests", 0.0)), source="rk.prices")
 
 
 def rate_card(name: str, ref: tuple[str, str | None] | None) -> RateCard | None:
@@ -236,7 +237,14 @@ def card_of(provider: Any, info: Any) -> RateCard:
     return RateCard(input=rates["input"], output=rates["output"], cache_read=rates["cache_read"],
                     cache_write=rates["cache_write"], reasoning=rates["output_reasoning"],
                     requests=float(requests) / 1000 if requests is not None else 0.0,
-                    source=f"genai-prices {provider.id}/{info.id}")
+                    source=f"genai-prices {_table_version()} {provider.id}/{info.id}")
+
+
+@functools.cache
+def _table_version() -> str:
+    from importlib.metadata import version
+
+    return version("genai-prices")
 
 
 def _rate(price: Any) -> Rate | None:

@@ -23,7 +23,7 @@ from .errors import ProviderError, Refused, crossing
 from .hooks import HookSet, check_stop, rewrite
 from .messages import Request, Response
 from .models import calling_rollout, calling_rollout_key
-from .prices import call_cost
+from .prices import model_card
 from .trace import ErrorInfo, Rewrite
 
 if TYPE_CHECKING:
@@ -112,6 +112,16 @@ class Session:
                 return hook.name
         return None
 
+    def _cost(self, response: Response) -> float | None:
+        """The dollars of a call that answered (rollkit.core.prices); the
+        trace says once where its rates came from (`info["cost_from"]`)."""
+        card = model_card(self.model)
+        if card is None:
+            return None
+        if "cost_from" not in self.trace.info:
+            self.trace.record_info(cost_from=f"computed from the usage: {card.source}")
+        return card.cost(response.usage)
+
     def _cost_unknown(self) -> None:
         """Say once on the trace that the dollar limit can no longer be
         checked (Rollout.open made sure the model has a price, so only a
@@ -191,7 +201,7 @@ class Session:
         self.trace.record_call(
             index=index, segment=self._segment(), start=start, end=end, response=response,
             error=None, agent_time=self._agent_time(), continues_prompt=extended, dialect=dialect,
-            request_messages=len(request.messages), cost_usd=call_cost(self.model, response.usage),
+            request_messages=len(request.messages), cost_usd=self._cost(response),
         )
         self._emit("call_end", call=index, ok=True)
         self._emit("turn", turn=self.trace.num_turns)
@@ -217,7 +227,7 @@ class Session:
             reply=response.message if response is not None else None,
             request_messages=len(request.messages) if trace.holds_prefix(request.messages) else None,
             # The model answered: its tokens were spent and billed.
-            cost_usd=call_cost(self.model, response.usage) if response is not None else None,
+            cost_usd=self._cost(response) if response is not None else None,
         )
         self._emit("call_end", call=index, ok=False)
 
