@@ -537,3 +537,14 @@ async def test_rollkit_views_page_of_a_trace_file_gives_its_cost():
     traces = [await demo_agent().run(t) for t in arithmetic_tasks(2)]
     total = sum(t.cost_usd for t in traces)
     assert f'<p class="rk-cost">cost: ${total:.4f} (${total / 2:.4f} per rollout over 2)' in _summary_html(traces)
+
+
+async def test_a_traces_html_gives_its_cost_against_its_limit_and_where_the_rates_came_from():
+    from rollkit.notebook.display import trace_html
+
+    rk.prices({"toy-calculator": TOY_PRICES})
+    trace = await demo_agent(limits={"max_turns": 6, "max_cost_usd": 0.5}).run(arithmetic_tasks(1)[0])
+    assert (f"<tr><th>cost</th><td>${trace.cost_usd:.4f} / 0.5</td><th>priced by</th>"
+            "<td>computed from the usage: rk.prices</td></tr>") in trace_html(trace)
+    unpriced = await rk.Agent(model=careful_calculator_model()).run(arithmetic_tasks(1)[0])
+    assert "<tr><th>cost</th><td>- / no limit</td><th>priced by</th><td>-</td></tr>" in trace_html(unpriced)
