@@ -49,6 +49,7 @@ _LAZY = {
     "open_run": ("rollkit.runs.lazyrun", "open_run"),
     "compare": ("rollkit.runs.compare", "compare"),
     "export": ("rollkit.runs.exports", "export"),
+    "prices": ("rollkit.core.prices", "prices"),
     "turn_values": ("rollkit.runs.turnvalues", "turn_values"),
     "turn_values_async": ("rollkit.runs.turnvalues", "turn_values_async"),
     "turn_values_many": ("rollkit.runs.turnvalues", "turn_values_many"),

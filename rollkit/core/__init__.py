@@ -12,7 +12,9 @@ they build.
 What it must not import: anything of `rollkit.programs`, `rollkit.runs`,
 `rollkit.notebook` or `rollkit.examples` (imports point down only; a test
 walks the tree), nor ipywidgets, plotly, pandas, openai or aiohttp. Its only
-dependency beyond the standard library is pydantic.
+dependencies beyond the standard library are pydantic and,
+loaded only when a call is priced by the public table, genai-prices
+(rollkit.core.prices).
 """
 
 from __future__ import annotations

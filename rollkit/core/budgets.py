@@ -1,6 +1,6 @@
 """Budgets: how much a rollout may spend, by count and by time.
 
-`RolloutLimits` (turns and tokens, L11) and `RolloutTimeouts` (seconds per
+`RolloutLimits` (turns, tokens and dollars, L11) and `RolloutTimeouts` (seconds per
 phase; the agent budget is cumulative, L9) are frozen values checked when
 built. This module only describes budgets: the session checks the limits,
 the rollout keeps the deadlines. It imports nothing of rollkit, so every
@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = ["RolloutLimits", "RolloutTimeouts"]
 
 
 class RolloutLimits(BaseModel):
-    """Turn and token budgets; None means no limit. Each is checked before a
-    model call against the trace aggregate of the same name (L11, L12).
-    `max_user_turns` caps the turns a `rk.User` takes (rollkit.core.users)."""
+    """Turn, token and dollar budgets; None means no limit. Each is checked
+    before a model call against the trace aggregate of the same name (L11,
+    L12; `max_cost_usd` against `trace.cost_usd`, priced by
+    rollkit.core.prices: the model must have a price, or the rollout is
+    refused at open). `max_user_turns` caps the turns a `rk.User` takes
+    (rollkit.core.users)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -31,8 +34,21 @@ class RolloutLimits(BaseModel):
     # user=...)); the turn past it is refused and the run stops with
     # stop_condition "max_user_turns".
     max_user_turns: int | None = None
+    # Dollars; soft by one turn like the token limits (L12). Left out of a
+    # dump when unset, so traces without it read as before.
+    max_cost_usd: float | None = Field(default=None, exclude_if=lambda value: value is None)
 
-    @field_validator("*", mode="before")
+    @field_validator("max_cost_usd", mode="before")
+    @classmethod
+    def _dollars(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+            raise ValueError(f"max_cost_usd must be a number of dollars >= 0, or None for no limit; got {value!r}")
+        return float(value)
+
+    @field_validator("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "max_user_turns",
+                     mode="before")
     @classmethod
     def _whole_and_non_negative(cls, value: Any, info: Any) -> Any:
         if value is None:

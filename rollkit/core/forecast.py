@@ -119,7 +119,10 @@ def forecast(trace: Trace, *, agent_time: float | None = None) -> list[Forecast]
         if name == "max_turns":
             rows.append(Forecast(name, limit, turns, 1.0 if turns else None, limit, turns >= limit))
         else:
-            rows.append(_token_forecast(name, limit, _cumulative(committed, f"cum_{attr.removeprefix('num_')}")))
+            series = _cumulative(committed, f"cum_{attr.removeprefix('num_')}")
+            if None in series:  # a turn's cost is unknown: no forecast of the dollar limit
+                continue
+            rows.append(_token_forecast(name, limit, series))
     budget = trace.timeouts.get("agent")
     if budget is not None:
         used = trace.agent_time if agent_time is None else agent_time

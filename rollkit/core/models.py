@@ -60,6 +60,13 @@ class Model:
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "type": type(self).__name__}
 
+    def price_ref(self) -> tuple[str, str | None] | None:
+        """How the public price table knows this model: (its model name, its
+        provider's API URL or None), or None for a model that runs no paid
+        model (its calls cost NA unless `rk.prices` names it;
+        rollkit.core.prices)."""
+        return (self.name, None)
+
 
 def _words(text: str | None) -> int:
     return len(text.split()) if text else 0
@@ -135,6 +142,12 @@ class ScriptedModel(Model):
         self.replies = replies
         self.name = name
         self.delay = seconds("ScriptedModel", "delay", delay)
+
+    def price_ref(self) -> None:
+        # Deterministic and free to run, but not free as a model: its cost is
+        # NA (silently: a demo warns about nothing), not 0, unless
+        # rk.prices gives its name a price (tests do, to burn a dollar budget).
+        return None
 
     @staticmethod
     def call(tool: str, content: str | None = None, /, **arguments: Any) -> AssistantMessage:

@@ -256,7 +256,8 @@ async def _replay_one(rows: _Rows, trace: Trace, hooks: HookSet, task: Task | No
         # Each committed call holds the budget totals right after it.
         spent = trace.model_calls[positions[turn - 2]] if turn > 1 else None
         for name, limit, attr in limits:
-            reached = (getattr(spent, "cum_" + attr.removeprefix("num_")) if spent else 0) >= limit
+            used = getattr(spent, "cum_" + attr.removeprefix("num_")) if spent else 0
+            reached = used is not None and used >= limit  # a cost not known is no cost reached
             rows.add(trace, turn, name, "limit", "limit", reached)
             if reached and ends is None:
                 ends = turn - 1

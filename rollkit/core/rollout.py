@@ -28,6 +28,7 @@ from .hooks import HookSet, collect_hooks
 from .messages import Request, opening_messages, to_messages
 from .outcome import Outcome
 from .prefix import ForkError, Prefix, prefix_of
+from .prices import model_card, require_price
 from .runtime import Runtime
 from .scoring import score
 from .session import Session
@@ -262,6 +263,10 @@ class Rollout:
         # A model that cannot answer at all (a HumanModel with nobody to ask)
         # is the caller's setup mistake: refused before anything starts.
         self.spec.model.check(self.id)
+        if self.limits.max_cost_usd is not None:
+            require_price(self.spec.model)
+        else:  # read now, so the price table never loads inside a segment's agent time
+            model_card(self.spec.model)
         self._state = RolloutState.OPENING
         phase = "boot"
         try:

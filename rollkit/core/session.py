@@ -23,6 +23,7 @@ from .errors import ProviderError, Refused, crossing
 from .hooks import HookSet, check_stop, rewrite
 from .messages import Request, Response
 from .models import calling_rollout, calling_rollout_key
+from .prices import model_card
 from .trace import ErrorInfo, Rewrite
 
 if TYPE_CHECKING:
@@ -38,14 +39,15 @@ LIMIT_NAMES = {
     "max_input_tokens": "num_input_tokens",
     "max_output_tokens": "num_output_tokens",
     "max_total_tokens": "num_total_tokens",
+    "max_cost_usd": "cost_usd",
 }
 
-# Stop conditions set by a limit rather than a hook: the four above, the
+# Stop conditions set by a limit rather than a hook: the five above, the
 # user-turn cap, and a prompt that outgrew the model's context window.
 LIMIT_STOPS = frozenset({*LIMIT_NAMES, "max_user_turns", "context_length"})
 
 
-def active_limits(limits: RolloutLimits) -> list[tuple[str, int, str]]:
+def active_limits(limits: RolloutLimits) -> list[tuple[str, float, str]]:
     """(name, value, trace aggregate) of each limit that is set."""
     return [(name, getattr(limits, name), attr) for name, attr in LIMIT_NAMES.items() if getattr(limits, name) is not None]
 
@@ -100,12 +102,33 @@ class Session:
             used = getattr(trace, attr)
             if name == "max_turns":
                 used += self._in_flight  # calls running side by side count as turns already
+            elif used is None:  # a turn whose usage the provider did not report: no price
+                self._cost_unknown()
+                continue
             if used >= limit:
                 return name
         for hook in self.hooks.trace_stops:
             if await check_stop(hook, self.values):
                 return hook.name
         return None
+
+    def _cost(self, response: Response) -> float | None:
+        """The dollars of a call that answered (rollkit.core.prices); the
+        trace says once where its rates came from (`info["cost_from"]`)."""
+        card = model_card(self.model)
+        if card is None:
+            return None
+        if "cost_from" not in self.trace.info:
+            self.trace.record_info(cost_from=f"computed from the usage: {card.source}")
+        return card.cost(response.usage)
+
+    def _cost_unknown(self) -> None:
+        """Say once on the trace that the dollar limit can no longer be
+        checked (Rollout.open made sure the model has a price, so only a
+        turn without reported usage leads here)."""
+        note = "max_cost_usd is no longer checked: a turn's cost is unknown (its usage was not reported)"
+        if note not in self.trace.warnings:
+            self.trace.record_warning(note)
 
     async def complete(self, request: Request, *, dialect: str | None = None) -> Response:
         """Run one model call through the pipeline. `dialect` names the wire
@@ -178,7 +201,7 @@ class Session:
         self.trace.record_call(
             index=index, segment=self._segment(), start=start, end=end, response=response,
             error=None, agent_time=self._agent_time(), continues_prompt=extended, dialect=dialect,
-            request_messages=len(request.messages),
+            request_messages=len(request.messages), cost_usd=self._cost(response),
         )
         self._emit("call_end", call=index, ok=True)
         self._emit("turn", turn=self.trace.num_turns)
@@ -203,6 +226,8 @@ class Session:
             usage=response.usage if response is not None else None, dialect=dialect,
             reply=response.message if response is not None else None,
             request_messages=len(request.messages) if trace.holds_prefix(request.messages) else None,
+            # The model answered: its tokens were spent and billed.
+            cost_usd=self._cost(response) if response is not None else None,
         )
         self._emit("call_end", call=index, ok=False)
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ErrorInfo  # defined with the error model; kept importable from here
 from .plugins import plugged
+from .prices import dollars
 from .messages import (AssistantMessage, Message, Response, TokenLogprobs, ToolMessage, Usage, _absent, text_of,
                        unvalidated)
 from .outcome import Outcome
@@ -51,7 +52,8 @@ _USER_TRACES: dict[int, list[Trace]] = {}
 # 1: traces before the field existed; 2: model calls keep their reply and
 # request, usage counts may be None (not reported), cache tokens; 3: messages
 # keep their content parts (`parts`), usage its reasoning tokens; 4: model
-# calls may keep their token ids and logprobs (`ModelCall.tokens`).
+# calls may keep their token ids and logprobs (`ModelCall.tokens`) and
+# keep their dollars (`cost_usd`, `cum_cost_usd`; left out when unknown).
 SCHEMA_VERSION = 4
 
 
@@ -145,6 +147,13 @@ class ModelCall(_Record):
     timing_issue: str | None = Field(default=None, exclude_if=_absent)
     # Token ids and logprobs of the call, where the endpoint gave them (see above).
     tokens: TokenLogprobs | None = Field(default=None, exclude_if=_absent)
+    # What the call cost in dollars (rollkit.core.prices: the tier and the
+    # cache rates applied; an importer's source's own figure), None (NA,
+    # never 0) when its model has no price or its usage was not reported;
+    # `cum_cost_usd` the rollout's cost up to and with it (None once a turn's
+    # cost is unknown: a partial sum would understate it).
+    cost_usd: float | None = Field(default=None, exclude_if=_absent)
+    cum_cost_usd: float | None = Field(default=None, exclude_if=_absent)
 
     @property
     def latency(self) -> float:
@@ -221,7 +230,7 @@ class Trace(_Record):
     id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
     task: TaskRef
     agent: dict[str, Any] = Field(default_factory=dict)
-    limits: dict[str, int | None] = Field(default_factory=dict)
+    limits: dict[str, int | float | None] = Field(default_factory=dict)
     timeouts: dict[str, float | None] = Field(default_factory=dict)
     messages: list[Message] = Field(default_factory=list)
     sampled: list[int] = Field(default_factory=list)
@@ -352,6 +361,25 @@ class Trace(_Record):
         return 0 if last is None else last.cum_total_tokens
 
     @property
+    def cost_usd(self) -> float | None:
+        """What the rollout cost in dollars: the source's own total when an
+        importer recorded one (`info["cost_usd"]`), else its model calls'
+        sum; None (NA, never 0) when a turn's price is unknown, 0.0 before
+        any call. O(1): the last call carries the running total."""
+        imported = self.info.get("cost_usd")
+        if imported is not None:
+            return float(imported)
+        return self.model_calls[-1].cum_cost_usd if self.model_calls else 0.0
+
+    @property
+    def cost_by_phase(self) -> dict[str, float | None]:
+        """Dollars per phase that started. Model calls go through the
+        session, which runs in the agent phase only (segments, L2): the
+        agent phase carries the rollout's cost, the others none of it (a
+        judge a scorer calls itself is not a call of the trace)."""
+        return {name: self.cost_usd if name == "agent" else 0.0 for name in self.phases}
+
+    @property
     def reward(self) -> float:
         """Weighted sum of the rewards that have a value (L30)."""
         return sum(
@@ -450,9 +478,10 @@ class Trace(_Record):
     def summary(self) -> str:
         scored = self.scored_reward  # a missing reward is "-", never 0
         reward = f"{scored:.3f}" if scored is not None else "-"
+        cost = self.cost_usd  # an unknown price is "-", never $0
         return (
             f"trace {self.id} task={self.task.key} ok={self.ok} reward={reward} "
-            f"turns={self.num_turns} tokens={self.num_total_tokens} stop={self.stop}"
+            f"turns={self.num_turns} tokens={self.num_total_tokens} cost={dollars(cost)} stop={self.stop}"
         )
 
     # ---- the recorder: what the rollout, the session, the runner, the
@@ -648,14 +677,16 @@ class Trace(_Record):
         reply: AssistantMessage | None = None,
         request_messages: int | None = None,
         timing_issue: str | None = None,
+        cost_usd: float | None = None,
     ) -> ModelCall:
         """Record one model call; a call with a response is a committed turn.
         `continues_prompt` is False when the prompt did not extend the previous
         sequence (the harness rewrote history): then all of it is new input.
         `request_messages` is how many messages of `self.messages` the request
         was (the first ones; None when it is not on the trace); `reply` the
-        answer of a call that failed after the model answered. A call that
-        ends before it starts is refused: a negative latency is a clock bug."""
+        answer of a call that failed after the model answered; `cost_usd` its
+        price (rollkit.core.prices). A call that ends before it starts is
+        refused: a negative latency is a clock bug."""
         if end < start:
             raise ValueError(f"model call {index} ends before it starts ({end} < {start}): "
                              "a latency is never negative; take both times from one clock")
@@ -682,11 +713,21 @@ class Trace(_Record):
             request=None,
             timing_issue=timing_issue,
             tokens=response.tokens if response is not None else None,
+            cost_usd=cost_usd,
+            cum_cost_usd=self._cost_after(cost_usd, committed=response is not None),
         )
         if response is not None:
             _count_turn(call, response.usage, continues_prompt)
         self.model_calls.append(call)
         return call
+
+    def _cost_after(self, cost: float | None, *, committed: bool) -> float | None:
+        """The running cost with one more call: a turn of unknown price makes
+        it unknown from then on; a failed call adds what is known of it."""
+        before = self.model_calls[-1].cum_cost_usd if self.model_calls else 0.0
+        if before is None or (cost is None and committed):
+            return None
+        return before + (cost or 0.0)
 
     def request_of(self, call: ModelCall) -> list[Message] | None:
         """The messages the request of `call` (one of this trace's model

@@ -24,6 +24,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from ..core.prices import dollars
 from ..core.trace import PHASES, Trace
 
 __all__ = ["chat_html", "message_html", "tokens_html", "trace_html", "status_html", "error_html", "STYLE"]
@@ -261,6 +262,8 @@ def trace_html(trace: Trace, *, logprobs: bool = False) -> str:
         f"total {trace.num_total_tokens} / {_limit(limits.get('max_total_tokens'))}</td></tr>"
         f"<tr><th>agent time</th><td>{trace.agent_time:.3f} s / "
         f"{_limit(trace.timeouts.get('agent'))}</td><th>segments</th><td>{len(trace.segments)}</td></tr>"
+        f"<tr><th>cost</th><td>{dollars(trace.cost_usd)} / {_limit(limits.get('max_cost_usd'))}</td>"
+        f"<th>priced by</th><td>{html.escape(str(trace.info.get('cost_from', '-')))}</td></tr>"
         "</table>"
     )
     warnings = "".join(f'<p class="rk-stopped">warning: {html.escape(w)}</p>' for w in trace.warnings)

@@ -8,7 +8,8 @@ report can group by task or by rollout.
 
 - `rollouts(traces)`: one row per rollout (ids, task, ok, stop, error,
   reward, one column per reward `reward.<name>` and per metric
-  `metric.<name>`, turns and token totals, agent/model/harness time and one
+  `metric.<name>`, turns, token totals and `cost_usd` (dollars:
+  rollkit.core.prices; NaN where a price is unknown, never 0), agent/model/harness time and one
   duration column per phase `phase.<name>`; `wait_time` is the time spent
   waiting for the user between segments, which costs no agent time).
 - `turns(traces)`: one row per committed turn, with the cumulative budget
@@ -18,7 +19,8 @@ report can group by task or by rollout.
   model returned (reply text, reasoning, the names of the tools it called)
   or the error it raised; replies a program later rewrote out of its
   history included.
-- `phases(traces)`: one row per phase span that started.
+- `phases(traces)`: one row per phase span that started, with the dollars
+  its model calls cost.
 - `signals(traces)`: one row per reward or metric, with why it is missing
   when it is ("run failed", "run aborted", "scoring raised", "scoring timed
   out", "returned None", "not in the source" for a trace imported from a
@@ -68,7 +70,7 @@ __all__ = [
 ]
 
 _NAN = math.nan
-_LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
+_LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "max_cost_usd")
 
 # Why a signal has no value: the texts of the `why_missing` column, one
 # definition (rollkit.core.outcome.MissingSignal), kept here by name.
@@ -86,26 +88,26 @@ _INFO_IDS = ("example_id", "repeat", "rollout_id")
 ROLLOUT_COLUMNS = (
     "id", *_INFO_IDS, "task_key", "task_type", "agent", "model", "outcome", "ok", "completed", "aborted",
     "stop", "stop_condition", "error_type", "error_phase", "error_message", "reward",
-    "turns", "model_calls", "input_tokens", "output_tokens", "total_tokens",
+    "turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "cost_usd",
     "segments", "agent_time", "model_time", "harness_time", "wait_time",
     *(f"phase.{p}" for p in PHASES),
     "start", "end",
 )  # followed by reward.<name> and metric.<name> columns, sorted by name
 TURN_COLUMNS = (
     "id", *_INFO_IDS, "task_key", "turn", "call", "segment", "start", "end", "latency",
-    "input_tokens", "output_tokens", "new_input_tokens", "finish_reason", "dialect",
-    "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time",
+    "input_tokens", "output_tokens", "new_input_tokens", "finish_reason", "dialect", "cost_usd",
+    "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time", "cum_cost_usd",
     *_LIMITS, "agent_budget",
 )
 CALL_COLUMNS = (
     "id", *_INFO_IDS, "task_key", "call", "segment", "dialect", "committed", "start", "latency",
     "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "new_input_tokens",
     "finish_reason", "reply", "reasoning", "tool_calls", "request_messages", "error_type", "error_message",
-    "timing_issue", "completion_logprob_sum", "completion_logprob_mean", "has_token_ids",
+    "timing_issue", "completion_logprob_sum", "completion_logprob_mean", "has_token_ids", "cost_usd",
 )
 # Token counts: nullable integers, NA where not reported.
 _COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-PHASE_COLUMNS = ("id", *_INFO_IDS, "task_key", "phase", "start", "end", "duration", "offset", "ok")
+PHASE_COLUMNS = ("id", *_INFO_IDS, "task_key", "phase", "start", "end", "duration", "offset", "ok", "cost_usd")
 USER_TURN_COLUMNS = (
     "id", *_INFO_IDS, "task_key", "user_turn", "segment", "by", "text", "replying_to", "similarity", "diverged",
 )
@@ -236,6 +238,7 @@ def rollouts(traces: Iterable[Trace]) -> pd.DataFrame:
             error.type if error else None, error.phase if error else None, error.message if error else None,
             _num(trace.scored_reward),  # missing, not 0, for a run that was not scored (L23)
             last.cum_turns if last else 0, len(trace.model_calls), input_tokens, output_tokens, total_tokens,
+            _num(trace.cost_usd),
             len(trace.segments), agent_time, model_time, max(0.0, agent_time - model_time), _waited(trace),
             *durations, _num(start), _num(end),
             *[_num(rewards.get(name)) for name in rewards_in], *[_num(metrics.get(name)) for name in metrics_in],
@@ -293,11 +296,13 @@ def turns(traces: Iterable[Trace]) -> pd.DataFrame:
             cols["new_input_tokens"].append(call.new_input_tokens)
             cols["finish_reason"].append(call.finish_reason)
             cols["dialect"].append(call.dialect)
+            cols["cost_usd"].append(_num(call.cost_usd))
             cols["cum_turns"].append(call.cum_turns)
             cols["cum_input_tokens"].append(call.cum_input_tokens)
             cols["cum_output_tokens"].append(call.cum_output_tokens)
             cols["cum_total_tokens"].append(call.cum_total_tokens)
             cols["cum_agent_time"].append(call.cum_agent_time)
+            cols["cum_cost_usd"].append(_num(call.cum_cost_usd))
             for name, limit in zip(_LIMITS, limits):
                 cols[name].append(limit)
             cols["agent_budget"].append(budget)
@@ -334,7 +339,7 @@ def calls(traces: Iterable[Trace]) -> pd.DataFrame:
                 reply.content if reply is not None else None, reply.reasoning if reply is not None else None,
                 ", ".join(c.name for c in reply.tool_calls) if reply is not None else None,
                 call.request_messages, error.type if error else None, error.message if error else None,
-                call.timing_issue, *_logprob_stats(call.tokens),
+                call.timing_issue, *_logprob_stats(call.tokens), _num(call.cost_usd),
             ))
     frame = _table(rows, list(CALL_COLUMNS))
     return frame.astype({"call": "int64", "segment": "int64", "committed": "bool", "new_input_tokens": "int64",
@@ -365,6 +370,7 @@ def phases(traces: Iterable[Trace]) -> pd.DataFrame:
         if not spans:
             continue
         t0 = min(span.start for _, span in spans)
+        costs = trace.cost_by_phase
         for phase, span in spans:
             _ids(cols, trace)
             cols["task_key"].append(trace.task.key)
@@ -374,6 +380,7 @@ def phases(traces: Iterable[Trace]) -> pd.DataFrame:
             cols["duration"].append(_num(span.duration))
             cols["offset"].append(span.start - t0)
             cols["ok"].append(trace.ok)
+            cols["cost_usd"].append(_num(costs.get(phase)))
     return _frame(cols, PHASE_COLUMNS)
 
 

@@ -2,7 +2,7 @@
 
 `RunMonitor(source)` shows done / in flight / failed with rate and ETA, one
 lane per rollout in flight (phase, turns and tokens against their limits,
-agent time), each signal's running mean with a 95% interval and n scored /
+agent time), the dollars spent so far and the reward per dollar, each signal's running mean with a 95% interval and n scored /
 n total, stop reasons and error types so far, and the slowest and failed
 rollouts: picking one opens it in a `TraceBrowser` below. `source` is
 
@@ -246,9 +246,11 @@ class RunMonitor(widgets.VBox):
         parts = [
             f"<b>{state.done} / {total} done</b>", f"{len(state.in_flight)} in flight", f"{state.failed} failed",
             f"{rate:.1f} rollouts/s" if rate else "– rollouts/s", f"ETA {_seconds(state.eta())}",
-            html.escape(str(status)),
+            html.escape(str(status)), html.escape(state.run_cost().text()),
         ]
+        cost = state.run_cost().total
         return (f'<div class="rk-counts" data-done="{state.done}" data-inflight="{len(state.in_flight)}" data-failed="{state.failed}" '
+                f'data-cost="{"" if cost is None else repr(cost)}" '
                 f'data-status="{html.escape(str(status))}">{" · ".join(parts)}</div>')
 
     @staticmethod

@@ -112,7 +112,8 @@ class RunCharts(widgets.VBox):
 
 def _summary_html(traces: list[Trace]) -> str:
     """A finished trace file's numbers as HTML tables: its counts, each
-    signal's mean with its interval, and its outcomes (the monitor's tables)."""
+    signal's mean with its interval, its cost and reward per dollar, and
+    its outcomes (the monitor's tables)."""
     from ..runs.live import RunState
 
     state = RunState()
@@ -122,6 +123,7 @@ def _summary_html(traces: list[Trace]) -> str:
     state.end("done")
     tasks = len({t.info.get("example_id", t.task.key) for t in traces})
     return (f"<p><b>rollouts: {len(traces)} over {tasks} tasks</b></p>"
+            f'<p class="rk-cost">{html.escape(state.run_cost().text())}</p>'
             f"{RunMonitor._signals_html(state)}{RunMonitor._outcomes_html(state)}")
 
 

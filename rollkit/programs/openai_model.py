@@ -201,6 +201,11 @@ class OpenAIModel(Model):
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "type": type(self).__name__, "base_url": self.base_url}
 
+    def price_ref(self) -> tuple[str, str | None]:
+        # The endpoint names the provider when the table knows it (OpenAI,
+        # OpenRouter, ...); elsewhere the model name does (rollkit.core.prices).
+        return (self.model, self.base_url)
+
     def __repr__(self) -> str:
         return f"OpenAIModel({self.model!r}, base_url={self.base_url!r})"
 

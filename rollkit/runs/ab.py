@@ -57,6 +57,7 @@ from ..core.plugins import plugged
 from ..core.task import Task
 from ..core.trace import Trace
 from .compare import trace_signals
+from .stats import RunCost, run_cost
 from .evaluation import _task_list
 from .interrupts import run_sync
 from .livetables import TraceLog
@@ -121,12 +122,22 @@ class ABResult:
         return pandas.DataFrame([vars(s) for s in self.history],
                                 columns=["pairs", "missing", "mean", "low", "high", "decision", "planned"])
 
+    @property
+    def cost_a(self) -> RunCost:
+        """A's cost and reward per dollar over its finished rollouts (NA
+        when one has no price; rollkit.runs.stats.run_cost)."""
+        return run_cost([t.cost_usd for t in self.a], [t.scored_reward for t in self.a])
+
+    @property
+    def cost_b(self) -> RunCost:
+        return run_cost([t.cost_usd for t in self.b], [t.scored_reward for t in self.b])
+
     def summary(self) -> str:
         mean = "-" if self.mean is None else f"{self.mean:+.3f}"
         verdict = self.decision or "undecided"
         return (f"B - A on {self.signal}: {mean}, {100 * (1 - self.alpha):.0f}% anytime-valid interval "
                 f"[{self.low:+.3f}, {self.high:+.3f}] after {self.pairs} pairs ({self.missing} missing): "
-                f"{verdict}; stopped: {self.reason}")
+                f"{verdict}; stopped: {self.reason}. A {self.cost_a.text()}. B {self.cost_b.text()}")
 
     def __repr__(self) -> str:
         return f"<ABResult {self.summary()}>"

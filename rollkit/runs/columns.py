@@ -54,9 +54,9 @@ TABLES = ("rollouts", "turns", "calls", "phases", "signals", "messages")
 CACHE_DIR = ".rollkit"
 # The store's layout version: a part written by another version is rebuilt.
 _VERSION = "4"  # 2: trace schema 2 (replies, unreported usage, outcome, the calls of rk.frames.calls); 3: large strings
-# 4: the calls' logprob sum and mean and whether they hold token ids
+# 4: the calls' logprob sum and mean and whether they hold token ids; cost
 _PHASES = ("boot", "setup", "agent", "finalize", "scoring")
-_LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
+_LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "max_cost_usd")
 _INFO_IDS = ("example_id", "repeat", "rollout_id")
 _NAN = math.nan
 # Lines and source bytes per part while building, whichever comes first:
@@ -124,19 +124,20 @@ _IDS = ("id", *_INFO_IDS)
 _COLUMNS = {
     "rollouts": (*_IDS, "task_key", "task_type", "agent", "model", "outcome", "ok", "completed", "aborted", "stop",
                  "stop_condition", "error_type", "error_phase", "error_message", "reward", "turns", "model_calls",
-                 "input_tokens", "output_tokens", "total_tokens", "segments", "agent_time", "model_time",
+                 "input_tokens", "output_tokens", "total_tokens", "cost_usd", "segments", "agent_time", "model_time",
                  "harness_time", "wait_time", *(f"phase.{p}" for p in _PHASES), "start", "end",
                  "_ordinal", "_offset", "_length", "_scored"),
     # rk.frames.calls' columns, then the end and running totals (for SQL).
     "calls": (*_IDS, "task_key", "call", "segment", "dialect", "committed", "start", "latency", "input_tokens",
               "output_tokens", "cache_read_tokens", "cache_write_tokens", "new_input_tokens", "finish_reason",
               "reply", "reasoning", "tool_calls", "request_messages", "error_type", "error_message", "timing_issue",
-              "completion_logprob_sum", "completion_logprob_mean", "has_token_ids", "end", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time",
-              "_ordinal"),
+              "completion_logprob_sum", "completion_logprob_mean", "has_token_ids", "cost_usd", "end", "cum_turns",
+              "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time", "cum_cost_usd", "_ordinal"),
     "turns": (*_IDS, "task_key", "turn", "call", "segment", "start", "end", "latency", "input_tokens",
-              "output_tokens", "new_input_tokens", "finish_reason", "dialect", "cum_turns", "cum_input_tokens",
-              "cum_output_tokens", "cum_total_tokens", "cum_agent_time", *_LIMITS, "agent_budget", "_ordinal"),
-    "phases": (*_IDS, "task_key", "phase", "start", "end", "duration", "offset", "ok", "_ordinal"),
+              "output_tokens", "new_input_tokens", "finish_reason", "dialect", "cost_usd", "cum_turns",
+              "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time", "cum_cost_usd", *_LIMITS,
+              "agent_budget", "_ordinal"),
+    "phases": (*_IDS, "task_key", "phase", "start", "end", "duration", "offset", "ok", "cost_usd", "_ordinal"),
     "signals": (*_IDS, "task_key", "task_type", "kind", "name", "value", "weight", "missing", "why_missing",
                 "error", "_ordinal", "_scored"),
     "messages": ("id", "task_key", "index", "role", "content", "tool_calls", "name", "_ordinal"),
@@ -150,7 +151,7 @@ _INT = ("turns", "model_calls", "input_tokens", "output_tokens", "total_tokens",
         "new_input_tokens", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "turn", "index")
 _FLOAT = ("reward", "model_time", "harness_time", *(f"phase.{p}" for p in _PHASES), "start", "end", "latency",
           "cum_agent_time", "duration", "offset", "value", "weight", "completion_logprob_sum",
-          "completion_logprob_mean")
+          "completion_logprob_mean", "cost_usd", "cum_cost_usd")
 _BOOL = ("completed", "aborted", "committed", "missing", "_scored", "has_token_ids")
 # Columns whose values always have one type; the others (ok, the batch ids,
 # limits, times that may be 0) are inferred, as pandas infers them in the frames.
@@ -243,7 +244,8 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
         new_input, finish, dialect = int(call.get("new_input_tokens", 0)), call.get("finish_reason"), call.get("dialect")
         totals = (int(call.get("cum_turns", 0)), int(call.get("cum_input_tokens", 0)),
                   int(call.get("cum_output_tokens", 0)), int(call.get("cum_total_tokens", 0)),
-                  float(call.get("cum_agent_time", 0.0)))
+                  float(call.get("cum_agent_time", 0.0)), _num(call.get("cum_cost_usd")))
+        cost = _num(call.get("cost_usd"))
         reply = _reply(call, messages, committed)
         calls_out.append((
             *ids, key, index, segment, dialect, committed, c_start, c_end - c_start, input_tokens, output_tokens,
@@ -252,26 +254,32 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
             reply.get("reasoning") if reply is not None else None,
             ", ".join(c["name"] for c in reply.get("tool_calls") or ()) if reply is not None else None,
             _count(call.get("request_messages")), err["type"] if err else None, err["message"] if err else None,
-            call.get("timing_issue"), *_logprob_stats(call.get("tokens")), c_end, *totals, ordinal,
+            call.get("timing_issue"), *_logprob_stats(call.get("tokens")), cost, c_end, *totals, ordinal,
         ))
         if committed:
             number += 1
             unreported_in = unreported_in or input_tokens is None
             unreported_out = unreported_out or output_tokens is None
             turns_out.append((*ids, key, number, index, segment, c_start, c_end, c_end - c_start, input_tokens,
-                              output_tokens, new_input, finish, dialect, *totals, *limit_values, budget, ordinal))
+                              output_tokens, new_input, finish, dialect, cost, *totals, *limit_values, budget,
+                              ordinal))
     if last is None:
         token_totals: tuple[int | None, ...] = (0, 0, 0)
     else:  # a total is missing (NA) where one of its turns did not report that count, as in the frames
         token_totals = (None if unreported_in else int(last.get("cum_input_tokens", 0)),
                         None if unreported_out else int(last.get("cum_output_tokens", 0)),
                         None if unreported_in or unreported_out else int(last.get("cum_total_tokens", 0)))
+    # The trace's cost as Trace.cost_usd reads it: the source's total, else the running total.
+    cost_usd = info.get("cost_usd")
+    if cost_usd is None:
+        cost_usd = calls[-1].get("cum_cost_usd") if calls else 0.0
     row_number = len(table["rollouts"])
     table["rollouts"].append((
         *ids, key, task_type, agent.get("name"), agent.get("model"), Outcome.of_record(t).label, ok,
         bool(t.get("completed", False)), aborted, error["type"] if error else stop_condition, stop_condition,
         error["type"] if error else None, error.get("phase") if error else None, error["message"] if error else None,
-        _num(reward), int(last.get("cum_turns", 0)) if last else 0, len(calls), *token_totals, len(segments),
+        _num(reward), int(last.get("cum_turns", 0)) if last else 0, len(calls), *token_totals, _num(cost_usd),
+        len(segments),
         agent_time, model_time, max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end),
         ordinal, offset, length, scored,
     ))
@@ -287,7 +295,7 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
         phases_out = table["phases"]
         for phase, s, e in present:
             phases_out.append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
-                               ordinal))
+                               _num(cost_usd) if phase == "agent" else 0.0, ordinal))
     signals_out = table["signals"]
     if scored:
         signal_errors = t.get("signal_errors") or {}

@@ -9,7 +9,10 @@ t interval and n scored / n total, the mean paired difference B - A with a
 percentile bootstrap 95% interval, the p-value of a paired sign-flip
 permutation test (rollkit.runs.stats), wins / ties / losses of B per task,
 the tasks only one run has, and the pairs missing a value in A, in B or in
-both: counted, never dropped silently, never read as 0.
+both: counted, never dropped silently, never read as 0. Beside the
+reward, each run's cost and reward per dollar (`cost_a`, `cost_b`:
+rollkit.runs.stats.run_cost, over every rollout of the run; NA when a
+rollout's price is unknown).
 
 Bad input is a `CompareError` naming what is wrong: something that is not a
 run, two runs with no task in common. A signal only one run has is not an
@@ -31,7 +34,7 @@ from typing import Any
 
 from ..core.errors import UsageError
 from ..core.trace import Trace
-from .stats import TEST_NAME, bootstrap_interval, mean_interval, sign_flip_test
+from .stats import TEST_NAME, RunCost, bootstrap_interval, mean_interval, run_cost, sign_flip_test
 
 __all__ = ["compare", "Comparison", "SignalComparison", "CompareError", "trace_signals", "OUTCOMES"]
 
@@ -100,6 +103,8 @@ class Comparison:
     only_b: list[str] = field(default_factory=list)
     resamples: int = 1000
     test: str = TEST_NAME
+    cost_a: RunCost | None = None
+    cost_b: RunCost | None = None
 
     def signal(self, name: str) -> SignalComparison:
         for found in self.signals:
@@ -214,6 +219,15 @@ def _signal_rows(traces: Any) -> Iterator[tuple[str, Any, dict[str, float | None
         yield str(columns["task_key"][i] if example is None else example), columns["repeat"][i], values
 
 
+def _cost(traces: Any) -> RunCost:
+    """A run's cost and reward per dollar: from the traces, or from a lazy
+    run's rollouts table (the same values)."""
+    if isinstance(traces, list):
+        return run_cost([t.cost_usd for t in traces], [t.scored_reward for t in traces])
+    table = traces.arrow("rollouts")
+    return run_cost(table.column("cost_usd").to_pylist(), table.column("reward").to_pylist())
+
+
 def _value(value: float | None) -> float | None:
     return None if value is None or value != value else value
 
@@ -263,7 +277,8 @@ def compare(
         wanted = asked
     only_a = [key for key in units_a if key not in units_b]
     only_b = [key for key in units_b if key not in units_a]
-    result = Comparison(label_a, label_b, by, [], [], len(common), only_a, only_b, resamples)
+    result = Comparison(label_a, label_b, by, [], [], len(common), only_a, only_b, resamples,
+                        cost_a=_cost(traces_a), cost_b=_cost(traces_b))
     for name in wanted:
         result.signals.append(_signal(name, units_a, units_b, common, names_a, names_b, result, resamples, seed))
     return result
@@ -353,6 +368,9 @@ def _table(c: Comparison) -> str:
             f"{f'{s.scored_b}/{s.total_b}':>9} {_num(s.diff):>7} {_interval(s.low, s.high):>18} {p:>6} {wtl:>10} {missing:>16}"
         )
     lines.append("")
+    for which, cost in (("A", c.cost_a), ("B", c.cost_b)):
+        if cost is not None:
+            lines.append(f"{which}: {cost.text()}")
     lines.append(f"n = {unit}s with a value / {unit}s in the run; W/T/L = B better / equal / worse, per {unit}")
     for which, keys in (("A", c.only_a), ("B", c.only_b)):
         if keys:

@@ -37,7 +37,7 @@ from ..core.cancellation import finish
 from ..core.errors import UsageError
 from . import interrupts
 from .compare import trace_signals
-from .stats import mean_interval
+from .stats import mean_interval, run_cost
 from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
 from .runner import run_rollout
 from .live import LIVE, LiveWriter, run_info
@@ -186,7 +186,8 @@ class EvalResult:
 
 def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> str:
     """A plain-text summary table: outcomes (stop condition or error type),
-    each signal's mean with its 95% interval and n scored / n total, phase
+    each signal's mean with its 95% interval and n scored / n total, the
+    run's cost and reward per dollar (rollkit.runs.stats.run_cost), phase
     time totals, and the mean of each group signal."""
     lines = []
     examples = {t.info.get("example_id", t.task.key) for t in traces}
@@ -202,6 +203,8 @@ def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> 
         lines.append(f"{key:<{width}}  {counts[key]:>6}")
     lines.append("")
     lines.extend(_signal_lines(traces))
+    lines.append("")
+    lines.append(run_cost([t.cost_usd for t in traces], [t.scored_reward for t in traces]).text())
     lines.append("")
     lines.append(f"{'phase':<9}  {'total s':>9}  {'mean s':>9}")
     for phase in PHASES:

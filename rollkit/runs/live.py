@@ -38,6 +38,7 @@ import heapq
 import json
 import math
 import os
+import re
 import socket
 import time
 from collections import Counter, deque
@@ -49,7 +50,7 @@ from ..core.outcome import Outcome
 from ..core.store import trace_of_line
 from ..core.trace import Trace
 from .compare import trace_signals
-from .stats import t_critical
+from .stats import RunCost, t_critical
 
 __all__ = ["LIVE", "LiveWriter", "RunState", "Lane", "Finished", "FolderFollower", "FLUSH_EVERY"]
 
@@ -161,6 +162,7 @@ class Finished:
     duration: float
     end: float
     ref: Any = None  # a Trace, or (path, offset, length) of its line
+    cost: float | None = None  # Trace.cost_usd: dollars, None when a price is unknown
 
     def trace(self) -> Trace:
         if isinstance(self.ref, Trace):
@@ -182,7 +184,7 @@ def finished_from_trace(trace: Trace) -> Finished:
     outcome = trace.outcome
     duration, end = _span_of({name: {"start": p.start, "end": p.end} for name, p in trace.phases.items()})
     return Finished(str(trace.info.get("rollout_id", trace.id)), trace.id, outcome.label,
-                    outcome.error_type, trace_signals(trace), duration, end, trace)
+                    outcome.error_type, trace_signals(trace), duration, end, trace, trace.cost_usd)
 
 
 def _signals_of(d: dict[str, Any]) -> dict[str, float | None]:
@@ -228,11 +230,51 @@ def _parse_line(line: bytes) -> dict[str, Any]:
                 tail = None
             if isinstance(tail, dict) and _NEEDED.issubset(tail):
                 tail["id"] = line[7:close].decode()
+                tail["_cost"] = _cost_before(line, cut, tail.get("info") or {})
                 return tail
+    return _parse_whole(line)
+
+
+def _parse_whole(line: bytes | str) -> dict[str, Any]:
     whole = json.loads(line)  # a ValueError here is a line that is not JSON
     if not isinstance(whole, dict) or "id" not in whole:
         raise ValueError("not a trace object")
     return whole
+
+
+_CALLS = b'"model_calls":['
+_CUM_COST = b'"cum_cost_usd":'
+_NUMBER = re.compile(rb"-?[0-9][0-9.eE+-]*")
+
+
+def _cost_before(line: bytes, cut: int, info: dict[str, Any]) -> Any:
+    """Trace.cost_usd of a rollkit trace line whose model calls end before
+    `cut`, read without decoding them: the source's total, else the last
+    call's running total (a key in JSON text is never inside a string, whose
+    quotes are escaped). `...` when the line is not laid out as rollkit
+    writes it (the whole line is read instead)."""
+    if info.get("cost_usd") is not None:
+        return float(info["cost_usd"])
+    at = line.rfind(_CALLS, 0, cut)
+    if at < 0:
+        return ...
+    if line.startswith(b"]", at + len(_CALLS)):
+        return 0.0
+    last = line.rfind(b'{"index":', at, cut)
+    found = line.find(_CUM_COST, last, cut) if last > 0 else -1
+    if found < 0:
+        return None  # the last call has no running cost: unknown
+    number = _NUMBER.match(line, found + len(_CUM_COST))
+    return float(number.group()) if number else ...
+
+
+def _cost_of(d: dict[str, Any]) -> float | None:
+    """Trace.cost_usd of a trace's JSON (the same rule, without building it)."""
+    imported = (d.get("info") or {}).get("cost_usd")
+    if imported is not None:
+        return float(imported)
+    calls = d.get("model_calls") or []
+    return calls[-1].get("cum_cost_usd") if calls else 0.0
 
 
 def _span_of(phases: dict[str, Any]) -> tuple[float, float]:
@@ -252,8 +294,11 @@ def finished_from_line(line: bytes | str, ref: Any) -> Finished:
     outcome = Outcome.of_record(d)
     info = d.get("info") or {}
     duration, end = _span_of(d.get("phases") or {})
+    cost = d.get("_cost", ...)
+    if cost is ...:  # not read on the fast path
+        cost = _cost_of(d) if "model_calls" in d else _cost_of(_parse_whole(line))
     return Finished(str(info.get("rollout_id", d["id"])), d["id"], outcome.label, outcome.error_type,
-                    _signals_of(d), duration, end, ref)
+                    _signals_of(d), duration, end, ref, cost)
 
 
 @dataclass
@@ -270,6 +315,8 @@ class RunState:
     in_flight: dict[str, Lane] = field(default_factory=dict)
     sums: dict[str, list[float]] = field(default_factory=dict)  # name -> [n, sum, sum of squares]
     outcomes: Counter = field(default_factory=Counter)
+    cost: float = 0.0  # dollars of the finished rollouts with a price
+    unpriced: int = 0  # finished rollouts whose price is unknown
     errors: Counter = field(default_factory=Counter)
     slowest: list[tuple[float, int, Finished]] = field(default_factory=list)  # a min-heap of the _KEEP slowest
     failures: deque = field(default_factory=lambda: deque(maxlen=_KEEP))
@@ -320,6 +367,10 @@ class RunState:
         self.in_flight.pop(record.rollout_id, None)
         self.done += 1
         self.outcomes[record.outcome] += 1
+        if record.cost is None:
+            self.unpriced += 1
+        else:
+            self.cost += record.cost
         if record.error is not None:
             self.failed += 1
             self.errors[record.error] += 1
@@ -359,6 +410,15 @@ class RunState:
                 half = t_critical(n - 1) * math.sqrt(variance / n)
             out.append((name, mean, half, n, self.done))
         return out
+
+    def run_cost(self) -> RunCost:
+        """The cost of the rollouts finished so far and the reward per dollar
+        (rollkit.runs.stats.run_cost's rules: NA when one has no price)."""
+        if self.unpriced or not self.done:
+            return RunCost(None, None, self.done, self.unpriced, None)
+        n, total = self.sums.get("reward", (0, 0.0, 0.0))[:2]
+        mean = self.cost / self.done
+        return RunCost(self.cost, mean, self.done, 0, total / n / mean if n and mean > 0 else None)
 
     def rate(self) -> float | None:
         """Rollouts finished per second, over the latest finishes."""

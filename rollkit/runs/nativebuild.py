@@ -40,9 +40,9 @@ _TRACE_FIELDS: dict[str, Any] = {
     "id": "VARCHAR",
     "task": {"type": "VARCHAR", "key": "VARCHAR"},
     "agent": {"name": "JSON", "model": "JSON"},
-    "info": {"example_id": "JSON", "repeat": "JSON", "rollout_id": "JSON"},
+    "info": {"example_id": "JSON", "repeat": "JSON", "rollout_id": "JSON", "cost_usd": "DOUBLE"},
     "limits": {"max_turns": "JSON", "max_input_tokens": "JSON", "max_output_tokens": "JSON",
-               "max_total_tokens": "JSON"},
+               "max_total_tokens": "JSON", "max_cost_usd": "JSON"},
     "timeouts": {"agent": "JSON"},
     "messages": [{"role": "VARCHAR", "content": "VARCHAR", "reasoning": "VARCHAR", "name": "VARCHAR",
                   "tool_call_id": "VARCHAR", "tool_calls": [{"name": "VARCHAR", "arguments": "VARCHAR"}]}],
@@ -57,6 +57,7 @@ _TRACE_FIELDS: dict[str, Any] = {
         "reply": {"content": "VARCHAR", "reasoning": "VARCHAR", "tool_calls": [{"name": "VARCHAR"}]},
         "request_messages": "BIGINT", "request": "JSON", "timing_issue": "VARCHAR",
         "tokens": {"ids": "BIGINT[]", "logprobs": "DOUBLE[]"},
+        "cost_usd": "DOUBLE", "cum_cost_usd": "DOUBLE",
     }],
     "rewards": "MAP(VARCHAR, DOUBLE)", "reward_weights": "MAP(VARCHAR, DOUBLE)", "metrics": "MAP(VARCHAR, DOUBLE)",
     "signal_errors": "MAP(VARCHAR, VARCHAR)",
@@ -81,12 +82,12 @@ _FREE = {
     "example_id": "t.info.example_id", "repeat": "t.info.repeat", "rollout_id": "t.info.rollout_id",
     "agent": "t.agent.name", "model": "t.agent.model", "ok": "t.ok",
     **{name: f"t.limits.{name}" for name in ("max_turns", "max_input_tokens", "max_output_tokens",
-                                              "max_total_tokens")},
+                                              "max_total_tokens", "max_cost_usd")},
     "agent_budget": "t.timeouts.agent",
 }
 _IDS_FREE = ("example_id", "repeat", "rollout_id")
 # Missing as NaN in the Python build (a number column even when all missing).
-_NAN_FREE = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "agent_budget")
+_NAN_FREE = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "max_cost_usd", "agent_budget")
 _SCORED = "(t.phases.scoring is not null)"
 _COMMITTED = "list_filter(t.model_calls, lambda c: coalesce(c.committed, false))"
 _ROWS_OF = {
@@ -173,6 +174,9 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signal_names: list[st
               + _sum(f"list_transform({valued}, lambda e: e.value * "
                      f"coalesce(map_extract_value(t.reward_weights, e.key), 1.0::DOUBLE))") + " end")
     spans = [f"t.phases.{p}" for p in _PHASE_NAMES]
+    # Trace.cost_usd: the source's total, else the last call's running total.
+    cost = ("coalesce(t.info.cost_usd, case when coalesce(len(t.model_calls), 0) = 0 then 0.0::DOUBLE "
+            "else t.model_calls[-1].cum_cost_usd end)")
     rollouts = {
         **_ids(kinds, "rollouts"),
         "task_key": "t.task.key", "task_type": "t.task.type",
@@ -193,6 +197,7 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signal_names: list[st
                          f"else coalesce({last}.cum_output_tokens, 0) end",
         "total_tokens": f"case when not {turned} then 0 when {unreported['input']} or {unreported['output']} "
                         f"then null else coalesce({last}.cum_total_tokens, 0) end",
+        "cost_usd": cost,
         "segments": "coalesce(len(t.segments), 0)",
         "agent_time": agent_time, "model_time": model_time,
         "harness_time": f"greatest({_ZERO}, {agent_time} - {model_time})",
@@ -206,7 +211,7 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signal_names: list[st
     totals = {"cum_turns": "coalesce(c.cum_turns, 0)", "cum_input_tokens": "coalesce(c.cum_input_tokens, 0)",
               "cum_output_tokens": "coalesce(c.cum_output_tokens, 0)",
               "cum_total_tokens": "coalesce(c.cum_total_tokens, 0)",
-              "cum_agent_time": "coalesce(c.cum_agent_time, 0.0::DOUBLE)"}
+              "cum_agent_time": "coalesce(c.cum_agent_time, 0.0::DOUBLE)", "cum_cost_usd": "c.cum_cost_usd"}
     # A call's reply: its own, or the message after its request (columns._reply).
     follows = ("(coalesce(c.committed, false) and c.request_messages is not null and c.request is null "
                "and c.request_messages < coalesce(len(t.messages), 0) "
@@ -233,21 +238,21 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signal_names: list[st
         "completion_logprob_sum": lp_sum,
         "completion_logprob_mean": f"{lp_sum} / len(c.tokens.logprobs)",
         "has_token_ids": "coalesce(c.tokens.ids is not null, false)",
-        "end": "c.\"end\"", **totals, "_ordinal": "_ordinal",
+        "cost_usd": "c.cost_usd", "end": "c.\"end\"", **totals, "_ordinal": "_ordinal",
     }
     turns = {
         **_ids(kinds, "turns"), "task_key": "t.task.key", "turn": "n", "call": "c.index", "segment": "c.segment",
         "start": "c.start", "end": "c.\"end\"", "latency": "c.\"end\" - c.start",
         "input_tokens": "c.usage.input_tokens", "output_tokens": "c.usage.output_tokens",
         "new_input_tokens": "coalesce(c.new_input_tokens, 0)", "finish_reason": "c.finish_reason",
-        "dialect": "c.dialect", **totals,
+        "dialect": "c.dialect", "cost_usd": "c.cost_usd", **totals,
         **{name: _free(name, kinds[("turns", name)]) for name in _NAN_FREE}, "_ordinal": "_ordinal",
     }
     t0 = f"least({', '.join(s + '.start' for s in spans)})"
     phases = {
         **_ids(kinds, "phases"), "task_key": "t.task.key", "phase": "s.phase", "start": "s.s", "end": "s.e",
         "duration": "s.e - s.s", "offset": f"s.s - {t0}", "ok": _free("ok", kinds[("phases", "ok")]),
-        "_ordinal": "_ordinal",
+        "cost_usd": f"case when s.phase = 'agent' then {cost} else 0.0::DOUBLE end", "_ordinal": "_ordinal",
     }
     why, text = _why("map_extract_value(t.signal_errors, e.key)")
     signals = {

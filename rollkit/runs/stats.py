@@ -1,6 +1,6 @@
 """The statistics behind summaries and comparisons of runs.
 
-This module owns four computations and says which method each uses:
+This module owns five computations and says which method each uses:
 
 - `mean_interval(values)`: the mean with a 95% Student-t interval
   (mean +/- t(0.975, n-1) * s / sqrt(n)); standard library only, so
@@ -16,6 +16,11 @@ This module owns four computations and says which method each uses:
   is the share of sign patterns whose mean is at least as far from 0 as the
   observed one (two-sided). Exact (every pattern) up to 16 non-zero
   differences, Monte Carlo with `resamples` patterns beyond that.
+- `run_cost(costs, rewards)`: what a run cost (dollars per rollout summed;
+  None when one rollout's price is unknown: a partial sum would flatter the
+  run) and its reward per dollar, the mean reward over the scored rollouts
+  divided by the mean cost over all of them (None when the cost is unknown
+  or 0).
 
 It knows numbers only: no traces, no runs, no files. numpy is imported
 inside the functions that need it, never at module level.
@@ -26,9 +31,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..core.prices import dollars
 from typing import Any
 
-__all__ = ["mean_interval", "wilson_interval", "bootstrap_interval", "sign_flip_test", "t_critical", "EXACT_LIMIT", "TEST_NAME"]
+__all__ = ["run_cost", "RunCost", "mean_interval", "wilson_interval", "bootstrap_interval", "sign_flip_test", "t_critical", "EXACT_LIMIT", "TEST_NAME"]
 
 TEST_NAME = "paired sign-flip permutation test"
 EXACT_LIMIT = 16  # non-zero differences up to which every sign pattern is enumerated (2**16)
@@ -40,6 +48,41 @@ _T975 = (
     2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """A run's dollars: `total` and `mean` per rollout (None: a rollout's
+    price is unknown, `unpriced` of them), and reward per dollar."""
+
+    total: float | None
+    mean: float | None
+    rollouts: int
+    unpriced: int
+    reward_per_dollar: float | None
+
+    def text(self) -> str:
+        """One line for a summary or a comparison table."""
+        if self.total is None:
+            return (f"cost: - ({self.unpriced} of {self.rollouts} rollouts have no price: "
+                    "give one with rk.prices); reward per dollar: -")
+        per = "-" if self.reward_per_dollar is None else f"{self.reward_per_dollar:.4g}"
+        return (f"cost: {dollars(self.total)} ({dollars(self.mean)} per rollout over {self.rollouts}); "
+                f"reward per dollar: {per}")
+
+
+def run_cost(costs: Sequence[float | None], rewards: Sequence[float | None]) -> RunCost:
+    """See the module docstring; `costs` and `rewards` are per rollout (a
+    NaN reads as None)."""
+    costs = [None if c is None or c != c else float(c) for c in costs]
+    unpriced = sum(c is None for c in costs)
+    if unpriced or not costs:
+        return RunCost(None, None, len(costs), unpriced, None)
+    total = sum(costs)  # type: ignore[arg-type]
+    mean = total / len(costs)
+    scored = [r for r in rewards if r is not None and r == r]
+    per = sum(scored) / len(scored) / mean if scored and mean > 0 else None
+    return RunCost(total, mean, len(costs), 0, per)
 
 
 def t_critical(df: int) -> float:

@@ -82,6 +82,7 @@ class Call:
     finish_reason: str | None = None
     error: ErrorInfo | None = None
     tokens: TokenLogprobs | None = None  # token ids and logprobs, where the source kept them
+    cost_usd: float | None = None  # what the source says the call cost, when it says
 
 
 def read_json(path: Path, where: Where) -> Any:
@@ -313,6 +314,7 @@ def build(
     outcome: Outcome | None = None,
     cut: tuple[str | None] | None = None,
     trace_id: str | None = None,
+    cost: tuple[float | None, str] | None = None,
 ) -> Trace:
     """A trace from a source's record (see the module docstring). `calls`
     holds one entry per assistant message, in order, and the failed
@@ -327,7 +329,8 @@ def build(
     `outcome`, when the source kept rollkit's own (`kept_outcome`), is
     recorded as it is instead, with the cut the run also suffered (`cut`,
     the phase it was cut in, as a 1-tuple) when it failed. `trace_id`: the
-    id rollkit gave the trace, when the source kept it."""
+    id rollkit gave the trace, when the source kept it. `cost`: the source's
+    total in dollars and the field it came from (see `_cost_notes`)."""
     context = context or set()
     replies = [i for i, m in enumerate(conversation) if isinstance(m, AssistantMessage) and i not in context]
     missing = []
@@ -341,7 +344,7 @@ def build(
     if replies and all(c.start is None for c in calls) and "agent" not in phases:
         missing.append("timings")
     notes = {"format": fmt, "file": str(where.path), **(info or {}), **({"missing": missing} if missing else {}),
-             **({"inferred": sorted(set(inferred))} if inferred else {})}
+             **({"inferred": sorted(set(inferred))} if inferred else {}), **_cost_notes(calls, cost)}
     if errors and rewards:
         # A failed run has no reward (L23), whatever the source wrote there
         # (verifiers writes 0.0); the source's value is kept in info.
@@ -360,13 +363,13 @@ def build(
             trace.record_call(
                 index=n, segment=reply_segment[min(answered, len(replies) - 1)] if replies else len(segments) - 1,
                 start=start, end=end, agent_time=agent_time, response=None, error=call.error, usage=call.usage,
-                timing_issue=timing_issue, request_messages=position)
+                timing_issue=timing_issue, request_messages=position, cost_usd=call.cost_usd)
             continue
         position = replies[answered]
         trace.record_call(
             index=n, segment=reply_segment[answered], start=start, end=end, agent_time=agent_time,
             response=_response(conversation[position], call),  # type: ignore[arg-type]
-            error=None, timing_issue=timing_issue, request_messages=position,
+            error=None, timing_issue=timing_issue, request_messages=position, cost_usd=call.cost_usd,
         )
         answered += 1
     _time_segments(segments, trace, phases, origin)
@@ -417,6 +420,21 @@ def _errors_timed(calls: list[Call], errors: list[ErrorInfo], phases: dict[str, 
 
 def _call_time(call: Call) -> float:
     return next((t for t in (call.end, call.start) if t is not None), 0.0)
+
+
+def _cost_notes(calls: list[Call], cost: tuple[float | None, str] | None) -> dict[str, Any]:
+    """Where an imported trace's dollars come from (`info["cost_from"]`,
+    the source's field): its calls' own costs when the source priced every
+    answered call (their sum is the total, Trace.cost_usd), else the
+    source's total (`info["cost_usd"]`, which Trace.cost_usd reads). Never
+    rollkit's price table: the source knew what it paid."""
+    per_call = [c.cost_usd for c in calls if c.error is None]
+    if per_call and all(value is not None for value in per_call):
+        return {"cost_from": "the source's cost of each model call"}
+    if cost is None or cost[0] is None:
+        return {"cost_from": "the source's cost of some model calls; the total is unknown"} if any(
+            value is not None for value in per_call) else {}
+    return {"cost_usd": float(cost[0]), "cost_from": f"the source's total ({cost[1]})"}
 
 
 def kept_outcome(trace: Trace) -> dict[str, Any]:

@@ -144,7 +144,8 @@ def _trajectory(document: Any, where: Where) -> Trace:
                 calls.append(Call(usage=_usage(metrics, where, f"{at}.metrics"),
                                   start=extra.get("rollkit_start", previous if stamp is not None else None),
                                   end=stamp, finish_reason=extra.get("finish_reason"),
-                                  tokens=_tokens(metrics, where, f"{at}.metrics")))
+                                  tokens=_tokens(metrics, where, f"{at}.metrics"),
+                                  cost_usd=costs[-1] if isinstance(metrics.get("cost_usd"), (int, float)) else None))
         else:
             raise where.error(f"{at}.source", f"should be 'system', 'user' or 'agent', got {source!r:.40}")
         observation = step.get("observation") if isinstance(step.get("observation"), dict) else {}
@@ -188,7 +189,7 @@ def _trajectory(document: Any, where: Where) -> Trace:
         task=TaskRef(type=f"atif:{agent.get('name') or 'agent'}", key=session, data={"prompt": prompt}),
         agent={"name": agent.get("name"), "model": agent.get("model_name"), "harness": agent.get("name"),
                "version": agent.get("version")},
-        rewards=None, metrics=metrics, context=copied,
+        rewards=None, metrics=metrics, context=copied, cost=(total, "final_metrics.total_cost_usd"),
         phases={"agent": (min(stamps), max(stamps))} if stamps else {},
         # ATIF says nothing of how the run ended; a reply's start is the step before it.
         inferred=["outcome", *(["model_calls.start"] if stamps else [])],
@@ -294,6 +295,8 @@ def _document(trace: Trace) -> dict[str, Any]:
                                       for c in message.tool_calls]
             if call is not None:
                 metrics = _metrics(call.usage, call.tokens)
+                if call.cost_usd is not None:  # ATIF's per-call dollars
+                    metrics["cost_usd"] = call.cost_usd
                 if metrics:
                     step["metrics"] = metrics
                 step["extra"] = {"rollkit_start": call.start, **(
@@ -306,6 +309,8 @@ def _document(trace: Trace) -> dict[str, Any]:
         counts = [getattr(u, ours) for u in usages if getattr(u, ours) is not None]
         if counts:
             final[theirs] = sum(counts)
+    if trace.cost_usd is not None:
+        final["total_cost_usd"] = trace.cost_usd
     ours = json.loads(trace.model_dump_json())
     del ours["messages"]
     return {

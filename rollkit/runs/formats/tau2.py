@@ -94,6 +94,7 @@ def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any
                                                          f"{field_path}.usage.completion_tokens") or 0))
                     if usage else None,
                     start=previous if stamp is not None else None, end=stamp,
+                    cost_usd=float(item["cost"]) if isinstance(item.get("cost"), (int, float)) else None,
                 ))
         if stamp is not None:
             previous = stamp
@@ -125,6 +126,9 @@ def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any
                           message=f"tau2 ended the simulation: {reason}", phase="agent")] if reason in _ERRORS else [],
         stop_condition=None if reason in _ERRORS else reason,
         inferred=(["task.key"] if not named else []) + (["model_calls.start"] if calls else []),
+        # The agent's dollars are the trace's (its calls are the agent's); the
+        # user simulator's stay a metric.
+        cost=(metrics.get("agent_cost"), "tau2 agent_cost"),
         info={"simulation_id": sim.get("id"), "example_id": task_id, "repeat": trial,
               "rollout_id": f"{task_id}#{trial}", "domain": domain, "user_tool_calls": user_tools,
               "termination_reason": reason, **({"tool_errors": tool_errors} if tool_errors else {})},

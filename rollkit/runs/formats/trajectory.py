@@ -104,9 +104,11 @@ def _calls(raw: list[Any]) -> list[Call]:
         stamp = extra.get("timestamp")
         if item.get("role") == "assistant":
             usage = ((extra.get("response") or {}).get("usage") or {}) if isinstance(extra.get("response"), dict) else {}
+            cost = extra.get("cost")  # mini-swe-agent's dollars for this call
             calls.append(Call(
                 usage=_usage(usage) if usage else None,
                 start=previous if stamp is not None else None, end=stamp,
+                cost_usd=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
             ))
         if isinstance(stamp, (int, float)):
             previous = stamp
@@ -169,6 +171,8 @@ def _read(path: Path, where: Where, document: Any) -> list[Trace]:
         inferred=["model_calls.start"] if stamps else [],
         metrics={"cost": float(info["model_stats"]["instance_cost"])}
         if isinstance(info.get("model_stats"), dict) and "instance_cost" in info["model_stats"] else {},
+        cost=(stats.get("instance_cost") if isinstance(stats.get("instance_cost"), (int, float)) else None,
+              "model_stats.instance_cost"),
         info={"exit_status": status, "submission": exit_extra.get("submission", info.get("submission")),
               "trajectory_format": document.get("trajectory_format"), "example_id": name,
               **({"source_usage": source_usage} if source_usage else {}),
