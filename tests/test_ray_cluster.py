@@ -20,7 +20,6 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs the rollkit[ray] 
 
 from evaluate_helpers import HERE, Gate, NodeReportingHarness, said_agent, said_tasks  # noqa: E402
 
-import rollkit as rk  # noqa: E402
 from rollkit.runs.evaluation import evaluate_async, load_run  # noqa: E402
 from rollkit.runs.ray_backend import RayBackend  # noqa: E402
 
@@ -39,6 +38,15 @@ def _listening(temp: str) -> set[str]:
         if any(f"pid={pid}," in line for pid in pids):
             found.add(line.split()[3].rsplit(":", 1)[0])
     return found
+
+
+def _loopback(address: str) -> bool:
+    """127.0.0.1, ::1, or 127.0.0.1 as an IPv6 socket sees it (::ffff:127.0.0.1)."""
+    import ipaddress
+
+    ip = ipaddress.ip_address(address.strip("[]"))
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
 
 
 def _names(pid: str, temp: str) -> bool:
@@ -63,13 +71,21 @@ def _end_processes_under(temp: str) -> None:
 
 
 @pytest.fixture
-def cluster(tmp_path):
+def cluster(tmp_path, monkeypatch):
     """A head (no CPU: it runs no rollout, only the gate, by its `head`
     resource) and two worker nodes of 2 CPUs, all on 127.0.0.1."""
     import shutil
     import tempfile
 
+    from ray._private import ray_constants
     from ray.cluster_utils import Cluster
+
+    # Ray turns a loopback address it is given to connect to into the
+    # machine's network address (services.resolve_ip_for_localhost), except
+    # where it runs single-machine clusters only; here every node is on this
+    # machine, so it is told so, in this process and in the ones it starts.
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
     assert not ray.is_initialized()
     # Short: Ray's Unix sockets live under it (pytest's tmp_path is too long for them).
@@ -104,7 +120,8 @@ def cluster(tmp_path):
 async def test_a_worker_node_lost_mid_run_loses_no_rollout_and_resume_finds_the_run_complete(cluster, tmp_path):
     made, workers, temp = cluster
     # Every server of the cluster on loopback: nothing listens on the machine's network address.
-    assert _listening(temp) <= {"127.0.0.1"}, _listening(temp)
+    listening = _listening(temp)
+    assert listening and all(_loopback(a) for a in listening), listening
     gate = ray.remote(Gate).options(num_cpus=0, resources={"head": 0.01}).remote()
     agent = said_agent(harness=NodeReportingHarness(gate))
     backend = RayBackend(address=made.address, actors=2, actor_options={"scheduling_strategy": "SPREAD"})
@@ -125,8 +142,8 @@ async def test_a_worker_node_lost_mid_run_loses_no_rollout_and_resume_finds_the_
     # The rollouts lost with the node ran again on the other one (or, past the retries, say why, typed).
     assert 1 <= len(again) <= seen and all(t.completed for t in again), [t.warnings for t in result.traces]
     assert all(t.error.type == "ResourceError" for t in failed), [t.error for t in failed]
-    resumed = rk.evaluate(agent, said_tasks(TASKS), repeats=REPEATS, concurrency=CONCURRENCY, out=tmp_path,
-                          resume=True, backend=RayBackend(address=made.address, actors=1), progress=False)
+    resumed = await evaluate_async(agent, said_tasks(TASKS), repeats=REPEATS, concurrency=CONCURRENCY, out=tmp_path,
+                                   resume=True, backend=RayBackend(address=made.address, actors=1), progress=False)
     assert sorted(t.info["rollout_id"] for t in resumed.traces) == expected
     assert len((tmp_path / "traces.jsonl").read_text().splitlines()) == len(expected)  # nothing ran twice
     assert [t.model_dump() for t in load_run(tmp_path).traces] == [t.model_dump() for t in resumed.traces]
