@@ -18,6 +18,14 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from ..core._dependencies import (
+    inspect_ai,
+    inspect_ai_dataset,
+    inspect_ai_model,
+    inspect_ai_scorer,
+    inspect_ai_solver,
+    inspect_ai_tool,
+)
 
 __all__ = ["inspect_log", "verifiers_run"]
 
@@ -25,14 +33,7 @@ _PROBLEMS = [(2, 3), (4, 4), (10, 7), (6, 9), (12, 30), (8, 8)]
 
 
 def _inspect_eval(folder: Path, log_format: str) -> Path:
-    from inspect_ai import Task, eval as inspect_eval
-    from inspect_ai.dataset import Sample
-    from inspect_ai.model import ModelOutput, ModelUsage, get_model
-    from inspect_ai.scorer import includes
-    from inspect_ai.solver import generate, use_tools
-    from inspect_ai.tool import tool
-
-    @tool
+    @inspect_ai_tool.tool
     def add() -> Any:
         async def execute(a: int, b: int) -> int:
             """Add two numbers.
@@ -48,18 +49,18 @@ def _inspect_eval(folder: Path, log_format: str) -> Path:
     def outputs(messages: Any, tools: Any, tool_choice: Any, config: Any) -> Any:
         last = messages[-1]
         if last.role == "tool":
-            out = ModelOutput.from_content(model="mockllm", content=f"The answer is {last.text}.")
+            out = inspect_ai_model.ModelOutput.from_content(model="mockllm", content=f"The answer is {last.text}.")
         else:
             a, b = [int(word) for word in last.text.split() if word.isdigit()]
-            out = ModelOutput.for_tool_call(model="mockllm", tool_name="add", tool_arguments={"a": a, "b": b})
+            out = inspect_ai_model.ModelOutput.for_tool_call(model="mockllm", tool_name="add", tool_arguments={"a": a, "b": b})
         # Usage given, so mockllm counts no tokens (it would fetch a tokenizer).
-        out.usage = ModelUsage(input_tokens=12 * len(messages), output_tokens=6, total_tokens=12 * len(messages) + 6)
+        out.usage = inspect_ai_model.ModelUsage(input_tokens=12 * len(messages), output_tokens=6, total_tokens=12 * len(messages) + 6)
         return out
 
-    samples = [Sample(input=f"Add {a} and {b}", target=str(a + b + (i == 3)), id=f"add-{i}")
+    samples = [inspect_ai_dataset.Sample(input=f"Add {a} and {b}", target=str(a + b + (i == 3)), id=f"add-{i}")
                for i, (a, b) in enumerate(_PROBLEMS[:4])]
-    task = Task(dataset=samples, solver=[use_tools(add()), generate()], scorer=includes(), name="adding")
-    [log] = inspect_eval(task, model=get_model("mockllm/model", custom_outputs=outputs), log_dir=str(folder),
+    task = inspect_ai.Task(dataset=samples, solver=[inspect_ai_solver.use_tools(add()), inspect_ai_solver.generate()], scorer=inspect_ai_scorer.includes(), name="adding")
+    [log] = inspect_ai.eval(task, model=inspect_ai_model.get_model("mockllm/model", custom_outputs=outputs), log_dir=str(folder),
                          log_format=log_format, display="none", epochs=2)
     if log.status != "success":
         raise RuntimeError(f"the inspect eval ended {log.status}: {log.error}")

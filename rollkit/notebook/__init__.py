@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core._lazy import lazy_names
 from ..core.plugins import plug
+from ..core._dependencies import ipython_display
 
 _LAZY = {
     "NotebookRollout": (".stepping", "NotebookRollout"),
@@ -59,11 +60,9 @@ def show(trace: Any, *, logprobs: bool = False) -> None:
     """Display a trace as HTML in the notebook (what leaving it as a cell's
     last expression does too); `logprobs=True` colours each reply whose
     call kept its token logprobs by them."""
-    from IPython.display import HTML, display
-
     from .display import trace_html
 
-    display(HTML(trace_html(trace, logprobs=logprobs)))
+    ipython_display.display(ipython_display.HTML(trace_html(trace, logprobs=logprobs)))
 
 
 def _trace_html(trace: Any) -> str:
@@ -79,11 +78,9 @@ def _frames() -> Any:
 
 
 def _monitor(pending: Any) -> None:
-    from IPython.display import display
-
     from .monitor import RunMonitor
 
-    display(RunMonitor(pending))
+    ipython_display.display(RunMonitor(pending))
 
 
 plug("trace_html", _trace_html)
@@ -92,12 +89,10 @@ plug("monitor", _monitor)
 
 
 def _ab_monitor(signal: str, alpha: float, margin: float | None) -> Any:
-    from IPython.display import display
-
     from .decide import ABMonitor
 
     monitor = ABMonitor(signal, alpha, margin)
-    display(monitor)
+    ipython_display.display(monitor)
     return monitor.add
 
 

@@ -18,6 +18,7 @@ import ipywidgets as widgets
 
 from ..core.trace import Trace
 from .display import trace_html
+from ..core._dependencies import ipython_display
 
 __all__ = ["TraceBrowser"]
 
@@ -128,7 +129,5 @@ class TraceBrowser(widgets.VBox):
             from .plots import budget_burn, phase_timeline
 
             with self.figures:
-                from IPython.display import display
-
-                display(budget_burn(trace))
-                display(phase_timeline(trace))
+                ipython_display.display(budget_burn(trace))
+                ipython_display.display(phase_timeline(trace))

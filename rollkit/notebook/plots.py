@@ -291,9 +291,7 @@ class LiveBudgetBurn:
         self._unsubscribe()
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.figure)
+        ipython_display.display(self.figure)
 
 
 # ---- phase timing ------------------------------------------------------------------
@@ -389,9 +387,7 @@ class LivePhaseTimeline:
         self._unsubscribe()
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.figure)
+        ipython_display.display(self.figure)
 
 
 # The phases of the phase-timing chart: (name, rollouts frame column).
@@ -712,8 +708,6 @@ def reward_distribution(data: Any, *, bins: int = 20) -> go.Figure:
     Counted here, so a run of a million rollouts is a few bars, not a million
     points. Rollouts without a value are counted in the legend, never drawn
     as 0. `data` is traces, a lazy run, a run's path or `rk.frames.rollouts(...)`."""
-    import numpy as np
-
     frame = _rollout_frame(data)
     names = ["reward", *sorted(c for c in frame.columns if c.startswith("reward."))]
     fig = go.Figure()
@@ -837,10 +831,9 @@ class LiveRewards:
         self._unsubscribes.clear()
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.figure)
+        ipython_display.display(self.figure)
 
 
 # Where a rollout went wrong and whether B beats A: drawn in .decide, named here too.
 from .decide import ab, drop_turns, turn_values  # noqa: E402
+from ..core._dependencies import ipython_display, np

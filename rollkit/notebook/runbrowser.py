@@ -22,6 +22,7 @@ import ipywidgets as widgets
 from ..core.trace import Trace
 from ..runs.lazyrun import LazyRun, highlight, open_run
 from .display import trace_html
+from ..core._dependencies import ipython_display, pa
 
 __all__ = ["RunBrowser"]
 
@@ -94,8 +95,6 @@ class RunBrowser(widgets.VBox):
 
     # ---- what is listed ---------------------------------------------------------
     def _restrict(self, ids: list[str] | None) -> None:
-        import pyarrow as pa
-
         if ids is None:
             self._ids_table = None
             return
@@ -199,10 +198,8 @@ class RunBrowser(widgets.VBox):
             from .plots import budget_burn, phase_timeline
 
             with self.figures:
-                from IPython.display import display
-
-                display(budget_burn(trace))
-                display(phase_timeline(trace))
+                ipython_display.display(budget_burn(trace))
+                ipython_display.display(phase_timeline(trace))
 
     def _matches_html(self, trace: Trace) -> str:
         """The messages that match the search, each match in <mark>, all escaped."""

@@ -33,6 +33,7 @@ from ..core.trace import Trace
 from .browser import TraceBrowser
 from .display import STYLE, error_html, trace_html
 from .monitor import RunMonitor
+from ..core._dependencies import go, pa, pc
 
 __all__ = ["view", "RunCharts", "CompareView", "MAX_FLIPS"]
 
@@ -81,8 +82,6 @@ class RunCharts(widgets.VBox):
         self.draw()
 
     def draw(self) -> None:
-        import plotly.graph_objects as go
-
         from ..runs.lazyrun import open_run
         from .plots import phase_timing, reward_distribution
 
@@ -182,9 +181,6 @@ def _comparison_html(c: Any) -> str:
 def _row_of(run: Any, row: dict[str, Any]) -> int | None:
     """The first row of `run` (a lazy run) of the comparison row's task (and
     repeat, when paired by repeat); None when it has none."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     table = run.arrow("rollouts")
     if row["repeat"] is None:  # by task (the page's pairing): the task's first rollout, found in Arrow
         keys = pc.coalesce(table.column("example_id").cast(pa.large_string()), table.column("task_key"))
@@ -235,8 +231,6 @@ class CompareView(widgets.VBox):
 
     def compare(self) -> Any:
         """Compare the two runs now (read again: a live run has more by now)."""
-        import plotly.graph_objects as go
-
         from ..runs.compare import CompareError, compare
         from ..runs.lazyrun import open_run
         from .plots import forest

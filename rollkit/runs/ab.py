@@ -63,6 +63,7 @@ from .interrupts import run_sync
 from .livetables import TraceLog
 from .runner import run_rollout
 from .sequential import METHOD, ConfidenceSequence, decision, simulate
+from ..core._dependencies import np, pandas
 
 if TYPE_CHECKING:
     import pandas
@@ -117,8 +118,6 @@ class ABResult:
 
     def frame(self) -> pandas.DataFrame:
         """The interval after each pair: pairs, missing, mean, low, high, decision."""
-        import pandas
-
         return pandas.DataFrame([vars(s) for s in self.history],
                                 columns=["pairs", "missing", "mean", "low", "high", "decision", "planned"])
 
@@ -444,8 +443,6 @@ def plan_ab(p_a: float, p_b: float, *, alpha: float = 0.05, margin: float | None
     rewards, the two sides independent) is expected to need with this
     module's sequence and stopping rule, by simulating `sims` tests of at
     most `max_pairs` pairs (numpy, seeded)."""
-    import numpy as np
-
     for name, p in (("p_a", p_a), ("p_b", p_b)):
         if not 0.0 <= p <= 1.0:
             raise ABTestError(f"{name} is a success rate from 0 to 1, got {p!r}")

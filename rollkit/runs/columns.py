@@ -47,6 +47,7 @@ from typing import Any
 
 from ..core._gcpause import paused
 from ..core.outcome import MissingSignal, Outcome
+from ..core._dependencies import np, pa, pq, tqdm_auto
 
 __all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
 
@@ -446,8 +447,6 @@ class TableSet:
     # Each part's metadata: the byte range it covers, the hash before its
     # end, the source's head hash, its line count and the first ordinal.
     def _read_parts(self) -> list[dict[str, Any]] | None:
-        import pyarrow.parquet as pq
-
         parts = []
         for marker in sorted(self.folder.glob("part-*.json")):
             try:
@@ -514,8 +513,6 @@ class TableSet:
         the live run) are kept and only what they miss is added; anything
         else (a gap before `start`, parts that no longer match) is built
         from the file, as opening it would."""
-        import numpy as np
-
         end = start + len(data)
         parts = self._read_parts()
         covered = parts[-1]["end"] if parts else 0
@@ -563,9 +560,6 @@ class TableSet:
         """The part built by DuckDB (rollkit.runs.nativebuild) and written,
         each table as soon as it is made; None when the Python build must
         make it (it names a bad line; its files replace any written here)."""
-        import numpy as np
-        import pyarrow as pa
-
         from .nativebuild import NativeUnfit, native_tables
 
         try:
@@ -598,8 +592,6 @@ class TableSet:
 
     def _write_part(self, tables: Iterable[tuple[str, Any]], start: int, end: int, lines: int,
                     build: str) -> dict[str, Any]:
-        import pyarrow.parquet as pq
-
         name = _part_name(start, end)
         for table, arrow in tables:
             arrow = _large_strings(arrow).replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
@@ -629,8 +621,6 @@ class TableSet:
         return kept
 
     def _merge(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        import pyarrow.parquet as pq
-
         name = _part_name(parts[0]["start"], parts[-1]["end"])
         for table in TABLES:
             merged = _concat([pq.read_table(self.folder / table / f"{p['name']}.parquet") for p in parts])
@@ -652,8 +642,6 @@ def _python_tables(rows: _Rows) -> dict[str, Any]:
     """The Python build's Arrow tables of a part's rows: a column's type is
     its kind's when known, else inferred from its values, as pandas infers
     them in the frames."""
-    import pyarrow as pa
-
     tables = {}
     for table in TABLES:
         columns = rows.columns(table)
@@ -686,8 +674,6 @@ def _blocks(f: Any, start: int) -> Any:
     """(part start, bytes, line ends within them) for each part of the file
     from `start`: a part ends at the line that makes it _BATCH lines (not
     counting blank ones) or _PART_BYTES long; the complete lines only."""
-    import numpy as np
-
     f.seek(start)
     pending = b""
     at = start
@@ -715,8 +701,6 @@ def _blocks(f: Any, start: int) -> Any:
 
 def _blank(data: bytes, starts: Any, ends: Any) -> Any:
     """Which lines hold only whitespace (only those starting with it are looked at)."""
-    import numpy as np
-
     blank = np.zeros(len(starts), dtype=bool)
     if len(starts):
         first = np.frombuffer(data, dtype=np.uint8)[starts]
@@ -726,8 +710,6 @@ def _blank(data: bytes, starts: Any, ends: Any) -> Any:
 
 
 def _cut(data: bytes, ends: Any) -> int | None:
-    import numpy as np
-
     if not len(ends):
         return None
     starts = np.concatenate(([0], ends[:-1]))
@@ -738,8 +720,6 @@ def _cut(data: bytes, ends: Any) -> int | None:
 
 def _lines(data: bytes, ends: Any) -> tuple[Any, Any, Any]:
     """The start, end and length of each non-blank line of a part."""
-    import numpy as np
-
     starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
     ends = ends.astype(np.int64)
     keep = ~_blank(data, starts, ends)
@@ -758,9 +738,8 @@ def _progress(source: Path, total: int, show: bool | None) -> Any:
     if show is False or (show is None and total < _PROGRESS_BYTES):
         yield _NoBar()
         return
-    from tqdm.auto import tqdm
 
-    with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, dynamic_ncols=True,
+    with tqdm_auto.tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, dynamic_ncols=True,
               desc=f"building the tables of {source.name}") as bar:
         yield bar
 
@@ -775,8 +754,6 @@ def _large_strings(table: Any) -> Any:
     columns as large_string, so a frame read from these tables takes them as
     they are instead of casting every text column of the run on each read
     (a fifth of opening a run's rollouts frame, measured at a million rows)."""
-    import pyarrow as pa
-
     fields = [pa.field(f.name, pa.large_string()) if f.type == pa.string() else f for f in table.schema]
     return table.cast(pa.schema(fields)) if fields != list(table.schema) else table
 
@@ -812,8 +789,6 @@ def footer(file: Path) -> Any:
     key = (str(file), stat.st_ino, stat.st_size, stat.st_mtime_ns)
     meta = _FOOTERS.get(key)
     if meta is None:
-        import pyarrow.parquet as pq
-
         meta = pq.read_metadata(file)
         if len(_FOOTERS) >= 4096:  # parts are rewritten, not edited: old versions' entries just age out
             _FOOTERS.clear()
@@ -822,8 +797,6 @@ def footer(file: Path) -> Any:
 
 
 def _concat(tables: list[Any]) -> Any:
-    import pyarrow as pa
-
     tables = [t.replace_schema_metadata(None) for t in tables]
     return pa.concat_tables(tables, promote_options="permissive")
 

@@ -48,6 +48,7 @@ from ..core.task import Task
 from ..core.plugins import plugged
 from ..core.trace import PHASES, Trace
 from ..core.users import User
+from ..core._dependencies import pandas, tqdm_auto
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -175,8 +176,6 @@ class EvalResult:
 
     def group_signals(self) -> pandas.DataFrame:
         """One row per (task, group signal): example_id, signal, value, n, error."""
-        import pandas
-
         columns = ["example_id", "signal", "value", "n", "error"]
         return pandas.DataFrame([asdict(g) for g in self.groups], columns=columns)
 
@@ -420,9 +419,7 @@ class _Progress:
         self.scored = len(rewards)
         self.bar = None
         if enabled:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=total, initial=len(initial), desc="rollouts", unit="rollout", dynamic_ncols=True)
+            self.bar = tqdm_auto.tqdm(total=total, initial=len(initial), desc="rollouts", unit="rollout", dynamic_ncols=True)
             self._postfix()
 
     def _postfix(self) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from ..core.plugins import plugged
 from ..core.trace import Trace
 from .columns import TABLES, TableSet, footer, tables_for
+from ..core._dependencies import duckdb, pa, pc, pd, pq
 
 __all__ = ["LazyRun", "Hits", "open_run", "highlight"]
 
@@ -39,8 +40,6 @@ def _system_memory_pool() -> Iterator[None]:
     this (benchmarks/bigrun.py). The pool the caller had is put back after;
     a concurrent read on another thread may allocate from either, which
     changes where its memory comes from, nothing else."""
-    import pyarrow as pa
-
     before = pa.default_memory_pool()
     system = pa.system_memory_pool()
     if before.backend_name != system.backend_name:
@@ -60,8 +59,6 @@ def _column_groups(opened: list[Any], held: list[set[str]], order: Sequence[str]
     """The columns of `order` some file holds, in groups read together:
     as many as fit in about 64 MB of Arrow memory (a read per file per
     group, and the group's buffers are all that is held beside the frame)."""
-    import pyarrow as pa
-
     rows = sum(f.metadata.num_rows for f in opened)
     groups: list[list[str]] = []
     size = 0
@@ -139,8 +136,6 @@ class LazyRun:
     def _offsets(self) -> Any:
         """id, file, byte offset and length of every trace, in row order."""
         if self._index is None:
-            import pyarrow as pa
-
             parts = []
             for k, s in enumerate(self._sets):
                 part = self._arrow_of(s, "rollouts", ["id", "_offset", "_length"])
@@ -178,8 +173,6 @@ class LazyRun:
         j = bisect.bisect_right(starts, row) - 1
         source, file = files[j]
         if file not in spans:
-            import pyarrow.parquet as pq
-
             table = pq.read_table(file, columns=["_offset", "_length"])
             spans[file] = (table.column("_offset").to_numpy(), table.column("_length").to_numpy())
         offsets, lengths = spans[file]
@@ -205,9 +198,6 @@ class LazyRun:
 
     def trace(self, trace_id: str) -> Trace:
         """The trace with this id (the first, when ids repeat across files)."""
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
         if self._index is not None:
             found = pc.index(self._index.column("id"), trace_id).as_py()
         else:  # part by part, stopping at the first holding it
@@ -233,7 +223,6 @@ class LazyRun:
 
     # ---- tables -----------------------------------------------------------------
     def _arrow_of(self, s: TableSet, table: str, columns: list[str] | None = None) -> Any:
-        import pyarrow.parquet as pq
         from .columns import _concat
 
         parts = []
@@ -242,8 +231,6 @@ class LazyRun:
             wanted = None if columns is None else [c for c in columns if c in schema.names]
             parts.append(pq.read_table(file, columns=wanted))
         if not parts:
-            import pyarrow as pa
-
             return pa.table({})
         return _concat(parts)
 
@@ -267,17 +254,12 @@ class LazyRun:
         time: each column's Arrow buffers are released (or become the
         pandas column's own) before the next is read, so a frame's peak is
         about the frame, not the frame plus its table."""
-        import pandas as pd
-
         cached = self._cache.get(table)
         if cached is not None:  # run.arrow(table) was asked for: it is in memory already
             present = [c for c in order if c in cached.column_names]
             frame = cached.select(present).to_pandas(split_blocks=True)
         else:
             from .columns import _concat
-
-            import pyarrow as pa
-            import pyarrow.parquet as pq
 
             columns: dict[str, Any] = {}
             with _system_memory_pool(), ExitStack() as files:
@@ -365,8 +347,6 @@ class LazyRun:
         """One row per reward or metric, as rk.frames.signals gives: a run
         that was not scored gets one row per signal its task type has in the
         other traces (all missing, with why), or one row without a name."""
-        import pandas as pd
-
         v = self._vocabulary()
         if not self._rows("signals"):
             return v.signals([])
@@ -400,8 +380,6 @@ class LazyRun:
     # ---- SQL and search ---------------------------------------------------------
     def _connection(self) -> Any:
         if self._duck is None:
-            import duckdb
-
             con = duckdb.connect()
             con.execute("set enable_progress_bar = false")  # it would print into the notebook or the CLI's output
             for table in TABLES:

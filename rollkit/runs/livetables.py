@@ -34,6 +34,7 @@ from typing import Any
 
 from ..core._gcpause import paused
 from ..core.trace import Trace
+from ..core._dependencies import pa
 
 __all__ = ["TraceLog"]
 
@@ -131,6 +132,4 @@ class TraceLog:
 def _cache_errors() -> tuple[type[BaseException], ...]:
     """What writing the tables may raise that leaves the traces intact:
     the system's (a full disk, no permission) and Arrow's."""
-    import pyarrow as pa
-
     return (OSError, pa.ArrowException)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from ..core._dependencies import duckdb, np, pa
 
 __all__ = ["native_tables", "NativeUnfit"]
 
@@ -346,10 +347,6 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     before the store's string and metadata touches), from `lines` (a pyarrow string array, one trace a
     line), their first ordinal and each line's byte offset and length.
     Raises NativeUnfit, or DuckDB's error, when the Python build must do it."""
-    import duckdb
-    import numpy as np
-    import pyarrow as pa
-
     count = len(lines)
     source = pa.table({"line": lines, "_ordinal": pa.array(np.arange(ordinal, ordinal + count, dtype=np.int64)),
                        "_offset": pa.array(offsets, pa.int64()), "_length": pa.array(lengths, pa.int64())})
@@ -394,8 +391,6 @@ def _typed(arrow: Any, table: str, order: tuple[str, ...], types: dict[str, str]
            kinds: dict[tuple[str, str], str | None], int_times: dict[str, bool]) -> Any:
     """The Arrow types the Python build gives these values: a column all
     missing is a null column (a number column when Python held NaN there)."""
-    import pyarrow as pa
-
     extra = [n for n in arrow.column_names if n not in order]
     if arrow.num_rows == 0:
         return pa.table({name: pa.nulls(0) for name in order})

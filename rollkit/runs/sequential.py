@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from ..core._dependencies import np
 
 __all__ = ["ConfidenceSequence", "decision", "simulate", "METHOD"]
 
@@ -130,8 +131,6 @@ def simulate(draws: Any, alpha: float = 0.05, low: float = -1.0, high: float = 1
     (streams x time) of observations; returns (lower, upper) arrays of the
     same shape, the interval of each stream after each observation, equal
     to what `ConfidenceSequence.add` gives one at a time."""
-    import numpy as np
-
     x = (np.asarray(draws, dtype=float) - low) / (high - low)
     streams, steps = x.shape
     log = math.log(2.0 / alpha)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from ..core.prices import dollars
 from typing import Any
+from ..core._dependencies import np
 
 __all__ = ["run_cost", "RunCost", "mean_interval", "wilson_interval", "bootstrap_interval", "sign_flip_test", "t_critical", "EXACT_LIMIT", "TEST_NAME"]
 
@@ -120,15 +121,11 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
 
 
 def _rng(seed: int) -> Any:
-    import numpy as np
-
     return np.random.default_rng(seed)
 
 
 def bootstrap_interval(diffs: Sequence[float], *, resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap 95% interval of the mean of `diffs` (at least one)."""
-    import numpy as np
-
     d = np.asarray(diffs, dtype=float)
     n = len(d)
     if n == 0:
@@ -148,8 +145,6 @@ def sign_flip_test(diffs: Sequence[float], *, resamples: int = 1000, seed: int =
     """Two-sided p-value of the paired sign-flip permutation test (see the
     module docstring). Pairs with a zero difference carry no sign; with no
     non-zero difference at all the p-value is 1."""
-    import numpy as np
-
     d = np.asarray([x for x in diffs if x != 0], dtype=float)
     m = len(d)
     if m == 0:

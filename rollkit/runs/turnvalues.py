@@ -48,6 +48,7 @@ from ..core.trace import Trace
 from . import interrupts
 from .evaluation import EvalResult, _execute, _plan
 from .stats import wilson_interval
+from ..core._dependencies import pa, pandas, pq
 
 if TYPE_CHECKING:
     import pandas
@@ -179,8 +180,6 @@ class TurnValues:
     succeeded: bool | None = None  # the rollout's own outcome, None when failed or unscored
 
     def frame(self) -> pandas.DataFrame:
-        import pandas
-
         return pandas.DataFrame(self.rows, columns=list(_COLUMNS))
 
     def _steps(self) -> list[tuple[int, float]]:
@@ -224,8 +223,6 @@ class TurnValueBatch:
 
     def frame(self) -> pandas.DataFrame:
         """One row per (trace, turn): trace_id, example_id, then TurnValues' columns."""
-        import pandas
-
         rows = [{"trace_id": v.trace.id, "example_id": v.trace.info.get("example_id", v.trace.task.key), **r}
                 for v in self.values for r in v.rows]
         return pandas.DataFrame(rows, columns=["trace_id", "example_id", *_COLUMNS])
@@ -234,8 +231,6 @@ class TurnValueBatch:
         """Where each rollout went wrong: one row per trace, with its own
         outcome (`succeeded`), the turn of its largest drop and its size
         (NA where the rate never falls)."""
-        import pandas
-
         rows = []
         for v in self.values:
             drop = v.drop
@@ -278,9 +273,6 @@ class TurnValueBatch:
                     })
                 previous = row["rate"]
         if target.suffix == ".parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
             for record in records:
                 record["messages"] = json.dumps(record["messages"])  # one JSON string: a schema every reader takes
             pq.write_table(pa.Table.from_pylist(records), target)

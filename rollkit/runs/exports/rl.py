@@ -37,6 +37,7 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ...core.trace import Trace
+from ...core._dependencies import pa, pq
 
 __all__ = ["write", "ROW_COLUMNS", "rows_of"]
 
@@ -153,8 +154,6 @@ class _ParquetSink:
     """Rows to a Parquet file, one row group per `batch_rows` rows."""
 
     def __init__(self, path: Path, batch_rows: int) -> None:
-        import pyarrow as pa
-
         self.path, self.batch_rows, self._pa = path, batch_rows, pa
         self.schema = pa.schema([
             ("id", pa.string()), ("rollout_id", pa.string()), ("task_key", pa.string()), ("turn", pa.int64()),
@@ -174,7 +173,6 @@ class _ParquetSink:
     def _flush(self) -> None:
         if not self._rows:
             return
-        import pyarrow.parquet as pq
 
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.path, self.schema)

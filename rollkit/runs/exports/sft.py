@@ -40,6 +40,7 @@ from ...core.errors import UsageError
 from ...core.outcome import Outcome
 from ..columns import _loads
 from . import ExportSource
+from ...core._dependencies import pa, pq
 
 __all__ = ["write", "COLUMNS", "SUFFIXES"]
 
@@ -226,8 +227,6 @@ def _number(value: Any) -> float | None:
 
 def schema(signals: list[str]) -> Any:
     """The Parquet schema of the rows: typed even when there are none."""
-    import pyarrow as pa
-
     text = pa.string()
     call = pa.struct([("id", text), ("type", text),
                       ("function", pa.struct([("name", text), ("arguments", text)]))])
@@ -249,13 +248,9 @@ class _ParquetSink:
         self.writer: Any = None
 
     def open(self, path: Path) -> None:
-        import pyarrow.parquet as pq
-
         self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
 
     def write(self, rows: list[dict[str, Any]]) -> None:
-        import pyarrow as pa
-
         self.writer.write_table(pa.Table.from_pylist(rows, schema=self.schema))
 
     def close(self) -> None:

@@ -64,6 +64,14 @@ from ...core.trace import ErrorInfo, TaskRef, Trace
 from ...core import _safe_read
 from . import _parse
 from ._build import Call, Where, build, kept_outcome, messages as to_messages, number, outcome_kept
+from ...core._dependencies import (
+    inspect_ai_constants,
+    inspect_ai_event,
+    inspect_ai_log,
+    inspect_ai_model,
+    inspect_ai_scorer,
+    inspect_ai_tool,
+)
 
 __all__ = ["sniff", "read", "write"]
 
@@ -251,9 +259,8 @@ def _signals(scores: dict[str, Any] | None, where: Where) -> tuple[dict[str, flo
 def _scores(scores: dict[str, Any] | None, where: Where) -> dict[str, float | None] | None:
     if not scores:
         return None
-    from inspect_ai.scorer import value_to_float
 
-    as_float = value_to_float()  # inspect's own reading of "C", "I", "P", "N" and numbers
+    as_float = inspect_ai_scorer.value_to_float()  # inspect's own reading of "C", "I", "P", "N" and numbers
     out: dict[str, float | None] = {}
     for name, score in scores.items():
         if name.startswith("metric."):  # a rollkit metric, as an older rollkit wrote it
@@ -298,8 +305,6 @@ def _kept(sample: Any) -> dict[str, Any]:
 
 
 def _trace(log: Any, sample: Any, path: Path) -> Trace:
-    from inspect_ai.scorer import value_to_float
-
     where = Where(path, f"sample {sample.id!r} epoch {sample.epoch}")
     raw = [m.model_dump(mode="json") for m in sample.messages]
     conversation = to_messages(raw, where, "messages")
@@ -317,7 +322,7 @@ def _trace(log: Any, sample: Any, path: Path) -> Trace:
     metrics = kept.get("rollkit_metrics")
     if not isinstance(metrics, dict):
         metrics = {**({"working_time": sample.working_time} if sample.working_time is not None else {}),
-                   **{name.removeprefix("metric."): _score(score.value, value_to_float(), where,
+                   **{name.removeprefix("metric."): _score(score.value, inspect_ai_scorer.value_to_float(), where,
                                                            f"scores.{name}.value")
                       for name, score in (sample.scores or {}).items() if name.startswith("metric.")}}
     stop = kept.get("rollkit_stop_condition") if limit is not None else None
@@ -496,16 +501,12 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
     a log version other than 2, a sample in an older shape, a member it
     cannot inflate or parse."""
     from pydantic import TypeAdapter
-    from inspect_ai._util.constants import DESERIALIZING, get_deserializing_context
-    from inspect_ai.log import EvalError, EvalSampleLimit
-    from inspect_ai.model import ChatMessage, ModelOutput, ModelUsage
-    from inspect_ai.scorer import Score
 
     # Deserializing (no new message ids), without inspect's cache of equal
     # messages (a hash of each message's JSON: a third of the read, and
     # rollkit shares nothing through it).
-    models = (TypeAdapter(list[ChatMessage]), ModelUsage, Score, EvalError, EvalSampleLimit, ModelOutput,
-              lambda: {DESERIALIZING: True})
+    models = (TypeAdapter(list[inspect_ai_model.ChatMessage]), inspect_ai_model.ModelUsage, inspect_ai_scorer.Score, inspect_ai_log.EvalError, inspect_ai_log.EvalSampleLimit, inspect_ai_model.ModelOutput,
+              lambda: {inspect_ai_constants.DESERIALIZING: True})
     if zipped:
         import zipfile
 
@@ -516,7 +517,7 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
             if "header.json" not in names:
                 raise _NotPlain("no header: a log still being written")
             log = _header(_safe_read.loads(_member(archive, path, names["header.json"])), log_api,
-                          get_deserializing_context)
+                          inspect_ai_constants.get_deserializing_context)
             # One member at a time, each parsed and read before the next (never all the JSON at once).
             samples = [_raw_sample(_safe_read.loads(_member(archive, path, info)), models)
                        for name, info in names.items() if name.startswith("samples/") and name.endswith(".json")]
@@ -527,7 +528,7 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
     if not isinstance(document, dict) or not isinstance(document.get("samples") or [], list):
         raise _NotPlain("a document of another shape")
     raw = document.pop("samples", None) or []
-    log = _header(document, log_api, get_deserializing_context)
+    log = _header(document, log_api, inspect_ai_constants.get_deserializing_context)
     return log, [_raw_sample(sample, models) for sample in raw]
 
 
@@ -588,9 +589,6 @@ def _each_sample_alone(path: Path, log_api: Any, zipped: bool) -> list[Trace]:
     is skipped with a warning naming it and the field."""
     import warnings
 
-    from inspect_ai._util.constants import get_deserializing_context
-    from inspect_ai.log import EvalSample
-
     log = _off_loop(log_api.read_eval_log, str(path), True)  # the header alone
     if zipped:
         import zipfile
@@ -605,7 +603,7 @@ def _each_sample_alone(path: Path, log_api: Any, zipped: bool) -> list[Trace]:
     traces = []
     for raw in raws:
         try:
-            sample = EvalSample.model_validate(raw, context=get_deserializing_context())
+            sample = inspect_ai_log.EvalSample.model_validate(raw, context=inspect_ai_constants.get_deserializing_context())
         except Exception as exc:  # noqa: BLE001  inspect's refusal of this sample, said and skipped
             field, what = _refusal(exc)
             who = f"sample {raw.get('id')!r} epoch {raw.get('epoch')!r}" if isinstance(raw, dict) else "a sample"
@@ -619,40 +617,36 @@ def _each_sample_alone(path: Path, log_api: Any, zipped: bool) -> list[Trace]:
 
 def _tool_error(error: Any) -> Any:
     """A tool error as recorded in `trace.info["tool_errors"]` as inspect's ToolCallError."""
-    from inspect_ai.tool import ToolCallError
-
     if isinstance(error, dict):
         kind = error.get("type")
-        return ToolCallError(type=kind if kind in ("parsing", "timeout", "unicode_decode", "permission",
+        return inspect_ai_tool.ToolCallError(type=kind if kind in ("parsing", "timeout", "unicode_decode", "permission",
                                                    "file_not_found", "is_a_directory", "limit", "approval",
                                                    "unknown", "output_limit") else "unknown",
                              message=str(error.get("message", "")))
-    return ToolCallError(type="unknown", message="the tool failed") if error else None
+    return inspect_ai_tool.ToolCallError(type="unknown", message="the tool failed") if error else None
 
 
 def _part(part: Any) -> Any:
     """A rollkit content part as inspect's."""
-    from inspect_ai.model import ContentImage, ContentReasoning, ContentText
     from pydantic import TypeAdapter
 
     if isinstance(part, TextPart):
-        return ContentText(text=part.text)
+        return inspect_ai_model.ContentText(text=part.text)
     if isinstance(part, ReasoningPart):
-        return ContentReasoning(reasoning=part.reasoning, summary=part.summary, signature=part.signature,
+        return inspect_ai_model.ContentReasoning(reasoning=part.reasoning, summary=part.summary, signature=part.signature,
                                 redacted=part.redacted)
     if isinstance(part, ImagePart):
-        return ContentImage(image=part.image, detail=part.detail or "auto")  # type: ignore[arg-type]
-    from inspect_ai.model import Content
+        return inspect_ai_model.ContentImage(image=part.image, detail=part.detail or "auto")  # type: ignore[arg-type]
 
     try:  # a kind inspect has (audio, video, document, data, tool_use) as inspect reads it
-        return TypeAdapter(Content).validate_python({"type": part.type, **part.data})
+        return TypeAdapter(inspect_ai_model.Content).validate_python({"type": part.type, **part.data})
     except ValueError:  # one it has not: its fields as data (inspect >= 0.3.104), else as text
         from inspect_ai import model
 
         data = {"type": part.type, **part.data}
         if hasattr(model, "ContentData"):
             return model.ContentData(data=data)
-        return ContentText(text=json.dumps(data))
+        return inspect_ai_model.ContentText(text=json.dumps(data))
 
 
 def _content(message: Any) -> Any:
@@ -665,23 +659,20 @@ def _content(message: Any) -> Any:
 
 
 def _chat(messages: list[Any], failed: dict[str, Any] | None = None) -> list[Any]:
-    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageTool, ChatMessageUser
-    from inspect_ai.tool import ToolCall
-
     out: list[Any] = []
     for message in messages:
         content = _content(message)
         if isinstance(message, SystemMessage):
-            out.append(ChatMessageSystem(content=content))
+            out.append(inspect_ai_model.ChatMessageSystem(content=content))
         elif isinstance(message, AssistantMessage):
-            out.append(ChatMessageAssistant(content=content, tool_calls=[
-                ToolCall(id=c.id, function=c.name, arguments=c.args()) for c in message.tool_calls] or None))
+            out.append(inspect_ai_model.ChatMessageAssistant(content=content, tool_calls=[
+                inspect_ai_tool.ToolCall(id=c.id, function=c.name, arguments=c.args()) for c in message.tool_calls] or None))
         elif isinstance(message, ToolMessage):
-            out.append(ChatMessageTool(content=content, tool_call_id=message.tool_call_id,
+            out.append(inspect_ai_model.ChatMessageTool(content=content, tool_call_id=message.tool_call_id,
                                        function=message.name,
                                        error=_tool_error((failed or {}).get(message.tool_call_id))))
         else:
-            out.append(ChatMessageUser(content=content))
+            out.append(inspect_ai_model.ChatMessageUser(content=content))
     return out
 
 
@@ -692,13 +683,11 @@ def _failed_tools(trace: Trace) -> dict[str, Any]:
 def _inspect_usage(usage: Usage) -> Any:
     """rollkit's usage as inspect counts it (input without the cached part);
     None when the call reported none."""
-    from inspect_ai.model import ModelUsage
-
     if not usage.reported:
         return None
     read, written = usage.cache_read_tokens, usage.cache_write_tokens
     uncached = (usage.input_tokens or 0) - (read or 0) - (written or 0)
-    return ModelUsage(input_tokens=uncached, output_tokens=usage.output_tokens or 0,
+    return inspect_ai_model.ModelUsage(input_tokens=uncached, output_tokens=usage.output_tokens or 0,
                       total_tokens=(usage.input_tokens or 0) + (usage.output_tokens or 0),
                       input_tokens_cache_read=read, input_tokens_cache_write=written,
                       reasoning_tokens=usage.reasoning_tokens)
@@ -714,8 +703,6 @@ _LIMIT_TYPES = {"max_turns": "message", "max_tokens": "token", "max_input_tokens
 
 
 def _limit(trace: Trace) -> Any:
-    from inspect_ai.log import EvalSampleLimit
-
     stop = trace.stop_condition
     if not stop:
         return None
@@ -723,15 +710,12 @@ def _limit(trace: Trace) -> Any:
     if kind not in ("context", "time", "working", "message", "token", "operator", "custom", "cost"):
         return None
     value = trace.info.get("inspect_limit") or trace.limits.get(stop) or 0
-    return EvalSampleLimit(type=kind, limit=float(value))
+    return inspect_ai_log.EvalSampleLimit(type=kind, limit=float(value))
 
 
 def _events(trace: Trace, model: str) -> list[Any]:
     """A model event per committed call (its request, reply and usage) and a
     tool event per tool call it made (with its result and error)."""
-    from inspect_ai.event import ModelEvent, ToolEvent
-    from inspect_ai.model import GenerateConfig, ModelOutput
-
     results = {m.tool_call_id: m for m in trace.messages if isinstance(m, ToolMessage)}
     failed = _failed_tools(trace)
     events: list[Any] = []
@@ -739,27 +723,27 @@ def _events(trace: Trace, model: str) -> list[Any]:
     for call in trace.model_calls:
         position = positions.get(id(call))
         if position is None:  # a failed attempt (or a reply the history no longer holds): no output
-            output = ModelOutput(model=model, choices=[], usage=_inspect_usage(call.usage))
-            events.append(ModelEvent(
+            output = inspect_ai_model.ModelOutput(model=model, choices=[], usage=_inspect_usage(call.usage))
+            events.append(inspect_ai_event.ModelEvent(
                 model=model, input=_chat(trace.request_of(call) or []), tools=[], tool_choice="auto",
-                config=GenerateConfig(), output=output, timestamp=_moment(call.start), completed=_moment(call.end),
+                config=inspect_ai_model.GenerateConfig(), output=output, timestamp=_moment(call.start), completed=_moment(call.end),
                 error=f"{call.error.type}: {call.error.message}" if call.error is not None else "no reply",
                 traceback=(call.error.traceback or None) if call.error is not None else None))
             continue
         reply = trace.messages[position]
-        output = ModelOutput.from_message(_chat([reply])[0])
+        output = inspect_ai_model.ModelOutput.from_message(_chat([reply])[0])
         output.model = model
         output.usage = _inspect_usage(call.usage)
         output.time = call.end - call.start
         if call.finish_reason in ("stop", "tool_calls", "max_tokens", "model_length", "content_filter", "unknown"):
             output.choices[0].stop_reason = call.finish_reason  # type: ignore[assignment]
-        events.append(ModelEvent(model=model, input=_chat(trace.messages[:position]), tools=[], tool_choice="auto",
-                                 config=GenerateConfig(), output=output, timestamp=_moment(call.start),
+        events.append(inspect_ai_event.ModelEvent(model=model, input=_chat(trace.messages[:position]), tools=[], tool_choice="auto",
+                                 config=inspect_ai_model.GenerateConfig(), output=output, timestamp=_moment(call.start),
                                  completed=_moment(call.end)))
         for tool_call in reply.tool_calls:  # type: ignore[union-attr]
             result = results.get(tool_call.id)
             error = failed.get(tool_call.id)
-            events.append(ToolEvent(
+            events.append(inspect_ai_event.ToolEvent(
                 id=tool_call.id, function=tool_call.name, arguments=tool_call.args(),
                 result=result.content if result is not None else "", timestamp=_moment(call.end),
                 error=_tool_error(error)))
@@ -769,32 +753,27 @@ def _events(trace: Trace, model: str) -> list[Any]:
 def _scores_of(trace: Trace) -> dict[str, Any]:
     """The sample's scores: its rewards and the signals its source scored
     (`trace.info["scorers"]`), only when it was scored; metrics are not scores."""
-    from inspect_ai.scorer import Score
-
     if trace.errors or not trace.scored:
         return {}
-    scores = {name: Score(value=value) for name, value in trace.rewards.items() if value is not None}
+    scores = {name: inspect_ai_scorer.Score(value=value) for name, value in trace.rewards.items() if value is not None}
     for name in trace.info.get("scorers") or []:
         if trace.metrics.get(name) is not None:
-            scores[name] = Score(value=trace.metrics[name])
+            scores[name] = inspect_ai_scorer.Score(value=trace.metrics[name])
     return scores
 
 
 def _sample(trace: Trace, epoch: int) -> Any:
-    from inspect_ai.log import EvalError, EvalSample
-    from inspect_ai.model import ModelOutput
-
     model = str(trace.agent.get("model") or "rollkit")
     usages = [u for c in trace.model_calls if c.committed and (u := _inspect_usage(c.usage)) is not None]
     total = None
     for usage in usages:
         total = usage if total is None else total + usage
-    output = ModelOutput.from_content(model=model, content=trace.last_reply)
+    output = inspect_ai_model.ModelOutput.from_content(model=model, content=trace.last_reply)
     output.usage = total
     first_user = next((m.content for m in trace.messages if m.role == "user"), "")
     error = trace.errors[0] if trace.errors else None
     scores = _scores_of(trace)  # the metrics not written as scores go to the metadata
-    return EvalSample(
+    return inspect_ai_log.EvalSample(
         id=trace.info.get("sample_id") or trace.task.key, epoch=epoch, input=first_user,
         target=str(trace.task.data.get("target") or trace.task.data.get("answer") or ""),
         messages=_chat(trace.messages, _failed_tools(trace)), output=output, scores=scores or None,
@@ -804,7 +783,7 @@ def _sample(trace: Trace, epoch: int) -> Any:
                   "rollkit_metrics": {k: v for k, v in trace.metrics.items() if k not in scores},
                   **({"rollkit_stop_condition": trace.stop_condition} if trace.stop_condition else {}),
                   **kept_outcome(trace)},
-        error=EvalError(message=f"{error.type}: {error.message}", traceback=error.traceback or "",
+        error=inspect_ai_log.EvalError(message=f"{error.type}: {error.message}", traceback=error.traceback or "",
                         traceback_ansi=error.traceback or "") if error is not None else None,
         limit=_limit(trace),
         started_at=_moment(trace.phases["agent"].start) if "agent" in trace.phases else None,
@@ -816,8 +795,6 @@ def _sample(trace: Trace, epoch: int) -> Any:
 def _results(samples: list[Any]) -> Any:
     """inspect's aggregate results: each score's mean over the samples that
     have it (inspect's `mean` metric), and how many completed."""
-    from inspect_ai.log import EvalMetric, EvalResults, EvalScore
-
     names: list[str] = []
     for sample in samples:
         names.extend(n for n in (sample.scores or {}) if n not in names)
@@ -826,9 +803,9 @@ def _results(samples: list[Any]) -> Any:
         values = [float(s.scores[name].value) for s in samples if s.scores and name in s.scores
                   and isinstance(s.scores[name].value, (int, float))]
         if values:
-            scores.append(EvalScore(name=name, scorer=name, scored_samples=len(values), unscored_samples=len(samples) - len(values),
-                                    metrics={"mean": EvalMetric(name="mean", value=sum(values) / len(values))}))
-    return EvalResults(total_samples=len(samples), completed_samples=sum(s.error is None for s in samples),
+            scores.append(inspect_ai_log.EvalScore(name=name, scorer=name, scored_samples=len(values), unscored_samples=len(samples) - len(values),
+                                    metrics={"mean": inspect_ai_log.EvalMetric(name="mean", value=sum(values) / len(values))}))
+    return inspect_ai_log.EvalResults(total_samples=len(samples), completed_samples=sum(s.error is None for s in samples),
                        scores=scores)
 
 
@@ -840,7 +817,6 @@ def _inspect_version() -> str:
 
 def write(traces: list[Trace], path: Path) -> Path:
     log_api = _inspect()
-    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalSpec, EvalStats
 
     epochs: dict[str, int] = {}
     samples = []
@@ -858,15 +834,15 @@ def write(traces: list[Trace], path: Path) -> Path:
     # EvalSample keeps its times as ISO text; as text of one zone they sort by time.
     starts = [str(s.started_at) for s in samples if s.started_at]
     ends = [str(s.completed_at) for s in samples if s.completed_at]
-    log = EvalLog(
+    log = inspect_ai_log.EvalLog(
         status="success",
-        eval=EvalSpec(created=now, task="+".join(tasks), dataset=EvalDataset(name="rollkit", samples=len(epochs),
+        eval=inspect_ai_log.EvalSpec(created=now, task="+".join(tasks), dataset=inspect_ai_log.EvalDataset(name="rollkit", samples=len(epochs),
                                                                               sample_ids=list(epochs)),
-                      model=models[0], config=EvalConfig(epochs=max(epochs.values(), default=1)),
+                      model=models[0], config=inspect_ai_log.EvalConfig(epochs=max(epochs.values(), default=1)),
                       # The version whose usage convention the log is written in (read back by `_usage`).
                       packages={"inspect_ai": _inspect_version()}),
         results=_results(samples),
-        stats=EvalStats(started_at=min(starts) if starts else now, completed_at=max(ends) if ends else now,
+        stats=inspect_ai_log.EvalStats(started_at=min(starts) if starts else now, completed_at=max(ends) if ends else now,
                         model_usage=usage),
         samples=samples,
     )
