@@ -200,12 +200,62 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
     aborted = bool(t.get("aborted", False))
     stop_condition = t.get("stop_condition")
     ok = t.get("ok")
-    last = None
-    for call in reversed(calls):
-        if call.get("committed"):
-            last = call
-            break
-    durations = []
+    last = next((call for call in reversed(calls) if call.get("committed")), None)
+    durations, start, end, present = _phase_spans(spans)
+    agent_time = sum(float(seg.get("charged", 0.0)) for seg in segments)
+    model_time = sum(float(c["end"]) - float(c["start"]) for c in calls)
+    waited = sum(max(0.0, float(after["start"]) - float(before["end"]))
+                 for before, after in zip(segments, segments[1:]) if before.get("end") is not None)
+    reward = None
+    if scored and not all(v is None for v in rewards.values()):
+        reward = sum(v * weights.get(n, 1.0) for n, v in rewards.items() if v is not None)
+    table = rows.rows
+    limits = t.get("limits") or {}
+    limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
+    budget = _raw((t.get("timeouts") or {}).get("agent"))
+    messages = t.get("messages") or ()
+    unreported_in, unreported_out = _call_rows(table, ids, key, calls, messages, limit_values, budget, ordinal)
+    token_totals = _token_totals(last, unreported_in, unreported_out)
+    # The trace's cost as Trace.cost_usd reads it: the source's total, else the running total.
+    cost_usd = info.get("cost_usd")
+    if cost_usd is None:
+        cost_usd = calls[-1].get("cum_cost_usd") if calls else 0.0
+    row_number = len(table["rollouts"])
+    table["rollouts"].append((
+        *ids, key, task_type, agent.get("name"), agent.get("model"), Outcome.of_record(t).label, ok,
+        bool(t.get("completed", False)), aborted, error["type"] if error else stop_condition, stop_condition,
+        error["type"] if error else None, error.get("phase") if error else None, error["message"] if error else None,
+        _num(reward), int(last.get("cum_turns", 0)) if last else 0, len(calls), *token_totals, _num(cost_usd),
+        len(segments),
+        agent_time, model_time, max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end),
+        ordinal, offset, length, scored,
+    ))
+    for prefix, values in (("reward.", rewards), ("metric.", metrics)):
+        for name, value in values.items():
+            rows.signals.setdefault(prefix + name, {})[row_number] = _num(value)
+    t0 = min((s for _, s, _ in present), default=0.0)
+    for phase, s, e in present:
+        table["phases"].append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
+                                _num(cost_usd) if phase == "agent" else 0.0, ordinal))
+    _signal_rows(table["signals"], ids, key, task_type, t, error, scored, aborted, ordinal)
+    _message_rows(table["messages"], trace_id, key, messages, ordinal)
+
+
+def _token_totals(last: dict[str, Any] | None, unreported_in: bool, unreported_out: bool) -> tuple[int | None, ...]:
+    """Input, output and total tokens at the last turn; a total is missing
+    (NA) where one of its turns did not report that count, as in the frames."""
+    if last is None:
+        return (0, 0, 0)
+    return (None if unreported_in else int(last.get("cum_input_tokens", 0)),
+            None if unreported_out else int(last.get("cum_output_tokens", 0)),
+            None if unreported_in or unreported_out else int(last.get("cum_total_tokens", 0)))
+
+
+def _phase_spans(spans: dict[str, Any]) -> tuple[list[float], float | None, float | None,
+                                                 list[tuple[str, float, Any]]]:
+    """Each phase's duration (NaN: not run or still open), the first start,
+    the last end, and the phases run (name, start, end or None)."""
+    durations: list[float] = []
     start = end = None
     present = []
     for phase in _PHASES:
@@ -220,18 +270,13 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
         start = s if start is None else min(start, s)
         if e is not None:
             end = float(e) if end is None else max(end, float(e))
-    agent_time = sum(float(seg.get("charged", 0.0)) for seg in segments)
-    model_time = sum(float(c["end"]) - float(c["start"]) for c in calls)
-    waited = sum(max(0.0, float(after["start"]) - float(before["end"]))
-                 for before, after in zip(segments, segments[1:]) if before.get("end") is not None)
-    reward = None
-    if scored and not all(v is None for v in rewards.values()):
-        reward = sum(v * weights.get(n, 1.0) for n, v in rewards.items() if v is not None)
-    table = rows.rows
-    limits = t.get("limits") or {}
-    limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
-    budget = _raw((t.get("timeouts") or {}).get("agent"))
-    messages = t.get("messages") or ()
+    return durations, start, end, present
+
+
+def _call_rows(table: dict[str, list[tuple[Any, ...]]], ids: tuple[Any, ...], key: str, calls: list[dict[str, Any]],
+               messages: Any, limit_values: tuple[Any, ...], budget: Any, ordinal: int) -> tuple[bool, bool]:
+    """A calls row per model call and a turns row per committed one; whether
+    a turn did not report its input, its output tokens."""
     number = 0
     unreported_in = unreported_out = False
     calls_out, turns_out = table["calls"], table["turns"]
@@ -264,40 +309,15 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
             turns_out.append((*ids, key, number, index, segment, c_start, c_end, c_end - c_start, input_tokens,
                               output_tokens, new_input, finish, dialect, cost, *totals, *limit_values, budget,
                               ordinal))
-    if last is None:
-        token_totals: tuple[int | None, ...] = (0, 0, 0)
-    else:  # a total is missing (NA) where one of its turns did not report that count, as in the frames
-        token_totals = (None if unreported_in else int(last.get("cum_input_tokens", 0)),
-                        None if unreported_out else int(last.get("cum_output_tokens", 0)),
-                        None if unreported_in or unreported_out else int(last.get("cum_total_tokens", 0)))
-    # The trace's cost as Trace.cost_usd reads it: the source's total, else the running total.
-    cost_usd = info.get("cost_usd")
-    if cost_usd is None:
-        cost_usd = calls[-1].get("cum_cost_usd") if calls else 0.0
-    row_number = len(table["rollouts"])
-    table["rollouts"].append((
-        *ids, key, task_type, agent.get("name"), agent.get("model"), Outcome.of_record(t).label, ok,
-        bool(t.get("completed", False)), aborted, error["type"] if error else stop_condition, stop_condition,
-        error["type"] if error else None, error.get("phase") if error else None, error["message"] if error else None,
-        _num(reward), int(last.get("cum_turns", 0)) if last else 0, len(calls), *token_totals, _num(cost_usd),
-        len(segments),
-        agent_time, model_time, max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end),
-        ordinal, offset, length, scored,
-    ))
-    signal_columns = rows.signals
-    for prefix, values in (("reward.", rewards), ("metric.", metrics)):
-        for name, value in values.items():
-            column = signal_columns.get(prefix + name)
-            if column is None:
-                column = signal_columns[prefix + name] = {}
-            column[row_number] = _num(value)
-    if present:
-        t0 = min(s for _, s, _ in present)
-        phases_out = table["phases"]
-        for phase, s, e in present:
-            phases_out.append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
-                               _num(cost_usd) if phase == "agent" else 0.0, ordinal))
-    signals_out = table["signals"]
+    return unreported_in, unreported_out
+
+
+def _signal_rows(signals_out: list[tuple[Any, ...]], ids: tuple[Any, ...], key: str, task_type: str,
+                 t: dict[str, Any], error: dict[str, Any] | None, scored: bool, aborted: bool, ordinal: int) -> None:
+    """A row per reward and metric of a scored trace, else one marker row
+    saying why it has none."""
+    rewards, metrics = t.get("rewards") or {}, t.get("metrics") or {}
+    weights = t.get("reward_weights") or {}
     if scored:
         signal_errors = t.get("signal_errors") or {}
         for name, value in rewards.items():
@@ -314,8 +334,11 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
         else:
             why, err_text = (MissingSignal.RUN_ABORTED if aborted else MissingSignal.NOT_SCORED).value, None
         signals_out.append((*ids, key, task_type, None, None, _NAN, _NAN, True, why, err_text, ordinal, False))
-    messages_out = table["messages"]
-    for index, message in enumerate(t.get("messages") or ()):
+
+
+def _message_rows(messages_out: list[tuple[Any, ...]], trace_id: str, key: str, messages: Any, ordinal: int) -> None:
+    """A row per message: its text, the tool calls it made, the tool it answers for."""
+    for index, message in enumerate(messages):
         role = message.get("role")
         content = message.get("content")
         if content.__class__ is not str:

@@ -160,87 +160,16 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signal_names: list[st
     (calls), a committed call `c` and its turn number `n` (turns), a span
     `s` (phases), a signal entry `e` (signals), a message `m` and its
     number `n` (messages); `_ordinal`, `_offset`, `_length` are the line's."""
-    error = "t.errors[1]"
-    has_error = "coalesce(len(t.errors), 0) > 0"
-    # cm: the trace's committed calls, computed once per row by the rollouts query.
-    last = "cm[-1]"
-    turned = "coalesce(len(cm), 0) > 0"
-    unreported = {k: f"coalesce(list_bool_or(list_transform(cm, lambda c: c.usage.{k}_tokens is null)), false)"
-                  for k in ("input", "output")}
-    pairs = "list_filter(range(1, coalesce(len(t.segments), 0)), lambda i: t.segments[i].\"end\" is not null)"
-    agent_time = _sum("list_transform(t.segments, lambda g: coalesce(g.charged, 0.0::DOUBLE))")
-    model_time = _sum("list_transform(t.model_calls, lambda c: c.\"end\" - c.start)")
-    valued = "list_filter(map_entries(t.rewards), lambda e: e.value is not null)"
-    reward = (f"case when {_SCORED} and len({valued}) > 0 then "
-              + _sum(f"list_transform({valued}, lambda e: e.value * "
-                     f"coalesce(map_extract_value(t.reward_weights, e.key), 1.0::DOUBLE))") + " end")
     spans = [f"t.phases.{p}" for p in _PHASE_NAMES]
     # Trace.cost_usd: the source's total, else the last call's running total.
     cost = ("coalesce(t.info.cost_usd, case when coalesce(len(t.model_calls), 0) = 0 then 0.0::DOUBLE "
             "else t.model_calls[-1].cum_cost_usd end)")
-    rollouts = {
-        **_ids(kinds, "rollouts"),
-        "task_key": "t.task.key", "task_type": "t.task.type",
-        "agent": _free("agent", kinds[("rollouts", "agent")]), "model": _free("model", kinds[("rollouts", "model")]),
-        "outcome": (f"case when {has_error} then 'failed: ' || coalesce(nullif({error}.type, ''), 'Error') "
-                    "when coalesce(t.aborted, false) then 'aborted' when not coalesce(t.completed, false) then "
-                    "'incomplete' when coalesce(t.stop_condition, '') <> '' then 'stopped: ' || t.stop_condition "
-                    "else 'ok' end"),
-        "ok": _free("ok", kinds[("rollouts", "ok")]),
-        "completed": "coalesce(t.completed, false)", "aborted": "coalesce(t.aborted, false)",
-        "stop": f"case when {has_error} then {error}.type else t.stop_condition end",
-        "stop_condition": "t.stop_condition", "error_type": f"{error}.type", "error_phase": f"{error}.phase",
-        "error_message": f"{error}.message", "reward": reward,
-        "turns": f"coalesce({last}.cum_turns, 0)", "model_calls": "coalesce(len(t.model_calls), 0)",
-        "input_tokens": f"case when not {turned} then 0 when {unreported['input']} then null "
-                        f"else coalesce({last}.cum_input_tokens, 0) end",
-        "output_tokens": f"case when not {turned} then 0 when {unreported['output']} then null "
-                         f"else coalesce({last}.cum_output_tokens, 0) end",
-        "total_tokens": f"case when not {turned} then 0 when {unreported['input']} or {unreported['output']} "
-                        f"then null else coalesce({last}.cum_total_tokens, 0) end",
-        "cost_usd": cost,
-        "segments": "coalesce(len(t.segments), 0)",
-        "agent_time": agent_time, "model_time": model_time,
-        "harness_time": f"greatest({_ZERO}, {agent_time} - {model_time})",
-        "wait_time": _sum(f"list_transform({pairs}, lambda i: greatest({_ZERO}, "
-                          "t.segments[i + 1].start - t.segments[i].\"end\"))"),
-        **{f"phase.{p}": f"t.phases.{p}.\"end\" - t.phases.{p}.start" for p in _PHASE_NAMES},
-        "start": f"least({', '.join(s + '.start' for s in spans)})",
-        "end": f"greatest({', '.join(s + '.end' for s in spans)})",
-        "_ordinal": "_ordinal", "_offset": "_offset", "_length": "_length", "_scored": _SCORED,
-    }
+    rollouts = _rollout_columns(kinds, signal_names, spans, cost)
     totals = {"cum_turns": "coalesce(c.cum_turns, 0)", "cum_input_tokens": "coalesce(c.cum_input_tokens, 0)",
               "cum_output_tokens": "coalesce(c.cum_output_tokens, 0)",
               "cum_total_tokens": "coalesce(c.cum_total_tokens, 0)",
               "cum_agent_time": "coalesce(c.cum_agent_time, 0.0::DOUBLE)", "cum_cost_usd": "c.cum_cost_usd"}
-    # A call's reply: its own, or the message after its request (columns._reply).
-    follows = ("(coalesce(c.committed, false) and c.request_messages is not null and c.request is null "
-               "and c.request_messages < coalesce(len(t.messages), 0) "
-               "and t.messages[c.request_messages + 1].role = 'assistant')")
-    next_message = "t.messages[c.request_messages + 1]"
-    reply_names = "array_to_string(list_transform({r}.tool_calls, lambda k: k.name), ', ')"
-    lp_sum = ("case when len(c.tokens.logprobs) > 0 then 0.0::DOUBLE + list_reduce(c.tokens.logprobs::DOUBLE[], "
-              "lambda a, b: a + b) end")
-    calls = {
-        **_ids(kinds, "calls"), "task_key": "t.task.key", "call": "c.index", "segment": "c.segment",
-        "dialect": "c.dialect", "committed": "coalesce(c.committed, false)", "start": "c.start",
-        "latency": "c.\"end\" - c.start", "input_tokens": "c.usage.input_tokens",
-        "output_tokens": "c.usage.output_tokens", "cache_read_tokens": "c.usage.cache_read_tokens",
-        "cache_write_tokens": "c.usage.cache_write_tokens", "new_input_tokens": "coalesce(c.new_input_tokens, 0)",
-        "finish_reason": "c.finish_reason",
-        "reply": f"case when c.reply is not null then c.reply.content when {follows} then {next_message}.content end",
-        "reasoning": (f"case when c.reply is not null then c.reply.reasoning when {follows} then "
-                      f"{next_message}.reasoning end"),
-        "tool_calls": (f"case when c.reply is not null then coalesce({reply_names.format(r='c.reply')}, '') "
-                       f"when {follows} then coalesce({reply_names.format(r=next_message)}, '') end"),
-        "request_messages": "c.request_messages", "error_type": "c.error.type", "error_message": "c.error.message",
-        "timing_issue": "c.timing_issue",
-        # A plain sum left to right, as columns._logprob_stats adds them (null: no logprobs).
-        "completion_logprob_sum": lp_sum,
-        "completion_logprob_mean": f"{lp_sum} / len(c.tokens.logprobs)",
-        "has_token_ids": "coalesce(c.tokens.ids is not null, false)",
-        "cost_usd": "c.cost_usd", "end": "c.\"end\"", **totals, "_ordinal": "_ordinal",
-    }
+    calls = _call_columns(kinds, totals)
     turns = {
         **_ids(kinds, "turns"), "task_key": "t.task.key", "turn": "n", "call": "c.index", "segment": "c.segment",
         "start": "c.start", "end": "c.\"end\"", "latency": "c.\"end\" - c.start",
@@ -273,10 +202,94 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signal_names: list[st
         "name": "case when m.role = 'tool' then coalesce(nullif(m.name, ''), m.tool_call_id) end",
         "_ordinal": "_ordinal",
     }
-    rollouts.update({name: f"map_extract_value(t.{'rewards' if name.startswith('reward.') else 'metrics'}, "
-                           f"{_literal(name.split('.', 1)[1])})" for name in signal_names})
     return {"rollouts": rollouts, "calls": calls, "turns": turns, "phases": phases, "signals": signals,
             "messages": messages}
+
+
+def _rollout_columns(kinds: dict[tuple[str, str], str | None], signal_names: list[str], spans: list[str],
+                     cost: str) -> dict[str, str]:
+    """The rollouts table over a trace `t` (`cm`: its committed calls)."""
+    error = "t.errors[1]"
+    has_error = "coalesce(len(t.errors), 0) > 0"
+    # cm: the trace's committed calls, computed once per row by the rollouts query.
+    last = "cm[-1]"
+    turned = "coalesce(len(cm), 0) > 0"
+    unreported = {k: f"coalesce(list_bool_or(list_transform(cm, lambda c: c.usage.{k}_tokens is null)), false)"
+                  for k in ("input", "output")}
+    pairs = "list_filter(range(1, coalesce(len(t.segments), 0)), lambda i: t.segments[i].\"end\" is not null)"
+    agent_time = _sum("list_transform(t.segments, lambda g: coalesce(g.charged, 0.0::DOUBLE))")
+    model_time = _sum("list_transform(t.model_calls, lambda c: c.\"end\" - c.start)")
+    valued = "list_filter(map_entries(t.rewards), lambda e: e.value is not null)"
+    reward = (f"case when {_SCORED} and len({valued}) > 0 then "
+              + _sum(f"list_transform({valued}, lambda e: e.value * "
+                     f"coalesce(map_extract_value(t.reward_weights, e.key), 1.0::DOUBLE))") + " end")
+    rollouts = {
+        **_ids(kinds, "rollouts"),
+        "task_key": "t.task.key", "task_type": "t.task.type",
+        "agent": _free("agent", kinds[("rollouts", "agent")]), "model": _free("model", kinds[("rollouts", "model")]),
+        "outcome": (f"case when {has_error} then 'failed: ' || coalesce(nullif({error}.type, ''), 'Error') "
+                    "when coalesce(t.aborted, false) then 'aborted' when not coalesce(t.completed, false) then "
+                    "'incomplete' when coalesce(t.stop_condition, '') <> '' then 'stopped: ' || t.stop_condition "
+                    "else 'ok' end"),
+        "ok": _free("ok", kinds[("rollouts", "ok")]),
+        "completed": "coalesce(t.completed, false)", "aborted": "coalesce(t.aborted, false)",
+        "stop": f"case when {has_error} then {error}.type else t.stop_condition end",
+        "stop_condition": "t.stop_condition", "error_type": f"{error}.type", "error_phase": f"{error}.phase",
+        "error_message": f"{error}.message", "reward": reward,
+        "turns": f"coalesce({last}.cum_turns, 0)", "model_calls": "coalesce(len(t.model_calls), 0)",
+        "input_tokens": f"case when not {turned} then 0 when {unreported['input']} then null "
+                        f"else coalesce({last}.cum_input_tokens, 0) end",
+        "output_tokens": f"case when not {turned} then 0 when {unreported['output']} then null "
+                         f"else coalesce({last}.cum_output_tokens, 0) end",
+        "total_tokens": f"case when not {turned} then 0 when {unreported['input']} or {unreported['output']} "
+                        f"then null else coalesce({last}.cum_total_tokens, 0) end",
+        "cost_usd": cost,
+        "segments": "coalesce(len(t.segments), 0)",
+        "agent_time": agent_time, "model_time": model_time,
+        "harness_time": f"greatest({_ZERO}, {agent_time} - {model_time})",
+        "wait_time": _sum(f"list_transform({pairs}, lambda i: greatest({_ZERO}, "
+                          "t.segments[i + 1].start - t.segments[i].\"end\"))"),
+        **{f"phase.{p}": f"t.phases.{p}.\"end\" - t.phases.{p}.start" for p in _PHASE_NAMES},
+        "start": f"least({', '.join(s + '.start' for s in spans)})",
+        "end": f"greatest({', '.join(s + '.end' for s in spans)})",
+        "_ordinal": "_ordinal", "_offset": "_offset", "_length": "_length", "_scored": _SCORED,
+    }
+    rollouts.update({name: f"map_extract_value(t.{'rewards' if name.startswith('reward.') else 'metrics'}, "
+                           f"{_literal(name.split('.', 1)[1])})" for name in signal_names})
+    return rollouts
+
+
+def _call_columns(kinds: dict[tuple[str, str], str | None], totals: dict[str, str]) -> dict[str, str]:
+    """The calls table over a call `c` of a trace `t`."""
+    # A call's reply: its own, or the message after its request (columns._reply).
+    follows = ("(coalesce(c.committed, false) and c.request_messages is not null and c.request is null "
+               "and c.request_messages < coalesce(len(t.messages), 0) "
+               "and t.messages[c.request_messages + 1].role = 'assistant')")
+    next_message = "t.messages[c.request_messages + 1]"
+    reply_names = "array_to_string(list_transform({r}.tool_calls, lambda k: k.name), ', ')"
+    lp_sum = ("case when len(c.tokens.logprobs) > 0 then 0.0::DOUBLE + list_reduce(c.tokens.logprobs::DOUBLE[], "
+              "lambda a, b: a + b) end")
+    calls = {
+        **_ids(kinds, "calls"), "task_key": "t.task.key", "call": "c.index", "segment": "c.segment",
+        "dialect": "c.dialect", "committed": "coalesce(c.committed, false)", "start": "c.start",
+        "latency": "c.\"end\" - c.start", "input_tokens": "c.usage.input_tokens",
+        "output_tokens": "c.usage.output_tokens", "cache_read_tokens": "c.usage.cache_read_tokens",
+        "cache_write_tokens": "c.usage.cache_write_tokens", "new_input_tokens": "coalesce(c.new_input_tokens, 0)",
+        "finish_reason": "c.finish_reason",
+        "reply": f"case when c.reply is not null then c.reply.content when {follows} then {next_message}.content end",
+        "reasoning": (f"case when c.reply is not null then c.reply.reasoning when {follows} then "
+                      f"{next_message}.reasoning end"),
+        "tool_calls": (f"case when c.reply is not null then coalesce({reply_names.format(r='c.reply')}, '') "
+                       f"when {follows} then coalesce({reply_names.format(r=next_message)}, '') end"),
+        "request_messages": "c.request_messages", "error_type": "c.error.type", "error_message": "c.error.message",
+        "timing_issue": "c.timing_issue",
+        # A plain sum left to right, as columns._logprob_stats adds them (null: no logprobs).
+        "completion_logprob_sum": lp_sum,
+        "completion_logprob_mean": f"{lp_sum} / len(c.tokens.logprobs)",
+        "has_token_ids": "coalesce(c.tokens.ids is not null, false)",
+        "cost_usd": "c.cost_usd", "end": "c.\"end\"", **totals, "_ordinal": "_ordinal",
+    }
+    return calls
 
 
 def _literal(text: str) -> str:
