@@ -293,28 +293,13 @@ def _lay_out(conversation: list[Message], user_by: str,
 
 
 def build(
-    *,
-    fmt: str,
-    where: Where,
-    conversation: list[Message],
-    calls: list[Call] | None,
-    task: TaskRef,
-    agent: dict[str, Any],
-    rewards: dict[str, Any] | None,
-    metrics: dict[str, Any] | None = None,
-    phases: dict[str, tuple[float, float | None]] | None = None,
-    errors: list[ErrorInfo] | None = None,
-    stop_condition: str | None = None,
-    info: dict[str, Any] | None = None,
-    user_by: str = "user",
-    completed: bool = True,
-    weights: dict[str, float] | None = None,
-    inferred: list[str] | None = None,
-    context: set[int] | None = None,
-    outcome: Outcome | None = None,
-    cut: tuple[str | None] | None = None,
-    trace_id: str | None = None,
-    cost: tuple[float | None, str] | None = None,
+    *, fmt: str, where: Where, conversation: list[Message], calls: list[Call] | None, task: TaskRef,
+    agent: dict[str, Any], rewards: dict[str, Any] | None, metrics: dict[str, Any] | None = None,
+    phases: dict[str, tuple[float, float | None]] | None = None, errors: list[ErrorInfo] | None = None,
+    stop_condition: str | None = None, info: dict[str, Any] | None = None, user_by: str = "user",
+    completed: bool = True, weights: dict[str, float] | None = None, inferred: list[str] | None = None,
+    context: set[int] | None = None, outcome: Outcome | None = None, cut: tuple[str | None] | None = None,
+    trace_id: str | None = None, cost: tuple[float | None, str] | None = None,
 ) -> Trace:
     """A trace from a source's record (see the module docstring). `calls`
     holds one entry per assistant message, in order, and the failed
@@ -333,17 +318,12 @@ def build(
     total in dollars and the field it came from (see `_cost_notes`)."""
     context = context or set()
     replies = [i for i, m in enumerate(conversation) if isinstance(m, AssistantMessage) and i not in context]
-    missing = []
     if calls is None or sum(c.error is None for c in calls) != len(replies):
         calls = [Call() for _ in replies]
     inferred = list(inferred or [])
     calls, errors = _errors_timed(calls, list(errors or []), phases, inferred)
-    if replies and all(c.usage is None for c in calls):
-        missing.append("usage")
     phases = dict(phases or {})
-    if replies and all(c.start is None for c in calls) and "agent" not in phases:
-        missing.append("timings")
-    notes = {"format": fmt, "file": str(where.path), **(info or {}), **({"missing": missing} if missing else {}),
+    notes = {"format": fmt, "file": str(where.path), **(info or {}), **_missing(calls, replies, phases),
              **({"inferred": sorted(set(inferred))} if inferred else {}), **_cost_notes(calls, cost)}
     if errors and rewards:
         # A failed run has no reward (L23), whatever the source wrote there
@@ -352,6 +332,56 @@ def build(
     trace = Trace(task=task, agent=agent, info=notes, errors=errors, **({"id": trace_id} if trace_id else {}))
     segments, user_turns, reply_segment = _lay_out(conversation, user_by, context)
     origin = min((s for s, _ in phases.values()), default=None)
+    _record_calls(trace, calls, conversation, replies, segments, reply_segment, origin)
+    _time_segments(segments, trace, phases, origin)
+    trace.record_layout(messages=list(conversation), sampled=replies, segments=segments, user_turns=user_turns)
+    _record_signals(trace, rewards, metrics, weights)
+    _record_end(trace, phases, stop_condition, cut,
+                outcome or _outcome(errors, completed, stop_condition, "scoring" in phases), origin)
+    # The id is the record's: a digest of what was read and where in the
+    # file it was ("line 3": two equal records stay two traces), so the same
+    # file loads as the same traces, wherever it lies and however often.
+    return trace if trace_id else trace.model_copy(update={"id": _content_id(trace, where)})
+
+
+def _record_end(trace: Trace, phases: dict[str, tuple[float, float | None]], stop_condition: str | None,
+                cut: tuple[str | None] | None, outcome: Outcome, origin: float | None) -> None:
+    """The phases the source timed, its stop condition (kept beside a
+    failure too: the source said so), the cut, and how the run ended."""
+    for name, (start, end) in phases.items():
+        trace.record_span(name, start, end)
+    if stop_condition:
+        trace.record_stop(stop_condition)
+    if cut is not None:
+        trace.record_cut(cut[0])
+    trace.record_outcome(outcome, at=max((e for _, e in phases.values() if e is not None), default=origin or 0.0))
+
+
+def _missing(calls: list[Call], replies: list[int], phases: dict[str, Any]) -> dict[str, list[str]]:
+    """What the source did not record of its calls ("usage", "timings")."""
+    missing = []
+    if replies and all(c.usage is None for c in calls):
+        missing.append("usage")
+    if replies and all(c.start is None for c in calls) and "agent" not in phases:
+        missing.append("timings")
+    return {"missing": missing} if missing else {}
+
+
+def _record_signals(trace: Trace, rewards: dict[str, Any] | None, metrics: dict[str, Any] | None,
+                    weights: dict[str, float] | None) -> None:
+    """The source's metrics, and its rewards unless the run failed (not
+    scored: no reward); a reward the source lacks is None, "not in the source"."""
+    if not trace.errors:
+        rewards = {"reward": None} if rewards is None else rewards
+        trace.record_signals(rewards=rewards, signal_errors={name: NOT_IN_SOURCE for name, value in rewards.items()
+                                                             if value is None})
+    trace.record_signals(metrics=metrics or {}, weights=weights)
+
+
+def _record_calls(trace: Trace, calls: list[Call], conversation: list[Message], replies: list[int],
+                  segments: list[Segment], reply_segment: list[int], origin: float | None) -> None:
+    """Each call on the trace: a reply's with its response, a failed
+    attempt's with its error, before the reply that followed it."""
     agent_time = 0.0
     answered = 0
     for n, call in enumerate(calls):
@@ -372,25 +402,6 @@ def build(
             error=None, timing_issue=timing_issue, request_messages=position, cost_usd=call.cost_usd,
         )
         answered += 1
-    _time_segments(segments, trace, phases, origin)
-    trace.record_layout(messages=list(conversation), sampled=replies, segments=segments, user_turns=user_turns)
-    if not errors:  # a failed run is not scored: no reward
-        rewards = {"reward": None} if rewards is None else rewards
-        trace.record_signals(rewards=rewards, signal_errors={name: NOT_IN_SOURCE for name, value in rewards.items()
-                                                             if value is None})
-    trace.record_signals(metrics=metrics or {}, weights=weights)
-    for name, (start, end) in phases.items():
-        trace.record_span(name, start, end)
-    if stop_condition:  # kept beside a failure too: the source said so
-        trace.record_stop(stop_condition)
-    if cut is not None:
-        trace.record_cut(cut[0])
-    trace.record_outcome(outcome or _outcome(errors, completed, stop_condition, "scoring" in phases),
-                         at=max((e for _, e in phases.values() if e is not None), default=origin or 0.0))
-    # The id is the record's: a digest of what was read and where in the
-    # file it was ("line 3": two equal records stay two traces), so the same
-    # file loads as the same traces, wherever it lies and however often.
-    return trace if trace_id else trace.model_copy(update={"id": _content_id(trace, where)})
 
 
 def _content_id(trace: Trace, where: Where) -> str:
