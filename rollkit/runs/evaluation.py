@@ -668,19 +668,9 @@ def evaluate_async(
 
 
 def evaluate(
-    agent: Agent,
-    tasks: Iterable[Task] | Task,
-    *,
-    repeats: int = 1,
-    concurrency: int = 32,
-    out: str | os.PathLike[str] | None = None,
-    resume: bool = False,
-    backend: Any = "local",
-    progress: bool = True,
-    group_scorers: Any = None,
-    user: Any = None,
-    monitor: bool = False,
-    otel: Any = None,
+    agent: Agent, tasks: Iterable[Task] | Task, *, repeats: int = 1, concurrency: int = 32,
+    out: str | os.PathLike[str] | None = None, resume: bool = False, backend: Any = "local",
+    progress: bool = True, group_scorers: Any = None, user: Any = None, monitor: bool = False, otel: Any = None,
 ) -> Any:
     """Run every task `repeats` times, at most `concurrency` rollouts at once.
 

@@ -100,6 +100,73 @@ def _tokens(metrics: dict[str, Any], where: Where, at: str) -> TokenLogprobs | N
     return TokenLogprobs(**values) if values else None
 
 
+def _agent_step(step: dict[str, Any], i: int, text: str, stamp: float | None, previous: float | None, where: Where,
+                conversation: list[Any], calls: list[Call], costs: list[float], copied: set[int]) -> None:
+    """An agent step: its reply, and the model call that made it (none for
+    a step copied into a summary's context)."""
+    at = f"steps.{i}"
+    tool_calls = []
+    for j, raw in enumerate(step.get("tool_calls") or []):
+        if not isinstance(raw, dict) or not isinstance(raw.get("function_name"), str):
+            raise where.error(f"{at}.tool_calls.{j}.function_name", "is missing: a tool call names its function")
+        arguments = raw.get("arguments", {})
+        tool_calls.append(ToolCall(id=str(raw.get("tool_call_id") or f"call_{i}_{j}"),
+                                   name=raw["function_name"],
+                                   arguments=arguments if isinstance(arguments, (dict, str)) else {}))
+    reasoning = step.get("reasoning_content")
+    conversation.append(AssistantMessage(content=text or None, tool_calls=tool_calls,
+                                         reasoning=reasoning if isinstance(reasoning, str) and reasoning else None))
+    if step.get("is_copied_context") is True or step.get("llm_call_count") == 0:
+        # Copied into this context (a summary's input) or said by no model call: not a call here.
+        copied.add(len(conversation) - 1)
+    else:
+        metrics = step.get("metrics") if isinstance(step.get("metrics"), dict) else {}
+        if isinstance(metrics.get("cost_usd"), (int, float)):
+            costs.append(float(metrics["cost_usd"]))
+        extra = step.get("extra") if isinstance(step.get("extra"), dict) else {}
+        calls.append(Call(usage=_usage(metrics, where, f"{at}.metrics"),
+                          start=extra.get("rollkit_start", previous if stamp is not None else None),
+                          end=stamp, finish_reason=extra.get("finish_reason"),
+                          tokens=_tokens(metrics, where, f"{at}.metrics"),
+                          cost_usd=costs[-1] if isinstance(metrics.get("cost_usd"), (int, float)) else None))
+
+
+def _observation(step: dict[str, Any], i: int, where: Where, conversation: list[Any],
+                 refs: list[dict[str, Any]]) -> None:
+    """A step's results: tool messages, or user messages when they answer no
+    call; a subagent's trajectory reference kept by the message it is on."""
+    at = f"steps.{i}"
+    observation = step.get("observation") if isinstance(step.get("observation"), dict) else {}
+    for j, result in enumerate(observation.get("results") or []):
+        if not isinstance(result, dict):
+            raise where.error(f"{at}.observation.results.{j}", "should be a result (an object)")
+        content = result.get("content")
+        content = content if isinstance(content, str) else ("" if content is None else json.dumps(content))
+        ref = result.get("subagent_trajectory_ref")
+        if ref:  # the trajectory of a subagent this result came from: kept, by the message it is on
+            refs.append({"step_id": step.get("step_id", i + 1), "source_call_id": result.get("source_call_id"),
+                         "message": len(conversation) if result.get("source_call_id") or content else None,
+                         "subagent_trajectory_ref": ref})
+        if result.get("source_call_id"):
+            conversation.append(ToolMessage(tool_call_id=str(result["source_call_id"]), content=content))
+        elif content or not ref:
+            conversation.append(UserMessage(content=content))
+
+
+def _cost(costs: list[float], final: dict[str, Any], where: Where) -> tuple[dict[str, Any], float | None,
+                                                                          dict[str, Any]]:
+    """The cost metric (the steps' sum, like the token counts: one source
+    for both), the file's own total, and where the two disagree."""
+    metrics: dict[str, Any] = {}
+    total = number(final.get("total_cost_usd"), where, "final_metrics.total_cost_usd")
+    cost = sum(costs) if costs else total
+    if cost is not None:
+        metrics["cost_usd"] = cost
+    disagreements = ({"cost_usd": {"steps": cost, "final_metrics.total_cost_usd": total}}
+                     if costs and total is not None and abs(cost - total) > 1e-9 * max(1.0, abs(total)) else {})
+    return metrics, total, disagreements
+
+
 def _trajectory(document: Any, where: Where) -> Trace:
     if not _is_trajectory(document):
         raise where.error("steps", "is missing: an ATIF trajectory holds schema_version 'ATIF-v1.x' and its steps")
@@ -122,47 +189,10 @@ def _trajectory(document: Any, where: Where) -> Trace:
         elif source == "user":
             conversation.append(UserMessage(content=text))
         elif source == "agent":
-            tool_calls = []
-            for j, raw in enumerate(step.get("tool_calls") or []):
-                if not isinstance(raw, dict) or not isinstance(raw.get("function_name"), str):
-                    raise where.error(f"{at}.tool_calls.{j}.function_name", "is missing: a tool call names its function")
-                arguments = raw.get("arguments", {})
-                tool_calls.append(ToolCall(id=str(raw.get("tool_call_id") or f"call_{i}_{j}"),
-                                           name=raw["function_name"],
-                                           arguments=arguments if isinstance(arguments, (dict, str)) else {}))
-            reasoning = step.get("reasoning_content")
-            conversation.append(AssistantMessage(content=text or None, tool_calls=tool_calls,
-                                                 reasoning=reasoning if isinstance(reasoning, str) and reasoning else None))
-            if step.get("is_copied_context") is True or step.get("llm_call_count") == 0:
-                # Copied into this context (a summary's input) or said by no model call: not a call here.
-                copied.add(len(conversation) - 1)
-            else:
-                metrics = step.get("metrics") if isinstance(step.get("metrics"), dict) else {}
-                if isinstance(metrics.get("cost_usd"), (int, float)):
-                    costs.append(float(metrics["cost_usd"]))
-                extra = step.get("extra") if isinstance(step.get("extra"), dict) else {}
-                calls.append(Call(usage=_usage(metrics, where, f"{at}.metrics"),
-                                  start=extra.get("rollkit_start", previous if stamp is not None else None),
-                                  end=stamp, finish_reason=extra.get("finish_reason"),
-                                  tokens=_tokens(metrics, where, f"{at}.metrics"),
-                                  cost_usd=costs[-1] if isinstance(metrics.get("cost_usd"), (int, float)) else None))
+            _agent_step(step, i, text, stamp, previous, where, conversation, calls, costs, copied)
         else:
             raise where.error(f"{at}.source", f"should be 'system', 'user' or 'agent', got {source!r:.40}")
-        observation = step.get("observation") if isinstance(step.get("observation"), dict) else {}
-        for j, result in enumerate(observation.get("results") or []):
-            if not isinstance(result, dict):
-                raise where.error(f"{at}.observation.results.{j}", "should be a result (an object)")
-            content = result.get("content")
-            content = content if isinstance(content, str) else ("" if content is None else json.dumps(content))
-            ref = result.get("subagent_trajectory_ref")
-            if ref:  # the trajectory of a subagent this result came from: kept, by the message it is on
-                refs.append({"step_id": step.get("step_id", i + 1), "source_call_id": result.get("source_call_id"),
-                             "message": len(conversation) if result.get("source_call_id") or content else None,
-                             "subagent_trajectory_ref": ref})
-            if result.get("source_call_id"):
-                conversation.append(ToolMessage(tool_call_id=str(result["source_call_id"]), content=content))
-            elif content or not ref:
-                conversation.append(UserMessage(content=content))
+        _observation(step, i, where, conversation, refs)
         if stamp is not None:
             previous = stamp
     agent = document.get("agent") if isinstance(document.get("agent"), dict) else {}
@@ -175,13 +205,7 @@ def _trajectory(document: Any, where: Where) -> Trace:
     # The cost is the steps' sum, like the token counts (one source for
     # both); the file's own total is kept in info["final_metrics"], and
     # where the two differ, info["disagreements"] says so.
-    metrics: dict[str, Any] = {}
-    total = number(final.get("total_cost_usd"), where, "final_metrics.total_cost_usd")
-    cost = sum(costs) if costs else total
-    if cost is not None:
-        metrics["cost_usd"] = cost
-    disagreements = ({"cost_usd": {"steps": cost, "final_metrics.total_cost_usd": total}}
-                     if costs and total is not None and abs(cost - total) > 1e-9 * max(1.0, abs(total)) else {})
+    metrics, total, disagreements = _cost(costs, final, where)
     stamps = [c.end for c in calls if c.end is not None]
     session = str(document.get("session_id") or where.path.stem)
     return build(
@@ -255,6 +279,30 @@ def _metrics(usage: Usage, tokens: TokenLogprobs | None = None) -> dict[str, Any
     return out
 
 
+def _agent_step_of(trace: Trace, message: Any, call: Any) -> dict[str, Any]:
+    """A reply as an ATIF agent step, with its call's time, usage, token ids
+    and cost where it had a call."""
+    step: dict[str, Any] = {"source": "agent", "message": message.content or ""}
+    if call is not None:
+        step["timestamp"] = _iso(call.end)
+    if trace.agent.get("model"):
+        step["model_name"] = str(trace.agent["model"])
+    if message.reasoning:
+        step["reasoning_content"] = message.reasoning
+    if message.tool_calls:
+        step["tool_calls"] = [{"tool_call_id": c.id, "function_name": c.name, "arguments": c.args()}
+                              for c in message.tool_calls]
+    if call is not None:
+        metrics = _metrics(call.usage, call.tokens)
+        if call.cost_usd is not None:  # ATIF's per-call dollars
+            metrics["cost_usd"] = call.cost_usd
+        if metrics:
+            step["metrics"] = metrics
+        step["extra"] = {"rollkit_start": call.start, **(
+            {"finish_reason": call.finish_reason} if call.finish_reason else {})}
+    return step
+
+
 def _document(trace: Trace) -> dict[str, Any]:
     from ...core import __version__
 
@@ -282,26 +330,7 @@ def _document(trace: Trace) -> dict[str, Any]:
         elif isinstance(message, UserMessage):
             add({"source": "user", "message": message.content})
         else:
-            call = call_of.get(position)
-            step: dict[str, Any] = {"source": "agent", "message": message.content or ""}
-            if call is not None:
-                step["timestamp"] = _iso(call.end)
-            if trace.agent.get("model"):
-                step["model_name"] = str(trace.agent["model"])
-            if message.reasoning:
-                step["reasoning_content"] = message.reasoning
-            if message.tool_calls:
-                step["tool_calls"] = [{"tool_call_id": c.id, "function_name": c.name, "arguments": c.args()}
-                                      for c in message.tool_calls]
-            if call is not None:
-                metrics = _metrics(call.usage, call.tokens)
-                if call.cost_usd is not None:  # ATIF's per-call dollars
-                    metrics["cost_usd"] = call.cost_usd
-                if metrics:
-                    step["metrics"] = metrics
-                step["extra"] = {"rollkit_start": call.start, **(
-                    {"finish_reason": call.finish_reason} if call.finish_reason else {})}
-            pending = add(step)
+            pending = add(_agent_step_of(trace, message, call_of.get(position)))
     usages = [c.usage for c in committed]
     final: dict[str, Any] = {"total_steps": len(steps)}
     for ours, theirs in (("input_tokens", "total_prompt_tokens"), ("output_tokens", "total_completion_tokens"),

@@ -64,6 +64,30 @@ def _seconds(value: Any, where: Where, field_path: str) -> float | None:
     raise where.error(field_path, f"should be a time (ISO 8601 text), got {value!r:.40}")
 
 
+def _metrics(sim: dict[str, Any], reward_info: dict[str, Any] | None, where: Where) -> dict[str, float | None]:
+    """The reward's breakdown (reward.<part>) and the agent's and user's cost."""
+    breakdown = (reward_info or {}).get("reward_breakdown") or {}
+    metrics = {f"reward.{name.lower()}": number(value, where, f"reward_info.reward_breakdown.{name}")
+               for name, value in breakdown.items()}
+    for cost in ("agent_cost", "user_cost"):
+        if cost in sim:  # None: tau2 did not count it (a missing metric, never 0)
+            metrics[cost] = number(sim[cost], where, cost)
+    return metrics
+
+
+def _call(item: dict[str, Any], where: Where, field_path: str, start: float | None, end: float | None) -> Call:
+    """The model call of an assistant message: its usage, times and cost."""
+    usage = item.get("usage") if isinstance(item.get("usage"), dict) else None
+    return Call(
+        usage=Usage(input_tokens=int(number(usage.get("prompt_tokens"), where, f"{field_path}.usage.prompt_tokens") or 0),
+                    output_tokens=int(number(usage.get("completion_tokens"), where,
+                                             f"{field_path}.usage.completion_tokens") or 0))
+        if usage else None,
+        start=start, end=end,
+        cost_usd=float(item["cost"]) if isinstance(item.get("cost"), (int, float)) else None,
+    )
+
+
 def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any], agent_llm: Any) -> Trace:
     if not isinstance(sim, dict):
         raise where.error(None, f"should be a simulation (a JSON object), got {type(sim).__name__}")
@@ -87,19 +111,10 @@ def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any
                 if item.get("role") == "tool" and item.get("error"):
                     tool_errors.append({"tool_call_id": converted.tool_call_id, "error": True})  # type: ignore[union-attr]
             if item.get("role") == "assistant":
-                usage = item.get("usage") if isinstance(item.get("usage"), dict) else None
-                calls.append(Call(
-                    usage=Usage(input_tokens=int(number(usage.get("prompt_tokens"), where, f"{field_path}.usage.prompt_tokens") or 0),
-                                output_tokens=int(number(usage.get("completion_tokens"), where,
-                                                         f"{field_path}.usage.completion_tokens") or 0))
-                    if usage else None,
-                    start=previous if stamp is not None else None, end=stamp,
-                    cost_usd=float(item["cost"]) if isinstance(item.get("cost"), (int, float)) else None,
-                ))
+                calls.append(_call(item, where, field_path, previous if stamp is not None else None, stamp))
         if stamp is not None:
             previous = stamp
     reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else None
-    breakdown = (reward_info or {}).get("reward_breakdown") or {}
     reason = sim.get("termination_reason")
     # A simulation always names its task in tau2's model; one that does not
     # is its own task (never "None", which would merge distinct tasks).
@@ -107,11 +122,7 @@ def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any
     task_id = str(sim["task_id"]) if named else f"simulation:{sim.get('id') or where.record}"
     trial = sim.get("trial") if isinstance(sim.get("trial"), int) else 0
     start, end = _seconds(sim.get("start_time"), where, "start_time"), _seconds(sim.get("end_time"), where, "end_time")
-    metrics = {f"reward.{name.lower()}": number(value, where, f"reward_info.reward_breakdown.{name}")
-               for name, value in breakdown.items()}
-    for cost in ("agent_cost", "user_cost"):
-        if cost in sim:  # None: tau2 did not count it (a missing metric, never 0)
-            metrics[cost] = number(sim[cost], where, cost)
+    metrics = _metrics(sim, reward_info, where)
     task = tasks.get(task_id) or {}
     scenario = task.get("user_scenario") if isinstance(task, dict) else None
     return build(
