@@ -249,3 +249,23 @@ def test_a_run_is_exported_without_building_a_trace(made, tmp_path, monkeypatch)
     monkeypatch.setattr(Trace, "model_validate", refused)
     rows = pq.read_table(rk.export(folder, tmp_path / "run.parquet", format="sft")).to_pylist()
     assert sorted(rows, key=lambda row: row["id"]) == expected
+
+
+def test_each_row_carries_what_its_rollout_cost(tmp_path):
+    """A priced model's rollouts carry their dollars (Trace.cost_usd); an
+    unpriced one's are null, never 0."""
+    import asyncio
+
+    from rollkit.core import prices
+
+    prices.prices({"toy-priced": {"input": 1000.0, "output": 2000.0}})
+    try:
+        priced = demo_agent(model=ScriptedModel(_toy_reply, name="toy-priced"))
+        tasks = arithmetic_tasks(2)
+        traces = [asyncio.run(priced.run(t)) for t in tasks] + [asyncio.run(demo_agent().run(tasks[0]))]
+    finally:
+        prices.prices({"toy-priced": None})
+    rows = rk.export(traces, tmp_path / "rows.jsonl", format="sft").read_text().splitlines()
+    costs = [json.loads(line)["cost_usd"] for line in rows]
+    assert costs[:2] == [t.cost_usd for t in traces[:2]] and all(c > 0 for c in costs[:2])
+    assert costs[2] is None

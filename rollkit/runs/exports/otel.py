@@ -392,6 +392,7 @@ class _Spans:
         _set(a, "rollkit.ok", trace.ok)
         _set(a, "rollkit.stop_condition", trace.stop_condition)
         _set(a, "rollkit.reward", trace.scored_reward)
+        _set(a, "rollkit.cost_usd", trace.cost_usd)
         _set(a, "rollkit.aborted_in", trace.aborted_in)
         for key in ("rollout_id", "run_id", "example_id", "repeat"):
             _set(a, f"rollkit.{key}", trace.info.get(key))
@@ -437,6 +438,7 @@ class _Spans:
         if call.finish_reason is not None:
             a["gen_ai.response.finish_reasons"] = [call.finish_reason]
         _set(a, "rollkit.dialect", call.dialect)
+        _set(a, "rollkit.cost_usd", call.cost_usd)
         _set(a, "rollkit.timing_issue", call.timing_issue)
         if self.exporter.content:
             a.update(_call_content(self.trace, call))

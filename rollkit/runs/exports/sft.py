@@ -48,7 +48,7 @@ SUFFIXES = (".parquet", ".jsonl")
 # The columns of a row besides the per-signal ones, in file order.
 COLUMNS = ("id", "run_id", "task_key", "task_type", "agent", "model", "parent_id", "forked_at_turn", "messages",
            "tools", "reward", "outcome", "ok", "stop_condition", "has_error", "error_type", "is_truncated", "turns",
-           "input_tokens", "output_tokens", "total_tokens")
+           "input_tokens", "output_tokens", "total_tokens", "cost_usd")
 # A row group closes at this many rows or this many bytes of source JSON,
 # whichever comes first: the memory of an export is about one group's.
 _GROUP_ROWS = 2000
@@ -149,12 +149,23 @@ def training_row(t: dict[str, Any], signals: list[str]) -> dict[str, Any]:
         "has_error": bool(errors), "error_type": errors[0].get("type") if errors else None,
         "is_truncated": _limited(stop, t.get("limits") or {}) or bool(t.get("aborted")) or last_finish == "length",
         "turns": turns, "input_tokens": tokens[0], "output_tokens": tokens[1], "total_tokens": tokens[2],
+        "cost_usd": _cost(t),
     }
     rewards, metrics = t.get("rewards") or {}, t.get("metrics") or {}
     for name in signals:
         values = rewards if name.startswith("reward.") else metrics
         row[name] = _number(values.get(name.split(".", 1)[1]))
     return row
+
+
+def _cost(t: dict[str, Any]) -> float | None:
+    """The rollout's dollars as Trace.cost_usd reads them: the source's
+    total, else the last call's running total (null: unknown, never 0)."""
+    total = (t.get("info") or {}).get("cost_usd")
+    if total is None:
+        calls = t.get("model_calls") or ()
+        total = calls[-1].get("cum_cost_usd") if calls else 0.0
+    return _number(total)
 
 
 def _message(m: dict[str, Any]) -> dict[str, Any]:
@@ -234,7 +245,7 @@ def schema(signals: list[str]) -> Any:
                          ("tool_calls", pa.list_(call)), ("tool_call_id", text), ("name", text)])
     types = {"forked_at_turn": pa.int64(), "messages": pa.list_(message), "reward": pa.float64(), "ok": pa.bool_(),
              "has_error": pa.bool_(), "is_truncated": pa.bool_(), "turns": pa.int64(), "input_tokens": pa.int64(),
-             "output_tokens": pa.int64(), "total_tokens": pa.int64()}
+             "output_tokens": pa.int64(), "total_tokens": pa.int64(), "cost_usd": pa.float64()}
     fields = [pa.field(name, types.get(name, text)) for name in COLUMNS]
     fields += [pa.field(name, pa.float64()) for name in signals]
     return pa.schema(fields, metadata={b"rollkit.export": b"sft"})
