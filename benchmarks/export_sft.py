@@ -55,13 +55,14 @@ print(json.dumps({"rows": rows, "wall_s": round(wall, 2), "cpu_s": round(cpu() -
 _PATHS = r'''
 import json, resource, sys, time
 import rollkit as rk
+from rollkit.runs.exports import ExportSource
 from rollkit.runs.exports.sft import _dumped, _lines, training_row
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
 folder, sample = sys.argv[1], int(sys.argv[2])
 run = rk.open_run(folder, progress=False)
 signals = sorted(c for c in run.arrow_schema("rollouts") if c.startswith(("reward.", "metric.")))
-lines = _lines(run, None)
+lines = _lines(ExportSource(None, run=run))
 next(lines), run[0]  # the fixed costs (the SQL connection, the offsets index) are not the paths'
 c = cpu()
 for i, (record, _) in enumerate(lines):
