@@ -269,3 +269,18 @@ def test_each_row_carries_what_its_rollout_cost(tmp_path):
     costs = [json.loads(line)["cost_usd"] for line in rows]
     assert costs[:2] == [t.cost_usd for t in traces[:2]] and all(c > 0 for c in costs[:2])
     assert costs[2] is None
+
+
+def test_an_empty_run_exports_no_rows_with_typed_columns(tmp_path):
+    """A run folder whose trace file is still empty (a run that just
+    started): an empty typed file, with or without a filter; rl says it has
+    no turns to write."""
+    import pyarrow.parquet as pq
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "traces.jsonl").write_text("")
+    out = rk.export(tmp_path / "run", tmp_path / "rows.parquet", format="sft", where="reward = 1")
+    table = pq.read_table(out)
+    assert table.num_rows == 0 and table.column_names[:3] == ["id", "run_id", "task_key"]
+    with pytest.raises(rk.UsageError, match=r"the source holds no turns \(0 rollouts, 0 turns\)"):
+        rk.export(tmp_path / "run", tmp_path / "rl.parquet", format="rl")

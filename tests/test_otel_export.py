@@ -394,6 +394,26 @@ def test_a_live_run_whose_collector_is_down_finishes_and_warns():
     exporter.close()
 
 
+class _Broken(InMemorySpanExporter):
+    """An exporter that raises instead of answering (as an older OTLP
+    exporter can when its collector is down)."""
+
+    def export(self, spans):  # type: ignore[no-untyped-def]
+        raise RuntimeError("collector gone")
+
+
+def test_an_exporter_that_raises_is_a_failed_export_not_a_crash(tmp_path):
+    trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0]
+    with pytest.raises(rk.Unavailable, match=r"did not take 9 of 9 spans \(RuntimeError: collector gone\)"):
+        rk.export(trace, format="otel", span_exporter=_Broken())
+    exporter = OtelExporter(span_exporter=_Broken())
+    with pytest.warns(UserWarning, match=r"18 of 18 spans were not taken"):
+        result = rk.evaluate(demo_agent(), arithmetic_tasks(2), progress=False, otel=exporter, out=tmp_path / "run")
+    assert [t.ok for t in result.traces] == [True, True]
+    assert len(rk.open_run(tmp_path / "run")) == 2  # the run's files were closed and its tables written
+    exporter.close()
+
+
 @pytest.mark.parametrize(("given", "used"), [
     ("http://127.0.0.1:6006", "http://127.0.0.1:6006/v1/traces"),
     ("http://127.0.0.1:6006/", "http://127.0.0.1:6006/v1/traces"),

@@ -349,11 +349,12 @@ def calls(traces: Iterable[Trace]) -> pd.DataFrame:
 
 
 def _logprob_stats(tokens: Any) -> tuple[float, float, bool]:
-    """A call's (logprob sum, mean, has token ids); NaN where not returned."""
+    """A call's (logprob sum, mean, has token ids: an empty list counts as none, as the
+    file leaves it out); NaN where not returned."""
     if tokens is None:
         return math.nan, math.nan, False
     total, mean = tokens.logprob_sum, tokens.logprob_mean
-    return (math.nan if total is None else total), (math.nan if mean is None else mean), tokens.ids is not None
+    return (math.nan if total is None else total), (math.nan if mean is None else mean), bool(tokens.ids)
 
 
 @_stored

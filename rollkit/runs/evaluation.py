@@ -608,13 +608,15 @@ class _Run:
             raise
         finally:
             self.progress.close()
-            for sink in self.sinks:
-                sink.end(status)
-            if started:
-                await asyncio.shield(plan.backend.stop())
-            for file in (self.trace_file, self.group_file, self.user_file):
-                if file is not None:
-                    file.close()
+            try:
+                for sink in self.sinks:
+                    sink.end(status)
+            finally:  # a sink that fails at the end still leaves the workers stopped and the files closed
+                if started:
+                    await asyncio.shield(plan.backend.stop())
+                for file in (self.trace_file, self.group_file, self.user_file):
+                    if file is not None:
+                        file.close()
         return EvalResult(self.traces, latest(self.groups), out=folder.path if folder else None, manifest=plan.manifest,
                           user_traces=self.user_traces)
 

@@ -66,7 +66,11 @@ class TraceLog:
         self._pending_bytes = 0
         self._since = 0.0
         if tables:
-            self._open_tables(progress)
+            try:
+                self._open_tables(progress)
+            except BaseException:  # a bad line or an interrupt during the catch-up build: nothing left open
+                self.file.close()
+                raise
 
     def _open_tables(self, progress: bool | None) -> None:
         from .columns import TableSet

@@ -61,6 +61,8 @@ class ExportSource:
         """The JSON line of each rollout of the run `where` selects, in run
         order, read at its byte offset (the store's `_offset`, `_length`):
         only the offsets of the selected rows are held, no trace is built."""
+        if len(self.run) == 0:  # no rollout yet (a run that just started): no table to read
+            return
         query = "SELECT _set, _offset, _length FROM rollouts"
         if self.where is not None:
             query += f" WHERE {self.where}"
@@ -116,7 +118,7 @@ def _source(source: Any, where: str | None) -> ExportSource:
     else:
         raise UsageError(f"rk.export takes traces, a trace file, a run folder or an opened run, "
                          f"got {type(source).__name__}")
-    if where is not None:
+    if where is not None and len(run) > 0:  # an empty run has no table to check the filter on
         try:
             run.sql(f"SELECT id FROM rollouts WHERE {where} LIMIT 0")
         except Exception as exc:

@@ -222,7 +222,13 @@ class OtelExporter:
         self._pending.append(self._pool.submit(self._export, batch))
 
     def _export(self, batch: list[Any]) -> tuple[int, bool]:
-        result = self._exporter.export(batch)
+        # A collector or exporter that fails is counted, never raised into
+        # the run that sends (a live evaluation warns at its end instead).
+        try:
+            result = self._exporter.export(batch)
+        except Exception as exc:  # noqa: BLE001  whatever the exporter raises: its batch is lost, and why is said
+            self._said.said = f"{type(exc).__name__}: {exc}"
+            return len(batch), False
         return len(batch), getattr(result, "name", str(result)) == "SUCCESS"
 
     def _settle(self, keep: int = 0) -> None:
