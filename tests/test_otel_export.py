@@ -394,6 +394,15 @@ def test_a_live_run_whose_collector_is_down_finishes_and_warns():
     exporter.close()
 
 
+def test_a_password_in_the_endpoint_never_reaches_a_message():
+    trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0]
+    port = _free_port()  # nobody listens there
+    with pytest.raises(rk.Unavailable) as refused:
+        rk.export(trace, format="otel", endpoint=f"http://evals:s3cret@127.0.0.1:{port}/v1/traces", timeout=1)
+    assert f"http://***@127.0.0.1:{port}/v1/traces did not take" in str(refused.value)
+    assert "s3cret" not in str(refused.value) and "evals" not in str(refused.value)
+
+
 class _Broken(InMemorySpanExporter):
     """An exporter that raises instead of answering (as an older OTLP
     exporter can when its collector is down)."""

@@ -116,6 +116,18 @@ def _otlp_exporter(endpoint: str, headers: Mapping[str, str] | None, timeout: fl
     return OTLPSpanExporter(endpoint=endpoint, headers=dict(headers or {}), timeout=timeout)
 
 
+def _shown(url: str | None) -> str | None:
+    """A URL as messages show it: a user name or password in it (basic
+    auth some collectors take) replaced by ***."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    return urlunsplit(parts._replace(netloc=f"***@{host}" + (f":{parts.port}" if parts.port else "")))
+
+
 def _endpoint(endpoint: Any, owner: str) -> str:
     """An OTLP/HTTP traces URL; a bare base URL gets the signal path
     `/v1/traces` as the OTLP specification adds it to a base endpoint."""
@@ -124,7 +136,7 @@ def _endpoint(endpoint: Any, owner: str) -> str:
                          f"'http://127.0.0.1:6006/v1/traces' (Phoenix), got {type(endpoint).__name__}")
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{owner}: endpoint {endpoint!r} is not an http(s) URL; give the collector's "
+        raise UsageError(f"{owner}: endpoint {_shown(endpoint)!r} is not an http(s) URL; give the collector's "
                          "OTLP/HTTP traces URL, e.g. 'http://127.0.0.1:6006/v1/traces' (Phoenix)")
     if parts.path in ("", "/"):
         parts = parts._replace(path="/v1/traces")
@@ -246,7 +258,8 @@ class OtelExporter:
 
     @property
     def sent(self) -> OtelSent:
-        return OtelSent(self.traces, self.spans, self.failed, self.endpoint, self._said.said if self.failed else None)
+        return OtelSent(self.traces, self.spans, self.failed, _shown(self.endpoint),
+                        self._said.said if self.failed else None)
 
     def close(self) -> OtelSent:
         """Send what is queued, wait for it, shut the OTLP exporter down (a
@@ -265,7 +278,7 @@ class OtelExporter:
         return sent
 
     def __repr__(self) -> str:
-        where = self.endpoint or type(self._exporter).__name__
+        where = _shown(self.endpoint) or type(self._exporter).__name__
         return f"OtelExporter({where!r}, sent {self.traces} rollouts, {self.spans} spans)"
 
 
