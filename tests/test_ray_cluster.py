@@ -90,6 +90,10 @@ def cluster(tmp_path, monkeypatch):
     assert not ray.is_initialized()
     # Short: Ray's Unix sockets live under it (pytest's tmp_path is too long for them).
     temp = tempfile.mkdtemp(prefix="rk-ray-")
+    # The cluster's address file too (Ray writes it under its default temp
+    # folder, /tmp/ray, which a fresh machine does not have): in this folder.
+    os.makedirs(os.path.join(temp, "ray"))
+    monkeypatch.setenv("RAY_TMPDIR", temp)
     loopback = {"node_ip_address": "127.0.0.1", "temp_dir": temp}
     made = Cluster()
     try:
@@ -106,9 +110,9 @@ def cluster(tmp_path, monkeypatch):
             raise
         pytest.skip(f"Ray could not start a node within its fixed 30 s on this machine (load average "
                     f"{os.getloadavg()[0]:.1f}): {exc}")
-    ray.init(address=made.address, log_to_driver=False, _node_ip_address="127.0.0.1",
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}})
     try:
+        ray.init(address=made.address, log_to_driver=False, _node_ip_address="127.0.0.1",
+                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}})
         yield made, workers, temp
     finally:
         ray.shutdown()
