@@ -309,7 +309,8 @@ async def test_the_browser_pages_filters_and_highlights_escaped(tmp_path):
     assert browser.table.options[0][1] == 0  # the real trace has the most tokens
     hits = run.search("needle")
     assert hits.ids == [trace.id]
-    found = hits.browser()
+    found = rk.notebook.TraceBrowser(hits)
+    assert type(found).__name__ == "RunBrowser"
     found.select(0)
     assert "<mark>needle</mark>" in found.matches.value
     assert "&lt;img src=x onerror=alert(1)&gt;" in found.matches.value and "<img" not in found.matches.value

@@ -314,9 +314,10 @@ async def test_bad_arguments_are_refused_before_anything_runs_in_a_loop():
 
 
 def test_rk_evaluate_stays_the_function_after_importing_the_module(tmp_path):
-    import rollkit.runs.evaluation as module
+    import rollkit.runs.evaluation  # noqa: F401 - a submodule import must not shadow the name
+    from rollkit.notebook import running
 
-    assert rk.evaluate is module.evaluate
+    assert rk.evaluate is running.evaluate
     result = rk.evaluate(said_agent(), said_tasks(1), out=tmp_path, progress=False)
     assert [t.model_dump() for t in load_run(tmp_path)] == [t.model_dump() for t in result]
 

@@ -15,15 +15,11 @@ The points, and who plugs them:
 - `trace_html`: `fn(trace) -> str`, the notebook layer (`Trace._repr_html_`);
 - `frames`: `fn() -> module` with `rollouts`, `turns`, `phases`, `signals`,
   the notebook layer (`EvalResult.rollouts()` ...);
-- `demo`: `fn(n_tasks) -> (agent, tasks)`, the examples (`rollkit demo`);
-- `monitor`: `fn(pending)` displays a run monitor over an `rk.evaluate`
-  awaitable, the notebook layer (`rk.evaluate(..., monitor=True)`);
-- `ab_monitor`: `fn(signal, alpha, margin) -> on_pair(state)` displays a live
-  view of an A/B test's interval, the notebook layer
-  (`rk.ab_test(..., monitor=True)`);
-- `run_browser`: `fn(run, **options) -> widget` pages through a lazy run
-  (rollkit.runs.lazyrun), the notebook layer (`LazyRun.browser()`, hits'
-  `.browser()`).
+- `demo`: `fn(n_tasks) -> (agent, tasks)`, the examples (`rollkit demo`).
+
+What a user calls from a higher layer needs no point: `rk.evaluate(...,
+monitor=True)` is the notebook layer's wrapper of the runs layer's
+function, and a run's browser is `rk.notebook.TraceBrowser(run)`.
 
 This module holds the table and nothing else; it imports nothing of rollkit.
 """
@@ -35,7 +31,7 @@ from typing import Any
 
 __all__ = ["plug", "plugged", "POINTS"]
 
-POINTS = ("trace_html", "frames", "demo", "monitor", "ab_monitor", "run_browser")
+POINTS = ("trace_html", "frames", "demo")
 
 _plugs: dict[str, Callable[..., Any]] = {}
 

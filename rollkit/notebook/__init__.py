@@ -21,8 +21,9 @@ Widgets stay thin: no lifecycle logic lives here. Its modules load
 ipywidgets, plotly and pandas, so this package's own import
 loads none of them: the names below are imported on first use. Importing it
 plugs in how a `Trace` shows itself as HTML and the DataFrame builders of
-`EvalResult` and the monitor of `rk.evaluate(..., monitor=True)` (see
-`rollkit.core.plugins`).
+`EvalResult` (see `rollkit.core.plugins`). `rk.evaluate` and `rk.ab_test`
+are this layer's (`running`): the runs layer's, plus `monitor=True`, so the
+runs layer never reaches up for a widget.
 """
 
 from __future__ import annotations
@@ -77,32 +78,5 @@ def _frames() -> Any:
     return frames
 
 
-def _monitor(pending: Any) -> None:
-    from .monitor import RunMonitor
-
-    ipython_display.display(RunMonitor(pending))
-
-
 plug("trace_html", _trace_html)
 plug("frames", _frames)
-plug("monitor", _monitor)
-
-
-def _ab_monitor(signal: str, alpha: float, margin: float | None) -> Any:
-    from .decide import ABMonitor
-
-    monitor = ABMonitor(signal, alpha, margin)
-    ipython_display.display(monitor)
-    return monitor.add
-
-
-plug("ab_monitor", _ab_monitor)
-
-
-def _run_browser(run: Any, **options: Any) -> Any:
-    from .runbrowser import RunBrowser
-
-    return RunBrowser(run, **options)
-
-
-plug("run_browser", _run_browser)

@@ -17,6 +17,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..core.trace import Trace
+from ..runs.lazyrun import Hits, LazyRun
 from .display import trace_html
 from ..core._dependencies import ipython_display
 
@@ -55,8 +56,8 @@ class TraceBrowser(widgets.VBox):
     `select(i)` does from code what a click does."""
 
     def __new__(cls, traces: Any = None, *args: Any, **kwargs: Any) -> Any:
-        # A lazy run, a run folder or a trace file: paged from its tables (runbrowser).
-        if type(traces).__name__ == "LazyRun" or isinstance(traces, (str, os.PathLike)):
+        # A lazy run, a search's hits, a run folder or a trace file: paged from its tables (runbrowser).
+        if isinstance(traces, (LazyRun, Hits, str, os.PathLike)):
             from .runbrowser import RunBrowser
 
             return RunBrowser(traces, *args, **kwargs)

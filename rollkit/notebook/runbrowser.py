@@ -1,7 +1,7 @@
 """The run browser: a run of any size, a page at a time.
 
 `RunBrowser(run)` (what `rk.notebook.TraceBrowser` gives for a lazy run, a
-run folder or a trace file path) shows one page of rollouts from the run's
+search's hits, a run folder or a trace file path) shows one page of rollouts from the run's
 columnar tables (rollkit.runs.lazyrun), never the whole run in memory: a
 filter over any column (a SQL condition, e.g. `reward < 1 and turns > 3`),
 a text search over every message, a sort column and direction, and pages.
@@ -20,7 +20,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..core.trace import Trace
-from ..runs.lazyrun import LazyRun, highlight, open_run
+from ..runs.lazyrun import Hits, LazyRun, highlight, open_run
 from .display import trace_html
 from ..core._dependencies import ipython_display, pa
 
@@ -46,6 +46,8 @@ class RunBrowser(widgets.VBox):
 
     def __init__(self, run: Any, *, page_size: int = 50, plots: bool = False, ids: list[str] | None = None,
                  highlight: Any = None) -> None:
+        if isinstance(run, Hits):  # a search's matches, highlighted
+            run, ids, highlight = run.run, run.ids if ids is None else ids, highlight or run.pattern
         if not isinstance(run, LazyRun):
             run = open_run(run)
         if not isinstance(page_size, int) or page_size < 1:

@@ -53,7 +53,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.agent import Agent
 from ..core.errors import UsageError
-from ..core.plugins import plugged
 from ..core.task import Task
 from ..core.trace import Trace
 from .compare import trace_signals
@@ -178,7 +177,8 @@ def _check(tasks: Any, repeats: Any, alpha: Any, margin: Any, max_pairs: Any, bo
 class _Test:
     def __init__(self, a: Agent, b: Agent, tasks: list[Task], *, repeats: int, signal: str, alpha: float,
                  margin: float | None, max_pairs: int | None, stop: bool, bounds: tuple[float, float],
-                 concurrency: int, seed: int, out: Path | None, on_pair: Callable[[ABState], Any] | None) -> None:
+                 concurrency: int, seed: int, out: Path | None, on_pair: Callable[[ABState], Any] | None,
+                 on_start: Callable[[dict[str, Any]], Any] | None = None) -> None:
         pairs = [(t, r) for t in tasks for r in range(repeats)]
         random.Random(seed).shuffle(pairs)
         self.pairs = pairs[:max_pairs] if max_pairs else pairs
@@ -188,7 +188,7 @@ class _Test:
         self.bounds = bounds
         self.sequence = ConfidenceSequence(alpha, -span, span)
         self.error: BaseException | None = None
-        self.concurrency, self.out, self.on_pair = concurrency, out, on_pair
+        self.concurrency, self.out, self.on_pair, self.on_start = concurrency, out, on_pair, on_start
         self.done: dict[tuple[int, str], Trace] = {}
         self.next = 0
         self.missing = 0
@@ -267,8 +267,11 @@ class _Test:
                 for arm in ("a", "b"):
                     self.files[arm] = TraceLog(self.out / f"{arm}.jsonl", mode="xb")  # with its tables
                 self.log = open(self.out / AB_LOG, "x", encoding="utf-8")
-                self._log({"kind": "start", "signal": self.signal, "alpha": self.alpha, "margin": self.margin,
-                           "planned": len(self.pairs), "method": METHOD})
+            plan = {"signal": self.signal, "alpha": self.alpha, "margin": self.margin,
+                    "planned": len(self.pairs), "method": METHOD}
+            self._log({"kind": "start", **plan})
+            if self.on_start is not None:
+                self.on_start(plan)
             jobs = iter([(i, arm) for i in range(len(self.pairs)) for arm in ("a", "b")])
             workers = [asyncio.ensure_future(self.worker(jobs))
                        for _ in range(min(self.concurrency, 2 * len(self.pairs)))]
@@ -323,26 +326,15 @@ def _prepare(a: Agent, b: Agent, tasks: Any, *, repeats: int = 1, signal: str = 
              margin: float | None = None, max_pairs: int | None = None, stop: bool = True,
              bounds: tuple[float, float] = (0.0, 1.0), concurrency: int = 16, seed: int = 0,
              out: str | os.PathLike[str] | None = None, on_pair: Callable[[ABState], Any] | None = None,
-             monitor: bool = False) -> _Test:
+             on_start: Callable[[dict[str, Any]], Any] | None = None) -> _Test:
     task_list = _check(tasks, repeats, alpha, margin, max_pairs, bounds, concurrency, a, b)
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise ABTestError(f"out={out} is a file; pass a folder for the test's traces")
     if out is not None and Path(out).exists() and any(Path(out).glob("*.jsonl")):
         raise ABTestError(f"{out} already holds an A/B test's traces; pass a new folder")
-    callbacks = [on_pair] if on_pair is not None else []
-    if monitor:
-        show = plugged("ab_monitor")
-        if show is None:
-            raise RuntimeError("no A/B monitor is plugged in: import rollkit (it imports rollkit.notebook)")
-        callbacks.append(show(signal, alpha, margin))
-
-    def each(state: ABState) -> None:
-        for callback in callbacks:
-            callback(state)
-
     test = _Test(a, b, task_list, repeats=repeats, signal=signal, alpha=alpha, margin=margin, max_pairs=max_pairs,
                  stop=stop, bounds=bounds, concurrency=concurrency, seed=seed,
-                 out=Path(out) if out is not None else None, on_pair=each if callbacks else None)
+                 out=Path(out) if out is not None else None, on_pair=on_pair, on_start=on_start)
     test._planned_total = len(task_list) * repeats
     return test
 
@@ -351,7 +343,7 @@ def ab_test(a: Agent, b: Agent, tasks: Iterable[Task] | Task, *, repeats: int = 
             alpha: float = 0.05, margin: float | None = None, max_pairs: int | None = None, stop: bool = True,
             bounds: tuple[float, float] = (0.0, 1.0), concurrency: int = 16, seed: int = 0,
             out: str | os.PathLike[str] | None = None, on_pair: Callable[[ABState], Any] | None = None,
-            monitor: bool = False) -> Any:
+            on_start: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """Run agents `a` and `b` on the same (task, repeat) pairs and stop when
     the paired difference B - A of `signal` is decided (module docstring).
 
@@ -363,8 +355,11 @@ def ab_test(a: Agent, b: Agent, tasks: Iterable[Task] | Task, *, repeats: int = 
     - `out=DIR`: DIR/a.jsonl and DIR/b.jsonl get each trace as it finishes
       (and their columnar tables, as rk.evaluate's run folder does),
       DIR/ab.jsonl the interval after each pair (`rollkit view DIR` follows it);
-    - `on_pair(state)`: called after each pair counts; `monitor=True` in a
-      notebook draws the interval narrowing as pairs land.
+    - `on_pair(state)`: called after each pair counts; `on_start(plan)` once
+      the test starts, with its signal, alpha, margin, planned pairs and
+      method (what DIR/ab.jsonl's first line holds). `rk.ab_test(...,
+      monitor=True)` (rollkit.notebook.running) draws the interval narrowing
+      in a notebook through these two.
 
     It runs and returns an `ABResult`; in async code (a notebook cell)
     write `await rk.ab_test_async(...)`: called where an event loop runs,
@@ -372,7 +367,7 @@ def ab_test(a: Agent, b: Agent, tasks: Iterable[Task] | Task, *, repeats: int = 
     """
     test = _prepare(a, b, tasks, repeats=repeats, signal=signal, alpha=alpha, margin=margin, max_pairs=max_pairs,
                     stop=stop, bounds=bounds, concurrency=concurrency, seed=seed, out=out, on_pair=on_pair,
-                    monitor=monitor)
+                    on_start=on_start)
     return run_sync(test.run(), what="A/B test", called="rk.ab_test(...)", instead="await rk.ab_test_async(...)")
 
 

@@ -648,7 +648,6 @@ def evaluate_async(
     progress: bool = True,
     group_scorers: Any = None,
     user: Any = None,
-    monitor: bool = False,
     otel: Any = None,
 ) -> _Pending:
     """The async form of `evaluate` (same arguments): `result = await
@@ -658,21 +657,15 @@ def evaluate_async(
     `rk.notebook.RunMonitor(it)` can watch it. Arguments are checked at once."""
     plan = _plan(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
-        backend=backend, progress=progress and not monitor, group_scorers=group_scorers, user=user, otel=otel,
+        backend=backend, progress=progress, group_scorers=group_scorers, user=user, otel=otel,
     )
-    pending = _Pending(_execute(plan), plan)
-    if monitor:
-        show = plugged("monitor")
-        if show is None:
-            raise RuntimeError("no run monitor is plugged in: import rollkit (it imports rollkit.notebook)")
-        show(pending)
-    return pending
+    return _Pending(_execute(plan), plan)
 
 
 def evaluate(
     agent: Agent, tasks: Iterable[Task] | Task, *, repeats: int = 1, concurrency: int = 32,
     out: str | os.PathLike[str] | None = None, resume: bool = False, backend: Any = "local",
-    progress: bool = True, group_scorers: Any = None, user: Any = None, monitor: bool = False, otel: Any = None,
+    progress: bool = True, group_scorers: Any = None, user: Any = None, otel: Any = None,
 ) -> Any:
     """Run every task `repeats` times, at most `concurrency` rollouts at once.
 
@@ -690,10 +683,10 @@ def evaluate(
       a stop, a limit, `RolloutLimits(max_user_turns=...)`). An AgentUser's
       own traces are `EvalResult.user_traces` and DIR/user_traces.jsonl.
     - `progress=False` turns the tqdm bar off.
-    - `monitor=True` displays a `rk.notebook.RunMonitor` over the run
-      (counts, rollouts in flight, running means with intervals, the slowest
-      and failed rollouts) instead of the bar. With `out=DIR` the run also
-      writes DIR/live.jsonl, which `rollkit view DIR` follows from elsewhere.
+    - `rk.evaluate(..., monitor=True)` (the notebook layer's form,
+      rollkit.notebook.running) displays a `rk.notebook.RunMonitor` over the
+      run instead of the bar. With `out=DIR` the run also writes
+      DIR/live.jsonl, which `rollkit view DIR` follows from elsewhere.
     - `otel="http://HOST:PORT/v1/traces"` sends each rollout, as it
       finishes, as one OpenTelemetry trace of GenAI spans to that OTLP/HTTP
       collector (Phoenix, Langfuse, a Collector...); an
@@ -718,8 +711,14 @@ def evaluate(
     """
     pending = evaluate_async(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume, backend=backend,
-        progress=progress, group_scorers=group_scorers, user=user, monitor=monitor, otel=otel,
+        progress=progress, group_scorers=group_scorers, user=user, otel=otel,
     )
+    return run_to_end(pending)
+
+
+def run_to_end(pending: _Pending) -> EvalResult:
+    """Run an `evaluate_async` awaitable to its end from sync code, as
+    `evaluate` does (a watcher attached first sees all of it)."""
     return interrupts.run_sync(pending._coroutine, what="evaluation", called="rk.evaluate(...)",
                                instead="result = await rk.evaluate_async(...)")
 

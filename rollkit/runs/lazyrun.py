@@ -407,7 +407,7 @@ class LazyRun:
         """The rollouts whose messages (any role; tool calls and tool results
         included) hold `phrase` (case-insensitive unless case=True) or match
         the regular expression `re`. Returns `Hits`: the matching message rows
-        (`frame`), the trace ids in run order (`ids`), and `browser()`."""
+        (`frame`), the trace ids in run order (`ids`); `rk.notebook.TraceBrowser(hits)` shows them."""
         if (phrase is None) == (re is None):
             raise ValueError("search takes a phrase or re=..., one of the two (e.g. run.search('timeout'))")
         pattern = phrase if phrase is not None else re
@@ -454,18 +454,6 @@ class LazyRun:
                 names.update(dict.fromkeys(footer(file).schema.to_arrow_schema().names))
         return list(names)
 
-    def browser(self, **options: Any) -> Any:
-        """A browser paging through this run (rollkit.notebook.runbrowser.RunBrowser)."""
-        return _run_browser()(self, **options)
-
-
-def _run_browser() -> Any:
-    # The notebook layer sits above this one and plugs its browser in.
-    browser = plugged("run_browser")
-    if browser is None:
-        raise RuntimeError("no run browser is plugged in: import rollkit (it imports rollkit.notebook)")
-    return browser
-
 
 _MESSAGE_COLUMNS = ("id", "task_key", "index", "role", "content", "tool_calls", "name")
 
@@ -473,8 +461,9 @@ _MESSAGE_COLUMNS = ("id", "task_key", "index", "role", "content", "tool_calls", 
 class Hits:
     """What a search found: `frame` (one row per matching message: id,
     task_key, index, role, content, tool_calls, name, _row), `ids` (the
-    matching traces, in run order), `len(hits)` traces; `browser()` opens
-    them in a TraceBrowser with the matches highlighted."""
+    matching traces, in run order), `len(hits)` traces;
+    `rk.notebook.TraceBrowser(hits)` pages through them with the matches
+    highlighted."""
 
     def __init__(self, run: LazyRun, frame: Any, regex: str, ignore_case: bool) -> None:
         self.run = run
@@ -494,10 +483,6 @@ class Hits:
     def highlight(self, text: str) -> str:
         """`text` as HTML, escaped, each match wrapped in <mark>."""
         return highlight(text, self.pattern)
-
-    def browser(self, **options: Any) -> Any:
-        """The matching rollouts in a run browser, the matches highlighted."""
-        return _run_browser()(self.run, ids=self.ids, highlight=self.pattern, **options)
 
 
 def highlight(text: str, pattern: Any) -> str:
