@@ -309,6 +309,29 @@ def test_no_function_is_longer_than_60_lines() -> None:
     assert long == [], "split these into functions with names:\n" + "\n".join(long)
 
 
+def _type_name_checks(source: str) -> list[int]:
+    """Lines comparing a class's name (`type(x).__name__ == "C"`,
+    `x.__class__.__name__`) instead of asking isinstance."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                if isinstance(side, ast.Attribute) and side.attr == "__name__" and (
+                        isinstance(side.value, ast.Call) and getattr(side.value.func, "id", None) == "type"
+                        or isinstance(side.value, ast.Attribute) and side.value.attr == "__class__"):
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_no_type_is_told_by_its_name() -> None:
+    """A class checked by name passes for any class of that name and breaks
+    silently on a rename; the import it avoids points down anyway."""
+    assert _type_name_checks('if type(run).__name__ == "LazyRun": pass') == [1]  # the check can fail
+    found = [f"{path.relative_to(ROOT.parent)}:{line}" for path in sorted(ROOT.rglob("*.py"))
+             for line in _type_name_checks(path.read_text())]
+    assert found == [], "use isinstance:\n" + "\n".join(found)
+
+
 def test_the_layout_is_the_readme_layout() -> None:
     """The README's Layout section lists exactly the sub-packages there are."""
     readme = (ROOT.parent / "README.md").read_text()

@@ -56,6 +56,7 @@ from . import frames as _frames
 from ..core.events import Event
 from ..core.session import LIMIT_STOPS
 from ..core.trace import PHASES, Trace
+from ..runs.lazyrun import LazyRun
 
 __all__ = [
     "budget_burn",
@@ -403,7 +404,7 @@ def _rollout_frame(data: Any) -> pd.DataFrame:
         if "id" not in data.columns or "phase.agent" not in data.columns:
             raise ValueError("pass traces, or the frame rk.frames.rollouts(traces) made")
         return data
-    if isinstance(data, (str, os.PathLike)) or type(data).__name__ == "LazyRun":
+    if isinstance(data, (str, os.PathLike, LazyRun)):
         return _frames.rollouts(data)  # a run's path or lazy run: from its tables, no Trace built
     return _frames.rollouts(_traces(data))
 

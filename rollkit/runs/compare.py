@@ -34,6 +34,7 @@ from typing import Any
 
 from ..core.errors import UsageError
 from ..core.trace import Trace
+from .lazyrun import LazyRun, open_run
 from .stats import TEST_NAME, RunCost, bootstrap_interval, mean_interval, run_cost, sign_flip_test
 
 __all__ = ["compare", "Comparison", "SignalComparison", "CompareError", "trace_signals", "OUTCOMES"]
@@ -144,21 +145,17 @@ def _traces_of(run: Any, which: str) -> tuple[list[Trace], str]:
 
             try:
                 read_folder(path, traces=False)
-                from .lazyrun import open_run
-
                 return open_run(path), path.name or str(path)  # type: ignore[return-value]
             except FileNotFoundError as exc:
                 raise CompareError(f"run {which}: {exc}; pass a run folder (rollkit eval --out DIR)") from None
         if path.is_file():
             from ..core.store import load
 
-            from .lazyrun import open_run
-
             return open_run(path), path.stem  # type: ignore[return-value]
         raise CompareError(f"run {which}: no run folder or trace file at {path}")
     if getattr(run, "run", None) is not None and getattr(run, "_traces", True) is None:
         run = run.run  # a run read back lazily (rk.load_run): its tables, not its traces
-    if type(run).__name__ == "LazyRun":
+    if isinstance(run, LazyRun):
         return run, which
     traces = getattr(run, "traces", run)  # an EvalResult
     if isinstance(traces, Trace):

@@ -28,6 +28,7 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ...core.trace import Trace
+from ..lazyrun import LazyRun, open_run
 
 __all__ = ["export", "ExportSource", "formats"]
 
@@ -96,14 +97,12 @@ def _source(source: Any, where: str | None) -> ExportSource:
     if isinstance(source, Trace):
         source = [source]
     if isinstance(source, (str, os.PathLike)):
-        from ..lazyrun import open_run
-
         path = Path(source)
         if not path.exists():
             raise UsageError(f"rk.export: {path} does not exist; give a trace file, a run folder, "
                              "an opened run (rk.open_run) or a list of traces")
         run = open_run(path)
-    elif type(source).__name__ == "LazyRun":
+    elif isinstance(source, LazyRun):
         run = source
     elif isinstance(source, Iterable) and not isinstance(source, (bytes, dict)):
         items = list(source)
