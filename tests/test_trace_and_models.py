@@ -133,7 +133,9 @@ def test_load_refuses_a_file_that_is_not_a_trace_file(tmp_path):
 def test_import_loads_no_heavy_dependency():
     code = (
         "import sys, rollkit; heavy = [m for m in ('pandas', 'plotly', 'ipywidgets', 'anywidget', 'nest_asyncio', "
-        "'ipykernel', 'openai', 'anthropic', 'aiohttp', 'mcp', 'tqdm', 'click', 'ray', 'opentelemetry', 'pyarrow')"
+        "'ipykernel', 'openai', 'anthropic', 'aiohttp', 'mcp', 'tqdm', 'click', 'ray', 'opentelemetry', 'pyarrow', "
+        "'duckdb', 'genai_prices', 'rollkit.runs.formats.inspect_log', 'rollkit.runs.formats.atif', "
+        "'rollkit.runs.formats.verifiers', 'rollkit.notebook.frames', 'rollkit.runs.frames')"
         " if m in sys.modules]; print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
