@@ -2,8 +2,7 @@
 
 Imports point down only (core < programs < runs < notebook < examples). When
 a lower layer needs what only a higher one has (a trace drawn as HTML by the
-notebook layer, the DataFrame builders a batch result hands out, the demo
-task set the command line runs), it names a plug point and looks it up when
+notebook layer, the demo task set the command line runs), it names a plug point and looks it up when
 it needs it; the higher layer plugs a function in when its package is
 imported. `import rollkit` imports every layer's package, so everything is
 plugged before any user code runs. Model names are the one plug point with
@@ -13,8 +12,6 @@ error message must list them.
 The points, and who plugs them:
 
 - `trace_html`: `fn(trace) -> str`, the notebook layer (`Trace._repr_html_`);
-- `frames`: `fn() -> module` with `rollouts`, `turns`, `phases`, `signals`,
-  the notebook layer (`EvalResult.rollouts()` ...);
 - `demo`: `fn(n_tasks) -> (agent, tasks)`, the examples (`rollkit demo`);
 - `monitor`: `fn(pending)` displays a run monitor over an `rk.evaluate`
   awaitable, the notebook layer (`rk.evaluate(..., monitor=True)`);
@@ -35,7 +32,7 @@ from typing import Any
 
 __all__ = ["plug", "plugged", "POINTS"]
 
-POINTS = ("trace_html", "frames", "demo", "monitor", "ab_monitor", "run_browser")
+POINTS = ("trace_html", "demo", "monitor", "ab_monitor", "run_browser")
 
 _plugs: dict[str, Callable[..., Any]] = {}
 

@@ -20,7 +20,7 @@ error: it is reported (its mean in that run, "only in B") and not compared.
 
 This module owns the pairing and the table; it reads runs through
 rollkit.runs.runfolder / rollkit.core.store and builds no DataFrame or
-figure (rollkit.notebook.frames.compare and rollkit.notebook.plots.compare
+figure (rollkit.runs.frames.compare and rollkit.notebook.plots.compare
 do, from a `Comparison`).
 """
 
@@ -97,7 +97,7 @@ class Comparison:
     label_b: str
     by: str
     signals: list[SignalComparison]
-    rows: list[dict[str, Any]]  # one per (unit, signal): see rollkit.notebook.frames.compare
+    rows: list[dict[str, Any]]  # one per (unit, signal): see rollkit.runs.frames.compare
     common: int
     only_a: list[str] = field(default_factory=list)
     only_b: list[str] = field(default_factory=list)
