@@ -34,6 +34,7 @@ from typing import Any
 
 from ..core.errors import UsageError
 from ..core.trace import Trace
+from .rows import signal_values
 from .stats import TEST_NAME, RunCost, bootstrap_interval, mean_interval, run_cost, sign_flip_test
 
 __all__ = ["compare", "Comparison", "SignalComparison", "CompareError", "trace_signals", "OUTCOMES"]
@@ -49,13 +50,10 @@ class CompareError(UsageError, ValueError):
 def trace_signals(trace: Trace) -> dict[str, float | None]:
     """The signals of one trace: `reward` (the scored total, None when not
     scored), `reward.<name>` and `metric.<name>` (None when missing)."""
-    scored = trace.scored
-    out: dict[str, float | None] = {"reward": trace.scored_reward}
-    for name, value in trace.rewards.items():
-        out[f"reward.{name}"] = value if scored else None
-    for name, value in trace.metrics.items():
-        out[f"metric.{name}"] = value if scored else None
-    return out
+    # One definition of a trace's signals, read from the fields it needs
+    # (the rollouts frame's and the run monitor's: rollkit.runs.rows).
+    return signal_values({"phases": trace.phases, "rewards": trace.rewards,
+                          "reward_weights": trace.reward_weights, "metrics": trace.metrics})
 
 
 @dataclass
