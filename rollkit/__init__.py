@@ -58,7 +58,7 @@ _LAZY = {
     "ab_test_async": ("rollkit.notebook.running", "ab_test_async"),
     "plan_ab": ("rollkit.runs.ab", "plan_ab"),
     "groups": ("rollkit.runs.groups", None),
-    "frames": ("rollkit.notebook.frames", None),
+    "frames": ("rollkit.runs.frames", None),
     "plots": ("rollkit.notebook.plots", None),
     "replay_hooks": ("rollkit.notebook.whatif", "replay_hooks"),
 }

@@ -1,5 +1,6 @@
-"""The four DataFrame builders: one row per rollout, turn, phase and signal,
-missing kept missing, and empty input giving empty frames with the columns."""
+"""The DataFrame builders (rollkit.runs.frames): one row per rollout, turn,
+phase and signal, missing kept missing, empty input giving empty frames with
+the columns, and the eager frames equal to the store's (both builds)."""
 
 from __future__ import annotations
 
@@ -188,4 +189,24 @@ async def test_rollouts_reward_is_missing_when_scoring_never_ran(kinds) -> None:
     frame = frames.rollouts([ok, unscored]).set_index("id")
     assert frame.loc[ok.id, "reward"] == 1.0
     assert math.isnan(frame.loc["unscored", "reward"])
+    assert math.isnan(frame.loc["unscored", "reward.correct"])  # its value is no score either
+    assert math.isnan(frame.loc["unscored", "metric.used_calculator"])
+    assert frame.loc[ok.id, "reward.correct"] == 1.0
     assert frame.loc[ok.id, "harness_time"] == ok.harness_time
+
+
+@pytest.mark.parametrize("native", [False, True])
+async def test_the_store_gives_the_eager_frames_of_an_unscored_trace_with_rewards(kinds, tmp_path, monkeypatch,
+                                                                                  native) -> None:
+    """Both builds of the store (Python rows, DuckDB SQL) read a signal of
+    an unscored run as missing, as the eager frames and the monitor do."""
+    from rollkit.runs import columns
+
+    monkeypatch.setattr(columns, "_NATIVE", native)
+    monkeypatch.setattr(columns, "_NATIVE_MIN_BYTES", 0)
+    ok = kinds["ok"]
+    unscored = ok.model_copy(update={"id": "unscored", "phases": {k: v for k, v in ok.phases.items() if k != "scoring"}})
+    run = rk.open_run(rk.save([ok, unscored], tmp_path / "t.jsonl"))
+    for kind in ("rollouts", "turns", "calls", "phases", "signals"):
+        pd.testing.assert_frame_equal(getattr(run, kind)(), getattr(frames, kind)([ok, unscored]), obj=kind)
+    assert math.isnan(run.rollouts().set_index("id").loc["unscored", "reward.correct"])

@@ -8,7 +8,7 @@ These tests read the source with `ast` (nothing is imported) and fail on:
   top of a module, inside a function (a lazy import), under
   `if TYPE_CHECKING:`, or as a string naming a module that exists
   (`importlib.import_module("rollkit.x")`, a lazy-name table's
-  `"..notebook.frames"`); the failure names the file and line;
+  `"..notebook.plots"`); the failure names the file and line;
 - an import cycle between modules, lazy imports included. Imports under
   `if TYPE_CHECKING:` never run, so they are not edges of the cycle check
   (they are still held to the layering above);
@@ -261,17 +261,17 @@ def test_the_checks_above_can_fail() -> None:
     source = (
         "from typing import TYPE_CHECKING\n"
         "import importlib\n"
-        "if TYPE_CHECKING:\n    from ..notebook.frames import rollouts\n"
+        "if TYPE_CHECKING:\n    from ..notebook.plots import rollouts\n"
         "def f():\n    from ..runs import evaluation\n    importlib.import_module('rollkit.examples')\n"
-        "_LAZY = {'rollouts': ('..notebook.frames', 'rollouts'), 'key': ('rollkit.program', None)}\n"
+        "_LAZY = {'rollouts': ('..notebook.plots', 'rollouts'), 'key': ('rollkit.program', None)}\n"
     )
     imports = _Imports(ROOT / "core" / "example.py")
     imports.visit(ast.parse(source))
     assert [(line, module, run) for line, module, run in imports.found] == [
-        (4, "rollkit.notebook.frames", False),
+        (4, "rollkit.notebook.plots", False),
         (6, "rollkit.runs.evaluation", True),
         (7, "rollkit.examples", True),
-        (8, "rollkit.notebook.frames", True),  # 'rollkit.program' is no module: a plain string
+        (8, "rollkit.notebook.plots", True),  # 'rollkit.program' is no module: a plain string
     ]
     assert all(_layer(module) > _layer(imports.module) for _, module, _ in imports.found)
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b", "a"]]

@@ -10,7 +10,8 @@ import json
 import pytest
 
 import rollkit as rk
-from rollkit.notebook import display, frames, plots
+from rollkit.notebook import display, plots
+from rollkit.runs import frames
 from rollkit.runs.evaluation import _summarize
 from rollkit.runs.live import finished_from_line, finished_from_trace
 

@@ -135,7 +135,7 @@ def test_import_loads_no_heavy_dependency():
         "import sys, rollkit; heavy = [m for m in ('pandas', 'plotly', 'ipywidgets', 'anywidget', 'nest_asyncio', "
         "'ipykernel', 'openai', 'anthropic', 'aiohttp', 'mcp', 'tqdm', 'click', 'ray', 'opentelemetry', 'pyarrow', "
         "'duckdb', 'genai_prices', 'rollkit.runs.formats.inspect_log', 'rollkit.runs.formats.atif', "
-        "'rollkit.runs.formats.verifiers', 'rollkit.notebook.frames', 'rollkit.runs.frames')"
+        "'rollkit.runs.formats.verifiers', 'rollkit.runs.frames', 'rollkit.runs.rows')"
         " if m in sys.modules]; print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -2,8 +2,7 @@
 
 Imports point down only (core < programs < runs < notebook < examples). When
 a lower layer needs what only a higher one has (a trace drawn as HTML by the
-notebook layer, the DataFrame builders a batch result hands out, the demo
-task set the command line runs), it names a plug point and looks it up when
+notebook layer, the demo task set the command line runs), it names a plug point and looks it up when
 it needs it; the higher layer plugs a function in when its package is
 imported. `import rollkit` imports every layer's package, so everything is
 plugged before any user code runs. Model names are the one plug point with
@@ -13,13 +12,12 @@ error message must list them.
 The points, and who plugs them:
 
 - `trace_html`: `fn(trace) -> str`, the notebook layer (`Trace._repr_html_`);
-- `frames`: `fn() -> module` with `rollouts`, `turns`, `phases`, `signals`,
-  the notebook layer (`EvalResult.rollouts()` ...);
 - `demo`: `fn(n_tasks) -> (agent, tasks)`, the examples (`rollkit demo`).
 
 What a user calls from a higher layer needs no point: `rk.evaluate(...,
 monitor=True)` is the notebook layer's wrapper of the runs layer's
-function, and a run's browser is `rk.notebook.TraceBrowser(run)`.
+function, `rk.frames` is the runs layer's own, and a run's browser is
+`rk.notebook.TraceBrowser(run)`.
 
 This module holds the table and nothing else; it imports nothing of rollkit.
 """
@@ -31,7 +29,7 @@ from typing import Any
 
 __all__ = ["plug", "plugged", "POINTS"]
 
-POINTS = ("trace_html", "frames", "demo")
+POINTS = ("trace_html", "demo")
 
 _plugs: dict[str, Callable[..., Any]] = {}
 

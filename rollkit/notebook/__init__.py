@@ -6,7 +6,7 @@
     ro.close()                           # finalize and score; returns the trace
     rk.notebook.TraceBrowser(traces)     # many traces: pick one, read it, see its plots
     rk.notebook.RunMonitor(run)          # a batch run live: counts, lanes, means, slowest/failed
-    rk.frames.rollouts(traces)           # DataFrames (rollkit.notebook.frames)
+    rk.frames.rollouts(traces)           # DataFrames (rollkit.runs.frames, the runs layer)
     rk.plots.rewards(traces)             # plotly figures (rollkit.notebook.plots)
 
 What this layer owns: the synchronous facade over the async core
@@ -14,16 +14,16 @@ What this layer owns: the synchronous facade over the async core
 agent's seat (`panel`, `seat`: they type against the facade's protocol in
 `_view` and never reach the core), the trace browser, the run monitor and the
 page of `rollkit view` (`viewpage`) (ipywidgets), HTML of traces (`display`, standard library
-only), DataFrames (`frames`, pandas) and figures (`plots`, plotly).
+only) and figures (`plots`, plotly). DataFrames are the runs layer's
+(rollkit.runs.frames).
 
 It imports the core, programs and runs layers, never `rollkit.examples`.
 Widgets stay thin: no lifecycle logic lives here. Its modules load
 ipywidgets, plotly and pandas, so this package's own import
 loads none of them: the names below are imported on first use. Importing it
-plugs in how a `Trace` shows itself as HTML and the DataFrame builders of
-`EvalResult` (see `rollkit.core.plugins`). `rk.evaluate` and `rk.ab_test`
-are this layer's (`running`): the runs layer's, plus `monitor=True`, so the
-runs layer never reaches up for a widget.
+plugs in how a `Trace` shows itself as HTML (see `rollkit.core.plugins`).
+`rk.evaluate` and `rk.ab_test` are this layer's (`running`): the runs
+layer's, plus `monitor=True`, so the runs layer never reaches up for a widget.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ _LAZY = {
     "TurnValueView": (".decide", "TurnValueView"),
     "ABMonitor": (".decide", "ABMonitor"),
 }
-_LAZY.update({module: (f".{module}", None) for module in ("display", "frames", "plots")})
+_LAZY.update({module: (f".{module}", None) for module in ("display", "plots")})
 
 __all__ = [*_LAZY, "show"]
 
@@ -72,11 +72,4 @@ def _trace_html(trace: Any) -> str:
     return trace_html(trace)
 
 
-def _frames() -> Any:
-    from . import frames
-
-    return frames
-
-
 plug("trace_html", _trace_html)
-plug("frames", _frames)

@@ -52,7 +52,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import frames as _frames
+from ..runs import frames as _frames
 from ..core.events import Event
 from ..core.session import LIMIT_STOPS
 from ..core.trace import PHASES, Trace

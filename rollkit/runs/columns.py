@@ -6,8 +6,9 @@ cache folder next to it (or under the user cache folder when that folder is
 not writable): `rollouts`, `turns`, `calls`, `phases`, `signals` and
 `messages` (the text of every message: role, content, tool calls as
 `name(arguments)`, tool results). They are plain Parquet; DuckDB, Spark or
-Ray Data read them as they are. Their columns are rk.frames' (`calls` also
-keeps each call's end and running totals, for SQL); a token count the
+Ray Data read them as they are. Their rows are built by the one row builder
+of rollkit.runs.rows (its vocabulary: the frames' columns, `calls` also
+keeping each call's end and running totals, for SQL); a token count the
 provider did not report is null, as it is NA in the frames.
 
 The JSON lines stay the source of truth. The tables are written in parts,
@@ -20,8 +21,8 @@ live run) gets a new part for its new lines only; a run that writes its
 traces (rollkit.runs.livetables) hands each batch of lines it wrote to
 `TableSet.add`, so its tables are complete when it ends. A part of 8 MB or more
 is built by DuckDB's JSON parser (rollkit.runs.nativebuild); a smaller one,
-and one DuckDB must not read, by the Python build here (the reference: both
-make the same tables). Rows come straight from
+and one DuckDB must not read, by the Python build (rollkit.runs.rows' row
+builder, the reference: both make the same tables). Rows come straight from
 the parsed JSON, never through `Trace` objects (pydantic costs 10x more);
 an imported file is first written once as rollkit JSON lines in the cache
 folder (its traces do go through `Trace`), then handled the same way.
@@ -29,15 +30,16 @@ folder (its traces do go through `Trace`), then handled the same way.
 `rollouts` also holds each trace's byte offset and length in its JSON file
 (`_offset`, `_length`), so one trace is parsed back in milliseconds.
 
-This module reads trace files and writes the cache; it runs nothing, draws
-nothing and builds no DataFrame (rollkit.runs.lazyrun does).
+This module owns the cache: which parts of which file are valid, building
+and writing them, merging small ones. It builds no row (rollkit.runs.rows
+does) and no DataFrame (rollkit.runs.lazyrun reads them), runs nothing and
+draws nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import tempfile
 from collections.abc import Iterable
@@ -46,20 +48,16 @@ from pathlib import Path
 from typing import Any
 
 from ..core._gcpause import paused
-from ..core.outcome import MissingSignal, Outcome
 from ..core._dependencies import np, pa, pq, tqdm_auto
+from .rows import TABLES, _COLUMNS, _TYPES, _Rows, _large_strings, _python_tables, _trace_rows
 
 __all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
 
-TABLES = ("rollouts", "turns", "calls", "phases", "signals", "messages")
 CACHE_DIR = ".rollkit"
 # The store's layout version: a part written by another version is rebuilt.
-_VERSION = "4"  # 2: trace schema 2 (replies, unreported usage, outcome, the calls of rk.frames.calls); 3: large strings
+_VERSION = "5"  # 2: trace schema 2 (replies, unreported usage, outcome, the calls of rk.frames.calls); 3: large strings
 # 4: the calls' logprob sum and mean and whether they hold token ids; cost
-_PHASES = ("boot", "setup", "agent", "finalize", "scoring")
-_LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "max_cost_usd")
-_INFO_IDS = ("example_id", "repeat", "rollout_id")
-_NAN = math.nan
+# 5: a reward or metric column is missing where the run was not scored (runs.rows.signal_values)
 # Lines and source bytes per part while building, whichever comes first:
 # bounds the memory of a build (a part's rows are held as Python lists
 # before they become Arrow columns; 50,000 twenty-turn rollouts took 2.6 GB).
@@ -77,10 +75,6 @@ _NATIVE = True
 _NATIVE_MIN_BYTES = 8 << 20
 
 
-def _num(value: Any) -> float:
-    return _NAN if value is None else float(value)
-
-
 def _loads() -> Any:
     try:  # about twice as fast as json on trace lines
         import orjson
@@ -88,295 +82,6 @@ def _loads() -> Any:
         return orjson.loads
     except ImportError:
         return json.loads
-
-
-def _raw(value: Any) -> Any:
-    """Missing as NaN, a value as it is (an int limit stays an int, as in the frames)."""
-    return _NAN if value is None else value
-
-
-def _text(content: Any) -> str:
-    """A message's content as text (a list of parts: their text joined)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
-    return str(content)
-
-
-def _logprob_stats(tokens: dict[str, Any] | None) -> tuple[float, float, bool]:
-    """A call's logprob sum and mean (NaN: none) and whether it holds token
-    ids, as rk.frames.calls has them (`TokenLogprobs.logprob_sum`)."""
-    if not tokens:
-        return _NAN, _NAN, False
-    logprobs = tokens.get("logprobs")
-    total = sum(logprobs) if logprobs else _NAN
-    return total, (total / len(logprobs) if logprobs else _NAN), tokens.get("ids") is not None
-
-
-def _calls_text(calls: list[dict[str, Any]] | None) -> str:
-    return ", ".join(f"{c.get('name')}({c.get('arguments', '{}')})" for c in calls or ())
-
-
-_IDS = ("id", *_INFO_IDS)
-# Each table's fixed columns, in the order its row tuples hold them.
-_COLUMNS = {
-    "rollouts": (*_IDS, "task_key", "task_type", "agent", "model", "outcome", "ok", "completed", "aborted", "stop",
-                 "stop_condition", "error_type", "error_phase", "error_message", "reward", "turns", "model_calls",
-                 "input_tokens", "output_tokens", "total_tokens", "cost_usd", "segments", "agent_time", "model_time",
-                 "harness_time", "wait_time", *(f"phase.{p}" for p in _PHASES), "start", "end",
-                 "_ordinal", "_offset", "_length", "_scored"),
-    # rk.frames.calls' columns, then the end and running totals (for SQL).
-    "calls": (*_IDS, "task_key", "call", "segment", "dialect", "committed", "start", "latency", "input_tokens",
-              "output_tokens", "cache_read_tokens", "cache_write_tokens", "new_input_tokens", "finish_reason",
-              "reply", "reasoning", "tool_calls", "request_messages", "error_type", "error_message", "timing_issue",
-              "completion_logprob_sum", "completion_logprob_mean", "has_token_ids", "cost_usd", "end", "cum_turns",
-              "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time", "cum_cost_usd", "_ordinal"),
-    "turns": (*_IDS, "task_key", "turn", "call", "segment", "start", "end", "latency", "input_tokens",
-              "output_tokens", "new_input_tokens", "finish_reason", "dialect", "cost_usd", "cum_turns",
-              "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time", "cum_cost_usd", *_LIMITS,
-              "agent_budget", "_ordinal"),
-    "phases": (*_IDS, "task_key", "phase", "start", "end", "duration", "offset", "ok", "cost_usd", "_ordinal"),
-    "signals": (*_IDS, "task_key", "task_type", "kind", "name", "value", "weight", "missing", "why_missing",
-                "error", "_ordinal", "_scored"),
-    "messages": ("id", "task_key", "index", "role", "content", "tool_calls", "name", "_ordinal"),
-}
-
-
-_STR = ("id", "task_key", "task_type", "phase", "role", "content", "tool_calls")
-# Int columns may hold nulls (a token count not reported); the frames read them as Int64.
-_INT = ("turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
-        "cache_write_tokens", "request_messages", "segments", "_ordinal", "_offset", "_length", "call", "segment",
-        "new_input_tokens", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "turn", "index")
-_FLOAT = ("reward", "model_time", "harness_time", *(f"phase.{p}" for p in _PHASES), "start", "end", "latency",
-          "cum_agent_time", "duration", "offset", "value", "weight", "completion_logprob_sum",
-          "completion_logprob_mean", "cost_usd", "cum_cost_usd")
-_BOOL = ("completed", "aborted", "committed", "missing", "_scored", "has_token_ids")
-# Columns whose values always have one type; the others (ok, the batch ids,
-# limits, times that may be 0) are inferred, as pandas infers them in the frames.
-_TYPES = {**dict.fromkeys(_STR, "string"), **dict.fromkeys(_INT, "int64"), **dict.fromkeys(_FLOAT, "float64"),
-          **dict.fromkeys(_BOOL, "bool_")}
-
-
-class _Rows:
-    """The rows of one part: a tuple per row for each table, and the
-    rollouts' reward and metric values (their names vary) kept apart."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in TABLES}
-        self.signals: dict[str, dict[int, float]] = {}
-
-    def columns(self, table: str) -> dict[str, list[Any]]:
-        names = _COLUMNS[table]
-        rows = self.rows[table]
-        columns = dict(zip(names, map(list, zip(*rows)))) if rows else {name: [] for name in names}
-        if table == "rollouts":
-            for name in sorted(self.signals):
-                values = self.signals[name]
-                columns[name] = [values.get(i, _NAN) for i in range(len(rows))]
-        return columns
-
-
-def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, length: int) -> None:
-    """Append the rows of one parsed trace to every table (the same values
-    rollkit.notebook.frames computes from a `Trace`)."""
-    info = t.get("info") or {}
-    trace_id = t["id"]
-    ids = (trace_id, info.get("example_id"), info.get("repeat"), info.get("rollout_id"))
-    task = t["task"]
-    key, task_type = task["key"], task["type"]
-    agent = t.get("agent") or {}
-    errors = t.get("errors") or []
-    error = errors[0] if errors else None
-    calls = t.get("model_calls") or []
-    segments = t.get("segments") or []
-    spans = t.get("phases") or {}
-    rewards = t.get("rewards") or {}
-    metrics = t.get("metrics") or {}
-    weights = t.get("reward_weights") or {}
-    scored = "scoring" in spans
-    aborted = bool(t.get("aborted", False))
-    stop_condition = t.get("stop_condition")
-    ok = t.get("ok")
-    last = next((call for call in reversed(calls) if call.get("committed")), None)
-    durations, start, end, present = _phase_spans(spans)
-    agent_time = sum(float(seg.get("charged", 0.0)) for seg in segments)
-    model_time = sum(float(c["end"]) - float(c["start"]) for c in calls)
-    waited = sum(max(0.0, float(after["start"]) - float(before["end"]))
-                 for before, after in zip(segments, segments[1:]) if before.get("end") is not None)
-    reward = None
-    if scored and not all(v is None for v in rewards.values()):
-        reward = sum(v * weights.get(n, 1.0) for n, v in rewards.items() if v is not None)
-    table = rows.rows
-    limits = t.get("limits") or {}
-    limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
-    budget = _raw((t.get("timeouts") or {}).get("agent"))
-    messages = t.get("messages") or ()
-    unreported_in, unreported_out = _call_rows(table, ids, key, calls, messages, limit_values, budget, ordinal)
-    token_totals = _token_totals(last, unreported_in, unreported_out)
-    # The trace's cost as Trace.cost_usd reads it: the source's total, else the running total.
-    cost_usd = info.get("cost_usd")
-    if cost_usd is None:
-        cost_usd = calls[-1].get("cum_cost_usd") if calls else 0.0
-    row_number = len(table["rollouts"])
-    table["rollouts"].append((
-        *ids, key, task_type, agent.get("name"), agent.get("model"), Outcome.of_record(t).label, ok,
-        bool(t.get("completed", False)), aborted, error["type"] if error else stop_condition, stop_condition,
-        error["type"] if error else None, error.get("phase") if error else None, error["message"] if error else None,
-        _num(reward), int(last.get("cum_turns", 0)) if last else 0, len(calls), *token_totals, _num(cost_usd),
-        len(segments),
-        agent_time, model_time, max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end),
-        ordinal, offset, length, scored,
-    ))
-    for prefix, values in (("reward.", rewards), ("metric.", metrics)):
-        for name, value in values.items():
-            rows.signals.setdefault(prefix + name, {})[row_number] = _num(value)
-    t0 = min((s for _, s, _ in present), default=0.0)
-    for phase, s, e in present:
-        table["phases"].append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
-                                _num(cost_usd) if phase == "agent" else 0.0, ordinal))
-    _signal_rows(table["signals"], ids, key, task_type, t, error, scored, aborted, ordinal)
-    _message_rows(table["messages"], trace_id, key, messages, ordinal)
-
-
-def _token_totals(last: dict[str, Any] | None, unreported_in: bool, unreported_out: bool) -> tuple[int | None, ...]:
-    """Input, output and total tokens at the last turn; a total is missing
-    (NA) where one of its turns did not report that count, as in the frames."""
-    if last is None:
-        return (0, 0, 0)
-    return (None if unreported_in else int(last.get("cum_input_tokens", 0)),
-            None if unreported_out else int(last.get("cum_output_tokens", 0)),
-            None if unreported_in or unreported_out else int(last.get("cum_total_tokens", 0)))
-
-
-def _phase_spans(spans: dict[str, Any]) -> tuple[list[float], float | None, float | None,
-                                                 list[tuple[str, float, Any]]]:
-    """Each phase's duration (NaN: not run or still open), the first start,
-    the last end, and the phases run (name, start, end or None)."""
-    durations: list[float] = []
-    start = end = None
-    present = []
-    for phase in _PHASES:
-        span = spans.get(phase)
-        if span is None:
-            durations.append(_NAN)
-            continue
-        s = float(span["start"])
-        e = span.get("end")
-        present.append((phase, s, e))
-        durations.append(_NAN if e is None else float(e) - s)
-        start = s if start is None else min(start, s)
-        if e is not None:
-            end = float(e) if end is None else max(end, float(e))
-    return durations, start, end, present
-
-
-def _call_rows(table: dict[str, list[tuple[Any, ...]]], ids: tuple[Any, ...], key: str, calls: list[dict[str, Any]],
-               messages: Any, limit_values: tuple[Any, ...], budget: Any, ordinal: int) -> tuple[bool, bool]:
-    """A calls row per model call and a turns row per committed one; whether
-    a turn did not report its input, its output tokens."""
-    number = 0
-    unreported_in = unreported_out = False
-    calls_out, turns_out = table["calls"], table["turns"]
-    for call in calls:
-        usage = call.get("usage") or {}
-        err = call.get("error")
-        c_start, c_end = float(call["start"]), float(call["end"])
-        committed = bool(call.get("committed", False))
-        input_tokens, output_tokens = _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
-        index, segment = int(call["index"]), int(call["segment"])
-        new_input, finish, dialect = int(call.get("new_input_tokens", 0)), call.get("finish_reason"), call.get("dialect")
-        totals = (int(call.get("cum_turns", 0)), int(call.get("cum_input_tokens", 0)),
-                  int(call.get("cum_output_tokens", 0)), int(call.get("cum_total_tokens", 0)),
-                  float(call.get("cum_agent_time", 0.0)), _num(call.get("cum_cost_usd")))
-        cost = _num(call.get("cost_usd"))
-        reply = _reply(call, messages, committed)
-        calls_out.append((
-            *ids, key, index, segment, dialect, committed, c_start, c_end - c_start, input_tokens, output_tokens,
-            _count(usage.get("cache_read_tokens")), _count(usage.get("cache_write_tokens")), new_input, finish,
-            reply.get("content") if reply is not None else None,
-            reply.get("reasoning") if reply is not None else None,
-            ", ".join(c["name"] for c in reply.get("tool_calls") or ()) if reply is not None else None,
-            _count(call.get("request_messages")), err["type"] if err else None, err["message"] if err else None,
-            call.get("timing_issue"), *_logprob_stats(call.get("tokens")), cost, c_end, *totals, ordinal,
-        ))
-        if committed:
-            number += 1
-            unreported_in = unreported_in or input_tokens is None
-            unreported_out = unreported_out or output_tokens is None
-            turns_out.append((*ids, key, number, index, segment, c_start, c_end, c_end - c_start, input_tokens,
-                              output_tokens, new_input, finish, dialect, cost, *totals, *limit_values, budget,
-                              ordinal))
-    return unreported_in, unreported_out
-
-
-def _signal_rows(signals_out: list[tuple[Any, ...]], ids: tuple[Any, ...], key: str, task_type: str,
-                 t: dict[str, Any], error: dict[str, Any] | None, scored: bool, aborted: bool, ordinal: int) -> None:
-    """A row per reward and metric of a scored trace, else one marker row
-    saying why it has none."""
-    rewards, metrics = t.get("rewards") or {}, t.get("metrics") or {}
-    weights = t.get("reward_weights") or {}
-    if scored:
-        signal_errors = t.get("signal_errors") or {}
-        for name, value in rewards.items():
-            why, err_text = _why(signal_errors, name, value)
-            signals_out.append((*ids, key, task_type, "reward", name, _num(value), _num(weights.get(name, 1.0)),
-                                value is None, why, err_text, ordinal, True))
-        for name, value in metrics.items():
-            why, err_text = _why(signal_errors, name, value)
-            signals_out.append((*ids, key, task_type, "metric", name, _num(value), _NAN, value is None, why,
-                                err_text, ordinal, True))
-    else:  # one marker row; the frame gives it one row per signal the task type has elsewhere
-        if error:
-            why, err_text = MissingSignal.RUN_FAILED.value, f"{error['type']}: {error['message']}"
-        else:
-            why, err_text = (MissingSignal.RUN_ABORTED if aborted else MissingSignal.NOT_SCORED).value, None
-        signals_out.append((*ids, key, task_type, None, None, _NAN, _NAN, True, why, err_text, ordinal, False))
-
-
-def _message_rows(messages_out: list[tuple[Any, ...]], trace_id: str, key: str, messages: Any, ordinal: int) -> None:
-    """A row per message: its text, the tool calls it made, the tool it answers for."""
-    for index, message in enumerate(messages):
-        role = message.get("role")
-        content = message.get("content")
-        if content.__class__ is not str:
-            content = _text(content)
-        if role == "assistant":
-            messages_out.append((trace_id, key, index, role, content, _calls_text(message.get("tool_calls")),
-                                 None, ordinal))
-        else:
-            messages_out.append((trace_id, key, index, role, content, "",
-                                 message.get("name") or message.get("tool_call_id") if role == "tool" else None,
-                                 ordinal))
-
-
-def _reply(call: dict[str, Any], messages: Any, committed: bool) -> dict[str, Any] | None:
-    """A call's reply: its own, or the message right after its request when
-    the store left it out as that message (rollkit.core.trace.ModelCall)."""
-    reply = call.get("reply")
-    if reply is not None:
-        return reply
-    count = call.get("request_messages")
-    if (committed and count is not None and call.get("request") is None and count < len(messages)
-            and messages[count].get("role") == "assistant"):
-        return messages[count]
-    return None
-
-
-def _count(value: Any) -> int | None:
-    """A token count, None when not reported."""
-    return None if value is None else int(value)
-
-
-def _why(errors: dict[str, str], name: str, value: Any) -> tuple[str | None, str | None]:
-    """As rollkit.notebook.frames reads a missing signal, from the raw record."""
-    if value is not None:
-        return None, None
-    error = errors.get(name)
-    why = MissingSignal.of_error(error)
-    return why.value, error if why in (MissingSignal.SCORING_RAISED, MissingSignal.SCORING_TIMED_OUT) else None
 
 
 # ---- the source's identity ------------------------------------------------------
@@ -661,35 +366,6 @@ class TableSet:
         return [{**meta, "name": name}]
 
 
-def _python_tables(rows: _Rows) -> dict[str, Any]:
-    """The Python build's Arrow tables of a part's rows: a column's type is
-    its kind's when known, else inferred from its values, as pandas infers
-    them in the frames."""
-    tables = {}
-    for table in TABLES:
-        columns = rows.columns(table)
-        arrays = {}
-        for column, values in columns.items():
-            kind = _TYPES.get(column)
-            # All missing: a null column, read back as None (object), as the frames
-            # have a column of Nones (a calls table's tool_calls when no reply came back).
-            if kind is not None and any(v is not None for v in values):
-                try:  # a known type converts faster than an inferred one
-                    arrays[column] = pa.array(values, type=getattr(pa, kind)(), from_pandas=True)
-                    continue
-                except (pa.ArrowInvalid, pa.ArrowTypeError):
-                    pass
-            try:
-                array = pa.array(values, from_pandas=True)  # NaN: null, so SQL sees it missing
-                if array.type == pa.null() and any(isinstance(v, float) for v in values):
-                    array = array.cast(pa.float64())  # all NaN: still a number column
-                arrays[column] = array
-            except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types (an id that is an int here, a str there)
-                arrays[column] = pa.array([None if v is None else str(v) for v in values])
-        tables[table] = pa.table(arrays) if arrays else pa.table({"_ordinal": pa.array([], pa.int64())})
-    return tables
-
-
 _WHITESPACE = b" \t\n\r\x0b\x0c"
 
 
@@ -771,14 +447,6 @@ class _NoBar:
     def update(self, n: int) -> None:
         pass
 
-
-def _large_strings(table: Any) -> Any:
-    """Text columns stored as Arrow's large_string: pandas (3) holds its str
-    columns as large_string, so a frame read from these tables takes them as
-    they are instead of casting every text column of the run on each read
-    (a fifth of opening a run's rollouts frame, measured at a million rows)."""
-    fields = [pa.field(f.name, pa.large_string()) if f.type == pa.string() else f for f in table.schema]
-    return table.cast(pa.schema(fields)) if fields != list(table.schema) else table
 
 
 def _bad_line(path: Path, offset: int) -> None:

@@ -20,7 +20,7 @@ error: it is reported (its mean in that run, "only in B") and not compared.
 
 This module owns the pairing and the table; it reads runs through
 rollkit.runs.runfolder / rollkit.core.store and builds no DataFrame or
-figure (rollkit.notebook.frames.compare and rollkit.notebook.plots.compare
+figure (rollkit.runs.frames.compare and rollkit.notebook.plots.compare
 do, from a `Comparison`).
 """
 
@@ -35,6 +35,7 @@ from typing import Any
 from ..core.errors import UsageError
 from ..core.trace import Trace
 from .lazyrun import LazyRun, open_run
+from .rows import signal_values
 from .stats import TEST_NAME, RunCost, bootstrap_interval, mean_interval, run_cost, sign_flip_test
 
 __all__ = ["compare", "Comparison", "SignalComparison", "CompareError", "trace_signals", "OUTCOMES"]
@@ -50,13 +51,10 @@ class CompareError(UsageError, ValueError):
 def trace_signals(trace: Trace) -> dict[str, float | None]:
     """The signals of one trace: `reward` (the scored total, None when not
     scored), `reward.<name>` and `metric.<name>` (None when missing)."""
-    scored = trace.scored
-    out: dict[str, float | None] = {"reward": trace.scored_reward}
-    for name, value in trace.rewards.items():
-        out[f"reward.{name}"] = value if scored else None
-    for name, value in trace.metrics.items():
-        out[f"metric.{name}"] = value if scored else None
-    return out
+    # One definition of a trace's signals, read from the fields it needs
+    # (the rollouts frame's and the run monitor's: rollkit.runs.rows).
+    return signal_values({"phases": trace.phases, "rewards": trace.rewards,
+                          "reward_weights": trace.reward_weights, "metrics": trace.metrics})
 
 
 @dataclass
@@ -98,7 +96,7 @@ class Comparison:
     label_b: str
     by: str
     signals: list[SignalComparison]
-    rows: list[dict[str, Any]]  # one per (unit, signal): see rollkit.notebook.frames.compare
+    rows: list[dict[str, Any]]  # one per (unit, signal): see rollkit.runs.frames.compare
     common: int
     only_a: list[str] = field(default_factory=list)
     only_b: list[str] = field(default_factory=list)

@@ -7,7 +7,7 @@ progress bar, append each finished trace to the run folder's trace file the
 moment it finishes (its tables written as it goes, through
 rollkit.runs.livetables), resume a folder, run group scorers once all the repeats
 of a task are done, and hand back an `EvalResult` that builds the DataFrames
-(through `rollkit.notebook.frames`); `load_run` reads a run folder back as one.
+(through `rollkit.runs.frames`); `load_run` reads a run folder back as one.
 
 Each trace's `info` gets `example_id` (the task key), `repeat`, `rollout_id`
 (`<task key>#<repeat>`) and `run_id`. Group signals (pass@k, best-of-n, ...)
@@ -15,7 +15,7 @@ are not on the traces; they are `EvalResult.groups` /
 `EvalResult.group_signals()`.
 
 This module does not drive a rollout's lifecycle (the rollout does), build
-DataFrames (rollkit.notebook.frames does), know Ray (rollkit.runs.ray_backend does), define
+DataFrames (rollkit.runs.frames does), know Ray (rollkit.runs.ray_backend does), define
 the run folder format (rollkit.runs.runfolder does) or judge a group
 (rollkit.runs.groups does).
 """
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.agent import Agent
 from ..core.cancellation import finish
 from ..core.errors import UsageError
-from . import interrupts
+from . import frames, interrupts
 from .compare import trace_signals
 from .stats import mean_interval, run_cost
 from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
@@ -89,7 +89,7 @@ class _BadType(EvaluateArgumentError, TypeError):
 
 class EvalResult:
     """The traces of a run (finishing order), its group signals, and where
-    it was written. The DataFrame methods call `rollkit.notebook.frames`."""
+    it was written. The DataFrame methods call `rollkit.runs.frames`."""
 
     def __init__(
         self,
@@ -149,7 +149,7 @@ class EvalResult:
     def load(cls, path: str | os.PathLike[str]) -> EvalResult:
         return load_run(path)
 
-    # DataFrames: one row per rollout / turn / phase / signal (rollkit.notebook.frames),
+    # DataFrames: one row per rollout / turn / phase / signal (rollkit.runs.frames),
     # each with example_id, repeat and rollout_id beside the trace id, so
     # analysis can group by task or by rollout.
     def rollouts(self) -> pandas.DataFrame:
@@ -165,14 +165,10 @@ class EvalResult:
         return self._frame("signals")
 
     def _frame(self, kind: str) -> pandas.DataFrame:
-        # The builders live in the notebook layer, which plugs them in (it
-        # reads the ids from trace.info; nothing to add here).
-        frames = plugged("frames")
-        if frames is None:
-            raise RuntimeError("no DataFrame builders are plugged in: import rollkit (it imports rollkit.notebook)")
+        # The builders read the ids from trace.info: nothing to add here.
         if self._traces is None and self.run is not None:
             return getattr(self.run, kind)()
-        return getattr(frames(), kind)(self.traces)
+        return getattr(frames, kind)(self.traces)
 
     def group_signals(self) -> pandas.DataFrame:
         """One row per (task, group signal): example_id, signal, value, n, error."""

@@ -2,9 +2,9 @@
 
 `open_run(path_or_paths)` returns a `LazyRun`. Its frames (`rollouts()`,
 `turns()`, `calls()`, `phases()`, `signals()`, `messages()`) are read from
-the Parquet tables (rollkit.runs.columns), equal row for row to what
-rollkit.notebook.frames builds from the same traces, without building a
-`Trace`. One trace is parsed only when asked for (`run[i]`, `run.trace(id)`),
+the Parquet tables (rollkit.runs.columns) and shaped by rollkit.runs.rows,
+equal row for row to what rk.frames builds from the same traces (one row
+builder makes both), without building a `Trace`. One trace is parsed only when asked for (`run[i]`, `run.trace(id)`),
 from its byte offset in the JSON lines. `run.sql(query)` runs DuckDB over
 the tables (views named rollouts, turns, calls, phases, signals, messages);
 `run.search(phrase | re=...)` finds the rollouts whose messages match.
@@ -24,6 +24,7 @@ from typing import Any
 
 from ..core.plugins import plugged
 from ..core.trace import Trace
+from . import rows
 from .columns import TABLES, TableSet, footer, tables_for
 from ..core._dependencies import duckdb, pa, pc, pd, pq
 
@@ -294,82 +295,39 @@ class LazyRun:
                 frame[name] = pd.Series([None] * len(frame), dtype=object)
         return frame[list(order)]
 
-    @staticmethod
-    def _vocabulary() -> Any:
-        # The column names and order are the notebook frames' (plugged in by
-        # rollkit.notebook, a layer above), so the two cannot drift.
-        frames = plugged("frames")
-        if frames is None:
-            raise RuntimeError("no DataFrame builders are plugged in: import rollkit (it imports rollkit.notebook)")
-        return frames()
+    def _shaped(self, kind: str) -> Any:
+        """Frame `kind` as rk.frames gives it for the same traces: the
+        table's columns in the frames' order, shaped by rollkit.runs.rows."""
+        if not self._rows(kind):  # no part has a row: the frame of no traces
+            return rows.arrow_frame(kind, rows.empty_table(kind))
+        return rows.shaped(kind, self._frame(kind, rows.frame_order(kind, self.arrow_schema(kind))))
 
     def rollouts(self) -> Any:
         """One row per rollout, as rk.frames.rollouts gives for the same traces."""
-        v = self._vocabulary()
-        names = self.arrow_schema("rollouts")
-        rewards = sorted(n for n in names if n.startswith("reward."))
-        metrics = sorted(n for n in names if n.startswith("metric."))
-        frame = self._frame("rollouts", [*v.ROLLOUT_COLUMNS, *rewards, *metrics])
-        if not len(frame):
-            return v.rollouts([])
-        return frame.astype({"ok": "object", "turns": "int64", "model_calls": "int64",
-                             **dict.fromkeys(("input_tokens", "output_tokens", "total_tokens"), "Int64")})
+        return self._shaped("rollouts")
 
     def turns(self) -> Any:
         """One row per committed turn, as rk.frames.turns gives."""
-        v = self._vocabulary()
-        if not self._rows("turns"):
-            return v.turns([])
-        # A count not reported is null in Parquet (a float NaN once read): NA, as in the frames.
-        return self._frame("turns", v.TURN_COLUMNS).astype({"input_tokens": "Int64", "output_tokens": "Int64"})
+        return self._shaped("turns")
 
     def calls(self) -> Any:
         """One row per model call, answered or not, as rk.frames.calls gives."""
-        v = self._vocabulary()
-        if not self._rows("calls"):
-            return v.calls([])
-        counts = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "request_messages")
-        return self._frame("calls", v.CALL_COLUMNS).astype({"committed": "bool", **dict.fromkeys(counts, "Int64")})
+        return self._shaped("calls")
 
     def phases(self) -> Any:
         """One row per phase span that started, as rk.frames.phases gives."""
-        v = self._vocabulary()
-        if not self._rows("phases"):
-            return v.phases([])
-        return self._frame("phases", v.PHASE_COLUMNS)
+        return self._shaped("phases")
 
     def messages(self) -> Any:
         """One row per message: trace id, task, index, role, content, tool
         calls as `name(arguments)`, and the tool's name for a tool result."""
-        return self._frame("messages", _MESSAGE_COLUMNS)
+        return self._frame("messages", rows.MESSAGE_COLUMNS)
 
     def signals(self) -> Any:
         """One row per reward or metric, as rk.frames.signals gives: a run
         that was not scored gets one row per signal its task type has in the
         other traces (all missing, with why), or one row without a name."""
-        v = self._vocabulary()
-        if not self._rows("signals"):
-            return v.signals([])
-        order = list(v.SIGNAL_COLUMNS)
-        frame = self._frame("signals", [*order, "_scored"])
-        scored = frame["_scored"].to_numpy(dtype=bool)
-        if scored.all():
-            return frame[order].astype({"missing": "bool"})
-        # Expand each unscored marker into the signals its task type has in
-        # the scored runs (first seen order, the first weight), in place.
-        frame["_at"] = range(len(frame))
-        frame["_sub"] = 0
-        known = frame[scored].drop_duplicates(["task_type", "kind", "name"])[["task_type", "kind", "name", "weight"]]
-        markers = frame[~scored].drop(columns=["kind", "name", "weight"])
-        expanded = markers.merge(known, on="task_type", how="inner", sort=False)
-        expanded["_sub"] = expanded.groupby("_at").cumcount()
-        lone = markers[~markers["task_type"].isin(set(known["task_type"]))].assign(
-            kind=None, name=None, weight=float("nan"))
-        whole = pd.concat([frame[scored], expanded, lone], ignore_index=True)
-        whole = whole.sort_values(["_at", "_sub"], kind="stable").reset_index(drop=True)[order]
-        # The dtypes the columns had before the rows without values were added.
-        keep = {name: frame[name].dtype for name in order if frame[name].dtype != object}
-        return whole.astype({**keep, "missing": "bool"})
+        return self._shaped("signals")
 
     def frame(self, kind: str) -> Any:
         """A frame by name ("rollouts", "turns", "calls", "phases", "signals", "messages")."""
@@ -453,9 +411,6 @@ class LazyRun:
             for file in s.files[table]:
                 names.update(dict.fromkeys(footer(file).schema.to_arrow_schema().names))
         return list(names)
-
-
-_MESSAGE_COLUMNS = ("id", "task_key", "index", "role", "content", "tool_calls", "name")
 
 
 class Hits:

@@ -50,6 +50,7 @@ from ..core.outcome import Outcome
 from ..core.store import trace_of_line
 from ..core.trace import Trace
 from .compare import trace_signals
+from .rows import signal_values
 from .stats import RunCost, t_critical
 
 __all__ = ["LIVE", "LiveWriter", "RunState", "Lane", "Finished", "FolderFollower", "FLUSH_EVERY"]
@@ -187,21 +188,6 @@ def finished_from_trace(trace: Trace) -> Finished:
                     outcome.error_type, trace_signals(trace), duration, end, trace, trace.cost_usd)
 
 
-def _signals_of(d: dict[str, Any]) -> dict[str, float | None]:
-    """trace_signals of a trace's JSON (the same rules, without building it)."""
-    scored = "scoring" in d.get("phases", {})
-    rewards = d.get("rewards") or {}
-    weights = d.get("reward_weights") or {}
-    present = [(n, v) for n, v in rewards.items() if v is not None]
-    total = sum(v * weights.get(n, 1.0) for n, v in present) if scored and present else None
-    out: dict[str, float | None] = {"reward": total}
-    for name, value in rewards.items():
-        out[f"reward.{name}"] = value if scored else None
-    for name, value in (d.get("metrics") or {}).items():
-        out[f"metric.{name}"] = value if scored else None
-    return out
-
-
 _REWARDS = b',"rewards":{'
 _SEGMENTS = b',"segments":['
 # What a monitor reads of a finished trace (its outcome, signals, times).
@@ -298,7 +284,7 @@ def finished_from_line(line: bytes | str, ref: Any) -> Finished:
     if cost is ...:  # not read on the fast path
         cost = _cost_of(d) if "model_calls" in d else _cost_of(_parse_whole(line))
     return Finished(str(info.get("rollout_id", d["id"])), d["id"], outcome.label, outcome.error_type,
-                    _signals_of(d), duration, end, ref, cost)
+                    signal_values(d), duration, end, ref, cost)
 
 
 @dataclass

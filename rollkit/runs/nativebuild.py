@@ -4,7 +4,7 @@ rollkit.runs.columns cuts a trace file into parts and, for each, hands the
 part's bytes here. DuckDB's JSON parser (`json_transform`, over the
 lines as one Arrow string column, no copy) reads the fields the tables need,
 with the types below (`_TRACE_FIELDS`), and one SQL query per table turns
-them into the rows the Python build (columns._trace_rows) makes: the same
+them into the rows the Python build (rows._trace_rows) makes: the same
 columns, values and Arrow types, row for row (tests/test_columns.py builds
 both ways and compares). The Python build stays the reference, and the
 fallback: a part whose lines DuckDB cannot parse, or whose free-typed values
@@ -13,7 +13,7 @@ is built in Python, which also names a line that is not a trace.
 
 Adding a column: the trace field to `_TRACE_FIELDS` (when it is new), and
 the column's SQL to its table's `_EXPRESSIONS` (the test checks each
-table's columns are columns._COLUMNS', in order).
+table's columns are rows._COLUMNS', in order).
 
 This module reads bytes it is given and returns Arrow tables; it writes nothing.
 """
@@ -90,6 +90,7 @@ _IDS_FREE = ("example_id", "repeat", "rollout_id")
 # Missing as NaN in the Python build (a number column even when all missing).
 _NAN_FREE = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "max_cost_usd", "agent_budget")
 _SCORED = "(t.phases.scoring is not null)"
+_SIGNAL_MAPS = {"reward": "rewards", "metric": "metrics"}
 _COMMITTED = "list_filter(t.model_calls, lambda c: coalesce(c.committed, false))"
 _ROWS_OF = {
     "rollouts": "true",
@@ -254,14 +255,15 @@ def _rollout_columns(kinds: dict[tuple[str, str], str | None], signal_names: lis
         "end": f"greatest({', '.join(s + '.end' for s in spans)})",
         "_ordinal": "_ordinal", "_offset": "_offset", "_length": "_length", "_scored": _SCORED,
     }
-    rollouts.update({name: f"map_extract_value(t.{'rewards' if name.startswith('reward.') else 'metrics'}, "
-                           f"{_literal(name.split('.', 1)[1])})" for name in signal_names})
+    # A signal's value only where the run was scored (rows.signal_values).
+    rollouts.update({name: f"case when {_SCORED} then map_extract_value(t.{_SIGNAL_MAPS[name.split('.', 1)[0]]}, "
+                           f"{_literal(name.split('.', 1)[1])}) end" for name in signal_names})
     return rollouts
 
 
 def _call_columns(kinds: dict[tuple[str, str], str | None], totals: dict[str, str]) -> dict[str, str]:
     """The calls table over a call `c` of a trace `t`."""
-    # A call's reply: its own, or the message after its request (columns._reply).
+    # A call's reply: its own, or the message after its request (rows._reply).
     follows = ("(coalesce(c.committed, false) and c.request_messages is not null and c.request is null "
                "and c.request_messages < coalesce(len(t.messages), 0) "
                "and t.messages[c.request_messages + 1].role = 'assistant')")
@@ -283,7 +285,7 @@ def _call_columns(kinds: dict[tuple[str, str], str | None], totals: dict[str, st
                        f"when {follows} then coalesce({reply_names.format(r=next_message)}, '') end"),
         "request_messages": "c.request_messages", "error_type": "c.error.type", "error_message": "c.error.message",
         "timing_issue": "c.timing_issue",
-        # A plain sum left to right, as columns._logprob_stats adds them (null: no logprobs).
+        # A plain sum left to right, as rows._logprob_stats adds them (null: no logprobs).
         "completion_logprob_sum": lp_sum,
         "completion_logprob_mean": f"{lp_sum} / len(c.tokens.logprobs)",
         "has_token_ids": "coalesce(c.tokens.ids is not null, false)",

@@ -1,0 +1,502 @@
+"""The column vocabulary of rk.frames and the store, and the one row builder.
+
+This module owns what the frames and the columnar store's tables are made
+of: the column names and their order (`ROLLOUT_COLUMNS`, `TURN_COLUMNS`,
+`CALL_COLUMNS`, `PHASE_COLUMNS`, `SIGNAL_COLUMNS`, `MESSAGE_COLUMNS`, and the
+store-only columns of each table, `_COLUMNS`), the row builder that turns
+one trace's JSON record into a row of every table (`_trace_rows`: a saved
+line parsed, or `Trace.model_dump(mode="json")`), the Arrow types of those
+rows (`_python_tables`), the signal columns of a record (`signal_values`, the
+run monitor's too) and how a table becomes its frame (`shaped`,
+`arrow_frame`). There is one engine: the store (rollkit.runs.columns) writes
+these rows to Parquet and a lazy run (rollkit.runs.lazyrun) reads them back
+through `shaped`; the eager builders (rollkit.runs.frames) build the same
+rows from `Trace` objects and shape them the same way. The store's DuckDB
+build (rollkit.runs.nativebuild) makes the same tables in SQL; tests hold
+the two builds equal.
+
+It sits below the store, the lazy run and the frames (they import it, it
+imports none of them). It reads records and builds rows and Arrow tables;
+it writes no file, runs nothing and draws nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from ..core._dependencies import pa, pd
+from ..core.outcome import MissingSignal, Outcome
+from ..core.trace import PHASES
+
+__all__ = [
+    "TABLES", "ROLLOUT_COLUMNS", "TURN_COLUMNS", "CALL_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS",
+    "MESSAGE_COLUMNS", "USER_TURN_COLUMNS", "BRANCH_COLUMNS", "COMPARE_COLUMNS",
+    "signal_values", "frame_order", "shaped", "arrow_frame", "empty_table",
+]
+
+_NAN = math.nan
+_LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "max_cost_usd")
+
+# ---- the vocabulary ---------------------------------------------------------------
+
+# The ids a batch evaluation writes to `trace.info` (rollkit.runs.evaluation).
+_INFO_IDS = ("example_id", "repeat", "rollout_id")
+_IDS = ("id", *_INFO_IDS)
+
+ROLLOUT_COLUMNS = (
+    *_IDS, "task_key", "task_type", "agent", "model", "outcome", "ok", "completed", "aborted",
+    "stop", "stop_condition", "error_type", "error_phase", "error_message", "reward",
+    "turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "cost_usd",
+    "segments", "agent_time", "model_time", "harness_time", "wait_time",
+    *(f"phase.{p}" for p in PHASES),
+    "start", "end",
+)  # followed by reward.<name> and metric.<name> columns, sorted by name
+TURN_COLUMNS = (
+    *_IDS, "task_key", "turn", "call", "segment", "start", "end", "latency",
+    "input_tokens", "output_tokens", "new_input_tokens", "finish_reason", "dialect", "cost_usd",
+    "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "cum_agent_time", "cum_cost_usd",
+    *_LIMITS, "agent_budget",
+)
+CALL_COLUMNS = (
+    *_IDS, "task_key", "call", "segment", "dialect", "committed", "start", "latency",
+    "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "new_input_tokens",
+    "finish_reason", "reply", "reasoning", "tool_calls", "request_messages", "error_type", "error_message",
+    "timing_issue", "completion_logprob_sum", "completion_logprob_mean", "has_token_ids", "cost_usd",
+)
+PHASE_COLUMNS = (*_IDS, "task_key", "phase", "start", "end", "duration", "offset", "ok", "cost_usd")
+SIGNAL_COLUMNS = (*_IDS, "task_key", "task_type", "kind", "name", "value", "weight", "missing", "why_missing", "error")
+MESSAGE_COLUMNS = ("id", "task_key", "index", "role", "content", "tool_calls", "name")
+USER_TURN_COLUMNS = (
+    *_IDS, "task_key", "user_turn", "segment", "by", "text", "replying_to", "similarity", "diverged",
+)
+BRANCH_COLUMNS = (
+    "id", "root", "branch", "forked_from", "split_turn", "task_key", "model", "ok", "stop", "reward",
+    "turns", "turns_after_split", "total_tokens", "agent_time",
+)
+COMPARE_COLUMNS = ("key", "example_id", "repeat", "signal", "a", "b", "diff", "outcome")
+
+# The store's tables (rollkit.runs.columns), one per frame above.
+TABLES = ("rollouts", "turns", "calls", "phases", "signals", "messages")
+_FRAME_COLUMNS = {"rollouts": ROLLOUT_COLUMNS, "turns": TURN_COLUMNS, "calls": CALL_COLUMNS,
+                  "phases": PHASE_COLUMNS, "signals": SIGNAL_COLUMNS, "messages": MESSAGE_COLUMNS}
+# Each table's fixed columns, in the order its row tuples hold them: the
+# frame's, then what the store keeps for SQL and for reading back (the row's
+# place in its file, `_ordinal`, `_offset`, `_length`; `_scored`: a signals
+# row stands for a scored run's signal, not for an unscored run's marker).
+_COLUMNS = {
+    "rollouts": (*ROLLOUT_COLUMNS, "_ordinal", "_offset", "_length", "_scored"),
+    "calls": (*CALL_COLUMNS, "end", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens",
+              "cum_agent_time", "cum_cost_usd", "_ordinal"),
+    "turns": (*TURN_COLUMNS, "_ordinal"),
+    "phases": (*PHASE_COLUMNS, "_ordinal"),
+    "signals": (*SIGNAL_COLUMNS, "_ordinal", "_scored"),
+    "messages": (*MESSAGE_COLUMNS, "_ordinal"),
+}
+# Token counts: nullable integers, NA where not reported.
+_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+_INT = ("turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
+        "cache_write_tokens", "request_messages", "segments", "_ordinal", "_offset", "_length", "call", "segment",
+        "new_input_tokens", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens", "turn", "index")  # may hold nulls: the frames read a count as Int64
+
+
+# ---- the row builder: one trace's JSON record -> a row of every table ------------
+
+
+def _num(value: Any) -> float:
+    return _NAN if value is None else float(value)
+
+def _raw(value: Any) -> Any:
+    """Missing as NaN, a value as it is (an int limit stays an int, as in the frames)."""
+    return _NAN if value is None else value
+
+
+def _text(content: Any) -> str:
+    """A message's content as text (a list of parts: their text joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+    return str(content)
+
+
+def _logprob_stats(tokens: dict[str, Any] | None) -> tuple[float, float, bool]:
+    """A call's logprob sum and mean (NaN: none) and whether it holds token
+    ids, as rk.frames.calls has them (`TokenLogprobs.logprob_sum`)."""
+    if not tokens:
+        return _NAN, _NAN, False
+    logprobs = tokens.get("logprobs")
+    total = sum(logprobs) if logprobs else _NAN
+    return total, (total / len(logprobs) if logprobs else _NAN), tokens.get("ids") is not None
+
+
+def _calls_text(calls: list[dict[str, Any]] | None) -> str:
+    return ", ".join(f"{c.get('name')}({c.get('arguments', '{}')})" for c in calls or ())
+
+
+_STR = ("id", "task_key", "task_type", "phase", "role", "content", "tool_calls")
+_FLOAT = ("reward", "model_time", "harness_time", *(f"phase.{p}" for p in PHASES), "start", "end", "latency",
+          "cum_agent_time", "duration", "offset", "value", "weight", "completion_logprob_sum",
+          "completion_logprob_mean", "cost_usd", "cum_cost_usd")
+_BOOL = ("completed", "aborted", "committed", "missing", "_scored", "has_token_ids")
+# Columns whose values always have one type; the others (ok, the batch ids,
+# limits, times that may be 0) are inferred, as pandas infers them in the frames.
+_TYPES = {**dict.fromkeys(_STR, "string"), **dict.fromkeys(_INT, "int64"), **dict.fromkeys(_FLOAT, "float64"),
+          **dict.fromkeys(_BOOL, "bool_")}
+
+
+class _Rows:
+    """The rows of one part: a tuple per row for each table, and the
+    rollouts' reward and metric values (their names vary) kept apart."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in TABLES}
+        self.signals: dict[str, dict[int, float]] = {}
+
+    def columns(self, table: str) -> dict[str, list[Any]]:
+        names = _COLUMNS[table]
+        rows = self.rows[table]
+        columns = dict(zip(names, map(list, zip(*rows)))) if rows else {name: [] for name in names}
+        if table == "rollouts":
+            for name in sorted(self.signals):
+                values = self.signals[name]
+                columns[name] = [values.get(i, _NAN) for i in range(len(rows))]
+        return columns
+
+
+def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, length: int) -> None:
+    """Append the rows of one trace's JSON record (its saved line, parsed, or
+    `Trace.model_dump(mode="json")`) to every table: the one row builder of
+    the store and the eager frames."""
+    info = t.get("info") or {}
+    trace_id = t["id"]
+    ids = (trace_id, info.get("example_id"), info.get("repeat"), info.get("rollout_id"))
+    task = t["task"]
+    key, task_type = task["key"], task["type"]
+    agent = t.get("agent") or {}
+    errors = t.get("errors") or []
+    error = errors[0] if errors else None
+    calls = t.get("model_calls") or []
+    segments = t.get("segments") or []
+    spans = t.get("phases") or {}
+    scored = "scoring" in spans
+    aborted = bool(t.get("aborted", False))
+    stop_condition = t.get("stop_condition")
+    ok = t.get("ok")
+    last = next((call for call in reversed(calls) if call.get("committed")), None)
+    durations, start, end, present = _phase_spans(spans)
+    agent_time = sum(float(seg.get("charged", 0.0)) for seg in segments)
+    model_time = sum(float(c["end"]) - float(c["start"]) for c in calls)
+    waited = sum(max(0.0, float(after["start"]) - float(before["end"]))
+                 for before, after in zip(segments, segments[1:]) if before.get("end") is not None)
+    signal = signal_values(t)
+    table = rows.rows
+    limits = t.get("limits") or {}
+    limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
+    budget = _raw((t.get("timeouts") or {}).get("agent"))
+    messages = t.get("messages") or ()
+    unreported_in, unreported_out = _call_rows(table, ids, key, calls, messages, limit_values, budget, ordinal)
+    token_totals = _token_totals(last, unreported_in, unreported_out)
+    # The trace's cost as Trace.cost_usd reads it: the source's total, else the running total.
+    cost_usd = info.get("cost_usd")
+    if cost_usd is None:
+        cost_usd = calls[-1].get("cum_cost_usd") if calls else 0.0
+    row_number = len(table["rollouts"])
+    table["rollouts"].append((
+        *ids, key, task_type, agent.get("name"), agent.get("model"), Outcome.of_record(t).label, ok,
+        bool(t.get("completed", False)), aborted, error["type"] if error else stop_condition, stop_condition,
+        error["type"] if error else None, error.get("phase") if error else None, error["message"] if error else None,
+        _num(signal.pop("reward")), int(last.get("cum_turns", 0)) if last else 0, len(calls), *token_totals, _num(cost_usd),
+        len(segments),
+        agent_time, model_time, max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end),
+        ordinal, offset, length, scored,
+    ))
+    for name, value in signal.items():
+        rows.signals.setdefault(name, {})[row_number] = _num(value)
+    t0 = min((s for _, s, _ in present), default=0.0)
+    for phase, s, e in present:
+        table["phases"].append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
+                                _num(cost_usd) if phase == "agent" else 0.0, ordinal))
+    _signal_rows(table["signals"], ids, key, task_type, t, error, scored, aborted, ordinal)
+    _message_rows(table["messages"], trace_id, key, messages, ordinal)
+
+
+def _token_totals(last: dict[str, Any] | None, unreported_in: bool, unreported_out: bool) -> tuple[int | None, ...]:
+    """Input, output and total tokens at the last turn; a total is missing
+    (NA) where one of its turns did not report that count, as in the frames."""
+    if last is None:
+        return (0, 0, 0)
+    return (None if unreported_in else int(last.get("cum_input_tokens", 0)),
+            None if unreported_out else int(last.get("cum_output_tokens", 0)),
+            None if unreported_in or unreported_out else int(last.get("cum_total_tokens", 0)))
+
+
+def _phase_spans(spans: dict[str, Any]) -> tuple[list[float], float | None, float | None,
+                                                 list[tuple[str, float, Any]]]:
+    """Each phase's duration (NaN: not run or still open), the first start,
+    the last end, and the phases run (name, start, end or None)."""
+    durations: list[float] = []
+    start = end = None
+    present = []
+    for phase in PHASES:
+        span = spans.get(phase)
+        if span is None:
+            durations.append(_NAN)
+            continue
+        s = float(span["start"])
+        e = span.get("end")
+        present.append((phase, s, e))
+        durations.append(_NAN if e is None else float(e) - s)
+        start = s if start is None else min(start, s)
+        if e is not None:
+            end = float(e) if end is None else max(end, float(e))
+    return durations, start, end, present
+
+
+def _call_rows(table: dict[str, list[tuple[Any, ...]]], ids: tuple[Any, ...], key: str, calls: list[dict[str, Any]],
+               messages: Any, limit_values: tuple[Any, ...], budget: Any, ordinal: int) -> tuple[bool, bool]:
+    """A calls row per model call and a turns row per committed one; whether
+    a turn did not report its input, its output tokens."""
+    number = 0
+    unreported_in = unreported_out = False
+    calls_out, turns_out = table["calls"], table["turns"]
+    for call in calls:
+        usage = call.get("usage") or {}
+        err = call.get("error")
+        c_start, c_end = float(call["start"]), float(call["end"])
+        committed = bool(call.get("committed", False))
+        input_tokens, output_tokens = _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
+        index, segment = int(call["index"]), int(call["segment"])
+        new_input, finish, dialect = int(call.get("new_input_tokens", 0)), call.get("finish_reason"), call.get("dialect")
+        totals = (int(call.get("cum_turns", 0)), int(call.get("cum_input_tokens", 0)),
+                  int(call.get("cum_output_tokens", 0)), int(call.get("cum_total_tokens", 0)),
+                  float(call.get("cum_agent_time", 0.0)), _num(call.get("cum_cost_usd")))
+        cost = _num(call.get("cost_usd"))
+        reply = _reply(call, messages, committed)
+        calls_out.append((
+            *ids, key, index, segment, dialect, committed, c_start, c_end - c_start, input_tokens, output_tokens,
+            _count(usage.get("cache_read_tokens")), _count(usage.get("cache_write_tokens")), new_input, finish,
+            reply.get("content") if reply is not None else None,
+            reply.get("reasoning") if reply is not None else None,
+            ", ".join(c["name"] for c in reply.get("tool_calls") or ()) if reply is not None else None,
+            _count(call.get("request_messages")), err["type"] if err else None, err["message"] if err else None,
+            call.get("timing_issue"), *_logprob_stats(call.get("tokens")), cost, c_end, *totals, ordinal,
+        ))
+        if committed:
+            number += 1
+            unreported_in = unreported_in or input_tokens is None
+            unreported_out = unreported_out or output_tokens is None
+            turns_out.append((*ids, key, number, index, segment, c_start, c_end, c_end - c_start, input_tokens,
+                              output_tokens, new_input, finish, dialect, cost, *totals, *limit_values, budget,
+                              ordinal))
+    return unreported_in, unreported_out
+
+
+def _signal_rows(signals_out: list[tuple[Any, ...]], ids: tuple[Any, ...], key: str, task_type: str,
+                 t: dict[str, Any], error: dict[str, Any] | None, scored: bool, aborted: bool, ordinal: int) -> None:
+    """A row per reward and metric of a scored trace, else one marker row
+    saying why it has none."""
+    rewards, metrics = t.get("rewards") or {}, t.get("metrics") or {}
+    weights = t.get("reward_weights") or {}
+    if scored:
+        signal_errors = t.get("signal_errors") or {}
+        for name, value in rewards.items():
+            why, err_text = _why(signal_errors, name, value)
+            signals_out.append((*ids, key, task_type, "reward", name, _num(value), _num(weights.get(name, 1.0)),
+                                value is None, why, err_text, ordinal, True))
+        for name, value in metrics.items():
+            why, err_text = _why(signal_errors, name, value)
+            signals_out.append((*ids, key, task_type, "metric", name, _num(value), _NAN, value is None, why,
+                                err_text, ordinal, True))
+    else:  # one marker row; the frame gives it one row per signal the task type has elsewhere
+        if error:
+            why, err_text = MissingSignal.RUN_FAILED.value, f"{error['type']}: {error['message']}"
+        else:
+            why, err_text = (MissingSignal.RUN_ABORTED if aborted else MissingSignal.NOT_SCORED).value, None
+        signals_out.append((*ids, key, task_type, None, None, _NAN, _NAN, True, why, err_text, ordinal, False))
+
+
+def _message_rows(messages_out: list[tuple[Any, ...]], trace_id: str, key: str, messages: Any, ordinal: int) -> None:
+    """A row per message: its text, the tool calls it made, the tool it answers for."""
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        content = message.get("content")
+        if content.__class__ is not str:
+            content = _text(content)
+        if role == "assistant":
+            messages_out.append((trace_id, key, index, role, content, _calls_text(message.get("tool_calls")),
+                                 None, ordinal))
+        else:
+            messages_out.append((trace_id, key, index, role, content, "",
+                                 message.get("name") or message.get("tool_call_id") if role == "tool" else None,
+                                 ordinal))
+
+
+def _reply(call: dict[str, Any], messages: Any, committed: bool) -> dict[str, Any] | None:
+    """A call's reply: its own, or the message right after its request when
+    the store left it out as that message (rollkit.core.trace.ModelCall)."""
+    reply = call.get("reply")
+    if reply is not None:
+        return reply
+    count = call.get("request_messages")
+    if (committed and count is not None and call.get("request") is None and count < len(messages)
+            and messages[count].get("role") == "assistant"):
+        return messages[count]
+    return None
+
+
+def _count(value: Any) -> int | None:
+    """A token count, None when not reported."""
+    return None if value is None else int(value)
+
+
+def signal_values(record: dict[str, Any]) -> dict[str, float | None]:
+    """The signal columns of one trace's record, as a rollouts row has them:
+    `reward` (the weighted sum of the rewards that have a value; None when
+    the run was not scored or none has one, L23), then `reward.<name>` and
+    `metric.<name>` (None when missing, or when the run was not scored: a
+    value scoring never produced is not a score). The run monitor
+    (rollkit.runs.live) reads a finished trace's signals with this too."""
+    scored = "scoring" in (record.get("phases") or {})
+    rewards = record.get("rewards") or {}
+    weights = record.get("reward_weights") or {}
+    present = [(name, value) for name, value in rewards.items() if value is not None]
+    total = sum(value * weights.get(name, 1.0) for name, value in present) if scored and present else None
+    out: dict[str, float | None] = {"reward": total}
+    for name, value in rewards.items():
+        out[f"reward.{name}"] = value if scored else None
+    for name, value in (record.get("metrics") or {}).items():
+        out[f"metric.{name}"] = value if scored else None
+    return out
+
+
+def _why(errors: dict[str, str], name: str, value: Any) -> tuple[str | None, str | None]:
+    """Why a scored run's signal is missing (None: it is not), as the
+    `why_missing` column says it, and the recorded error when scoring
+    raised or timed out (rollkit.core.outcome.MissingSignal)."""
+    if value is not None:
+        return None, None
+    error = errors.get(name)
+    why = MissingSignal.of_error(error)
+    return why.value, error if why in (MissingSignal.SCORING_RAISED, MissingSignal.SCORING_TIMED_OUT) else None
+
+
+
+def _python_tables(rows: _Rows) -> dict[str, Any]:
+    """The Python build's Arrow tables of a part's rows: a column's type is
+    its kind's when known, else inferred from its values, as pandas infers
+    them in the frames."""
+    return {table: _arrow_table(rows, table) for table in TABLES}
+
+
+def _arrow_table(rows: _Rows, table: str) -> Any:
+    """One table of `_python_tables`."""
+    columns = rows.columns(table)
+    arrays = {}
+    for column, values in columns.items():
+        kind = _TYPES.get(column)
+        # All missing: a null column, read back as None (object), as the frames
+        # have a column of Nones (a calls table's tool_calls when no reply came back).
+        if kind is not None and any(v is not None for v in values):
+            try:  # a known type converts faster than an inferred one
+                arrays[column] = pa.array(values, type=getattr(pa, kind)(), from_pandas=True)
+                continue
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                pass
+        try:
+            array = pa.array(values, from_pandas=True)  # NaN: null, so SQL sees it missing
+            if array.type == pa.null() and any(isinstance(v, float) for v in values):
+                array = array.cast(pa.float64())  # all NaN: still a number column
+            arrays[column] = array
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types (an id that is an int here, a str there)
+            arrays[column] = pa.array([None if v is None else str(v) for v in values])
+    return pa.table(arrays) if arrays else pa.table({"_ordinal": pa.array([], pa.int64())})
+
+
+def empty_table(table: str) -> Any:
+    """Table `table` of no traces, as the row builder types it."""
+    return _arrow_table(_Rows(), table)
+
+
+def _large_strings(table: Any) -> Any:
+    """Text columns stored as Arrow's large_string: pandas (3) holds its str
+    columns as large_string, so a frame read from these tables takes them as
+    they are instead of casting every text column of the run on each read
+    (a fifth of opening a run's rollouts frame, measured at a million rows)."""
+    fields = [pa.field(f.name, pa.large_string()) if f.type == pa.string() else f for f in table.schema]
+    return table.cast(pa.schema(fields)) if fields != list(table.schema) else table
+
+
+# ---- from a table to its frame ----------------------------------------------------
+
+# What a table's Arrow types become in its frame: a count may be null (NA,
+# never 0); `ok` is True, False or None.
+_DTYPES: dict[str, dict[str, str]] = {
+    "rollouts": {"ok": "object", "turns": "int64", "model_calls": "int64",
+                 **dict.fromkeys(("input_tokens", "output_tokens", "total_tokens"), "Int64")},
+    "turns": {"input_tokens": "Int64", "output_tokens": "Int64"},
+    "calls": {"committed": "bool", **dict.fromkeys((*_COUNTS, "request_messages"), "Int64")},
+    "phases": {},
+    "signals": {"missing": "bool"},
+    "messages": {},
+}
+
+
+def frame_order(kind: str, names: Iterable[str]) -> list[str]:
+    """The columns of frame `kind` in order, given the names its table
+    holds: the fixed ones, then for rollouts the `reward.<name>` and the
+    `metric.<name>` columns, each sorted by name; signals also read
+    `_scored` (which rows are markers of an unscored run, see `shaped`)."""
+    fixed = list(_FRAME_COLUMNS[kind])
+    if kind == "signals":
+        return [*fixed, "_scored"]
+    if kind != "rollouts":
+        return fixed
+    names = list(names)
+    return [*fixed, *sorted(n for n in names if n.startswith("reward.")),
+            *sorted(n for n in names if n.startswith("metric."))]
+
+
+def shaped(kind: str, frame: Any) -> Any:
+    """The frame of table `kind` as rk.frames gives it, from its columns in
+    `frame_order` as Arrow reads them into pandas: the store's lazy run and
+    the eager builders both end here."""
+    if kind == "signals":
+        return _expanded_signals(frame)
+    return frame.astype(_DTYPES[kind]) if _DTYPES[kind] else frame
+
+
+def _expanded_signals(frame: Any) -> Any:
+    """The signals frame: each unscored run's marker row (`_scored` false)
+    becomes one row per signal its task type has in the scored runs (first
+    seen order, the first weight), all missing with why, in place; a run
+    whose task type has none elsewhere keeps its one row without a name."""
+    order = list(SIGNAL_COLUMNS)
+    scored = frame["_scored"].to_numpy(dtype=bool)
+    if scored.all():
+        return frame[order].astype({"missing": "bool"})
+    frame = frame.assign(_at=range(len(frame)), _sub=0)
+    known = frame[scored].drop_duplicates(["task_type", "kind", "name"])[["task_type", "kind", "name", "weight"]]
+    markers = frame[~scored].drop(columns=["kind", "name", "weight"])
+    expanded = markers.merge(known, on="task_type", how="inner", sort=False)
+    expanded["_sub"] = expanded.groupby("_at").cumcount()
+    lone = markers[~markers["task_type"].isin(set(known["task_type"]))].assign(
+        kind=None, name=None, weight=float("nan"))
+    whole = pd.concat([frame[scored], expanded, lone], ignore_index=True)
+    whole = whole.sort_values(["_at", "_sub"], kind="stable").reset_index(drop=True)[order]
+    # The dtypes the columns had before the rows without values were added.
+    keep = {name: frame[name].dtype for name in order if frame[name].dtype != object}
+    return whole.astype({**keep, "missing": "bool"})
+
+
+def arrow_frame(kind: str, table: Any) -> Any:
+    """Frame `kind` of its Arrow table (a column the table lacks: all None)."""
+    frame = table.to_pandas(split_blocks=True)
+    order = frame_order(kind, table.column_names)
+    for name in order:
+        if name not in frame.columns:
+            frame[name] = pd.Series([None] * len(frame), dtype=object)
+    return shaped(kind, frame[order])
