@@ -34,13 +34,12 @@ Prints one line per number. Mind the machine: the 1M step takes minutes.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import in_fresh_python
 
 _STEPS = r'''
 import gc, json, resource, sys, time
@@ -213,13 +212,6 @@ print(json.dumps({"read_eval_log": round(read, 2), "samples_df": round(sdf, 2), 
 '''
 
 
-def _py(code: str, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr[-3000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=lambda text: [int(x) for x in text.split(",")], default=[100_000, 1_000_000],
@@ -251,35 +243,36 @@ def main() -> None:
                 size = (folder / "traces.jsonl").stat().st_size / 1e9
                 print(f"{label} {n:,} rollouts: generated {size:.2f} GB in {time.perf_counter() - t:.1f} s", flush=True)
             shutil.rmtree(folder / ".rollkit", ignore_errors=True)  # tables absent: a first open
-            print(f"{label} {n:,} first open + rollouts (fresh process, native build): {_py(_BUILD, str(folder))}",
-                  flush=True)
+            print(f"{label} {n:,} first open + rollouts (fresh process, native build): "
+                  f"{in_fresh_python(_BUILD, str(folder))}", flush=True)
             if args.live:
                 live = root / f"{label}-{n}-live"
                 print(f"{label} {n:,} written as a run writes them, with and without tables: "
-                      f"{_py(_LIVE_WRITE, str(folder), str(live))}", flush=True)
+                      f"{in_fresh_python(_LIVE_WRITE, str(folder), str(live))}", flush=True)
                 print(f"{label} {n:,} first open + rollouts of the run whose tables were written as it went "
-                      f"(fresh process): {_py(_BUILD, str(live))}", flush=True)
+                      f"(fresh process): {in_fresh_python(_BUILD, str(live))}", flush=True)
                 shutil.rmtree(live)
             if n <= args.compare_max:
-                print(f"{label} {n:,} Python build vs native build (same process): {_py(_COMPARE, str(folder))}",
-                      flush=True)
+                print(f"{label} {n:,} Python build vs native build (same process): "
+                      f"{in_fresh_python(_COMPARE, str(folder))}", flush=True)
             if not args.no_steps:
-                print(f"{label} {n:,} steps (warm): {_py(_STEPS, str(folder), 'Cleo has 33')}", flush=True)
+                print(f"{label} {n:,} steps (warm): {in_fresh_python(_STEPS, str(folder), 'Cleo has 33')}", flush=True)
         if args.load:
             folder = root / f"load-{args.load}"
             big_run(args.load, folder)
-            print(f"rk.load {args.load:,} single-turn traces: {_py(_LOAD, str(folder))}", flush=True)
+            print(f"rk.load {args.load:,} single-turn traces: {in_fresh_python(_LOAD, str(folder))}", flush=True)
         if args.run_tasks:
             for concurrency in args.run_concurrency:
                 print(f"real run, tables written as it goes vs built on the first open: "
-                      f"{_py(_RUN_COST, str(args.run_tasks), '2', str(concurrency))}", flush=True)
+                      f"{in_fresh_python(_RUN_COST, str(args.run_tasks), '2', str(concurrency))}", flush=True)
         if args.inspect:
             import rollkit as rk
 
             folder = root / f"inspect-{args.inspect}"
             big_run(args.inspect, folder, turns=3)
             log = rk.save(rk.load(folder), folder / "log.json", format="inspect")
-            print(f"inspect on {args.inspect:,} rollouts: {_py(_INSPECT, str(folder), str(log))}", flush=True)
+            print(f"inspect on {args.inspect:,} rollouts: {in_fresh_python(_INSPECT, str(folder), str(log))}",
+                  flush=True)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -22,13 +22,12 @@ Prints one line per measurement.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import in_fresh_python
 
 _EXPORT = r'''
 import json, os, resource, sys, time
@@ -80,13 +79,6 @@ print(json.dumps({"sample": sample, "json_lines_rows_per_cpu_s": round(sample / 
 '''
 
 
-def _py(code: str, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr[-3000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=lambda text: [int(x) for x in text.split(",")], default=[100_000],
@@ -114,11 +106,13 @@ def main() -> None:
                 open_run(folder, progress=False)
                 print(f"{label}: tables built in {time.perf_counter() - t:.1f} s", flush=True)
                 out = str(root / f"rows-{n}-{turns}.parquet")
-                print(f"{label}: export to SFT Parquet: {_py(_EXPORT, str(folder), out, '')}", flush=True)
-                print(f"{label}: where reward = 1: {_py(_EXPORT, str(folder), out, 'reward = 1')}", flush=True)
+                print(f"{label}: export to SFT Parquet: {in_fresh_python(_EXPORT, str(folder), out, '')}",
+                      flush=True)
+                print(f"{label}: where reward = 1: {in_fresh_python(_EXPORT, str(folder), out, 'reward = 1')}",
+                      flush=True)
                 if args.sample:
-                    print(f"{label}: JSON lines vs Trace objects: {_py(_PATHS, str(folder), str(args.sample))}",
-                          flush=True)
+                    print(f"{label}: JSON lines vs Trace objects: "
+                          f"{in_fresh_python(_PATHS, str(folder), str(args.sample))}", flush=True)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

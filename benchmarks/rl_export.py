@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from _common import in_fresh_python
 
 
 def _replies(turns: int, k: int, with_tokens: bool):
@@ -89,9 +88,7 @@ def main() -> None:
               f"without: {without.stat().st_size / 1e6:.1f} MB")
         for suffix in ("parquet", "jsonl"):
             out = folder / f"rl.{suffix}"
-            done = subprocess.run([sys.executable, "-c", _CHILD, str(with_tokens), str(out)],
-                                  capture_output=True, text=True, check=True)
-            numbers = json.loads(done.stdout.strip().splitlines()[-1])
+            numbers = in_fresh_python(_CHILD, str(with_tokens), str(out))
             print(f"export rl .{suffix}: {numbers['seconds']:.2f} s ({rows / numbers['seconds']:.0f} turns/s; "
                   f"{numbers['first']:.2f} s with the first open's table build), peak {numbers['peak_mb']:.0f} MB, "
                   f"file {out.stat().st_size / 1e6:.1f} MB")

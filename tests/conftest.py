@@ -34,6 +34,17 @@ def _no_hypothesis_folder_left():
         shutil.rmtree(_HYPOTHESIS_HOME, ignore_errors=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _big_runs_in_the_session_temp_folder(tmp_path_factory):
+    """rollkit.examples.cached_big_run (notebook 07, run by test_run_all in
+    kernels that inherit this environment) writes its made-up runs in this
+    session's own temporary folder, never the user's cache: a test session
+    leaves nothing outside pytest's temp."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ROLLKIT_BIG_RUN_CACHE", str(tmp_path_factory.mktemp("big-runs")))
+        yield
+
+
 class Recorder:
     """An ordered log of what happened, shared by the parts of one test."""
 

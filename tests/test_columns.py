@@ -17,7 +17,7 @@ import rollkit as rk
 from rollkit import frames
 from rollkit.core.trace import SCHEMA_VERSION
 from rollkit.examples import arithmetic_tasks, demo_agent, support_agent, support_tasks, toy_customer
-from rollkit.examples.bigrun import big_run
+from rollkit.examples.bigrun import big_run, cached_big_run
 from rollkit.runs.lazyrun import highlight, open_run
 
 from conftest_notebook import assorted_traces
@@ -64,6 +64,23 @@ def test_imported_files_give_the_same_frames(tmp_path):
         for kind in FRAMES:
             pd.testing.assert_frame_equal(getattr(run, kind)().drop(columns="id"),
                                           getattr(frames, kind)(fresh).drop(columns="id"), obj=kind)
+
+
+def test_a_cached_big_run_is_written_once_into_its_cache_folder_never_the_temp_folder(tmp_path, monkeypatch):
+    given = tmp_path / "given"
+    first = cached_big_run(20, turns=2, seed=1, cache=given)
+    assert first == given / "20-2-1" and len(rk.load(first)) == 20
+    written = (first / "traces.jsonl").stat()
+    again = cached_big_run(20, turns=2, seed=1, cache=given)
+    reread = (again / "traces.jsonl").stat()
+    assert again == first and (reread.st_ino, reread.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # reused
+    # Without cache=: $ROLLKIT_BIG_RUN_CACHE, else big-run in rollkit's user cache folder.
+    monkeypatch.setenv("ROLLKIT_BIG_RUN_CACHE", str(tmp_path / "env"))
+    assert cached_big_run(3) == tmp_path / "env" / "3-1-0"
+    monkeypatch.delenv("ROLLKIT_BIG_RUN_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cached_big_run(3) == tmp_path / "xdg" / "rollkit" / "big-run" / "3-1-0"
+    assert len(rk.load(tmp_path / "xdg" / "rollkit" / "big-run" / "3-1-0")) == 3
 
 
 def test_frames_keep_no_arrow_table_beside_them(tmp_path):

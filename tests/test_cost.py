@@ -1,7 +1,8 @@
 """What rollouts cost: prices (rollkit.core.prices) checked against
 genai-prices' own calculation over every model it lists, a call's dollars on
 the trace and in the frames (both builds of the columnar store), the dollar
-limit (L11-L13 as for tokens), unknown and user prices, a run's cost and
+limit (its L11-L13 tests are test_lifecycle_step's, over every limit kind;
+its bad values test_errors'), unknown and user prices, a run's cost and
 reward per dollar in summary, compare, the A/B and the monitor, and the
 costs other tools wrote, read into the same fields.
 
@@ -227,56 +228,22 @@ async def test_costs_survive_saving_and_loading(tmp_path):
     assert back.cost_usd == trace.cost_usd > 0
 
 
-# ---- the dollar limit (L11-L13) ------------------------------------------------------------
-
-async def test_L11_max_cost_usd_reads_the_cost_aggregate_and_stops_cleanly():
+async def test_each_turn_costs_its_tokens_at_the_given_prices_and_the_trace_their_sum():
     rk.prices({"scripted": TOY_PRICES})
-    agent = rk.Agent(model=rk.ScriptedModel(lambda r: "one two three four five"),
-                     limits=rk.RolloutLimits(max_cost_usd=0.1))
+    agent = rk.Agent(model=rk.ScriptedModel(lambda r: "one two three four five"), limits={"max_turns": 4})
     rollout = agent.rollout(rk.Task(), user=True)
     await rollout.open()
-    turns = 0
     while await rollout.step("a b c"):
-        turns += 1
-        assert turns < 50
+        pass
     trace = await rollout.close()
-    assert trace.stop_condition == "max_cost_usd" and trace.ok is True and trace.errors == []
-    assert trace.cost_usd >= 0.1
-    # The turn before the last was still under the limit (checked between turns).
-    assert trace.turns[-2].cum_cost_usd < 0.1
-    # Each turn: input and output at the toy prices; the running total is their sum.
     costs = [(c.usage.input_tokens * 1000 + c.usage.output_tokens * 2000) / 1e6 for c in trace.turns]
+    assert len(costs) == 4 and costs[0] < costs[-1]  # each prompt holds the turns before it
     assert [c.cost_usd for c in trace.turns] == pytest.approx(costs)
+    assert [c.cum_cost_usd for c in trace.turns] == pytest.approx([sum(costs[:i + 1]) for i in range(4)])
     assert trace.cost_usd == pytest.approx(sum(costs))
-    assert trace.limits["max_cost_usd"] == 0.1
 
 
-async def test_L12_L13_the_dollar_limit_is_soft_by_one_turn_and_refuses_the_next_call():
-    rk.prices({"scripted": TOY_PRICES})
-
-    class Counting(rk.ChatHarness):
-        refusals: list[str] = []
-
-        async def segment(self, ctx, messages):
-            try:
-                await super().segment(ctx, messages)
-            except rk.Refused as refused:
-                self.refusals.append(refused.condition)
-                raise
-
-    harness = Counting()
-    long_reply = " ".join(["word"] * 10)  # 11 output tokens: $0.022 a turn at the toy price
-    agent = rk.Agent(model=rk.ScriptedModel(lambda r: long_reply), harness=harness,
-                     limits=rk.RolloutLimits(max_cost_usd=0.01))
-    rollout = agent.rollout(rk.Task(), user=True)
-    await rollout.open()
-    assert await rollout.step("go") is True  # crossed $0.01 during this turn, still committed
-    assert rollout.trace.cost_usd > 0.01
-    assert await rollout.step("more") is False
-    trace = await rollout.close()
-    assert harness.refusals == ["max_cost_usd"]
-    assert trace.num_turns == 1 and trace.stop_condition == "max_cost_usd" and trace.outcome.kind == "stopped"
-
+# ---- the dollar limit -------------------------------------------------------------------
 
 async def test_a_dollar_limit_over_a_model_without_a_price_is_refused_at_open():
     agent = rk.Agent(model=rk.ScriptedModel(["ok"]), limits={"max_cost_usd": 1})
@@ -305,12 +272,6 @@ async def test_a_turn_without_reported_usage_says_the_dollar_limit_is_no_longer_
         await fake.stop()
     assert trace.model_calls[0].cost_usd is None and trace.cost_usd is None
     assert trace.warnings == ["max_cost_usd is no longer checked: a turn's cost is unknown (its usage was not reported)"]
-
-
-@pytest.mark.parametrize("value", [-1, "1", True, float("nan"), float("inf")])
-def test_a_bad_dollar_limit_is_refused_naming_it(value):
-    with pytest.raises(ValueError, match=r"max_cost_usd must be a number of dollars >= 0, or None for no limit"):
-        rk.RolloutLimits(max_cost_usd=value)
 
 
 # ---- frames, the columnar store ------------------------------------------------------------

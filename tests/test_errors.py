@@ -74,13 +74,19 @@ async def test_L32_one_bad_rollout_does_not_cancel_its_siblings():
     assert [t.last_reply for t in traces] == ["fine", "", "fine", "fine"]
 
 
+_WHOLE, _DOLLARS = "a whole number >= 0", "a number of dollars >= 0"
+
+
 @pytest.mark.parametrize(
-    ("field", "value"),
-    [("max_turns", -1), ("max_total_tokens", 2.5), ("max_input_tokens", "10"), ("max_output_tokens", True)],
+    ("field", "value", "wanted"),
+    [("max_turns", -1, _WHOLE), ("max_total_tokens", 2.5, _WHOLE), ("max_input_tokens", "10", _WHOLE),
+     ("max_output_tokens", True, _WHOLE),
+     *(("max_cost_usd", value, _DOLLARS) for value in (-1, "1", True, float("nan"), float("inf")))],
 )
-def test_bad_limit_is_refused_naming_the_field(field, value):
-    with pytest.raises(ValueError, match=rf"{field} must be a whole number >= 0, or None for no limit; got {value!r}"):
+def test_bad_limit_is_refused_naming_the_field(field, value, wanted):
+    with pytest.raises(ValueError) as caught:
         rk.RolloutLimits(**{field: value})
+    assert f"{field} must be {wanted}, or None for no limit; got {value!r}" in str(caught.value)
 
 
 def test_bad_timeout_is_refused():

@@ -89,7 +89,7 @@ def test_inspect_view_shows_scores_tokens_and_the_transcript(served, tmp_path):
             expect(body).to_contain_text("The answer is 5.")
             expect(body).not_to_contain_text("removed")
         except Exception:
-            page.screenshot(path=str(Path(os.environ.get("TMPDIR", "/tmp")) / "inspect-view-failure.png"))
+            page.screenshot(path=str(tmp_path / "inspect-view-failure.png"))  # kept in pytest's temp folder
             raise
         finally:
             context.close()

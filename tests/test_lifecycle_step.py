@@ -58,46 +58,28 @@ async def test_L10_the_harness_own_timeout_stays_the_original_error():
     assert "agent timeout" not in trace.error.message
 
 
-@pytest.mark.parametrize(
-    ("limit", "value", "aggregate"),
-    [
-        ("max_turns", 2, "num_turns"),
-        ("max_input_tokens", 10, "num_input_tokens"),
-        ("max_output_tokens", 8, "num_output_tokens"),
-        ("max_total_tokens", 20, "num_total_tokens"),
-    ],
-)
-async def test_L11_each_limit_reads_its_aggregate(limit, value, aggregate):
-    agent = rk.Agent(model=rk.ScriptedModel(lambda r: "one two three four five"), limits={limit: value})
-    rollout = agent.rollout(rk.Task(), user=True)
-    await rollout.open()
-    turns = 0
-    while await rollout.step("a b c"):
-        turns += 1
-        assert turns < 50
-    trace = await rollout.close()
-    assert trace.stop_condition == limit
-    assert getattr(trace, aggregate) >= value
-    # The call before the last one was still under the limit (checked between turns).
-    previous = trace.turns[-2] if len(trace.turns) > 1 else None
-    if previous is not None:
-        assert getattr(previous, "cum_" + aggregate.removeprefix("num_")) < value
+# Every limit kind (L11): the turn and token limits and the dollar one, read
+# from the aggregate of the same name. The scripted model is priced (a dollar
+# limit needs a price) at toy rates, so a turn costs cents.
+_TOY_PRICES = {"input": 1000.0, "output": 2000.0}  # dollars per million tokens
+_LIMITS = [
+    ("max_turns", 2, "num_turns"),
+    ("max_input_tokens", 10, "num_input_tokens"),
+    ("max_output_tokens", 8, "num_output_tokens"),
+    ("max_total_tokens", 20, "num_total_tokens"),
+    ("max_cost_usd", 0.1, "cost_usd"),
+]
 
 
-async def test_L12_token_limit_is_soft_by_one_turn():
-    """The turn that crosses the limit completes; the next call is refused."""
-    long_reply = " ".join(["word"] * 10)  # 11 output tokens
-    agent = rk.Agent(model=rk.ScriptedModel(lambda r: long_reply), limits=rk.RolloutLimits(max_output_tokens=5))
-    rollout = agent.rollout(rk.Task(), user=True)
-    await rollout.open()
-    assert await rollout.step("go") is True  # crossed 5 during this turn, still committed
-    assert rollout.trace.num_output_tokens == 11
-    assert await rollout.step("more") is False
-    trace = await rollout.close()
-    assert trace.num_turns == 1 and trace.stop_condition == "max_output_tokens"
+@pytest.fixture
+def priced():
+    """A scripted model with a price, forgotten after the test (prices are per process)."""
+    rk.prices({"priced-toy": _TOY_PRICES})
+    yield lambda reply: rk.ScriptedModel(lambda r: reply, name="priced-toy")
+    rk.prices({"priced-toy": None})
 
 
-async def test_L13_limit_refuses_turn_exactly_like_a_stop():
+def _counting_refusals() -> rk.ChatHarness:
     class Counting(rk.ChatHarness):
         refusals: list[str] = []
 
@@ -108,15 +90,62 @@ async def test_L13_limit_refuses_turn_exactly_like_a_stop():
                 self.refusals.append(refused.condition)
                 raise
 
-    harness = Counting()
-    agent = rk.Agent(model="echo", harness=harness, limits=rk.RolloutLimits(max_turns=1))
+    return Counting()
+
+
+@pytest.mark.parametrize(("limit", "value", "aggregate"), _LIMITS)
+async def test_L11_each_limit_reads_its_aggregate(limit, value, aggregate, priced):
+    agent = rk.Agent(model=priced("one two three four five"), limits={limit: value})
+    rollout = agent.rollout(rk.Task(), user=True)
+    await rollout.open()
+    turns = 0
+    while await rollout.step("a b c"):
+        turns += 1
+        assert turns < 50
+    trace = await rollout.close()
+    assert trace.stop_condition == limit and trace.limits[limit] == value
+    assert getattr(trace, aggregate) >= value
+    # The call before the last one was still under the limit (checked between turns).
+    previous = trace.turns[-2] if len(trace.turns) > 1 else None
+    if previous is not None:
+        assert getattr(previous, "cum_" + aggregate.removeprefix("num_")) < value
+
+
+# The first turn ("go", then a reply of 11 output tokens) crosses each of
+# these; what it used: 2 input tokens, 11 output, 13 in all, and at the toy
+# rates (2 * 1000 + 11 * 2000) / 1e6 dollars.
+_CROSSED_BY_ONE_TURN = [
+    ("max_input_tokens", 1, "num_input_tokens", 2),
+    ("max_output_tokens", 5, "num_output_tokens", 11),
+    ("max_total_tokens", 5, "num_total_tokens", 13),
+    ("max_cost_usd", 0.01, "cost_usd", 0.024),
+]
+
+
+@pytest.mark.parametrize(("limit", "value", "aggregate", "used"), _CROSSED_BY_ONE_TURN)
+async def test_L12_token_and_dollar_limits_are_soft_by_one_turn(limit, value, aggregate, used, priced):
+    """The turn that crosses the limit completes; the next call is refused."""
+    agent = rk.Agent(model=priced(" ".join(["word"] * 10)), limits={limit: value})
+    rollout = agent.rollout(rk.Task(), user=True)
+    await rollout.open()
+    assert await rollout.step("go") is True  # crossed the limit during this turn, still committed
+    assert getattr(rollout.trace, aggregate) == pytest.approx(used)
+    assert await rollout.step("more") is False
+    trace = await rollout.close()
+    assert trace.num_turns == 1 and trace.stop_condition == limit
+
+
+@pytest.mark.parametrize(("limit", "value"), [("max_turns", 1), *((c[0], c[1]) for c in _CROSSED_BY_ONE_TURN)])
+async def test_L13_limit_refuses_turn_exactly_like_a_stop(limit, value, priced):
+    harness = _counting_refusals()
+    agent = rk.Agent(model=priced(" ".join(["word"] * 10)), harness=harness, limits={limit: value})
     rollout = agent.rollout(rk.Task(), user=True)
     await rollout.open()
     assert await rollout.step("a") is True
     assert await rollout.step("b") is False
     trace = await rollout.close()
-    assert harness.refusals == ["max_turns"]
-    assert trace.stop_condition == "max_turns"
+    assert harness.refusals == [limit]
+    assert trace.stop_condition == limit and trace.outcome.kind == "stopped"
     assert trace.errors == [] and trace.ok is True
 
 

@@ -21,6 +21,7 @@ from rollkit.examples.bigrun import big_run
 from rollkit.runs import columns, livetables
 from rollkit.runs.columns import TABLES, TableSet
 from rollkit.runs.lazyrun import open_run
+from rollkit.runs.live import RunSink
 from rollkit.runs.livetables import TraceLog
 
 
@@ -94,7 +95,7 @@ def test_a_resumed_run_continues_its_tables(tmp_path, small_parts):
     _complete_and_fresh(source, tmp_path / "fresh")
 
 
-class _Breaks:
+class _Breaks(RunSink):
     """A watcher of the run (as a monitor is) that opens the live run after
     `peek` traces, as a monitor or a notebook reading it would, and raises
     after `fail` traces: the run stops with that exception."""
@@ -104,27 +105,12 @@ class _Breaks:
         self.count = 0
         self.seen: int | None = None
 
-    def begin(self, info: dict) -> None:
-        pass
-
-    def started(self, rollout_id: str) -> None:
-        pass
-
-    def phase(self, rollout_id: str, phase: str) -> None:
-        pass
-
-    def turn(self, rollout_id: str, turns: int, tokens: int, agent_time: float) -> None:
-        pass
-
     def finished(self, trace: rk.Trace) -> None:
         self.count += 1
         if self.count == self.peek:
             self.seen = len(open_run(self.folder))  # builds the lines the writer holds in memory
         if self.count == self.fail:
             raise RuntimeError("the watcher broke")
-
-    def end(self, status: str) -> None:
-        pass
 
 
 async def test_a_run_cut_short_by_an_exception_and_read_while_it_ran_keeps_exact_tables(tmp_path, small_parts):

@@ -1,8 +1,8 @@
-"""Token ids and logprobs: a real aiohttp server on 127.0.0.1 speaking
-vLLM's documented chat-completions response shape (`choices[].logprobs.
-content[]` with token/logprob/bytes/top_logprobs, `choices[].token_ids`,
-top-level `prompt_token_ids`; tokens "token_id:N" under
-`return_tokens_as_token_ids`) stands in for vLLM. A real rollout with
+"""Token ids and logprobs: the fake provider (tests/fake_provider.py, a real
+aiohttp server on 127.0.0.1) answering in vLLM's documented chat-completions
+response shape (`choices[].logprobs.content[]` with token/logprob/bytes/
+top_logprobs, `choices[].token_ids`, top-level `prompt_token_ids`; tokens
+"token_id:N" under `return_tokens_as_token_ids`) stands in for vLLM. A real rollout with
 `OpenAIModel(logprobs=True)` keeps what it sent on the trace; a real
 subprocess program asking through the interception server with the openai
 SDK gets them back; the calls frame and both columnar builds agree; the
@@ -12,7 +12,6 @@ reply by them, escaped; bad input gets errors naming the fix."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import textwrap
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from aiohttp import web
+from fake_provider import FakeProvider
 
 import rollkit as rk
 from rollkit.core.errors import UsageError
@@ -36,79 +35,9 @@ _REPLIES = [
 ]
 
 
-class VLLMShaped:
-    """A chat-completions server answering in vLLM's response shape
-    (vllm/entrypoints/openai/chat_completion/protocol.py). Token ids come
-    from a vocabulary grown as words are first seen; the prompt's ids are
-    a begin-of-text id 1 then the ids of its messages' words."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.answers: list[dict[str, Any]] = []
-        self.vocab: dict[str, int] = {}
-        self._runner: web.AppRunner | None = None
-        self.url = ""
-        self.prompt_ids_on_the_choice = False  # SGLang's place for them
-
-    async def start(self) -> VLLMShaped:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._complete)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        await web.SockSite(self._runner, sock).start()
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    def id_of(self, token: str) -> int:
-        return self.vocab.setdefault(token, 100 + len(self.vocab))
-
-    async def _complete(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        self.requests.append(body)
-        turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
-        reply = _REPLIES[turn % len(_REPLIES)]
-        ids = [self.id_of(t) for t, _ in reply]
-        words = [w for m in body["messages"] for w in (m.get("content") or "").split()]
-        prompt_ids = [1, *(self.id_of(w) for w in words)]
-        as_ids = bool(body.get("return_tokens_as_token_ids"))
-
-        garbled = "garble" in json.dumps(body["messages"])  # logprobs that are not numbers
-
-        def shown(token: str) -> str:
-            return f"token_id:{self.id_of(token)}" if as_ids else token
-
-        logprobs = None
-        if body.get("logprobs"):
-            k = body.get("top_logprobs") or 0
-            logprobs = {"content": [
-                {"token": shown(t), "logprob": "likely" if garbled else p, "bytes": list(t.encode()),
-                 "top_logprobs": [{"token": shown(t), "logprob": p, "bytes": list(t.encode())}]
-                 + [{"token": shown(f"alt{j}"), "logprob": p - j, "bytes": list(f"alt{j}".encode())}
-                    for j in range(1, k)]}
-                for t, p in reply]}
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": "".join(t for t, _ in reply)},
-                                  "logprobs": logprobs, "finish_reason": "stop", "stop_reason": None}
-        answer: dict[str, Any] = {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": 0,
-                                  "model": body["model"], "choices": [choice],
-                                  "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids),
-                                            "total_tokens": len(prompt_ids) + len(ids)},
-                                  "prompt_logprobs": None}
-        if body.get("return_token_ids"):
-            choice["token_ids"] = ids
-            (choice if self.prompt_ids_on_the_choice else answer)["prompt_token_ids"] = prompt_ids
-        self.answers.append(answer)
-        return web.json_response(answer)
-
-
 @pytest.fixture
 async def vllm():
-    server = await VLLMShaped().start()
+    server = await FakeProvider(replies=_REPLIES).start()
     yield server
     await close_pools()
     await server.stop()
@@ -126,7 +55,7 @@ class Shout(rk.Task):
         return response.model_copy(update={"message": rk.AssistantMessage(content="PARIS")})
 
 
-async def _rollout(vllm: VLLMShaped, **options: Any) -> rk.Trace:
+async def _rollout(vllm: FakeProvider, **options: Any) -> rk.Trace:
     model = OpenAIModel("qwen-test", base_url=vllm.url, api_key="none", **options)
     return await rk.Agent(model=model).run(Capital(prompt="What is the capital of France?"),
                                             user=rk.ScriptedUser(["thanks"]))
@@ -275,7 +204,7 @@ def test_openai_model_token_options_are_checked():
 async def test_logprobs_that_are_not_numbers_are_a_502_naming_the_endpoint(vllm):
     model = OpenAIModel("qwen-test", base_url=vllm.url, api_key="none", logprobs=True)
     with pytest.raises(rk.ProviderError) as caught:
-        await model.complete(rk.Request(messages=[rk.UserMessage(content="garble it")]))
+        await model.complete(rk.Request(messages=[rk.UserMessage(content="fake:bad_logprobs")]))
     assert caught.value.status == 502
     assert str(caught.value).startswith(f"model endpoint {vllm.url} sent logprobs that are not OpenAI's shape "
                                         "(model 'qwen-test'): ValueError: could not convert string to float")

@@ -51,6 +51,8 @@ def test_every_real_file_reads_the_same_twice_and_from_another_folder(tmp_path: 
         again, moved = _data(rk.load(path, errors="skip")), _data(rk.load(copy / path.name, errors="skip"))
         if again != first or moved != first:
             differ[str(path.relative_to(FIXTURES))] = _first_difference(first, again if again != first else moved)
+        if len({t["id"] for t in first}) != len(first):  # a file's traces are as many ids (several per line too)
+            differ[str(path.relative_to(FIXTURES))] = "two traces share an id"
     assert differ == {}
 
 
@@ -132,6 +134,22 @@ def test_two_equal_records_stay_two_traces_with_their_own_ids(tmp_path: Path):
     assert first.messages == second.messages
     assert first.id != second.id
     assert [t.id for t in rk.load(path)] == [first.id, second.id]
+
+
+def test_an_id_digests_what_each_line_draws_on_the_metadata_beside_it_included(tmp_path: Path):
+    """A verifiers line is read with the run's metadata.json: the same
+    lines beside another run's metadata are other traces, with other ids;
+    beside the same metadata, the same ids, wherever the folder lies."""
+    line = json.dumps({"prompt": [{"role": "user", "content": "2+2?"}],
+                       "completion": [{"role": "assistant", "content": "4"}], "reward": 1.0, "example_id": 0})
+    ids = {}
+    for name, model in (("a", "model-a"), ("b", "model-b"), ("c", "model-a")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.jsonl").write_text(f"{line}\n")
+        (tmp_path / name / "metadata.json").write_text(json.dumps({"env_id": "arith", "model": model}))
+        [ids[name]] = [(t.id, t.agent["model"]) for t in rk.load(tmp_path / name / "results.jsonl")]
+    assert ids["a"][1] == "model-a" and ids["b"][1] == "model-b"
+    assert ids["a"][0] != ids["b"][0] and ids["a"] == ids["c"]
 
 
 def test_an_error_the_source_did_not_time_gets_the_runs_end_marked_inferred(tmp_path: Path):

@@ -13,7 +13,6 @@ the generator reaches every field of `Trace`.
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +103,8 @@ def _comparable(trace: Trace) -> dict[str, Any]:
     return record
 
 
-def _round_trip(trace: Trace, fmt: str, name: str) -> Trace:
-    with tempfile.TemporaryDirectory() as folder:
-        (back,) = rk.load(rk.save([trace], Path(folder) / name, format=fmt))
+def _round_trip(trace: Trace, fmt: str, name: str, folder: Path) -> Trace:
+    (back,) = rk.load(rk.save([trace], folder / name, format=fmt))
     return back
 
 
@@ -115,17 +113,17 @@ _SETTINGS = settings(max_examples=60, deadline=None, database=None, derandomize=
 
 
 @_SETTINGS
-@given(traces())
-def test_rollkit_to_rollkit_json_lines_to_rollkit_loses_nothing(trace: Trace) -> None:
-    back = _round_trip(trace, "rollkit", "t.jsonl")
+@given(trace=traces())
+def test_rollkit_to_rollkit_json_lines_to_rollkit_loses_nothing(trace: Trace, tmp_path_factory) -> None:
+    back = _round_trip(trace, "rollkit", "t.jsonl", tmp_path_factory.mktemp("round-trip"))
     assert _comparable(back) == _comparable(trace)
     assert back.outcome == trace.outcome
 
 
 @_SETTINGS
-@given(traces())
-def test_rollkit_to_atif_to_rollkit_loses_nothing(trace: Trace) -> None:
-    back = _round_trip(trace, "atif", "t.json")
+@given(trace=traces())
+def test_rollkit_to_atif_to_rollkit_loses_nothing(trace: Trace, tmp_path_factory) -> None:
+    back = _round_trip(trace, "atif", "t.json", tmp_path_factory.mktemp("round-trip"))
     assert _comparable(back) == _comparable(trace)
     assert back.outcome == trace.outcome and back.info["format"] == "atif"
 

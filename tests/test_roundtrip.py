@@ -22,7 +22,6 @@ phases other than the agent's have no place in an inspect log.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -160,26 +159,25 @@ def _held(trace: rk.Trace) -> dict[str, Any]:
 # unique_by: a trace's id is a digest of the record and its place in the
 # file, and every generated one is "generated": two equal draws are one trace.
 @given(traces=st.lists(_traces(), min_size=1, max_size=3, unique_by=lambda t: t.id))
-def test_rollkit_to_inspect_to_rollkit_gives_the_traces_back(traces):
+def test_rollkit_to_inspect_to_rollkit_gives_the_traces_back(traces, tmp_path_factory):
     pytest.importorskip("inspect_ai")
     from oracle_inspect import differences
 
     for n, trace in enumerate(traces):
         trace.task.key = f"{trace.task.key}-{n}"  # one sample per trace
-    with tempfile.TemporaryDirectory() as folder:
-        for suffix in (".eval", ".json"):
-            path = rk.save(traces, Path(folder) / f"log{suffix}", format="inspect")
-            back = {t.id: t for t in rk.load(path)}
-            assert [_held(back[t.id]) for t in traces] == [_held(t) for t in traces]
-            assert differences(path) == []  # inspect's own reader reads the whole log, as rollkit does
+    folder = tmp_path_factory.mktemp("round-trip")  # one per example (tmp_path is one per test)
+    for suffix in (".eval", ".json"):
+        path = rk.save(traces, folder / f"log{suffix}", format="inspect")
+        back = {t.id: t for t in rk.load(path)}
+        assert [_held(back[t.id]) for t in traces] == [_held(t) for t in traces]
+        assert differences(path) == []  # inspect's own reader reads the whole log, as rollkit does
 
 
 @settings(max_examples=40, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(traces=st.lists(_traces(), min_size=1, max_size=3, unique_by=lambda t: t.id))
-def test_rollkit_to_json_lines_to_rollkit_gives_equal_traces(traces):
-    with tempfile.TemporaryDirectory() as folder:
-        assert rk.load(rk.save(traces, Path(folder) / "t.jsonl")) == traces
+def test_rollkit_to_json_lines_to_rollkit_gives_equal_traces(traces, tmp_path_factory):
+    assert rk.load(rk.save(traces, tmp_path_factory.mktemp("round-trip") / "t.jsonl")) == traces
 
 
 def test_split_parts_keeps_reasoning_and_empty_parts_apart_from_the_text():

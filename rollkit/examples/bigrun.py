@@ -8,6 +8,7 @@ calculator tool. Running real rollouts that many times would take hours;
 the lines are formatted straight from one validated template instead, so
 every line is a trace `rk.load` reads. For notebooks, tests and
 benchmarks of big runs (notebook 07, benchmarks/bigrun.py).
+`cached_big_run` writes one once into the user cache folder and reuses it.
 
 This module only writes files; it runs no rollout.
 """
@@ -17,9 +18,10 @@ from __future__ import annotations
 import json
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from ..core._cache_folder import user_cache_folder
 
 __all__ = ["big_run", "cached_big_run"]
 
@@ -149,11 +151,17 @@ def big_run(n: int, folder: str | os.PathLike[str], *, turns: int = 1, tasks: in
     return out
 
 
-def cached_big_run(n: int = 100_000, *, turns: int = 1, seed: int = 0) -> Path:
-    """`big_run(n)` written once into the temporary folder and reused after
-    (with its tables, built on first open): notebooks and test sessions that
-    ask again get the same run in no time."""
-    folder = Path(tempfile.gettempdir()) / "rollkit-big-run" / f"{n}-{turns}-{seed}"
+def cached_big_run(n: int = 100_000, *, turns: int = 1, seed: int = 0,
+                   cache: str | os.PathLike[str] | None = None) -> Path:
+    """`big_run(n)` written once into `cache` and reused after (with its
+    tables, built on first open): notebooks and test sessions that ask again
+    get the same run in no time. `cache` defaults to $ROLLKIT_BIG_RUN_CACHE,
+    else `big-run` in rollkit's user cache folder (~/.cache/rollkit): each
+    run is a subfolder `<n>-<turns>-<seed>` of it (100,000 single-turn
+    rollouts take about 230 MB with their tables). Never the temporary
+    folder, which a test session must leave as it found it."""
+    root = Path(cache) if cache is not None else _big_run_cache()
+    folder = root / f"{n}-{turns}-{seed}"
     manifest = folder / "manifest.json"
     try:
         done = json.loads(manifest.read_text())["run_id"] == f"big-{n}-{turns}-{seed}"
@@ -162,3 +170,8 @@ def cached_big_run(n: int = 100_000, *, turns: int = 1, seed: int = 0) -> Path:
     if not done:
         big_run(n, folder, turns=turns, seed=seed)
     return folder
+
+
+def _big_run_cache() -> Path:
+    given = os.environ.get("ROLLKIT_BIG_RUN_CACHE")
+    return Path(given) if given else user_cache_folder() / "big-run"

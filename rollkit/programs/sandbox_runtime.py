@@ -99,6 +99,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core._cache_folder import user_cache_folder
 from ..core._network_policy import Decision
 from ..core.checks import whole
 from ..core.errors import SandboxError
@@ -241,10 +242,6 @@ def _pids_cgroup_parent() -> Path | None:
     return None
 
 
-def _cache_folder() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rollkit"
-
-
 def _etc_folder() -> Path:
     """The sandbox's /etc (without passwd, which is per runtime): copies of
     the `_ETC` host entries, only what every user may read (symlinks kept as
@@ -262,7 +259,7 @@ def _etc_folder() -> Path:
     for name in _ETC:
         _list_readable(Path("/etc", name), manifest)
     key = hashlib.sha256("\n".join(manifest).encode()).hexdigest()[:16]
-    target = _cache_folder() / f"sandbox-etc-{key}"
+    target = user_cache_folder() / f"sandbox-etc-{key}"
     if not (target / "group").is_file():
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -293,7 +290,7 @@ def _compiled_init() -> Path | None:
     if _compiled:
         return _compiled[0]
     source = _INIT_SOURCE.read_bytes()
-    cache = _cache_folder()
+    cache = user_cache_folder()
     target = cache / f"sandbox-init-{hashlib.sha256(source).hexdigest()[:16]}"
     found: Path | None = target if target.is_file() else None
     compiler = shutil.which("cc") or shutil.which("gcc")

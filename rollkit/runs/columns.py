@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..core._cache_folder import user_cache_folder
 from ..core._gcpause import paused
 from ..core._dependencies import np, pa, pq, tqdm_auto
 from .rows import TABLES, _COLUMNS, _TYPES, _Rows, _large_strings, _python_tables, _trace_rows
@@ -120,7 +121,7 @@ def _cache_folder(source: Path) -> Path:
         probe.unlink()
         return beside
     except OSError:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rollkit" / "columns"
+        root = user_cache_folder() / "columns"
         key = _digest(str(source.resolve()).encode())
         folder = root / f"{source.name}-{key}"
         folder.mkdir(parents=True, exist_ok=True)

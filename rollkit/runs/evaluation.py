@@ -40,7 +40,7 @@ from .compare import trace_signals
 from .stats import mean_interval, run_cost
 from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
 from .runner import run_rollout
-from .live import LIVE, LiveWriter, run_info
+from .live import LIVE, LiveWriter, RunSink, run_info
 from .livetables import TraceLog
 from .runfolder import GROUPS, TRACES, USER_TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
 from ..core.store import append_trace
@@ -305,10 +305,10 @@ class _Plan:
     starts: dict[str, Any] = field(default_factory=dict)
     folder: RunFolder | None = None  # set by _execute, the only place that touches the folder
     # What watches the run in this process (a monitor's rollkit.runs.live.RunState),
-    # called as the live file's LiveWriter is: begin, started, phase, turn, finished, end.
-    watchers: list[Any] = field(default_factory=list)
+    # a RunSink called as the live file's LiveWriter is.
+    watchers: list[RunSink] = field(default_factory=list)
     # Sends each finished rollout as OpenTelemetry spans (`otel=`; rollkit.runs.exports.otel).
-    otel: Any = None
+    otel: RunSink | None = None
 
     @property
     def run_id(self) -> str:
@@ -471,7 +471,7 @@ class _Run:
             t for t in self.traces if t.info.get("example_id") in planned and t.info.get("repeat", 0) < plan.repeats
         ]
         self.progress = _Progress(False, 0, [])  # the bar appears once the backend is up
-        self.sinks: list[Any] = []  # the live file's writer and the watchers: see _watch_run
+        self.sinks: list[RunSink] = []  # the live file's writer and the watchers: see _watch_run
         self.trace_file: Any = None
         self.group_file: Any = None
         self.user_file: Any = None
@@ -727,8 +727,8 @@ class _Pending(interrupts.Awaiting[EvalResult]):
         super().__init__(coroutine)
         self._plan = plan
 
-    def attach(self, watcher: Any) -> None:
-        """Have `watcher` (a rollkit.runs.live.RunState) hear of this run as it
+    def attach(self, watcher: RunSink) -> None:
+        """Have `watcher` (a rollkit.runs.live.RunSink, e.g. a RunState) hear of this run as it
         goes, like its live file; before it is awaited only."""
         if self._plan is None:
             raise RuntimeError("this evaluation cannot be watched")

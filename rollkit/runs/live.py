@@ -21,8 +21,8 @@ read from its line in traces.jsonl, never from here.
 and ETA, one lane per rollout in flight, the running mean of each signal
 with a 95% interval, stop reasons and error types, the slowest and failed
 rollouts (each with a way to load its trace). It is fed either in this
-process (the run calls it as `LiveWriter` is called: `begin`, `started`,
-`phase`, `turn`, `finished`, `end`) or by `FolderFollower`, which follows a
+process (the run calls it as `LiveWriter` is called: the `RunSink` methods
+`begin`, `started`, `phase`, `turn`, `finished`, `end`) or by `FolderFollower`, which follows a
 run folder written by another process: traces.jsonl and live.jsonl are read
 from where the last poll stopped, a half-written last line waits for the
 next poll, and a folder that is not a run, or is deleted while followed,
@@ -53,7 +53,7 @@ from .compare import trace_signals
 from .rows import signal_values
 from .stats import RunCost, t_critical
 
-__all__ = ["LIVE", "LiveWriter", "RunState", "Lane", "Finished", "FolderFollower", "FLUSH_EVERY"]
+__all__ = ["LIVE", "RunSink", "LiveWriter", "RunState", "Lane", "Finished", "FolderFollower", "FLUSH_EVERY"]
 
 LIVE = "live.jsonl"
 FLUSH_EVERY = 0.2  # seconds: a follower is never further behind than this (plus its poll)
@@ -64,7 +64,38 @@ def _clock() -> float:
     return time.time()
 
 
-class LiveWriter:
+class RunSink:
+    """What hears of a run as it goes: the live file's writer, a `RunState`,
+    OTel's live sink, a watcher given to `rk.evaluate_async(...).attach`.
+    The run calls, in its own process and in this order per rollout:
+    `begin(info)` once (info as the "run" line of live.jsonl), then per
+    rollout `started`, any number of `phase` and `turn`, and `finished` with
+    its trace; then `end(status)` once ("done", "interrupted" or "failed").
+    Each method here does nothing: a sink overrides the events it uses. An
+    exception a sink raises stops the run with it."""
+
+    __slots__ = ()  # a subclass with slots keeps them
+
+    def begin(self, info: dict[str, Any]) -> None:
+        """The run starts (or resumes): `info` has run_id, total, limits, agent_timeout, pid, host."""
+
+    def started(self, rollout_id: str) -> None:
+        """A rollout starts."""
+
+    def phase(self, rollout_id: str, phase: str) -> None:
+        """A rollout enters `phase` (boot, agent, score, ...)."""
+
+    def turn(self, rollout_id: str, turns: int, tokens: int, agent_time: float) -> None:
+        """A rollout's model answered: its counts so far."""
+
+    def finished(self, trace: Trace) -> None:
+        """A rollout is over; its trace is already written to the run's file if it has one."""
+
+    def end(self, status: str) -> None:
+        """The run is over: "done", "interrupted" or "failed"."""
+
+
+class LiveWriter(RunSink):
     """Writes live.jsonl for one execution of a run (see the module docstring).
     Lines are built by hand (the ids once per rollout by json.dumps): this
     runs for every event of every rollout, in the run's own process."""
@@ -288,7 +319,7 @@ def finished_from_line(line: bytes | str, ref: Any) -> Finished:
 
 
 @dataclass
-class RunState:
+class RunState(RunSink):
     """A run as a monitor sees it. Each change calls `on_change(final)`
     (final: the run just ended), at most once per call into the state."""
 

@@ -45,6 +45,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ...core.errors import Unavailable, UsageError
 from ...core.messages import AssistantMessage, Message, SystemMessage, ToolMessage, text_of
 from ...core.trace import PHASES, ModelCall, Trace
+from ..live import RunSink
 
 __all__ = ["OtelExporter", "OtelSent", "SEMCONV_VERSION", "live_sink", "write"]
 
@@ -282,8 +283,8 @@ class OtelExporter:
         return f"OtelExporter({where!r}, sent {self.traces} rollouts, {self.spans} spans)"
 
 
-class _LiveSink:
-    """A run's watcher (called as rollkit.runs.live.LiveWriter is) that sends
+class _LiveSink(RunSink):
+    """A run's watcher (a rollkit.runs.live.RunSink) that sends
     each finished rollout; the other events carry nothing to send. Given a
     URL it makes its exporter when the run begins and closes it at the end;
     given an `OtelExporter` it flushes it at the end and leaves it open. A
@@ -296,15 +297,6 @@ class _LiveSink:
     def begin(self, info: dict[str, Any]) -> None:
         if self.exporter is None:
             self.exporter = OtelExporter(self.given)  # type: ignore[arg-type]
-
-    def started(self, rollout_id: str) -> None:
-        pass
-
-    def phase(self, rollout_id: str, phase: str) -> None:
-        pass
-
-    def turn(self, rollout_id: str, turns: int, tokens: int, agent_time: float) -> None:
-        pass
 
     def finished(self, trace: Trace) -> None:
         if self.exporter is not None:

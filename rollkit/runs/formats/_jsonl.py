@@ -23,11 +23,16 @@ from ._build import Where, converting
 __all__ = ["each_line"]
 
 
-def each_line(path: Path, errors: str, kind: str, convert: Callable[[Any, Where, int], Trace]) -> list[Trace]:
-    """`convert(record, where, index)` for each non-empty line of `path`."""
+def each_line(path: Path, errors: str, kind: str, convert: Callable[[Any, Where, int], Trace],
+              beside: bytes = b"") -> list[Trace]:
+    """`convert(record, where, index)` for each non-empty line of `path`.
+    `where.read` is the line (without its line ending) after `beside`, what
+    the importer read beside the file that every line draws on: a trace made
+    from that alone gets its id from it."""
     traces = []
     for number, raw in _safe_read.lines(path):  # regular files only, each line bounded
-        where = Where(path, f"line {number}", line=number)
+        where = Where(path, f"line {number}", line=number,
+                      read=None if raw is None else beside + raw.rstrip(b"\r\n"))
         try:
             if raw is None:
                 raise _safe_read.too_long(path, number)

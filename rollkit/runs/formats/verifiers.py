@@ -37,6 +37,8 @@ fork needs `task=`.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -239,7 +241,9 @@ def read(path: Path, errors: str) -> list[Trace]:
             completed=bool(record.get("is_completed", True)) or not found,
         )
 
-    return each_line(path, errors, "verifiers result", convert)
+    # Every line draws on the run's metadata: it is part of what each trace's id digests.
+    beside = json.dumps(meta, sort_keys=True, default=str).encode() + b"\n"
+    return each_line(path, errors, "verifiers result", convert, beside)
 
 
 # ---- verifiers v1: traces.jsonl ------------------------------------------------
@@ -360,7 +364,9 @@ def read_v1(path: Path, errors: str) -> list[Trace]:
     def convert(record: Any, where: Where, index: int) -> list[Trace]:
         if not isinstance(record, dict) or not isinstance(record.get("traces"), list):
             raise where.error("traces", "is missing: a verifiers v1 episode holds its traces there")
-        traces = [_v1_trace(record, raw, where, i) for i, raw in enumerate(record["traces"])]
+        # One line, several traces: each one's id digests the line and which of its traces it is.
+        traces = [_v1_trace(record, raw, dataclasses.replace(where, read=(where.read or b"") + b"\n%d" % i), i)
+                  for i, raw in enumerate(record["traces"])]
         for trace in traces:
             example = trace.info["example_id"]
             repeat = repeats[example] = repeats.get(example, -1) + 1
