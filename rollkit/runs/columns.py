@@ -18,7 +18,11 @@ source, or that cannot be read (torn, partial), is dropped and the tables
 are rebuilt from the JSON, never trusted. A file that grew (a resumed or
 live run) gets a new part for its new lines only; a run that writes its
 traces (rollkit.runs.livetables) hands each batch of lines it wrote to
-`TableSet.add`, so its tables are complete when it ends. A part of 8 MB or more
+`TableSet.add`, so its tables are complete when it ends. A build from the
+file (a first open) makes each part's rollouts table only, what the
+rollouts frame reads; a part's other five are built when a table is first
+asked for (`files[table]`), from the part's byte range once it is checked
+to be the bytes the part was cut from, and its marker lists what it has. A part of 8 MB or more
 is built by DuckDB's JSON parser (rollkit.runs.nativebuild); a smaller one,
 and one DuckDB must not read, by the Python build here (the reference: both
 make the same tables). Rows come straight from
@@ -40,7 +44,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -474,7 +478,8 @@ class TableSet:
         for marker in sorted(self.folder.glob("part-*.json")):
             try:
                 meta = json.loads(marker.read_text())
-                for table in TABLES:
+                meta["tables"] = _listed(meta)
+                for table in meta["tables"]:
                     file = self.folder / table / f"{marker.stem}.parquet"
                     stored = footer(file).metadata or {}
                     if stored.get(b"rollkit.part") != marker.stem.encode() or stored.get(b"rollkit.v") != _VERSION.encode():
@@ -520,12 +525,38 @@ class TableSet:
             parts.extend(self._build(covered, size, ordinal))
         self._settle(parts)
 
+    def _complete(self, table: str) -> None:
+        """Build the tables the parts lacking `table` lack (a part built by
+        a first open has its rollouts only), from their bytes of the source,
+        after checking those bytes are still what the part was built from
+        (if not: the tables are made current first, as opening would)."""
+        lacking = [p for p in self.parts if table not in p["tables"]]
+        if not lacking:
+            return
+        size = self.source.stat().st_size
+        if not self._valid(self.parts, size):
+            self._refresh()
+            lacking = [p for p in self.parts if table not in p["tables"]]
+        with paused(), _progress(self.source, sum(p["end"] - p["start"] for p in lacking), self.progress) as bar, \
+                open(self.source, "rb") as f:
+            for part in lacking:
+                f.seek(part["start"])
+                data = f.read(part["end"] - part["start"])
+                starts, ends, lengths = _lines(data, np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1)
+                missing = tuple(t for t in TABLES if t not in part["tables"])
+                ordinal = sum(p["lines"] for p in self.parts[:self.parts.index(part)])
+                part.update(self._part(data, starts, ends, lengths, part["start"], ordinal, missing, part))
+                bar.update(len(data))
+
     def _settle(self, parts: list[dict[str, Any]]) -> None:
+        self.parts = parts
         if len(parts) > _MAX_PARTS:
-            parts = self._compact(parts)
+            for table in TABLES:  # every table of every part, to merge them
+                self._complete(table)
+            parts = self._compact(self.parts)
         self.parts = parts
         self.built_lines = sum(p["lines"] for p in parts)
-        self.files = {table: [self.folder / table / f"{p['name']}.parquet" for p in parts] for table in TABLES}
+        self.files = _Files(self)
 
     def add(self, data: bytes, start: int) -> None:
         """Bring the tables up to `start + len(data)`, where `data` is
@@ -554,6 +585,9 @@ class TableSet:
         with paused(), _progress(self.source, size - start, self.progress) as bar:
             return self._build_parts(start, ordinal, bar)
 
+    # A first open builds the rollouts only; the other tables wait until asked for (_complete).
+    _FIRST = ("rollouts",)
+
     def _build_parts(self, start: int, ordinal: int, bar: Any) -> list[dict[str, Any]]:
         """Parts for the complete lines of the source from `start` (_BATCH
         lines or _PART_BYTES of source each). A last line without its
@@ -562,24 +596,26 @@ class TableSet:
         with open(self.source, "rb") as f:
             for part_start, data, ends in _blocks(f, start):
                 starts, ends, lengths = _lines(data, ends)
-                made.append(self._part(data, starts, ends, lengths, part_start, ordinal))
+                made.append(self._part(data, starts, ends, lengths, part_start, ordinal, self._FIRST))
                 ordinal += len(starts)
                 bar.update(len(data))
         return made
 
-    def _part(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int,
-              ordinal: int) -> dict[str, Any]:
-        """The part of `data` (the source's lines from `part_start`) built and written."""
+    def _part(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
+              tables: tuple[str, ...] = TABLES, built: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The part of `data` (the source's lines from `part_start`) built
+        and written: `tables` of it, beside those of `built` (its marker)."""
         part = None
         if _NATIVE and len(starts) and len(data) >= _NATIVE_MIN_BYTES:
-            part = self._native(data, starts, ends, lengths, part_start, ordinal)
+            part = self._native(data, starts, ends, lengths, part_start, ordinal, tables, built)
         if part is None:
-            tables = _python_tables(self._python_rows(data, starts, ends, part_start, ordinal))
-            part = self._write_part(tables.items(), part_start, part_start + len(data), len(starts), "python")
+            made = _python_tables(self._python_rows(data, starts, ends, part_start, ordinal))
+            part = self._write_part([(t, made[t]) for t in tables], part_start, part_start + len(data), len(starts),
+                                    "python", built)
         return part
 
-    def _native(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int,
-                ordinal: int) -> dict[str, Any] | None:
+    def _native(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
+                tables: tuple[str, ...], built: dict[str, Any] | None) -> dict[str, Any] | None:
         """The part built by DuckDB (rollkit.runs.nativebuild) and written,
         each table as soon as it is made; None when the Python build must
         make it (it names a bad line; its files replace any written here)."""
@@ -593,11 +629,11 @@ class TableSet:
                 offsets[0], offsets[1:] = 0, ends
                 lines = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(data))
             else:
-                lines = pa.array([data[s:e] for s, e in zip(starts.tolist(), ends.tolist())], pa.large_binary()) \
+                lines = pa.array([bytes(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist())], pa.large_binary()) \
                     .cast(pa.large_string())
             lines.validate(full=True)  # UTF-8: a line that is not is the Python build's to report
-            tables = native_tables(lines, ordinal, starts + part_start, lengths, _COLUMNS, _TYPES)
-            return self._write_part(tables, part_start, part_start + len(data), len(starts), "native")
+            made = native_tables(lines, ordinal, starts + part_start, lengths, _COLUMNS, _TYPES, tables)
+            return self._write_part(made, part_start, part_start + len(data), len(starts), "native", built)
         except (NativeUnfit, duckdb.Error, pa.ArrowException):
             return None
 
@@ -614,16 +650,22 @@ class TableSet:
         return rows
 
     def _write_part(self, tables: Iterable[tuple[str, Any]], start: int, end: int, lines: int,
-                    build: str) -> dict[str, Any]:
+                    build: str, built: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write a part's tables, then its marker, listing them beside those
+        `built` already (the marker of the part they complete)."""
         name = _part_name(start, end)
+        written = list(built["tables"]) if built else []
         for table, arrow in tables:
             arrow = _large_strings(arrow).replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
             folder = self.folder / table
             folder.mkdir(parents=True, exist_ok=True)
             _atomic(lambda tmp: pq.write_table(arrow, tmp, compression="lz4"), folder / f"{name}.parquet")
+            written.append(table)
+        if built:
+            build = "+".join(sorted({*built["build"].split("+"), build}))
         meta = {"start": start, "end": end, "lines": lines, "head": _head(self.source, end),
-                "before": _before(self.source, end),
-                "build": build}
+                "before": _before(self.source, end), "build": build,
+                "tables": [t for t in TABLES if t in written]}
         # The marker last: a part without it is ignored (and cleared with the next rebuild).
         _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
         return {**meta, "name": name}
@@ -651,7 +693,8 @@ class TableSet:
             _atomic(lambda tmp: pq.write_table(merged, tmp, compression="lz4"), self.folder / table / f"{name}.parquet")
         meta = {"start": parts[0]["start"], "end": parts[-1]["end"], "lines": sum(p["lines"] for p in parts),
                 "head": _head(self.source, parts[-1]["end"]), "before": parts[-1]["before"],
-                "build": "+".join(sorted({p.get("build", "python") for p in parts}))}
+                "build": "+".join(sorted({b for p in parts for b in p.get("build", "python").split("+")})),
+                "tables": list(TABLES)}
         _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
         for p in parts:
             if p["name"] != name:
@@ -659,6 +702,35 @@ class TableSet:
                 for table in TABLES:
                     (self.folder / table / f"{p['name']}.parquet").unlink()
         return [{**meta, "name": name}]
+
+
+def _listed(meta: dict[str, Any]) -> list[str]:
+    """The tables a part's marker says it has (a marker from before tables
+    were built on demand lists none: it has all six)."""
+    tables = meta.get("tables", list(TABLES))
+    if not isinstance(tables, list) or "rollouts" not in tables or not set(tables) <= set(TABLES):
+        raise ValueError(f"a part's tables are {tables!r}")
+    return tables
+
+
+class _Files(Mapping):
+    """`TableSet.files`: each table's Parquet files, in source order; a
+    table some part lacks is built for it when first asked for."""
+
+    def __init__(self, tables: TableSet) -> None:
+        self._tables = tables
+
+    def __getitem__(self, table: str) -> list[Path]:
+        if table not in TABLES:
+            raise KeyError(table)
+        self._tables._complete(table)
+        return [self._tables.folder / table / f"{p['name']}.parquet" for p in self._tables.parts]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(TABLES)
+
+    def __len__(self) -> int:
+        return len(TABLES)
 
 
 def _python_tables(rows: _Rows) -> dict[str, Any]:
@@ -715,10 +787,11 @@ def _blocks(f: Any, start: int) -> Any:
         if cut is None:  # the end of the file: its complete lines, the rest waits
             if not len(ends):
                 return
-            yield at, data[:ends[-1]], ends
+            yield at, memoryview(data)[:ends[-1]], ends
             return
         end = int(ends[cut])
-        yield at, data[:end], ends[:cut + 1]
+        # A view of the part, not a copy of it (128 MB copied a part cost a tenth of a native build).
+        yield at, memoryview(data)[:end], ends[:cut + 1]
         pending, at = data[end:], at + end
 
 
@@ -728,7 +801,7 @@ def _blank(data: bytes, starts: Any, ends: Any) -> Any:
     if len(starts):
         first = np.frombuffer(data, dtype=np.uint8)[starts]
         for k in np.flatnonzero(np.isin(first, np.frombuffer(_WHITESPACE, dtype=np.uint8))).tolist():
-            blank[k] = not data[starts[k]:ends[k]].strip()
+            blank[k] = not bytes(data[starts[k]:ends[k]]).strip()
     return blank
 
 
