@@ -166,9 +166,11 @@ _TYPES = {**dict.fromkeys(_STR, "string"), **dict.fromkeys(_INT, "int64"), **dic
 
 class _Rows:
     """The rows of one part: a tuple per row for each table, and the
-    rollouts' reward and metric values (their names vary) kept apart."""
+    rollouts' reward and metric values (their names vary) kept apart.
+    `everything=False`: the rollouts' rows only (a live run's part, a first open's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, everything: bool = True) -> None:
+        self.everything = everything
         self.rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in TABLES}
         self.signals: dict[str, dict[int, float]] = {}
 
@@ -218,7 +220,10 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
     limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
     budget = _raw((t.get("timeouts") or {}).get("agent"))
     messages = t.get("messages") or ()
-    unreported_in, unreported_out = _call_rows(table, ids, key, calls, messages, limit_values, budget, ordinal)
+    if rows.everything:
+        unreported_in, unreported_out = _call_rows(table, ids, key, calls, messages, limit_values, budget, ordinal)
+    else:
+        unreported_in, unreported_out = _unreported(calls)
     token_totals = _token_totals(last, unreported_in, unreported_out)
     # The trace's cost as Trace.cost_usd reads it: the source's total, else the running total.
     cost_usd = info.get("cost_usd")
@@ -237,12 +242,27 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
     for prefix, values in (("reward.", rewards), ("metric.", metrics)):
         for name, value in values.items():
             rows.signals.setdefault(prefix + name, {})[row_number] = _num(value)
+    if not rows.everything:
+        return
     t0 = min((s for _, s, _ in present), default=0.0)
     for phase, s, e in present:
         table["phases"].append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
                                 _num(cost_usd) if phase == "agent" else 0.0, ordinal))
     _signal_rows(table["signals"], ids, key, task_type, t, error, scored, aborted, ordinal)
     _message_rows(table["messages"], trace_id, key, messages, ordinal)
+
+
+def _unreported(calls: list[dict[str, Any]]) -> tuple[bool, bool]:
+    """Whether a turn did not report its input, its output tokens (what
+    _call_rows finds, and the fields it must find in each call)."""
+    unreported_in = unreported_out = False
+    for call in calls:
+        int(call["index"]), int(call["segment"])  # a call without them is not a trace's: the line is named
+        if call.get("committed"):
+            usage = call.get("usage") or {}
+            unreported_in = unreported_in or _count(usage.get("input_tokens")) is None
+            unreported_out = unreported_out or _count(usage.get("output_tokens")) is None
+    return unreported_in, unreported_out
 
 
 def _token_totals(last: dict[str, Any] | None, unreported_in: bool, unreported_out: bool) -> tuple[int | None, ...]:
@@ -549,11 +569,8 @@ class TableSet:
                 bar.update(len(data))
 
     def _settle(self, parts: list[dict[str, Any]]) -> None:
-        self.parts = parts
         if len(parts) > _MAX_PARTS:
-            for table in TABLES:  # every table of every part, to merge them
-                self._complete(table)
-            parts = self._compact(self.parts)
+            parts = self._compact(parts)
         self.parts = parts
         self.built_lines = sum(p["lines"] for p in parts)
         self.files = _Files(self)
@@ -576,7 +593,8 @@ class TableSet:
         if covered < end:
             piece = data[covered - start:]
             starts, ends, lengths = _lines(piece, np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == 10) + 1)
-            parts.append(self._part(piece, starts, ends, lengths, covered, sum(p["lines"] for p in parts)))
+            parts.append(self._part(piece, starts, ends, lengths, covered, sum(p["lines"] for p in parts),
+                                    self._FIRST))
         self._settle(parts)
 
     def _build(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
@@ -609,8 +627,8 @@ class TableSet:
         if _NATIVE and len(starts) and len(data) >= _NATIVE_MIN_BYTES:
             part = self._native(data, starts, ends, lengths, part_start, ordinal, tables, built)
         if part is None:
-            made = _python_tables(self._python_rows(data, starts, ends, part_start, ordinal))
-            part = self._write_part([(t, made[t]) for t in tables], part_start, part_start + len(data), len(starts),
+            made = _python_tables(self._python_rows(data, starts, ends, part_start, ordinal, tables), tables)
+            part = self._write_part(made.items(), part_start, part_start + len(data), len(starts),
                                     "python", built)
         return part
 
@@ -637,8 +655,9 @@ class TableSet:
         except (NativeUnfit, duckdb.Error, pa.ArrowException):
             return None
 
-    def _python_rows(self, data: bytes, starts: Any, ends: Any, part_start: int, ordinal: int) -> _Rows:
-        rows = _Rows()
+    def _python_rows(self, data: bytes, starts: Any, ends: Any, part_start: int, ordinal: int,
+                     tables: tuple[str, ...]) -> _Rows:
+        rows = _Rows(everything=set(tables) != {"rollouts"})
         loads = _loads()
         view = memoryview(data)
         for s, e in zip(starts.tolist(), ends.tolist()):
@@ -686,21 +705,24 @@ class TableSet:
         return kept
 
     def _merge(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One part of `parts`, with the tables all of them have (the others
+        are built for the merged part when first asked for)."""
         name = _part_name(parts[0]["start"], parts[-1]["end"])
-        for table in TABLES:
+        common = [t for t in TABLES if all(t in p["tables"] for p in parts)]
+        for table in common:
             merged = _concat([pq.read_table(self.folder / table / f"{p['name']}.parquet") for p in parts])
             merged = merged.replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
             _atomic(lambda tmp: pq.write_table(merged, tmp, compression="lz4"), self.folder / table / f"{name}.parquet")
         meta = {"start": parts[0]["start"], "end": parts[-1]["end"], "lines": sum(p["lines"] for p in parts),
                 "head": _head(self.source, parts[-1]["end"]), "before": parts[-1]["before"],
                 "build": "+".join(sorted({b for p in parts for b in p.get("build", "python").split("+")})),
-                "tables": list(TABLES)}
+                "tables": common}
         _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
         for p in parts:
             if p["name"] != name:
                 (self.folder / f"{p['name']}.json").unlink()
                 for table in TABLES:
-                    (self.folder / table / f"{p['name']}.parquet").unlink()
+                    (self.folder / table / f"{p['name']}.parquet").unlink(missing_ok=True)
         return [{**meta, "name": name}]
 
 
@@ -733,12 +755,12 @@ class _Files(Mapping):
         return len(TABLES)
 
 
-def _python_tables(rows: _Rows) -> dict[str, Any]:
+def _python_tables(rows: _Rows, tables: tuple[str, ...] = TABLES) -> dict[str, Any]:
     """The Python build's Arrow tables of a part's rows: a column's type is
     its kind's when known, else inferred from its values, as pandas infers
     them in the frames."""
-    tables = {}
-    for table in TABLES:
+    made = {}
+    for table in tables:
         columns = rows.columns(table)
         arrays = {}
         for column, values in columns.items():
@@ -758,8 +780,8 @@ def _python_tables(rows: _Rows) -> dict[str, Any]:
                 arrays[column] = array
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types (an id that is an int here, a str there)
                 arrays[column] = pa.array([None if v is None else str(v) for v in values])
-        tables[table] = pa.table(arrays) if arrays else pa.table({"_ordinal": pa.array([], pa.int64())})
-    return tables
+        made[table] = pa.table(arrays) if arrays else pa.table({"_ordinal": pa.array([], pa.int64())})
+    return made
 
 
 _WHITESPACE = b" \t\n\r\x0b\x0c"
