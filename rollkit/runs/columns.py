@@ -220,10 +220,8 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
     limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
     budget = _raw((t.get("timeouts") or {}).get("agent"))
     messages = t.get("messages") or ()
-    if rows.everything:
-        unreported_in, unreported_out = _call_rows(table, ids, key, calls, messages, limit_values, budget, ordinal)
-    else:
-        unreported_in, unreported_out = _unreported(calls)
+    unreported_in, unreported_out = (_call_rows(table, ids, key, calls, messages, limit_values, budget, ordinal)
+                                     if rows.everything else _unreported(calls))
     token_totals = _token_totals(last, unreported_in, unreported_out)
     # The trace's cost as Trace.cost_usd reads it: the source's total, else the running total.
     cost_usd = info.get("cost_usd")
@@ -242,14 +240,18 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
     for prefix, values in (("reward.", rewards), ("metric.", metrics)):
         for name, value in values.items():
             rows.signals.setdefault(prefix + name, {})[row_number] = _num(value)
-    if not rows.everything:
-        return
+    if rows.everything:
+        _phase_rows(table["phases"], ids, key, present, ok, cost_usd, ordinal)
+        _signal_rows(table["signals"], ids, key, task_type, t, error, scored, aborted, ordinal)
+        _message_rows(table["messages"], trace_id, key, messages, ordinal)
+
+
+def _phase_rows(phases_out: list[tuple[Any, ...]], ids: tuple[Any, ...], key: str,
+                present: list[tuple[str, float, Any]], ok: Any, cost_usd: Any, ordinal: int) -> None:
     t0 = min((s for _, s, _ in present), default=0.0)
     for phase, s, e in present:
-        table["phases"].append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
-                                _num(cost_usd) if phase == "agent" else 0.0, ordinal))
-    _signal_rows(table["signals"], ids, key, task_type, t, error, scored, aborted, ordinal)
-    _message_rows(table["messages"], trace_id, key, messages, ordinal)
+        phases_out.append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
+                           _num(cost_usd) if phase == "agent" else 0.0, ordinal))
 
 
 def _unreported(calls: list[dict[str, Any]]) -> tuple[bool, bool]:
