@@ -552,13 +552,16 @@ class TableSet:
         a first open has its rollouts only), from their bytes of the source,
         after checking those bytes are still what the part was built from
         (if not: the tables are made current first, as opening would)."""
-        lacking = [p for p in self.parts if table not in p["tables"]]
-        if not lacking:
+        if all(table in p["tables"] for p in self.parts):
             return
-        size = self.source.stat().st_size
-        if not self._valid(self.parts, size):
+        # As the folder is now: another process may have built them, or merged parts (a live run's writer).
+        parts = self._read_parts()
+        if parts is None or [p["name"] for p in parts] != [p["name"] for p in self.parts] \
+                or not self._valid(parts, self.source.stat().st_size):
             self._refresh()
-            lacking = [p for p in self.parts if table not in p["tables"]]
+        else:
+            self.parts = parts
+        lacking = [p for p in self.parts if table not in p["tables"]]
         with paused(), _progress(self.source, sum(p["end"] - p["start"] for p in lacking), self.progress) as bar, \
                 open(self.source, "rb") as f:
             for part in lacking:
