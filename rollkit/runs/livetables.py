@@ -4,7 +4,9 @@
 line, flushed: a crash loses only the rollouts in flight) and hands the
 lines it wrote, in batches, to the file's tables
 (rollkit.runs.columns.TableSet.add), which builds their part from these
-bytes as a build from the file would. A run that ends has its tables, so
+bytes as a build from the file would: its rollouts table (the rows a
+rollout's time pays for; the other five are built from the file when first
+asked for, as after any first open). A run that ends has its tables, so
 its first `rk.open_run` builds nothing. A batch becomes a part every
 `_LINES` lines, `_BYTES` of lines or `_SECONDS` after its first line,
 whichever comes first, and at close (an exception or an interrupt
