@@ -45,7 +45,7 @@ log = logging.getLogger("rollkit")
 # A part per this many lines, bytes of lines or seconds, whichever first:
 # bounds the memory held (the lines, then their rows while the part is
 # built) and how far a monitor reading the live run builds on its own. A
-# part of 1,000 single-turn rollouts costs ~20 ms to build and write; the
+# part of 1,000 single-turn rollouts costs ~0.1 s of CPU to build and write; the
 # small parts of a slow run are merged as any file's are (columns._MAX_PARTS).
 _LINES = 1000
 _BYTES = 8 << 20
