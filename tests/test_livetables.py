@@ -1,6 +1,7 @@
 """Run tables written as the run goes (rollkit.runs.livetables): a run that
-writes traces.jsonl (rk.evaluate, rk.ab_test) leaves its columnar tables
-complete, so its first open builds nothing, and they are equal, table for
+writes traces.jsonl (rk.evaluate, rk.ab_test) leaves its rollouts table
+complete (the other five are built when first asked for), so its first
+open builds nothing, and they are equal, table for
 table and column for column, to a fresh build of the finished file: after
 a plain run, a resumed one, one cut short by an exception, an interrupt
 or a kill, and one a reader opened while it ran."""
@@ -188,3 +189,19 @@ def test_tables_that_cannot_be_written_leave_the_run_whole_and_are_built_on_open
     monkeypatch.undo()
     assert len(open_run(tmp_path / "run")) == 6
     _same_as_a_fresh_build(source, tmp_path / "fresh")
+
+
+def test_a_run_writes_its_rollouts_table_and_the_others_are_built_when_first_asked_for(tmp_path, small_parts):
+    # The writer's share of a rollout's time is its rollouts rows only; the
+    # other five tables of its parts wait for the first frame, SQL or search
+    # that needs them, and then equal a fresh build.
+    source = big_run(10, tmp_path / "src", turns=2, tasks=3) / "traces.jsonl"
+    target = tmp_path / "run" / "traces.jsonl"
+    target.parent.mkdir()
+    with TraceLog(target) as log:
+        for line in source.read_bytes().splitlines(keepends=True):
+            log.write(line)
+    assert {tuple(p["tables"]) for p in _markers(target)} == {("rollouts",)}
+    assert len(open_run(target).turns()) == 20
+    assert {tuple(p["tables"]) for p in _markers(target)} == {TABLES}
+    _same_as_a_fresh_build(target, tmp_path / "fresh")

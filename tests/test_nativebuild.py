@@ -182,3 +182,46 @@ def test_the_first_open_shows_the_bytes_it_reads(tmp_path, capsys):
     assert capsys.readouterr().err == ""
     open_run(big_run(30, tmp_path / "small", tasks=3))  # a small build: no bar unless asked
     assert capsys.readouterr().err == ""
+
+
+def _listed_tables(cache: Path) -> list[list[str]]:
+    return [json.loads(p.read_text())["tables"] for p in sorted(cache.glob("part-*.json"))]
+
+
+def test_a_first_open_builds_the_rollouts_and_the_others_when_first_asked_for(tmp_path, monkeypatch):
+    # The first open is for the rollouts frame: the other five tables of a
+    # part are built (natively, from the part's bytes) when first asked
+    # for, and are then the Python build's, row for row.
+    monkeypatch.setattr(columns, "_BATCH", 7)
+    folder = big_run(20, tmp_path / "run", turns=2, tasks=3)
+    cache = folder / ".rollkit" / "traces.jsonl"
+    run = open_run(folder)
+    assert len(run.rollouts()) == 20
+    assert _listed_tables(cache) == [["rollouts"]] * 3
+    assert not (cache / "turns").exists()
+    assert len(run.turns()) == 40
+    assert _listed_tables(cache) == [list(TABLES)] * 3
+    assert {json.loads(p.read_text())["build"] for p in cache.glob("part-*.json")} == {"native"}
+    python, _ = _build(folder / "traces.jsonl", tmp_path / "python", False, monkeypatch)
+    for table in TABLES:
+        built = [pq.read_table(cache / table / f"{p.stem}.parquet") for p in sorted(cache.glob("part-*.json"))]
+        assert [b.equals(a) and b.schema.metadata == a.schema.metadata for a, b in zip(python[table], built)] \
+            == [True] * 3, table
+
+
+def test_a_table_built_later_checks_its_source_first(tmp_path, monkeypatch):
+    # Between the first open and the first ask for another table the file
+    # was rewritten: the tables are made current from it, never built from
+    # bytes other than those the part was cut from; a torn later table is
+    # rebuilt.
+    folder = big_run(12, tmp_path / "run", turns=2, tasks=3)
+    source = folder / "traces.jsonl"
+    run = open_run(folder)
+    lines = source.read_bytes().splitlines(keepends=True)
+    source.write_bytes(b"".join(lines[:5]))
+    assert len(run.turns()) == 10  # the five traces the file holds now, two turns each
+    assert len(open_run(folder).rollouts()) == 5
+    cache = folder / ".rollkit" / "traces.jsonl"
+    turns = next((cache / "turns").glob("*.parquet"))
+    turns.write_bytes(turns.read_bytes()[:100])
+    assert len(open_run(folder).turns()) == 10

@@ -19,7 +19,11 @@ source, or that cannot be read (torn, partial), is dropped and the tables
 are rebuilt from the JSON, never trusted. A file that grew (a resumed or
 live run) gets a new part for its new lines only; a run that writes its
 traces (rollkit.runs.livetables) hands each batch of lines it wrote to
-`TableSet.add`, so its tables are complete when it ends. A part of 8 MB or more
+`TableSet.add`, so its tables are complete when it ends. A build from the
+file (a first open) makes each part's rollouts table only, what the
+rollouts frame reads; a part's other five are built when a table is first
+asked for (`files[table]`), from the part's byte range once it is checked
+to be the bytes the part was cut from, and its marker lists what it has. A part of 8 MB or more
 is built by DuckDB's JSON parser (rollkit.runs.nativebuild); a smaller one,
 and one DuckDB must not read, by the Python build (rollkit.runs.rows' row
 builder, the reference: both make the same tables). Rows come straight from
@@ -42,7 +46,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -180,7 +184,8 @@ class TableSet:
         for marker in sorted(self.folder.glob("part-*.json")):
             try:
                 meta = json.loads(marker.read_text())
-                for table in TABLES:
+                meta["tables"] = _listed(meta)
+                for table in meta["tables"]:
                     file = self.folder / table / f"{marker.stem}.parquet"
                     stored = footer(file).metadata or {}
                     if stored.get(b"rollkit.part") != marker.stem.encode() or stored.get(b"rollkit.v") != _VERSION.encode():
@@ -226,12 +231,38 @@ class TableSet:
             parts.extend(self._build(covered, size, ordinal))
         self._settle(parts)
 
+    def _complete(self, table: str) -> None:
+        """Build the tables the parts lacking `table` lack (a part built by
+        a first open has its rollouts only), from their bytes of the source,
+        after checking those bytes are still what the part was built from
+        (if not: the tables are made current first, as opening would)."""
+        if all(table in p["tables"] for p in self.parts):
+            return
+        # As the folder is now: another process may have built them, or merged parts (a live run's writer).
+        parts = self._read_parts()
+        if parts is None or [p["name"] for p in parts] != [p["name"] for p in self.parts] \
+                or not self._valid(parts, self.source.stat().st_size):
+            self._refresh()
+        else:
+            self.parts = parts
+        lacking = [p for p in self.parts if table not in p["tables"]]
+        with paused(), _progress(self.source, sum(p["end"] - p["start"] for p in lacking), self.progress) as bar, \
+                open(self.source, "rb") as f:
+            for part in lacking:
+                f.seek(part["start"])
+                data = f.read(part["end"] - part["start"])
+                starts, ends, lengths = _lines(data, np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1)
+                missing = tuple(t for t in TABLES if t not in part["tables"])
+                ordinal = sum(p["lines"] for p in self.parts[:self.parts.index(part)])
+                part.update(self._part(data, starts, ends, lengths, part["start"], ordinal, missing, part))
+                bar.update(len(data))
+
     def _settle(self, parts: list[dict[str, Any]]) -> None:
         if len(parts) > _MAX_PARTS:
             parts = self._compact(parts)
         self.parts = parts
         self.built_lines = sum(p["lines"] for p in parts)
-        self.files = {table: [self.folder / table / f"{p['name']}.parquet" for p in parts] for table in TABLES}
+        self.files = _Files(self)
 
     def add(self, data: bytes, start: int) -> None:
         """Bring the tables up to `start + len(data)`, where `data` is
@@ -251,7 +282,8 @@ class TableSet:
         if covered < end:
             piece = data[covered - start:]
             starts, ends, lengths = _lines(piece, np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == 10) + 1)
-            parts.append(self._part(piece, starts, ends, lengths, covered, sum(p["lines"] for p in parts)))
+            parts.append(self._part(piece, starts, ends, lengths, covered, sum(p["lines"] for p in parts),
+                                    self._FIRST))
         self._settle(parts)
 
     def _build(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
@@ -259,6 +291,9 @@ class TableSet:
         # written: the cyclic collector would walk them again and again.
         with paused(), _progress(self.source, size - start, self.progress) as bar:
             return self._build_parts(start, ordinal, bar)
+
+    # A first open builds the rollouts only; the other tables wait until asked for (_complete).
+    _FIRST = ("rollouts",)
 
     def _build_parts(self, start: int, ordinal: int, bar: Any) -> list[dict[str, Any]]:
         """Parts for the complete lines of the source from `start` (_BATCH
@@ -268,24 +303,26 @@ class TableSet:
         with open(self.source, "rb") as f:
             for part_start, data, ends in _blocks(f, start):
                 starts, ends, lengths = _lines(data, ends)
-                made.append(self._part(data, starts, ends, lengths, part_start, ordinal))
+                made.append(self._part(data, starts, ends, lengths, part_start, ordinal, self._FIRST))
                 ordinal += len(starts)
                 bar.update(len(data))
         return made
 
-    def _part(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int,
-              ordinal: int) -> dict[str, Any]:
-        """The part of `data` (the source's lines from `part_start`) built and written."""
+    def _part(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
+              tables: tuple[str, ...] = TABLES, built: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The part of `data` (the source's lines from `part_start`) built
+        and written: `tables` of it, beside those of `built` (its marker)."""
         part = None
         if _NATIVE and len(starts) and len(data) >= _NATIVE_MIN_BYTES:
-            part = self._native(data, starts, ends, lengths, part_start, ordinal)
+            part = self._native(data, starts, ends, lengths, part_start, ordinal, tables, built)
         if part is None:
-            tables = _python_tables(self._python_rows(data, starts, ends, part_start, ordinal))
-            part = self._write_part(tables.items(), part_start, part_start + len(data), len(starts), "python")
+            made = _python_tables(self._python_rows(data, starts, ends, part_start, ordinal, tables), tables)
+            part = self._write_part(made.items(), part_start, part_start + len(data), len(starts),
+                                    "python", built)
         return part
 
-    def _native(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int,
-                ordinal: int) -> dict[str, Any] | None:
+    def _native(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
+                tables: tuple[str, ...], built: dict[str, Any] | None) -> dict[str, Any] | None:
         """The part built by DuckDB (rollkit.runs.nativebuild) and written,
         each table as soon as it is made; None when the Python build must
         make it (it names a bad line; its files replace any written here)."""
@@ -299,16 +336,17 @@ class TableSet:
                 offsets[0], offsets[1:] = 0, ends
                 lines = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(data))
             else:
-                lines = pa.array([data[s:e] for s, e in zip(starts.tolist(), ends.tolist())], pa.large_binary()) \
+                lines = pa.array([bytes(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist())], pa.large_binary()) \
                     .cast(pa.large_string())
             lines.validate(full=True)  # UTF-8: a line that is not is the Python build's to report
-            tables = native_tables(lines, ordinal, starts + part_start, lengths, _COLUMNS, _TYPES)
-            return self._write_part(tables, part_start, part_start + len(data), len(starts), "native")
+            made = native_tables(lines, ordinal, starts + part_start, lengths, _COLUMNS, _TYPES, tables)
+            return self._write_part(made, part_start, part_start + len(data), len(starts), "native", built)
         except (NativeUnfit, duckdb.Error, pa.ArrowException):
             return None
 
-    def _python_rows(self, data: bytes, starts: Any, ends: Any, part_start: int, ordinal: int) -> _Rows:
-        rows = _Rows()
+    def _python_rows(self, data: bytes, starts: Any, ends: Any, part_start: int, ordinal: int,
+                     tables: tuple[str, ...]) -> _Rows:
+        rows = _Rows(tables)
         loads = _loads()
         view = memoryview(data)
         for s, e in zip(starts.tolist(), ends.tolist()):
@@ -320,16 +358,22 @@ class TableSet:
         return rows
 
     def _write_part(self, tables: Iterable[tuple[str, Any]], start: int, end: int, lines: int,
-                    build: str) -> dict[str, Any]:
+                    build: str, built: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write a part's tables, then its marker, listing them beside those
+        `built` already (the marker of the part they complete)."""
         name = _part_name(start, end)
+        written = list(built["tables"]) if built else []
         for table, arrow in tables:
             arrow = _large_strings(arrow).replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
             folder = self.folder / table
             folder.mkdir(parents=True, exist_ok=True)
             _atomic(lambda tmp: pq.write_table(arrow, tmp, compression="lz4"), folder / f"{name}.parquet")
+            written.append(table)
+        if built:
+            build = "+".join(sorted({*built["build"].split("+"), build}))
         meta = {"start": start, "end": end, "lines": lines, "head": _head(self.source, end),
-                "before": _before(self.source, end),
-                "build": build}
+                "before": _before(self.source, end), "build": build,
+                "tables": [t for t in TABLES if t in written]}
         # The marker last: a part without it is ignored (and cleared with the next rebuild).
         _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
         return {**meta, "name": name}
@@ -350,21 +394,54 @@ class TableSet:
         return kept
 
     def _merge(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One part of `parts`, with the tables all of them have (the others
+        are built for the merged part when first asked for)."""
         name = _part_name(parts[0]["start"], parts[-1]["end"])
-        for table in TABLES:
+        common = [t for t in TABLES if all(t in p["tables"] for p in parts)]
+        for table in common:
             merged = _concat([pq.read_table(self.folder / table / f"{p['name']}.parquet") for p in parts])
             merged = merged.replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
             _atomic(lambda tmp: pq.write_table(merged, tmp, compression="lz4"), self.folder / table / f"{name}.parquet")
         meta = {"start": parts[0]["start"], "end": parts[-1]["end"], "lines": sum(p["lines"] for p in parts),
                 "head": _head(self.source, parts[-1]["end"]), "before": parts[-1]["before"],
-                "build": "+".join(sorted({p.get("build", "python") for p in parts}))}
+                "build": "+".join(sorted({b for p in parts for b in p.get("build", "python").split("+")})),
+                "tables": common}
         _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
         for p in parts:
             if p["name"] != name:
                 (self.folder / f"{p['name']}.json").unlink()
                 for table in TABLES:
-                    (self.folder / table / f"{p['name']}.parquet").unlink()
+                    (self.folder / table / f"{p['name']}.parquet").unlink(missing_ok=True)
         return [{**meta, "name": name}]
+
+
+def _listed(meta: dict[str, Any]) -> list[str]:
+    """The tables a part's marker says it has (a marker from before tables
+    were built on demand lists none: it has all six)."""
+    tables = meta.get("tables", list(TABLES))
+    if not isinstance(tables, list) or "rollouts" not in tables or not set(tables) <= set(TABLES):
+        raise ValueError(f"a part's tables are {tables!r}")
+    return tables
+
+
+class _Files(Mapping):
+    """`TableSet.files`: each table's Parquet files, in source order; a
+    table some part lacks is built for it when first asked for."""
+
+    def __init__(self, tables: TableSet) -> None:
+        self._tables = tables
+
+    def __getitem__(self, table: str) -> list[Path]:
+        if table not in TABLES:
+            raise KeyError(table)
+        self._tables._complete(table)
+        return [self._tables.folder / table / f"{p['name']}.parquet" for p in self._tables.parts]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(TABLES)
+
+    def __len__(self) -> int:
+        return len(TABLES)
 
 
 _WHITESPACE = b" \t\n\r\x0b\x0c"
@@ -392,10 +469,11 @@ def _blocks(f: Any, start: int) -> Any:
         if cut is None:  # the end of the file: its complete lines, the rest waits
             if not len(ends):
                 return
-            yield at, data[:ends[-1]], ends
+            yield at, memoryview(data)[:ends[-1]], ends
             return
         end = int(ends[cut])
-        yield at, data[:end], ends[:cut + 1]
+        # A view of the part, not a copy of it (128 MB copied a part cost a tenth of a native build).
+        yield at, memoryview(data)[:end], ends[:cut + 1]
         pending, at = data[end:], at + end
 
 
@@ -405,7 +483,7 @@ def _blank(data: bytes, starts: Any, ends: Any) -> Any:
     if len(starts):
         first = np.frombuffer(data, dtype=np.uint8)[starts]
         for k in np.flatnonzero(np.isin(first, np.frombuffer(_WHITESPACE, dtype=np.uint8))).tolist():
-            blank[k] = not data[starts[k]:ends[k]].strip()
+            blank[k] = not bytes(data[starts[k]:ends[k]]).strip()
     return blank
 
 

@@ -4,7 +4,9 @@
 line, flushed: a crash loses only the rollouts in flight) and hands the
 lines it wrote, in batches, to the file's tables
 (rollkit.runs.columns.TableSet.add), which builds their part from these
-bytes as a build from the file would. A run that ends has its tables, so
+bytes as a build from the file would: its rollouts table (the rows a
+rollout's time pays for; the other five are built from the file when first
+asked for, as after any first open). A run that ends has its tables, so
 its first `rk.open_run` builds nothing. A batch becomes a part every
 `_LINES` lines, `_BYTES` of lines or `_SECONDS` after its first line,
 whichever comes first, and at close (an exception or an interrupt
@@ -43,7 +45,7 @@ log = logging.getLogger("rollkit")
 # A part per this many lines, bytes of lines or seconds, whichever first:
 # bounds the memory held (the lines, then their rows while the part is
 # built) and how far a monitor reading the live run builds on its own. A
-# part of 1,000 single-turn rollouts costs ~20 ms to build and write; the
+# part of 1,000 single-turn rollouts costs ~0.1 s of CPU to build and write; the
 # small parts of a slow run are merged as any file's are (columns._MAX_PARTS).
 _LINES = 1000
 _BYTES = 8 << 20

@@ -10,6 +10,9 @@ both ways and compares). The Python build stays the reference, and the
 fallback: a part whose lines DuckDB cannot parse, or whose free-typed values
 (batch ids, limits, `ok`) mix types the way only Python's inference reads,
 is built in Python, which also names a line that is not a trace.
+The rollouts alone (a first open) are parsed from the fields they read
+(`_ROLLOUT_FIELDS`): building DuckDB's nested rows costs several times
+parsing the JSON, and a message's text is most of a line.
 
 Adding a column: the trace field to `_TRACE_FIELDS` (when it is new), and
 the column's SQL to its table's `_EXPRESSIONS` (the test checks each
@@ -116,17 +119,22 @@ _BROKEN = " or ".join((
 ))
 
 
-def _free_types(con: Any) -> dict[tuple[str, str], str | None]:
-    """The Arrow type of each JSON-typed column in each table, as the Python
-    build infers it from the values its rows hold (None: all missing)."""
+def _free_types(con: Any, tables: tuple[str, ...]) -> dict[tuple[str, str], str | None]:
+    """The Arrow type of each JSON-typed column in each of `tables`, as the
+    Python build infers it from the values its rows hold (None: all missing)."""
     aggregates, keys = [], []
+    kinds: dict[tuple[str, str], str | None] = {}
     for table, names in _FREE_IN.items():
+        if table not in tables:  # its queries are not run: any type will do
+            kinds.update({(table, name): None for name in names})
+            continue
         for name in names:
             bits = _JSON_BITS.format(x=_FREE[name])
             aggregates.append(f"bit_or({bits}) filter (where {_ROWS_OF[table]})")
             keys.append((table, name))
+    if not aggregates:
+        return kinds
     row = con.execute(f"select {', '.join(aggregates)} from p").fetchall()[0]
-    kinds: dict[tuple[str, str], str | None] = {}
     for key, bits in zip(keys, row):
         bits = bits or 0
         kind = {0: None, 1: "VARCHAR", 2: "BIGINT", 4: "DOUBLE", 6: "DOUBLE", 8: "BOOLEAN"}.get(bits)
@@ -349,18 +357,32 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _structure() -> str:
-    return json.dumps(_TRACE_FIELDS)
+# What the rollouts table reads, and only that: no message (their text is
+# most of a line), no call's request, reply or tokens. A first open builds
+# the rollouts alone from it (the rollouts frame is what it is for); the
+# other tables come from _TRACE_FIELDS when first asked for.
+_CALL_TOTALS = ("index", "segment", "start", "end", "usage", "committed", "cum_turns", "cum_input_tokens",
+                "cum_output_tokens", "cum_total_tokens", "cum_cost_usd")
+_ROLLOUT_FIELDS: dict[str, Any] = {
+    **{k: v for k, v in _TRACE_FIELDS.items() if k not in ("messages", "limits", "timeouts", "signal_errors")},
+    "model_calls": [{k: v for k, v in _TRACE_FIELDS["model_calls"][0].items() if k in _CALL_TOTALS}],
+}
+
+
+def _structure(tables: tuple[str, ...]) -> str:
+    return json.dumps(_ROLLOUT_FIELDS if set(tables) <= {"rollouts"} else _TRACE_FIELDS)
 
 
 _BATCH_ROWS = 2048
 
 
 def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns: dict[str, tuple[str, ...]],
-                  types: dict[str, str]) -> Iterator[tuple[str, Any]]:
-    """The six tables of a part, one after the other (name, Arrow table,
-    before the store's string and metadata touches), from `lines` (a pyarrow string array, one trace a
-    line), their first ordinal and each line's byte offset and length.
+                  types: dict[str, str], tables: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    """`tables` of a part, one after the other (name, Arrow table, before
+    the store's string and metadata touches), from `lines` (a pyarrow string
+    array, one trace a line), their first ordinal and each line's byte
+    offset and length. The rollouts alone are parsed from the fields they
+    read (_ROLLOUT_FIELDS), the others from all (_TRACE_FIELDS).
     Raises NativeUnfit, or DuckDB's error, when the Python build must do it."""
     count = len(lines)
     source = pa.table({"line": lines, "_ordinal": pa.array(np.arange(ordinal, ordinal + count, dtype=np.int64)),
@@ -373,24 +395,25 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
         con.execute("set arrow_large_buffer_size = true")  # text out as large_string, what the store keeps
         con.register("lines", source)
         con.execute(f"create temp table p as select _ordinal, _offset, _length, "
-                    f"json_transform(line, {_literal(_structure())}) as t from lines")
+                    f"json_transform(line, {_literal(_structure(tables))}) as t from lines")
         con.unregister("lines")
         del source
         broken = con.execute(f"select count(*) from p where {_BROKEN}").fetchall()[0][0]
         if broken:
             raise NativeUnfit(f"{broken} lines lack a field the tables need")
-        kinds = _free_types(con)
-        names = [row[0] for row in con.execute(
-            "select distinct k from (select 'reward.' || unnest(map_keys(t.rewards)) as k from p union all "
-            "select 'metric.' || unnest(map_keys(t.metrics)) as k from p)").fetchall()]
-        exprs = _expressions(kinds, sorted(names))
-        queries = _queries(exprs, kinds)
-        flags = con.execute(
-            "select bool_and(coalesce(len(t.segments), 0) = 0), "
-            "bool_and(len(list_filter(range(1, coalesce(len(t.segments), 0)), "
-            "lambda i: t.segments[i].\"end\" is not null)) = 0) from p").fetchall()[0]
-        for table, query in queries.items():
-            arrow = _fetch_arrow(con.sql(query))
+        kinds = _free_types(con, tables)
+        names, flags = [], (False, False)
+        if "rollouts" in tables:  # the reward and metric columns, and the types of two times
+            names = [row[0] for row in con.execute(
+                "select distinct k from (select 'reward.' || unnest(map_keys(t.rewards)) as k from p union all "
+                "select 'metric.' || unnest(map_keys(t.metrics)) as k from p)").fetchall()]
+            flags = con.execute(
+                "select bool_and(coalesce(len(t.segments), 0) = 0), "
+                "bool_and(len(list_filter(range(1, coalesce(len(t.segments), 0)), "
+                "lambda i: t.segments[i].\"end\" is not null)) = 0) from p").fetchall()[0]
+        queries = _queries(_expressions(kinds, sorted(names)), kinds)
+        for table in tables:
+            arrow = _fetch_arrow(con.sql(queries[table]))
             yield table, _typed(arrow, table, columns[table], types, kinds, dict(zip(("agent_time", "wait_time"),
                                                                                      flags)))
     finally:

@@ -150,9 +150,13 @@ _TYPES = {**dict.fromkeys(_STR, "string"), **dict.fromkeys(_INT, "int64"), **dic
 
 class _Rows:
     """The rows of one part: a tuple per row for each table, and the
-    rollouts' reward and metric values (their names vary) kept apart."""
+    rollouts' reward and metric values (their names vary) kept apart.
+    `tables`: the tables to build rows for (the rollouts' always are: a
+    first open's part and a live run's build those only, an eager frame
+    the one it gives)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tables: Iterable[str] = TABLES) -> None:
+        self.tables = frozenset(tables) | {"rollouts"}
         self.rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in TABLES}
         self.signals: dict[str, dict[int, float]] = {}
 
@@ -198,7 +202,9 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
     limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
     budget = _raw((t.get("timeouts") or {}).get("agent"))
     messages = t.get("messages") or ()
-    unreported_in, unreported_out = _call_rows(table, ids, key, calls, messages, limit_values, budget, ordinal)
+    built = rows.tables
+    unreported_in, unreported_out = (_call_rows(table, ids, key, calls, messages, limit_values, budget, ordinal)
+                                     if "calls" in built or "turns" in built else _unreported(calls))
     token_totals = _token_totals(last, unreported_in, unreported_out)
     # The trace's cost as Trace.cost_usd reads it: the source's total, else the running total.
     cost_usd = info.get("cost_usd")
@@ -216,12 +222,33 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
     ))
     for name, value in signal.items():
         rows.signals.setdefault(name, {})[row_number] = _num(value)
+    if "phases" in built:
+        _phase_rows(table["phases"], ids, key, present, ok, cost_usd, ordinal)
+    if "signals" in built:
+        _signal_rows(table["signals"], ids, key, task_type, t, error, scored, aborted, ordinal)
+    if "messages" in built:
+        _message_rows(table["messages"], trace_id, key, messages, ordinal)
+
+
+def _phase_rows(phases_out: list[tuple[Any, ...]], ids: tuple[Any, ...], key: str,
+                present: list[tuple[str, float, Any]], ok: Any, cost_usd: Any, ordinal: int) -> None:
     t0 = min((s for _, s, _ in present), default=0.0)
     for phase, s, e in present:
-        table["phases"].append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
-                                _num(cost_usd) if phase == "agent" else 0.0, ordinal))
-    _signal_rows(table["signals"], ids, key, task_type, t, error, scored, aborted, ordinal)
-    _message_rows(table["messages"], trace_id, key, messages, ordinal)
+        phases_out.append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
+                           _num(cost_usd) if phase == "agent" else 0.0, ordinal))
+
+
+def _unreported(calls: list[dict[str, Any]]) -> tuple[bool, bool]:
+    """Whether a turn did not report its input, its output tokens (what
+    _call_rows finds, and the fields it must find in each call)."""
+    unreported_in = unreported_out = False
+    for call in calls:
+        int(call["index"]), int(call["segment"])  # a call without them is not a trace's: the line is named
+        if call.get("committed"):
+            usage = call.get("usage") or {}
+            unreported_in = unreported_in or _count(usage.get("input_tokens")) is None
+            unreported_out = unreported_out or _count(usage.get("output_tokens")) is None
+    return unreported_in, unreported_out
 
 
 def _token_totals(last: dict[str, Any] | None, unreported_in: bool, unreported_out: bool) -> tuple[int | None, ...]:
@@ -385,11 +412,11 @@ def _why(errors: dict[str, str], name: str, value: Any) -> tuple[str | None, str
 
 
 
-def _python_tables(rows: _Rows) -> dict[str, Any]:
-    """The Python build's Arrow tables of a part's rows: a column's type is
-    its kind's when known, else inferred from its values, as pandas infers
-    them in the frames."""
-    return {table: _arrow_table(rows, table) for table in TABLES}
+def _python_tables(rows: _Rows, tables: Iterable[str] = TABLES) -> dict[str, Any]:
+    """The Python build's Arrow tables of a part's rows (`tables` of them): a
+    column's type is its kind's when known, else inferred from its values,
+    as pandas infers them in the frames."""
+    return {table: _arrow_table(rows, table) for table in tables}
 
 
 def _arrow_table(rows: _Rows, table: str) -> Any:
