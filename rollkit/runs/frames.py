@@ -90,6 +90,14 @@ NOT_IN_SOURCE = MissingSignal.NOT_IN_SOURCE
 # What no store frame reads, left out of each trace's record (the messages
 # are most of a trace; a reply is on its call in the record).
 _UNREAD = {"messages", "user_turns"}
+# What each frame's rows never read of a trace (dumping it is half the work).
+_PAYLOADS = {"__all__": {"reply", "tokens", "request"}}
+_UNREAD_BY_KIND: dict[str, dict[str, Any]] = {
+    "turns": dict.fromkeys(_UNREAD, True), "calls": dict.fromkeys(_UNREAD, True),
+    "rollouts": {**dict.fromkeys(_UNREAD, True), "model_calls": _PAYLOADS},
+    "phases": {**dict.fromkeys(_UNREAD, True), "segments": True, "model_calls": _PAYLOADS},
+    "signals": {**dict.fromkeys(_UNREAD, True), "segments": True, "model_calls": True},
+}
 
 
 def _list(traces: Iterable[Trace] | str | os.PathLike[str]) -> list[Trace]:
@@ -122,9 +130,10 @@ def _stored_frame(kind: str, traces: Any) -> Any:
         traces = open_run(traces)
     if isinstance(traces, LazyRun):
         return traces.frame(kind)
-    rows = _Rows()
+    rows = _Rows((kind,))  # the rows of that frame only
+    unread = _UNREAD_BY_KIND[kind]
     for ordinal, trace in enumerate(_list(traces)):
-        _trace_rows(rows, trace.model_dump(mode="json", exclude=_UNREAD), ordinal, 0, 0)
+        _trace_rows(rows, trace.model_dump(mode="json", exclude=unread), ordinal, 0, 0)
     return arrow_frame(kind, _large_strings(_arrow_table(rows, kind)))
 
 

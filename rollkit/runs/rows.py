@@ -151,12 +151,12 @@ _TYPES = {**dict.fromkeys(_STR, "string"), **dict.fromkeys(_INT, "int64"), **dic
 class _Rows:
     """The rows of one part: a tuple per row for each table, and the
     rollouts' reward and metric values (their names vary) kept apart.
-    `tables`: the tables to build rows for (the rollouts' always are: a
-    first open's part and a live run's build those only, an eager frame
-    the one it gives)."""
+    `tables`: the tables to build rows for (a first open's part and a live
+    run's build the rollouts only, an eager frame the one it gives, a
+    part's later build the ones it lacks)."""
 
     def __init__(self, tables: Iterable[str] = TABLES) -> None:
-        self.tables = frozenset(tables) | {"rollouts"}
+        self.tables = frozenset(tables)
         self.rows: dict[str, list[tuple[Any, ...]]] = {name: [] for name in TABLES}
         self.signals: dict[str, dict[int, float]] = {}
 
@@ -173,61 +173,72 @@ class _Rows:
 
 def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, length: int) -> None:
     """Append the rows of one trace's JSON record (its saved line, parsed, or
-    `Trace.model_dump(mode="json")`) to every table: the one row builder of
-    the store and the eager frames."""
+    `Trace.model_dump(mode="json")`) to each table of `rows.tables`: the one
+    row builder of the store and the eager frames."""
     info = t.get("info") or {}
-    trace_id = t["id"]
-    ids = (trace_id, info.get("example_id"), info.get("repeat"), info.get("rollout_id"))
+    ids = (t["id"], info.get("example_id"), info.get("repeat"), info.get("rollout_id"))
     task = t["task"]
     key, task_type = task["key"], task["type"]
+    calls = t.get("model_calls") or []
+    built, table = rows.tables, rows.rows
+    unreported: tuple[bool, bool] = (False, False)
+    if "calls" in built or "turns" in built:
+        limits = t.get("limits") or {}
+        limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
+        budget = _raw((t.get("timeouts") or {}).get("agent"))
+        unreported = _call_rows(table, ids, key, calls, t.get("messages") or (), limit_values, budget, ordinal)
+    elif "rollouts" in built:
+        unreported = _unreported(calls)
+    if "rollouts" in built:
+        _rollout_row(rows, t, ids, key, task_type, calls, unreported, (ordinal, offset, length))
+    if "phases" in built:
+        present = _phase_spans(t.get("phases") or {})[3]
+        _phase_rows(table["phases"], ids, key, present, t.get("ok"), _cost(info, calls), ordinal)
+    if "signals" in built:
+        errors = t.get("errors") or []
+        _signal_rows(table["signals"], ids, key, task_type, t, errors[0] if errors else None,
+                     "scoring" in (t.get("phases") or {}), bool(t.get("aborted", False)), ordinal)
+    if "messages" in built:
+        _message_rows(table["messages"], ids[0], key, t.get("messages") or (), ordinal)
+
+
+def _cost(info: dict[str, Any], calls: list[dict[str, Any]]) -> Any:
+    """The trace's cost as Trace.cost_usd reads it: the source's total, else the running total."""
+    cost_usd = info.get("cost_usd")
+    if cost_usd is None:
+        cost_usd = calls[-1].get("cum_cost_usd") if calls else 0.0
+    return cost_usd
+
+
+def _rollout_row(rows: _Rows, t: dict[str, Any], ids: tuple[Any, ...], key: str, task_type: str,
+                 calls: list[dict[str, Any]], unreported: tuple[bool, bool], place: tuple[int, int, int]) -> None:
+    """The trace's row of `rollouts`, its reward and metric values beside it
+    (`place`: its ordinal, byte offset and length in the file)."""
     agent = t.get("agent") or {}
     errors = t.get("errors") or []
     error = errors[0] if errors else None
-    calls = t.get("model_calls") or []
     segments = t.get("segments") or []
     spans = t.get("phases") or {}
-    scored = "scoring" in spans
-    aborted = bool(t.get("aborted", False))
     stop_condition = t.get("stop_condition")
-    ok = t.get("ok")
     last = next((call for call in reversed(calls) if call.get("committed")), None)
-    durations, start, end, present = _phase_spans(spans)
+    durations, start, end, _ = _phase_spans(spans)
     agent_time = sum(float(seg.get("charged", 0.0)) for seg in segments)
     model_time = sum(float(c["end"]) - float(c["start"]) for c in calls)
     waited = sum(max(0.0, float(after["start"]) - float(before["end"]))
                  for before, after in zip(segments, segments[1:]) if before.get("end") is not None)
     signal = signal_values(t)
-    table = rows.rows
-    limits = t.get("limits") or {}
-    limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
-    budget = _raw((t.get("timeouts") or {}).get("agent"))
-    messages = t.get("messages") or ()
-    built = rows.tables
-    unreported_in, unreported_out = (_call_rows(table, ids, key, calls, messages, limit_values, budget, ordinal)
-                                     if "calls" in built or "turns" in built else _unreported(calls))
-    token_totals = _token_totals(last, unreported_in, unreported_out)
-    # The trace's cost as Trace.cost_usd reads it: the source's total, else the running total.
-    cost_usd = info.get("cost_usd")
-    if cost_usd is None:
-        cost_usd = calls[-1].get("cum_cost_usd") if calls else 0.0
-    row_number = len(table["rollouts"])
-    table["rollouts"].append((
-        *ids, key, task_type, agent.get("name"), agent.get("model"), Outcome.of_record(t).label, ok,
-        bool(t.get("completed", False)), aborted, error["type"] if error else stop_condition, stop_condition,
-        error["type"] if error else None, error.get("phase") if error else None, error["message"] if error else None,
-        _num(signal.pop("reward")), int(last.get("cum_turns", 0)) if last else 0, len(calls), *token_totals, _num(cost_usd),
-        len(segments),
-        agent_time, model_time, max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end),
-        ordinal, offset, length, scored,
+    row_number = len(rows.rows["rollouts"])
+    rows.rows["rollouts"].append((
+        *ids, key, task_type, agent.get("name"), agent.get("model"), Outcome.of_record(t).label, t.get("ok"),
+        bool(t.get("completed", False)), bool(t.get("aborted", False)), error["type"] if error else stop_condition,
+        stop_condition, error["type"] if error else None, error.get("phase") if error else None,
+        error["message"] if error else None, _num(signal.pop("reward")),
+        int(last.get("cum_turns", 0)) if last else 0, len(calls), *_token_totals(last, *unreported),
+        _num(_cost(t.get("info") or {}, calls)), len(segments), agent_time, model_time,
+        max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end), *place, "scoring" in spans,
     ))
     for name, value in signal.items():
         rows.signals.setdefault(name, {})[row_number] = _num(value)
-    if "phases" in built:
-        _phase_rows(table["phases"], ids, key, present, ok, cost_usd, ordinal)
-    if "signals" in built:
-        _signal_rows(table["signals"], ids, key, task_type, t, error, scored, aborted, ordinal)
-    if "messages" in built:
-        _message_rows(table["messages"], trace_id, key, messages, ordinal)
 
 
 def _phase_rows(phases_out: list[tuple[Any, ...]], ids: tuple[Any, ...], key: str,
