@@ -4,12 +4,15 @@ What this layer owns: `evaluate` (a task set times `repeats`, bounded
 concurrency, a progress bar), run folders (a manifest and trace files
 appended as rollouts finish, resume after a crash), group scoring (pass@k,
 best-of-n), paired comparison of runs (`compare`), the Ray backend, the
-`rollkit` command line, and other tools' trace formats (`rollkit.runs.formats`:
-inspect-ai, verifiers, tau2-bench, agent trajectories, OpenAI transcripts).
+`rollkit` command line, other tools' trace formats (`rollkit.runs.formats`:
+inspect-ai, verifiers, tau2-bench, agent trajectories, OpenAI transcripts),
+and the tables of traces: one row builder (`rows`) for the DataFrames
+(`frames`, `rk.frames`), the columnar store and the live monitor.
 
 It imports the core and the programs layer, never `rollkit.notebook` or
-`rollkit.examples`: the DataFrames an `EvalResult` hands out and the demo
-task set of `rollkit demo` come through plug points (`rollkit.core.plugins`).
+`rollkit.examples`: the demo task set of `rollkit demo` is the one thing it
+gets from above, through a plug point (`rollkit.core.plugins`); a monitor
+over a run is the notebook layer's wrapper of `evaluate`.
 The names below load on first use (tqdm, click and Ray stay unloaded until
 needed).
 """
