@@ -5,8 +5,8 @@ imports pointing down only:
 
     rollkit.core       the rollout lifecycle (pydantic only)
     rollkit.programs   agent programs and endpoints: interception server, subprocesses, OpenAIModel
-    rollkit.runs       many rollouts: evaluate, run folders, groups, Ray, the CLI
-    rollkit.notebook   the notebook face: facade, panel, browser, display, frames, plots
+    rollkit.runs       many rollouts: evaluate, run folders, groups, Ray, the CLI, frames and tables
+    rollkit.notebook   the notebook face: facade, panel, browser, monitor, display, plots
     rollkit.examples   ready task sets and toy models, on top
 
 One spelling per idea for sync and async: `name(...)` runs to the end and

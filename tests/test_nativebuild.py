@@ -209,6 +209,25 @@ def test_a_first_open_builds_the_rollouts_and_the_others_when_first_asked_for(tm
             == [True] * 3, table
 
 
+def test_sql_the_browser_and_export_build_only_the_tables_they_name(tmp_path):
+    # A query over the rollouts must not pay for the other five tables'
+    # build; naming one builds that one (and its view) on the spot.
+    from rollkit.notebook.runbrowser import RunBrowser
+
+    folder = big_run(20, tmp_path / "run", turns=2, tasks=3)
+    cache = folder / ".rollkit" / "traces.jsonl"
+    run = open_run(folder)
+    assert run.sql("select count(*) as n from rollouts")["n"][0] == 20
+    browser = RunBrowser(run)
+    assert "<b>20</b> of 20 rollouts" in browser.status.value
+    rk.export(run, tmp_path / "out.jsonl", format="sft")
+    assert _listed_tables(cache) == [["rollouts"]]
+    browser.where("id in (select id from turns where turn = 2)")
+    assert "<b>20</b> of 20 rollouts" in browser.status.value
+    assert sorted(_listed_tables(cache)[0]) == sorted(TABLES)  # the later build makes a part's five at once
+    assert run.sql("select count(*) as n from calls")["n"][0] == 40
+
+
 def test_a_table_built_later_checks_its_source_first(tmp_path, monkeypatch):
     # Between the first open and the first ask for another table the file
     # was rewritten: the tables are made current from it, never built from

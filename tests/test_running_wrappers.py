@@ -62,6 +62,12 @@ async def test_evaluate_async_shows_nothing_for_bad_arguments_then_a_monitor_fed
     assert shown[0].state.done == len(result) == 6 and shown[0].state.final == "done"
 
 
+async def test_sync_evaluate_with_a_monitor_in_a_loop_is_refused_before_anything_is_shown(shown):
+    with pytest.raises(rk.UsageError, match="rk.evaluate_async"):
+        rk.evaluate(demo_agent(), arithmetic_tasks(2), monitor=True)
+    assert shown == []
+
+
 def test_ab_test_monitor_is_drawn_once_the_test_starts_and_fed_every_pair(shown):
     with pytest.raises(ABTestError):
         rk.ab_test(_agent(toy_calculator_model()), _agent(careful_calculator_model()), arithmetic_tasks(4),

@@ -193,6 +193,8 @@ def _sniff(path: Path) -> TraceFormat:
                     return fmt
             except (TraceFileError, MemoryError, RecursionError):
                 raise  # the file passed a bound (_safe_read) while being recognised: refused, naming it
+            except ImportError:
+                raise  # a reader that cannot load (its module is imported on first use) is a broken install, not a non-match
             except Exception:  # a sniffer that trips over odd bytes just does not claim the file
                 continue
     return _FORMATS[ROLLKIT]

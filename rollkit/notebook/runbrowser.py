@@ -59,7 +59,7 @@ class RunBrowser(widgets.VBox):
         self._page = 0
         self._where = ""
         self._order = ("_row", False)
-        self._con = run._connection()
+        self._con = run._connection("rollouts")  # a filter naming another table adds its view (where)
         self._ids_table = None
         if ids is not None:
             self._restrict(ids)
@@ -145,6 +145,7 @@ class RunBrowser(widgets.VBox):
     def where(self, condition: str) -> None:
         """List only the rollouts where the SQL `condition` holds ("" for all)."""
         self._where = condition.strip()
+        self.run._connection(self._where)  # the views of the tables it names
         self._page = 0
         self._show()
 

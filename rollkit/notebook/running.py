@@ -15,6 +15,7 @@ It owns the wrapping only: no lifecycle logic, no scheduling.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -63,9 +64,17 @@ def evaluate_async(agent: Any, tasks: Any, *, monitor: bool = False, **options: 
 
 @_with_monitor(_evaluation.evaluate)
 def evaluate(agent: Any, tasks: Any, *, monitor: bool = False, **options: Any) -> Any:
-    if not monitor:
+    if not monitor or _loop_runs():  # in a loop the runs layer refuses (naming evaluate_async) before anything is shown
         return _evaluation.evaluate(agent, tasks, **options)
     return _evaluation.run_to_end(evaluate_async(agent, tasks, monitor=True, **options))
+
+
+def _loop_runs() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _ab_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -165,16 +165,18 @@ def _part_name(start: int, end: int) -> str:
 
 
 class TableSet:
-    """The tables of one rollkit JSON lines file: the valid parts (one set of
-    six Parquet files per byte range of the source), made current on creation.
-    `files[table]` lists the Parquet files of a table, in source order."""
+    """The tables of one rollkit JSON lines file: the valid parts (Parquet
+    files per byte range of the source: the rollouts' always, the other five
+    once built), made current on creation. `files[table]` lists the Parquet
+    files of a table, in source order, building it for the parts that lack
+    it first."""
 
     def __init__(self, source: Path, *, cache: Path | None = None, progress: bool | None = None) -> None:
         self.source = source
         self.progress = progress
         self.folder = cache or _cache_folder(source)
         self.built_lines = 0
-        self.files: dict[str, list[Path]] = {}
+        self.files: Mapping[str, list[Path]] = {}
         self._refresh()
 
     # Each part's metadata: the byte range it covers, the hash before its

@@ -119,6 +119,7 @@ class LazyRun:
         self._sets = sets
         self._cache: dict[str, Any] = {}
         self._duck: Any = None
+        self._views: set[str] = set()  # the tables the connection has a view of
         self._index: Any = None
         self._parts: tuple[list[int], list[tuple[Path, Path]], dict[Any, Any]] | None = None
 
@@ -336,29 +337,38 @@ class LazyRun:
         return getattr(self, kind)()
 
     # ---- SQL and search ---------------------------------------------------------
-    def _connection(self) -> Any:
+    def _connection(self, query: str = " ".join(TABLES)) -> Any:
+        """DuckDB over this run, with a view of each table `query` names (by
+        word: a column of the same name only costs a view more). A table
+        some part has not built yet (a first open builds the rollouts only)
+        is built when a query first names it, not before."""
         if self._duck is None:
-            con = duckdb.connect()
-            con.execute("set enable_progress_bar = false")  # it would print into the notebook or the CLI's output
-            for table in TABLES:
-                # One select per file of the run (`_set`: which, in the order given).
-                selects = []
-                for k, s in enumerate(self._sets):
-                    files = [str(f) for f in s.files[table]]
-                    if files:
-                        listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-                        selects.append(f"select *, {k} as _set from read_parquet([{listed}], union_by_name=true)")
-                if selects:
-                    con.execute(f"create view {table} as " + " union all by name ".join(selects))
-            self._duck = con
+            self._duck = duckdb.connect()
+            self._duck.execute("set enable_progress_bar = false")  # it would print into the notebook or the CLI's output
+            self._views = set()
+        for table in TABLES:
+            if table not in self._views and _re.search(rf"\b{table}\b", query, _re.IGNORECASE):
+                self._create_view(table)
+                self._views.add(table)
         return self._duck
+
+    def _create_view(self, table: str) -> None:
+        # One select per file of the run (`_set`: which, in the order given).
+        selects = []
+        for k, s in enumerate(self._sets):
+            files = [str(f) for f in s.files[table]]
+            if files:
+                listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+                selects.append(f"select *, {k} as _set from read_parquet([{listed}], union_by_name=true)")
+        if selects:
+            self._duck.execute(f"create view {table} as " + " union all by name ".join(selects))
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> Any:
         """Run a DuckDB query over the tables (rollouts, turns, calls, phases,
         signals, messages) and return a DataFrame."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("sql takes a query as text, e.g. run.sql('select task_key, avg(reward) from rollouts group by 1')")
-        return self._connection().execute(query, params or []).df()
+        return self._connection(query).execute(query, params or []).df()
 
     def search(self, phrase: str | None = None, *, re: str | None = None, case: bool = False,
                roles: Sequence[str] | None = None) -> Hits:
