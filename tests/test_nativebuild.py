@@ -228,6 +228,50 @@ def test_sql_the_browser_and_export_build_only_the_tables_they_name(tmp_path):
     assert run.sql("select count(*) as n from calls")["n"][0] == 40
 
 
+def test_a_run_opened_while_written_agrees_with_itself_after_a_later_table_catches_up(tmp_path):
+    # Opened at 20 traces; 10 more are written and another process (here a
+    # second TableSet) adds their part. The first open's turns() brings its
+    # tables up to date: its index, frames and SQL then all see 30.
+    folder = big_run(30, tmp_path / "whole", turns=2, tasks=3)
+    lines = (folder / "traces.jsonl").read_bytes().splitlines(keepends=True)
+    live = tmp_path / "live.jsonl"
+    live.write_bytes(b"".join(lines[:20]))
+    run = open_run(live)
+    assert len(run) == 20 and run[19].id == json.loads(lines[19])["id"]
+    with open(live, "ab") as f:
+        f.write(b"".join(lines[20:]))
+    TableSet(live)  # the other process: a part for the new lines
+    assert len(run.turns()) == 60
+    assert len(run) == 30 and len(run.rollouts()) == 30
+    assert run[29].id == json.loads(lines[29])["id"]
+    assert run.sql("select count(*) as n from rollouts")["n"][0] == 30
+
+
+def test_a_part_merged_away_while_completed_does_not_come_back(tmp_path, monkeypatch):
+    # Between reading a part's marker and completing it, another process
+    # merged it away (here: its marker removed). Its marker must not be
+    # written again; the tables are completed as the folder is now.
+    folder = big_run(20, tmp_path / "run", turns=2, tasks=3)
+    cache = folder / ".rollkit" / "traces.jsonl"
+    run = open_run(folder)
+    (marker,) = cache.glob("part-*.json")
+    real_part = columns.TableSet._part
+    merges = []
+
+    def merged_meanwhile(self, *args, **kwargs):
+        if len(args) == 8 and not merges:  # the first completion of a part: the other process merges it now
+            merges.append(marker.name)
+            marker.unlink()
+            (cache / "rollouts" / f"{marker.stem}.parquet").unlink()
+        return real_part(self, *args, **kwargs)
+
+    monkeypatch.setattr(columns.TableSet, "_part", merged_meanwhile)
+    assert len(run.turns()) == 40
+    assert merges == [marker.name]
+    assert _listed_tables(cache) == [list(TABLES)]  # built again from the file, not a marker brought back
+    assert len(run.rollouts()) == 20
+
+
 def test_a_table_built_later_checks_its_source_first(tmp_path, monkeypatch):
     # Between the first open and the first ask for another table the file
     # was rewritten: the tables are made current from it, never built from

@@ -59,7 +59,6 @@ class RunBrowser(widgets.VBox):
         self._page = 0
         self._where = ""
         self._order = ("_row", False)
-        self._con = run._connection("rollouts")  # a filter naming another table adds its view (where)
         self._ids_table = None
         if ids is not None:
             self._restrict(ids)
@@ -101,7 +100,6 @@ class RunBrowser(widgets.VBox):
             self._ids_table = None
             return
         self._ids_table = pa.table({"id": pa.array(list(ids), pa.string())})
-        self._con.register("_rk_hits", self._ids_table)
 
     def _condition(self) -> str:
         parts = []
@@ -116,11 +114,16 @@ class RunBrowser(widgets.VBox):
         order = "_ordinal" if column == "_row" else '"' + column.replace('"', '""') + '"'
         direction = "desc" if descending else "asc"
         where = self._condition()
-        total = self._con.execute(f"select count(*) from rollouts where {where}").fetchone()[0]
+        # The run's connection as it is now, with the views this filter names
+        # (a table not built yet is built here; a file that grew is read anew).
+        con = self.run._connection("rollouts " + where)
+        if self._ids_table is not None:
+            con.register("_rk_hits", self._ids_table)
+        total = con.execute(f"select count(*) from rollouts where {where}").fetchone()[0]
         # The row number in the run: files one after the other (_set, then _ordinal).
         rows = ("(select *, _ordinal as _row from rollouts)" if len(self.run.paths) == 1 else
                 "(select *, row_number() over (order by _set, _ordinal) - 1 as _row from rollouts)")
-        frame = self._con.execute(
+        frame = con.execute(
             f"select {', '.join(_SHOWN)}, _row from {rows} where {where} order by {order} {direction} nulls last, _row "
             f"limit {self.page_size} offset {self._page * self.page_size}"
         ).df()
@@ -145,7 +148,6 @@ class RunBrowser(widgets.VBox):
     def where(self, condition: str) -> None:
         """List only the rollouts where the SQL `condition` holds ("" for all)."""
         self._where = condition.strip()
-        self.run._connection(self._where)  # the views of the tables it names
         self._page = 0
         self._show()
 

@@ -234,6 +234,13 @@ class TableSet:
         self._settle(parts)
 
     def _complete(self, table: str) -> None:
+        try:
+            self._complete_parts(table)
+        except _PartGone:  # another process merged the parts: complete them as they are now
+            self._refresh()
+            self._complete_parts(table)
+
+    def _complete_parts(self, table: str) -> None:
         """Build the tables the parts lacking `table` lack (a part built by
         a first open has its rollouts only), from their bytes of the source,
         after checking those bytes are still what the part was built from
@@ -373,6 +380,8 @@ class TableSet:
             written.append(table)
         if built:
             build = "+".join(sorted({*built["build"].split("+"), build}))
+            if not (self.folder / f"{name}.json").exists():
+                raise _PartGone(name)  # merged away meanwhile (a live run's writer): its marker must not come back
         meta = {"start": start, "end": end, "lines": lines, "head": _head(self.source, end),
                 "before": _before(self.source, end), "build": build,
                 "tables": [t for t in TABLES if t in written]}
@@ -415,6 +424,10 @@ class TableSet:
                 for table in TABLES:
                     (self.folder / table / f"{p['name']}.parquet").unlink(missing_ok=True)
         return [{**meta, "name": name}]
+
+
+class _PartGone(Exception):
+    """A part being completed was merged into another meanwhile."""
 
 
 def _listed(meta: dict[str, Any]) -> list[str]:

@@ -122,6 +122,21 @@ class LazyRun:
         self._views: set[str] = set()  # the tables the connection has a view of
         self._index: Any = None
         self._parts: tuple[list[int], list[tuple[Path, Path]], dict[Any, Any]] | None = None
+        self._coverage = self._covered()
+
+    def _covered(self) -> tuple[int, ...]:
+        return tuple(s.built_lines for s in self._sets)
+
+    def _current(self) -> None:
+        """Forget what was read of the tables when a file's tables grew since
+        (building a table first asked for brings a file still being written
+        up to date), so the index, the frames and SQL agree with `len`."""
+        if self._covered() == self._coverage:
+            return
+        self._coverage = self._covered()
+        self._cache.clear()
+        self._index = self._parts = None
+        self._duck, self._views = None, set()  # a new connection (one held elsewhere keeps its old views)
 
     # ---- size and traces --------------------------------------------------------
     def __len__(self) -> int:
@@ -137,6 +152,7 @@ class LazyRun:
 
     def _offsets(self) -> Any:
         """id, file, byte offset and length of every trace, in row order."""
+        self._current()
         if self._index is None:
             parts = []
             for k, s in enumerate(self._sets):
@@ -149,6 +165,7 @@ class LazyRun:
         """The first row of each rollouts part file that has rows, its JSON
         source and file, and what has been read of them (offsets and lengths
         by path, ids by (path, "id"))."""
+        self._current()
         if self._parts is None:
             starts, files, at = [], [], 0
             for s in self._sets:
@@ -166,6 +183,7 @@ class LazyRun:
         whole index when something loaded it, else from the one part file
         holding the row (found by the footers' row counts), so the first
         pick reads 50,000 offsets, not a million."""
+        self._current()
         if self._index is not None:
             index = self._index
             k = index.column("_set")[row].as_py()
@@ -240,6 +258,7 @@ class LazyRun:
         """One table of every file as a pyarrow Table (rows in source order)."""
         if table not in TABLES:
             raise ValueError(f"no table {table!r}; the tables are {', '.join(TABLES)}")
+        self._current()
         if table not in self._cache:
             from .columns import _concat
 
@@ -256,6 +275,7 @@ class LazyRun:
         time: each column's Arrow buffers are released (or become the
         pandas column's own) before the next is read, so a frame's peak is
         about the frame, not the frame plus its table."""
+        self._current()
         cached = self._cache.get(table)
         if cached is not None:  # run.arrow(table) was asked for: it is in memory already
             present = [c for c in order if c in cached.column_names]
@@ -342,14 +362,18 @@ class LazyRun:
         word: a column of the same name only costs a view more). A table
         some part has not built yet (a first open builds the rollouts only)
         is built when a query first names it, not before."""
-        if self._duck is None:
-            self._duck = duckdb.connect()
-            self._duck.execute("set enable_progress_bar = false")  # it would print into the notebook or the CLI's output
-            self._views = set()
-        for table in TABLES:
-            if table not in self._views and _re.search(rf"\b{table}\b", query, _re.IGNORECASE):
-                self._create_view(table)
-                self._views.add(table)
+        self._current()
+        while True:
+            if self._duck is None:
+                self._duck = duckdb.connect()
+                self._duck.execute("set enable_progress_bar = false")  # it would print into the notebook or the CLI's output
+            for table in TABLES:
+                if table not in self._views and _re.search(rf"\b{table}\b", query, _re.IGNORECASE):
+                    self._create_view(table)
+                    self._views.add(table)
+            if self._covered() == self._coverage:
+                break
+            self._current()  # a view's build brought a growing file up to date: all views anew
         return self._duck
 
     def _create_view(self, table: str) -> None:
