@@ -232,7 +232,7 @@ def _plain_run(n: int, watched: bool, folder: Path) -> float:
     watch_run = evaluation._Run._watch_run
 
     async def run() -> float:
-        pending = rk.evaluate(demo_agent(), tasks, concurrency=32, progress=False, out=folder)
+        pending = rk.evaluate_async(demo_agent(), tasks, concurrency=32, progress=False, out=folder)
         if watched:
             RunMonitor(pending)
         t0 = time.perf_counter()
@@ -274,7 +274,7 @@ def _replay_cost(rollouts: int) -> float:
     agent.subscribe(lambda e: events.append((e.kind, e.rollout_id, e.data)))
 
     async def record() -> None:
-        pending = rk.evaluate(agent, arithmetic_tasks(24), progress=False)
+        pending = rk.evaluate_async(agent, arithmetic_tasks(24), progress=False)
         pending.attach(recorder)
         await pending
 
@@ -405,7 +405,7 @@ def bench_redraw_rate() -> None:
               f"the last showing {monitor.state.done:,} done")
 
     async def real() -> tuple[float, int, int]:
-        pending = rk.evaluate(demo_agent(), arithmetic_tasks(3000), concurrency=64, progress=False)
+        pending = rk.evaluate_async(demo_agent(), arithmetic_tasks(3000), concurrency=64, progress=False)
         monitor = RunMonitor(pending)
         start = monitor.redraws
         t0 = time.perf_counter()
