@@ -288,3 +288,65 @@ def test_a_table_built_later_checks_its_source_first(tmp_path, monkeypatch):
     turns = next((cache / "turns").glob("*.parquet"))
     turns.write_bytes(turns.read_bytes()[:100])
     assert len(open_run(folder).turns()) == 10
+
+
+def _reference_cut(data: bytes, lines: int) -> list[int]:
+    # Every newline of the buffer, then cut where `lines` non-blank lines end: the rule _line_ends keeps.
+    ends = [i + 1 for i, byte in enumerate(data) if byte == 10]
+    counted, kept = 0, []
+    for start, end in zip([0, *ends], ends):
+        kept.append(end)
+        counted += bool(data[start:end].strip())
+        if counted == lines:
+            break
+    return kept
+
+
+@pytest.mark.parametrize("lines", [1, 2, 3, 5, 100])
+def test_line_ends_stop_at_the_line_that_makes_the_part_and_skip_blank_ones(lines):
+    # Found by bytes.find, not by comparing the whole buffer: the same ends,
+    # blank and whitespace-only lines not counted, a torn tail not a line.
+    texts = [b"", b"\n", b"a\n", b"\n\n\na\nb\n", b"  \n\t\nx\n \n\ny\nz\n", b'{"a": 1}\n \x0b\n{"b": 2}\n{"c"',
+             b"\r\n\x0c\n" * 3 + b"tail", b"a\nb\nc\nd\ne\nf\n"]
+    for data in texts:
+        for buffer in (data, bytearray(data)):
+            assert columns._line_ends(buffer, lines).tolist() == _reference_cut(data, lines), data
+        assert columns._line_ends(data).tolist() == [i + 1 for i, byte in enumerate(data) if byte == 10], data
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 3])
+def test_parts_built_side_by_side_keep_their_order_and_name_a_bad_line(tmp_path, monkeypatch, in_flight):
+    # Parts are built _IN_FLIGHT at once: the tables come out in the
+    # source's order even when a later part ends first (here the first part
+    # waits until the second is built), and a bad line in a middle part is
+    # named, by its number in the file.
+    import threading
+
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
+    source = folder / "traces.jsonl"
+    python, _ = _build(source, tmp_path / "python", False, monkeypatch)
+    monkeypatch.setattr(columns, "_IN_FLIGHT", in_flight)
+    second_built = threading.Event()
+    build_part = TableSet._part
+
+    def first_part_last(self, data, starts, ends, lengths, part_start, *rest, **options):
+        if part_start == 0 and in_flight > 1:
+            assert second_built.wait(60), "the second part was not built beside the first"
+        made = build_part(self, data, starts, ends, lengths, part_start, *rest, **options)
+        if part_start > 0:
+            second_built.set()
+        return made
+
+    monkeypatch.setattr(TableSet, "_part", first_part_last)
+    native, builds = _build(source, tmp_path / "native", True, monkeypatch)
+    assert builds == ["native"] * 5
+    for table in TABLES:
+        assert len(native[table]) == 5
+        for a, b in zip(python[table], native[table]):
+            assert a.equals(b), table
+    lines = source.read_text().splitlines(keepends=True)
+    lines[9] = '{"id": "x", "task": {"key": "k"}}\n'  # line 10, in the third of five parts
+    source.write_text("".join(lines))
+    with pytest.raises(rk.TraceFileError, match="line 10 is not a rollkit trace"):
+        open_run(folder)

@@ -377,12 +377,13 @@ _BATCH_ROWS = 2048
 
 
 def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns: dict[str, tuple[str, ...]],
-                  types: dict[str, str], tables: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+                  types: dict[str, str], tables: tuple[str, ...], threads: int | None = None) -> Iterator[tuple[str, Any]]:
     """`tables` of a part, one after the other (name, Arrow table, before
     the store's string and metadata touches), from `lines` (a pyarrow string
     array, one trace a line), their first ordinal and each line's byte
     offset and length. The rollouts alone are parsed from the fields they
-    read (_ROLLOUT_FIELDS), the others from all (_TRACE_FIELDS).
+    read (_ROLLOUT_FIELDS), the others from all (_TRACE_FIELDS). `threads`:
+    DuckDB's for this part (None: one a core).
     Raises NativeUnfit, or DuckDB's error, when the Python build must do it."""
     count = len(lines)
     source = pa.table({"line": lines, "_ordinal": pa.array(np.arange(ordinal, ordinal + count, dtype=np.int64)),
@@ -392,6 +393,8 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     con = duckdb.connect()
     try:
         con.execute("set enable_progress_bar = false")
+        if threads:
+            con.execute(f"set threads = {int(threads)}")
         con.execute("set arrow_large_buffer_size = true")  # text out as large_string, what the store keeps
         con.register("lines", source)
         con.execute(f"create temp table p as select _ordinal, _offset, _length, "
