@@ -350,3 +350,51 @@ def test_parts_built_side_by_side_keep_their_order_and_name_a_bad_line(tmp_path,
     source.write_text("".join(lines))
     with pytest.raises(rk.TraceFileError, match="line 10 is not a rollkit trace"):
         open_run(folder)
+
+
+def test_a_file_that_cannot_be_mapped_is_read_and_gives_the_same_tables(tmp_path, monkeypatch):
+    # Parts are views of the file mapped into memory; where mapping fails
+    # (a file system without it) the bytes are read instead, cut the same.
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    folder = big_run(14, tmp_path / "run", turns=2, tasks=3)
+    source = folder / "traces.jsonl"
+    with open(source, "a") as f:
+        f.write('{"id": "torn')  # a last line still being written: it waits
+    mapped, _ = _build(source, tmp_path / "mapped", True, monkeypatch)
+    calls = []
+
+    def unmappable(*args, **kwargs):
+        calls.append(args)
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(columns.mmap, "mmap", unmappable)
+    read, builds = _build(source, tmp_path / "read", True, monkeypatch)
+    assert len(calls) == 1 and builds == ["native"] * 4
+    for table in TABLES:
+        assert [len(t) for t in read[table]] == [len(t) for t in mapped[table]]
+        for a, b in zip(mapped[table], read[table]):
+            assert a.equals(b), table
+
+
+def test_only_complete_lines_are_mapped_so_a_torn_tail_cut_off_meanwhile_is_never_touched(tmp_path, monkeypatch):
+    # A resumed run cuts a torn last line off while a monitor may be
+    # opening the run: mapped pages past a file's new end kill the process
+    # (SIGBUS), so the map ends at the last newline, however long the tail.
+    folder = big_run(6, tmp_path / "run", tasks=2)
+    source = folder / "traces.jsonl"
+    complete = source.stat().st_size
+    with open(source, "a") as f:
+        f.write('{"id": "' + "x" * (3 << 20))  # a torn line longer than the 1 MB looked at a time
+    lengths = []
+    real_map = columns.mmap.mmap
+
+    def recorded(fileno, length, **options):
+        lengths.append(length)
+        return real_map(fileno, length, **options)
+
+    monkeypatch.setattr(columns.mmap, "mmap", recorded)
+    assert len(open_run(folder)) == 6 and lengths == [complete]
+    with open(source, "rb") as f:
+        assert columns._complete_end(f, 0, source.stat().st_size) == complete
+        assert columns._complete_end(f, complete, source.stat().st_size) == complete  # nothing complete after it
+        assert columns._complete_end(f, 0, 0) == 0
