@@ -511,3 +511,16 @@ def test_a_json_lines_file_larger_than_a_document_may_be_is_still_recognised(tmp
     path.write_text("".join(json.dumps(_VERIFIERS_LINE) + "\n" for _ in range(20)))
     monkeypatch.setattr(_safe_read, "MAX_DOCUMENT", path.stat().st_size // 4)
     assert [t.info.get("format") for t in rk.load(path)] == ["verifiers"] * 20
+
+
+def test_a_format_reader_that_cannot_import_is_an_error_not_a_file_it_does_not_claim(tmp_path, monkeypatch):
+    """Format readers are imported on first use: one whose module cannot load
+    (a broken install) must say so, not pass the file on to the next format
+    (which would read an ATIF file as a plain transcript, or refuse it)."""
+    import sys
+
+    path = tmp_path / "doc.json"
+    path.write_text('{"history": []}')
+    monkeypatch.setitem(sys.modules, "rollkit.runs.formats.atif", None)  # importing it raises ImportError
+    with pytest.raises(ImportError, match="rollkit.runs.formats.atif"):
+        rk.load(path)

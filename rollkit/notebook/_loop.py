@@ -79,7 +79,8 @@ def _serve(new: asyncio.AbstractEventLoop) -> None:
     new.run_forever()
 
 
-def _running() -> asyncio.AbstractEventLoop | None:
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if one is."""
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
@@ -100,7 +101,7 @@ def run(coro: Coroutine[Any, Any, T], where: asyncio.AbstractEventLoop | None = 
     """Run `coro` to its end on `where` (rollkit's loop by default) and return
     its result, blocking the calling thread meanwhile."""
     target = _target(where, coro)
-    if _running() is target:
+    if running_loop() is target:
         coro.close()
         raise RolloutStateError(
             "a synchronous rollkit call was made on the event loop it would have to wait for, which would "
@@ -132,7 +133,7 @@ def schedule(coro: Coroutine[Any, Any, T], where: asyncio.AbstractEventLoop | No
     of its result (`done()`, `result()`, `add_done_callback()`) at once. With
     no loop running in this thread, run it to its end first."""
     target = _target(where, coro)
-    here = _running()
+    here = running_loop()
     if here is target:
         return asyncio.ensure_future(coro)
     if here is not None:

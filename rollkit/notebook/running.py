@@ -15,7 +15,6 @@ It owns the wrapping only: no lifecycle logic, no scheduling.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from ..runs import ab as _ab
 from ..runs import evaluation as _evaluation
 from ..core._dependencies import ipython_display
+from . import _loop
 
 __all__ = ["evaluate", "evaluate_async", "ab_test", "ab_test_async"]
 
@@ -64,17 +64,9 @@ def evaluate_async(agent: Any, tasks: Any, *, monitor: bool = False, **options: 
 
 @_with_monitor(_evaluation.evaluate)
 def evaluate(agent: Any, tasks: Any, *, monitor: bool = False, **options: Any) -> Any:
-    if not monitor or _loop_runs():  # in a loop the runs layer refuses (naming evaluate_async) before anything is shown
+    if not monitor or _loop.running_loop() is not None:  # in a loop the runs layer refuses (naming evaluate_async) before anything is shown
         return _evaluation.evaluate(agent, tasks, **options)
     return _evaluation.run_to_end(evaluate_async(agent, tasks, monitor=True, **options))
-
-
-def _loop_runs() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _ab_options(options: dict[str, Any]) -> dict[str, Any]:

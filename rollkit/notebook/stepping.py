@@ -109,7 +109,7 @@ class NotebookRollout:
         self._home: asyncio.AbstractEventLoop | None = None
         self._watchers: list[Callable[[], Any]] = []
         # The loop of the thread that built this (the kernel's), where views redraw.
-        self._view: asyncio.AbstractEventLoop | None = _running_loop()
+        self._view: asyncio.AbstractEventLoop | None = _loop.running_loop()
         self.last_error: BaseException | None = None
         # The person in the agent's seat: a HumanModel with nobody else to
         # ask is answered here (ro.answer, or the panel's agent seat).
@@ -280,7 +280,7 @@ class NotebookRollout:
 
     def _to_view(self, callback: Callable[..., Any], *args: Any) -> None:
         view = self._view
-        if view is None or view is _running_loop():
+        if view is None or view is _loop.running_loop():
             callback(*args)
             return
         try:
@@ -514,7 +514,7 @@ class NotebookRollout:
         if problem is not None:
             raise ValueError(problem)
         waiting = pending[1]
-        if waiting.get_loop() is _running_loop():
+        if waiting.get_loop() is _loop.running_loop():
             waiting.set_result(reply)
         else:  # a widget callback on the kernel's thread answers a rollout on rollkit's
             waiting.get_loop().call_soon_threadsafe(_answer, waiting, reply)
@@ -586,13 +586,6 @@ class NotebookRollout:
 
     def _repr_html_(self) -> str:
         return f'{chat_html(self.trace.messages)}<p class="rk-status"><i>{html.escape(self.status.text)}</i></p>'
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _answer(waiting: asyncio.Future[Any], reply: Any) -> None:

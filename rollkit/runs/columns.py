@@ -267,7 +267,8 @@ class TableSet:
                     ordinal = sum(p["lines"] for p in self.parts[:self.parts.index(part)])
                     yield (self._part, data, starts, ends, lengths, part["start"], ordinal, missing, part), len(data)
 
-            for part, made in zip(lacking, _in_order(jobs(), bar)):
+            # One part at a time on every core: all six tables of two parts at once passed 1 GB.
+            for part, made in zip(lacking, _in_order(jobs(), bar, in_flight=1)):
                 part.update(made)
 
     def _settle(self, parts: list[dict[str, Any]]) -> None:
@@ -597,7 +598,7 @@ def _lines(data: bytes, ends: Any) -> tuple[Any, Any, Any]:
     return starts, ends, ends - starts
 
 
-# Parts built at once, each by DuckDB on its share of the cores: a part's
+# A first open's parts built at once, each by DuckDB on its share of the cores: a part's
 # single-threaded stretches (DuckDB's queries over a part's rows, writing
 # its Parquet, reading the next part) overlap with another's parsing, where
 # one part at a time on every core left a core idle in them (100,000
@@ -605,20 +606,21 @@ def _lines(data: bytes, ends: Any) -> tuple[Any, Any, Any]:
 _IN_FLIGHT = 2
 
 
-def _in_order(jobs: Iterable[tuple[tuple[Any, ...], int]], bar: Any) -> list[Any]:
+def _in_order(jobs: Iterable[tuple[tuple[Any, ...], int]], bar: Any, in_flight: int | None = None) -> list[Any]:
     """What each job (TableSet._part and its arguments, and the source bytes
-    it covers) returns, in the jobs' order; up to _IN_FLIGHT run at once, the
-    next one read only when one is done. A job's error is raised once the
-    ones running beside it end."""
+    it covers) returns, in the jobs' order; up to `in_flight` (_IN_FLIGHT)
+    run at once, the next one read only when one is done. A job's error is
+    raised once the ones running beside it end."""
     from concurrent.futures import ThreadPoolExecutor
 
-    threads = max(1, (os.cpu_count() or 1) // _IN_FLIGHT)
+    in_flight = in_flight or _IN_FLIGHT
+    threads = max(1, (os.cpu_count() or 1) // in_flight)
     done: list[Any] = []
     running: list[tuple[Any, int]] = []
-    with ThreadPoolExecutor(_IN_FLIGHT, thread_name_prefix="rollkit-build") as pool:
+    with ThreadPoolExecutor(in_flight, thread_name_prefix="rollkit-build") as pool:
         for (call, *arguments), size in jobs:
             running.append((pool.submit(call, *arguments, threads=threads), size))
-            if len(running) >= _IN_FLIGHT:
+            if len(running) >= in_flight:
                 done.append(_finished(running.pop(0), bar))
         done.extend(_finished(job, bar) for job in running)
     return done
