@@ -47,7 +47,8 @@ import json
 import mmap
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+import traceback
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -258,7 +259,7 @@ class TableSet:
         lacking = [p for p in self.parts if table not in p["tables"]]
         with paused(), _progress(self.source, sum(p["end"] - p["start"] for p in lacking), self.progress) as bar, \
                 open(self.source, "rb") as f:
-            def jobs() -> Iterator[tuple[Any, int]]:
+            def jobs() -> Generator[tuple[Any, int], None, None]:
                 for part in lacking:
                     f.seek(part["start"])
                     data = f.read(part["end"] - part["start"])
@@ -313,7 +314,7 @@ class TableSet:
         """Parts for the complete lines of the source from `start` (_BATCH
         lines or _PART_BYTES of source each). A last line without its
         newline (torn, or still being written) waits."""
-        def jobs() -> Iterator[tuple[Any, int]]:
+        def jobs() -> Generator[tuple[Any, int], None, None]:
             nonlocal ordinal
             with open(self.source, "rb") as f:
                 for part_start, data, ends in _blocks(f, start):
@@ -606,24 +607,61 @@ def _lines(data: bytes, ends: Any) -> tuple[Any, Any, Any]:
 _IN_FLIGHT = 2
 
 
-def _in_order(jobs: Iterable[tuple[tuple[Any, ...], int]], bar: Any, in_flight: int | None = None) -> list[Any]:
+def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any,
+              in_flight: int | None = None) -> list[Any]:
     """What each job (TableSet._part and its arguments, and the source bytes
     it covers) returns, in the jobs' order; up to `in_flight` (_IN_FLIGHT)
-    run at once, the next one read only when one is done. A job's error is
-    raised once the ones running beside it end."""
+    at once, the next one read only when one is done; one at a time in the
+    calling thread. When a job fails, the source file and its map are let go
+    at once, not when the traceback is (a notebook keeps the last one)."""
+    in_flight = in_flight or _IN_FLIGHT
+    try:
+        return _side_by_side(jobs, bar, in_flight) if in_flight > 1 else _one_by_one(jobs, bar)
+    except BaseException as error:
+        # The failed part's frames, which the traceback keeps, hold views of the mapped file.
+        traceback.clear_frames(error.__traceback__)
+        raise
+    finally:
+        jobs.close()  # _blocks unmaps the file (and closes the descriptor mmap keeps)
+
+
+def _one_by_one(jobs: Iterator[tuple[tuple[Any, ...], int]], bar: Any) -> list[Any]:
+    done = []
+    for (call, *arguments), size in jobs:
+        done.append(call(*arguments))
+        bar.update(size)
+    return done
+
+
+def _side_by_side(jobs: Iterator[tuple[tuple[Any, ...], int]], bar: Any, in_flight: int) -> list[Any]:
+    """_in_order's jobs on `in_flight` threads, DuckDB on its share of the
+    cores in each. A job's error is raised once the ones beside it end
+    (nothing is left running); Ctrl-C returns at once, and a part still
+    being built ends on its own (its files are whole or ignored: a part's
+    marker is written last, and a part after a gap is never used)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    in_flight = in_flight or _IN_FLIGHT
-    threads = max(1, (os.cpu_count() or 1) // in_flight)
+    threads = max(1, _cores() // in_flight)
+    pool = ThreadPoolExecutor(in_flight, thread_name_prefix="rollkit-build")
     done: list[Any] = []
     running: list[tuple[Any, int]] = []
-    with ThreadPoolExecutor(in_flight, thread_name_prefix="rollkit-build") as pool:
+    try:
         for (call, *arguments), size in jobs:
             running.append((pool.submit(call, *arguments, threads=threads), size))
             if len(running) >= in_flight:
                 done.append(_finished(running.pop(0), bar))
         done.extend(_finished(job, bar) for job in running)
+    except BaseException as error:
+        pool.shutdown(wait=isinstance(error, Exception), cancel_futures=True)
+        raise
+    pool.shutdown()
     return done
+
+
+def _cores() -> int:
+    """The cores this process may run on (a container's or taskset's share, not the machine's)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def _finished(job: tuple[Any, int], bar: Any) -> Any:
