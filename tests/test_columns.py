@@ -18,6 +18,7 @@ from rollkit import frames
 from rollkit.core.trace import SCHEMA_VERSION
 from rollkit.examples import arithmetic_tasks, demo_agent, support_agent, support_tasks, toy_customer
 from rollkit.examples.bigrun import big_run, cached_big_run
+from rollkit.notebook.runbrowser import RunBrowser
 from rollkit.runs.lazyrun import highlight, open_run
 
 from conftest_notebook import assorted_traces
@@ -316,7 +317,7 @@ async def test_the_browser_pages_filters_and_highlights_escaped(tmp_path):
     path = rk.save([trace, *rk.load(big_run(120, tmp_path / "run", tasks=9))], tmp_path / "t.jsonl")
     run = open_run(path)
     browser = rk.notebook.TraceBrowser(path, page_size=25)
-    assert type(browser).__name__ == "RunBrowser"
+    assert isinstance(browser, RunBrowser)
     assert "<b>121</b> of 121 rollouts · page 1 of 5" in browser.status.value
     browser.where("reward = 0")
     zero = run.sql("select count(*) as n from rollouts where reward = 0")["n"][0]
@@ -327,7 +328,7 @@ async def test_the_browser_pages_filters_and_highlights_escaped(tmp_path):
     hits = run.search("needle")
     assert hits.ids == [trace.id]
     found = rk.notebook.TraceBrowser(hits)
-    assert type(found).__name__ == "RunBrowser"
+    assert isinstance(found, RunBrowser)
     found.select(0)
     assert "<mark>needle</mark>" in found.matches.value
     assert "&lt;img src=x onerror=alert(1)&gt;" in found.matches.value and "<img" not in found.matches.value

@@ -18,6 +18,7 @@ from rollkit.core.plugins import POINTS
 from rollkit.examples import arithmetic_tasks, careful_calculator_model, demo_agent, toy_calculator_model
 from rollkit.notebook.decide import ABMonitor
 from rollkit.notebook.monitor import RunMonitor
+from rollkit.notebook.runbrowser import RunBrowser
 from rollkit.runs import ab as runs_ab
 from rollkit.runs import evaluation as runs_evaluation
 from rollkit.runs.ab import ABTestError
@@ -92,7 +93,7 @@ def test_a_search_opens_in_the_trace_browser_with_its_hits(tmp_path):
     traces = rk.evaluate(demo_agent(), arithmetic_tasks(4), progress=False).traces
     path = rk.save(traces, tmp_path / "t.jsonl")
     run = rk.open_run(path)
-    hits = run.search(traces[2].messages[0].content)
+    hits = run.search(traces[2].messages[1].content)  # the task's own question: one rollout's
     browser = rk.notebook.TraceBrowser(hits)
-    assert type(browser).__name__ == "RunBrowser"
-    assert browser.table.options and len(browser.table.options) == len(hits.ids)
+    assert isinstance(browser, RunBrowser)
+    assert hits.ids == [traces[2].id] and len(browser.table.options) == 1

@@ -513,14 +513,16 @@ def test_a_json_lines_file_larger_than_a_document_may_be_is_still_recognised(tmp
     assert [t.info.get("format") for t in rk.load(path)] == ["verifiers"] * 20
 
 
-def test_a_format_reader_that_cannot_import_is_an_error_not_a_file_it_does_not_claim(tmp_path, monkeypatch):
+@pytest.mark.parametrize("module", ["inspect_log", "atif", "trajectory", "tau2", "verifiers", "messages"])
+def test_a_format_reader_that_cannot_import_is_an_error_not_a_file_it_does_not_claim(tmp_path, monkeypatch, module):
     """Format readers are imported on first use: one whose module cannot load
     (a broken install) must say so, not pass the file on to the next format
-    (which would read an ATIF file as a plain transcript, or refuse it)."""
+    (which would read an ATIF file as a plain transcript, or refuse it).
+    Every format module the sniffers import, in their order."""
     import sys
 
     path = tmp_path / "doc.json"
-    path.write_text('{"history": []}')
-    monkeypatch.setitem(sys.modules, "rollkit.runs.formats.atif", None)  # importing it raises ImportError
-    with pytest.raises(ImportError, match="rollkit.runs.formats.atif"):
+    path.write_text('{"unrelated": []}')  # claimed by none of them: every sniffer is asked
+    monkeypatch.setitem(sys.modules, f"rollkit.runs.formats.{module}", None)  # importing it raises ImportError
+    with pytest.raises(ImportError, match=f"rollkit.runs.formats.{module}"):
         rk.load(path)

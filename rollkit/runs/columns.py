@@ -260,13 +260,16 @@ class TableSet:
         with paused(), _progress(self.source, sum(p["end"] - p["start"] for p in lacking), self.progress) as bar, \
                 open(self.source, "rb") as f:
             def jobs() -> Generator[tuple[Any, int], None, None]:
-                for part in lacking:
-                    f.seek(part["start"])
-                    data = f.read(part["end"] - part["start"])
-                    starts, ends, lengths = _lines(data, _line_ends(data))
-                    missing = tuple(t for t in TABLES if t not in part["tables"])
-                    ordinal = sum(p["lines"] for p in self.parts[:self.parts.index(part)])
-                    yield (self._part, data, starts, ends, lengths, part["start"], ordinal, missing, part), len(data)
+                ordinal = 0
+                for part in self.parts:
+                    if table not in part["tables"]:
+                        f.seek(part["start"])
+                        data = f.read(part["end"] - part["start"])
+                        starts, ends, lengths = _lines(data, _line_ends(data))
+                        missing = tuple(t for t in TABLES if t not in part["tables"])
+                        yield (self._part, data, starts, ends, lengths, part["start"], ordinal, missing, part), \
+                            len(data)
+                    ordinal += part["lines"]
 
             # One part at a time on every core: all six tables of two parts at once passed 1 GB.
             for part, made in zip(lacking, _in_order(jobs(), bar, in_flight=1)):
@@ -388,7 +391,7 @@ class TableSet:
             _atomic(lambda tmp: pq.write_table(arrow, tmp, compression="lz4"), folder / f"{name}.parquet")
             written.append(table)
         if built:
-            build = "+".join(sorted({*built["build"].split("+"), build}))
+            build = _builds(built["build"], build)
             if not (self.folder / f"{name}.json").exists():
                 raise _PartGone(name)  # merged away meanwhile (a live run's writer): its marker must not come back
         meta = {"start": start, "end": end, "lines": lines, "head": _head(self.source, end),
@@ -424,7 +427,7 @@ class TableSet:
             _atomic(lambda tmp: pq.write_table(merged, tmp, compression="lz4"), self.folder / table / f"{name}.parquet")
         meta = {"start": parts[0]["start"], "end": parts[-1]["end"], "lines": sum(p["lines"] for p in parts),
                 "head": _head(self.source, parts[-1]["end"]), "before": parts[-1]["before"],
-                "build": "+".join(sorted({b for p in parts for b in p.get("build", "python").split("+")})),
+                "build": _builds(*(p.get("build", "python") for p in parts)),
                 "tables": common}
         _atomic(lambda tmp: Path(tmp).write_text(json.dumps(meta)), self.folder / f"{name}.json")
         for p in parts:
@@ -433,6 +436,11 @@ class TableSet:
                 for table in TABLES:
                     (self.folder / table / f"{p['name']}.parquet").unlink(missing_ok=True)
         return [{**meta, "name": name}]
+
+
+def _builds(*labels: str) -> str:
+    """The builds that made a part's tables ("native", "python", or both: "native+python")."""
+    return "+".join(sorted({build for label in labels for build in label.split("+")}))
 
 
 class _PartGone(Exception):
@@ -492,14 +500,13 @@ def _blocks(f: Any, start: int) -> Any:
     except (OSError, ValueError):
         f.seek(start)
         source, base = f.read(size - start), start
-    view = None
+    mapped = not isinstance(source, bytes)
     try:
         at = start
         while at < size:
             bound = min(size, at + _PART_BYTES)
             ends = _line_ends(source, _BATCH, at - base, bound - base)
-            view = memoryview(source)[at - base:bound - base]
-            cut = _cut(view, ends)
+            cut = _cut(memoryview(source)[at - base:bound - base], ends)
             if cut is None and bound < size:  # the line crossing the bound goes on past it
                 newline = source.find(b"\n", bound - base)
                 if newline >= 0:
@@ -511,12 +518,11 @@ def _blocks(f: Any, start: int) -> Any:
                 return
             end = int(ends[cut])
             yield at, memoryview(source)[at - base:at - base + end], ends[:cut + 1]
-            if not isinstance(source, bytes):
+            if mapped:
                 _release(source, at)
             at += end
     finally:
-        del view
-        if not isinstance(source, bytes):
+        if mapped:
             try:
                 source.close()
             except BufferError:  # a part still being built holds a view: unmapped when it lets go

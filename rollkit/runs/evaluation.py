@@ -45,7 +45,6 @@ from .livetables import TraceLog
 from .runfolder import GROUPS, TRACES, USER_TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
 from ..core.store import append_trace
 from ..core.task import Task
-from ..core.plugins import plugged
 from ..core.trace import PHASES, Trace
 from ..core.users import User
 from ..core._dependencies import pandas, tqdm_auto

@@ -93,7 +93,7 @@ _UNREAD = {"messages", "user_turns"}
 # What each frame's rows never read of a trace (dumping it is half the work).
 _PAYLOADS = {"__all__": {"reply", "tokens", "request"}}
 _UNREAD_BY_KIND: dict[str, dict[str, Any]] = {
-    "turns": dict.fromkeys(_UNREAD, True), "calls": dict.fromkeys(_UNREAD, True),
+    "turns": {**dict.fromkeys(_UNREAD, True), "model_calls": _PAYLOADS}, "calls": dict.fromkeys(_UNREAD, True),
     "rollouts": {**dict.fromkeys(_UNREAD, True), "model_calls": _PAYLOADS},
     "phases": {**dict.fromkeys(_UNREAD, True), "segments": True, "model_calls": _PAYLOADS},
     "signals": {**dict.fromkeys(_UNREAD, True), "segments": True, "model_calls": True},
@@ -103,7 +103,7 @@ _UNREAD_BY_KIND: dict[str, dict[str, Any]] = {
 def _list(traces: Iterable[Trace] | str | os.PathLike[str]) -> list[Trace]:
     if isinstance(traces, (str, os.PathLike)):  # a trace file (any format rk.load reads), or a run folder
         return load(traces)
-    if hasattr(traces, "traces") and callable(traces.traces):  # a lazy run (rollkit.runs.lazyrun)
+    if isinstance(traces, LazyRun):
         return traces.traces()
     return _checked(traces, who="a frame", hint="(e.g. rk.load('runs/traces.jsonl')), or a trace file's path")
 

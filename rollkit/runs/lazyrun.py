@@ -22,7 +22,6 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..core.plugins import plugged
 from ..core.trace import Trace
 from . import rows
 from .columns import TABLES, TableSet, footer, tables_for
@@ -311,10 +310,7 @@ class LazyRun:
                     del converted
             frame = pd.DataFrame(columns, copy=False)
             del columns
-        for name in order:
-            if name not in frame.columns:
-                frame[name] = pd.Series([None] * len(frame), dtype=object)
-        return frame[list(order)]
+        return rows.padded(frame, order)
 
     def _shaped(self, kind: str) -> Any:
         """Frame `kind` as rk.frames gives it for the same traces: the

@@ -33,7 +33,7 @@ from ..core.trace import PHASES
 __all__ = [
     "TABLES", "ROLLOUT_COLUMNS", "TURN_COLUMNS", "CALL_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS",
     "MESSAGE_COLUMNS", "USER_TURN_COLUMNS", "BRANCH_COLUMNS", "COMPARE_COLUMNS",
-    "signal_values", "frame_order", "shaped", "arrow_frame", "empty_table",
+    "signal_values", "frame_order", "shaped", "padded", "arrow_frame", "empty_table",
 ]
 
 _NAN = math.nan
@@ -186,7 +186,8 @@ def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, lengt
         limits = t.get("limits") or {}
         limit_values = tuple(_raw(limits.get(name)) for name in _LIMITS)
         budget = _raw((t.get("timeouts") or {}).get("agent"))
-        unreported = _call_rows(table, ids, key, calls, t.get("messages") or (), limit_values, budget, ordinal)
+        unreported = _call_rows(table, built, ids, key, calls, t.get("messages") or (), limit_values, budget,
+                                ordinal)
     elif "rollouts" in built:
         unreported = _unreported(calls)
     if "rollouts" in built:
@@ -294,13 +295,16 @@ def _phase_spans(spans: dict[str, Any]) -> tuple[list[float], float | None, floa
     return durations, start, end, present
 
 
-def _call_rows(table: dict[str, list[tuple[Any, ...]]], ids: tuple[Any, ...], key: str, calls: list[dict[str, Any]],
-               messages: Any, limit_values: tuple[Any, ...], budget: Any, ordinal: int) -> tuple[bool, bool]:
-    """A calls row per model call and a turns row per committed one; whether
-    a turn did not report its input, its output tokens."""
+def _call_rows(table: dict[str, list[tuple[Any, ...]]], built: frozenset[str], ids: tuple[Any, ...], key: str,
+               calls: list[dict[str, Any]], messages: Any, limit_values: tuple[Any, ...], budget: Any,
+               ordinal: int) -> tuple[bool, bool]:
+    """A calls row per model call and a turns row per committed one, for
+    those of the two tables `built`; whether a turn did not report its
+    input, its output tokens."""
     number = 0
     unreported_in = unreported_out = False
     calls_out, turns_out = table["calls"], table["turns"]
+    with_calls, with_turns = "calls" in built, "turns" in built
     for call in calls:
         usage = call.get("usage") or {}
         err = call.get("error")
@@ -313,20 +317,22 @@ def _call_rows(table: dict[str, list[tuple[Any, ...]]], ids: tuple[Any, ...], ke
                   int(call.get("cum_output_tokens", 0)), int(call.get("cum_total_tokens", 0)),
                   float(call.get("cum_agent_time", 0.0)), _num(call.get("cum_cost_usd")))
         cost = _num(call.get("cost_usd"))
-        reply = _reply(call, messages, committed)
-        calls_out.append((
-            *ids, key, index, segment, dialect, committed, c_start, c_end - c_start, input_tokens, output_tokens,
-            _count(usage.get("cache_read_tokens")), _count(usage.get("cache_write_tokens")), new_input, finish,
-            reply.get("content") if reply is not None else None,
-            reply.get("reasoning") if reply is not None else None,
-            ", ".join(c["name"] for c in reply.get("tool_calls") or ()) if reply is not None else None,
-            _count(call.get("request_messages")), err["type"] if err else None, err["message"] if err else None,
-            call.get("timing_issue"), *_logprob_stats(call.get("tokens")), cost, c_end, *totals, ordinal,
-        ))
+        if with_calls:  # a turns frame alone reads no reply, logprobs or cache counts
+            reply = _reply(call, messages, committed)
+            calls_out.append((
+                *ids, key, index, segment, dialect, committed, c_start, c_end - c_start, input_tokens, output_tokens,
+                _count(usage.get("cache_read_tokens")), _count(usage.get("cache_write_tokens")), new_input, finish,
+                reply.get("content") if reply is not None else None,
+                reply.get("reasoning") if reply is not None else None,
+                ", ".join(c["name"] for c in reply.get("tool_calls") or ()) if reply is not None else None,
+                _count(call.get("request_messages")), err["type"] if err else None, err["message"] if err else None,
+                call.get("timing_issue"), *_logprob_stats(call.get("tokens")), cost, c_end, *totals, ordinal,
+            ))
         if committed:
             number += 1
             unreported_in = unreported_in or input_tokens is None
             unreported_out = unreported_out or output_tokens is None
+        if committed and with_turns:
             turns_out.append((*ids, key, number, index, segment, c_start, c_end, c_end - c_start, input_tokens,
                               output_tokens, new_input, finish, dialect, cost, *totals, *limit_values, budget,
                               ordinal))
@@ -532,9 +538,13 @@ def _expanded_signals(frame: Any) -> Any:
 
 def arrow_frame(kind: str, table: Any) -> Any:
     """Frame `kind` of its Arrow table (a column the table lacks: all None)."""
-    frame = table.to_pandas(split_blocks=True)
-    order = frame_order(kind, table.column_names)
+    return shaped(kind, padded(table.to_pandas(split_blocks=True), frame_order(kind, table.column_names)))
+
+
+def padded(frame: Any, order: Iterable[str]) -> Any:
+    """`frame`'s columns in `order`, a column it lacks all None."""
+    order = list(order)
     for name in order:
         if name not in frame.columns:
             frame[name] = pd.Series([None] * len(frame), dtype=object)
-    return shaped(kind, frame[order])
+    return frame[order]
