@@ -136,6 +136,66 @@ def test_values_whose_type_python_infers_per_column_are_read_alike_or_built_in_p
     assert str(native["rollouts"][1].schema.field("example_id").type) == "large_string"
 
 
+def test_a_value_types_from_its_first_characters_as_json_type_does():
+    # The free-typed values' types are read from their text where its first
+    # characters tell, json_type (which parses each again) where they do
+    # not: the same bit for every kind of JSON value, whatever the spacing.
+    import random
+
+    import duckdb
+
+    from rollkit.runs import nativebuild
+
+    values = [0, -0, 1, -1, 10**17, 10**18 - 1, 10**18, -10**17, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 10**30, -2**63,
+              -2**63 - 1, 0.0, -0.0, 1.0, 0.1, 1e30, -1e-7, 5e-324, 1.7976931348623157e308, 123456789012345680000.0,
+              float("nan"), float("inf"), -float("inf"), True, False, None, "", "1.5", "-1", "true", "null", [], [1],
+              {}, {"a": 1}, [None]]
+    chance = random.Random(7)
+    values += [chance.choice((chance.randint(-10**21, 10**21), chance.random() * 10 ** chance.randint(-30, 30),
+                              float(chance.randint(-10**6, 10**6)))) for _ in range(2000)]
+    lines = [json.dumps({"x": v}) for v in values]
+    lines += ['{"x": -0}', '{"x":-5 }', '{"x" :  1E5}', '{"x": 2e-3}', '{"x":\t[ 1 ]}', '{"x": "\\"a"}', "{}"]
+    con = duckdb.connect()
+    try:
+        con.execute("create table lines as select unnest(?) as line", [lines])
+        x = "t.x"
+        rows = con.execute(f"select line, {nativebuild._JSON_BITS.format(x=x)}, {nativebuild._FAST_JSON_BITS.format(x=x)} "
+                           "from (select line, json_transform(line, '{\"x\": \"JSON\"}') as t from lines)").fetchall()
+    finally:
+        con.close()
+    assert len(rows) == len(lines)
+    assert [(line, fast) for line, exact, fast in rows if fast != exact] == []
+    assert {exact for _, exact, _ in rows} == {0, 1, 2, 4, 8, 16}
+
+
+def test_the_parts_of_a_build_share_one_database_closed_when_it_ends(tmp_path, monkeypatch):
+    # Opening a DuckDB database costs ~30 ms, a part's connection to an open
+    # one nothing: a build of five parts (side by side, or one by one for
+    # the other tables) opens one, and nothing of it is left open.
+    import duckdb
+
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
+    opened = []
+    connect = duckdb.connect
+
+    def counted(*args, **kwargs):
+        opened.append(connect(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(duckdb, "connect", counted)
+    run = open_run(folder, progress=False)
+    assert len(run.rollouts()) == 18
+    assert len(opened) == 1
+    assert len(run.turns()) == 18 * 2  # the other five tables: one part at a time
+    assert len(opened) == 2
+    builds = {json.loads(p.read_text())["build"] for p in (folder / ".rollkit").rglob("part-*.json")}
+    assert builds == {"native"}
+    for database in opened:
+        with pytest.raises(duckdb.ConnectionException, match="(?i)closed"):
+            database.execute("select 1")
+
+
 def test_a_line_that_is_not_a_trace_is_named_by_the_python_build(tmp_path, monkeypatch):
     folder = big_run(5, tmp_path / "run", tasks=2)
     source = folder / "traces.jsonl"

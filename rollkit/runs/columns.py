@@ -329,13 +329,13 @@ class TableSet:
 
     def _part(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
               tables: tuple[str, ...] = TABLES, built: dict[str, Any] | None = None,
-              threads: int | None = None) -> dict[str, Any]:
+              engine: Any = None) -> dict[str, Any]:
         """The part of `data` (the source's lines from `part_start`) built
         and written: `tables` of it, beside those of `built` (its marker);
-        `threads`: DuckDB's for it (None: one a core)."""
+        `engine`: the build's DuckDB (nativebuild.Engine; None: its own)."""
         part = None
         if _NATIVE and len(starts) and len(data) >= _NATIVE_MIN_BYTES:
-            part = self._native(data, starts, ends, lengths, part_start, ordinal, tables, built, threads)
+            part = self._native(data, starts, ends, lengths, part_start, ordinal, tables, built, engine)
         if part is None:
             made = _python_tables(self._python_rows(data, starts, ends, part_start, ordinal, tables), tables)
             part = self._write_part(made.items(), part_start, part_start + len(data), len(starts),
@@ -343,7 +343,7 @@ class TableSet:
         return part
 
     def _native(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
-                tables: tuple[str, ...], built: dict[str, Any] | None, threads: int | None) -> dict[str, Any] | None:
+                tables: tuple[str, ...], built: dict[str, Any] | None, engine: Any) -> dict[str, Any] | None:
         """The part built by DuckDB (rollkit.runs.nativebuild) and written,
         each table as soon as it is made; None when the Python build must
         make it (it names a bad line; its files replace any written here)."""
@@ -360,7 +360,7 @@ class TableSet:
                 lines = pa.array([bytes(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist())], pa.large_binary()) \
                     .cast(pa.large_string())
             lines.validate(full=True)  # UTF-8: a line that is not is the Python build's to report
-            made = native_tables(lines, ordinal, starts + part_start, lengths, _COLUMNS, _TYPES, tables, threads)
+            made = native_tables(lines, ordinal, starts + part_start, lengths, _COLUMNS, _TYPES, tables, engine)
             return self._write_part(made, part_start, part_start + len(data), len(starts), "native", built)
         except (NativeUnfit, duckdb.Error, pa.ArrowException):
             return None
@@ -618,42 +618,47 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
     """What each job (TableSet._part and its arguments, and the source bytes
     it covers) returns, in the jobs' order; up to `in_flight` (_IN_FLIGHT)
     at once, the next one read only when one is done; one at a time in the
-    calling thread. When a job fails, the source file and its map are let go
-    at once, not when the traceback is (a notebook keeps the last one)."""
+    calling thread. The jobs share one DuckDB database (`engine=`), on
+    every core, or on a share of them each when side by side. When a job
+    fails, the source file and its map are let go at once, not when the
+    traceback is (a notebook keeps the last one)."""
+    from .nativebuild import Engine
+
     in_flight = in_flight or _IN_FLIGHT
+    engine = Engine(threads=max(1, _cores() // in_flight) if in_flight > 1 else None)
     try:
-        return _side_by_side(jobs, bar, in_flight) if in_flight > 1 else _one_by_one(jobs, bar)
+        return _side_by_side(jobs, bar, in_flight, engine) if in_flight > 1 else _one_by_one(jobs, bar, engine)
     except BaseException as error:
         # The failed part's frames, which the traceback keeps, hold views of the mapped file.
         traceback.clear_frames(error.__traceback__)
         raise
     finally:
         jobs.close()  # _blocks unmaps the file (and closes the descriptor mmap keeps)
+        engine.close()
 
 
-def _one_by_one(jobs: Iterator[tuple[tuple[Any, ...], int]], bar: Any) -> list[Any]:
+def _one_by_one(jobs: Iterator[tuple[tuple[Any, ...], int]], bar: Any, engine: Any) -> list[Any]:
     done = []
     for (call, *arguments), size in jobs:
-        done.append(call(*arguments))
+        done.append(call(*arguments, engine=engine))
         bar.update(size)
     return done
 
 
-def _side_by_side(jobs: Iterator[tuple[tuple[Any, ...], int]], bar: Any, in_flight: int) -> list[Any]:
-    """_in_order's jobs on `in_flight` threads, DuckDB on its share of the
-    cores in each. A job's error is raised once the ones beside it end
-    (nothing is left running); Ctrl-C returns at once, and a part still
-    being built ends on its own (its files are whole or ignored: a part's
-    marker is written last, and a part after a gap is never used)."""
+def _side_by_side(jobs: Iterator[tuple[tuple[Any, ...], int]], bar: Any, in_flight: int, engine: Any) -> list[Any]:
+    """_in_order's jobs on `in_flight` threads. A job's error is raised once
+    the ones beside it end (nothing is left running); Ctrl-C returns at
+    once, and a part still being built ends on its own (its files are whole
+    or ignored: a part's marker is written last, and a part after a gap is
+    never used)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    threads = max(1, _cores() // in_flight)
     pool = ThreadPoolExecutor(in_flight, thread_name_prefix="rollkit-build")
     done: list[Any] = []
     running: list[tuple[Any, int]] = []
     try:
         for (call, *arguments), size in jobs:
-            running.append((pool.submit(call, *arguments, threads=threads), size))
+            running.append((pool.submit(call, *arguments, engine=engine), size))
             if len(running) >= in_flight:
                 done.append(_finished(running.pop(0), bar))
         done.extend(_finished(job, bar) for job in running)

@@ -24,11 +24,12 @@ This module reads bytes it is given and returns Arrow tables; it writes nothing.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 from ..core._dependencies import duckdb, np, pa
 
-__all__ = ["native_tables", "NativeUnfit"]
+__all__ = ["native_tables", "NativeUnfit", "Engine"]
 
 
 class NativeUnfit(Exception):
@@ -104,8 +105,20 @@ _ROWS_OF = {
 }
 _FREE_IN = {"rollouts": (*_IDS_FREE, "agent", "model", "ok"), "calls": _IDS_FREE,
             "turns": (*_IDS_FREE, *_NAN_FREE), "phases": (*_IDS_FREE, "ok"), "signals": _IDS_FREE}
+# A JSON value's type as a bit: 1 text, 2 integer, 4 real, 8 boolean, 16 anything else (0: null).
 _JSON_BITS = ("case when {x} is null then 0 else case json_type({x}) when 'NULL' then 0 when 'VARCHAR' then 1 "
               "when 'BIGINT' then 2 when 'UBIGINT' then 2 when 'DOUBLE' then 4 when 'BOOLEAN' then 8 else 16 end end")
+# The same bit from the value's text where its first characters tell (DuckDB
+# writes a JSON value minified, as yyjson reads it: a real has a '.' or an
+# exponent, an integer of up to 18 digits fits 64 bits), json_type's where
+# they do not (NaN, -Infinity, a longer integer): json_type parses each value
+# again, half a part's checks (tests/test_nativebuild.py holds them equal).
+_NUMBER = "(ascii({x}) between 48 and 57 or (ascii({x}) = 45 and ascii(substr({x}, 2, 1)) between 48 and 57))"
+_FAST_JSON_BITS = (
+    "case when {x} is null then 0 else case ascii({x}) when 34 then 1 when 110 then 0 when 116 then 8 "
+    "when 102 then 8 when 123 then 16 when 91 then 16 else case "
+    f"when {_NUMBER} and (contains({{x}}, '.') or contains({{x}}, 'e') or contains({{x}}, 'E')) then 4 "
+    f"when {_NUMBER} and length({{x}}) <= 18 then 2 else {_JSON_BITS} end end end")
 
 
 # A line the Python build reads as not a trace (a required field missing):
@@ -129,7 +142,7 @@ def _free_types(con: Any, tables: tuple[str, ...]) -> dict[tuple[str, str], str 
             kinds.update({(table, name): None for name in names})
             continue
         for name in names:
-            bits = _JSON_BITS.format(x=_FREE[name])
+            bits = _FAST_JSON_BITS.format(x=_FREE[name])
             aggregates.append(f"bit_or({bits}) filter (where {_ROWS_OF[table]})")
             keys.append((table, name))
     if not aggregates:
@@ -376,26 +389,57 @@ def _structure(tables: tuple[str, ...]) -> str:
 _BATCH_ROWS = 2048
 
 
+class Engine:
+    """One in-memory DuckDB database for the parts of a build, opened when
+    the first part asks for it: a database costs ~30 ms to open and close,
+    a part's own connection to it (a cursor: its own temporary tables)
+    nothing, and a million rollouts are twenty parts. `threads`: DuckDB's
+    (None: one a core), shared by the parts built at once."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        self._threads = threads
+        self._database: Any = None
+        self._lock = threading.Lock()
+
+    def connection(self) -> Any:
+        with self._lock:
+            if self._database is None:
+                database = duckdb.connect()
+                database.execute("set enable_progress_bar = false")
+                if self._threads:
+                    database.execute(f"set threads = {int(self._threads)}")
+                database.execute("set arrow_large_buffer_size = true")  # text out as large_string, as the store keeps it
+                self._database = database
+            return self._database.cursor()
+
+    def close(self) -> None:
+        with self._lock:
+            database, self._database = self._database, None
+        if database is not None:
+            try:
+                database.close()
+            except duckdb.Error:  # a part still running (Ctrl-C returned without it): the database goes when it ends
+                pass
+
+
 def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns: dict[str, tuple[str, ...]],
-                  types: dict[str, str], tables: tuple[str, ...], threads: int | None = None) -> Iterator[tuple[str, Any]]:
+                  types: dict[str, str], tables: tuple[str, ...], engine: Engine | None = None) -> Iterator[tuple[str, Any]]:
     """`tables` of a part, one after the other (name, Arrow table, before
     the store's string and metadata touches), from `lines` (a pyarrow string
     array, one trace a line), their first ordinal and each line's byte
     offset and length. The rollouts alone are parsed from the fields they
-    read (_ROLLOUT_FIELDS), the others from all (_TRACE_FIELDS). `threads`:
-    DuckDB's for this part (None: one a core).
+    read (_ROLLOUT_FIELDS), the others from all (_TRACE_FIELDS). `engine`:
+    the build's DuckDB (None: one of its own, on every core).
     Raises NativeUnfit, or DuckDB's error, when the Python build must do it."""
     count = len(lines)
     source = pa.table({"line": lines, "_ordinal": pa.array(np.arange(ordinal, ordinal + count, dtype=np.int64)),
                        "_offset": pa.array(offsets, pa.int64()), "_length": pa.array(lengths, pa.int64())})
     # In batches (slices, no copy): DuckDB parses an Arrow table a batch per thread.
     source = pa.Table.from_batches(source.to_batches(max_chunksize=_BATCH_ROWS))
-    con = duckdb.connect()
+    own = engine is None
+    engine = engine or Engine()
+    con = engine.connection()
     try:
-        con.execute("set enable_progress_bar = false")
-        if threads:
-            con.execute(f"set threads = {int(threads)}")
-        con.execute("set arrow_large_buffer_size = true")  # text out as large_string, what the store keeps
         con.register("lines", source)
         con.execute(f"create temp table p as select _ordinal, _offset, _length, "
                     f"json_transform(line, {_literal(_structure(tables))}) as t from lines")
@@ -421,6 +465,8 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
                                                                                      flags)))
     finally:
         con.close()
+        if own:
+            engine.close()
 
 
 def _fetch_arrow(relation: Any) -> Any:
