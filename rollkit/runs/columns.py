@@ -77,8 +77,10 @@ _SIGNATURE = 4096
 # Parts built by DuckDB (rollkit.runs.nativebuild); False: all in Python (the reference).
 _NATIVE = True
 # A part of fewer source bytes is built in Python: DuckDB's fixed cost (a
-# connection, binding the queries: ~0.3 s of CPU a part) is more than what
-# Python spends on a few MB (1.5 MB of rollouts: 0.13 s in Python, 0.4 s natively).
+# database, binding the queries: ~0.14 s of CPU for a build of one part,
+# its import besides) is more than what Python spends on a few MB (the
+# rollouts of 4 MB of single-turn lines: 0.14 s in Python, 0.19 s natively;
+# of 8 MB: 0.27 s and 0.24 s; twenty-turn lines are cheaper in Python).
 _NATIVE_MIN_BYTES = 8 << 20
 
 
