@@ -154,7 +154,8 @@ def test_a_value_types_from_its_first_characters_as_json_type_does():
     values += [chance.choice((chance.randint(-10**21, 10**21), chance.random() * 10 ** chance.randint(-30, 30),
                               float(chance.randint(-10**6, 10**6)))) for _ in range(2000)]
     lines = [json.dumps({"x": v}) for v in values]
-    lines += ['{"x": -0}', '{"x":-5 }', '{"x" :  1E5}', '{"x": 2e-3}', '{"x":\t[ 1 ]}', '{"x": "\\"a"}', "{}"]
+    lines += ['{"x": -0}', '{"x":-5 }', '{"x" :  1E5}', '{"x": 2e-3}', '{"x":\t[ 1 ]}', '{"x": "\\"a"}', "{}",
+              '{"x": nan}', '{"x": nAn}', '{"x": inf}', '{"x": -INF}', '{"x": 1E400}']  # DuckDB reads these too
     con = duckdb.connect()
     try:
         con.execute("create table lines as select unnest(?) as line", [lines])
@@ -194,6 +195,61 @@ def test_the_parts_of_a_build_share_one_database_closed_when_it_ends(tmp_path, m
     for database in opened:
         with pytest.raises(duckdb.ConnectionException, match="(?i)closed"):
             database.execute("select 1")
+
+
+def test_a_part_still_building_when_ctrl_c_ends_the_build_keeps_its_database_and_ends(tmp_path, monkeypatch):
+    # Ctrl-C returns from a first open at once, while the part beside it is
+    # still building: the build's database must stay open under that part
+    # (closed under a running query, DuckDB 1.3 leaves it hanging; 2.0
+    # fails it, and the part would go on in Python), and close when it ends.
+    import threading
+
+    import duckdb
+
+    from rollkit.runs import nativebuild
+
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    folder = big_run(8, tmp_path / "run", turns=2, tasks=3)
+    opened = []
+    connect = duckdb.connect
+
+    def counted(*args, **kwargs):
+        opened.append(connect(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(duckdb, "connect", counted)
+    holding, go = threading.Event(), threading.Event()
+    free_types = nativebuild._free_types
+
+    def second_part_waits(con, tables):  # inside the second part's query work: its connection is open
+        if threading.current_thread().name.endswith("_1"):
+            holding.set()
+            assert go.wait(60)
+        return free_types(con, tables)
+
+    build_part = TableSet._part
+
+    def first_part_interrupted(self, data, starts, ends, lengths, part_start, *rest, **options):
+        if part_start == 0:
+            assert holding.wait(60)
+            raise KeyboardInterrupt
+        return build_part(self, data, starts, ends, lengths, part_start, *rest, **options)
+
+    monkeypatch.setattr(nativebuild, "_free_types", second_part_waits)
+    monkeypatch.setattr(TableSet, "_part", first_part_interrupted)
+    builders = lambda: [t for t in threading.enumerate() if t.name.startswith("rollkit-build")]  # noqa: E731
+    with pytest.raises(KeyboardInterrupt):
+        TableSet(folder / "traces.jsonl", cache=tmp_path / "cache", progress=False)
+    assert len(opened) == 1
+    assert opened[0].execute("select 42").fetchall() == [(42,)]  # still open under the second part
+    go.set()
+    for thread in builders():
+        thread.join(60)
+    assert builders() == []
+    markers = [json.loads(p.read_text()) for p in (tmp_path / "cache").glob("part-*.json")]
+    assert [(m["lines"], m["build"]) for m in markers] == [(4, "native")]  # built natively, to the end
+    with pytest.raises(duckdb.ConnectionException, match="(?i)closed"):
+        opened[0].execute("select 1")
 
 
 def test_a_line_that_is_not_a_trace_is_named_by_the_python_build(tmp_path, monkeypatch):

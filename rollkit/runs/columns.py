@@ -607,7 +607,7 @@ def _lines(data: bytes, ends: Any) -> tuple[Any, Any, Any]:
     return starts, ends, ends - starts
 
 
-# A first open's parts built at once, each by DuckDB on its share of the cores: a part's
+# A first open's parts built at once, by DuckDB on the cores between them: a part's
 # single-threaded stretches (DuckDB's queries over a part's rows, writing
 # its Parquet, reading the next part) overlap with another's parsing, where
 # one part at a time on every core left a core idle in them (100,000
@@ -620,14 +620,16 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
     """What each job (TableSet._part and its arguments, and the source bytes
     it covers) returns, in the jobs' order; up to `in_flight` (_IN_FLIGHT)
     at once, the next one read only when one is done; one at a time in the
-    calling thread. The jobs share one DuckDB database (`engine=`), on
-    every core, or on a share of them each when side by side. When a job
+    calling thread. The jobs share one DuckDB database (`engine=`), a
+    thread a core: side by side, each job's thread works on its own query
+    and DuckDB's workers make up the rest of the cores (its `threads`
+    counts one asking thread). When a job
     fails, the source file and its map are let go at once, not when the
     traceback is (a notebook keeps the last one)."""
     from .nativebuild import Engine
 
     in_flight = in_flight or _IN_FLIGHT
-    engine = Engine(threads=max(1, _cores() // in_flight) if in_flight > 1 else None)
+    engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None)
     try:
         return _side_by_side(jobs, bar, in_flight, engine) if in_flight > 1 else _one_by_one(jobs, bar, engine)
     except BaseException as error:

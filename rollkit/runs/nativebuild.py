@@ -111,14 +111,15 @@ _JSON_BITS = ("case when {x} is null then 0 else case json_type({x}) when 'NULL'
 # The same bit from the value's text where its first characters tell (DuckDB
 # writes a JSON value minified, as yyjson reads it: a real has a '.' or an
 # exponent, an integer of up to 18 digits fits 64 bits), json_type's where
-# they do not (NaN, -Infinity, a longer integer): json_type parses each value
-# again, half a part's checks (tests/test_nativebuild.py holds them equal).
+# they do not (NaN or nan, -Infinity, a longer integer): json_type parses
+# each value again, half a part's checks (tests/test_nativebuild.py holds
+# them equal).
 _NUMBER = "(ascii({x}) between 48 and 57 or (ascii({x}) = 45 and ascii(substr({x}, 2, 1)) between 48 and 57))"
 _FAST_JSON_BITS = (
-    "case when {x} is null then 0 else case ascii({x}) when 34 then 1 when 110 then 0 when 116 then 8 "
+    "case when {x} is null then 0 else case ascii({x}) when 34 then 1 when 116 then 8 "
     "when 102 then 8 when 123 then 16 when 91 then 16 else case "
     f"when {_NUMBER} and (contains({{x}}, '.') or contains({{x}}, 'e') or contains({{x}}, 'E')) then 4 "
-    f"when {_NUMBER} and length({{x}}) <= 18 then 2 else {_JSON_BITS} end end end")
+    f"when {_NUMBER} and length({{x}}) <= 18 then 2 when {{x}} = 'null' then 0 else {_JSON_BITS} end end end")
 
 
 # A line the Python build reads as not a trace (a required field missing):
@@ -393,12 +394,17 @@ class Engine:
     """One in-memory DuckDB database for the parts of a build, opened when
     the first part asks for it: a database costs ~30 ms to open and close,
     a part's own connection to it (a cursor: its own temporary tables)
-    nothing, and a million rollouts are twenty parts. `threads`: DuckDB's
-    (None: one a core), shared by the parts built at once."""
+    nothing, and a million rollouts are twenty parts. `threads`: DuckDB's,
+    for the whole database (None: one a core). Closed once the build is
+    over and the last connection is given back: a part still running when
+    Ctrl-C ended the build keeps it open until it ends (DuckDB 1.3 leaves a
+    query hanging when the database is closed under it)."""
 
     def __init__(self, threads: int | None = None) -> None:
         self._threads = threads
         self._database: Any = None
+        self._lent = 0
+        self._closing = False
         self._lock = threading.Lock()
 
     def connection(self) -> Any:
@@ -410,16 +416,28 @@ class Engine:
                     database.execute(f"set threads = {int(self._threads)}")
                 database.execute("set arrow_large_buffer_size = true")  # text out as large_string, as the store keeps it
                 self._database = database
+            self._lent += 1
             return self._database.cursor()
+
+    def give_back(self, connection: Any) -> None:
+        try:
+            connection.close()
+        finally:
+            with self._lock:
+                self._lent -= 1
+            self._close_when_free()
 
     def close(self) -> None:
         with self._lock:
+            self._closing = True
+        self._close_when_free()
+
+    def _close_when_free(self) -> None:
+        with self._lock:
+            if not self._closing or self._lent or self._database is None:
+                return
             database, self._database = self._database, None
-        if database is not None:
-            try:
-                database.close()
-            except duckdb.Error:  # a part still running (Ctrl-C returned without it): the database goes when it ends
-                pass
+        database.close()
 
 
 def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns: dict[str, tuple[str, ...]],
@@ -464,7 +482,7 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
             yield table, _typed(arrow, table, columns[table], types, kinds, dict(zip(("agent_time", "wait_time"),
                                                                                      flags)))
     finally:
-        con.close()
+        engine.give_back(con)
         if own:
             engine.close()
 
