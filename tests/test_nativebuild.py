@@ -169,6 +169,21 @@ def test_a_value_types_from_its_first_characters_as_json_type_does():
     assert {exact for _, exact, _ in rows} == {0, 1, 2, 4, 8, 16}
 
 
+def _databases_opened(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The DuckDB databases opened from now on (duckdb.connect counted)."""
+    import duckdb
+
+    opened: list = []
+    connect = duckdb.connect
+
+    def counted(*args, **kwargs):
+        opened.append(connect(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(duckdb, "connect", counted)
+    return opened
+
+
 def test_the_parts_of_a_build_share_one_database_closed_when_it_ends(tmp_path, monkeypatch):
     # Opening a DuckDB database costs ~30 ms, a part's connection to an open
     # one nothing: a build of five parts (side by side, or one by one for
@@ -177,14 +192,7 @@ def test_the_parts_of_a_build_share_one_database_closed_when_it_ends(tmp_path, m
 
     monkeypatch.setattr(columns, "_BATCH", 4)
     folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
-    opened = []
-    connect = duckdb.connect
-
-    def counted(*args, **kwargs):
-        opened.append(connect(*args, **kwargs))
-        return opened[-1]
-
-    monkeypatch.setattr(duckdb, "connect", counted)
+    opened = _databases_opened(monkeypatch)
     run = open_run(folder, progress=False)
     assert len(run.rollouts()) == 18
     assert len(opened) == 1
@@ -210,14 +218,7 @@ def test_a_part_still_building_when_ctrl_c_ends_the_build_keeps_its_database_and
 
     monkeypatch.setattr(columns, "_BATCH", 4)
     folder = big_run(8, tmp_path / "run", turns=2, tasks=3)
-    opened = []
-    connect = duckdb.connect
-
-    def counted(*args, **kwargs):
-        opened.append(connect(*args, **kwargs))
-        return opened[-1]
-
-    monkeypatch.setattr(duckdb, "connect", counted)
+    opened = _databases_opened(monkeypatch)
     holding, go = threading.Event(), threading.Event()
     free_types = nativebuild._free_types
 
