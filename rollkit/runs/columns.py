@@ -623,9 +623,9 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
     calling thread. The jobs share one DuckDB database (`engine=`), a
     thread a core: side by side, each job's thread works on its own query
     and DuckDB's workers make up the rest of the cores (its `threads`
-    counts one asking thread). When a job
-    fails, the source file and its map are let go at once, not when the
-    traceback is (a notebook keeps the last one)."""
+    counts one asking thread). When a job fails, the source file and its
+    map are let go at once, not when the traceback is (a notebook keeps
+    the last one)."""
     from .nativebuild import Engine
 
     in_flight = in_flight or _IN_FLIGHT
