@@ -38,6 +38,14 @@ pytest.importorskip("voila")
 CHROMIUM = "/usr/bin/chromium"
 APPS = Path(__file__).parent / "browser_app"
 BUDGET_MS = 90_000  # first render takes ~8 s here; generous for a loaded machine
+# Voila's executor (nbclient over zmq.asyncio) now and then misses the wake-up
+# for a cell's execute_reply that has arrived (seen 2-4 times in 40 runs of
+# trace_browser.ipynb under load, with ipykernel 6 and 7 alike): it waits
+# until its cell timeout, finds the reply then and goes on without error.
+# Voila's default is no timeout, so the page waited forever. A cell of these
+# apps takes ~1 s (15 s on a loaded machine): one that truly runs past this
+# fails with Voila's "Cell execution timed out" in the page.
+CELL_TIMEOUT_S = 40
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -128,7 +136,7 @@ class _Voila(_Server):
                "PYTHONUNBUFFERED": "1"}
         self._start(
             [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={self.port}",
-             "--Voila.ip=127.0.0.1", "--show_tracebacks=True"],
+             "--Voila.ip=127.0.0.1", "--show_tracebacks=True", f"--VoilaExecutor.timeout={CELL_TIMEOUT_S}"],
             env, notebook.parent,
         )
 
