@@ -205,6 +205,42 @@ def test_the_parts_of_a_build_share_one_database_closed_when_it_ends(tmp_path, m
             database.execute("select 1")
 
 
+@pytest.mark.parametrize("cores, in_flight, threads", [(8, 2, "7"), (2, 2, "1"), (1, 2, "1"), (8, 1, "8")])
+def test_the_build_database_runs_a_thread_a_core_counting_each_part_as_one(tmp_path, monkeypatch, cores, in_flight,
+                                                                           threads):
+    # DuckDB's `threads` is the whole database's, and each part side by side
+    # asks from a thread of its own: the cores less the other parts' threads
+    # (cores // 2 per part, as it was per database, left cores idle past 2).
+    # One part at a time: every core. Measured only on 2 cores here.
+    from rollkit.runs import nativebuild
+
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    monkeypatch.setattr(columns, "_IN_FLIGHT", in_flight)
+    monkeypatch.setattr(columns, "_cores", lambda: cores)
+    if in_flight == 1:  # every core: DuckDB's own default, whatever this machine has
+        threads = str(_default_threads())
+    folder = big_run(8, tmp_path / "run", turns=2, tasks=3)
+    opened = _databases_opened(monkeypatch)
+    settings = []
+    free_types = nativebuild._free_types
+
+    def seen(con, tables):
+        settings.append(con.execute("select current_setting('threads')").fetchall()[0][0])
+        return free_types(con, tables)
+
+    monkeypatch.setattr(nativebuild, "_free_types", seen)
+    assert len(open_run(folder, progress=False).rollouts()) == 8
+    assert len(opened) == 1
+    assert settings and {str(s) for s in settings} == {threads}
+
+
+def _default_threads() -> int:
+    import duckdb
+
+    with duckdb.connect() as database:
+        return database.execute("select current_setting('threads')").fetchall()[0][0]
+
+
 def test_a_part_still_building_when_ctrl_c_ends_the_build_keeps_its_database_and_ends(tmp_path, monkeypatch):
     # Ctrl-C returns from a first open at once, while the part beside it is
     # still building: the build's database must stay open under that part
