@@ -136,6 +136,59 @@ def test_values_whose_type_python_infers_per_column_are_read_alike_or_built_in_p
     assert str(native["rollouts"][1].schema.field("example_id").type) == "large_string"
 
 
+# Rewards, weights and metrics per line (None: the field left out), each
+# shape a part. A first open types them per part (nativebuild._Signals):
+# structs of the part's names, or MAPs where a struct would read them
+# otherwise; both as rows.signal_values reads them.
+_SIGNAL_SHAPES = {
+    # Up to two rewards a line, in either order, some valueless or unweighted: structs.
+    "structs": [({"a": 0.1, "b": 0.2}, {"a": 0.5}, {"m": 1.0}), ({"b": 0.7, "a": -0.0}, {}, {"n": 2.0, "m": None}),
+                ({"b": None}, None, None), ({}, {"b": 3.0}, {})],
+    # Three rewards whose sum depends on the order: (0.1 + 0.2) + 0.3 is not (0.3 + 0.2) + 0.1.
+    "three in either order": [({"a": 0.1, "b": 0.2, "c": 0.3}, {}, {}), ({"c": 0.3, "b": 0.2, "a": 0.1}, {}, {})],
+    # Names a struct's fields cannot hold, or only quoted: equal but for case, empty, a quote, a dot.
+    "names": [({"Correct": 1.0, "correct": 0.0}, {"Correct": 2.0}, {"": 1.0}),
+              ({'say "hi"': 0.5}, {'say "hi"': 3.0}, {"a.b": 4.0, "A.b": 5.0})],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_SIGNAL_SHAPES))
+def test_rewards_weights_and_metrics_of_every_shape_build_the_same_tables_natively(tmp_path, monkeypatch, shape):
+    folder = big_run(4 * len(_SIGNAL_SHAPES[shape]), tmp_path / "run", tasks=3)
+    source = folder / "traces.jsonl"
+    traces = [json.loads(x) for x in source.read_text().splitlines()]
+    for t, (rewards, weights, metrics) in zip(traces, _SIGNAL_SHAPES[shape] * 4):
+        for field, value in (("rewards", rewards), ("reward_weights", weights), ("metrics", metrics)):
+            t.pop(field)
+            if value is not None:
+                t[field] = value
+    source.write_text("".join(json.dumps(t) + "\n" for t in traces))
+    _same_tables(source, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("signals", ['"rewards": {"a": 1.0, "a": 0.0}', '"metrics": {"m": 1.0, "m": 2.0}',
+                                     '"reward_weights": {"a": 2.0, "a": 3.0}', '"rewards": []', '"metrics": ""'])
+def test_a_key_twice_or_a_map_that_is_no_object_is_read_by_the_python_build(tmp_path, monkeypatch, signals):
+    # Python's dict keeps a key's last value, DuckDB's struct its first and
+    # its MAP none (DuckDB 2) or fails (1.3); a map that is not an object
+    # Python reads as empty, or names its line: the first open leaves
+    # either to the Python build, whose rollouts it then holds.
+    folder = big_run(6, tmp_path / "run", tasks=2)
+    source = folder / "traces.jsonl"
+    lines = source.read_text().splitlines()
+    field = signals.split(":")[0]
+    written = json.dumps(json.loads(lines[3])[json.loads(field)], separators=(",", ":"))  # as big_run writes it
+    lines[3] = lines[3].replace(f"{field}:{written}", signals)
+    assert signals in lines[3]
+    source.write_text("\n".join(lines) + "\n")
+    python, _ = _build(source, tmp_path / "python", False, monkeypatch)
+    monkeypatch.setattr(columns, "_NATIVE", True)
+    tables = TableSet(source, cache=tmp_path / "native", progress=False)
+    assert [json.loads((tmp_path / "native" / f"{p['name']}.json").read_text())["build"] for p in tables.parts] \
+        == ["python"]
+    assert pq.read_table(tables.files["rollouts"][0]).equals(python["rollouts"][0])
+
+
 def test_a_value_types_from_its_first_characters_as_json_type_does():
     # The free-typed values' types are read from their text where its first
     # characters tell, json_type (which parses each again) where they do
