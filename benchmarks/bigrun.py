@@ -8,7 +8,8 @@ rollouts), then, each step in a fresh process so its peak memory is its own:
   cache (as a run that just wrote it leaves it), opens the run (which
   builds the rollouts table, natively: DuckDB parses the JSON lines) and
   gets the rollouts frame; its wall and CPU time and peak memory; then the
-  turns frame (which builds the other five tables);
+  turns frame (which builds the other five tables); --repeats times, each
+  in a new process, and their median (the machine is shared);
 - the Python build beside the native one, in one process (the ratio; the
   machine is shared, so absolute times vary), up to --compare-max rollouts:
   the rollouts table (a first open), then the other five;
@@ -29,7 +30,7 @@ rollouts), then, each step in a fresh process so its peak memory is its own:
 - inspect-ai: read_eval_log and samples_df on the same rollouts saved as
   an inspect log (rk.save format="inspect"), against open + rollouts here.
 
-Run: PYTHONPATH=. python benchmarks/bigrun.py [--n 100000,1000000] [--n20 100000] [--keep DIR] [--no-steps]
+Run: PYTHONPATH=. python benchmarks/bigrun.py [--n 100000,1000000] [--n20 100000] [--keep DIR] [--no-steps] [--repeats 3]
      [--no-live] [--run-tasks 1000] [--run-concurrency 1,256] [--load 0] [--inspect 0]
 Prints one line per number. Mind the machine: the 1M step takes minutes.
 """
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -235,6 +237,8 @@ def main() -> None:
     parser.add_argument("--n20", type=int, default=100_000, help="twenty-turn rollouts")
     parser.add_argument("--compare-max", type=int, default=100_000,
                         help="the Python build is timed beside the native one up to this many rollouts")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="first opens of each size, each in a fresh process (the machine is shared: the median)")
     parser.add_argument("--no-steps", action="store_true", help="only the first open (and the comparison)")
     parser.add_argument("--load", type=int, default=100_000, help="traces for rk.load")
     parser.add_argument("--inspect", type=int, default=2_000, help="rollouts saved as an inspect log (0: skip)")
@@ -260,9 +264,15 @@ def main() -> None:
                 print(f"{label} {n:,} rollouts: generated {size:.2f} GB in {time.perf_counter() - t:.1f} s", flush=True)
             else:  # kept from an earlier run: into the page cache, where a run that just wrote it leaves it
                 _read_through(folder / "traces.jsonl")
-            shutil.rmtree(folder / ".rollkit", ignore_errors=True)  # tables absent: a first open
-            print(f"{label} {n:,} first open + rollouts (fresh process, native build): "
-                  f"{in_fresh_python(_BUILD, str(folder))}", flush=True)
+            opens = []
+            for _ in range(args.repeats):
+                shutil.rmtree(folder / ".rollkit", ignore_errors=True)  # tables absent: a first open
+                opens.append(in_fresh_python(_BUILD, str(folder)))
+                print(f"{label} {n:,} first open + rollouts (fresh process, native build): {opens[-1]}", flush=True)
+            if len(opens) > 1:
+                times = sorted(o["first_open_plus_rollouts"] for o in opens)
+                print(f"{label} {n:,} first open + rollouts over {len(times)} fresh processes: median "
+                      f"{statistics.median(times)} s, least {times[0]} s, most {times[-1]} s", flush=True)
             if args.live:
                 live = root / f"{label}-{n}-live"
                 print(f"{label} {n:,} written as a run writes them, with and without tables: "

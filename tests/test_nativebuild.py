@@ -342,6 +342,31 @@ def test_a_part_still_building_when_ctrl_c_ends_the_build_keeps_its_database_and
         opened[0].execute("select 1")
 
 
+def test_a_fresh_process_imports_duckdb_beside_the_first_part_and_leaves_no_thread(tmp_path):
+    # In a process that has not imported DuckDB, a first open imports it on
+    # a thread of its own while the first part's lines are found; the
+    # build is native all the same, and the thread is over when it returns.
+    import subprocess
+    import sys
+
+    folder = big_run(30, tmp_path / "run", tasks=3)
+    code = (
+        "import json, sys, threading\n"
+        "from rollkit.runs import columns\n"
+        "from rollkit.runs.lazyrun import open_run\n"
+        "columns._NATIVE_MIN_BYTES = 0\n"
+        "before = 'duckdb' in sys.modules\n"
+        "run = open_run(sys.argv[1], progress=False)\n"
+        "print(json.dumps({'before': before, 'after': 'duckdb' in sys.modules, 'rows': len(run.rollouts()),\n"
+        "                  'threads': sorted(t.name for t in threading.enumerate())}))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen == {"before": False, "after": True, "rows": 30, "threads": ["MainThread"]}
+    builds = [json.loads(p.read_text())["build"] for p in (folder / ".rollkit" / "traces.jsonl").glob("part-*.json")]
+    assert builds == ["native"]
+
+
 def test_a_line_that_is_not_a_trace_is_named_by_the_python_build(tmp_path, monkeypatch):
     folder = big_run(5, tmp_path / "run", tasks=2)
     source = folder / "traces.jsonl"

@@ -23,7 +23,7 @@ from .errors import Unavailable
 
 __all__ = ["duckdb", "go", "inspect_ai", "inspect_ai_constants", "inspect_ai_dataset", "inspect_ai_event",
            "inspect_ai_log", "inspect_ai_model", "inspect_ai_scorer", "inspect_ai_solver", "inspect_ai_tool",
-           "ipython_display", "np", "pa", "pandas", "pc", "pd", "pq", "tqdm_auto"]
+           "ipython_display", "load", "np", "pa", "pandas", "pc", "pd", "pq", "tqdm_auto"]
 
 
 class _Deferred(types.ModuleType):
@@ -52,6 +52,12 @@ class _Deferred(types.ModuleType):
     def __repr__(self) -> str:
         loaded = "loaded" if self.__dict__["_module"] is not None else "not loaded yet"
         return f"<module {self.__name__!r}, imported on first use: {loaded}>"
+
+
+def load(*modules: _Deferred) -> None:
+    """Import these stand-ins' modules now (a build imports one beside its work)."""
+    for module in modules:
+        module._load()
 
 
 pa = _Deferred("pyarrow")
