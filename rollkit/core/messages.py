@@ -21,6 +21,7 @@ import json
 from typing import Annotated, Any, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator
+from ._sums import sum_in_order
 
 __all__ = [
     "SystemMessage",
@@ -319,12 +320,12 @@ class TokenLogprobs(_Data):
     def logprob_sum(self) -> float | None:
         """The reply's log probability (the sum over its tokens, left to
         right, as the columnar store's SQL sums them); None without logprobs."""
-        return sum(self.logprobs) if self.logprobs else None
+        return sum_in_order(self.logprobs) if self.logprobs else None
 
     @property
     def logprob_mean(self) -> float | None:
         """The mean log probability per reply token; None without logprobs."""
-        return sum(self.logprobs) / len(self.logprobs) if self.logprobs else None
+        return sum_in_order(self.logprobs) / len(self.logprobs) if self.logprobs else None
 
 
 class Request(_Data):

@@ -17,6 +17,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._sums import sum_in_order
 from .errors import UsageError
 from .messages import AssistantMessage, Message, ToolMessage
 from .session import LIMIT_STOPS
@@ -105,7 +106,7 @@ def prefix_of(trace: Trace, turn: int) -> Prefix:
     last = segments[-1]
     last.turns_added = turn - last.turns_before
     last.end = call.end
-    last.charged = max(0.0, call.cum_agent_time - sum(s.charged for s in segments[:-1]))
+    last.charged = max(0.0, call.cum_agent_time - sum_in_order(s.charged for s in segments[:-1]))
     budget = trace.timeouts.get("agent")
     last.remaining = None if budget is None else max(0.0, budget - call.cum_agent_time)
 

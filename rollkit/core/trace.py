@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ErrorInfo  # defined with the error model; kept importable from here
+from ._sums import sum_in_order
 from .plugins import plugged
 from .prices import dollars
 from .messages import (AssistantMessage, Message, Response, TokenLogprobs, ToolMessage, Usage, _absent, text_of,
@@ -382,7 +383,7 @@ class Trace(_Record):
     @property
     def reward(self) -> float:
         """Weighted sum of the rewards that have a value (L30)."""
-        return sum(
+        return sum_in_order(
             value * self.reward_weights.get(name, 1.0)
             for name, value in self.rewards.items()
             if value is not None
@@ -423,12 +424,12 @@ class Trace(_Record):
     @property
     def agent_time(self) -> float:
         """Agent time charged across all segments (L9)."""
-        return sum(segment.charged for segment in self.segments)
+        return sum_in_order(segment.charged for segment in self.segments)
 
     @property
     def model_time(self) -> float:
         """The part of the agent time spent waiting for the model (L2)."""
-        return sum(call.latency for call in self.model_calls)
+        return sum_in_order(call.latency for call in self.model_calls)
 
     @property
     def harness_time(self) -> float:

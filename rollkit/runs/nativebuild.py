@@ -77,7 +77,7 @@ _ZERO = "0.0::DOUBLE"
 
 
 def _sum(values: str) -> str:
-    """A sum in list order from 0, as Python's sum() adds (the same float, bit for bit)."""
+    """A sum in list order from 0, as core._sums.sum_in_order adds (the same float, bit for bit)."""
     return f"coalesce(list_reduce({values}, lambda a, x: a + x, {_ZERO}), {_ZERO})"
 
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..core._dependencies import pa, pd
+from ..core._sums import sum_in_order
 from ..core.outcome import MissingSignal, Outcome
 from ..core.trace import PHASES
 
@@ -129,7 +130,7 @@ def _logprob_stats(tokens: dict[str, Any] | None) -> tuple[float, float, bool]:
     if not tokens:
         return _NAN, _NAN, False
     logprobs = tokens.get("logprobs")
-    total = sum(logprobs) if logprobs else _NAN
+    total = sum_in_order(logprobs) if logprobs else _NAN
     return total, (total / len(logprobs) if logprobs else _NAN), tokens.get("ids") is not None
 
 
@@ -223,9 +224,9 @@ def _rollout_row(rows: _Rows, t: dict[str, Any], ids: tuple[Any, ...], key: str,
     stop_condition = t.get("stop_condition")
     last = next((call for call in reversed(calls) if call.get("committed")), None)
     durations, start, end, _ = _phase_spans(spans)
-    agent_time = sum(float(seg.get("charged", 0.0)) for seg in segments)
-    model_time = sum(float(c["end"]) - float(c["start"]) for c in calls)
-    waited = sum(max(0.0, float(after["start"]) - float(before["end"]))
+    agent_time = sum_in_order(float(seg.get("charged", 0.0)) for seg in segments)
+    model_time = sum_in_order(float(c["end"]) - float(c["start"]) for c in calls)
+    waited = sum_in_order(max(0.0, float(after["start"]) - float(before["end"]))
                  for before, after in zip(segments, segments[1:]) if before.get("end") is not None)
     signal = signal_values(t)
     row_number = len(rows.rows["rollouts"])
@@ -408,7 +409,7 @@ def signal_values(record: dict[str, Any]) -> dict[str, float | None]:
     rewards = record.get("rewards") or {}
     weights = record.get("reward_weights") or {}
     present = [(name, value) for name, value in rewards.items() if value is not None]
-    total = sum(value * weights.get(name, 1.0) for name, value in present) if scored and present else None
+    total = sum_in_order(value * weights.get(name, 1.0) for name, value in present) if scored and present else None
     out: dict[str, float | None] = {"reward": total}
     for name, value in rewards.items():
         out[f"reward.{name}"] = value if scored else None

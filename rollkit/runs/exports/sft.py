@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core._gcpause import paused
+from ...core._sums import sum_in_order
 from ...core.errors import UsageError
 from ...core.outcome import Outcome
 from ..columns import _loads
@@ -206,7 +207,7 @@ def _reward(t: dict[str, Any]) -> float | None:
     if "scoring" not in (t.get("phases") or {}) or all(v is None for v in rewards.values()):
         return None
     weights = t.get("reward_weights") or {}
-    return float(sum(v * weights.get(n, 1.0) for n, v in rewards.items() if v is not None))
+    return float(sum_in_order(v * weights.get(n, 1.0) for n, v in rewards.items() if v is not None))
 
 
 def _totals(calls: Any) -> tuple[int, tuple[int | None, int | None, int | None], str | None]:

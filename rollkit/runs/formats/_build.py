@@ -32,6 +32,7 @@ from ...core.messages import (AssistantMessage, Message, Response, SystemMessage
 import pydantic
 
 from ...core import _safe_read
+from ...core._sums import sum_in_order
 from ...core.outcome import Outcome
 from ...core.store import NOT_IN_SOURCE, TraceFileError
 from ...core.trace import ErrorInfo, Segment, Span, TaskRef, Trace, UserTurn, mended_times
@@ -517,4 +518,4 @@ def _time_segments(segments: list[Segment], trace: Trace, phases: dict[str, tupl
             segment.start, segment.end = agent[0], agent[1]
         else:
             segment.start = segment.end = origin or 0.0
-        segment.charged = sum(c.latency for c in mine)
+        segment.charged = sum_in_order(c.latency for c in mine)
