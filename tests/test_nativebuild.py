@@ -149,6 +149,8 @@ _SIGNAL_SHAPES = {
     # Names a struct's fields cannot hold, or only quoted: equal but for case, empty, a quote, a dot.
     "names": [({"Correct": 1.0, "correct": 0.0}, {"Correct": 2.0}, {"": 1.0}),
               ({'say "hi"': 0.5}, {'say "hi"': 3.0}, {"a.b": 4.0, "A.b": 5.0})],
+    # More names in a part than a struct's sum should add (nativebuild._STRUCT_NAMES).
+    "many names": [({f"r{i}": i / 7, f"r{i + 1}": 0.25}, {f"r{i}": 0.5}, {f"m{i}": float(i)}) for i in range(0, 140, 2)],
 }
 
 
