@@ -19,10 +19,4 @@ echo "lowest allowed versions: $(tr '\n' ' ' < "$work/lowest.txt")"
 # (the tests deselected read an inspect-ai log: the inspect extra).
 # The venv first on PATH, as an activated one: tests run its `rollkit` command.
 PATH="$work/venv/bin:$PATH" "$work/venv/bin/python" -m pytest -p no:cacheprovider -q -m "not slow" "$@" \
-  --deselect tests/test_columns.py::test_imported_files_give_the_same_frames \
-  --deselect tests/test_nativebuild.py::test_imported_runs_and_every_fixture_build_the_same_tables_natively \
-  tests/test_lifecycle_open.py tests/test_lifecycle_step.py tests/test_lifecycle_close.py \
-  tests/test_lifecycle_edges.py tests/test_hooks.py tests/test_outcome.py tests/test_recorder.py \
-  tests/test_trace_schema.py tests/test_forks.py tests/test_users.py tests/test_cancellation.py \
-  tests/test_errors.py tests/test_notebook.py tests/test_display.py tests/test_frames.py \
-  tests/test_panel.py tests/test_monitor.py tests/test_columns.py tests/test_nativebuild.py tests/test_loop.py
+  $(grep -v '^#' scripts/core_tests.txt)
