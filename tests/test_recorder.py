@@ -24,7 +24,7 @@ import pytest
 
 import rollkit as rk
 from rollkit.core.messages import AssistantMessage, Response, Usage
-from rollkit.core.trace import TaskRef
+from rollkit.core.trace import Segment, TaskRef
 
 ROOT = Path(__file__).resolve().parent.parent / "rollkit"
 # The classes whose private names stay inside their module.
@@ -237,13 +237,75 @@ def _field_writes(source: str, fields: set[str]) -> list[tuple[int, str]]:
     return sorted(found)
 
 
+# The records a trace holds (rollkit/core/trace.py): a parameter typed as one
+# of them holds a record some trace may already hold.
+_RECORDS = {"Span", "ModelCall", "Segment", "Rewrite", "TaskRef", "UserTurn"}
+
+
+def _bound_records(function: ast.AST, fields: set[str]) -> dict[str, int]:
+    """Local names of `function` that hold a record a trace holds, with the
+    line from which they do: bound from a trace's field (`turn =
+    trace.user_turns[-1]`, `for call in trace.model_calls`), handed to a
+    trace's recorder (`trace.record_segment(segment)`: from that call on),
+    or a parameter typed as a trace record (`segment: Segment`)."""
+    held: dict[str, int] = {}
+    arguments = getattr(function, "args", None)
+    for arg in (arguments.args + arguments.kwonlyargs) if arguments else []:
+        annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+        if any(name in _RECORDS for name in annotation.replace("|", " ").replace("[", " ").split()):
+            held[arg.arg] = 0
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Assign, ast.For)):
+            source = node.value if isinstance(node, ast.Assign) else node.iter
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if _trace_field(source, fields) is not None:
+                for target in targets:
+                    for one in target.elts if isinstance(target, ast.Tuple) else [target]:
+                        if isinstance(one, ast.Name):
+                            held.setdefault(one.id, node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr.startswith("record_") and _names_a_trace(node.func.value)):
+            for arg in node.args:
+                if isinstance(arg, ast.Name):
+                    held.setdefault(arg.id, node.lineno)
+    return held
+
+
+def _record_writes(source: str, fields: set[str]) -> list[tuple[int, str]]:
+    """(line, target) of each write to a record a trace already holds,
+    reached through a local name (see `_bound_records`)."""
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        held = _bound_records(function, fields)
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+                targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+                targets = [node.func.value]
+            else:
+                continue
+            for target in targets:
+                for one in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+                    root = one
+                    while isinstance(root, (ast.Attribute, ast.Subscript)):
+                        root = root.value
+                    if (root is not one and isinstance(root, ast.Name) and root.id in held
+                            and node.lineno >= held[root.id]):
+                        found.append((node.lineno, ast.unparse(one)))
+    return sorted(set(found))
+
+
 def _trace_writes_outside_the_recorder() -> list[str]:
     fields = set(_Trace.model_fields)
     out = []
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
         if rel != "core/trace.py":
-            out += [f"rollkit/{rel}:{line}: {target}" for line, target in _field_writes(path.read_text(), fields)]
+            source = path.read_text()
+            writes = _field_writes(source, fields) + _record_writes(source, fields)
+            out += [f"rollkit/{rel}:{line}: {target}" for line, target in sorted(writes)]
     return out
 
 
@@ -277,6 +339,43 @@ def test_the_one_writer_scan_finds_every_kind_of_write() -> None:
         (1, "self.trace.ok"), (2, "trace.completed"), (3, "trace.errors"), (4, "ctx.trace.info['program_runs']"),
         (5, "trace.reward_weights[name]"), (6, "trace.phases['scoring']"), (7, "traces[0].model_calls[1].usage"),
         (8, "trace.aborted"), (8, "trace.ok"), (9, "rollout.trace.warnings")]
+
+
+def test_the_one_writer_scan_finds_a_record_written_through_a_local_name() -> None:
+    # What rollout.py and users.py did before record_segment_end and
+    # record_user_turn_similarity.
+    old = (
+        "def step(self):\n"
+        "    segment = Segment(index=0, start=0.0)\n"
+        "    segment.user_messages = 1\n"  # before the trace holds it: fine
+        "    self.trace.record_segment(segment)\n"
+        "    segment.turns_added = 2\n"
+        "def _end_segment(self, segment: Segment) -> None:\n"
+        "    segment.end = 1.0\n"
+        "def talk(trace, reply):\n"
+        "    turn = trace.user_turns[-1]\n"
+        "    turn.similarity, turn.diverged = 0.5, True\n"
+        "    for call in trace.model_calls:\n"
+        "        call.usage.input_tokens += 1\n"
+        "    note = {}\n"
+        "    note['x'] = 1\n"  # not a trace's record: fine
+    )
+    fields = set(_Trace.model_fields)
+    assert _record_writes(old, fields) == [
+        (5, "segment.turns_added"), (7, "segment.end"), (10, "turn.diverged"), (10, "turn.similarity"),
+        (12, "call.usage.input_tokens")]
+
+
+def test_a_segment_s_end_and_a_replayed_turn_s_similarity_are_recorded_by_the_trace() -> None:
+    trace = rk.Trace(task=TaskRef.of(rk.Task(prompt="q")))
+    trace.record_segment(Segment(index=0, start=1.0, turns_before=0))
+    trace.record_call(index=0, segment=0, start=1.0, end=2.0, response=_reply("a", 3, 2), error=None, agent_time=1.0)
+    segment = trace.record_segment_end(0, end=2.5, charged=1.25, remaining=3.75)
+    assert (segment.end, segment.charged, segment.remaining, segment.turns_added) == (2.5, 1.25, 3.75, 1)
+    assert trace.segments[0] is segment
+    trace.record_user_turn(rk.UserTurn(index=0, segment=1, by="replay", replying_to="a"))
+    trace.record_user_turn_similarity(0, 0.25, True)
+    assert (trace.user_turns[0].similarity, trace.user_turns[0].diverged) == (0.25, True)
 
 
 def _ended(kind: str) -> rk.Trace:

@@ -526,10 +526,8 @@ class Rollout:
         self._charged += spent
         if self._remaining is not None:
             self._remaining = max(0.0, self._remaining - spent)
-        segment.end = self._clock.time()
-        segment.charged = spent
-        segment.remaining = self._remaining
-        segment.turns_added = self.trace.num_turns - segment.turns_before
+        segment = self.trace.record_segment_end(
+            segment.index, end=self._clock.time(), charged=spent, remaining=self._remaining)
         self._phase_end("agent")
         self._emit("segment_end", segment=segment.index, turns_added=segment.turns_added)
 

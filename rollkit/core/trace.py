@@ -561,8 +561,23 @@ class Trace(_Record):
     def record_segment(self, segment: Segment) -> None:
         self.segments.append(segment)
 
+    def record_segment_end(self, index: int, *, end: float, charged: float, remaining: float | None) -> Segment:
+        """Segment `index` yielded at `end` after `charged` seconds of agent
+        time, with `remaining` left (None: no budget); the turns it added are
+        counted here, from the trace, so no caller can get them wrong."""
+        segment = self.segments[index]
+        segment.end, segment.charged, segment.remaining = end, charged, remaining
+        segment.turns_added = self.num_turns - segment.turns_before
+        return segment
+
     def record_user_turn(self, turn: UserTurn) -> None:
         self.user_turns.append(turn)
+
+    def record_user_turn_similarity(self, index: int, similarity: float, diverged: bool | None) -> None:
+        """How close the agent's reply that user turn `index` answered came
+        to the recording's (a `RecordedUser`'s replay), and whether it diverged."""
+        turn = self.user_turns[index]
+        turn.similarity, turn.diverged = similarity, diverged
 
     def record_rewrite(self, rewrite: Rewrite) -> None:
         """An interceptor changed a request or a response (by `rewrite.boundary`)."""

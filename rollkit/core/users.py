@@ -322,8 +322,7 @@ async def converse(rollout: Rollout, user: User) -> list[Trace]:
                 break
             more = await rollout.step(reply.messages, by=reply.by or user.name)
             if reply.similarity is not None and trace.user_turns:
-                turn = trace.user_turns[-1]
-                turn.similarity, turn.diverged = round(reply.similarity, 4), reply.diverged
+                trace.record_user_turn_similarity(len(trace.user_turns) - 1, round(reply.similarity, 4), reply.diverged)
     except TaskError as exc:
         if rollout.state in (RolloutState.OPEN, RolloutState.ENDED):
             rollout.fail(exc, "user")
