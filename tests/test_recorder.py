@@ -220,21 +220,23 @@ def _field_writes(source: str, fields: set[str]) -> list[tuple[int, str]]:
     trace's field in `source`."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        elif isinstance(node, ast.Delete):
-            targets = node.targets
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
-            targets = [node.func.value]
-        else:
-            continue
-        for target in targets:
-            for one in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
-                if _trace_field(one, fields) is not None:
-                    found.append((node.lineno, ast.unparse(one)))
+        for one in _written(node):
+            if _trace_field(one, fields) is not None:
+                found.append((node.lineno, ast.unparse(one)))
     return sorted(found)
+
+
+def _written(node: ast.AST) -> list[ast.AST]:
+    """What `node` assigns, deletes or mutates in place, one target each."""
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+        targets = [node.func.value]
+    else:
+        return []
+    return [one for target in targets for one in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])]
 
 
 # The records a trace holds (rollkit/core/trace.py): a parameter typed as one
@@ -280,20 +282,12 @@ def _record_writes(source: str, fields: set[str]) -> list[tuple[int, str]]:
             continue
         held = _bound_records(function, fields)
         for node in ast.walk(function):
-            if isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
-                targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
-                targets = [node.func.value]
-            else:
-                continue
-            for target in targets:
-                for one in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
-                    root = one
-                    while isinstance(root, (ast.Attribute, ast.Subscript)):
-                        root = root.value
-                    if (root is not one and isinstance(root, ast.Name) and root.id in held
-                            and node.lineno >= held[root.id]):
-                        found.append((node.lineno, ast.unparse(one)))
+            for one in _written(node):
+                root = one
+                while isinstance(root, (ast.Attribute, ast.Subscript)):
+                    root = root.value
+                if root is not one and isinstance(root, ast.Name) and node.lineno >= held.get(root.id, node.lineno + 1):
+                    found.append((node.lineno, ast.unparse(one)))
     return sorted(set(found))
 
 
