@@ -5,6 +5,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# scripts/test.sh --fast: the developer's lane. The core and notebook-face
+# tests (scripts/core_tests.txt, the list the lowest-versions and
+# newest-Python jobs run), nothing slow, no browser, agent CLI or oracle set
+# up: minutes, not the whole suite's most of an hour.
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  python -m pip install -q -e ".[test]"
+  # shellcheck disable=SC2046
+  exec python -m pytest -p no:cacheprovider -q -m "not slow" "$@" $(grep -v '^#' scripts/core_tests.txt)
+fi
+
 # The browser tests drive Debian's chromium; a browser downloaded by a tool
 # cannot be fetched on these machines.
 if ! command -v chromium >/dev/null 2>&1; then
