@@ -19,7 +19,7 @@ from rollkit.core.trace import SCHEMA_VERSION
 from rollkit.examples import arithmetic_tasks, demo_agent, support_agent, support_tasks, toy_customer
 from rollkit.examples.bigrun import big_run, cached_big_run
 from rollkit.notebook.runbrowser import RunBrowser
-from rollkit.runs.lazyrun import highlight, open_run
+from rollkit.tables.lazyrun import highlight, open_run
 
 from conftest_notebook import assorted_traces
 
@@ -127,7 +127,7 @@ def test_a_footer_is_read_once_per_version_of_its_file(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rollkit.runs.columns import footer
+    from rollkit.tables.columns import footer
 
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"a": [1, 2]}), path)

@@ -30,7 +30,7 @@ from rollkit import frames
 from rollkit.core import prices
 from rollkit.core.messages import Usage
 from rollkit.examples import arithmetic_tasks, careful_calculator_model, demo_agent
-from rollkit.runs.lazyrun import open_run
+from rollkit.tables.lazyrun import open_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TOY_PRICES = {"input": 1000.0, "output": 2000.0}  # dollars per million tokens: a toy call costs cents

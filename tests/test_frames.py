@@ -1,4 +1,4 @@
-"""The DataFrame builders (rollkit.runs.frames): one row per rollout, turn,
+"""The DataFrame builders (rollkit.analysis.frames): one row per rollout, turn,
 phase and signal, missing kept missing, empty input giving empty frames with
 the columns, and the eager frames equal to the store's (both builds)."""
 

@@ -19,8 +19,8 @@ from rollkit.examples import (arithmetic_tasks, chain_agent, chain_tasks, demo_a
                               toy_customer)
 from rollkit.examples.bigrun import big_run
 from rollkit.runs import columns
-from rollkit.runs.columns import TABLES, TableSet, json_source
-from rollkit.runs.lazyrun import open_run
+from rollkit.tables.columns import TABLES, TableSet, json_source
+from rollkit.tables.lazyrun import open_run
 
 from conftest_notebook import assorted_traces
 from test_columns import _rewritten_trace
@@ -355,7 +355,7 @@ def test_a_fresh_process_imports_duckdb_beside_the_first_part_and_leaves_no_thre
     code = (
         "import json, sys, threading\n"
         "from rollkit.runs import columns\n"
-        "from rollkit.runs.lazyrun import open_run\n"
+        "from rollkit.tables.lazyrun import open_run\n"
         "columns._NATIVE_MIN_BYTES = 0\n"
         "before = 'duckdb' in sys.modules\n"
         "run = open_run(sys.argv[1], progress=False)\n"
