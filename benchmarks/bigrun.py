@@ -112,7 +112,7 @@ _COMPARE = r'''
 import json, resource, shutil, sys, tempfile, time
 from pathlib import Path
 import rollkit as rk
-from rollkit.runs import columns
+from rollkit.tables import columns
 from rollkit.tables.columns import TableSet
 source = Path(sys.argv[1]) / "traces.jsonl"
 def cpu():

@@ -311,7 +311,7 @@ async def test_the_columnar_store_builds_the_cost_columns_as_the_frames_do(tmp_p
     from test_columns import _same_frames
     from test_nativebuild import _same_tables
 
-    from rollkit.runs import columns
+    from rollkit.tables import columns
 
     traces = await _priced_traces()
     path = rk.save(traces, tmp_path / "priced.jsonl")

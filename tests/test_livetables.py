@@ -19,7 +19,7 @@ import pytest
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent, support_agent, support_tasks, toy_customer
 from rollkit.examples.bigrun import big_run
-from rollkit.runs import columns, livetables
+from rollkit.tables import columns, livetables
 from rollkit.tables.columns import TABLES, TableSet
 from rollkit.tables.lazyrun import open_run
 from rollkit.core.events import RunSink

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import rollkit as rk
 from rollkit.core._sums import sum_in_order
 from rollkit.examples.bigrun import big_run
-from rollkit.runs import columns
+from rollkit.tables import columns
 from rollkit.tables.columns import TableSet
 
 

@@ -66,7 +66,7 @@ CACHE_DIR = ".rollkit"
 # The store's layout version: a part written by another version is rebuilt.
 _VERSION = "5"  # 2: trace schema 2 (replies, unreported usage, outcome, the calls of rk.frames.calls); 3: large strings
 # 4: the calls' logprob sum and mean and whether they hold token ids; cost
-# 5: a reward or metric column is missing where the run was not scored (runs.rows.signal_values)
+# 5: a reward or metric column is missing where the run was not scored (tables.rows.signal_values)
 # Lines and source bytes per part while building, whichever comes first:
 # bounds the memory of a build (a part's rows are held as Python lists
 # before they become Arrow columns; 50,000 twenty-turn rollouts took 2.6 GB).
