@@ -20,7 +20,7 @@ rollouts), then, each step in a fresh process so its peak memory is its own:
 - one trace parsed from its byte offset (first, with the index, and next);
 - peak memory of that process (ru_maxrss);
 - rk.load of 100,000 traces as objects;
-- the tables written as the run goes (rollkit.runs.livetables, issue 34):
+- the tables written as the run goes (rollkit.tables.livetables, issue 34):
   each run's lines written again through the run's writer, with its tables
   and without (the cost per line), then that folder's first open in a
   fresh process (its tables are there: nothing to build);
@@ -50,7 +50,7 @@ _STEPS = r'''
 import gc, json, resource, sys, time
 t0 = time.perf_counter()
 import rollkit as rk
-from rollkit.runs.lazyrun import open_run
+from rollkit.tables.lazyrun import open_run
 folder, phrase = sys.argv[1], sys.argv[2]
 out = {}
 peaks = {}  # the process's peak RSS (MB) once each step is done: which step set the peak
@@ -86,7 +86,7 @@ _BUILD = r'''
 import json, resource, sys, time
 t = time.perf_counter()
 import rollkit as rk
-from rollkit.runs.lazyrun import open_run
+from rollkit.tables.lazyrun import open_run
 imported = time.perf_counter() - t
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
@@ -112,8 +112,8 @@ _COMPARE = r'''
 import json, resource, shutil, sys, tempfile, time
 from pathlib import Path
 import rollkit as rk
-from rollkit.runs import columns
-from rollkit.runs.columns import TableSet
+from rollkit.tables import columns
+from rollkit.tables.columns import TableSet
 source = Path(sys.argv[1]) / "traces.jsonl"
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
@@ -151,8 +151,8 @@ from pathlib import Path
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
 from rollkit.runs import evaluation
-from rollkit.runs.lazyrun import open_run
-from rollkit.runs.livetables import TraceLog
+from rollkit.tables.lazyrun import open_run
+from rollkit.tables.livetables import TraceLog
 tasks, repeats, concurrency = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 root = Path(tempfile.mkdtemp())
 rk.evaluate(demo_agent(), arithmetic_tasks(20), out=root / "warm", progress=False, concurrency=concurrency)
@@ -179,14 +179,14 @@ out["live_cost"] = f"{100 * (best['live'][0] / best['plain'][0] - 1):+.1f}% run 
 print(json.dumps(out))
 '''
 
-# The lines of a generated run written again through rollkit.runs.livetables
+# The lines of a generated run written again through rollkit.tables.livetables
 # (as a run writes them, a flushed line at a time), with its tables and
 # without: the writer's cost per line, then its folder's first open (which
 # should build nothing) in a fresh process (_BUILD).
 _LIVE_WRITE = r'''
 import json, os, resource, shutil, sys, time
 from pathlib import Path
-from rollkit.runs.livetables import TraceLog
+from rollkit.tables.livetables import TraceLog
 source, target = Path(sys.argv[1]) / "traces.jsonl", Path(sys.argv[2])
 out = {}
 for label, tables in (("plain", False), ("live", True)):
@@ -211,7 +211,7 @@ print(json.dumps(out))
 _INSPECT = r'''
 import json, sys, time, resource
 import rollkit as rk
-from rollkit.runs.lazyrun import open_run
+from rollkit.tables.lazyrun import open_run
 src, log = sys.argv[1], sys.argv[2]
 from inspect_ai.log import read_eval_log
 t = time.perf_counter(); read_eval_log(log); read = time.perf_counter() - t

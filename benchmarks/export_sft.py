@@ -54,8 +54,8 @@ print(json.dumps({"rows": rows, "wall_s": round(wall, 2), "cpu_s": round(cpu() -
 _PATHS = r'''
 import json, resource, sys, time
 import rollkit as rk
-from rollkit.runs.exports import ExportSource
-from rollkit.runs.exports.sft import _dumped, _lines, training_row
+from rollkit.interop.exports import ExportSource
+from rollkit.interop.exports.sft import _dumped, _lines, training_row
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
 folder, sample = sys.argv[1], int(sys.argv[2])
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, default=None, help="keep the generated runs here")
     args = parser.parse_args()
     from rollkit.examples.bigrun import big_run
-    from rollkit.runs.lazyrun import open_run
+    from rollkit.tables.lazyrun import open_run
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="rk-export-sft-"))
     try:

@@ -1,5 +1,5 @@
 """Benchmark of the eager frames: `rk.frames.<kind>(traces)` over Trace
-objects in memory (rollkit.runs.frames: each trace's JSON record through
+objects in memory (rollkit.analysis.frames: each trace's JSON record through
 the store's row builder, then Arrow and pandas as the lazy run reads them).
 
 Prints the seconds each of the five store frames (rollouts, turns, calls,

@@ -1,4 +1,4 @@
-"""Benchmark: what an imported trace's id costs (rollkit/runs/formats/_build.py `_content_id`).
+"""Benchmark: what an imported trace's id costs (rollkit/interop/formats/_build.py `_content_id`).
 
 An imported trace's id is a digest of what was read and where in the file:
 a JSON line's bytes (with what beside the file every line draws on), else,
@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 
 import rollkit as rk
-from rollkit.runs.formats import _build
+from rollkit.interop.formats import _build
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 _spent = [0.0, 0]

@@ -30,7 +30,7 @@ from typing import Any
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
-from rollkit.runs.exports.otel import OtelSent
+from rollkit.interop.exports.otel import OtelSent
 
 
 class _Sink(BaseHTTPRequestHandler):

@@ -5,9 +5,13 @@ imports pointing down only:
 
     rollkit.core       the rollout lifecycle (pydantic only)
     rollkit.programs   agent programs and endpoints: interception server, subprocesses, OpenAIModel
-    rollkit.runs       many rollouts: evaluate, run folders, groups, Ray, the CLI, frames and tables
+    rollkit.tables     a run on disk and its columnar store: run folders, the row engine, Parquet, SQL
+    rollkit.analysis   what finished runs say: statistics, groups, comparisons, DataFrames
+    rollkit.interop    other tools' files in and out: their trace formats, training rows, spans
+    rollkit.runs       many rollouts: evaluate, the Ray backend, live state, A/B tests, turn values
     rollkit.notebook   the notebook face: facade, panel, browser, monitor, display, plots
     rollkit.examples   ready task sets and toy models, on top
+    rollkit.cli        the `rollkit` command line, over them all
 
 One spelling per idea for sync and async: `name(...)` runs to the end and
 returns the result (`rk.evaluate`, `ro.step`), `name_async(...)` is the same
@@ -35,7 +39,7 @@ from .core import (
     similarity, HumanModel, TokenLogprobs,
 )
 from .core._lazy import lazy_names
-from . import programs, runs, notebook, examples  # noqa: E402,F401 - each registers what its layer provides
+from . import programs, tables, analysis, interop, runs, notebook, examples  # noqa: E402,F401 - each registers what its layer provides
 
 # Names whose modules pull in heavy dependencies: imported on first use.
 _LAZY = {
@@ -46,9 +50,9 @@ _LAZY = {
     "evaluate": ("rollkit.notebook.running", "evaluate"),
     "evaluate_async": ("rollkit.notebook.running", "evaluate_async"),
     "load_run": ("rollkit.runs.evaluation", "load_run"),
-    "open_run": ("rollkit.runs.lazyrun", "open_run"),
-    "compare": ("rollkit.runs.compare", "compare"),
-    "export": ("rollkit.runs.exports", "export"),
+    "open_run": ("rollkit.tables.lazyrun", "open_run"),
+    "compare": ("rollkit.analysis.compare", "compare"),
+    "export": ("rollkit.interop.exports", "export"),
     "prices": ("rollkit.core.prices", "prices"),
     "turn_values": ("rollkit.runs.turnvalues", "turn_values"),
     "turn_values_async": ("rollkit.runs.turnvalues", "turn_values_async"),
@@ -57,8 +61,8 @@ _LAZY = {
     "ab_test": ("rollkit.notebook.running", "ab_test"),
     "ab_test_async": ("rollkit.notebook.running", "ab_test_async"),
     "plan_ab": ("rollkit.runs.ab", "plan_ab"),
-    "groups": ("rollkit.runs.groups", None),
-    "frames": ("rollkit.runs.frames", None),
+    "groups": ("rollkit.analysis.groups", None),
+    "frames": ("rollkit.analysis.frames", None),
     "plots": ("rollkit.notebook.plots", None),
     "replay_hooks": ("rollkit.notebook.whatif", "replay_hooks"),
 }
@@ -130,6 +134,9 @@ __all__ = [
     "register_model",
     "reward",
     "runs",
+    "tables",
+    "analysis",
+    "interop",
     "save",
     "similarity",
     "stop",

@@ -1,5 +1,5 @@
-"""`python -m rollkit`: the `rollkit` command line (see rollkit.runs.cli)."""
+"""`python -m rollkit`: the `rollkit` command line (see rollkit.cli)."""
 
-from .runs.cli import main
+from .cli import main
 
 main()

@@ -215,7 +215,7 @@ def test_eval_keeps_the_traceback_of_a_bug_rather_than_calling_it_bad_input(monk
     from click.testing import CliRunner
 
     import rollkit.runs.evaluation
-    from rollkit.runs.cli import cli
+    from rollkit.cli import cli
 
     def buggy(*args, **kwargs):
         raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")

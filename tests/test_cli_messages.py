@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import rollkit as rk
-from rollkit.runs.cli import cli
+from rollkit.cli import cli
 
 _FORMATS = "rollkit, inspect, atif, trajectory, tau2, verifiers, verifiers-v1, messages"
 
@@ -84,7 +84,7 @@ def test_a_module_without_all_offers_what_it_defined_not_what_it_imported() -> N
     assert len(names) == 20 and more.endswith(" more")  # the first 20, alphabetically
     assert "GATED" in names and "NOT_TASKS" in names and "BadHook" in names
     import evaluate_helpers
-    from rollkit.runs.cli import _public_names
+    from rollkit.cli import _public_names
 
     every = _public_names(evaluate_helpers)
     assert names == every[:20] and "said_tasks" in every and "make_tasks" in every
@@ -172,7 +172,7 @@ def test_rollkit_deprecations_lists_each_old_spelling_with_the_version_that_remo
     from click.testing import CliRunner
 
     from rollkit.core import deprecation
-    from rollkit.runs.cli import cli
+    from rollkit.cli import cli
 
     none = CliRunner().invoke(cli, ["deprecations"])
     assert none.exit_code == 0 and none.output == f"rollkit {rk.__version__} deprecates nothing.\n"

@@ -19,7 +19,7 @@ from rollkit.core.trace import SCHEMA_VERSION
 from rollkit.examples import arithmetic_tasks, demo_agent, support_agent, support_tasks, toy_customer
 from rollkit.examples.bigrun import big_run, cached_big_run
 from rollkit.notebook.runbrowser import RunBrowser
-from rollkit.runs.lazyrun import highlight, open_run
+from rollkit.tables.lazyrun import highlight, open_run
 
 from conftest_notebook import assorted_traces
 
@@ -107,7 +107,7 @@ async def test_runs_with_different_columns_read_together_give_the_frames_of_all_
     # in its rows, and the caller's Arrow memory pool is put back.
     import pyarrow as pa
 
-    from rollkit.runs import lazyrun
+    from rollkit.tables import lazyrun
 
     monkeypatch.setattr(lazyrun, "_GROUP_BYTES", group_bytes)
     arithmetic = await rk.evaluate_async(demo_agent(), arithmetic_tasks(3), repeats=2, progress=False)
@@ -127,7 +127,7 @@ def test_a_footer_is_read_once_per_version_of_its_file(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rollkit.runs.columns import footer
+    from rollkit.tables.columns import footer
 
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"a": [1, 2]}), path)
@@ -152,7 +152,7 @@ def test_one_trace_by_index_and_id_is_the_trace_in_the_file(tmp_path):
 def test_traces_by_row_and_id_across_parts_and_files_are_the_traces_in_them(tmp_path, monkeypatch):
     # Many parts per file (a part every 7 lines), two files: each row and
     # each id finds its own trace, before and after the whole index loads.
-    from rollkit.runs import columns
+    from rollkit.tables import columns
 
     monkeypatch.setattr(columns, "_BATCH", 7)
     a = big_run(30, tmp_path / "a", tasks=4)
@@ -220,7 +220,7 @@ def test_parts_are_bounded_by_bytes_and_only_small_neighbours_are_merged(tmp_pat
     # A build cuts a part at _BATCH lines or _PART_BYTES of source bytes
     # (long rollouts: bytes first); a run that grew often gets its small
     # parts merged on open, never past those bounds, and reads the same.
-    from rollkit.runs import columns
+    from rollkit.tables import columns
 
     folder = big_run(12, tmp_path / "run", turns=3, tasks=3)
     source = folder / "traces.jsonl"

@@ -1,6 +1,6 @@
 """Paired comparison of runs: `rk.compare`, `rk.frames.compare`,
 `rk.plots.compare`, `rollkit compare DIR_A DIR_B`, and the statistics under
-them (rollkit.runs.stats): means with 95% intervals, a bootstrap interval of
+them (rollkit.analysis.stats): means with 95% intervals, a bootstrap interval of
 the paired difference, the sign-flip permutation test, wins / ties / losses,
 tasks in one run only, missing values counted, and each bad input's message."""
 
@@ -15,8 +15,8 @@ from test_cli import rollkit_cli
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, careful_calculator_model, demo_agent
-from rollkit.runs.compare import CompareError, compare
-from rollkit.runs.stats import EXACT_LIMIT, bootstrap_interval, mean_interval, sign_flip_test, t_critical
+from rollkit.analysis.compare import CompareError, compare
+from rollkit.analysis.stats import EXACT_LIMIT, bootstrap_interval, mean_interval, sign_flip_test, t_critical
 
 TASKS = arithmetic_tasks(12)  # add, sub, mul cycling: 4 subtraction problems
 SUB = {t.key for t in TASKS if t.data.operation == "sub"}

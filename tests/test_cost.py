@@ -30,7 +30,7 @@ from rollkit import frames
 from rollkit.core import prices
 from rollkit.core.messages import Usage
 from rollkit.examples import arithmetic_tasks, careful_calculator_model, demo_agent
-from rollkit.runs.lazyrun import open_run
+from rollkit.tables.lazyrun import open_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TOY_PRICES = {"input": 1000.0, "output": 2000.0}  # dollars per million tokens: a toy call costs cents
@@ -311,7 +311,7 @@ async def test_the_columnar_store_builds_the_cost_columns_as_the_frames_do(tmp_p
     from test_columns import _same_frames
     from test_nativebuild import _same_tables
 
-    from rollkit.runs import columns
+    from rollkit.tables import columns
 
     traces = await _priced_traces()
     path = rk.save(traces, tmp_path / "priced.jsonl")

@@ -194,7 +194,7 @@ _INTERNAL = {
     "rollkit.core._safe_read.TooDeep": "read as a TraceFileError naming the file before it leaves _safe_read",
     "rollkit.core.cancellation.Overrun": "a deadline's signal inside the rollout; recorded as the boundary's error",
     "rollkit.programs.dialects._base.WireError": "answered to the program as an HTTP 400 in its own dialect",
-    "rollkit.runs.nativebuild.NativeUnfit": "a part the native build cannot make: the Python build makes it instead",
+    "rollkit.tables.nativebuild.NativeUnfit": "a part the native build cannot make: the Python build makes it instead",
 }
 
 
@@ -236,8 +236,8 @@ def test_every_error_rollkit_raises_is_a_rollkit_error_and_stands_in_the_tree():
 
 def test_usage_errors_keep_their_old_bases_so_except_clauses_still_catch_them():
     from rollkit.runs.ab import ABTestError
-    from rollkit.runs.compare import CompareError
-    from rollkit.runs.runfolder import RunFolderError
+    from rollkit.analysis.compare import CompareError
+    from rollkit.tables.runfolder import RunFolderError
 
     for cls in (rk.ForkError, CompareError, ABTestError, RunFolderError):
         assert issubclass(cls, rk.UsageError) and issubclass(cls, ValueError), cls

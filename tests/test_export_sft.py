@@ -1,4 +1,4 @@
-"""Training rows (rk.export format="sft", rollkit.runs.exports.sft): one row
+"""Training rows (rk.export format="sft", rollkit.interop.exports.sft): one row
 per branch in the messages + tools layout, read back the way a trainer
 reads them (Hugging Face `datasets`) and checked row for row against the
 real traces they came from: from a list of traces, a trace file and a run
@@ -16,7 +16,7 @@ from rollkit.core.agent import RolloutLimits
 from rollkit.core.messages import AssistantMessage
 from rollkit.core.models import ScriptedModel
 from rollkit.examples.arithmetic import _toy_reply, arithmetic_tasks, careful_calculator_model, demo_agent
-from rollkit.runs.exports.sft import COLUMNS
+from rollkit.interop.exports.sft import COLUMNS
 
 # Local files only: datasets must not look anything up on the network.
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -194,7 +194,7 @@ def test_bad_input_is_refused_with_what_to_do(made, tmp_path):
 
 
 def test_a_failed_export_leaves_no_file(made, tmp_path, monkeypatch):
-    from rollkit.runs.exports import sft
+    from rollkit.interop.exports import sft
 
     _, traces = made
 

@@ -1,4 +1,4 @@
-"""Other tools' traces as rollkit traces (rollkit.runs.formats), and back.
+"""Other tools' traces as rollkit traces (rollkit.interop.formats), and back.
 
 Where the tool installs here its fixture is made by the tool itself in the
 test: inspect-ai evaluates a small task with its `mockllm` model and writes
@@ -258,7 +258,7 @@ def test_inspect_log_is_read_directly_as_inspects_reader_reads_it(log, inspect_l
 
     import inspect_ai.log
 
-    from rollkit.runs.formats import inspect_log
+    from rollkit.interop.formats import inspect_log
 
     path = log if isinstance(log, Path) else inspect_logs[log]
     read_by_inspect = []
@@ -304,7 +304,7 @@ def test_inspect_zstandard_member_is_never_inflated_past_its_declared_size(tmp_p
     import types
 
     zstandard = pytest.importorskip("zstandard")
-    from rollkit.runs.formats import inspect_log
+    from rollkit.interop.formats import inspect_log
 
     bomb = zstandard.ZstdCompressor(level=19).compress(b"[" + b"0," * (32 << 20) + b"0]")
     raw = tmp_path / "member.bin"

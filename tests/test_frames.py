@@ -1,4 +1,4 @@
-"""The DataFrame builders (rollkit.runs.frames): one row per rollout, turn,
+"""The DataFrame builders (rollkit.analysis.frames): one row per rollout, turn,
 phase and signal, missing kept missing, empty input giving empty frames with
 the columns, and the eager frames equal to the store's (both builds)."""
 
@@ -200,7 +200,7 @@ async def test_the_store_gives_the_eager_frames_of_an_unscored_trace_with_reward
                                                                                   native) -> None:
     """Both builds of the store (Python rows, DuckDB SQL) read a signal of
     an unscored run as missing, as the eager frames and the monitor do."""
-    from rollkit.runs import columns
+    from rollkit.tables import columns
 
     monkeypatch.setattr(columns, "_NATIVE", native)
     monkeypatch.setattr(columns, "_NATIVE_MIN_BYTES", 0)

@@ -202,7 +202,7 @@ def dispositions():
 
 before = dispositions()
 import rollkit as rk
-import rollkit.runs.interrupts, rollkit.runs.evaluation, rollkit.runs.cli  # what rk.evaluate and the CLI load
+import rollkit.runs.interrupts, rollkit.runs.evaluation, rollkit.cli  # what rk.evaluate and the CLI load
 after = dispositions()
 print(json.dumps({"changed": {str(s): [before[s], after[s]] for s in before if before[s] != after[s]},
                   "sigint": before[int(signal.SIGINT)]}))

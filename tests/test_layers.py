@@ -27,8 +27,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "rollkit"
-LAYERS = ("core", "programs", "runs", "notebook", "examples")
-FACE = len(LAYERS)  # rollkit/__init__.py and rollkit/__main__.py
+LAYERS = ("core", "programs", "tables", "analysis", "interop", "runs", "notebook", "examples")
+FACE = len(LAYERS)  # rollkit/__init__.py, rollkit/__main__.py and the command line, rollkit/cli.py
 
 
 def _module_name(path: Path) -> str:

@@ -1,4 +1,4 @@
-"""Run tables written as the run goes (rollkit.runs.livetables): a run that
+"""Run tables written as the run goes (rollkit.tables.livetables): a run that
 writes traces.jsonl (rk.evaluate, rk.ab_test) leaves its rollouts table
 complete (the other five are built when first asked for), so its first
 open builds nothing, and they are equal, table for
@@ -19,11 +19,11 @@ import pytest
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent, support_agent, support_tasks, toy_customer
 from rollkit.examples.bigrun import big_run
-from rollkit.runs import columns, livetables
-from rollkit.runs.columns import TABLES, TableSet
-from rollkit.runs.lazyrun import open_run
-from rollkit.runs.live import RunSink
-from rollkit.runs.livetables import TraceLog
+from rollkit.tables import columns, livetables
+from rollkit.tables.columns import TABLES, TableSet
+from rollkit.tables.lazyrun import open_run
+from rollkit.core.events import RunSink
+from rollkit.tables.livetables import TraceLog
 
 
 @pytest.fixture

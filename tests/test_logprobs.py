@@ -25,7 +25,7 @@ import rollkit as rk
 from rollkit.core.errors import UsageError
 from rollkit.notebook.display import trace_html
 from rollkit.programs.openai_model import OpenAIModel, close_pools
-from rollkit.runs import columns
+from rollkit.tables import columns
 
 # Replies by turn (the number of assistant messages in the request), token by
 # token, with logprobs that are exact binary fractions (sums are exact).

@@ -18,9 +18,9 @@ import rollkit as rk
 from rollkit.examples import (arithmetic_tasks, chain_agent, chain_tasks, demo_agent, support_agent, support_tasks,
                               toy_customer)
 from rollkit.examples.bigrun import big_run
-from rollkit.runs import columns
-from rollkit.runs.columns import TABLES, TableSet, json_source
-from rollkit.runs.lazyrun import open_run
+from rollkit.tables import columns
+from rollkit.tables.columns import TABLES, TableSet, json_source
+from rollkit.tables.lazyrun import open_run
 
 from conftest_notebook import assorted_traces
 from test_columns import _rewritten_trace
@@ -60,7 +60,7 @@ def _same_tables(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
 
 
 async def test_example_runs_build_the_same_tables_natively(tmp_path, monkeypatch):
-    from rollkit.runs import nativebuild
+    from rollkit.tables import nativebuild
 
     monkeypatch.setattr(nativebuild, "_BATCH_ROWS", 3)  # lines parsed in many batches, on DuckDB's threads: rows stay in order
     kinds = await assorted_traces()  # ok, wrong, stopped, failed, raised, timed out, aborted
@@ -199,7 +199,7 @@ def test_a_value_types_from_its_first_characters_as_json_type_does():
 
     import duckdb
 
-    from rollkit.runs import nativebuild
+    from rollkit.tables import nativebuild
 
     values = [0, -0, 1, -1, 10**17, 10**18 - 1, 10**18, -10**17, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 10**30, -2**63,
               -2**63 - 1, 0.0, -0.0, 1.0, 0.1, 1e30, -1e-7, 5e-324, 1.7976931348623157e308, 123456789012345680000.0,
@@ -268,7 +268,7 @@ def test_the_build_database_runs_a_thread_a_core_counting_each_part_as_one(tmp_p
     # asks from a thread of its own: the cores less the other parts' threads
     # (cores // 2 per part, as it was per database, left cores idle past 2).
     # One part at a time: every core. Measured only on 2 cores here.
-    from rollkit.runs import nativebuild
+    from rollkit.tables import nativebuild
 
     monkeypatch.setattr(columns, "_BATCH", 4)
     monkeypatch.setattr(columns, "_IN_FLIGHT", in_flight)
@@ -305,7 +305,7 @@ def test_a_part_still_building_when_ctrl_c_ends_the_build_keeps_its_database_and
 
     import duckdb
 
-    from rollkit.runs import nativebuild
+    from rollkit.tables import nativebuild
 
     monkeypatch.setattr(columns, "_BATCH", 4)
     folder = big_run(8, tmp_path / "run", turns=2, tasks=3)
@@ -354,8 +354,8 @@ def test_a_fresh_process_imports_duckdb_beside_the_first_part_and_leaves_no_thre
     folder = big_run(30, tmp_path / "run", tasks=3)
     code = (
         "import json, sys, threading\n"
-        "from rollkit.runs import columns\n"
-        "from rollkit.runs.lazyrun import open_run\n"
+        "from rollkit.tables import columns\n"
+        "from rollkit.tables.lazyrun import open_run\n"
         "columns._NATIVE_MIN_BYTES = 0\n"
         "before = 'duckdb' in sys.modules\n"
         "run = open_run(sys.argv[1], progress=False)\n"

@@ -88,7 +88,7 @@ def test_core_import_loads_no_notebook_dependencies() -> None:
         from rollkit.examples import arithmetic_tasks, demo_agent
         asyncio.run(demo_agent().run(arithmetic_tasks(1)[0]))
         print(sorted(m for m in ("ipywidgets", "plotly", "pandas", "nest_asyncio", "anywidget", "ipykernel",
-                                 "rollkit.notebook.stepping", "rollkit.notebook.panel", "rollkit.runs.frames",
+                                 "rollkit.notebook.stepping", "rollkit.notebook.panel", "rollkit.analysis.frames",
                                  "rollkit.notebook.plots") if m in sys.modules))
         """
     )

@@ -1,4 +1,4 @@
-"""OpenTelemetry GenAI spans (rollkit.runs.exports.otel): each rollout is one
+"""OpenTelemetry GenAI spans (rollkit.interop.exports.otel): each rollout is one
 OTel trace (invoke_agent, its phases, a chat span per model call at the
 call's own times, an execute_tool span per answered tool call), with the
 GenAI semantic conventions' attributes, sent over OTLP/HTTP.
@@ -35,7 +35,7 @@ from conftest_programs import listening_sockets
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
-from rollkit.runs.exports.otel import SEMCONV_VERSION, OtelExporter
+from rollkit.interop.exports.otel import SEMCONV_VERSION, OtelExporter
 
 pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is a dependency of rollkit: pip install -e .")
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402

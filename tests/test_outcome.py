@@ -11,7 +11,7 @@ import pytest
 
 import rollkit as rk
 from rollkit.notebook import display, plots
-from rollkit.runs import frames
+from rollkit.analysis import frames
 from rollkit.runs.evaluation import _summarize
 from rollkit.runs.live import finished_from_line, finished_from_trace
 

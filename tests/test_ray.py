@@ -106,7 +106,7 @@ def test_ray_trace_file_resume_and_groups_behave_as_locally(local_ray, tmp_path)
     first = rk.evaluate(said_agent(), tasks, repeats=2, out=tmp_path, backend=RayBackend(actors=1), progress=False,
                         group_scorers=[pass_at_k(1)])
     assert [t.model_dump() for t in load_run(tmp_path).traces] == [t.model_dump() for t in first.traces]
-    # The columnar tables of a Ray run are the same as of a local one (rollkit.runs.columns).
+    # The columnar tables of a Ray run are the same as of a local one (rollkit.tables.columns).
     assert rk.open_run(tmp_path).rollouts().equals(rk.frames.rollouts(first.traces))
     # They are plain Parquet, in parts (shards by byte range of the driver's file): Ray Data and
     # DuckDB read the folder as it is, as the README says ("Big runs").

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 import rollkit as rk
 from rollkit.core.messages import split_parts
 from rollkit.core.trace import ErrorInfo, TaskRef
-from rollkit.runs.formats._build import Call, Where, build
+from rollkit.interop.formats._build import Call, Where, build
 
 _TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=40)
 _WORDS = st.text(st.characters(whitelist_categories=("Ll", "Lu", "Nd")), min_size=1, max_size=12)
@@ -96,7 +96,7 @@ _USAGE = st.one_of(
 def _traces(draw: Any) -> rk.Trace:
     raw = draw(_conversations())
     where = Where(Path("generated"), "generated")
-    from rollkit.runs.formats._build import messages
+    from rollkit.interop.formats._build import messages
 
     conversation = messages(raw, where, "messages")
     clock = 1_700_000_000 + draw(st.integers(0, 10**6))

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import rollkit as rk
 from rollkit.core._sums import sum_in_order
 from rollkit.examples.bigrun import big_run
-from rollkit.runs import columns
-from rollkit.runs.columns import TableSet
+from rollkit.tables import columns
+from rollkit.tables.columns import TableSet
 
 
 def _in_order(values):

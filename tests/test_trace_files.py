@@ -292,7 +292,7 @@ def test_rollkit_view_reads_a_trace_file_once_and_its_page_loads_the_copy_handed
     from click.testing import CliRunner
 
     import rollkit.core.store as store
-    import rollkit.runs.cli as cli
+    import rollkit.cli as cli
 
     source = tmp_path / "results.jsonl"  # a verifiers file: the page must show the same traces
     source.write_text("".join(json.dumps({"example_id": n, "prompt": [{"role": "user", "content": f"q{n}"}],
@@ -485,7 +485,7 @@ def test_hostile_shape_is_refused_naming_the_file_under_300_mb(tmp_path, shape):
 
 def test_a_memory_error_while_recognising_a_file_is_not_swallowed(tmp_path, monkeypatch):
     """Before: store._sniff caught every exception, MemoryError included, and went on to the next format."""
-    from rollkit.runs.formats import _parse
+    from rollkit.interop.formats import _parse
 
     def exhausted(path):
         raise MemoryError("no memory left")
@@ -523,6 +523,6 @@ def test_a_format_reader_that_cannot_import_is_an_error_not_a_file_it_does_not_c
 
     path = tmp_path / "doc.json"
     path.write_text('{"unrelated": []}')  # claimed by none of them: every sniffer is asked
-    monkeypatch.setitem(sys.modules, f"rollkit.runs.formats.{module}", None)  # importing it raises ImportError
-    with pytest.raises(ImportError, match=f"rollkit.runs.formats.{module}"):
+    monkeypatch.setitem(sys.modules, f"rollkit.interop.formats.{module}", None)  # importing it raises ImportError
+    with pytest.raises(ImportError, match=f"rollkit.interop.formats.{module}"):
         rk.load(path)

@@ -16,7 +16,7 @@ from rollkit.examples import (
 )
 from rollkit.runs.ab import ABTestError
 from rollkit.runs.sequential import ConfidenceSequence, decision, simulate
-from rollkit.runs.stats import t_critical, wilson_interval
+from rollkit.analysis.stats import t_critical, wilson_interval
 from rollkit.runs.turnvalues import TurnValueError
 
 SLIP = 0.2

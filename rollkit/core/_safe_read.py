@@ -1,7 +1,7 @@
 """Reading trace files that may be hostile, with bounded memory and time.
 
 Every reader of a trace file (rollkit's own JSON lines, and each importer in
-rollkit.runs.formats) goes through here, so one place refuses what would
+rollkit.interop.formats) goes through here, so one place refuses what would
 hang or exhaust the process, each time with a `TraceFileError` naming the
 file (and the line):
 
@@ -23,7 +23,7 @@ file (and the line):
   commas and quotes, before parsing: 100 MB of `[],` took 5 GB) is
   refused; a document whose size alone says so (`MAX_DOCUMENT`) is
   refused before it is read. Format sniffers read through the same bounds
-  (rollkit.runs.formats._parse): recognising a file costs no more than
+  (rollkit.interop.formats._parse): recognising a file costs no more than
   reading it;
 - a UTF-8 byte-order mark at the start of a file is dropped.
 

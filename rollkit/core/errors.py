@@ -23,8 +23,8 @@ that raises them, and name their base here):
     │   ├── NobodyToAsk            (also RuntimeError; core.human) a human model with no one to ask
     │   ├── ForkError              (also ValueError; core.prefix) no such turn or branch to fork
     │   ├── EvaluateArgumentError  (also ValueError or TypeError; runs.evaluation)
-    │   ├── RunFolderError         (also ValueError; runs.runfolder) a folder that holds another run
-    │   ├── CompareError           (also ValueError; runs.compare)
+    │   ├── RunFolderError         (also ValueError; tables.runfolder) a folder that holds another run
+    │   ├── CompareError           (also ValueError; analysis.compare)
     │   ├── TurnValueError         (also ValueError; runs.turnvalues)
     │   └── ABTestError            (also ValueError; runs.ab)
     ├── TraceFileError             (also ValueError; core._safe_read) a file that is not a trace

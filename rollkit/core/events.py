@@ -1,4 +1,5 @@
-"""Events a rollout emits as things happen, and the bus that delivers them.
+"""Events a rollout emits as things happen, the bus that delivers them, and
+what hears of a run of many rollouts (`RunSink`).
 
 Widgets, live plots and progress bars subscribe here instead of polling. An
 event is a small frozen record naming the rollout, the kind of thing that
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Event", "EventBus", "EVENT_KINDS"]
+__all__ = ["Event", "EventBus", "EVENT_KINDS", "RunSink"]
 
 log = logging.getLogger("rollkit")
 
@@ -95,3 +96,34 @@ class EventBus:
                 subscriber(event)
             except Exception:
                 log.exception("event subscriber %r raised on %s; the rollout goes on", subscriber, kind)
+
+
+class RunSink:
+    """What hears of a run as it goes: the live file's writer, a `RunState`,
+    OTel's live sink, a watcher given to `rk.evaluate_async(...).attach`.
+    The run calls, in its own process and in this order per rollout:
+    `begin(info)` once (info as the "run" line of live.jsonl), then per
+    rollout `started`, any number of `phase` and `turn`, and `finished` with
+    its trace; then `end(status)` once ("done", "interrupted" or "failed").
+    Each method here does nothing: a sink overrides the events it uses. An
+    exception a sink raises stops the run with it."""
+
+    __slots__ = ()  # a subclass with slots keeps them
+
+    def begin(self, info: dict[str, Any]) -> None:
+        """The run starts (or resumes): `info` has run_id, total, limits, agent_timeout, pid, host."""
+
+    def started(self, rollout_id: str) -> None:
+        """A rollout starts."""
+
+    def phase(self, rollout_id: str, phase: str) -> None:
+        """A rollout enters `phase` (boot, agent, score, ...)."""
+
+    def turn(self, rollout_id: str, turns: int, tokens: int, agent_time: float) -> None:
+        """A rollout's model answered: its counts so far."""
+
+    def finished(self, trace: Any) -> None:
+        """A rollout is over (`trace`, a rollkit Trace); its trace is already written to the run's file if it has one."""
+
+    def end(self, status: str) -> None:
+        """The run is over: "done", "interrupted" or "failed"."""

@@ -144,7 +144,7 @@ def task_of(trace: Trace) -> Task:
     ref = trace.task
     source = trace.info.get("format")
     if ref.module is None and source:
-        # Imported from another tool (rollkit.runs.formats): its task (scorer,
+        # Imported from another tool (rollkit.interop.formats): its task (scorer,
         # environment, repository) lives in that tool, not in a rollkit class.
         raise ForkError(
             f"cannot fork trace {trace.id}: it was imported from a {source} file ({trace.info.get('file')}), and "

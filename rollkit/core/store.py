@@ -288,7 +288,7 @@ def line_error(path: Path, number: int, raw: bytes) -> TraceFileError:
     """The TraceFileError for line `number` of rollkit trace file `path`,
     whose bytes are `raw` and which does not load (what is wrong, the field,
     and the advice for Python callers): for readers of the file other than
-    `load` (rollkit.runs.columns), so a bad line reads the same everywhere."""
+    `load` (rollkit.tables.columns), so a bad line reads the same everywhere."""
     try:
         trace_of_line(raw)
     except pydantic.ValidationError as exc:

@@ -8,7 +8,7 @@ the `.eval` (or `.json`) log inspect wrote; it needs the `rollkit[inspect]` extr
 way verifiers' evaluation writes them (verifiers is not a dependency: the
 records follow its `state_to_output`), from a deterministic toy that gets
 every third problem wrong. Both are small and offline. This module only
-writes files; reading them is `rk.load`'s (rollkit.runs.formats).
+writes files; reading them is `rk.load`'s (rollkit.interop.formats).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
     ro.close()                           # finalize and score; returns the trace
     rk.notebook.TraceBrowser(traces)     # many traces: pick one, read it, see its plots
     rk.notebook.RunMonitor(run)          # a batch run live: counts, lanes, means, slowest/failed
-    rk.frames.rollouts(traces)           # DataFrames (rollkit.runs.frames, the runs layer)
+    rk.frames.rollouts(traces)           # DataFrames (rollkit.analysis.frames, the runs layer)
     rk.plots.rewards(traces)             # plotly figures (rollkit.notebook.plots)
 
 What this layer owns: the synchronous facade over the async core
@@ -15,7 +15,7 @@ agent's seat (`panel`, `seat`: they type against the facade's protocol in
 `_view` and never reach the core), the trace browser, the run monitor and the
 page of `rollkit view` (`viewpage`) (ipywidgets), HTML of traces (`display`, standard library
 only) and figures (`plots`, plotly). DataFrames are the runs layer's
-(rollkit.runs.frames).
+(rollkit.analysis.frames).
 
 It imports the core, programs and runs layers, never `rollkit.examples`.
 Widgets stay thin: no lifecycle logic lives here. Its modules load

@@ -17,7 +17,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..core.trace import Trace
-from ..runs.lazyrun import Hits, LazyRun
+from ..tables.lazyrun import Hits, LazyRun
 from .display import trace_html
 from ..core._dependencies import ipython_display
 

@@ -52,11 +52,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..runs import frames as _frames
+from ..analysis import frames as _frames
 from ..core.events import Event
 from ..core.session import LIMIT_STOPS
 from ..core.trace import PHASES, Trace
-from ..runs.lazyrun import LazyRun
+from ..tables.lazyrun import LazyRun
 
 __all__ = [
     "budget_burn",
@@ -612,7 +612,7 @@ def compare(a: Any, b: Any = None, *, signal: str | None = None, **options: Any)
     `reward`): points above the diagonal are tasks where B did better; tasks
     with the same two values share a point, sized and labelled by their count. `a`
     is a `Comparison`, or two runs and the options of `rk.compare`."""
-    from ..runs.compare import Comparison, compare as _compare
+    from ..analysis.compare import Comparison, compare as _compare
 
     comparison = a if isinstance(a, Comparison) else _compare(a, b, **options)
     compared = [s for s in comparison.signals if s.diff is not None]
@@ -680,7 +680,7 @@ def forest(a: Any, b: Any = None, **options: Any) -> go.Figure:
     compared signal, B - A with its bootstrap 95% interval (the dotted line is
     no difference), and beside each row B's wins / ties / losses over the
     pairs. `a` is a `Comparison`, or two runs and the options of `rk.compare`."""
-    from ..runs.compare import Comparison, compare as _compare
+    from ..analysis.compare import Comparison, compare as _compare
 
     comparison = a if isinstance(a, Comparison) else _compare(a, b, **options)
     compared = [s for s in comparison.signals if s.diff is not None]

@@ -2,7 +2,7 @@
 
 `RunBrowser(run)` (what `rk.notebook.TraceBrowser` gives for a lazy run, a
 search's hits, a run folder or a trace file path) shows one page of rollouts from the run's
-columnar tables (rollkit.runs.lazyrun), never the whole run in memory: a
+columnar tables (rollkit.tables.lazyrun), never the whole run in memory: a
 filter over any column (a SQL condition, e.g. `reward < 1 and turns > 3`),
 a text search over every message, a sort column and direction, and pages.
 Picking a row parses that one trace from its byte offset and shows it
@@ -20,7 +20,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..core.trace import Trace
-from ..runs.lazyrun import Hits, LazyRun, highlight, open_run
+from ..tables.lazyrun import Hits, LazyRun, highlight, open_run
 from .display import trace_html
 from ..core._dependencies import ipython_display, pa
 

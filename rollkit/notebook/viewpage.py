@@ -3,7 +3,7 @@
 One section per run given: its heading, what follows it (a run folder's
 `RunMonitor`, an A/B test folder's `ABMonitor`, a finished trace file's
 summary tables and a `TraceBrowser`) and, for a run folder or trace file,
-two charts drawn from its columnar tables (rollkit.runs.lazyrun): how its
+two charts drawn from its columnar tables (rollkit.tables.lazyrun): how its
 rewards are spread (`plots.reward_distribution`) and where its time went,
 phase by phase (`plots.phase_timing`); a folder still being written gets
 them again when its run finishes.
@@ -16,7 +16,7 @@ headline signal; a flip's button opens the two transcripts side by side.
 
 Everything a model or task wrote is escaped before it becomes HTML (plots
 escape their own labels). It reads runs only: the comparison's numbers are
-rollkit.runs.compare's, the transcripts `display.trace_html`'s.
+rollkit.analysis.compare's, the transcripts `display.trace_html`'s.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class RunCharts(widgets.VBox):
         self.draw()
 
     def draw(self) -> None:
-        from ..runs.lazyrun import open_run
+        from ..tables.lazyrun import open_run
         from .plots import phase_timing, reward_distribution
 
         try:
@@ -231,8 +231,8 @@ class CompareView(widgets.VBox):
 
     def compare(self) -> Any:
         """Compare the two runs now (read again: a live run has more by now)."""
-        from ..runs.compare import CompareError, compare
-        from ..runs.lazyrun import open_run
+        from ..analysis.compare import CompareError, compare
+        from ..tables.lazyrun import open_run
         from .plots import forest
 
         a, b = self.paths

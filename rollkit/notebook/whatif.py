@@ -19,7 +19,7 @@ import pandas as pd
 from ..core.replay import REPLAY_COLUMNS, replay
 from ..core.trace import Trace
 from . import _loop
-from ..runs.frames import _list
+from ..analysis.frames import _list
 
 __all__ = ["replay_hooks", "replay_hooks_async"]
 

@@ -55,11 +55,11 @@ from ..core.agent import Agent
 from ..core.errors import UsageError
 from ..core.task import Task
 from ..core.trace import Trace
-from .compare import trace_signals
-from .stats import RunCost, run_cost
+from ..analysis.compare import trace_signals
+from ..analysis.stats import RunCost, run_cost
 from .evaluation import _task_list
 from .interrupts import run_sync
-from .livetables import TraceLog
+from ..tables.livetables import TraceLog
 from .runner import run_rollout
 from .sequential import METHOD, ConfidenceSequence, decision, simulate
 from ..core._dependencies import np, pandas
@@ -123,7 +123,7 @@ class ABResult:
     @property
     def cost_a(self) -> RunCost:
         """A's cost and reward per dollar over its finished rollouts (NA
-        when one has no price; rollkit.runs.stats.run_cost)."""
+        when one has no price; rollkit.analysis.stats.run_cost)."""
         return run_cost([t.cost_usd for t in self.a], [t.scored_reward for t in self.a])
 
     @property

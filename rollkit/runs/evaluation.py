@@ -5,9 +5,9 @@ This module owns batch evaluation: `evaluate` (runs to the end) and
 tag every trace with its example id and rollout id, keep a `tqdm.auto`
 progress bar, append each finished trace to the run folder's trace file the
 moment it finishes (its tables written as it goes, through
-rollkit.runs.livetables), resume a folder, run group scorers once all the repeats
+rollkit.tables.livetables), resume a folder, run group scorers once all the repeats
 of a task are done, and hand back an `EvalResult` that builds the DataFrames
-(through `rollkit.runs.frames`); `load_run` reads a run folder back as one.
+(through `rollkit.analysis.frames`); `load_run` reads a run folder back as one.
 
 Each trace's `info` gets `example_id` (the task key), `repeat`, `rollout_id`
 (`<task key>#<repeat>`) and `run_id`. Group signals (pass@k, best-of-n, ...)
@@ -15,9 +15,9 @@ are not on the traces; they are `EvalResult.groups` /
 `EvalResult.group_signals()`.
 
 This module does not drive a rollout's lifecycle (the rollout does), build
-DataFrames (rollkit.runs.frames does), know Ray (rollkit.runs.ray_backend does), define
-the run folder format (rollkit.runs.runfolder does) or judge a group
-(rollkit.runs.groups does).
+DataFrames (rollkit.analysis.frames does), know Ray (rollkit.runs.ray_backend does), define
+the run folder format (rollkit.tables.runfolder does) or judge a group
+(rollkit.analysis.groups does).
 """
 
 from __future__ import annotations
@@ -35,14 +35,16 @@ from typing import TYPE_CHECKING, Any
 from ..core.agent import Agent
 from ..core.cancellation import finish
 from ..core.errors import UsageError
-from . import frames, interrupts
-from .compare import trace_signals
-from .stats import mean_interval, run_cost
-from .groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
+from . import interrupts
+from ..analysis import frames
+from ..analysis.compare import trace_signals
+from ..analysis.stats import mean_interval, run_cost
+from ..analysis.groups import GroupScorer, GroupSignal, best_of_n, named_scorers, pass_at_k, run_group
 from .runner import run_rollout
-from .live import LIVE, LiveWriter, RunSink, run_info
-from .livetables import TraceLog
-from .runfolder import GROUPS, TRACES, USER_TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
+from ..core.events import RunSink
+from .live import LIVE, LiveWriter, run_info
+from ..tables.livetables import TraceLog
+from ..tables.runfolder import GROUPS, TRACES, USER_TRACES, RunFolder, RunFolderError, latest, new_manifest, prepare_folder, read_folder
 from ..core.store import append_trace
 from ..core.task import Task
 from ..core.trace import PHASES, Trace
@@ -88,7 +90,7 @@ class _BadType(EvaluateArgumentError, TypeError):
 
 class EvalResult:
     """The traces of a run (finishing order), its group signals, and where
-    it was written. The DataFrame methods call `rollkit.runs.frames`."""
+    it was written. The DataFrame methods call `rollkit.analysis.frames`."""
 
     def __init__(
         self,
@@ -105,7 +107,7 @@ class EvalResult:
         # info["assistant_trace_id"] (and the rollout's to it by info["user_trace_id"]).
         self._user_traces = user_traces
         # A run read back from its folder (load_run): a LazyRun
-        # (rollkit.runs.lazyrun) whose tables give the frames; the traces
+        # (rollkit.tables.lazyrun) whose tables give the frames; the traces
         # themselves are parsed only when asked for.
         self.run = run
         self.groups = groups or []
@@ -148,7 +150,7 @@ class EvalResult:
     def load(cls, path: str | os.PathLike[str]) -> EvalResult:
         return load_run(path)
 
-    # DataFrames: one row per rollout / turn / phase / signal (rollkit.runs.frames),
+    # DataFrames: one row per rollout / turn / phase / signal (rollkit.analysis.frames),
     # each with example_id, repeat and rollout_id beside the trace id, so
     # analysis can group by task or by rollout.
     def rollouts(self) -> pandas.DataFrame:
@@ -181,7 +183,7 @@ class EvalResult:
 def _summarize(traces: list[Trace], groups: list[GroupSignal] | None = None) -> str:
     """A plain-text summary table: outcomes (stop condition or error type),
     each signal's mean with its 95% interval and n scored / n total, the
-    run's cost and reward per dollar (rollkit.runs.stats.run_cost), phase
+    run's cost and reward per dollar (rollkit.analysis.stats.run_cost), phase
     time totals, and the mean of each group signal."""
     lines = []
     examples = {t.info.get("example_id", t.task.key) for t in traces}
@@ -247,7 +249,7 @@ def load_run(path: str | os.PathLike[str]) -> EvalResult:
     folder = read_folder(path, traces=False)
     if not (folder.path / TRACES).exists():
         return EvalResult([], folder.groups, out=folder.path, manifest=folder.manifest, user_traces=[])
-    from .lazyrun import open_run
+    from ..tables.lazyrun import open_run
 
     # The frames come from the columnar tables; the traces are parsed on first use.
     return EvalResult(None, folder.groups, out=folder.path, manifest=folder.manifest,  # type: ignore[arg-type]
@@ -306,7 +308,7 @@ class _Plan:
     # What watches the run in this process (a monitor's rollkit.runs.live.RunState),
     # a RunSink called as the live file's LiveWriter is.
     watchers: list[RunSink] = field(default_factory=list)
-    # Sends each finished rollout as OpenTelemetry spans (`otel=`; rollkit.runs.exports.otel).
+    # Sends each finished rollout as OpenTelemetry spans (`otel=`; rollkit.interop.exports.otel).
     otel: RunSink | None = None
 
     @property
@@ -359,7 +361,7 @@ def _plan(
     folder_path = Path(out) if out is not None else None
     plan = _Plan(agent, task_list, repeats, concurrency, backend, progress, scorers, manifest, folder_path, resume, user)
     if otel is not None:
-        from .exports.otel import live_sink
+        from ..interop.exports.otel import live_sink
 
         plan.otel = live_sink(otel)
     return plan
@@ -462,7 +464,7 @@ class _Run:
         # on resume still runs for tasks completed before, and a crash between
         # two scorers' lines leaves only the missing scorer to run. A group
         # judged on fewer repeats than now asked (resume with more repeats) is
-        # judged again; the newer record wins (see rollkit.runs.runfolder.latest).
+        # judged again; the newer record wins (see rollkit.tables.runfolder.latest).
         self.judged = {(g.example_id, g.scorer_name) for g in self.groups if g.n == plan.repeats}
         self.todo = [(t, r) for t in plan.tasks for r in range(plan.repeats) if f"{t.key}#{r}" not in seen]
         planned = {t.key for t in plan.tasks}
@@ -685,7 +687,7 @@ def evaluate(
     - `otel="http://HOST:PORT/v1/traces"` sends each rollout, as it
       finishes, as one OpenTelemetry trace of GenAI spans to that OTLP/HTTP
       collector (Phoenix, Langfuse, a Collector...); an
-      `rollkit.runs.exports.otel.OtelExporter` gives more options (headers,
+      `rollkit.interop.exports.otel.OtelExporter` gives more options (headers,
       content). A collector that does not take them is a warning at the end.
 
     It runs to the end and returns an `EvalResult`. In async code and
@@ -727,7 +729,7 @@ class _Pending(interrupts.Awaiting[EvalResult]):
         self._plan = plan
 
     def attach(self, watcher: RunSink) -> None:
-        """Have `watcher` (a rollkit.runs.live.RunSink, e.g. a RunState) hear of this run as it
+        """Have `watcher` (a rollkit.core.events.RunSink, e.g. a RunState) hear of this run as it
         goes, like its live file; before it is awaited only."""
         if self._plan is None:
             raise RuntimeError("this evaluation cannot be watched")

@@ -46,12 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..core.events import RunSink
 from ..core.outcome import Outcome
 from ..core.store import trace_of_line
 from ..core.trace import Trace
-from .compare import trace_signals
-from .rows import signal_values
-from .stats import RunCost, t_critical
+from ..analysis.compare import trace_signals
+from ..tables.rows import signal_values
+from ..analysis.stats import RunCost, t_critical
 
 __all__ = ["LIVE", "RunSink", "LiveWriter", "RunState", "Lane", "Finished", "FolderFollower", "FLUSH_EVERY"]
 
@@ -62,37 +63,6 @@ _KEEP = 5  # slowest and failed rollouts kept for clicking into
 
 def _clock() -> float:
     return time.time()
-
-
-class RunSink:
-    """What hears of a run as it goes: the live file's writer, a `RunState`,
-    OTel's live sink, a watcher given to `rk.evaluate_async(...).attach`.
-    The run calls, in its own process and in this order per rollout:
-    `begin(info)` once (info as the "run" line of live.jsonl), then per
-    rollout `started`, any number of `phase` and `turn`, and `finished` with
-    its trace; then `end(status)` once ("done", "interrupted" or "failed").
-    Each method here does nothing: a sink overrides the events it uses. An
-    exception a sink raises stops the run with it."""
-
-    __slots__ = ()  # a subclass with slots keeps them
-
-    def begin(self, info: dict[str, Any]) -> None:
-        """The run starts (or resumes): `info` has run_id, total, limits, agent_timeout, pid, host."""
-
-    def started(self, rollout_id: str) -> None:
-        """A rollout starts."""
-
-    def phase(self, rollout_id: str, phase: str) -> None:
-        """A rollout enters `phase` (boot, agent, score, ...)."""
-
-    def turn(self, rollout_id: str, turns: int, tokens: int, agent_time: float) -> None:
-        """A rollout's model answered: its counts so far."""
-
-    def finished(self, trace: Trace) -> None:
-        """A rollout is over; its trace is already written to the run's file if it has one."""
-
-    def end(self, status: str) -> None:
-        """The run is over: "done", "interrupted" or "failed"."""
 
 
 class LiveWriter(RunSink):
@@ -430,7 +400,7 @@ class RunState(RunSink):
 
     def run_cost(self) -> RunCost:
         """The cost of the rollouts finished so far and the reward per dollar
-        (rollkit.runs.stats.run_cost's rules: NA when one has no price)."""
+        (rollkit.analysis.stats.run_cost's rules: NA when one has no price)."""
         if self.unpriced or not self.done:
             return RunCost(None, None, self.done, self.unpriced, None)
         n, total = self.sums.get("reward", (0, 0.0, 0.0))[:2]

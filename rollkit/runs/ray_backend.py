@@ -6,15 +6,15 @@ sends each the agent once, and then sends them (task, ids) pairs; each actor
 runs many rollouts at once on its own event loop through the same
 `run_rollout` (rollkit.runs.runner) as the local backend, and returns the finished trace as JSON.
 The driver awaits each result as it finishes, so the progress bar, the trace
-file, resume and group scoring (rollkit.runs.evaluation, rollkit.runs.runfolder and
-rollkit.runs.groups) behave exactly as locally. Cancelling the driver cancels the
+file, resume and group scoring (rollkit.runs.evaluation, rollkit.tables.runfolder and
+rollkit.analysis.groups) behave exactly as locally. Cancelling the driver cancels the
 actor calls in flight, which abort their rollouts; `stop` waits (bounded) for
 those aborts before it kills the actors, so the workers free their runtimes.
 
-The Parquet tables of a Ray run (rollkit.runs.columns) are those of a local
+The Parquet tables of a Ray run (rollkit.tables.columns) are those of a local
 run: the driver appends every trace to the one `traces.jsonl` and writes
 the tables' parts (shards by byte range) as it goes
-(rollkit.runs.livetables); the workers write nothing. Ray Data reads them as they are
+(rollkit.tables.livetables); the workers write nothing. Ray Data reads them as they are
 (`ray.data.read_parquet(".../.rollkit/traces.jsonl/rollouts")`).
 
 A worker that dies mid-rollout (its node removed or crashed, the actor

@@ -23,7 +23,7 @@ and answers where failing rollouts go wrong (`drops()`), and
 labels (process reward data) in the layout documented on `export`.
 
 This module owns the sweep and its bookkeeping; the interval is
-rollkit.runs.stats.wilson_interval; the figures are the notebook layer's
+rollkit.analysis.stats.wilson_interval; the figures are the notebook layer's
 (`rk.plots.turn_values`, `rk.plots.drop_turns`, `rk.notebook.TurnValueView`).
 """
 
@@ -47,7 +47,7 @@ from ..core.task import Task
 from ..core.trace import Trace
 from . import interrupts
 from .evaluation import EvalResult, _execute, _plan
-from .stats import wilson_interval
+from ..analysis.stats import wilson_interval
 from ..core._dependencies import pa, pandas, pq
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ written before the group was complete; they are their own table,
 scorer) in a run folder's `groups.jsonl`.
 
 This module does not decide when a group is complete or run rollouts
-(rollkit.runs.evaluation does), nor read or write the run folder (rollkit.runs.runfolder
+(rollkit.runs.evaluation does), nor read or write the run folder (rollkit.tables.runfolder
 reads groups.jsonl, rollkit.runs.evaluation appends to it). It judges traces only.
 """
 
@@ -26,29 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.trace import Trace
+from ..tables.runfolder import GroupSignal
 
 __all__ = ["GroupScorer", "GroupSignal", "pass_at_k", "best_of_n", "named_scorers", "run_group"]
 
 GroupScorer = Callable[[list[Trace]], Any]
-
-
-@dataclass
-class GroupSignal:
-    """One group scorer's judgement of all the traces of one task. `signal`
-    is the scorer's name, or a key of the mapping it returned; `scorer` is
-    the scorer's name (None in lines written before it was recorded: then
-    it is `signal`), which is how a resume knows which scorers already ran."""
-
-    example_id: str
-    signal: str
-    value: float | None
-    n: int
-    error: str | None = None
-    scorer: str | None = None
-
-    @property
-    def scorer_name(self) -> str:
-        return self.scorer if self.scorer is not None else self.signal
 
 
 def agent_failed(trace: Trace) -> bool:

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ...core.errors import Unavailable, UsageError
 from ...core.messages import AssistantMessage, Message, SystemMessage, ToolMessage, text_of
 from ...core.trace import PHASES, ModelCall, Trace
-from ..live import RunSink
+from ...core.events import RunSink
 
 __all__ = ["OtelExporter", "OtelSent", "SEMCONV_VERSION", "live_sink", "write"]
 
@@ -284,7 +284,7 @@ class OtelExporter:
 
 
 class _LiveSink(RunSink):
-    """A run's watcher (a rollkit.runs.live.RunSink) that sends
+    """A run's watcher (a rollkit.core.events.RunSink) that sends
     each finished rollout; the other events carry nothing to send. Given a
     URL it makes its exporter when the run begins and closes it at the end;
     given an `OtelExporter` it flushes it at the end and leaves it open. A

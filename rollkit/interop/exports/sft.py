@@ -39,7 +39,7 @@ from ...core._gcpause import paused
 from ...core._sums import sum_in_order
 from ...core.errors import UsageError
 from ...core.outcome import Outcome
-from ..columns import _loads
+from ...tables.columns import _loads
 from . import ExportSource
 from ...core._dependencies import pa, pq
 

@@ -7,7 +7,7 @@ not writable): `rollouts`, `turns`, `calls`, `phases`, `signals` and
 `messages` (the text of every message: role, content, tool calls as
 `name(arguments)`, tool results). They are plain Parquet; DuckDB, Spark or
 Ray Data read them as they are. Their rows are built by the one row builder
-of rollkit.runs.rows (its vocabulary: the frames' columns, `calls` also
+of rollkit.tables.rows (its vocabulary: the frames' columns, `calls` also
 keeping each call's end and running totals, for SQL); a token count the
 provider did not report is null, as it is NA in the frames.
 
@@ -18,14 +18,14 @@ just before it, and of the file's head); a part that no longer matches its
 source, or that cannot be read (torn, partial), is dropped and the tables
 are rebuilt from the JSON, never trusted. A file that grew (a resumed or
 live run) gets a new part for its new lines only; a run that writes its
-traces (rollkit.runs.livetables) hands each batch of lines it wrote to
+traces (rollkit.tables.livetables) hands each batch of lines it wrote to
 `TableSet.add`, so its tables are complete when it ends. A build from the
 file (a first open) makes each part's rollouts table only, what the
 rollouts frame reads; a part's other five are built when a table is first
 asked for (`files[table]`), from the part's byte range once it is checked
 to be the bytes the part was cut from, and its marker lists what it has. A part of 8 MB or more
-is built by DuckDB's JSON parser (rollkit.runs.nativebuild); a smaller one,
-and one DuckDB must not read, by the Python build (rollkit.runs.rows' row
+is built by DuckDB's JSON parser (rollkit.tables.nativebuild); a smaller one,
+and one DuckDB must not read, by the Python build (rollkit.tables.rows' row
 builder, the reference: both make the same tables). Rows come straight from
 the parsed JSON, never through `Trace` objects (pydantic costs 10x more);
 an imported file is first written once as rollkit JSON lines in the cache
@@ -35,8 +35,8 @@ folder (its traces do go through `Trace`), then handled the same way.
 (`_offset`, `_length`), so one trace is parsed back in milliseconds.
 
 This module owns the cache: which parts of which file are valid, building
-and writing them, merging small ones. It builds no row (rollkit.runs.rows
-does) and no DataFrame (rollkit.runs.lazyrun reads them), runs nothing and
+and writing them, merging small ones. It builds no row (rollkit.tables.rows
+does) and no DataFrame (rollkit.tables.lazyrun reads them), runs nothing and
 draws nothing.
 """
 
@@ -66,7 +66,7 @@ CACHE_DIR = ".rollkit"
 # The store's layout version: a part written by another version is rebuilt.
 _VERSION = "5"  # 2: trace schema 2 (replies, unreported usage, outcome, the calls of rk.frames.calls); 3: large strings
 # 4: the calls' logprob sum and mean and whether they hold token ids; cost
-# 5: a reward or metric column is missing where the run was not scored (runs.rows.signal_values)
+# 5: a reward or metric column is missing where the run was not scored (tables.rows.signal_values)
 # Lines and source bytes per part while building, whichever comes first:
 # bounds the memory of a build (a part's rows are held as Python lists
 # before they become Arrow columns; 50,000 twenty-turn rollouts took 2.6 GB).
@@ -76,7 +76,7 @@ _PART_BYTES = 128 << 20
 # (a run that grew often); a part is never merged past the bounds above.
 _MAX_PARTS = 24
 _SIGNATURE = 4096
-# Parts built by DuckDB (rollkit.runs.nativebuild); False: all in Python (the reference).
+# Parts built by DuckDB (rollkit.tables.nativebuild); False: all in Python (the reference).
 _NATIVE = True
 # A part of fewer source bytes is built in Python: DuckDB's fixed cost (a
 # database, binding the queries: ~0.14 s of CPU for a build of one part,
@@ -289,7 +289,7 @@ class TableSet:
     def add(self, data: bytes, start: int) -> None:
         """Bring the tables up to `start + len(data)`, where `data` is
         complete lines just written to the source at `start` (a run writing
-        its traces, rollkit.runs.livetables): the part is built from these
+        its traces, rollkit.tables.livetables): the part is built from these
         bytes, as a build from the file would build it, without reading
         them back. Parts another process built meanwhile (a monitor opening
         the live run) are kept and only what they miss is added; anything
@@ -348,7 +348,7 @@ class TableSet:
 
     def _native(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
                 tables: tuple[str, ...], built: dict[str, Any] | None, engine: Any) -> dict[str, Any] | None:
-        """The part built by DuckDB (rollkit.runs.nativebuild) and written,
+        """The part built by DuckDB (rollkit.tables.nativebuild) and written,
         each table as soon as it is made; None when the Python build must
         make it (it names a bad line; its files replace any written here)."""
         from .nativebuild import NativeUnfit, native_tables

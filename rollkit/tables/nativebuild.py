@@ -1,6 +1,6 @@
 """The native build of the columnar tables: DuckDB parses a part's JSON lines.
 
-rollkit.runs.columns cuts a trace file into parts and, for each, hands the
+rollkit.tables.columns cuts a trace file into parts and, for each, hands the
 part's bytes here. DuckDB's JSON parser (`json_transform`, over the
 lines as one Arrow string column, no copy) reads the fields the tables need,
 with the types below (`_TRACE_FIELDS`), and one SQL query per table turns

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ...core.trace import Trace
-from ..lazyrun import LazyRun, open_run
+from ...tables.lazyrun import LazyRun, open_run
 
 __all__ = ["export", "ExportSource", "formats"]
 

@@ -2,12 +2,12 @@
 
 This module owns the DataFrame builders. The five the columnar store has a
 table for (rollouts, turns, calls, phases, signals) are built by the one
-engine of rollkit.runs.rows, which also owns the column vocabulary (re-exported
+engine of rollkit.tables.rows, which also owns the column vocabulary (re-exported
 here: `rk.frames.ROLLOUT_COLUMNS` ...): traces go through its row builder as
 their saved lines would (`Trace.model_dump(mode="json")`), then Arrow and
 pandas the way a lazy run reads the store's Parquet (`rows.shaped`), so an
 eager frame and the store's frame of the same traces are one computation.
-A path or a lazy run is read from its tables (rollkit.runs.lazyrun), no
+A path or a lazy run is read from its tables (rollkit.tables.lazyrun), no
 `Trace` built.
 
 The builders, each `traces -> pandas.DataFrame`, one row per thing. Every
@@ -45,7 +45,7 @@ NA, never 0), None elsewhere. An empty input gives an empty frame with the
 same columns.
 
 This module reads traces and builds frames; it builds no row itself
-(rollkit.runs.rows does), writes no file (rollkit.runs.columns does), runs
+(rollkit.tables.rows does), writes no file (rollkit.tables.columns does), runs
 nothing and draws nothing.
 """
 
@@ -63,8 +63,8 @@ from ..core.outcome import MissingSignal
 from ..core.store import _checked, load
 from ..core.trace import Trace
 from .compare import Comparison, compare as _compare
-from .lazyrun import LazyRun, open_run
-from .rows import (BRANCH_COLUMNS, CALL_COLUMNS, COMPARE_COLUMNS, MESSAGE_COLUMNS, PHASE_COLUMNS, ROLLOUT_COLUMNS,
+from ..tables.lazyrun import LazyRun, open_run
+from ..tables.rows import (BRANCH_COLUMNS, CALL_COLUMNS, COMPARE_COLUMNS, MESSAGE_COLUMNS, PHASE_COLUMNS, ROLLOUT_COLUMNS,
                    SIGNAL_COLUMNS, TURN_COLUMNS, USER_TURN_COLUMNS, _INFO_IDS, _Rows, _arrow_table,
                    _large_strings, _num, _trace_rows, arrow_frame)
 

@@ -18,7 +18,7 @@ write cut short by a crash) before appending, and reading a folder back
 (manifest, traces, the latest group signal per task and scorer).
 
 This module does not run rollouts or append finished traces and group signals
-as they come (rollkit.runs.evaluation does), judge groups (rollkit.runs.groups does) or
+as they come (rollkit.runs.evaluation does), judge groups (rollkit.analysis.groups does) or
 parse a trace line (rollkit.core.store does).
 """
 
@@ -37,7 +37,6 @@ from typing import Any
 
 from ..core.agent import Agent
 from ..core.errors import UsageError
-from .groups import GroupSignal
 from ..core.store import TraceFileError, load, trace_of_line
 from ..core.task import Task
 from ..core.trace import Trace
@@ -93,6 +92,25 @@ def new_manifest(agent: Agent, tasks: list[Task], repeats: int, group_scorers: l
         "repeats": repeats,
         "group_scorers": group_scorers,
     }
+
+
+@dataclass
+class GroupSignal:
+    """One group scorer's judgement of all the traces of one task. `signal`
+    is the scorer's name, or a key of the mapping it returned; `scorer` is
+    the scorer's name (None in lines written before it was recorded: then
+    it is `signal`), which is how a resume knows which scorers already ran."""
+
+    example_id: str
+    signal: str
+    value: float | None
+    n: int
+    error: str | None = None
+    scorer: str | None = None
+
+    @property
+    def scorer_name(self) -> str:
+        return self.scorer if self.scorer is not None else self.signal
 
 
 def _read_groups(path: Path, stacklevel: int = 3) -> list[GroupSignal]:

@@ -2,7 +2,7 @@
 
 `open_run(path_or_paths)` returns a `LazyRun`. Its frames (`rollouts()`,
 `turns()`, `calls()`, `phases()`, `signals()`, `messages()`) are read from
-the Parquet tables (rollkit.runs.columns) and shaped by rollkit.runs.rows,
+the Parquet tables (rollkit.tables.columns) and shaped by rollkit.tables.rows,
 equal row for row to what rk.frames builds from the same traces (one row
 builder makes both), without building a `Trace`. One trace is parsed only when asked for (`run[i]`, `run.trace(id)`),
 from its byte offset in the JSON lines. `run.sql(query)` runs DuckDB over
@@ -314,7 +314,7 @@ class LazyRun:
 
     def _shaped(self, kind: str) -> Any:
         """Frame `kind` as rk.frames gives it for the same traces: the
-        table's columns in the frames' order, shaped by rollkit.runs.rows."""
+        table's columns in the frames' order, shaped by rollkit.tables.rows."""
         if not self._rows(kind):  # no part has a row: the frame of no traces
             return rows.arrow_frame(kind, rows.empty_table(kind))
         return rows.shaped(kind, self._frame(kind, rows.frame_order(kind, self.arrow_schema(kind))))

@@ -85,7 +85,7 @@ def _a(noun: str) -> str:
 
 def _load_user(spec: str) -> Any:
     """MODULE:OBJ, a rk.User or a function of the task that makes one."""
-    from ..core.users import User
+    from .core.users import User
 
     user = _import_object(spec, "user", "--user")
     if not (isinstance(user, User) or callable(user)):
@@ -97,7 +97,7 @@ def _load_user(spec: str) -> Any:
 
 def _load_tasks(spec: str) -> list[Any]:
     """Import MODULE:ATTRIBUTE; a callable is called with no arguments."""
-    from ..core.task import Task
+    from .core.task import Task
 
     module_name, _, attribute = spec.partition(":")
     tasks = _import_object(spec, "task set", "TASKS")
@@ -123,8 +123,8 @@ def _load_tasks(spec: str) -> list[Any]:
 
 
 def _run(agent: Any, tasks: list[Any], **options: Any) -> Any:
-    from .evaluation import EvaluateArgumentError, RunFolderError, evaluate
-    from .ray_backend import RayUnavailable  # does not import Ray itself
+    from .runs.evaluation import EvaluateArgumentError, RunFolderError, evaluate
+    from .runs.ray_backend import RayUnavailable  # does not import Ray itself
 
     try:
         return evaluate(agent, tasks, **options)
@@ -145,7 +145,7 @@ def _run(agent: Any, tasks: list[Any], **options: Any) -> Any:
 
 def _backend(backend: str, address: str | None) -> Any:
     if backend == "ray":
-        from .ray_backend import RayBackend
+        from .runs.ray_backend import RayBackend
 
         return RayBackend(address=address)
     if address:
@@ -158,7 +158,7 @@ class _ModelOption(click.Option):
     shown (the examples register theirs on import; a plug-in may add more)."""
 
     def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        from ..core.models import model_choices
+        from .core.models import model_choices
 
         template = self.help or ""
         self.help = template.replace("{models}", ", ".join(model_choices()))
@@ -170,7 +170,7 @@ class _ModelOption(click.Option):
 
 def _check_model(model: str) -> None:
     """An unknown model name: one line naming --model, with the likely name."""
-    from ..core.models import close_model_name, model_choices, model_names
+    from .core.models import close_model_name, model_choices, model_names
 
     registered = model_names()
     prefix, slash, rest = model.partition("/")
@@ -207,7 +207,7 @@ def demo(n_tasks: int, repeats: int, concurrency: int, out: Path | None, progres
     """Run the example task set (arithmetic word problems with a calculator
     tool) on the embedded toy model: no network, no key. The toy gets the
     subtraction problems wrong on purpose, so rewards vary."""
-    from ..core.plugins import plugged
+    from .core.plugins import plugged
 
     demo_set = plugged("demo")  # the examples plug their task set in
     if demo_set is None:
@@ -260,7 +260,7 @@ def eval_command(
       rollkit eval rollkit.examples:arithmetic_tasks -m toy-calculator -n 3 --out runs/arith --resume
       rollkit eval rollkit.examples:arithmetic_tasks -m toy-careful -n 3 --out runs/careful
     """
-    from ..core.agent import Agent, RolloutLimits
+    from .core.agent import Agent, RolloutLimits
 
     if resume and out is None:
         raise click.BadParameter("--resume needs --out DIR, the run folder to continue", param_hint="--resume")
@@ -295,8 +295,8 @@ def show(folder: Path) -> None:
     type, mean reward with how many are missing one, phase time totals, and
     group signals. DIR may also be one trace file of any format rk.load
     reads (an inspect-ai log, a verifiers results.jsonl, ...)."""
-    from .evaluation import EvalResult, RunFolderError, load_run
-    from ..core.store import TraceFileError, load
+    from .runs.evaluation import EvalResult, RunFolderError, load_run
+    from .core.store import TraceFileError, load
 
     _refuse_run_folder_file(folder, "show")
     try:
@@ -339,8 +339,8 @@ def deprecations_command() -> None:
     the README, "Deprecations")."""
     # (every layer has registered its deprecations: the package `rollkit`,
     # which imports each layer, is loaded before any of its modules)
-    from ..core import __version__
-    from ..core.deprecation import deprecations
+    from .core import __version__
+    from .core.deprecation import deprecations
 
     listed = deprecations()
     if not listed:
@@ -363,9 +363,9 @@ def compare_command(folder_a: Path, folder_b: Path, by: str, signals: tuple[str,
     the paired difference B - A with a bootstrap 95% interval, the p-value
     of a paired sign-flip permutation test, wins / ties / losses per task,
     tasks only one run has, and missing values counted."""
-    from .compare import CompareError, compare
-    from .runfolder import RunFolderError
-    from ..core.store import TraceFileError
+    from .analysis.compare import CompareError, compare
+    from .tables.runfolder import RunFolderError
+    from .core.store import TraceFileError
 
     for folder in (folder_a, folder_b):
         _refuse_run_folder_file(folder, "compare")
@@ -389,8 +389,8 @@ def sql_command(args: tuple[str, ...], as_csv: bool) -> None:
     folders or trace files of any format rk.load reads): rollouts, turns,
     calls, phases, signals, messages. E.g.
     rollkit sql runs/a "select task_key, avg(reward) from rollouts group by 1"."""
-    from .lazyrun import open_run
-    from ..core.store import TraceFileError
+    from .tables.lazyrun import open_run
+    from .core.store import TraceFileError
 
     if len(args) < 2:
         raise click.ClickException('give one or more runs, then the query: rollkit sql DIR "select count(*) from rollouts"')
@@ -413,7 +413,7 @@ _RUN_FOLDER_FILES = {"live.jsonl": "the live file (rollouts in flight)", "manife
 
 def _refuse_run_folder_file(path: Path, command: str) -> None:
     """A file of a run folder given where the folder is wanted: say to pass the folder."""
-    from .runfolder import MANIFEST, TRACES
+    from .tables.runfolder import MANIFEST, TRACES
 
     what = _RUN_FOLDER_FILES.get(path.name)
     folder = path.parent
@@ -427,7 +427,7 @@ def _refuse_run_folder_file(path: Path, command: str) -> None:
 def _bad_trace_file(exc: Any, *, given_a_file: bool) -> str:
     """A TraceFileError in command-line terms: what is wrong (without the
     advice for Python callers), then what to do at the prompt."""
-    from ..core.store import formats
+    from .core.store import formats
 
     if given_a_file and (exc.line or 1) == 1:
         return (f"{exc.reason}; pass a run folder (the --out of rollkit eval) or a trace file in one of the "
@@ -489,12 +489,12 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
                        err=True)
     if port:
         _check_port_free(port)
-    from ..programs import watchdog
+    from .programs import watchdog
 
     home = Path(tempfile.mkdtemp(prefix="rollkit-view-"))
     watchdog.watch_folder(home)  # removed even if this command is killed (SIGKILL)
     try:
-        from ..core.store import save
+        from .core.store import save
 
         read = {}
         for n, folder in enumerate(list(files)):
@@ -527,7 +527,7 @@ def _check_trace_file(path: Path) -> list[Any]:
     no traces."""
     import warnings
 
-    from ..core.store import formats, load
+    from .core.store import formats, load
 
     what = (f"pass the --out folder of rollkit eval, or a trace file in one of the formats rk.load reads "
             f"({', '.join(formats())})")
@@ -603,7 +603,7 @@ def _serve(notebook: Path, home: Path, port: int) -> None:
     import secrets
     import subprocess
 
-    from ..programs import watchdog
+    from .programs import watchdog
 
     token = secrets.token_urlsafe(32)
     env = _voila_home(home, token)

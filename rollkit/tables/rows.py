@@ -8,11 +8,11 @@ one trace's JSON record into a row of every table (`_trace_rows`: a saved
 line parsed, or `Trace.model_dump(mode="json")`), the Arrow types of those
 rows (`_python_tables`), the signal columns of a record (`signal_values`, the
 run monitor's too) and how a table becomes its frame (`shaped`,
-`arrow_frame`). There is one engine: the store (rollkit.runs.columns) writes
-these rows to Parquet and a lazy run (rollkit.runs.lazyrun) reads them back
-through `shaped`; the eager builders (rollkit.runs.frames) build the same
+`arrow_frame`). There is one engine: the store (rollkit.tables.columns) writes
+these rows to Parquet and a lazy run (rollkit.tables.lazyrun) reads them back
+through `shaped`; the eager builders (rollkit.analysis.frames) build the same
 rows from `Trace` objects and shape them the same way. The store's DuckDB
-build (rollkit.runs.nativebuild) makes the same tables in SQL; tests hold
+build (rollkit.tables.nativebuild) makes the same tables in SQL; tests hold
 the two builds equal.
 
 It sits below the store, the lazy run and the frames (they import it, it
@@ -78,7 +78,7 @@ BRANCH_COLUMNS = (
 )
 COMPARE_COLUMNS = ("key", "example_id", "repeat", "signal", "a", "b", "diff", "outcome")
 
-# The store's tables (rollkit.runs.columns), one per frame above.
+# The store's tables (rollkit.tables.columns), one per frame above.
 TABLES = ("rollouts", "turns", "calls", "phases", "signals", "messages")
 _FRAME_COLUMNS = {"rollouts": ROLLOUT_COLUMNS, "turns": TURN_COLUMNS, "calls": CALL_COLUMNS,
                   "phases": PHASE_COLUMNS, "signals": SIGNAL_COLUMNS, "messages": MESSAGE_COLUMNS}

@@ -3,7 +3,7 @@
 `TraceLog(path)` appends each finished trace to a JSON lines file (one
 line, flushed: a crash loses only the rollouts in flight) and hands the
 lines it wrote, in batches, to the file's tables
-(rollkit.runs.columns.TableSet.add), which builds their part from these
+(rollkit.tables.columns.TableSet.add), which builds their part from these
 bytes as a build from the file would: its rollouts table (the rows a
 rollout's time pays for; the other five are built from the file when first
 asked for, as after any first open). A run that ends has its tables, so

@@ -7,11 +7,11 @@ mean over a task's repeats in each run, the default) or by (task, repeat)
 `reward.<name>`; `metric.<name>`) reports the mean of each run with its 95%
 t interval and n scored / n total, the mean paired difference B - A with a
 percentile bootstrap 95% interval, the p-value of a paired sign-flip
-permutation test (rollkit.runs.stats), wins / ties / losses of B per task,
+permutation test (rollkit.analysis.stats), wins / ties / losses of B per task,
 the tasks only one run has, and the pairs missing a value in A, in B or in
 both: counted, never dropped silently, never read as 0. Beside the
 reward, each run's cost and reward per dollar (`cost_a`, `cost_b`:
-rollkit.runs.stats.run_cost, over every rollout of the run; NA when a
+rollkit.analysis.stats.run_cost, over every rollout of the run; NA when a
 rollout's price is unknown).
 
 Bad input is a `CompareError` naming what is wrong: something that is not a
@@ -19,8 +19,8 @@ run, two runs with no task in common. A signal only one run has is not an
 error: it is reported (its mean in that run, "only in B") and not compared.
 
 This module owns the pairing and the table; it reads runs through
-rollkit.runs.runfolder / rollkit.core.store and builds no DataFrame or
-figure (rollkit.runs.frames.compare and rollkit.notebook.plots.compare
+rollkit.tables.runfolder / rollkit.core.store and builds no DataFrame or
+figure (rollkit.analysis.frames.compare and rollkit.notebook.plots.compare
 do, from a `Comparison`).
 """
 
@@ -34,8 +34,8 @@ from typing import Any
 
 from ..core.errors import UsageError
 from ..core.trace import Trace
-from .lazyrun import LazyRun, open_run
-from .rows import signal_values
+from ..tables.lazyrun import LazyRun, open_run
+from ..tables.rows import signal_values
 from .stats import TEST_NAME, RunCost, bootstrap_interval, mean_interval, run_cost, sign_flip_test
 
 __all__ = ["compare", "Comparison", "SignalComparison", "CompareError", "trace_signals", "OUTCOMES"]
@@ -52,7 +52,7 @@ def trace_signals(trace: Trace) -> dict[str, float | None]:
     """The signals of one trace: `reward` (the scored total, None when not
     scored), `reward.<name>` and `metric.<name>` (None when missing)."""
     # One definition of a trace's signals, read from the fields it needs
-    # (the rollouts frame's and the run monitor's: rollkit.runs.rows).
+    # (the rollouts frame's and the run monitor's: rollkit.tables.rows).
     return signal_values({"phases": trace.phases, "rewards": trace.rewards,
                           "reward_weights": trace.reward_weights, "metrics": trace.metrics})
 
@@ -96,7 +96,7 @@ class Comparison:
     label_b: str
     by: str
     signals: list[SignalComparison]
-    rows: list[dict[str, Any]]  # one per (unit, signal): see rollkit.runs.frames.compare
+    rows: list[dict[str, Any]]  # one per (unit, signal): see rollkit.analysis.frames.compare
     common: int
     only_a: list[str] = field(default_factory=list)
     only_b: list[str] = field(default_factory=list)
@@ -139,7 +139,7 @@ def _traces_of(run: Any, which: str) -> tuple[list[Trace], str]:
     if isinstance(run, (str, os.PathLike)):
         path = Path(run)
         if path.is_dir():
-            from .runfolder import read_folder
+            from ..tables.runfolder import read_folder
 
             try:
                 read_folder(path, traces=False)
