@@ -176,3 +176,25 @@ def test_ci_runs_the_quick_start_commands_exactly_as_the_readme_gives_them() -> 
     assert where == sorted(where)
     setup = "\n".join(ci[: where[0]])
     assert 'export HOME="$work/home"' in setup and "python3 -m venv" in setup and "git clone" in setup
+
+
+def test_the_readme_lists_every_notebook_with_a_binder_link() -> None:
+    """The notebooks table names each notebook in notebooks/, linked, with
+    a Binder link that opens that notebook."""
+    text = README.read_text()
+    table = text.split("## Notebooks\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| [")]
+    notebooks = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+    linked = [re.search(r"\]\(notebooks/([^)]+\.ipynb)\)", row)[1] for row in rows]
+    assert linked == notebooks
+    for name, row in zip(notebooks, rows):
+        assert f"mybinder.org/v2/gh/rollkit/rollkit/HEAD?labpath=notebooks%2F{name})" in row, name
+
+
+def test_the_readme_is_one_page() -> None:
+    """At most 200 lines, and no measured figure: claims link to the benchmarks page."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200
+    figures = re.findall(r"\d[\d,.]*\s*(?:µs|us|ms|s|MB|GB|MiB|rollouts/s|x)\b", text)
+    assert figures == [], figures
+    assert "docs/benchmarks.md" in text
