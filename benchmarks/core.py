@@ -8,7 +8,8 @@ Prints:
 - the time `import rollkit` takes in a fresh interpreter (median of 5, the
   bytecode cached; and the first, compiling).
 
-Run: python benchmarks/core.py
+Run: python benchmarks/core.py [--json benchmarks/results/core.json]
+(--json also writes the numbers with the machine, load and date.)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 import time
 
 import rollkit as rk
+from _common import Results, json_path
 
 
 async def per_turn_overhead(turns: int = 200) -> tuple[float, float]:
@@ -61,17 +63,26 @@ def import_time() -> tuple[float, float]:
 
 
 async def main() -> None:
+    results = Results("core.py", "the core's overhead on the instant ScriptedModel; import time")
     await per_turn_overhead(20)  # warm caches and imports
     median, p95 = await per_turn_overhead()
+    results.add("overhead per turn, 200-turn interaction (median)", median * 1e6, "µs")
+    results.add("overhead per turn, 200-turn interaction (p95)", p95 * 1e6, "µs")
     print(f"overhead per turn (200-turn interaction): median {median * 1e6:.1f} us, p95 {p95 * 1e6:.1f} us")
     await concurrent_rollouts(100)
     rates = [await concurrent_rollouts() for _ in range(3)]
     print(f"1,000 concurrent single-turn rollouts: {statistics.median(rates):,.0f} rollouts/s (median of 3)")
+    results.add("1,000 concurrent single-turn rollouts, one process (median of 3)", statistics.median(rates), "rollouts/s")
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    results.add("peak memory of this process (max RSS)", peak_kib / 1024, "MiB")
     print(f"peak memory (max RSS): {peak_kib / 1024:.1f} MiB")
     first, cached = import_time()
     print(f"import rollkit: {cached * 1000:.0f} ms (median of 5 fresh interpreters; the first, compiling "
           f"the sources: {first * 1000:.0f} ms)")
+    results.add("import rollkit, bytecode cached (median of 5 fresh interpreters)", cached * 1000, "ms")
+    results.add("import rollkit, first after an install (compiling)", first * 1000, "ms")
+    if (path := json_path(sys.argv)) is not None:
+        results.write(path)
 
 
 if __name__ == "__main__":

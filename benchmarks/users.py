@@ -9,16 +9,19 @@ Prints:
   `converse` with a ScriptedUser, run one after the other in this process;
   the difference per user turn, and the ratio of the two runs.
 
-Run: python benchmarks/users.py
+Run: python benchmarks/users.py [--json benchmarks/results/users.json]
+(--json also writes the numbers with the machine, load and date.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
 import time
 
 import rollkit as rk
+from _common import Results, json_path
 
 N = 1000
 TURNS = ["one", "two", "three", "four"]
@@ -67,6 +70,12 @@ async def main() -> None:
     print(f"the same stepped by hand (baseline):           {N / hand_s:,.0f} rollouts/s")
     per_turn = (user_s - hand_s) / (N * len(TURNS))
     print(f"overhead per user turn: {per_turn * 1e3:.4f} ms ({user_s / hand_s:.2f}x the baseline's time)")
+    results = Results("users.py", "conversations with a ScriptedUser against the same stepped by hand, same run")
+    results.add(f"{N:,} five-turn conversations with a ScriptedUser (median of 5)", N / user_s, "rollouts/s",
+                baseline=N / hand_s, baseline_name="stepped by hand")
+    results.add("overhead per user turn over stepping by hand", per_turn * 1e6, "µs")
+    if (path := json_path(sys.argv)) is not None:
+        results.write(path)
 
 
 if __name__ == "__main__":

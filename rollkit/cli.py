@@ -182,6 +182,56 @@ def _check_model(model: str) -> None:
     raise click.BadParameter(f"unknown model {model!r}; use one of: {', '.join(model_choices())}", param_hint="--model")
 
 
+# Each limit option of `rollkit eval`, and what a valid value is.
+_LIMIT_OPTIONS = {"max_turns": "a turn limit: give a whole number >= 0",
+                  "max_user_turns": "a turn limit: give a whole number >= 0",
+                  "max_total_tokens": "a token limit: give a whole number >= 0",
+                  "max_cost_usd": "a dollar limit: give a number of dollars >= 0"}
+
+
+def _limits(**given: Any) -> Any:
+    """RolloutLimits from the options; a bad value names its option only."""
+    from .core.agent import RolloutLimits
+
+    try:
+        return RolloutLimits(**given)
+    except ValueError as exc:  # pydantic's error names the field first
+        field = next((name for name in _LIMIT_OPTIONS if name in str(exc)), "max_turns")
+        option = "--" + field.replace("_", "-")
+        raise click.BadParameter(f"{given[field]} is not {_LIMIT_OPTIONS[field]}", param_hint=option) from None
+
+
+def _price(text: str) -> dict[str, float]:
+    """`--price INPUT,OUTPUT[,CACHE_READ]` as rk.prices' rates (dollars per million tokens)."""
+    parts = text.split(",")
+    try:
+        numbers = [float(part) for part in parts]
+    except ValueError:
+        numbers = []
+    if not 2 <= len(parts) <= 3 or len(numbers) != len(parts) or any(n < 0 or n != n for n in numbers):
+        raise click.BadParameter(f"{text!r} is not a price: give dollars per million input and output tokens, "
+                                 "and optionally cached input tokens, e.g. 2.5,10 or 2.5,10,1.25", param_hint="--price")
+    return dict(zip(("input", "output", "cache_read"), numbers))
+
+
+def _set_price(model: Any, rates: dict[str, float] | None, max_cost_usd: float | None) -> None:
+    """Give the model the price of --price; refuse --max-cost-usd over a
+    model without a price before any rollout starts (each would fail)."""
+    from .core.errors import UsageError
+    from .core.prices import prices, require_price
+
+    if rates is not None:
+        prices({model.name: rates})
+    if max_cost_usd is None:
+        return
+    try:
+        require_price(model)
+    except UsageError:
+        raise click.BadParameter(f"a dollar limit needs a price for model {model.name!r}, and it has none; "
+                                 "give one with --price INPUT,OUTPUT (dollars per million tokens)",
+                                 param_hint="--max-cost-usd") from None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="rollkit", prog_name="rollkit")
 def cli() -> None:
@@ -190,10 +240,15 @@ def cli() -> None:
     \b
     rollkit demo                      the example task set on the built-in toy model
     rollkit eval MODULE:TASKS ...     a task set of yours, traces saved to a run folder
-    rollkit show DIR                  the summary table of a run folder
+    rollkit show DIR                  the summary table of a run folder (or any trace file)
     rollkit compare DIR_A DIR_B       two runs on the same tasks, paired, with intervals
+    rollkit sql RUN... QUERY          SQL (DuckDB) over the tables of runs and trace files
     rollkit view DIR [DIR...]         watch run folders in the browser as they are written
     rollkit deprecations              old spellings still accepted, and the version that removes each
+
+    \b
+    Example:
+      rollkit demo --out runs/demo && rollkit show runs/demo
     """
 
 
@@ -206,7 +261,12 @@ def cli() -> None:
 def demo(n_tasks: int, repeats: int, concurrency: int, out: Path | None, progress: bool) -> None:
     """Run the example task set (arithmetic word problems with a calculator
     tool) on the embedded toy model: no network, no key. The toy gets the
-    subtraction problems wrong on purpose, so rewards vary."""
+    subtraction problems wrong on purpose, so rewards vary.
+
+    \b
+    Example:
+      rollkit demo --tasks 6 -n 3 --out runs/demo
+    """
     from .core.plugins import plugged
 
     demo_set = plugged("demo")  # the examples plug their task set in
@@ -231,6 +291,18 @@ def demo(n_tasks: int, repeats: int, concurrency: int, out: Path | None, progres
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run folder: manifest.json, traces.jsonl (one trace per line, written as each finishes).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out: skip every (task, repeat) already there.")
 @click.option("--max-turns", type=int, default=20, show_default=True, help="Turn limit per rollout.")
+@click.option("--max-total-tokens", type=int, default=None, metavar="N",
+              help="Token limit per rollout, prompt and reply (stop condition max_total_tokens).")
+@click.option("--max-cost-usd", type=float, default=None, metavar="DOLLARS",
+              help="Dollar limit per rollout, checked before each model call (stop condition max_cost_usd); "
+                   "needs a price for --model: the public table's, or --price.")
+@click.option("--price", default=None, metavar="INPUT,OUTPUT[,CACHE_READ]",
+              help="Dollars per million tokens for --model (wins over the public table), e.g. --price 2.5,10,1.25.")
+@click.option("--agent-timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Seconds the agent may run per rollout (the agent phase; default: no limit).")
+@click.option("--otel", default=None, metavar="URL",
+              help="Send each rollout as it finishes as OpenTelemetry GenAI spans to this OTLP/HTTP endpoint, "
+                   "e.g. http://127.0.0.1:6006/v1/traces.")
 @click.option("--user", "user_spec", default=None, metavar="MODULE:OBJ",
               help="Who speaks between segments: a rk.User, or a function of the task making one; each rollout is then a conversation.")
 @click.option("--max-user-turns", type=int, default=None, help="Cap on the user's turns per rollout (stop condition max_user_turns).")
@@ -245,6 +317,11 @@ def eval_command(
     out: Path | None,
     resume: bool,
     max_turns: int,
+    max_total_tokens: int | None,
+    max_cost_usd: float | None,
+    price: str | None,
+    agent_timeout: float | None,
+    otel: str | None,
     user_spec: str | None,
     max_user_turns: int | None,
     backend: str,
@@ -259,29 +336,29 @@ def eval_command(
       rollkit eval rollkit.examples:arithmetic_tasks -m toy-calculator -n 3 --out runs/arith
       rollkit eval rollkit.examples:arithmetic_tasks -m toy-calculator -n 3 --out runs/arith --resume
       rollkit eval rollkit.examples:arithmetic_tasks -m toy-careful -n 3 --out runs/careful
+      rollkit eval my_tasks:TASKS -m openai/gpt-4o-mini --max-cost-usd 0.05 --out runs/gpt
+      rollkit eval my_tasks:TASKS -m openai/my-model --price 0.5,1.5 --otel http://127.0.0.1:6006/v1/traces
     """
-    from .core.agent import Agent, RolloutLimits
+    from .core.agent import Agent
 
     if resume and out is None:
         raise click.BadParameter("--resume needs --out DIR, the run folder to continue", param_hint="--resume")
     if max_user_turns is not None and not user_spec:
         raise click.BadParameter("--max-user-turns needs --user: only a conversation has user turns", param_hint="--max-user-turns")
     _check_model(model)
-    try:
-        limits = RolloutLimits(max_turns=max_turns, max_user_turns=max_user_turns)
-    except ValueError as exc:  # pydantic's error names the field first: name that option only
-        which = "--max-user-turns" if "max_user_turns" in str(exc) else "--max-turns"
-        given = max_user_turns if which == "--max-user-turns" else max_turns
-        raise click.BadParameter(f"{given} is not a turn limit: give a whole number >= 0", param_hint=which) from None
+    limits = _limits(max_turns=max_turns, max_user_turns=max_user_turns, max_total_tokens=max_total_tokens,
+                     max_cost_usd=max_cost_usd)
+    rates = _price(price) if price is not None else None
     task_list = _load_tasks(tasks)
     user = _load_user(user_spec) if user_spec else None
     try:
-        agent = Agent(model=model, limits=limits)
+        agent = Agent(model=model, limits=limits, timeouts={"agent": agent_timeout})
     except (ValueError, TypeError) as exc:  # a known model that cannot be built as named
         raise click.BadParameter(str(exc), param_hint="--model") from None
+    _set_price(agent.model, rates, max_cost_usd)
     result = _run(
         agent, task_list, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
-        backend=_backend(backend, ray_address), progress=progress, user=user,
+        backend=_backend(backend, ray_address), progress=progress, user=user, otel=otel,
     )
     click.echo(result.summary())
     if out:
@@ -294,10 +371,17 @@ def show(folder: Path) -> None:
     """Summarize the run folder DIR: rollouts by stop condition and error
     type, mean reward with how many are missing one, phase time totals, and
     group signals. DIR may also be one trace file of any format rk.load
-    reads (an inspect-ai log, a verifiers results.jsonl, ...)."""
+    reads (an inspect-ai log, a verifiers results.jsonl, ...).
+
+    \b
+    Example:
+      rollkit show runs/arith
+      rollkit show logs/2025-01-01_task.eval
+    """
     from .runs.evaluation import EvalResult, RunFolderError, load_run
     from .core.store import TraceFileError, load
 
+    _must_exist(folder, "DIR", "pass the --out folder of a rollkit eval or demo run, or a trace file")
     _refuse_run_folder_file(folder, "show")
     try:
         if folder.is_file():
@@ -336,7 +420,12 @@ def show(folder: Path) -> None:
 def deprecations_command() -> None:
     """List the deprecated spellings this rollkit still accepts: each with
     what to write instead and the version that removes it (the policy is in
-    the README, "Deprecations")."""
+    the docs, "Deprecations").
+
+    \b
+    Example:
+      rollkit deprecations
+    """
     # (every layer has registered its deprecations: the package `rollkit`,
     # which imports each layer, is loaded before any of its modules)
     from .core import __version__
@@ -362,12 +451,18 @@ def compare_command(folder_a: Path, folder_b: Path, by: str, signals: tuple[str,
     signal, each run's mean with its 95% interval and n scored / n total,
     the paired difference B - A with a bootstrap 95% interval, the p-value
     of a paired sign-flip permutation test, wins / ties / losses per task,
-    tasks only one run has, and missing values counted."""
+    tasks only one run has, and missing values counted.
+
+    \b
+    Example:
+      rollkit compare runs/a runs/b --signal reward
+    """
     from .analysis.compare import CompareError, compare
     from .tables.runfolder import RunFolderError
     from .core.store import TraceFileError
 
-    for folder in (folder_a, folder_b):
+    for folder, name in ((folder_a, "DIR_A"), (folder_b, "DIR_B")):
+        _must_exist(folder, name, "pass the --out folders of two rollkit eval runs")
         _refuse_run_folder_file(folder, "compare")
         if not folder.is_dir():
             raise click.ClickException(f"no run folder at {folder}; pass the --out folders of two rollkit eval runs")
@@ -387,14 +482,21 @@ def compare_command(folder_a: Path, folder_b: Path, by: str, signals: tuple[str,
 def sql_command(args: tuple[str, ...], as_csv: bool) -> None:
     """Run the SQL QUERY (DuckDB) over the tables of one or more runs (run
     folders or trace files of any format rk.load reads): rollouts, turns,
-    calls, phases, signals, messages. E.g.
-    rollkit sql runs/a "select task_key, avg(reward) from rollouts group by 1"."""
+    calls, phases, signals, messages.
+
+    \b
+    Example:
+      rollkit sql runs/a "select task_key, avg(reward) from rollouts group by 1"
+      rollkit sql runs/a runs/b --csv "select outcome, count(*) from rollouts group by 1"
+    """
     from .tables.lazyrun import open_run
     from .core.store import TraceFileError
 
     if len(args) < 2:
         raise click.ClickException('give one or more runs, then the query: rollkit sql DIR "select count(*) from rollouts"')
     *runs, query = args
+    for run in runs:
+        _must_exist(Path(run), "RUN", "pass run folders or trace files, then the query")
     try:
         frame = open_run(runs).sql(query)
     except (FileNotFoundError, TraceFileError) as exc:
@@ -404,6 +506,16 @@ def sql_command(args: tuple[str, ...], as_csv: bool) -> None:
             raise
         raise click.ClickException(f"the query failed: {exc}") from None
     click.echo(frame.to_csv(index=False) if as_csv else frame.to_string(index=False))
+
+
+def _must_exist(path: Path, name: str, hint: str) -> None:
+    """A path argument that does not exist: a usage error (exit status 2)
+    naming it, and its folder when that does not exist either."""
+    if path.exists():
+        return
+    parent = path.absolute().parent
+    where = "" if parent.is_dir() else f" (nor does its folder {parent})"
+    raise click.UsageError(f"{name} {path} does not exist{where}; {hint}")
 
 
 # Files of a run folder that are not trace files, and what each is.
@@ -469,7 +581,17 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
     and failed rollouts (click one to read it); with two runs, a button
     compares them. DIR may also be a trace file of any format rk.load reads
     (an inspect-ai log, a verifiers results.jsonl, ...): the page shows its
-    summary and a trace browser. Prints the URL; Ctrl-C stops the server."""
+    summary and a trace browser. Prints the URL; Ctrl-C stops the server.
+
+    A DIR that does not exist yet, in a folder that does, is waited for (a
+    run may be about to start there): the terminal and the page say so. A
+    DIR whose parent folder does not exist either is an error.
+
+    \b
+    Example:
+      rollkit view runs/a runs/b
+      rollkit view logs/2025-01-01_task.eval
+    """
     import importlib.util
     import shutil
     import tempfile
@@ -484,9 +606,7 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
         if folder.exists() and not folder.is_dir():  # a FIFO or a device too: refused as rk.load refuses it
             files[folder] = _check_trace_file(folder)
             continue
-        if not folder.exists() or not any((folder / n).exists() for n in ("manifest.json", "traces.jsonl", "live.jsonl")):
-            click.echo(f"warning: {folder} is not a run folder (yet); the page says so and follows it if a run starts there",
-                       err=True)
+        _check_view_folder(folder)
     if port:
         _check_port_free(port)
     from .programs import watchdog
@@ -506,6 +626,22 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
     finally:
         shutil.rmtree(home, ignore_errors=True)
         watchdog.forget_folder(home)
+
+
+def _check_view_folder(folder: Path) -> None:
+    """A folder `rollkit view` follows: one that does not exist is waited
+    for, saying so, if its parent exists (a run may be about to start
+    there); otherwise the path is mistyped: an error naming it."""
+    if not folder.exists():
+        if not folder.absolute().parent.is_dir():
+            raise click.UsageError(f"{folder} does not exist, and neither does its folder {folder.absolute().parent}; "
+                                   "check the path (rollkit view waits only for a run folder about to be made "
+                                   "in a folder that exists)")
+        click.echo(f"{folder} does not exist (yet): the page waits for a run to start there "
+                   f"(rollkit eval ... --out {folder}); if the path is mistyped, stop with Ctrl-C", err=True)
+    elif not any((folder / n).exists() for n in ("manifest.json", "traces.jsonl", "live.jsonl")):
+        click.echo(f"warning: {folder} is not a run folder (yet); the page says so and follows it if a run starts there",
+                   err=True)
 
 
 def _check_port_free(port: int) -> None:

@@ -3,9 +3,11 @@
 1. The Binder setup: build a fresh virtual environment from exactly what
    binder/ holds, the way repo2docker does (`pip install -r
    binder/requirements.txt` from the repository root, then binder/postBuild
-   if there is one), and run a notebook in it top to bottom. Binder's base
-   image brings Jupyter itself; the test adds only that part (ipykernel to
-   run the notebook, nbclient to drive it).
+   if there is one), and run every notebook in it top to bottom, in a
+   network namespace with only loopback up (no CDN, no host but the
+   kernel's). Binder's base image brings Jupyter itself; the test adds only
+   that part (ipykernel to run the notebook, nbclient to drive it). The
+   README's notebook install is the same extra (checked), so this covers it.
 2. The default install: `pip install -e .` in a fresh virtual environment
    and nothing else, then the README's "In a notebook" snippet, read from the
    README itself, run as a cell in that environment's own kernel (ipykernel
@@ -18,6 +20,8 @@ dependency fails here. pip's cache keeps the reinstall quick.
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -27,10 +31,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BINDER = ROOT / "binder"
-NOTEBOOK = ROOT / "notebooks" / "01_step_by_hand.ipynb"
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 # A fresh virtual environment installs from the registry: slower than any other test.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+def slow_venv(test):  # type: ignore[no-untyped-def]
+    return pytest.mark.slow(pytest.mark.timeout(1800)(test))
 
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
@@ -61,8 +66,55 @@ def _fresh_venv(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return venv, env
 
 
-def test_binder_files_build_an_environment_that_runs_a_notebook(tmp_path: Path) -> None:
-    assert (BINDER / "requirements.txt").is_file(), "binder/requirements.txt is what Binder installs"
+def _extras(spec: str) -> set[str]:
+    """The extras of an install spec such as `.[notebooks]` or `-e ".[a,b]"`."""
+    inside = spec.partition("[")[2].partition("]")[0]
+    return {name.strip() for name in inside.split(",") if name.strip()}
+
+
+def _readme_notebook_install() -> str:
+    """The README's notebook install command, as written."""
+    lines = [line.split("#", 1)[0].strip() for line in (ROOT / "README.md").read_text().splitlines()]
+    found = [line for line in lines if line.startswith("pip install") and "notebooks" in line]
+    assert len(found) == 1, f"the README should give one notebook install command, found {found}"
+    return found[0]
+
+
+def test_the_readme_and_binder_give_the_notebooks_the_same_install() -> None:
+    """One install for the notebooks, so the test below covers both: the
+    README's command and Binder's requirements name the same extras of this
+    checkout, and those extras carry every optional package a notebook imports."""
+    requirements = [line.strip() for line in (BINDER / "requirements.txt").read_text().splitlines()
+                    if line.strip() and not line.startswith("#")]
+    assert requirements == [".[notebooks]"]
+    readme = _readme_notebook_install()
+    assert readme == 'pip install -e ".[notebooks]"'
+    assert _extras(readme) == _extras(requirements[0]) == {"notebooks"}
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras["notebooks"]) >= {"rollkit[inspect]", "rollkit[lab]"}
+    uses_inspect = [n.name for n in NOTEBOOKS if "inspect" in n.read_text()]
+    assert uses_inspect, "no notebook reads an inspect log any more: drop the extra"
+
+
+def _offline(command: list[str]) -> tuple[list[str], bool]:
+    """`command` in a network namespace of its own with only loopback up,
+    where one can be made (root, util-linux's unshare): a notebook that
+    asks any host but the kernel's loopback fails there."""
+    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True, timeout=60) if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0 or shutil.which("ip") is None:
+        print("no network namespace can be made here: the notebooks run with the network as it is")
+        return command, False
+    script = "ip link set lo up && exec " + " ".join(shlex.quote(part) for part in command)
+    return ["unshare", "--net", "bash", "-c", script], True
+
+
+@slow_venv
+def test_binder_install_runs_every_notebook_offline(tmp_path: Path) -> None:
+    """A fresh venv with exactly Binder's requirements (the README's notebook
+    install too: the test above) runs every notebook top to bottom, with no
+    network but loopback."""
     venv, env = _fresh_venv(tmp_path)
     python = venv / "bin" / "python"
     # As repo2docker does: from the repository root.
@@ -73,23 +125,35 @@ def test_binder_files_build_an_environment_that_runs_a_notebook(tmp_path: Path) 
     # What Binder's base image provides: a kernel and something to drive it.
     _run([str(python), "-m", "pip", "install", "-q", "ipykernel", "nbclient"], cwd=ROOT, env=env)
     _run([str(python), "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3"], env=env)
-
+    work = tmp_path / "work"
+    work.mkdir()
+    env["ROLLKIT_BIG_RUN_CACHE"] = str(tmp_path / "big-runs")  # notebook 07's made-up run
     runner = textwrap.dedent(
         f"""
-        import nbclient, nbformat
-        nb = nbformat.read({str(NOTEBOOK)!r}, as_version=4)
-        # Prove where the kernel runs: this environment, and rollkit installed into it.
-        nb.cells.append(nbformat.v4.new_code_cell(
-            "import sys, rollkit; print('PREFIX', sys.prefix); print('ROLLKIT', rollkit.__file__)"))
-        nbclient.NotebookClient(nb, timeout=300, startup_timeout=300, kernel_name="python3",
-                                resources={{"metadata": {{"path": {str(tmp_path)!r}}}}}).execute()
-        print(nb.cells[-1].outputs[0]["text"])
+        import sys, time, nbclient, nbformat
+        for path in sys.argv[1:]:
+            nb = nbformat.read(path, as_version=4)
+            # Prove where the kernel runs: this environment, and rollkit installed into it.
+            nb.cells.append(nbformat.v4.new_code_cell(
+                "import sys, rollkit; print('PREFIX', sys.prefix); print('ROLLKIT', rollkit.__file__)"))
+            started = time.monotonic()
+            nbclient.NotebookClient(nb, timeout=600, startup_timeout=300, kernel_name="python3",
+                                    resources={{"metadata": {{"path": {str(work)!r}}}}}).execute()
+            print(nb.cells[-1].outputs[0]["text"].strip())
+            print("RAN", path.rsplit("/", 1)[-1], f"{{time.monotonic() - started:.1f}}")
         """
     )
-    done = _run([str(python), "-c", runner], cwd=tmp_path, env=env)
-    lines = dict(line.split(" ", 1) for line in done.stdout.strip().splitlines() if line.startswith(("PREFIX", "ROLLKIT")))
-    assert Path(lines["PREFIX"]).resolve() == venv.resolve()
-    assert Path(lines["ROLLKIT"]).resolve().is_relative_to(venv.resolve())  # installed, not the checkout
+    command, offline = _offline([str(python), "-c", runner, *map(str, NOTEBOOKS)])
+    done = _run(command, cwd=tmp_path, env=env)
+    print(done.stdout)
+    ran = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("RAN")]
+    assert ran == [n.name for n in NOTEBOOKS]
+    for key, value in (line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("PREFIX", "ROLLKIT"))):
+        if key == "PREFIX":
+            assert Path(value).resolve() == venv.resolve()
+        else:
+            assert Path(value).resolve().is_relative_to(venv.resolve())  # installed, not the checkout
+    print("network:", "loopback only" if offline else "as it is")
 
 
 def _readme_notebook_snippet() -> str:
@@ -98,6 +162,7 @@ def _readme_notebook_snippet() -> str:
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
+@slow_venv
 def test_the_default_install_runs_the_readme_notebook_snippet(tmp_path: Path) -> None:
     venv, env = _fresh_venv(tmp_path)
     python = venv / "bin" / "python"
@@ -147,6 +212,7 @@ def _readme_shell_block(heading: str) -> str:
     return section.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
+@slow_venv
 def test_a_newcomer_runs_the_quick_start_and_run_many_blocks_in_a_fresh_venv(tmp_path: Path) -> None:
     """The README's shell blocks as a stranger runs them: the Quick start's
     install-and-demo line from the clone, then every line of "Run many" in a

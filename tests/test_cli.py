@@ -118,7 +118,7 @@ def test_eval_unknown_model_and_bad_numbers_are_clear_errors(tmp_path):
 
 def test_show_of_a_missing_or_corrupt_folder_is_a_clear_error(tmp_path):
     missing = rollkit_cli("show", str(tmp_path / "nothing"))
-    assert missing.returncode == 1 and "no run folder at" in missing.stderr
+    assert missing.returncode == 2 and f"Error: DIR {tmp_path / 'nothing'} does not exist; pass the --out" in missing.stderr
     rk.evaluate(said_agent(), said_tasks(3), out=tmp_path, progress=False)
     path = tmp_path / "traces.jsonl"
     lines = path.read_text().splitlines(keepends=True)
@@ -224,3 +224,88 @@ def test_eval_keeps_the_traceback_of_a_bug_rather_than_calling_it_bad_input(monk
     done = CliRunner().invoke(cli, ["eval", "evaluate_helpers:TASKS", "-m", "echo", "--no-progress"])
     assert isinstance(done.exception, TypeError)
     assert "Error:" not in done.output
+
+
+# --- issue 54: what rk.evaluate takes that a shell user needs ---------------
+
+def test_eval_takes_a_price_a_dollar_limit_and_a_token_limit(tmp_path):
+    """--price gives the model a price (dollars per million tokens),
+    --max-cost-usd stops each rollout cleanly past it, and both land where
+    rk.evaluate's would: the traces' cost and stop, the manifest's limits."""
+    out = tmp_path / "priced"
+    done = rollkit_cli("eval", "rollkit.examples:arithmetic_tasks", "-m", "toy-calculator", "--price", "2.5,10,1.25",
+                       "--max-cost-usd", "0.00005", "--agent-timeout", "30", "--out", str(out), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    traces = rk.load(out / "traces.jsonl")
+    assert {t.stop_condition for t in traces} == {"max_cost_usd"}
+    call = traces[0].model_calls[0]
+    assert call.cost_usd == pytest.approx((call.usage.input_tokens * 2.5 + call.usage.output_tokens * 10) / 1e6)
+    agent = json.loads((out / "manifest.json").read_text())["agent"]
+    assert agent["limits"]["max_cost_usd"] == 0.00005 and agent["timeouts"]["agent"] == 30
+    tokens = rollkit_cli("eval", "rollkit.examples:arithmetic_tasks", "-m", "toy-calculator", "--max-total-tokens", "3",
+                         "--out", str(tmp_path / "tokens"), "--no-progress")
+    assert tokens.returncode == 0, tokens.stderr
+    assert {t.stop_condition for t in rk.load(tmp_path / "tokens" / "traces.jsonl")} == {"max_total_tokens"}
+
+
+def test_eval_refuses_a_dollar_limit_over_a_model_without_a_price_before_running(tmp_path):
+    done = rollkit_cli("eval", "rollkit.examples:arithmetic_tasks", "-m", "toy-calculator", "--max-cost-usd", "0.5",
+                       "--out", str(tmp_path / "run"), "--no-progress")
+    assert done.returncode == 2
+    assert ("Error: Invalid value for --max-cost-usd: a dollar limit needs a price for model 'toy-calculator', "
+            "and it has none; give one with --price INPUT,OUTPUT") in done.stderr
+    assert not (tmp_path / "run").exists()  # nothing ran
+    bad = rollkit_cli("eval", "rollkit.examples:arithmetic_tasks", "-m", "toy-calculator", "--price", "2.5")
+    assert bad.returncode == 2 and "Invalid value for --price: '2.5' is not a price" in bad.stderr
+
+
+class _Collector:
+    """An OTLP/HTTP trace collector on 127.0.0.1 that keeps each body it is sent."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        bodies = self.bodies = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                bodies.append((self.path, self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def test_eval_sends_spans_out_with_otel(tmp_path):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    collector = _Collector()
+    try:
+        done = rollkit_cli("eval", "rollkit.examples:arithmetic_tasks", "-m", "toy-calculator", "-c", "1",
+                           "--otel", collector.url, "--no-progress")
+    finally:
+        collector.close()
+    assert done.returncode == 0, done.stderr
+    names = []
+    for path, body in collector.bodies:
+        assert path == "/v1/traces"
+        request = ExportTraceServiceRequest.FromString(body)
+        names += [span.name for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+    from rollkit.examples import arithmetic_tasks
+
+    assert sum(name.startswith("invoke_agent ") for name in names) == len(arithmetic_tasks())
+    assert any(name.startswith("chat ") for name in names)

@@ -184,3 +184,76 @@ def test_rollkit_deprecations_lists_each_old_spelling_with_the_version_that_remo
         old.warn()
     with pytest.raises(ValueError, match="names the version that removes it"):
         deprecation.deprecate("x", "y", removed_in="next release")
+
+
+# --- issue 54: the command line is complete --------------------------------
+
+def _commands() -> list[str]:
+    return sorted(cli.commands)
+
+
+def test_the_summary_of_rollkit_help_names_every_command() -> None:
+    done = CliRunner().invoke(cli, ["--help"])
+    assert done.exit_code == 0
+    summary = done.output.split("Options:", 1)[0]
+    assert set(_commands()) >= {"compare", "demo", "deprecations", "eval", "show", "sql", "view"}
+    assert [name for name in _commands() if f"rollkit {name}" not in summary] == []
+
+
+@pytest.mark.parametrize("command", _commands())  # a command added later is checked too
+def test_the_help_of_each_command_has_an_example(command: str) -> None:
+    done = CliRunner().invoke(cli, [command, "--help"])
+    assert done.exit_code == 0
+    example = done.output.split("Example:", 1)
+    assert len(example) == 2, f"rollkit {command} --help has no example"
+    assert example[1].strip().splitlines()[0].strip().startswith(f"rollkit {command}")
+
+
+@pytest.mark.parametrize("args, name", [
+    (["show", "{missing}"], "DIR"),
+    (["compare", "{missing}", "{here}"], "DIR_A"),
+    (["compare", "{here}", "{missing}"], "DIR_B"),
+    (["sql", "{missing}", "select 1"], "RUN"),
+])
+def test_a_path_that_does_not_exist_is_named_with_exit_status_2(tmp_path: Path, args: list[str], name: str) -> None:
+    missing = tmp_path / "runs" / "typo"  # its parent does not exist either
+    argv = [a.format(missing=missing, here=tmp_path) for a in args]
+    code, line = _error(*argv)
+    assert code == 2
+    assert line.startswith(f"Error: {name} {missing} does not exist (nor does its folder {missing.parent}); ")
+    (tmp_path / "runs").mkdir()  # the parent exists now: the message no longer mentions it
+    code, line = _error(*argv)
+    assert code == 2 and line.startswith(f"Error: {name} {missing} does not exist; ")
+
+
+def test_view_of_a_folder_whose_parent_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    pytest.importorskip("voila")
+    missing = tmp_path / "nowhere" / "run"
+    code, line = _error("view", str(missing))
+    assert code == 2
+    assert line.startswith(f"Error: {missing} does not exist, and neither does its folder {missing.parent}; ")
+
+
+def test_view_of_a_folder_about_to_be_made_says_it_waits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run may be about to start there: the command goes on to serve the
+    page (stood in for here: no server) after saying plainly that it waits."""
+    pytest.importorskip("voila")
+    from rollkit import cli as cli_module
+
+    served = []
+    monkeypatch.setattr(cli_module, "_serve", lambda notebook, home, port: served.append(notebook.read_text()))
+    soon = tmp_path / "soon"
+    done = CliRunner().invoke(cli, ["view", str(soon)])
+    assert done.exit_code == 0, done.output
+    assert f"{soon} does not exist (yet): the page waits for a run to start there (rollkit eval ... --out {soon})" in done.stderr
+    assert len(served) == 1 and str(soon) in served[0]
+
+
+def test_the_page_of_a_missing_folder_says_it_waits(tmp_path: Path) -> None:
+    """What the page's status line says of the same folder."""
+    from rollkit.runs.live import FolderFollower
+
+    soon = tmp_path / "soon"
+    follower = FolderFollower(soon)
+    follower.poll()
+    assert follower.state.messages == [f"no run folder at {soon} (yet): waiting for it; start the run with --out {soon}"]

@@ -332,20 +332,22 @@ def test_no_type_is_told_by_its_name() -> None:
     assert found == [], "use isinstance:\n" + "\n".join(found)
 
 
-def test_the_layout_is_the_readme_layout() -> None:
-    """The README's Layout section lists exactly the sub-packages there are."""
-    readme = (ROOT.parent / "README.md").read_text()
-    section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+# The layout and the core's module map live on the docs site's architecture page.
+ARCHITECTURE = ROOT.parent / "docs" / "architecture.md"
+
+
+def test_the_layout_is_the_documented_layout() -> None:
+    """The architecture page's Layout section lists exactly the sub-packages there are."""
+    section = ARCHITECTURE.read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
     listed = {line.split()[0].rstrip("/") for line in section.splitlines() if line.startswith("rollkit/")}
     packages = {f"rollkit/{p.parent.name}" for p in ROOT.glob("*/__init__.py")}
     assert listed == packages
 
 
-def test_the_readme_lists_every_core_module_bottom_up() -> None:
-    """The README's core map names each core module once, and none imports
-    (type-only imports included) a module listed after it."""
-    readme = (ROOT.parent / "README.md").read_text()
-    section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_list_every_core_module_bottom_up() -> None:
+    """The architecture page's core map names each core module once, and
+    none imports (type-only imports included) a module listed after it."""
+    section = ARCHITECTURE.read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
     listed = [line.split("`")[1] for line in section.splitlines() if line.startswith("- `")]
     modules = sorted(p.stem for p in (ROOT / "core").glob("*.py") if p.name != "__init__.py")
     assert sorted(listed) == modules

@@ -1,6 +1,6 @@
 """Deprecations: how an old spelling is kept for a while, and the list of them.
 
-The policy (README, "Deprecations"): a public name that changes keeps its old
+The policy (docs/concepts.md, "Deprecations"): a public name that changes keeps its old
 spelling for at least one released version, warning (DeprecationWarning)
 with the new spelling and the version that removes the old one; nothing that
 was never released is deprecated, it is simply changed. Every deprecation is
