@@ -245,11 +245,13 @@ def test_a_followed_run_gets_its_charts_when_it_ends(tmp_path):
     folder.mkdir()
     page = view([folder])
     _stop_monitors(page)
-    _, _, monitor, charts = page.children
+    _, _, monitor, charts, grid = page.children
     assert isinstance(monitor, RunMonitor) and charts.figures == []
     assert "no finished rollout yet" in charts.note.value
+    assert "the rollouts' grid comes when the run ends" in grid.children[0].value
     rk.evaluate(demo_agent(), arithmetic_tasks(3), out=folder, progress=False)  # written "by another process"
     monitor.poll()  # what the follow task does: the run's end redraws the charts
     assert monitor.state.final == "done"
     assert charts.figures[0].layout.title.text == "reward distribution · 3 rollouts"
     assert charts.note.value == ""
+    assert grid.children[0].total == 3 and grid.children[0].grid.value.count("rk-rollout-link") == 3

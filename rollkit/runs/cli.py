@@ -469,10 +469,15 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
     and failed rollouts (click one to read it); with two runs, a button
     compares them. DIR may also be a trace file of any format rk.load reads
     (an inspect-ai log, a verifiers results.jsonl, ...): the page shows its
-    summary and a trace browser. Prints the URL; Ctrl-C stops the server."""
+    summary and a trace browser. A folder holding runs (run folders, trace
+    files) shows the list of its runs, newest first: open one, or compare
+    two. Every run and rollout has its own address. Prints the URL; Ctrl-C
+    stops the server."""
     import importlib.util
     import shutil
     import tempfile
+
+    from .runfolder import is_run_folder, runs_in
 
     if importlib.util.find_spec("voila") is None:
         raise click.ClickException("rollkit view serves its page with Voila, which is not installed: pip install 'rollkit[view]'")
@@ -484,7 +489,7 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
         if folder.exists() and not folder.is_dir():  # a FIFO or a device too: refused as rk.load refuses it
             files[folder] = _check_trace_file(folder)
             continue
-        if not folder.exists() or not any((folder / n).exists() for n in ("manifest.json", "traces.jsonl", "live.jsonl")):
+        if not folder.exists() or not (is_run_folder(folder) or runs_in(folder)):
             click.echo(f"warning: {folder} is not a run folder (yet); the page says so and follows it if a run starts there",
                        err=True)
     if port:
