@@ -561,6 +561,18 @@ _TEMPLATE = """{%- extends 'voila/templates/lab/index.html.j2' -%}
 """
 
 
+# Leaving a page, Voila's page asks its server to shut its kernel down, sending back
+# the _xsrf cookie, which nothing of Voila's sets: refused (403), the kernel of every
+# page left stayed up. Reading the handler's xsrf_token sets that cookie on the page.
+_VOILA_CONFIG = """
+def _xsrf_cookie(handler, notebook, cwd):
+    handler.xsrf_token
+
+
+c.VoilaConfiguration.prelaunch_hook = _xsrf_cookie
+"""
+
+
 def _write_private(path: Path, text: str) -> None:
     """Write `path` readable and writable by its owner only (0600), from its creation on."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -576,12 +588,16 @@ def _voila_home(home: Path, token: str) -> dict[str, str]:
                           "tornado_settings": {"allow_remote_access": False, "local_hostnames": ["localhost"]}},
                 "VoilaConfiguration": {"template": "rollkit"}}
     _write_private(home / "voila.json", json.dumps(settings))
+    # voila.py, found through JUPYTER_CONFIG_DIR: in Voila's working folder it would hide the voila package.
+    (home / "config").mkdir()
+    (home / "config" / "voila.py").write_text(_VOILA_CONFIG, encoding="utf-8")
     templates = home / "jupyter" / "voila" / "templates" / "rollkit"
     templates.mkdir(parents=True)
     (templates / "conf.json").write_text(json.dumps({"base_template": "lab"}), encoding="utf-8")
     (templates / "index.html.j2").write_text(_TEMPLATE, encoding="utf-8")
     (home / "tmp").mkdir()  # Voila's connection folder and the kernel's temp files go with `home`
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "TMPDIR": str(home / "tmp"),
+           "JUPYTER_CONFIG_DIR": str(home / "config"),
            "PYTHONUNBUFFERED": "1",
            "JUPYTER_PATH": os.pathsep.join(filter(None, [str(home / "jupyter"), os.environ.get("JUPYTER_PATH")]))}
     return env
