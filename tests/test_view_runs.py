@@ -8,8 +8,9 @@ model"), the search shown as typed. The browser tests of the same page are
 tests/test_view_runs_browser.py.
 
 The folder: run `a` (the toy calculator, priced while it ran), run `b`
-(the careful model that answers the additions with markup, no price) and
-`c.jsonl`, a trace file of a's traces.
+(the careful model that answers the additions with markup, no price),
+`c.jsonl` (a's traces), `d.json` (b's as an inspect-ai log) and `e` (a
+verifiers output folder, from tests/fixtures).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from rollkit.runs.lazyrun import open_run
 from rollkit.runs.live import Finished, RunState
 from rollkit.runs.runfolder import runs_in
 
+VERIFIERS = Path(__file__).parent / "fixtures" / "verifiers" / "tool-test--gpt-4.1-mini" / "5cde0948"
 TOKEN = "t0k&n<"  # what a link must carry back, url-encoded
 QUERY = urlencode({"token": TOKEN})  # the address the page was opened at
 MARKUP = "<img src=x onerror=alert(1)>"
@@ -55,12 +57,15 @@ def folder(tmp_path_factory):  # type: ignore[no-untyped-def]
     rk.evaluate(demo_agent(model=rk.ScriptedModel(_mixed, name="mixed")), arithmetic_tasks(12), out=root / "b",
                 progress=False)
     rk.save(rk.load(root / "a"), root / "c.jsonl")
+    rk.save(rk.load(root / "b"), root / "d.json", format="inspect")
+    shutil.copytree(VERIFIERS, root / "e")  # a verifiers output folder: its results.jsonl, named by the folder
     (root / "notes.txt").write_text("not a run")
     # the runs' start times, a apart from b by a minute: the list's order is theirs, not the names'
     for name, started in (("a", "2026-01-01T10:00:00+00:00"), ("b", "2026-01-01T10:01:00+00:00")):
         manifest = json.loads((root / name / "manifest.json").read_text())
         (root / name / "manifest.json").write_text(json.dumps({**manifest, "started": started}))
-    os.utime(root / "c.jsonl", (0, 0))  # a file's time is its start: the oldest
+    for n, name in enumerate(("c.jsonl", "d.json", "e/results.jsonl")):
+        os.utime(root / name, (n, n))  # a file's time is its start: older than a and b
     return root
 
 
@@ -71,13 +76,14 @@ def _stop(page) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_runs_in_lists_run_folders_and_trace_files_not_tables_or_other_files(folder):
-    assert [p.name for p in runs_in(folder)] == ["a", "b", "c.jsonl"]
-    assert runs_in(folder / "a") == []  # a run folder is one run, not a folder of runs
+    assert runs_in(folder) == {"a": folder / "a", "b": folder / "b", "c.jsonl": folder / "c.jsonl",
+                               "d.json": folder / "d.json", "e": folder / "e" / "results.jsonl"}
+    assert runs_in(folder / "a") == {}  # a run folder is one run, not a folder of runs
 
 
 def test_the_runs_list_is_newest_first_with_tasks_rollouts_reward_interval_cost_and_status(folder):
     listed = RunsList(folder, link=Address(QUERY).url, follow=False)
-    assert [row.name for row in listed.rows] == ["b", "a", "c.jsonl"]
+    assert [row.name for row in listed.rows] == ["b", "a", "e", "d.json", "c.jsonl"]
     a = rk.load(folder / "a")
     row = next(r for r in listed.rows if r.name == "a")
     rewards = [t.scored_reward for t in a]
@@ -90,6 +96,11 @@ def test_the_runs_list_is_newest_first_with_tasks_rollouts_reward_interval_cost_
     assert unpriced.cost is None and unpriced.per_dollar is None
     from_file = next(r for r in listed.rows if r.name == "c.jsonl")
     assert (from_file.tasks, from_file.done, from_file.reward) == (12, 12, pytest.approx(mean))
+    inspect_log = next(r for r in listed.rows if r.name == "d.json")
+    assert (inspect_log.done, inspect_log.status) == (12, "finished")
+    verifiers = rk.load(VERIFIERS / "results.jsonl")
+    listed_verifiers = next(r for r in listed.rows if r.name == "e")
+    assert (listed_verifiers.done, listed_verifiers.model) == (len(verifiers), verifiers[0].agent["model"])
     table = listed.table.value
     assert table.index('data-run="b"') < table.index('data-run="a"') < table.index('data-run="c.jsonl"')
     assert f"{mean:.3f} ± {row.half:.3f}" in table and f"${row.cost:,.4f}" in table
@@ -156,10 +167,12 @@ def test_the_page_of_a_folder_of_runs_is_its_list_and_each_address_opens_what_it
     missing = view([folder], query="run=a&rollout=nope").children[2].value
     assert "run a has no rollout &#x27;nope&#x27;" in missing
     # a name is looked up among the runs, never read as a path
-    assert "no run named &#x27;../a&#x27; here; the runs: a, b, c.jsonl" in view([folder], query="run=../a").children[2].value
-    # a trace file of the folder opens with its summary and its grid
+    assert "no run named &#x27;../a&#x27; here; the runs: a, b, c.jsonl, d.json, e" in view([folder], query="run=../a").children[2].value
+    # a trace file of the folder, and a verifiers folder, open with a summary and a grid
     page = view([folder], query="run=c.jsonl")
     assert any(isinstance(c, RunGrid) and c.total == 12 for c in page.children)
+    page = view([folder], query="run=e")
+    assert any(isinstance(c, RunGrid) and c.total == len(rk.load(VERIFIERS / "results.jsonl")) for c in page.children)
 
 
 def test_two_runs_compare_with_cost_and_reward_per_dollar_where_prices_are_known(folder):

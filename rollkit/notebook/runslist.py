@@ -101,8 +101,9 @@ class _Folder:
 class _File:
     """A trace file, read again when its size or time changes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, name: str) -> None:
         self.path = path
+        self.name = name
         self.seen: tuple[float, int] | None = None
         self.last: RunRow | None = None
 
@@ -120,7 +121,7 @@ class _File:
                 warnings.simplefilter("ignore")  # a torn last line: the list shows what is whole
                 traces = load(self.path)
         except (ModuleNotFoundError, ValueError) as exc:  # ValueError: TraceFileError among them
-            self.last = RunRow(self.path.name, stat.st_mtime, "", None, 0, None, None, None, None, None,
+            self.last = RunRow(self.name, stat.st_mtime, "", None, 0, None, None, None, None, None,
                                f"not readable: {exc}")
             return self.last
         state = RunState()
@@ -130,7 +131,7 @@ class _File:
         state.end("done")
         models = sorted({str(t.agent.get("model") or "") for t in traces} - {""})
         tasks = len({t.info.get("example_id", t.task.key) for t in traces})
-        self.last = _row_of_state(self.path.name, state, stat.st_mtime, ", ".join(models[:2]), tasks)
+        self.last = _row_of_state(self.name, state, stat.st_mtime, ", ".join(models[:2]), tasks)
         return self.last
 
 
@@ -182,13 +183,13 @@ class RunsList(widgets.VBox):
 
     def refresh(self) -> bool:
         """Read the folder again (new runs, runs that moved on); True when the list changed."""
-        found = {path.name: path for path in runs_in(self.folder)}
+        found = runs_in(self.folder)
         for name in list(self._sources):
             if name not in found:
                 del self._sources[name]
         for name, path in found.items():
             if name not in self._sources:
-                self._sources[name] = _Folder(path) if path.is_dir() else _File(path)
+                self._sources[name] = _Folder(path) if path.is_dir() else _File(path, name)
         rows = []
         for source in self._sources.values():
             try:

@@ -464,8 +464,8 @@ def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5,
     address = Address(os.environ.get("QUERY_STRING", "") if query is None else query)
     given = [Path(p) for p in paths]
     read = read or {}
-    listed = runs_in(given[0]) if len(given) == 1 else []
-    named = {p.name: p for p in listed} if listed else _named(given)
+    listed = runs_in(given[0]) if len(given) == 1 else {}
+    named = listed or _named(given)
     parts: list[widgets.Widget] = [widgets.HTML(STYLE + PAGE_STYLE)]
     if listed and not address.runs:
         parts.append(RunsList(given[0], link=address.url, poll_every=max(poll_every, 1.0)))

@@ -78,21 +78,24 @@ def is_run_folder(path: str | os.PathLike[str]) -> bool:
     return path.is_dir() and any((path / name).exists() for name in _RUN_MARKERS)
 
 
-def runs_in(folder: str | os.PathLike[str]) -> list[Path]:
-    """The runs directly in `folder`, by name: its run folders (and A/B test
-    folders) and its trace files (by name: .jsonl, .json, .eval; whether
-    one reads is for its reader to say). Hidden entries (a run's tables,
-    .rollkit) are not runs. Empty when `folder` is itself a run folder or
-    not a folder."""
+def runs_in(folder: str | os.PathLike[str]) -> dict[str, Path]:
+    """The runs directly in `folder`, name -> path: its run folders (and A/B
+    test folders), its trace files (by name: .jsonl, .json, .eval; whether
+    one reads is for its reader to say) and its verifiers output folders
+    (their results.jsonl, named by the folder). Hidden entries (a run's
+    tables, .rollkit) are not runs. Empty when `folder` is itself a run
+    folder or not a folder."""
     folder = Path(folder)
     if not folder.is_dir() or is_run_folder(folder):
-        return []
-    found = []
+        return {}
+    found = {}
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith("."):
             continue
         if is_run_folder(entry) or (entry.is_file() and entry.suffix in TRACE_FILE_SUFFIXES):
-            found.append(entry)
+            found[entry.name] = entry
+        elif entry.is_dir() and (entry / "results.jsonl").is_file():
+            found[entry.name] = entry / "results.jsonl"
     return found
 
 
