@@ -12,11 +12,14 @@ look at it pays), then in a fresh process, the tables there:
 - filter: `reward < 0.5` (count and first page); search1: a phrase over
   every message (the text filter), the first building the run's messages
   table; search: another phrase, the table there;
+- with --pages, in another fresh process: the runs list of the run's
+  folder and the run's whole page (its monitor reads every line of the
+  run, its charts the whole rollouts frame), as `view` builds them;
 - the baseline, in the same process: the whole rollouts frame
   (run.rollouts(), what a grid holding the run in the browser's kernel
   would load first), and each step's ratio to it.
 
-Run: PYTHONPATH=. python benchmarks/viewgrid.py [--n 1000000] [--keep DIR]
+Run: PYTHONPATH=. python benchmarks/viewgrid.py [--n 1000000] [--keep DIR] [--pages]
 Prints one line per number. Mind the machine: writing and first opening
 1,000,000 rollouts take about a minute.
 """
@@ -59,6 +62,21 @@ clock("baseline_frame", lambda: len(run.rollouts()))
 print(json.dumps(out))
 '''
 
+_PAGES = r'''
+import json, sys, time
+from pathlib import Path
+import rollkit.notebook.viewpage, rollkit.notebook.runslist
+from rollkit.notebook.viewpage import view
+folder = Path(sys.argv[1])
+out = {}
+for name, query in (("runs_list", ""), ("run_page", "run=" + folder.name)):
+    t = time.perf_counter(); page = view([folder.parent], query=query); out[name] = round(time.perf_counter() - t, 2)
+    for child in page.children:
+        if hasattr(child, "stop"):
+            child.stop()
+print(json.dumps(out))
+'''
+
 _BUILD = r'''
 import json, sys, time
 from rollkit.runs.lazyrun import open_run
@@ -71,6 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=100_000, help="single-turn rollouts in the run")
     parser.add_argument("--keep", type=Path, default=None, help="keep the run here")
+    parser.add_argument("--pages", action="store_true", help="also time the runs list and the run's whole page")
     args = parser.parse_args()
     from rollkit.examples.bigrun import big_run
 
@@ -88,6 +107,10 @@ def main() -> None:
         for name, seconds in steps.items():
             print(f"grid {name:<7} {seconds * 1000:9.1f} ms   ({seconds / base:.3f} x the whole rollouts frame)")
         print(f"baseline: run.rollouts() of {args.n:,}: {base * 1000:.1f} ms")
+        if args.pages:
+            pages = in_fresh_python(_PAGES, str(folder))
+            print(f"whole pages, built in the kernel: the runs list {pages['runs_list']:.2f} s; the run's page "
+                  f"(monitor, charts, grid) {pages['run_page']:.2f} s")
     finally:
         if args.keep is None:
             shutil.rmtree(home, ignore_errors=True)
