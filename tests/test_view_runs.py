@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote_plus, urlencode
 
 import pytest
 
@@ -164,6 +164,9 @@ def test_the_page_of_a_folder_of_runs_is_its_list_and_each_address_opens_what_it
     page = view([folder], query=f"{QUERY}&run=b&rollout={rk.load(folder / 'b')[0].id}")
     (shown,) = page.children[2:]
     assert "rollout" in shown.value and html.escape(MARKUP) in shown.value and "<img" not in shown.value
+    # opened from a search: the matching messages first, each match marked, escaped
+    searched = view([folder], query=f"run=b&rollout={rk.load(folder / 'b')[0].id}&q=<IMG src").children[2].value
+    assert "<div class='rk-matches'>" in searched and "<mark>&lt;img src</mark>=x" in searched
     missing = view([folder], query="run=a&rollout=nope").children[2].value
     assert "run a has no rollout &#x27;nope&#x27;" in missing
     # a name is looked up among the runs, never read as a path
@@ -213,7 +216,8 @@ def test_the_page_holds_no_figure_widget_only_plotly_outputs(folder):
 
 def test_the_grid_pages_sorts_filters_and_searches_on_the_run_browsers_engine(folder):
     run = open_run(folder / "a")
-    grid = RunGrid(run, link=lambda rollout: f"#{rollout}", page_size=5)
+    grid = RunGrid(run, link=lambda rollout, searched: f"#{rollout}" if searched is None else f"?{quote_plus(searched)}",
+                   page_size=5)
     assert isinstance(grid, RunBrowser)  # one engine: RunBrowser's queries
     ids = run.sql("select id from rollouts order by _ordinal")["id"].tolist()
     assert grid.grid.value.count("<tr data-row=") == 5 and "page 1 of 3" in grid.status.value
@@ -229,6 +233,8 @@ def test_the_grid_pages_sorts_filters_and_searches_on_the_run_browsers_engine(fo
     assert "<b>8</b> of 12" in grid.status.value
     # what the user typed, not the escaped regular expression (" \\+ ")
     assert "matching <code class='rk-searched'> + </code>" in grid.status.value
+    assert 'href="#' not in grid.grid.value  # the test's link: rollout#searched
+    assert grid.grid.value.count('href="?+%2B+"') == 5  # each link of the page carries the phrase searched
     grid.search("")
     assert "<b>12</b> of 12" in grid.status.value and "matching" not in grid.status.value
 

@@ -169,7 +169,8 @@ def test_a_runs_address_shows_its_grid_paged_sorted_filtered_searched_and_a_roll
             shown = page.locator(".rk-rollout-page")
             expect(shown.locator("h3")).to_have_text(f"rollout {rollout} of run a")
             expect(shown.locator(".rk-assistant").last).to_contain_text("The answer is")
-            assert f"rollout={rollout}" in page.url and "token=" in page.url
+            expect(shown.locator(".rk-matches mark").first).to_contain_text("+")  # opened from the search
+            assert f"rollout={rollout}" in page.url and "token=" in page.url and "q=+%2B+" in page.url
         _clean(console, aborted)
     finally:
         _stop(viewer)

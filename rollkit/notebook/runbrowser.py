@@ -11,8 +11,8 @@ each match highlighted, the text escaped before it becomes HTML.
 
 `RunGrid(run, link=...)` is the same engine (the same filter, search, sort
 and paging queries: one `RunBrowser._query`) showing its page as an HTML
-table whose every rollout is a link to its own address (what `link(id)`
-gives: the page of `rollkit view`, rollkit.notebook.viewpage, puts the run
+table whose every rollout is a link to its own address (what `link(id,
+searched)` gives: the page of `rollkit view`, rollkit.notebook.viewpage, puts the run
 and the rollout in its URL). The status line says what the user typed to
 search, never the regular expression built from it.
 
@@ -31,7 +31,7 @@ from ..runs.lazyrun import Hits, LazyRun, highlight, open_run
 from .display import trace_html
 from ..core._dependencies import ipython_display, pa
 
-__all__ = ["RunBrowser", "RunGrid"]
+__all__ = ["RunBrowser", "RunGrid", "matches_html"]
 
 _SHOWN = ("task_key", "ok", "reward", "turns", "total_tokens", "stop", "id")
 _HEADER = f"{'task':<16} {'ok':<4} {'reward':>6} {'turns':>5} {'tokens':>7} {'stop':<18} trace"
@@ -66,6 +66,7 @@ class RunBrowser(widgets.VBox):
         self._plots = plots
         self._pattern = highlight
         self._typed = typed
+        self._phrase: str | None = None  # the phrase searched for (not a regular expression)
         self._page = 0
         self._where = ""
         self._order = ("_row", False)
@@ -178,11 +179,11 @@ class RunBrowser(widgets.VBox):
     def search(self, phrase: str | None = None, *, re: str | None = None) -> None:
         """List only the rollouts whose messages match (run.search); "" lists all again."""
         if not phrase and not re:
-            self._pattern = self._typed = None
+            self._pattern = self._typed = self._phrase = None
             self._restrict(None)
         else:
             hits = self.run.search(phrase or None, re=re)
-            self._pattern, self._typed = hits.pattern, phrase or re
+            self._pattern, self._typed, self._phrase = hits.pattern, phrase or re, phrase or None
             self._restrict(hits.ids)
         self._page = 0
         self._show()
@@ -221,7 +222,7 @@ class RunBrowser(widgets.VBox):
             self.detail.value = self.matches.value = ""
             return
         trace = self.run[row]
-        self.matches.value = self._matches_html(trace)
+        self.matches.value = matches_html(trace, self._pattern)
         self.detail.value = trace_html(trace)
         if self._plots:
             from .plots import budget_burn, phase_timeline
@@ -230,19 +231,21 @@ class RunBrowser(widgets.VBox):
                 ipython_display.display(budget_burn(trace))
                 ipython_display.display(phase_timeline(trace))
 
-    def _matches_html(self, trace: Trace) -> str:
-        """The messages that match the search, each match in <mark>, all escaped."""
-        if self._pattern is None:
-            return ""
-        items = []
-        for index, message in enumerate(trace.messages):
-            text = message.content if isinstance(message.content, str) else ""
-            calls = getattr(message, "tool_calls", None) or []
-            text = " ".join(filter(None, [text, ", ".join(f"{c.name}({c.arguments})" for c in calls)]))
-            if self._pattern.search(text):
-                items.append(f"<li><b>{index} {html.escape(message.role)}</b>: "
-                             f"{highlight(text, self._pattern)}</li>")
-        return f"<div class='rk-matches'><b>matches</b><ul>{''.join(items)}</ul></div>" if items else ""
+
+
+def matches_html(trace: Trace, pattern: Any) -> str:
+    """The messages of `trace` that match `pattern` (a compiled regular
+    expression; None: no search), each match in <mark>, all escaped."""
+    if pattern is None:
+        return ""
+    items = []
+    for index, message in enumerate(trace.messages):
+        text = message.content if isinstance(message.content, str) else ""
+        calls = getattr(message, "tool_calls", None) or []
+        text = " ".join(filter(None, [text, ", ".join(f"{c.name}({c.arguments})" for c in calls)]))
+        if pattern.search(text):
+            items.append(f"<li><b>{index} {html.escape(message.role)}</b>: {highlight(text, pattern)}</li>")
+    return f"<div class='rk-matches'><b>matches</b><ul>{''.join(items)}</ul></div>" if items else ""
 
 
 _GRID_COLUMNS = (("task", "task_key", False), ("ok", "ok", False), ("reward", "reward", True), ("turns", "turns", True),
@@ -260,7 +263,8 @@ def _grid_cell(row: dict[str, Any], column: str) -> str:
 
 class RunGrid(RunBrowser):
     """The run browser's engine showing a page as an HTML table; each
-    rollout's id links to `link(rollout_id)` (see the module docstring)."""
+    rollout's id links to `link(rollout_id, searched)` (searched: the
+    phrase the user searched for, None when none; see the module docstring)."""
 
     def __init__(self, run: Any, *, link: Any, page_size: int = 25, **kwargs: Any) -> None:
         self._link = link
@@ -278,7 +282,8 @@ class RunGrid(RunBrowser):
             for _, column, numeric in _GRID_COLUMNS:
                 text = html.escape(_grid_cell(row, column))
                 if column == "id":
-                    text = f'<a class="rk-rollout-link" href="{html.escape(self._link(row["id"]), quote=True)}">{text}</a>'
+                    href = self._link(row["id"], self._phrase)
+                    text = f'<a class="rk-rollout-link" href="{html.escape(href, quote=True)}">{text}</a>'
                 cells.append(f'<td class="{"rk-num" if numeric else ""}">{text}</td>')
             body.append(f'<tr data-row="{int(row["_row"])}">{"".join(cells)}</tr>')
         self.grid.value = (f'<table class="rk-table rk-grid-table"><thead><tr>{head}</tr></thead>'

@@ -370,9 +370,9 @@ class CompareView(widgets.VBox):
 
 
 class Address:
-    """The page's address: the runs (`runs`, names) and the rollout
-    (`rollout`, an id) its URL names, and the token it was opened with,
-    which `url(...)` keeps in every link it makes."""
+    """The page's address: the runs (`runs`, names), the rollout (`rollout`,
+    an id) and the phrase searched for (`searched`) its URL names, and the
+    token it was opened with, which `url(...)` keeps in every link it makes."""
 
     def __init__(self, query: str = "") -> None:
         from urllib.parse import parse_qs
@@ -381,13 +381,16 @@ class Address:
         self.token = params.get("token", [None])[0]
         self.runs: list[str] = params.get("run", [])
         self.rollout: str | None = params.get("rollout", [None])[0]
+        self.searched: str | None = params.get("q", [None])[0]
 
-    def url(self, runs: Sequence[str] = (), rollout: str | None = None) -> str:
-        """A link to the runs named (none: the runs list) or to one rollout of the first."""
+    def url(self, runs: Sequence[str] = (), rollout: str | None = None, searched: str | None = None) -> str:
+        """A link to the runs named (none: the runs list) or to one rollout
+        of the first, its messages matching `searched` (a phrase) shown first."""
         from urllib.parse import urlencode
 
         pairs = ([("token", self.token)] if self.token else []) + [("run", name) for name in runs]
-        return "?" + urlencode(pairs + ([("rollout", rollout)] if rollout is not None else []))
+        pairs += [("rollout", rollout)] if rollout is not None else []
+        return "?" + urlencode(pairs + ([("q", searched)] if searched else []))
 
 
 def _named(paths: list[Path]) -> dict[str, Path]:
@@ -401,7 +404,7 @@ def _named(paths: list[Path]) -> dict[str, Path]:
     return named
 
 
-def _grid(source: Path, link: Callable[[str], str]) -> widgets.Widget:
+def _grid(source: Path, link: Callable[..., str]) -> widgets.Widget:
     """A run's rollouts grid; a run with no finished rollout yet says so."""
     from ..runs.lazyrun import open_run
     from .runbrowser import RunGrid
@@ -417,7 +420,10 @@ def _grid(source: Path, link: Callable[[str], str]) -> widgets.Widget:
 
 def _rollout_page(name: str, source: Path, rollout: str, address: Address) -> list[widgets.Widget]:
     """One rollout's page: its transcript, and a link back to its run."""
+    import re
+
     from ..runs.lazyrun import open_run
+    from .runbrowser import matches_html
 
     back = f'<p><a class="rk-back" href="{html.escape(address.url([name]), quote=True)}">all of run {html.escape(name)}</a></p>'
     try:
@@ -425,7 +431,8 @@ def _rollout_page(name: str, source: Path, rollout: str, address: Address) -> li
     except (KeyError, FileNotFoundError, ValueError) as exc:
         body = error_html(f"run {name} has no rollout {rollout!r} ({exc})" if isinstance(exc, KeyError) else str(exc))
     else:
-        body = trace_html(trace)
+        searched = address.searched and re.compile(re.escape(address.searched), re.IGNORECASE)
+        body = matches_html(trace, searched or None) + trace_html(trace)
     part = widgets.HTML(f"<h3>rollout {html.escape(rollout)} of run {html.escape(name)}</h3>{back}{body}")
     part.add_class("rk-rollout-page")
     return [part]
@@ -434,7 +441,7 @@ def _rollout_page(name: str, source: Path, rollout: str, address: Address) -> li
 def _run_section(name: str, folder: Path, source: Path, address: Address, poll_every: float) -> tuple[list[widgets.Widget], bool]:
     """A run's heading, monitor (or summary and browser), charts and grid; and whether it is finished."""
     heading = widgets.HTML(f"<h3>{html.escape(str(folder))}</h3>")
-    link = lambda rollout: address.url([name], rollout)  # noqa: E731
+    link = lambda rollout, searched=None: address.url([name], rollout, searched)  # noqa: E731
     if folder.is_file():
         part, readable = _trace_file_view(folder, source if source != folder else None)
         extra = [RunCharts(source), _grid(source, link)] if readable else []
