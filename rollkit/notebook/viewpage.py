@@ -65,6 +65,7 @@ PAGE_STYLE = """<style>
 .rk-flips .rk-flip-cell {padding: 2px 6px; border-bottom: 1px solid rgba(0,0,0,.08); font-variant-numeric: tabular-nums;}
 .rk-flips .rk-flip-head {font-weight: 600; border-bottom: 1px solid rgba(0,0,0,.3);}
 .rk-side {overflow-x: auto;}
+.rk-view a, .rk-runs-list a {color: #0645ad; text-decoration: underline;}
 </style>"""
 
 
