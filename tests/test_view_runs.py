@@ -137,6 +137,12 @@ def test_a_run_that_starts_appears_running_then_finished(folder, tmp_path):
     assert listed.refresh() is True
     assert (listed.rows[0].done, listed.rows[0].status) == (12, "finished")
     assert listed.refresh() is False  # nothing new: no redraw
+    # Seen finished, a run is summed up from its tables: the same numbers as followed line by line.
+    (summed,) = [r for r in RunsList(root, link=Address().url, follow=False).rows if r.name == "new"]
+    followed = listed.rows[0]
+    assert (summed.done, summed.total, summed.status, summed.tasks) == (12, 12, "finished", 12)
+    assert (summed.reward, summed.half) == (pytest.approx(followed.reward), pytest.approx(followed.half))
+    assert (summed.cost, summed.per_dollar) == (followed.cost, followed.per_dollar) == (None, None)
 
 
 def test_a_run_name_with_markup_is_escaped_in_the_list_and_its_link(folder, tmp_path):

@@ -11,9 +11,13 @@ name links to its run's page and two pickers make the link that compares two
 runs: the addresses are `link(names)`'s (the page of `rollkit view`,
 rollkit.notebook.viewpage, puts the runs in its URL).
 
-A run folder is followed as the run monitor follows it
-(rollkit.runs.live.FolderFollower: only the lines new since the last read);
-a trace file is read again only when it changed. Everything a run wrote
+A run folder still running when first seen is followed as the run
+monitor follows it (rollkit.runs.live.FolderFollower: only the lines new
+since the last read); one already finished (its live.jsonl ends on its
+final line) is summed up from its tables with SQL (rollkit.runs.lazyrun:
+the follower reads every line in Python, 200 s for a million rollouts
+here), again only when its traces.jsonl changed. A trace file is read
+again only when it changed. Everything a run wrote
 (names, models, messages) is escaped before it becomes HTML. It reads runs
 only.
 """
@@ -33,7 +37,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..runs.live import FolderFollower, RunState
-from ..runs.runfolder import MANIFEST, runs_in
+from ..runs.runfolder import MANIFEST, TRACES, runs_in
+from ..runs.stats import run_cost, t_critical
 from .display import STYLE
 
 __all__ = ["RunsList", "RunRow"]
@@ -71,17 +76,80 @@ def _row_of_state(name: str, state: RunState, started: float, model: str, tasks:
                   cost.reward_per_dollar, _status(state))
 
 
+def _final_status(folder: Path) -> str | None:
+    """The status a finished run folder ended on ("done", ...), from the last
+    line of its live.jsonl ("done" for a run written before live.jsonl);
+    None while it runs."""
+    live = folder / "live.jsonl"
+    if not live.exists():
+        return "done" if (folder / TRACES).exists() else None
+    with open(live, "rb") as f:
+        f.seek(max(0, live.stat().st_size - 4096))
+        lines = f.read().splitlines()
+    try:
+        last = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        return None  # a line being written
+    return str(last.get("status", "done")) if isinstance(last, dict) and last.get("e") == "final" else None
+
+
+def _summed(folder: Path, status: str) -> RunState:
+    """A finished run's numbers from its rollouts table, as a RunState
+    (the list's one shape of a run's numbers)."""
+    from ..runs.lazyrun import open_run
+
+    run = open_run(folder)
+    n, mean, variance = run.sql("select count(reward) as n, avg(reward) as mean, var_samp(reward) as v from rollouts "
+                                "where reward is not null and not isnan(reward)").iloc[0]
+    table = run.arrow("rollouts")
+    state = _Summed(done=len(run), total=len(run), final=status)
+    state.cost_of = run_cost(table.column("cost_usd").to_pylist(), table.column("reward").to_pylist())
+    half = None if n < 2 else t_critical(int(n) - 1) * (max(0.0, float(variance)) / n) ** 0.5
+    state.reward = (None if n == 0 else float(mean), half, int(n))
+    return state
+
+
+@dataclass
+class _Summed(RunState):
+    """A RunState whose reward and cost were summed up in SQL (`_summed`)."""
+
+    reward: tuple[float | None, float | None, int] = (None, None, 0)
+    cost_of: Any = None
+
+    def signal_means(self) -> list[tuple[str, float | None, float | None, int, int]]:
+        return [("reward", self.reward[0], self.reward[1], self.reward[2], self.done)]
+
+    def run_cost(self) -> Any:
+        return self.cost_of
+
+
 class _Folder:
-    """A run folder (or an A/B test's), followed."""
+    """A run folder (or an A/B test's): followed while it runs, summed up from its tables once finished."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.state = RunState()
-        self.follower = FolderFollower(path, self.state)
+        self.follower: FolderFollower | None = None
         self.manifest: dict[str, Any] = {}
+        self.seen: tuple[float, int] | None = None  # traces.jsonl when last summed up
+
+    def _read(self) -> None:
+        if self.follower is None:
+            status = _final_status(self.path)
+            if status is not None and (self.path / TRACES).exists():
+                stat = (self.path / TRACES).stat()
+                if self.seen == (stat.st_mtime, stat.st_size):
+                    return
+                try:
+                    self.state, self.seen = _summed(self.path, status), (stat.st_mtime, stat.st_size)
+                    return
+                except (ValueError, OSError):  # no tables to be had (no whole line yet): the follower says why
+                    self.state = RunState()
+            self.follower = FolderFollower(self.path, self.state)  # running: followed from now on
+        self.follower.poll()
 
     def row(self) -> RunRow:
-        self.follower.poll()
+        self._read()
         if not self.manifest:
             try:
                 self.manifest = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
