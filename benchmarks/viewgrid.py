@@ -46,7 +46,7 @@ def imports():
     from rollkit.notebook.runbrowser import RunGrid
 clock("imports", imports)
 run = clock("open_run", lambda: open_run(folder))
-grid = clock("open", lambda: RunGrid(run, link=lambda rollout: "?rollout=" + rollout))
+grid = clock("open", lambda: RunGrid(run, link=lambda rollout, searched=None: "?rollout=" + rollout))
 out["rows_on_page"] = grid.grid.value.count("<tr data-row=")
 clock("next", lambda: grid.page(1))
 clock("deep", lambda: grid.page(len(run) // grid.page_size - 1))
