@@ -581,7 +581,10 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
     and failed rollouts (click one to read it); with two runs, a button
     compares them. DIR may also be a trace file of any format rk.load reads
     (an inspect-ai log, a verifiers results.jsonl, ...): the page shows its
-    summary and a trace browser. Prints the URL; Ctrl-C stops the server.
+    summary and a trace browser. A folder holding runs (run folders, trace
+    files) shows the list of its runs, newest first: open one, or compare
+    two. Every run and rollout has its own address. Prints the URL; Ctrl-C
+    stops the server.
 
     A DIR that does not exist yet, in a folder that does, is waited for (a
     run may be about to start there): the terminal and the page say so. A
@@ -590,11 +593,14 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
     \b
     Example:
       rollkit view runs/a runs/b
+      rollkit view runs
       rollkit view logs/2025-01-01_task.eval
     """
     import importlib.util
     import shutil
     import tempfile
+
+    from .tables.runfolder import is_run_folder, runs_in
 
     if importlib.util.find_spec("voila") is None:
         raise click.ClickException("rollkit view serves its page with Voila, which is not installed: pip install 'rollkit[view]'")
@@ -632,6 +638,8 @@ def _check_view_folder(folder: Path) -> None:
     """A folder `rollkit view` follows: one that does not exist is waited
     for, saying so, if its parent exists (a run may be about to start
     there); otherwise the path is mistyped: an error naming it."""
+    from .tables.runfolder import is_run_folder, runs_in
+
     if not folder.exists():
         if not folder.absolute().parent.is_dir():
             raise click.UsageError(f"{folder} does not exist, and neither does its folder {folder.absolute().parent}; "
@@ -639,7 +647,7 @@ def _check_view_folder(folder: Path) -> None:
                                    "in a folder that exists)")
         click.echo(f"{folder} does not exist (yet): the page waits for a run to start there "
                    f"(rollkit eval ... --out {folder}); if the path is mistyped, stop with Ctrl-C", err=True)
-    elif not any((folder / n).exists() for n in ("manifest.json", "traces.jsonl", "live.jsonl")):
+    elif not (is_run_folder(folder) or runs_in(folder)):
         click.echo(f"warning: {folder} is not a run folder (yet); the page says so and follows it if a run starts there",
                    err=True)
 
@@ -692,6 +700,18 @@ _TEMPLATE = """{%- extends 'voila/templates/lab/index.html.j2' -%}
 """
 
 
+# Leaving a page, Voila's page asks its server to shut its kernel down, sending back
+# the _xsrf cookie, which nothing of Voila's sets: refused (403), the kernel of every
+# page left stayed up. Reading the handler's xsrf_token sets that cookie on the page.
+_VOILA_CONFIG = """
+def _xsrf_cookie(handler, notebook, cwd):
+    handler.xsrf_token
+
+
+c.VoilaConfiguration.prelaunch_hook = _xsrf_cookie
+"""
+
+
 def _write_private(path: Path, text: str) -> None:
     """Write `path` readable and writable by its owner only (0600), from its creation on."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -707,12 +727,16 @@ def _voila_home(home: Path, token: str) -> dict[str, str]:
                           "tornado_settings": {"allow_remote_access": False, "local_hostnames": ["localhost"]}},
                 "VoilaConfiguration": {"template": "rollkit"}}
     _write_private(home / "voila.json", json.dumps(settings))
+    # voila.py, found through JUPYTER_CONFIG_DIR: in Voila's working folder it would hide the voila package.
+    (home / "config").mkdir()
+    (home / "config" / "voila.py").write_text(_VOILA_CONFIG, encoding="utf-8")
     templates = home / "jupyter" / "voila" / "templates" / "rollkit"
     templates.mkdir(parents=True)
     (templates / "conf.json").write_text(json.dumps({"base_template": "lab"}), encoding="utf-8")
     (templates / "index.html.j2").write_text(_TEMPLATE, encoding="utf-8")
     (home / "tmp").mkdir()  # Voila's connection folder and the kernel's temp files go with `home`
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "TMPDIR": str(home / "tmp"),
+           "JUPYTER_CONFIG_DIR": str(home / "config"),
            "PYTHONUNBUFFERED": "1",
            "JUPYTER_PATH": os.pathsep.join(filter(None, [str(home / "jupyter"), os.environ.get("JUPYTER_PATH")]))}
     return env

@@ -169,7 +169,8 @@ def _page(server: _Server, tmp_path: Path, name: str, url: str | None = None,  #
     """A page on the server's app (`url`, by default the Voila app's); on
     failure the browser console (kept in `console` when given) and the
     server's log are printed, and the screenshot is always saved. The
-    requests not to 127.0.0.1, refused, are kept in `aborted` when given."""
+    requests not to 127.0.0.1, refused, are kept in `aborted` when given;
+    uncaught errors in the page are console lines "error: uncaught ..."."""
     playwright_sync.expect.set_options(timeout=BUDGET_MS)
     screenshot = tmp_path / f"{name}.png"
     console = [] if console is None else console
@@ -185,6 +186,9 @@ def _page(server: _Server, tmp_path: Path, name: str, url: str | None = None,  #
         page.set_default_navigation_timeout(BUDGET_MS)
         try:
             page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
+            # An uncaught error (anywidget's "Failed to initialize model" is one) is no console
+            # message to Playwright: kept as an error line, so a test counting errors counts it.
+            page.on("pageerror", lambda exc: console.append(f"error: uncaught {exc}"))
             def local_only(route) -> None:  # type: ignore[no-untyped-def]
                 if aborted is not None and not route.request.url.startswith("http://127.0.0.1"):
                     aborted.append(route.request.url)

@@ -187,20 +187,20 @@ def test_view_page_in_a_browser_draws_its_charts_and_opens_a_flip(runs, tmp_path
         url = _url(viewer, timeout=120)
         with _page(_Served(url, []), tmp_path, "view-page", console=console, aborted=aborted) as page:
             page.set_viewport_size({"width": 1280, "height": 3600})  # Voila scrolls inside its page: show it all
-            rewards = page.locator(".rk-chart-rewards")
+            rewards = page.locator(".rk-chart-rewards .js-plotly-plot")
             expect(rewards).to_have_count(2)
             for i in range(2):
                 expect(rewards.nth(i).locator(".gtitle")).to_contain_text("reward distribution · 12 rollouts")
                 # two signals (reward, reward.correct), two values each: 0 and 1
                 expect(rewards.nth(i).locator(".bars path")).to_have_count(4)
-            # the chart's element is plotly's graph div: its `data` is what plotly drew
+            # plotly's graph div (in the chart's Output): its `data` is what plotly drew
             read = "el => el.data.map(t => [Array.from(t.x), Array.from(t.y)])"
             assert rewards.nth(0).evaluate(read) == [[[0, 1], [4, 8]], [[0, 1], [4, 8]]]
-            phases = page.locator(".rk-chart-phases")
+            phases = page.locator(".rk-chart-phases .js-plotly-plot")
             expect(phases.nth(1).locator(".gtitle")).to_contain_text("phase timing · 12 rollouts")
             medians = phases.nth(1).evaluate(read)[0]
             assert medians[1][:2] == ["boot", "setup"] and all(x >= 0 for x in medians[0])
-            forest = page.locator(".rk-chart-forest")
+            forest = page.locator(".rk-chart-forest .js-plotly-plot")
             expect(forest.locator(".gtitle")).to_contain_text("12 tasks paired")
             expect(forest.locator(".scatterlayer .point")).to_have_count(len(shown))
             xs, ys = forest.evaluate(read)[0]
@@ -218,10 +218,10 @@ def test_view_page_in_a_browser_draws_its_charts_and_opens_a_flip(runs, tmp_path
             expect(right.locator(".rk-assistant").last).to_contain_text(MARKUP)  # the markup as text
             expect(page.locator(".rk-side img")).to_have_count(0)
             expect(right.locator("b", has_text="7")).to_have_count(0)
-        # The only errors: one "failed to load" per request the test refused.
-        refused = "error: Failed to load resource: net::ERR_FAILED"
-        errors = [line for line in console if line.startswith("error:") and line != refused]
-        assert errors == [] and console.count(refused) == len(aborted), (errors, aborted)
+        # No error in the console (uncaught ones included: tests/test_browser.py's _page) and
+        # nothing asked of another host.
+        errors = [line for line in console if line.startswith("error:")]
+        assert errors == [] and aborted == [], (errors, aborted)
         assert (tmp_path / "view-page-charts.png").stat().st_size > 10_000
     finally:
         _stop(viewer)
@@ -245,11 +245,13 @@ def test_a_followed_run_gets_its_charts_when_it_ends(tmp_path):
     folder.mkdir()
     page = view([folder])
     _stop_monitors(page)
-    _, _, monitor, charts = page.children
+    _, _, monitor, charts, grid = page.children
     assert isinstance(monitor, RunMonitor) and charts.figures == []
     assert "no finished rollout yet" in charts.note.value
+    assert "the rollouts' grid comes when the run ends" in grid.children[0].value
     rk.evaluate(demo_agent(), arithmetic_tasks(3), out=folder, progress=False)  # written "by another process"
     monitor.poll()  # what the follow task does: the run's end redraws the charts
     assert monitor.state.final == "done"
     assert charts.figures[0].layout.title.text == "reward distribution · 3 rollouts"
     assert charts.note.value == ""
+    assert grid.children[0].total == 3 and grid.children[0].grid.value.count("rk-rollout-link") == 3

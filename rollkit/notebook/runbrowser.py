@@ -9,6 +9,13 @@ Picking a row parses that one trace from its byte offset and shows it
 (`display.trace_html`); for a search, the matching messages come first with
 each match highlighted, the text escaped before it becomes HTML.
 
+`RunGrid(run, link=...)` is the same engine (the same filter, search, sort
+and paging queries: one `RunBrowser._query`) showing its page as an HTML
+table whose every rollout is a link to its own address (what `link(id,
+searched)` gives: the page of `rollkit view`, rollkit.notebook.viewpage, puts the run
+and the rollout in its URL). The status line says what the user typed to
+search, never the regular expression built from it.
+
 It reads runs only.
 """
 
@@ -24,7 +31,7 @@ from ..tables.lazyrun import Hits, LazyRun, highlight, open_run
 from .display import trace_html
 from ..core._dependencies import ipython_display, pa
 
-__all__ = ["RunBrowser"]
+__all__ = ["RunBrowser", "RunGrid", "matches_html"]
 
 _SHOWN = ("task_key", "ok", "reward", "turns", "total_tokens", "stop", "id")
 _HEADER = f"{'task':<16} {'ok':<4} {'reward':>6} {'turns':>5} {'tokens':>7} {'stop':<18} trace"
@@ -46,7 +53,9 @@ class RunBrowser(widgets.VBox):
 
     def __init__(self, run: Any, *, page_size: int = 50, plots: bool = False, ids: list[str] | None = None,
                  highlight: Any = None) -> None:
+        typed = None if highlight is None else getattr(highlight, "pattern", str(highlight))
         if isinstance(run, Hits):  # a search's matches, highlighted
+            typed = typed if highlight is not None else run.typed
             run, ids, highlight = run.run, run.ids if ids is None else ids, highlight or run.pattern
         if not isinstance(run, LazyRun):
             run = open_run(run)
@@ -56,6 +65,8 @@ class RunBrowser(widgets.VBox):
         self.page_size = page_size
         self._plots = plots
         self._pattern = highlight
+        self._typed = typed
+        self._phrase: str | None = None  # the phrase searched for (not a regular expression)
         self._page = 0
         self._where = ""
         self._order = ("_row", False)
@@ -65,19 +76,26 @@ class RunBrowser(widgets.VBox):
         self.filter = widgets.Text(placeholder="filter (SQL over any column): reward < 1 and task_key like 'arith-1%'",
                                    continuous_update=False, layout=widgets.Layout(width="60%"))
         self.filter.observe(lambda change: self.where(change["new"]), names="value")
+        self.filter.add_class("rk-filter")
         self.search_box = widgets.Text(placeholder="search the messages' text…", continuous_update=False,
                                        layout=widgets.Layout(width="38%"))
         self.search_box.observe(lambda change: self.search(change["new"]), names="value")
+        self.search_box.add_class("rk-search")
         columns = [c for c in run.arrow_schema("rollouts") if not c.startswith("_")]
         self.sort_by = widgets.Dropdown(options=["(run order)", *columns], value="(run order)", description="sort")
         self.descending = widgets.ToggleButton(value=False, description="desc")
+        self.sort_by.add_class("rk-sort")
+        self.descending.add_class("rk-sort-desc")
         self.sort_by.observe(self._on_sort, names="value")
         self.descending.observe(self._on_sort, names="value")
         self.prev = widgets.Button(description="◀ prev")
         self.next = widgets.Button(description="next ▶")
         self.prev.on_click(lambda _: self.page(self._page - 1))
         self.next.on_click(lambda _: self.page(self._page + 1))
+        self.prev.add_class("rk-prev")
+        self.next.add_class("rk-next")
         self.status = widgets.HTML()
+        self.status.add_class("rk-browse-status")
         self.table = widgets.Select(rows=min(15, page_size), layout=widgets.Layout(width="100%"))
         self.table.add_class("rk-trace-table")
         self.table.observe(self._on_pick, names="value")
@@ -123,11 +141,13 @@ class RunBrowser(widgets.VBox):
         # The row number in the run: files one after the other (_set, then _ordinal).
         rows = ("(select *, _ordinal as _row from rollouts)" if len(self.run.paths) == 1 else
                 "(select *, row_number() over (order by _set, _ordinal) - 1 as _row from rollouts)")
-        frame = con.execute(
+        page = con.execute(
             f"select {', '.join(_SHOWN)}, _row from {rows} where {where} order by {order} {direction} nulls last, _row "
             f"limit {self.page_size} offset {self._page * self.page_size}"
-        ).df()
-        return int(total), frame.to_dict("records")
+        )
+        # Rows as dicts straight from DuckDB: a page needs no DataFrame (pandas alone took a second to import).
+        names = [column[0] for column in page.description]
+        return int(total), [dict(zip(names, row)) for row in page.fetchall()]
 
     def _show(self) -> None:
         try:
@@ -140,9 +160,14 @@ class RunBrowser(widgets.VBox):
             self._page = pages - 1
             total, rows = self._query()
         self.total = total
+        # What the user typed, not the escaped regular expression run.search built from a phrase.
         self.status.value = (f"<b>{total:,}</b> of {len(self.run):,} rollouts · page {self._page + 1} of {pages:,}"
-                             + (f" · matching <code>{html.escape(self._pattern.pattern)}</code>"
-                                if self._pattern is not None else ""))
+                             + (f" · matching <code class='rk-searched'>{html.escape(self._typed)}</code>"
+                                if self._typed is not None else ""))
+        self._render(rows)
+
+    def _render(self, rows: list[dict[str, Any]]) -> None:
+        """Show one page's rows (a RunGrid shows them otherwise)."""
         self.table.options = [(_label(row), int(row["_row"])) for row in rows]
 
     def where(self, condition: str) -> None:
@@ -154,11 +179,11 @@ class RunBrowser(widgets.VBox):
     def search(self, phrase: str | None = None, *, re: str | None = None) -> None:
         """List only the rollouts whose messages match (run.search); "" lists all again."""
         if not phrase and not re:
-            self._pattern = None
+            self._pattern = self._typed = self._phrase = None
             self._restrict(None)
         else:
             hits = self.run.search(phrase or None, re=re)
-            self._pattern = hits.pattern
+            self._pattern, self._typed, self._phrase = hits.pattern, phrase or re, phrase or None
             self._restrict(hits.ids)
         self._page = 0
         self._show()
@@ -197,7 +222,7 @@ class RunBrowser(widgets.VBox):
             self.detail.value = self.matches.value = ""
             return
         trace = self.run[row]
-        self.matches.value = self._matches_html(trace)
+        self.matches.value = matches_html(trace, self._pattern)
         self.detail.value = trace_html(trace)
         if self._plots:
             from .plots import budget_burn, phase_timeline
@@ -206,16 +231,60 @@ class RunBrowser(widgets.VBox):
                 ipython_display.display(budget_burn(trace))
                 ipython_display.display(phase_timeline(trace))
 
-    def _matches_html(self, trace: Trace) -> str:
-        """The messages that match the search, each match in <mark>, all escaped."""
-        if self._pattern is None:
-            return ""
-        items = []
-        for index, message in enumerate(trace.messages):
-            text = message.content if isinstance(message.content, str) else ""
-            calls = getattr(message, "tool_calls", None) or []
-            text = " ".join(filter(None, [text, ", ".join(f"{c.name}({c.arguments})" for c in calls)]))
-            if self._pattern.search(text):
-                items.append(f"<li><b>{index} {html.escape(message.role)}</b>: "
-                             f"{highlight(text, self._pattern)}</li>")
-        return f"<div class='rk-matches'><b>matches</b><ul>{''.join(items)}</ul></div>" if items else ""
+
+
+def matches_html(trace: Trace, pattern: Any) -> str:
+    """The messages of `trace` that match `pattern` (a compiled regular
+    expression; None: no search), each match in <mark>, all escaped."""
+    if pattern is None:
+        return ""
+    items = []
+    for index, message in enumerate(trace.messages):
+        text = message.content if isinstance(message.content, str) else ""
+        calls = getattr(message, "tool_calls", None) or []
+        text = " ".join(filter(None, [text, ", ".join(f"{c.name}({c.arguments})" for c in calls)]))
+        if pattern.search(text):
+            items.append(f"<li><b>{index} {html.escape(message.role)}</b>: {highlight(text, pattern)}</li>")
+    return f"<div class='rk-matches'><b>matches</b><ul>{''.join(items)}</ul></div>" if items else ""
+
+
+_GRID_COLUMNS = (("task", "task_key", False), ("ok", "ok", False), ("reward", "reward", True), ("turns", "turns", True),
+                 ("tokens", "total_tokens", True), ("stop", "stop", False), ("rollout", "id", False))
+
+
+def _grid_cell(row: dict[str, Any], column: str) -> str:
+    value = row[column]
+    if column == "ok":
+        return {True: "ok", False: "FAIL"}.get(value, "open")
+    if column == "reward":
+        return "–" if value is None or value != value else f"{value:.3f}"
+    return "" if value is None or value != value else str(value)
+
+
+class RunGrid(RunBrowser):
+    """The run browser's engine showing a page as an HTML table; each
+    rollout's id links to `link(rollout_id, searched)` (searched: the
+    phrase the user searched for, None when none; see the module docstring)."""
+
+    def __init__(self, run: Any, *, link: Any, page_size: int = 25, **kwargs: Any) -> None:
+        self._link = link
+        self.grid = widgets.HTML()
+        self.grid.add_class("rk-grid")
+        super().__init__(run, page_size=page_size, **kwargs)
+        self.children = [*self.children[:3], self.grid]
+        self.add_class("rk-run-grid")
+
+    def _render(self, rows: list[dict[str, Any]]) -> None:
+        head = "".join(f'<th class="{"rk-num" if numeric else ""}">{title}</th>' for title, _, numeric in _GRID_COLUMNS)
+        body = []
+        for row in rows:
+            cells = []
+            for _, column, numeric in _GRID_COLUMNS:
+                text = html.escape(_grid_cell(row, column))
+                if column == "id":
+                    href = self._link(row["id"], self._phrase)
+                    text = f'<a class="rk-rollout-link" href="{html.escape(href, quote=True)}">{text}</a>'
+                cells.append(f'<td class="{"rk-num" if numeric else ""}">{text}</td>')
+            body.append(f'<tr data-row="{int(row["_row"])}">{"".join(cells)}</tr>')
+        self.grid.value = (f'<table class="rk-table rk-grid-table"><thead><tr>{head}</tr></thead>'
+                           f'<tbody>{"".join(body)}</tbody></table>')

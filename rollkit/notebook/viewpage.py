@@ -14,6 +14,23 @@ interval and B's wins / ties / losses beside it (`plots.forest`), the same
 numbers as an HTML table, and the flips, the tasks B won and lost on the
 headline signal; a flip's button opens the two transcripts side by side.
 
+Each run also gets its rollouts' grid (`RunGrid`, the run browser's
+engine: paged, sorted, filtered and searched on the server, from the run's
+tables), every rollout in it a link to its own address.
+
+The page reads its address (Voila hands the kernel the URL's query as
+QUERY_STRING; `Address`): `run=NAME` (once or twice) shows those runs,
+`run=NAME&rollout=ID` that one rollout; the token the page was opened
+with stays in every link, so an address can be sent as it is. A single
+path that holds runs (rollkit.tables.runfolder.runs_in) shows the list of
+its runs (`RunsList`) until one or two are picked. A name in the URL is
+looked up among the runs given, never read as a path.
+
+Charts are plotly figures drawn by the page's plotly renderer (one copy of
+plotly.js, served by the viewer): a `FigureWidget` carries its own 5 MB
+copy of plotly.js to the browser, and a page of five took longer to start
+than anywidget waits (2 s: "[anywidget] Failed to initialize model").
+
 Everything a model or task wrote is escaped before it becomes HTML (plots
 escape their own labels). It reads runs only: the comparison's numbers are
 rollkit.analysis.compare's, the transcripts `display.trace_html`'s.
@@ -22,8 +39,9 @@ rollkit.analysis.compare's, the transcripts `display.trace_html`'s.
 from __future__ import annotations
 
 import html
+import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +51,9 @@ from ..core.trace import Trace
 from .browser import TraceBrowser
 from .display import STYLE, error_html, trace_html
 from .monitor import RunMonitor
-from ..core._dependencies import go, pa, pc
+from ..core._dependencies import pa, pc
 
-__all__ = ["view", "RunCharts", "CompareView", "MAX_FLIPS"]
+__all__ = ["view", "RunCharts", "CompareView", "Address", "MAX_FLIPS"]
 
 MAX_FLIPS = 50  # flips listed per side (won, lost); the rest are counted
 
@@ -47,6 +65,7 @@ PAGE_STYLE = """<style>
 .rk-flips .rk-flip-cell {padding: 2px 6px; border-bottom: 1px solid rgba(0,0,0,.08); font-variant-numeric: tabular-nums;}
 .rk-flips .rk-flip-head {font-weight: 600; border-bottom: 1px solid rgba(0,0,0,.3);}
 .rk-side {overflow-x: auto;}
+.rk-view a, .rk-runs-list a {color: #0645ad; text-decoration: underline;}
 </style>"""
 
 
@@ -64,6 +83,17 @@ def _table(head: list[tuple[str, bool]], rows: Iterable[list[Any]], *, caption: 
     body = "".join("<tr>" + "".join(_cell(v, n) for v, (_, n) in zip(row, head)) + "</tr>" for row in rows)
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     return f'<table class="rk-table {cls}">{cap}<thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def chart(figure: Any, cls: str) -> widgets.Output:
+    """`figure` (plotly) as the page's plotly renderer draws it, in an
+    Output of class `cls` (see the module docstring: no FigureWidget)."""
+    out = widgets.Output()
+    out.add_class(cls)
+    out.outputs = ({"output_type": "display_data", "metadata": {},
+                    "data": {"application/vnd.plotly.v1+json": json.loads(figure.to_json()),
+                             "text/plain": f"<plotly figure: {cls}>"}},)
+    return out
 
 
 # ---- one run ---------------------------------------------------------------------------
@@ -100,13 +130,11 @@ class RunCharts(widgets.VBox):
             return
         self.note.value = ""
         # Two abreast on a page 1280 px wide, one under the other on a narrower one.
-        figures = [reward_distribution(frame), phase_timing(frame)]
-        for fig in figures:
+        self.figures = [reward_distribution(frame), phase_timing(frame)]
+        for fig in self.figures:
             fig.update_layout(width=600)
-        self.figures = [go.FigureWidget(fig) for fig in figures]
-        self.figures[0].add_class("rk-chart-rewards")
-        self.figures[1].add_class("rk-chart-phases")
-        self.children = [widgets.HBox(self.figures, layout=widgets.Layout(width="100%", flex_flow="row wrap"))]
+        charts = [chart(self.figures[0], "rk-chart-rewards"), chart(self.figures[1], "rk-chart-phases")]
+        self.children = [widgets.HBox(charts, layout=widgets.Layout(width="100%", flex_flow="row wrap"))]
 
 
 def _summary_html(traces: list[Trace]) -> str:
@@ -178,6 +206,23 @@ def _comparison_html(c: Any) -> str:
             + "".join(f"<p>{html.escape(n)}</p>" for n in notes))
 
 
+def _costs_html(c: Any) -> str:
+    """Each run's cost and reward per dollar (rk.compare's cost_a, cost_b):
+    dashes and why where a rollout's price is unknown."""
+    head = [("run", False), ("cost", True), ("per rollout", True), ("rollouts", True), ("reward per dollar", True)]
+    rows, unknown = [], []
+    for which, label, cost in (("A", c.label_a, c.cost_a), ("B", c.label_b, c.cost_b)):
+        if cost is None:
+            continue
+        rows.append([f"{which}: {label}", "–" if cost.total is None else f"${cost.total:,.4f}",
+                     "–" if cost.mean is None else f"${cost.mean:,.6f}", cost.rollouts,
+                     "–" if cost.reward_per_dollar is None else f"{cost.reward_per_dollar:.4g}"])
+        if cost.total is None:
+            unknown.append(f"{which}: {cost.unpriced} of {cost.rollouts} rollouts have no price (give one with rk.prices)")
+    return (_table(head, rows, caption="cost (over every rollout of each run)", cls="rk-compare-costs")
+            + "".join(f"<p>{html.escape(n)}</p>" for n in unknown))
+
+
 def _row_of(run: Any, row: dict[str, Any]) -> int | None:
     """The first row of `run` (a lazy run) of the comparison row's task (and
     repeat, when paired by repeat); None when it has none."""
@@ -216,6 +261,8 @@ class CompareView(widgets.VBox):
         self.button.on_click(lambda _: self.compare())
         self.result = widgets.HTML()
         self.result.add_class("rk-compare-table")
+        self.costs = widgets.HTML()
+        self.costs.add_class("rk-compare-cost")
         self.figure: Any = None
         self.chart = widgets.Box()
         self.chart.add_class("rk-compare-chart")
@@ -224,7 +271,7 @@ class CompareView(widgets.VBox):
         self.side = widgets.HBox(layout=widgets.Layout(width="100%"))
         self.side.add_class("rk-side-by-side")
         super().__init__([widgets.HTML("<h3>comparison: B - A</h3>"), self.button, self.chart, self.result,
-                          self.flips, self.side])
+                          self.costs, self.flips, self.side])
         self.add_class("rk-compare")
         if ready():
             self.compare()
@@ -242,13 +289,13 @@ class CompareView(widgets.VBox):
             self.comparison = compare(*self.runs, labels=self.labels)
         except (CompareError, FileNotFoundError, ValueError) as exc:  # e.g. no task in common, a run still empty
             self.comparison = None
-            self.result.value = error_html(str(exc))
+            self.result.value, self.costs.value = error_html(str(exc)), ""
             self.chart.children, self.flips.children = [], []
             return None
-        self.figure = go.FigureWidget(forest(self.comparison).update_layout(width=900))
-        self.figure.add_class("rk-chart-forest")
-        self.chart.children = [self.figure]
+        self.figure = forest(self.comparison).update_layout(width=900)
+        self.chart.children = [chart(self.figure, "rk-chart-forest")]
         self.result.value = _comparison_html(self.comparison)
+        self.costs.value = _costs_html(self.comparison)
         self.flips.children = self._flip_widgets()
         return self.comparison
 
@@ -323,37 +370,138 @@ class CompareView(widgets.VBox):
 # ---- the page ---------------------------------------------------------------------------
 
 
+class Address:
+    """The page's address: the runs (`runs`, names), the rollout (`rollout`,
+    an id) and the phrase searched for (`searched`) its URL names, and the
+    token it was opened with, which `url(...)` keeps in every link it makes."""
+
+    def __init__(self, query: str = "") -> None:
+        from urllib.parse import parse_qs
+
+        params = parse_qs(query)
+        self.token = params.get("token", [None])[0]
+        self.runs: list[str] = params.get("run", [])
+        self.rollout: str | None = params.get("rollout", [None])[0]
+        self.searched: str | None = params.get("q", [None])[0]
+
+    def url(self, runs: Sequence[str] = (), rollout: str | None = None, searched: str | None = None) -> str:
+        """A link to the runs named (none: the runs list) or to one rollout
+        of the first, its messages matching `searched` (a phrase) shown first."""
+        from urllib.parse import urlencode
+
+        pairs = ([("token", self.token)] if self.token else []) + [("run", name) for name in runs]
+        pairs += [("rollout", rollout)] if rollout is not None else []
+        return "?" + urlencode(pairs + ([("q", searched)] if searched else []))
+
+
+def _named(paths: list[Path]) -> dict[str, Path]:
+    """Each path given by a name for the URL: its own, numbered when two share one."""
+    named: dict[str, Path] = {}
+    for path in paths:
+        name, n = path.name or str(path), 2
+        while name in named:
+            name, n = f"{path.name} ({n})", n + 1
+        named[name] = path
+    return named
+
+
+def _grid(source: Path, link: Callable[..., str]) -> widgets.Widget:
+    """A run's rollouts grid; a run with no finished rollout yet says so."""
+    from ..tables.lazyrun import open_run
+    from .runbrowser import RunGrid
+
+    try:
+        run = open_run(source)
+    except FileNotFoundError:
+        return widgets.HTML("<i>no finished rollout yet: the rollouts' grid comes when the run ends</i>")
+    except ValueError as exc:
+        return widgets.HTML(error_html(str(exc)))
+    return RunGrid(run, link=link)
+
+
+def _rollout_page(name: str, source: Path, rollout: str, address: Address) -> list[widgets.Widget]:
+    """One rollout's page: its transcript, and a link back to its run."""
+    import re
+
+    from ..tables.lazyrun import open_run
+    from .runbrowser import matches_html
+
+    back = f'<p><a class="rk-back" href="{html.escape(address.url([name]), quote=True)}">all of run {html.escape(name)}</a></p>'
+    try:
+        trace = open_run(source).trace(rollout)
+    except (KeyError, FileNotFoundError, ValueError) as exc:
+        body = error_html(f"run {name} has no rollout {rollout!r} ({exc})" if isinstance(exc, KeyError) else str(exc))
+    else:
+        searched = address.searched and re.compile(re.escape(address.searched), re.IGNORECASE)
+        body = matches_html(trace, searched or None) + trace_html(trace)
+    part = widgets.HTML(f"<h3>rollout {html.escape(rollout)} of run {html.escape(name)}</h3>{back}{body}")
+    part.add_class("rk-rollout-page")
+    return [part]
+
+
+def _run_section(name: str, folder: Path, source: Path, address: Address, poll_every: float) -> tuple[list[widgets.Widget], bool]:
+    """A run's heading, monitor (or summary and browser), charts and grid; and whether it is finished."""
+    heading = widgets.HTML(f"<h3>{html.escape(str(folder))}</h3>")
+    link = lambda rollout, searched=None: address.url([name], rollout, searched)  # noqa: E731
+    if folder.is_file():
+        part, readable = _trace_file_view(folder, source if source != folder else None)
+        extra = [RunCharts(source), _grid(source, link)] if readable else []
+        return [heading, part, *extra], readable
+    part = _folder_view(folder, poll_every)
+    if not isinstance(part, RunMonitor):  # an A/B test
+        return [heading, part], False
+    charts, grid = RunCharts(folder), widgets.VBox([_grid(folder, link)])
+    part.on_final.append(charts.draw)
+    part.on_final.append(lambda: setattr(grid, "children", [_grid(folder, link)]))
+    return [heading, part, charts, grid], part.state.final is not None
+
+
 def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5,
-         read: Mapping[str, str] | None = None) -> widgets.VBox:
+         read: Mapping[str, str] | None = None, query: str | None = None) -> widgets.VBox:
     """The page of `rollkit view DIR...` (see the module docstring): per
-    path, its heading, its monitor (or summary and browser) and its charts;
-    for two, their comparison. `read` maps a trace file already read to a
-    rollkit JSON lines file of its traces, used instead of it (the `rollkit
-    view` command reads each file once, to refuse a bad one before its
-    server starts, and hands the traces over so)."""
-    folders = [Path(p) for p in paths]
+    path, its heading, its monitor (or summary and browser), its charts and
+    its grid; for two, their comparison; for one folder of runs, the list
+    of its runs. `query` is the page's URL query (default: QUERY_STRING, as
+    Voila sets it). `read` maps a trace file already read to a rollkit JSON
+    lines file of its traces, used instead of it (the `rollkit view`
+    command reads each file once, to refuse a bad one before its server
+    starts, and hands the traces over so)."""
+    from ..tables.runfolder import runs_in
+    from .runslist import RunsList
+
+    address = Address(os.environ.get("QUERY_STRING", "") if query is None else query)
+    given = [Path(p) for p in paths]
     read = read or {}
-    sources = [Path(read[str(f)]) if str(f) in read else f for f in folders]
+    listed = runs_in(given[0]) if len(given) == 1 else {}
+    named = listed or _named(given)
     parts: list[widgets.Widget] = [widgets.HTML(STYLE + PAGE_STYLE)]
-    finished: list[bool] = []
-    for folder, source in zip(folders, sources):
-        heading = widgets.HTML(f"<h3>{html.escape(str(folder))}</h3>")
-        charts = None
-        if folder.is_file():
-            part, readable = _trace_file_view(folder, source if source != folder else None)
-            finished.append(readable)
-            if readable:
-                charts = RunCharts(source)
-        else:
-            part = _folder_view(folder, poll_every)
-            finished.append(isinstance(part, RunMonitor) and part.state.final is not None)
-            if isinstance(part, RunMonitor):
-                charts = RunCharts(folder)
-                part.on_final.append(charts.draw)
-        parts += [heading, part] + ([charts] if charts is not None else [])
-    if len(folders) == 2:
-        parts.append(CompareView(sources[0], sources[1], ready=lambda: all(finished),
-                                 labels=(str(folders[0]), str(folders[1]))))
+    if listed and not address.runs:
+        parts.append(RunsList(given[0], link=address.url, poll_every=max(poll_every, 1.0)))
+        return _page(parts)
+    if listed:
+        parts.append(widgets.HTML(f'<p><a class="rk-back" href="{html.escape(address.url(), quote=True)}">all runs</a></p>'))
+    chosen = address.runs[:2] or list(named)
+    unknown = [name for name in chosen if name not in named]
+    if unknown:
+        known = ", ".join(named) or "none"
+        parts.append(widgets.HTML(error_html(f"no run named {unknown[0]!r} here; the runs: {known}")))
+        return _page(parts)
+    sources = {name: Path(read.get(str(named[name]), named[name])) for name in chosen}
+    if address.rollout is not None:
+        return _page(parts + _rollout_page(chosen[0], sources[chosen[0]], address.rollout, address))
+    finished = []
+    for name in chosen:
+        section, done = _run_section(name, named[name], sources[name], address, poll_every)
+        parts += section
+        finished.append(done)
+    if len(chosen) == 2:
+        a, b = chosen
+        parts.append(CompareView(sources[a], sources[b], ready=lambda: all(finished),
+                                 labels=(str(named[a]), str(named[b]))))
+    return _page(parts)
+
+
+def _page(parts: list[widgets.Widget]) -> widgets.VBox:
     page = widgets.VBox(parts)
     page.add_class("rk-view")
     return page

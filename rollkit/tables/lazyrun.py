@@ -423,7 +423,7 @@ class LazyRun:
                          f"where {where}", args)
         order = self._ordinals(frame)
         frame = frame.assign(_row=order).sort_values(["_row", "index"], kind="stable").reset_index(drop=True)
-        return Hits(self, frame.drop(columns=["_ordinal"]), regex, not case)
+        return Hits(self, frame.drop(columns=["_ordinal"]), regex, not case, typed=pattern)
 
     def _ordinals(self, frame: Any) -> Any:
         """Each hit's row in the run: files one after the other."""
@@ -448,11 +448,13 @@ class Hits:
     task_key, index, role, content, tool_calls, name, _row), `ids` (the
     matching traces, in run order), `len(hits)` traces;
     `rk.notebook.TraceBrowser(hits)` pages through them with the matches
-    highlighted."""
+    highlighted; `typed` is what was searched for as given (the phrase or
+    the regular expression), to show a user."""
 
-    def __init__(self, run: LazyRun, frame: Any, regex: str, ignore_case: bool) -> None:
+    def __init__(self, run: LazyRun, frame: Any, regex: str, ignore_case: bool, typed: str | None = None) -> None:
         self.run = run
         self.frame = frame
+        self.typed = regex if typed is None else typed
         self.pattern = _re.compile(regex, _re.IGNORECASE if ignore_case else 0)
         self.ids = list(dict.fromkeys(frame["id"]))
 

@@ -15,7 +15,8 @@ folder for a new run or a resume (refusing another run's folder or a damaged
 one; a resume of a missing or empty folder starts a new run there, with a
 warning, so `--resume` also works for a first run), cutting a torn tail (a
 write cut short by a crash) before appending, and reading a folder back
-(manifest, traces, the latest group signal per task and scorer).
+(manifest, traces, the latest group signal per task and scorer). `runs_in(folder)`
+lists the runs a folder of runs holds (what `rollkit view FOLDER` lists).
 
 This module does not run rollouts or append finished traces and group signals
 as they come (rollkit.runs.evaluation does), judge groups (rollkit.analysis.groups does) or
@@ -52,6 +53,9 @@ __all__ = [
     "prepare_folder",
     "read_folder",
     "latest",
+    "is_run_folder",
+    "runs_in",
+    "TRACE_FILE_SUFFIXES",
 ]
 
 MANIFEST = "manifest.json"
@@ -60,6 +64,38 @@ GROUPS = "groups.jsonl"
 USER_TRACES = "user_traces.jsonl"
 
 log = logging.getLogger("rollkit")
+
+# What a run folder holds from its first moment on (live.jsonl: rollkit.runs.live), and an A/B test's log
+# (rollkit.runs.ab.AB_LOG); and the names of the trace files of other tools a folder of runs may hold.
+_RUN_MARKERS = (MANIFEST, TRACES, "live.jsonl", "ab.jsonl")
+TRACE_FILE_SUFFIXES = (".jsonl", ".json", ".eval")
+
+
+def is_run_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a folder a run (or an A/B test) writes: it holds one of their files."""
+    path = Path(path)
+    return path.is_dir() and any((path / name).exists() for name in _RUN_MARKERS)
+
+
+def runs_in(folder: str | os.PathLike[str]) -> dict[str, Path]:
+    """The runs directly in `folder`, name -> path: its run folders (and A/B
+    test folders), its trace files (by name: .jsonl, .json, .eval; whether
+    one reads is for its reader to say) and its verifiers output folders
+    (their results.jsonl, named by the folder). Hidden entries (a run's
+    tables, .rollkit) are not runs. Empty when `folder` is itself a run
+    folder or not a folder."""
+    folder = Path(folder)
+    if not folder.is_dir() or is_run_folder(folder):
+        return {}
+    found = {}
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if is_run_folder(entry) or (entry.is_file() and entry.suffix in TRACE_FILE_SUFFIXES):
+            found[entry.name] = entry
+        elif entry.is_dir() and (entry / "results.jsonl").is_file():
+            found[entry.name] = entry / "results.jsonl"
+    return found
 
 
 class RunFolderError(UsageError, ValueError):
