@@ -1,5 +1,7 @@
 """Traces out: what other tools take from finished rollouts (training rows,
-spans), made by `rk.export(source, path, format=...)`.
+spans), made by `rk.export(source, path, format=...)`. The training
+formats (sft, tokens, preference, prompts) share `branches` (a branch's
+columns, the file, the sidecar `export_meta.json`).
 
 What this package owns: the front door (`export`), the table of export
 formats, and reading a source (traces, a trace file or run folder, or an
@@ -7,8 +9,11 @@ opened run) into what a format needs: traces one at a time, or a run's
 columnar tables for formats that never build a trace. One module per
 format writes it:
 
-    sft     one chat-template training row per branch (Parquet, JSON lines)
-    rl      token ids, logprobs and loss masks per turn, with the reward
+    sft         one chat-template training row per branch (JSON lines, Parquet)
+    tokens      one merged token sequence per branch, labels and masks
+    preference  prompt / chosen / rejected pairs from forks and groups
+    prompts     one prompt row per task, for trainers that sample (GRPO)
+    rl          token ids, logprobs and loss masks per turn, with the reward
     otel    OpenTelemetry GenAI spans, one trace per rollout, over OTLP
 
 These are not trace formats: nothing here loads back as a trace (that is
@@ -35,8 +40,11 @@ __all__ = ["export", "ExportSource", "formats"]
 # name -> (module under this package, what it writes); the module has
 # `write(source: ExportSource, path: Path | None, **options) -> Any`.
 _FORMATS: dict[str, tuple[str, str]] = {
-    "sft": ("sft", "one chat-template training row per branch (.parquet or .jsonl)"),
+    "sft": ("sft", "one chat-template training row per branch (.jsonl or .parquet)"),
     "rl": ("rl", "token ids, logprobs and loss mask per turn, with the reward (.parquet or .jsonl)"),
+    "tokens": ("tokens", "one merged token sequence per branch with labels and masks (.jsonl or .parquet)"),
+    "preference": ("preference", "prompt/chosen/rejected pairs from forks and from groups (.jsonl)"),
+    "prompts": ("prompts", "one prompt row per task for online trainers such as GRPO (.jsonl)"),
     "otel": ("otel", "OpenTelemetry GenAI spans over OTLP (endpoint=...)"),
 }
 

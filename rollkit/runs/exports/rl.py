@@ -39,12 +39,12 @@ from ...core.errors import UsageError
 from ...core.trace import Trace
 from ...core._dependencies import pa, pq
 
-__all__ = ["write", "ROW_COLUMNS", "rows_of"]
+__all__ = ["write", "ROW_COLUMNS", "rows_of", "HOW_TO_RECORD"]
 
 ROW_COLUMNS = ("id", "rollout_id", "task_key", "turn", "call", "prompt_ids", "completion_ids",
                "completion_logprobs", "loss_mask", "reward", "finish_reason", "truncated", "model")
 _SUFFIXES = {".parquet": "parquet", ".jsonl": "jsonl"}
-_HOW = ("record them with OpenAIModel(..., logprobs=True, token_ids=True) against an endpoint that returns "
+HOW_TO_RECORD = ("record them with OpenAIModel(..., logprobs=True, token_ids=True) against an endpoint that returns "
         "token ids (vLLM answers return_token_ids with them; OpenAI's own API returns logprobs but no ids)")
 
 
@@ -72,7 +72,7 @@ def write(source: Any, path: Path | None, *, mask_truncated: bool = False, batch
         raise UsageError(_nothing_to_write(counts))
     if counts["without_ids"]:
         warnings.warn(f"rk.export(format='rl'): {counts['without_ids']} of {counts['turns']} turns kept no token "
-                      f"ids and were left out; {_HOW}", UserWarning, stacklevel=3)
+                      f"ids and were left out; {HOW_TO_RECORD}", UserWarning, stacklevel=3)
     return path  # type: ignore[return-value]
 
 
@@ -92,8 +92,8 @@ def _nothing_to_write(counts: dict[str, int]) -> str:
         return f"rk.export(format='rl'): the source holds no turns ({where}): nothing to train on"
     if counts["with_logprobs_only"]:
         return (f"rk.export(format='rl'): the traces hold logprobs but no token ids ({where}, "
-                f"{counts['with_logprobs_only']} with logprobs only); an RL row needs the ids: {_HOW}")
-    return f"rk.export(format='rl'): the traces hold no token ids ({where}); {_HOW}"
+                f"{counts['with_logprobs_only']} with logprobs only); an RL row needs the ids: {HOW_TO_RECORD}")
+    return f"rk.export(format='rl'): the traces hold no token ids ({where}); {HOW_TO_RECORD}"
 
 
 def _counted_rows(traces: Iterator[Trace], counts: dict[str, int], mask_truncated: bool) -> Iterator[dict[str, Any]]:

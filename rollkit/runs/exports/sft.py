@@ -52,7 +52,7 @@ from .branches import (BRANCH_COLUMNS, branch_columns, RowFile, chat_messages, f
                        template_identity, tools_value, write_meta)
 from ...core._dependencies import pa
 
-__all__ = ["write", "COLUMNS", "SUFFIXES", "training_row", "schema"]
+__all__ = ["write", "COLUMNS", "SUFFIXES", "training_row", "schema", "scored_reward", "is_truncated"]
 
 SUFFIXES = (".jsonl", ".parquet")
 # The columns of a row besides the conversation's and the per-signal ones, in file order.
@@ -151,9 +151,9 @@ def training_row(t: dict[str, Any], signals: list[str], *, split: bool = False, 
     if kwargs is not None:
         row["chat_template_kwargs"] = kwargs
     row.update({
-        "reward": _reward(t), "outcome": Outcome.of_record(t).label, "ok": t.get("ok"), "stop_condition": stop,
+        "reward": scored_reward(t), "outcome": Outcome.of_record(t).label, "ok": t.get("ok"), "stop_condition": stop,
         "has_error": bool(errors), "error_type": errors[0].get("type") if errors else None,
-        "is_truncated": _limited(stop, t.get("limits") or {}) or bool(t.get("aborted")) or last_finish == "length",
+        "is_truncated": is_truncated(t, last_finish),
         "turns": turns, "input_tokens": tokens[0], "output_tokens": tokens[1], "total_tokens": tokens[2],
         "cost_usd": _cost(t),
     })
@@ -174,6 +174,15 @@ def _cost(t: dict[str, Any]) -> float | None:
     return number(total)
 
 
+def is_truncated(t: dict[str, Any], last_finish: Any = False) -> bool:
+    """Whether a limit stopped the run, it was cut short (aborted), or its
+    last reply ended at the length limit (`last_finish`: its finish reason,
+    found from the calls when not given)."""
+    if last_finish is False:
+        last_finish = _totals(t.get("model_calls") or ())[2]
+    return _limited(t.get("stop_condition"), t.get("limits") or {}) or bool(t.get("aborted")) or last_finish == "length"
+
+
 def _limited(stop: str | None, limits: dict[str, Any]) -> bool:
     """Whether a limit stopped the run: one of its `limits` (max_turns, the
     token limits), or an imported stop that names one (inspect's "message
@@ -183,7 +192,7 @@ def _limited(stop: str | None, limits: dict[str, Any]) -> bool:
     return stop in limits or stop.startswith("max_") or "limit" in stop or "truncat" in stop
 
 
-def _reward(t: dict[str, Any]) -> float | None:
+def scored_reward(t: dict[str, Any]) -> float | None:
     """The weighted reward, null when the run was not scored or every reward
     is missing (a missing reward is never a 0: Trace.scored_reward)."""
     rewards = t.get("rewards") or {}
