@@ -40,7 +40,7 @@ def _flaky(request):  # type: ignore[no-untyped-def]
     repeat of each task (rollout id "<task>#1"): repeats score differently."""
     from rollkit.core.models import calling_rollout_key
 
-    answer = _toy_reply(request)
+    answer = _toy_reply(request, careful=True)
     if isinstance(answer, str) and answer.startswith("The answer is") and (calling_rollout_key.get() or "").endswith("#1"):
         return "The answer is " + str(int(answer.removeprefix("The answer is ").rstrip(".")) + 1) + "."
     return answer
@@ -207,7 +207,11 @@ def test_preference_pairs_from_forks_and_groups_tokenize_in_trl(made, tmp_path):
         chosen = next(t for t in traces if t.id == row["branch_id"])
         rejected = next(t for t in traces if t.id == row["rejected_branch_id"])
         assert (row["score_chosen"], row["score_rejected"]) == (chosen.scored_reward, rejected.scored_reward) == (1, 0)
-        assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+        # the repeats part at the final answer: the shared tool call and result are the prompt
+        assert [m["role"] for m in row["prompt"]] == ["system", "user", "assistant", "tool"]
+        task = chosen.task
+        assert row["chosen"] == [{"role": "assistant", "content": f"The answer is {task.data['answer']}."}]
+        assert row["rejected"] == [{"role": "assistant", "content": f"The answer is {task.data['answer'] + 1}."}]
     # forks: at turn 1 of the parent, the confident fork (right) against the parent (wrong) and the wrong fork
     at_parent = [r for r in by_source["fork"] if r["parent_id"] == parent.id]
     assert len(at_parent) == 1 and at_parent[0]["forked_at_turn"] == 1

@@ -689,11 +689,10 @@ class Trace(_Record):
         `continues_prompt` is False when the prompt did not extend the previous
         sequence (the harness rewrote history): then all of it is new input.
         `request_messages` is how many messages of `self.messages` the request
-        was (the first ones; None when it is not on the trace); `reply` the
-        answer of a call that failed after the model answered; `cost_usd` its
-        price (rollkit.core.prices); `sampling` the sampling parameters it was
-        sent with (`messages.sampling_of`). A call that ends before it starts is
-        refused: a negative latency is a clock bug."""
+        was (the first ones; None: not on the trace); `reply` the answer of a
+        call that failed after the model answered; `cost_usd` its price
+        (rollkit.core.prices); `sampling` its sampling parameters as sent. A
+        call ending before it starts is refused (a clock bug)."""
         if end < start:
             raise ValueError(f"model call {index} ends before it starts ({end} < {start}): "
                              "a latency is never negative; take both times from one clock")
@@ -721,8 +720,7 @@ class Trace(_Record):
             timing_issue=timing_issue,
             tokens=response.tokens if response is not None else None,
             cost_usd=cost_usd,
-            cum_cost_usd=self._cost_after(cost_usd, committed=response is not None),
-            sampling=sampling,
+            cum_cost_usd=self._cost_after(cost_usd, committed=response is not None), sampling=sampling,
         )
         if response is not None:
             _count_turn(call, response.usage, continues_prompt)

@@ -35,7 +35,7 @@ from ...core.errors import UsageError
 from ...core.trace import Trace
 from ..lazyrun import LazyRun, open_run
 
-__all__ = ["export", "ExportSource", "formats"]
+__all__ = ["export", "ExportSource", "formats", "GROUP_SQL"]
 
 # name -> (module under this package, what it writes); the module has
 # `write(source: ExportSource, path: Path | None, **options) -> Any`.
@@ -47,6 +47,11 @@ _FORMATS: dict[str, tuple[str, str]] = {
     "prompts": ("prompts", "one prompt row per task for online trainers such as GRPO (.jsonl)"),
     "otel": ("otel", "OpenTelemetry GenAI spans over OTLP (endpoint=...)"),
 }
+
+
+# A rollout's group (`group_id` in the training formats): the task key a
+# batch run wrote as `example_id`, else the task's key.
+GROUP_SQL = "coalesce(CAST(example_id AS VARCHAR), task_key)"
 
 
 def formats() -> dict[str, str]:
@@ -66,16 +71,18 @@ class ExportSource:
     run: Any = None
     where: str | None = None
 
-    def lines(self) -> Iterator[bytes]:
+    def lines(self, by_group: bool = False) -> Iterator[bytes]:
         """The JSON line of each rollout of the run `where` selects, in run
-        order, read at its byte offset (the store's `_offset`, `_length`):
-        only the offsets of the selected rows are held, no trace is built."""
+        order (`by_group`: the rollouts of one task together, `GROUP_SQL`,
+        each group in run order), read at its byte offset (the store's
+        `_offset`, `_length`): only the offsets of the selected rows are
+        held, no trace is built."""
         if len(self.run) == 0:  # no rollout yet (a run that just started): no table to read
             return
         query = "SELECT _set, _offset, _length FROM rollouts"
         if self.where is not None:
             query += f" WHERE {self.where}"
-        spans = self.run.sql(query + " ORDER BY _set, _offset")
+        spans = self.run.sql(query + f" ORDER BY {GROUP_SQL + ', ' if by_group else ''}_set, _offset")
         places = zip(*(spans[c].to_numpy().tolist() for c in ("_set", "_offset", "_length")))
         del spans
         paths = self.run.paths

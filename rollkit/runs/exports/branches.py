@@ -29,12 +29,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ...core import __version__
 from ...core.errors import UsageError
 from ..columns import _loads
-from . import ExportSource
+from . import GROUP_SQL, ExportSource
 
 __all__ = ["records", "chat_message", "chat_messages", "own_start", "branch_columns", "BRANCH_COLUMNS",
-           "group_rewards", "RowFile", "write_meta", "tools_value", "number", "FORMAT_VERSION",
+           "group_rewards", "group_of", "RowFile", "write_meta", "tools_value", "number", "FORMAT_VERSION",
            "template_identity"]
 
 # The version of the rows these formats write (`export_meta.json`); it goes
@@ -48,12 +49,16 @@ _SIGNAL_PREFIXES = ("reward.", "metric.")
 # ---- reading the source --------------------------------------------------------
 
 
-def records(source: ExportSource) -> tuple[list[str], Iterator[tuple[dict[str, Any], int]]]:
+def records(source: ExportSource, by_group: bool = False) -> tuple[list[str], Iterator[tuple[dict[str, Any], int]]]:
     """The signal columns ("reward.<name>", "metric.<name>"), and each
-    selected trace's JSON object with its size in bytes, one at a time."""
+    selected trace's JSON object with its size in bytes, one at a time
+    (`by_group`: the rollouts of one group together, each in source order)."""
     loads = _loads()
     if source.run is None:
         traces = list(source.traces())
+        if by_group:
+            order = {group: i for i, group in reversed(list(enumerate(group_of(t) for t in traces)))}
+            traces.sort(key=lambda t: order[group_of(t)])
         names = {f"{prefix}{name}" for t in traces
                  for prefix, values in (("reward.", t.rewards), ("metric.", t.metrics)) for name in values}
 
@@ -64,7 +69,12 @@ def records(source: ExportSource) -> tuple[list[str], Iterator[tuple[dict[str, A
 
         return sorted(names), dumped()
     names = [c for c in source.run.arrow_schema("rollouts") if c.startswith(_SIGNAL_PREFIXES)]
-    return sorted(names), ((loads(line), len(line)) for line in source.lines())
+    return sorted(names), ((loads(line), len(line)) for line in source.lines(by_group))
+
+
+def group_of(trace: Any) -> str:
+    """A trace's `group_id`: the task key a batch run wrote, else its task's."""
+    return str(trace.info.get("example_id", trace.task.key))
 
 
 def holds_forks(source: ExportSource) -> bool:
@@ -82,9 +92,9 @@ def group_rewards(source: ExportSource) -> dict[str, tuple[float, float, int]]:
     if source.run is None:
         for t in source.given:
             if t.scored_reward is not None:
-                values.setdefault(str(t.info.get("example_id", t.task.key)), []).append(t.scored_reward)
+                values.setdefault(group_of(t), []).append(t.scored_reward)
     elif len(source.run) > 0:
-        query = "SELECT coalesce(CAST(example_id AS VARCHAR), task_key) AS g, reward FROM rollouts"
+        query = f"SELECT {GROUP_SQL} AS g, reward FROM rollouts"
         query += " WHERE reward IS NOT NULL AND NOT isnan(reward)" + (f" AND ({source.where})" if source.where else "")
         table = source.run.sql(query)
         for group, reward in zip(table["g"].to_numpy().tolist(), table["reward"].to_numpy().tolist()):
@@ -298,8 +308,6 @@ class RowFile:
 def write_meta(path: Path, fmt: str, source: ExportSource, rows: int, options: dict[str, Any]) -> Path:
     """Record the export in `export_meta.json` beside the file, under the
     file's name (several exports to one folder keep one entry each)."""
-    from ... import __version__
-
     meta_path = path.with_name("export_meta.json")
     try:
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
