@@ -405,3 +405,45 @@ async def test_each_call_records_the_sampling_parameters_it_was_sent_with(tmp_pa
     finally:
         await close_pools()
         await server.stop()
+
+
+def test_one_sft_and_one_dpo_step_on_the_exported_files_with_trls_trainers(made, tmp_path):
+    """TRL's own trainers, where a CPU torch is installed: SFTTrainer
+    tokenizes the sft file (assistant_only_loss) into labels that are
+    exactly each branch's own sampled ids, and takes a step; DPOTrainer
+    tokenizes the pairs and takes a step. The model is built from a config
+    (one layer, nothing downloaded)."""
+    import copy
+    import math
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("accelerate")
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
+
+    _, traces, forks, tokenizer = made
+    everything = traces + forks
+    by_id = {t.id: t for t in everything}
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, intermediate_size=32, max_position_embeddings=2048,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    common = {"max_steps": 1, "report_to": [], "use_cpu": True, "save_strategy": "no", "logging_steps": 1}
+    rows = _load(rk.export(everything, tmp_path / "rows.jsonl", format="sft"), tmp_path)
+    sft = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=rows,
+                     args=SFTConfig(output_dir=str(tmp_path / "sft"), per_device_train_batch_size=2,
+                                    assistant_only_loss=True, **common))
+    assert sft.train_dataset.num_rows == 9
+    for row in sft.train_dataset:
+        assert [i for i in row["labels"] if i != -100] == _own_ids(by_id[row["id"]])
+    trained = sft.train()
+    assert trained.global_step == 1 and math.isfinite(trained.training_loss)
+    pairs = _load(rk.export(everything, tmp_path / "pairs.jsonl", format="preference"), tmp_path)
+    dpo = DPOTrainer(model=model, ref_model=copy.deepcopy(model), processing_class=tokenizer, train_dataset=pairs,
+                     args=DPOConfig(output_dir=str(tmp_path / "dpo"), per_device_train_batch_size=1, **common))
+    for row in dpo.train_dataset:
+        assert tokenizer.decode(row["chosen_ids"]) == row["chosen"][0]["content"] + "<|im_end|>"
+        assert tokenizer.decode(row["prompt_ids"]).endswith("<|im_start|>assistant\n")
+    trained = dpo.train()
+    assert trained.global_step == 1 and math.isfinite(trained.training_loss)
