@@ -346,6 +346,9 @@ def test_bad_options_are_refused_with_what_to_do(made, tmp_path):
         ({"format": "preference", "margin": -1}, r"margin is a reward difference >= 0, got -1"),
         ({"format": "prompts", "tools_as": "x"}, "tools_as is 'objects' or 'string', got 'x'"),
     ]
+    cases.append(({"format": "preference", "advantage": "mean"},
+                  r"format='preference'\) has no option advantage; its options are pairs, margin, tools_as, "
+                  r"tokenizer, chat_template"))
     for options, message in cases:
         with pytest.raises(rk.UsageError, match=message):
             rk.export(traces, tmp_path / "x.jsonl", **options)

@@ -25,6 +25,7 @@ OpenTelemetry SDK) is imported when that format is first used.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -144,7 +145,9 @@ def _source(source: Any, where: str | None) -> ExportSource:
 def export(source: Any, path: str | os.PathLike[str] | None = None, *, format: str,
            where: str | None = None, **options: Any) -> Any:
     """Write what other tools take from rollouts: `format="sft"` training
-    rows, `"rl"` token-level rows, `"otel"` spans (see `formats()`).
+    rows, `"tokens"` merged token sequences, `"preference"` pairs,
+    `"prompts"` for online trainers, `"rl"` token-level rows per turn,
+    `"otel"` spans (see `formats()`).
 
     `source` is a trace, a list of traces, a trace file or run folder, or an
     opened run. `where=` selects rollouts by SQL over the run's rollouts
@@ -153,4 +156,9 @@ def export(source: Any, path: str | os.PathLike[str] | None = None, *, format: s
         raise UsageError(f"rk.export: unknown format {format!r}; the formats are "
                          + ", ".join(f"{n!r} ({w})" for n, w in formats().items()))
     module = importlib.import_module(f"{__name__}.{_FORMATS[format][0]}")
+    known = [name for name, p in inspect.signature(module.write).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise UsageError(f"rk.export(format={format!r}) has no option {', '.join(unknown)}; its options are "
+                         + (", ".join(known) or "none"))
     return module.write(_source(source, where), None if path is None else Path(path), **options)
