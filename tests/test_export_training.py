@@ -231,6 +231,11 @@ def test_preference_pairs_from_forks_and_groups_tokenize_in_trl(made, tmp_path):
         assert text["prompt"].endswith("<|im_start|>assistant\n")
         assert text["chosen"].startswith("The answer is") and text["chosen"].endswith("<|im_end|>")
         assert text["chosen"] != text["rejected"]
+    # the same pairs from the saved file, read a group at a time (forks found by a first pass over its lines)
+    saved = rk.save(traces + forks, tmp_path / "all_traces.jsonl")
+    from_file = [json.loads(line) for line in rk.export(saved, tmp_path / "f.jsonl", format="preference").open()]
+    key = lambda row: (row["pair_source"], row["branch_id"], row["rejected_branch_id"])  # noqa: E731
+    assert sorted(from_file, key=key) == sorted(rows, key=key)
     # every pair over a margin: all three at the parent's turn 1, none over a margin of 1
     every = [json.loads(line) for line in rk.export(traces + forks, tmp_path / "all.jsonl", format="preference",
                                                     pairs="all").open()]
