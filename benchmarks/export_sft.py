@@ -45,7 +45,7 @@ before = rss()
 c, t = cpu(), time.perf_counter()
 rk.export(run, out, format="sft", where=where)
 wall = time.perf_counter() - t
-rows = pyarrow.parquet.ParquetFile(out).metadata.num_rows
+rows = pyarrow.parquet.ParquetFile(out).metadata.num_rows if out.endswith(".parquet") else sum(1 for _ in open(out))
 print(json.dumps({"rows": rows, "wall_s": round(wall, 2), "cpu_s": round(cpu() - c, 2),
                   "rows_per_s": round(rows / wall), "file_mb": round(os.path.getsize(out) / 1e6, 1),
                   "rss_open_mb": before, "peak_mb": rss(), "added_mb": rss() - before}))
@@ -55,13 +55,14 @@ _PATHS = r'''
 import json, resource, sys, time
 import rollkit as rk
 from rollkit.interop.exports import ExportSource
-from rollkit.interop.exports.sft import _dumped, _lines, training_row
+from rollkit.interop.exports.branches import records
+from rollkit.interop.exports.sft import training_row
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
 folder, sample = sys.argv[1], int(sys.argv[2])
 run = rk.open_run(folder, progress=False)
 signals = sorted(c for c in run.arrow_schema("rollouts") if c.startswith(("reward.", "metric.")))
-lines = _lines(ExportSource(None, run=run))
+lines = records(ExportSource(None, run=run))[1]
 next(lines), run[0]  # the fixed costs (the SQL connection, the offsets index) are not the paths'
 c = cpu()
 for i, (record, _) in enumerate(lines):
@@ -71,7 +72,7 @@ for i, (record, _) in enumerate(lines):
 by_lines = cpu() - c
 c = cpu()
 for i in range(1, sample + 1):
-    (record, _), = _dumped([run[i]])
+    record = json.loads(run[i].model_dump_json())
     training_row(record, signals)
 by_traces = cpu() - c
 print(json.dumps({"sample": sample, "json_lines_rows_per_cpu_s": round(sample / by_lines),

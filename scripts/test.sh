@@ -33,6 +33,10 @@ if ! command -v bwrap >/dev/null 2>&1; then
 fi
 
 python -m pip install -q -e ".[test]"
+# TRL's data preparation proves the training exports (tests/test_export_training.py). Its
+# dependencies pull torch (through accelerate), which that preparation does not import:
+# installed without them, pinned.
+python -c "import trl" 2>/dev/null || python -m pip install -q --no-deps "trl==1.16.0"
 
 # Codex CLI, Claude Code and Gemini CLI, for the ready-harness tests (tests/test_harnesses.py),
 # from the npm registry into a cache folder; pinned so a release cannot change

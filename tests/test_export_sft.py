@@ -65,13 +65,21 @@ def _load(path, tmp_path):  # type: ignore[no-untyped-def]
 
 
 def _expected_messages(trace: rk.Trace) -> list[dict]:
+    """transformers' chat form, written out from the trace: only the keys
+    that apply, tool-call arguments as a mapping."""
     out = []
     for m in trace.messages:
-        calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                 for c in getattr(m, "tool_calls", [])]
-        out.append({"role": m.role, "content": m.content or "", "reasoning_content": getattr(m, "reasoning", None),
-                    "tool_calls": calls or None, "tool_call_id": getattr(m, "tool_call_id", None),
-                    "name": getattr(m, "name", None)})
+        message = {"role": m.role, "content": m.content or ""}
+        if m.role == "assistant":
+            if m.reasoning:
+                message["reasoning_content"] = m.reasoning
+            if m.tool_calls:
+                message["tool_calls"] = [{"id": c.id, "type": "function",
+                                          "function": {"name": c.name, "arguments": json.loads(c.arguments)}}
+                                         for c in m.tool_calls]
+        elif m.role == "tool":
+            message.update(tool_call_id=m.tool_call_id, name=m.name)
+        out.append(message)
     return out
 
 
@@ -81,8 +89,15 @@ def _check_row(row: dict, trace: rk.Trace) -> None:
     assert row["id"] == trace.id and row["task_key"] == trace.task.key and row["model"] == trace.agent["model"]
     assert row["run_id"] == trace.info.get("run_id")
     assert (row["parent_id"], row["forked_at_turn"]) == (tuple(origin) if origin else (None, None))
-    assert row["messages"] == _expected_messages(trace)
-    assert json.loads(row["tools"]) == trace.info["tools"]
+    if "messages" in row:
+        assert row["messages"] == _expected_messages(trace)
+    else:  # prompt/completion: split before the branch's first own reply
+        split = trace.sampled[origin[1] if origin else 0]
+        assert row["prompt"] + row["completion"] == _expected_messages(trace)
+        assert len(row["prompt"]) == split and row["completion"][0]["role"] == "assistant"
+    assert row["tools"] == trace.info["tools"]
+    assert (row["group_id"], row["branch_id"]) == (trace.info.get("example_id", trace.task.key), trace.id)
+    assert row["repetition_id"] == trace.info.get("repeat")
     assert row["reward"] == trace.scored_reward
     for name, value in trace.rewards.items():
         assert row[f"reward.{name}"] == value
@@ -96,7 +111,7 @@ def _check_row(row: dict, trace: rk.Trace) -> None:
 
 def test_rows_of_traces_load_in_datasets_row_for_row(made, tmp_path):
     _, traces = made
-    path = rk.export(traces, tmp_path / "rows.parquet", format="sft")
+    path = rk.export(traces, tmp_path / "rows.parquet", format="sft", shape="messages")
     loaded = _load(path, tmp_path)
     assert loaded.num_rows == len(traces) == 6
     assert list(loaded.column_names[:len(COLUMNS)]) == list(COLUMNS)
@@ -115,10 +130,33 @@ def test_rows_of_traces_load_in_datasets_row_for_row(made, tmp_path):
     assert sum(row["is_truncated"] for row in loaded) == 1
     last = rows[traces[0].id]["messages"][-1]
     assert last["reasoning_content"] == "The tool said so; I repeat it." and last["content"].startswith("The answer is")
-    # tool calls and the tool schemas in the shape a chat template takes
+    # tool calls and the tool schemas in the shape a chat template takes: arguments and tools as objects
     call = rows[traces[0].id]["messages"][2]["tool_calls"][0]
-    assert call["function"]["name"] == "calculator" and "expression" in json.loads(call["function"]["arguments"])
-    assert [t["function"]["name"] for t in json.loads(rows[cut.id]["tools"])] == ["calculator"]
+    assert call["function"]["name"] == "calculator" and set(call["function"]["arguments"]) == {"expression"}
+    assert [t["function"]["name"] for t in rows[cut.id]["tools"]] == ["calculator"]
+    assert set(rows[traces[0].id]["messages"][3]) == {"role", "content", "tool_call_id", "name"}
+
+
+def test_a_file_with_forks_is_all_prompt_completion_and_never_repeats_a_prefix_as_trained(made, tmp_path):
+    """Every row of a file has one shape: with a fork among them, every row
+    is prompt/completion (a root's prompt its opening messages), so no
+    trainer ever trains the fork's shared prefix."""
+    _, traces = made
+    loaded = _load(rk.export(traces, tmp_path / "rows.parquet", format="sft"), tmp_path)
+    lines = [json.loads(line) for line in rk.export(traces, tmp_path / "rows.jsonl", format="sft").open()]
+    assert "messages" not in loaded.column_names and {"prompt", "completion"} <= set(loaded.column_names)
+    assert all(set(line) >= {"prompt", "completion"} and "messages" not in line for line in lines)
+    rows = {row["id"]: row for row in loaded}
+    for trace in traces:
+        _check_row(rows[trace.id], trace)
+        assert rows[trace.id] == next(line for line in lines if line["id"] == trace.id)
+    fork = traces[-1]
+    original = next(t for t in traces if t.id == fork.info["forked_from"][0])
+    assert rows[fork.id]["prompt"] == rows[original.id]["prompt"] + rows[original.id]["completion"][:2]
+    assert [m["role"] for m in rows[original.id]["prompt"]] == ["system", "user"]
+    # a file without forks keeps the whole conversation in messages
+    roots = _load(rk.export(traces[:-1], tmp_path / "roots.parquet", format="sft"), tmp_path)
+    assert "messages" in roots.column_names and "prompt" not in roots.column_names
 
 
 def test_a_run_folder_and_a_trace_file_give_the_rows_of_their_traces(made, tmp_path):
@@ -137,18 +175,20 @@ def test_a_run_folder_and_a_trace_file_give_the_rows_of_their_traces(made, tmp_p
     assert pq.read_table(from_file).to_pylist() == pq.read_table(from_list).to_pylist()
     # a run of several files: each file's rows, one file after the other
     both = rk.export(rk.open_run([file, folder]), tmp_path / "both.parquet", format="sft")
-    from_folder = rk.export(folder, tmp_path / "folder.parquet", format="sft")
+    # (the file holds a fork, so its rows are prompt/completion: the folder's asked the same)
+    from_folder = rk.export(folder, tmp_path / "folder.parquet", format="sft", shape="prompt_completion")
     assert pq.read_table(both).to_pylist() == pq.read_table(from_file).to_pylist() + pq.read_table(
         from_folder).to_pylist()
 
 
 def test_json_lines_hold_the_same_rows_as_parquet(made, tmp_path):
-    import pyarrow.parquet as pq
+    import datasets
 
     _, traces = made
-    lines = rk.export(traces, tmp_path / "rows.jsonl", format="sft").read_text().splitlines()
-    parquet = pq.read_table(rk.export(traces, tmp_path / "rows.parquet", format="sft")).to_pylist()
-    assert [json.loads(line) for line in lines] == parquet
+    lines = rk.export(traces, tmp_path / "rows.jsonl", format="sft")
+    from_lines = datasets.load_dataset("json", data_files=str(lines), split="train", cache_dir=str(tmp_path / "hf"))
+    parquet = _load(rk.export(traces, tmp_path / "rows.parquet", format="sft"), tmp_path)
+    assert list(from_lines) == list(parquet) == [json.loads(line) for line in lines.open()]
 
 
 def test_where_selects_the_rows_and_an_empty_selection_keeps_typed_columns(made, tmp_path):
@@ -174,9 +214,9 @@ def test_where_selects_the_rows_and_an_empty_selection_keeps_typed_columns(made,
 
 def test_bad_input_is_refused_with_what_to_do(made, tmp_path):
     folder, traces = made
-    with pytest.raises(rk.UsageError, match=r"'rows.csv' ends in \.csv; name the file with one of \.parquet, \.jsonl"):
+    with pytest.raises(rk.UsageError, match=r"'rows.csv' ends in \.csv; name the file with one of \.jsonl, \.parquet"):
         rk.export(traces, tmp_path / "rows.csv", format="sft")
-    with pytest.raises(rk.UsageError, match="give a path ending in .parquet or .jsonl"):
+    with pytest.raises(rk.UsageError, match="give a path ending in .jsonl or .parquet"):
         rk.export(traces, format="sft")
     with pytest.raises(rk.UsageError, match=r"where='no_such_column = 1' is not a filter over the rollouts table"):
         rk.export(folder, tmp_path / "rows.parquet", format="sft", where="no_such_column = 1")
@@ -188,6 +228,14 @@ def test_bad_input_is_refused_with_what_to_do(made, tmp_path):
         rk.export(traces, tmp_path / "rows.parquet", format="sft", where="reward = 1")
     with pytest.raises(rk.UsageError, match="rows_per_group must be a whole number >= 1, got 0"):
         rk.export(traces, tmp_path / "rows.parquet", format="sft", rows_per_group=0)
+    with pytest.raises(rk.UsageError, match=r"shape is one of 'auto', 'messages', 'prompt_completion', got 'chat'"):
+        rk.export(traces, tmp_path / "rows.jsonl", format="sft", shape="chat")
+    with pytest.raises(rk.UsageError, match="tools_as is 'objects' or 'string', got 'json'"):
+        rk.export(traces, tmp_path / "rows.jsonl", format="sft", tools_as="json")
+    with pytest.raises(rk.UsageError, match=r"chat_template_kwargs is a dict .*enable_thinking.*, got str"):
+        rk.export(traces, tmp_path / "rows.jsonl", format="sft", chat_template_kwargs="no")
+    with pytest.raises(rk.UsageError, match=r"tokenizer= is the tokenizer's name .*, got int"):
+        rk.export(traces, tmp_path / "rows.jsonl", format="sft", tokenizer=3)
     with pytest.raises(rk.UsageError, match="unknown format 'csv'; the formats are 'sft'"):
         rk.export(traces, tmp_path / "rows.parquet", format="csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written is left behind
@@ -198,7 +246,7 @@ def test_a_failed_export_leaves_no_file(made, tmp_path, monkeypatch):
 
     _, traces = made
 
-    def broken(record, signals):  # type: ignore[no-untyped-def]
+    def broken(record, signals, **options):  # type: ignore[no-untyped-def]
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(sft, "training_row", broken)
@@ -218,10 +266,10 @@ def test_an_imported_trace_has_no_tools_column_value_but_its_messages(tmp_path):
 
     source = shutil.copy(Path(__file__).parent / "fixtures" / "inspect" / "adding.eval", tmp_path / "adding.eval")
     traces = rk.load(source)
-    rows = pq.read_table(rk.export(traces, tmp_path / "rows.parquet", format="sft")).to_pylist()
+    rows = [json.loads(line) for line in rk.export(traces, tmp_path / "rows.jsonl", format="sft").open()]
     # the file itself, opened as a run (read from the JSON lines its tables were built from): the same rows
-    from_file = pq.read_table(rk.export(source, tmp_path / "file.parquet", format="sft")).to_pylist()
-    unnamed = lambda rows: [{k: v for k, v in row.items() if k != "id"} for row in rows]  # noqa: E731
+    from_file = [json.loads(line) for line in rk.export(source, tmp_path / "file.jsonl", format="sft").open()]
+    unnamed = lambda rows: [{k: v for k, v in row.items() if k not in ("id", "branch_id")} for row in rows]  # noqa: E731
     assert unnamed(from_file) == unnamed(rows)  # (an import names its traces afresh each time)
     assert [row["tools"] for row in rows] == [None] * len(traces)
     for row, trace in zip(rows, traces):

@@ -138,7 +138,9 @@ async def test_rl_export_round_trips_per_turn_in_parquet_and_json_lines(vllm, tm
                 "id": trace.id, "rollout_id": trace.id, "task_key": trace.task.key, "turn": turn, "call": call.index,
                 "prompt_ids": call.tokens.prompt_ids, "completion_ids": call.tokens.ids,
                 "completion_logprobs": call.tokens.logprobs, "loss_mask": [1] * len(call.tokens.ids),
-                "reward": 1.0, "finish_reason": "stop", "truncated": False, "model": "qwen-test"})
+                "reward": 1.0, "finish_reason": "stop", "truncated": False, "model": "qwen-test",
+                "group_id": trace.task.key, "repetition_id": None, "branch_id": trace.id, "sampling": None,
+                "tokenizer": None, "chat_template_sha256": None})
     parquet = rk.export(traces, tmp_path / "rl.parquet", format="rl")
     assert pq.read_table(parquet).to_pylist() == expected
     lines = rk.export(traces, tmp_path / "rl.jsonl", format="rl")
@@ -187,7 +189,7 @@ async def test_rl_export_errors_name_the_fix(vllm, tmp_path):
         rk.export([scripted], format="rl")
     with pytest.raises(UsageError, match=r"batch_rows is a whole number of rows >= 1, got 0"):
         rk.export([scripted], tmp_path / "rl.jsonl", format="rl", batch_rows=0)
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == []  # nothing half-written, no export_meta.json
 
 
 def test_openai_model_token_options_are_checked():

@@ -61,7 +61,11 @@ def traces(draw: Any) -> Trace:
                           end=clock + 1.0, response=Response(message=reply, usage=usage,
                                                              finish_reason=draw(st.sampled_from(["stop", "length"]))),
                           error=None, agent_time=clock, request_messages=len(sent),
-                          dialect=draw(st.sampled_from([None, "chat", "responses"])))
+                          dialect=draw(st.sampled_from([None, "chat", "responses"])),
+                          sampling=draw(st.one_of(st.none(), st.fixed_dictionaries(
+                              {"temperature": st.floats(0, 2)},
+                              optional={"top_p": st.floats(0, 1), "max_tokens": st.integers(1, 4096),
+                                        "seed": st.integers(0, 2**31)}))))
         for call in calls:
             trace.record_messages([ToolMessage(tool_call_id=call.id, content=draw(_text), name=call.name)])
         if draw(st.booleans()):

@@ -41,6 +41,8 @@ __all__ = [
     "TokenLogprobs",
     "Request",
     "Response",
+    "SAMPLING_KEYS",
+    "sampling_of",
     "text_of",
     "to_messages",
     "opening_messages",
@@ -336,6 +338,24 @@ class Request(_Data):
     tools: list[dict[str, Any]] = Field(default_factory=list)
     model: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+
+
+# The sampling parameters a trainer needs to read a call's logprobs (the
+# temperature they were sampled at) and to sample alike: recorded on each
+# call as sent (`ModelCall.sampling`). OpenAI's newer `max_completion_tokens`
+# is recorded as `max_tokens`, the name every trainer reads.
+SAMPLING_KEYS = ("temperature", "top_p", "max_tokens", "seed")
+
+
+def sampling_of(params: dict[str, Any]) -> dict[str, Any] | None:
+    """The sampling parameters among a call's `params` (None when it set
+    none, which is what a trace keeps then)."""
+    if not params:
+        return None
+    picked = {key: params[key] for key in SAMPLING_KEYS if params.get(key) is not None}
+    if "max_tokens" not in picked and params.get("max_completion_tokens") is not None:
+        picked["max_tokens"] = params["max_completion_tokens"]
+    return picked or None
 
 
 class Response(_Data):

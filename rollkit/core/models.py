@@ -60,6 +60,11 @@ class Model:
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "type": type(self).__name__}
 
+    def sent_params(self, request: Request) -> dict[str, Any]:
+        """The parameters this model sends with `request` (its own defaults
+        under the request's); the trace records the sampling ones."""
+        return request.params
+
     def price_ref(self) -> tuple[str, str | None] | None:
         """How the public price table knows this model: (its model name, its
         provider's API URL or None), or None for a model that runs no paid

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import ProviderError, Refused, crossing
 from .hooks import HookSet, check_stop, rewrite
-from .messages import Request, Response
+from .messages import Request, Response, sampling_of
 from .models import calling_rollout, calling_rollout_key
 from .prices import model_card
 from .trace import ErrorInfo, Rewrite
@@ -122,6 +122,13 @@ class Session:
             self.trace.record_info(cost_from=f"computed from the usage: {card.source}")
         return card.cost(response.usage)
 
+    def _sampling(self, request: Request) -> dict[str, Any] | None:
+        """The sampling parameters the call goes out with (the model's own
+        defaults under the request's; a duck-typed model without
+        `sent_params` sends the request's)."""
+        sent = getattr(self.model, "sent_params", None)
+        return sampling_of(sent(request) if sent is not None else request.params)
+
     def _cost_unknown(self) -> None:
         """Say once on the trace that the dollar limit can no longer be
         checked (Rollout.open made sure the model has a price, so only a
@@ -202,6 +209,7 @@ class Session:
             index=index, segment=self._segment(), start=start, end=end, response=response,
             error=None, agent_time=self._agent_time(), continues_prompt=extended, dialect=dialect,
             request_messages=len(request.messages), cost_usd=self._cost(response),
+            sampling=self._sampling(request),
         )
         self._emit("call_end", call=index, ok=True)
         self._emit("turn", turn=self.trace.num_turns)
@@ -228,6 +236,7 @@ class Session:
             request_messages=len(request.messages) if trace.holds_prefix(request.messages) else None,
             # The model answered: its tokens were spent and billed.
             cost_usd=self._cost(response) if response is not None else None,
+            sampling=self._sampling(request),
         )
         self._emit("call_end", call=index, ok=False)
 

@@ -155,6 +155,10 @@ class ModelCall(_Record):
     # cost is unknown: a partial sum would understate it).
     cost_usd: float | None = Field(default=None, exclude_if=_absent)
     cum_cost_usd: float | None = Field(default=None, exclude_if=_absent)
+    # The sampling parameters the call was sent with (temperature, top_p,
+    # max_tokens, seed: `messages.SAMPLING_KEYS`), those set only; None when
+    # it set none (the provider's defaults) or the trace predates the field.
+    sampling: dict[str, Any] | None = Field(default=None, exclude_if=_absent)
 
     @property
     def latency(self) -> float:
@@ -694,15 +698,16 @@ class Trace(_Record):
         request_messages: int | None = None,
         timing_issue: str | None = None,
         cost_usd: float | None = None,
+        sampling: dict[str, Any] | None = None,
     ) -> ModelCall:
         """Record one model call; a call with a response is a committed turn.
         `continues_prompt` is False when the prompt did not extend the previous
         sequence (the harness rewrote history): then all of it is new input.
         `request_messages` is how many messages of `self.messages` the request
-        was (the first ones; None when it is not on the trace); `reply` the
-        answer of a call that failed after the model answered; `cost_usd` its
-        price (rollkit.core.prices). A call that ends before it starts is
-        refused: a negative latency is a clock bug."""
+        was (the first ones; None: not on the trace); `reply` the answer of a
+        call that failed after the model answered; `cost_usd` its price
+        (rollkit.core.prices); `sampling` its sampling parameters as sent. A
+        call ending before it starts is refused (a clock bug)."""
         if end < start:
             raise ValueError(f"model call {index} ends before it starts ({end} < {start}): "
                              "a latency is never negative; take both times from one clock")
@@ -730,7 +735,7 @@ class Trace(_Record):
             timing_issue=timing_issue,
             tokens=response.tokens if response is not None else None,
             cost_usd=cost_usd,
-            cum_cost_usd=self._cost_after(cost_usd, committed=response is not None),
+            cum_cost_usd=self._cost_after(cost_usd, committed=response is not None), sampling=sampling,
         )
         if response is not None:
             _count_turn(call, response.usage, continues_prompt)

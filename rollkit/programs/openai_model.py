@@ -201,6 +201,9 @@ class OpenAIModel(Model):
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "type": type(self).__name__, "base_url": self.base_url}
 
+    def sent_params(self, request: Request) -> dict[str, Any]:
+        return {**self.params, **request.params} if self.params else request.params
+
     def price_ref(self) -> tuple[str, str | None]:
         # The endpoint names the provider when the table knows it (OpenAI,
         # OpenRouter, ...); elsewhere the model name does (rollkit.core.prices).

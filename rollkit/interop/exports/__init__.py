@@ -1,5 +1,7 @@
 """Traces out: what other tools take from finished rollouts (training rows,
-spans), made by `rk.export(source, path, format=...)`.
+spans), made by `rk.export(source, path, format=...)`. The training
+formats (sft, tokens, preference, prompts) share `branches` (a branch's
+columns, the file, the sidecar `export_meta.json`).
 
 What this package owns: the front door (`export`), the table of export
 formats, and reading a source (traces, a trace file or run folder, or an
@@ -7,8 +9,11 @@ opened run) into what a format needs: traces one at a time, or a run's
 columnar tables for formats that never build a trace. One module per
 format writes it:
 
-    sft     one chat-template training row per branch (Parquet, JSON lines)
-    rl      token ids, logprobs and loss masks per turn, with the reward
+    sft         one chat-template training row per branch (JSON lines, Parquet)
+    tokens      one merged token sequence per branch, labels and masks
+    preference  prompt / chosen / rejected pairs from forks and groups
+    prompts     one prompt row per task, for trainers that sample (GRPO)
+    rl          token ids, logprobs and loss masks per turn, with the reward
     otel    OpenTelemetry GenAI spans, one trace per rollout, over OTLP
 
 These are not trace formats: nothing here loads back as a trace (that is
@@ -20,6 +25,7 @@ OpenTelemetry SDK) is imported when that format is first used.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -30,15 +36,23 @@ from ...core.errors import UsageError
 from ...core.trace import Trace
 from ...tables.lazyrun import LazyRun, open_run
 
-__all__ = ["export", "ExportSource", "formats"]
+__all__ = ["export", "ExportSource", "formats", "GROUP_SQL"]
 
 # name -> (module under this package, what it writes); the module has
 # `write(source: ExportSource, path: Path | None, **options) -> Any`.
 _FORMATS: dict[str, tuple[str, str]] = {
-    "sft": ("sft", "one chat-template training row per branch (.parquet or .jsonl)"),
+    "sft": ("sft", "one chat-template training row per branch (.jsonl or .parquet)"),
     "rl": ("rl", "token ids, logprobs and loss mask per turn, with the reward (.parquet or .jsonl)"),
+    "tokens": ("tokens", "one merged token sequence per branch with labels and masks (.jsonl or .parquet)"),
+    "preference": ("preference", "prompt/chosen/rejected pairs from forks and from groups (.jsonl)"),
+    "prompts": ("prompts", "one prompt row per task for online trainers such as GRPO (.jsonl)"),
     "otel": ("otel", "OpenTelemetry GenAI spans over OTLP (endpoint=...)"),
 }
+
+
+# A rollout's group (`group_id` in the training formats): the task key a
+# batch run wrote as `example_id`, else the task's key.
+GROUP_SQL = "coalesce(CAST(example_id AS VARCHAR), task_key)"
 
 
 def formats() -> dict[str, str]:
@@ -58,16 +72,18 @@ class ExportSource:
     run: Any = None
     where: str | None = None
 
-    def lines(self) -> Iterator[bytes]:
+    def lines(self, by_group: bool = False) -> Iterator[bytes]:
         """The JSON line of each rollout of the run `where` selects, in run
-        order, read at its byte offset (the store's `_offset`, `_length`):
-        only the offsets of the selected rows are held, no trace is built."""
+        order (`by_group`: the rollouts of one task together, `GROUP_SQL`,
+        each group in run order), read at its byte offset (the store's
+        `_offset`, `_length`): only the offsets of the selected rows are
+        held, no trace is built."""
         if len(self.run) == 0:  # no rollout yet (a run that just started): no table to read
             return
         query = "SELECT _set, _offset, _length FROM rollouts"
         if self.where is not None:
             query += f" WHERE {self.where}"
-        spans = self.run.sql(query + " ORDER BY _set, _offset")
+        spans = self.run.sql(query + f" ORDER BY {GROUP_SQL + ', ' if by_group else ''}_set, _offset")
         places = zip(*(spans[c].to_numpy().tolist() for c in ("_set", "_offset", "_length")))
         del spans
         paths = self.run.paths
@@ -129,7 +145,9 @@ def _source(source: Any, where: str | None) -> ExportSource:
 def export(source: Any, path: str | os.PathLike[str] | None = None, *, format: str,
            where: str | None = None, **options: Any) -> Any:
     """Write what other tools take from rollouts: `format="sft"` training
-    rows, `"rl"` token-level rows, `"otel"` spans (see `formats()`).
+    rows, `"tokens"` merged token sequences, `"preference"` pairs,
+    `"prompts"` for online trainers, `"rl"` token-level rows per turn,
+    `"otel"` spans (see `formats()`).
 
     `source` is a trace, a list of traces, a trace file or run folder, or an
     opened run. `where=` selects rollouts by SQL over the run's rollouts
@@ -138,4 +156,9 @@ def export(source: Any, path: str | os.PathLike[str] | None = None, *, format: s
         raise UsageError(f"rk.export: unknown format {format!r}; the formats are "
                          + ", ".join(f"{n!r} ({w})" for n, w in formats().items()))
     module = importlib.import_module(f"{__name__}.{_FORMATS[format][0]}")
+    known = [name for name, p in inspect.signature(module.write).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise UsageError(f"rk.export(format={format!r}) has no option {', '.join(unknown)}; its options are "
+                         + (", ".join(known) or "none"))
     return module.write(_source(source, where), None if path is None else Path(path), **options)

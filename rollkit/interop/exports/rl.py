@@ -20,16 +20,17 @@ where the endpoint gave no prompt ids), `completion_ids`,
 rollout went on with text the model did not sample, and, with
 `mask_truncated=True`, of a reply cut by the length limit), the rollout's
 `reward` (None when it was not scored), `finish_reason`, `truncated` and
-the agent's `model`.
+the agent's `model`, and the columns every training format has
+(`group_id`, `repetition_id`, `branch_id`, the call's `sampling`,
+`tokenizer`, `chat_template_sha256`: `rollkit.interop.exports.branches`).
 
-This module reads traces one at a time and writes rows in batches, so
-memory stays bounded by `batch_rows`; it imports pyarrow only for Parquet
-and never imports rollkit.notebook.
+This module reads traces one at a time and writes rows in batches
+(`branches.RowFile`), so memory stays bounded by `batch_rows`; it imports
+pyarrow only for Parquet and never imports rollkit.notebook.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,43 +38,52 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ...core.trace import Trace
-from ...core._dependencies import pa, pq
+from ...core._dependencies import pa
+from .branches import RowFile, group_of, template_identity, write_meta
 
-__all__ = ["write", "ROW_COLUMNS", "rows_of"]
+__all__ = ["write", "ROW_COLUMNS", "rows_of", "HOW_TO_RECORD"]
 
 ROW_COLUMNS = ("id", "rollout_id", "task_key", "turn", "call", "prompt_ids", "completion_ids",
-               "completion_logprobs", "loss_mask", "reward", "finish_reason", "truncated", "model")
+               "completion_logprobs", "loss_mask", "reward", "finish_reason", "truncated", "model", "group_id",
+               "repetition_id", "branch_id", "sampling", "tokenizer", "chat_template_sha256")
 _SUFFIXES = {".parquet": "parquet", ".jsonl": "jsonl"}
-_HOW = ("record them with OpenAIModel(..., logprobs=True, token_ids=True) against an endpoint that returns "
+HOW_TO_RECORD = ("record them with OpenAIModel(..., logprobs=True, token_ids=True) against an endpoint that returns "
         "token ids (vLLM answers return_token_ids with them; OpenAI's own API returns logprobs but no ids)")
 
 
-def write(source: Any, path: Path | None, *, mask_truncated: bool = False, batch_rows: int = 4096) -> Path:
+def write(source: Any, path: Path | None, *, mask_truncated: bool = False, batch_rows: int = 4096,
+          tokenizer: str | None = None, chat_template: str | None = None) -> Path:
     """Write the turns of `source` (an ExportSource) as token-level rows to
     `path` (.parquet or .jsonl); returns the path. Turns whose call kept no
     token ids are left out, with one warning counting them; none at all is
     an error naming how to record them."""
-    kind = _kind(path)
+    _kind(path)
     if not isinstance(mask_truncated, bool):
         raise UsageError(f"rk.export(format='rl'): mask_truncated is True or False, got {mask_truncated!r}")
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
         raise UsageError(f"rk.export(format='rl'): batch_rows is a whole number of rows >= 1, got {batch_rows!r}")
+    identity = template_identity(tokenizer, chat_template)
     counts = {"rollouts": 0, "turns": 0, "without_ids": 0, "with_logprobs_only": 0}
-    rows = _counted_rows(source.traces(), counts, mask_truncated)
-    sink = _ParquetSink(path, batch_rows) if kind == "parquet" else _JsonLinesSink(path)
-    written = 0
+    out = RowFile(path, "rl", _schema())
     try:
-        for row in rows:
-            sink.add(row)
-            written += 1
-    finally:
-        sink.close()
-    if not written:
-        raise UsageError(_nothing_to_write(counts))
+        batch: list[dict[str, Any]] = []
+        for row in _counted_rows(source.traces(), counts, mask_truncated):
+            batch.append({**row, "tokenizer": identity[0], "chat_template_sha256": identity[1]})
+            if len(batch) >= batch_rows:
+                out.write(batch)
+                batch = []
+        out.write(batch)
+        if not out.rows:
+            raise UsageError(_nothing_to_write(counts))
+        written = out.close()
+    except BaseException:
+        out.discard()
+        raise
     if counts["without_ids"]:
         warnings.warn(f"rk.export(format='rl'): {counts['without_ids']} of {counts['turns']} turns kept no token "
-                      f"ids and were left out; {_HOW}", UserWarning, stacklevel=3)
-    return path  # type: ignore[return-value]
+                      f"ids and were left out; {HOW_TO_RECORD}", UserWarning, stacklevel=3)
+    write_meta(written, "rl", source, out.rows, {"mask_truncated": mask_truncated, "tokenizer": tokenizer})
+    return written
 
 
 def _kind(path: Path | None) -> str:
@@ -92,8 +102,8 @@ def _nothing_to_write(counts: dict[str, int]) -> str:
         return f"rk.export(format='rl'): the source holds no turns ({where}): nothing to train on"
     if counts["with_logprobs_only"]:
         return (f"rk.export(format='rl'): the traces hold logprobs but no token ids ({where}, "
-                f"{counts['with_logprobs_only']} with logprobs only); an RL row needs the ids: {_HOW}")
-    return f"rk.export(format='rl'): the traces hold no token ids ({where}); {_HOW}"
+                f"{counts['with_logprobs_only']} with logprobs only); an RL row needs the ids: {HOW_TO_RECORD}")
+    return f"rk.export(format='rl'): the traces hold no token ids ({where}); {HOW_TO_RECORD}"
 
 
 def _counted_rows(traces: Iterator[Trace], counts: dict[str, int], mask_truncated: bool) -> Iterator[dict[str, Any]]:
@@ -112,6 +122,7 @@ def rows_of(trace: Trace, *, mask_truncated: bool = False,
     reward = trace.scored_reward
     rollout_id = trace.info.get("rollout_id")
     model = trace.agent.get("model")
+    repeat = trace.info.get("repeat")
     turn = 0
     for call in trace.model_calls:
         if not call.committed:
@@ -132,56 +143,19 @@ def rows_of(trace: Trace, *, mask_truncated: bool = False,
             "prompt_ids": tokens.prompt_ids, "completion_ids": tokens.ids, "completion_logprobs": tokens.logprobs,
             "loss_mask": [0 if masked else 1] * len(tokens.ids), "reward": reward,
             "finish_reason": call.finish_reason, "truncated": truncated,
-            "model": None if model is None else str(model),
+            "model": None if model is None else str(model), "group_id": group_of(trace),
+            "repetition_id": repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else None,
+            "branch_id": trace.id, "sampling": call.sampling,
         }
 
 
-class _JsonLinesSink:
-    def __init__(self, path: Path) -> None:
-        self.path, self._file = path, None
-
-    def add(self, row: dict[str, Any]) -> None:
-        if self._file is None:
-            self._file = open(self.path, "w", encoding="utf-8")
-        self._file.write(json.dumps(row) + "\n")
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-
-
-class _ParquetSink:
-    """Rows to a Parquet file, one row group per `batch_rows` rows."""
-
-    def __init__(self, path: Path, batch_rows: int) -> None:
-        self.path, self.batch_rows, self._pa = path, batch_rows, pa
-        self.schema = pa.schema([
-            ("id", pa.string()), ("rollout_id", pa.string()), ("task_key", pa.string()), ("turn", pa.int64()),
-            ("call", pa.int64()), ("prompt_ids", pa.list_(pa.int64())), ("completion_ids", pa.list_(pa.int64())),
-            ("completion_logprobs", pa.list_(pa.float64())), ("loss_mask", pa.list_(pa.int8())),
-            ("reward", pa.float64()), ("finish_reason", pa.string()), ("truncated", pa.bool_()),
-            ("model", pa.string()),
-        ])
-        self._rows: list[dict[str, Any]] = []
-        self._writer: Any = None
-
-    def add(self, row: dict[str, Any]) -> None:
-        self._rows.append(row)
-        if len(self._rows) >= self.batch_rows:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self._rows:
-            return
-
-        if self._writer is None:
-            self._writer = pq.ParquetWriter(self.path, self.schema)
-        self._writer.write_table(self._pa.Table.from_pylist(self._rows, schema=self.schema))
-        self._rows = []
-
-    def close(self) -> None:
-        try:
-            self._flush()
-        finally:
-            if self._writer is not None:
-                self._writer.close()
+def _schema() -> Any:
+    """The Parquet schema of the rows (`sampling` typed as JSON)."""
+    return pa.schema([
+        ("id", pa.string()), ("rollout_id", pa.string()), ("task_key", pa.string()), ("turn", pa.int64()),
+        ("call", pa.int64()), ("prompt_ids", pa.list_(pa.int64())), ("completion_ids", pa.list_(pa.int64())),
+        ("completion_logprobs", pa.list_(pa.float64())), ("loss_mask", pa.list_(pa.int8())),
+        ("reward", pa.float64()), ("finish_reason", pa.string()), ("truncated", pa.bool_()),
+        ("model", pa.string()), ("group_id", pa.string()), ("repetition_id", pa.int64()), ("branch_id", pa.string()),
+        ("sampling", pa.json_()), ("tokenizer", pa.string()), ("chat_template_sha256", pa.string()),
+    ], metadata={b"rollkit.export": b"rl"})

@@ -1,36 +1,44 @@
-"""Training rows: one chat-template row per branch, to Parquet or JSON lines
-(`rk.export(source, "rows.parquet", format="sft")`).
+"""Training rows: one chat-template row per branch, as TRL's SFTTrainer
+takes them (`rk.export(source, "rows.jsonl", format="sft")`).
 
-A branch is a rollout: a root rollout is one row, and a fork (rk.fork) is a
-row of its own holding its whole conversation (the prefix it was forked
-from included), with `parent_id` and `forked_at_turn` (null for a root).
-A row is laid out as chat-template trainers take it (TRL's SFTTrainer,
-Axolotl, prime-rl): `messages` in the OpenAI chat shape (`role`, `content`,
-`tool_calls` with `function.arguments` as JSON text, `tool_call_id`,
-`name`, and the assistant's readable thinking as `reasoning_content`, the
-key Qwen3's and DeepSeek's templates read; never folded into `content`),
-and `tools`, the schemas the agent was offered, as JSON text (a JSON Schema
-has no fixed Parquet type); then the columns a data pipeline filters on
-(`COLUMNS`, plus `reward.<name>` / `metric.<name>` per signal).
-`is_truncated` is true when a limit stopped the run (`_limited`), it was
-cut short (aborted), or its last reply ended at the length limit
-(finish reason "length").
+A branch is a rollout: a root, or a fork (rk.fork) whose record repeats
+its parent's turns up to `forked_at_turn`. Messages are in transformers'
+chat form (`branches.chat_message`: tool-call `arguments` as a mapping,
+tool messages with `name` and `tool_call_id`, the thinking as
+`reasoning_content`); `tools` the schemas the agent was offered, a list of
+`{"type": "function", "function": {...}}` (`tools_as="string"`: its JSON
+text); `chat_template_kwargs` on every row when given.
+
+The shape (`shape=`): `"messages"`, the whole conversation; or
+`"prompt_completion"`, where `prompt` is what comes before the branch's
+first own reply (a root's opening system and user messages, a fork's
+shared prefix) and `completion` the rest: a prompt is never trained, so a
+fork's prefix is not counted twice. Every row of a file has one shape
+(datasets fills a missing column with nulls, on which TRL's tokenization
+fails), so `"auto"` (the default) writes prompt/completion when any
+selected rollout is a fork, else messages. A branch that sampled no reply
+of its own has no completion and is left out of a prompt/completion file,
+with a warning counting them. Train with `assistant_only_loss=True` (and a
+template with `{% generation %}`): a completion also holds tool results
+and user turns, which only the assistant mask keeps out of the loss.
+
+Then the columns every format has (`branches.BRANCH_COLUMNS`) and those a
+data pipeline filters on (`COLUMNS`, and `reward.<name>` / `metric.<name>`
+per signal). `is_truncated` is true when a limit stopped the run
+(`_limited`), it was cut short (aborted), or its last reply ended at the
+length limit (finish reason "length").
 
 Rows are built from each trace's JSON object, never from `Trace` objects:
-a run (file, folder, opened run) is read line by line from its JSON lines
-at the byte offsets its columnar store keeps (`where=` picks the lines by
-SQL over the rollouts table), and written in row groups, so memory stays
-bounded by a group whatever the run's size. A list of traces goes through
-the same row builder (each trace dumped as the JSON it is saved as).
-
-This module writes files only; it loads pyarrow when it writes Parquet.
+a run is read line by line at the byte offsets its columnar store keeps
+(`where=` picks the lines by SQL over the rollouts table), and written in
+groups, so memory stays bounded by a group whatever the run's size.
+JSON lines are the default; Parquet types the nested columns as JSON
+(`branches.RowFile`), so each row's tools come back exactly.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,123 +47,120 @@ from ...core._gcpause import paused
 from ...core._sums import sum_in_order
 from ...core.errors import UsageError
 from ...core.outcome import Outcome
-from ...tables.columns import _loads
 from . import ExportSource
-from ...core._dependencies import pa, pq
+from .branches import (BRANCH_COLUMNS, branch_columns, RowFile, chat_messages, forked_at, holds_forks, number, own_start, records,
+                       template_identity, tools_value, write_meta)
+from ...core._dependencies import pa
 
-__all__ = ["write", "COLUMNS", "SUFFIXES"]
+__all__ = ["write", "COLUMNS", "SUFFIXES", "training_row", "schema", "scored_reward", "is_truncated"]
 
-SUFFIXES = (".parquet", ".jsonl")
-# The columns of a row besides the per-signal ones, in file order.
-COLUMNS = ("id", "run_id", "task_key", "task_type", "agent", "model", "parent_id", "forked_at_turn", "messages",
-           "tools", "reward", "outcome", "ok", "stop_condition", "has_error", "error_type", "is_truncated", "turns",
-           "input_tokens", "output_tokens", "total_tokens", "cost_usd")
+SUFFIXES = (".jsonl", ".parquet")
+# The columns of a row besides the conversation's and the per-signal ones, in file order.
+_HEAD = ("id", "run_id", "task_key", "task_type", "agent", *BRANCH_COLUMNS, "parent_id", "forked_at_turn")
+_TAIL = ("reward", "outcome", "ok", "stop_condition", "has_error", "error_type", "is_truncated", "turns",
+         "input_tokens", "output_tokens", "total_tokens", "cost_usd")
+COLUMNS = (*_HEAD, "messages", "tools", *_TAIL)
+_SHAPES = ("auto", "messages", "prompt_completion")
 # A row group closes at this many rows or this many bytes of source JSON,
 # whichever comes first: the memory of an export is about one group's.
 _GROUP_ROWS = 2000
 _GROUP_BYTES = 32 << 20
-_SIGNAL_PREFIXES = ("reward.", "metric.")
 
 
-def write(source: ExportSource, path: Path | None, *, rows_per_group: int = _GROUP_ROWS) -> Path:
-    """Write one training row per branch to `path` (.parquet or .jsonl) and return it."""
-    if path is None:
-        raise UsageError("rk.export(format='sft') writes a file: give a path ending in .parquet or .jsonl")
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise UsageError(f"rk.export(format='sft'): {path.name!r} ends in {suffix or 'no suffix'}; "
-                         f"name the file with one of {', '.join(SUFFIXES)} (Parquet or JSON lines)")
+def write(source: ExportSource, path: Path | None, *, rows_per_group: int = _GROUP_ROWS, shape: str = "auto",
+          tools_as: str = "objects", chat_template_kwargs: dict[str, Any] | None = None,
+          tokenizer: str | None = None, chat_template: str | None = None) -> Path:
+    """Write one training row per branch to `path` (.jsonl or .parquet) and return it."""
     if not isinstance(rows_per_group, int) or rows_per_group < 1:
         raise UsageError(f"rk.export(format='sft'): rows_per_group must be a whole number >= 1, got {rows_per_group!r}")
-    signals, records = _records(source)
-    sink = _ParquetSink(signals) if suffix == ".parquet" else _JsonLinesSink()
-    part = path.with_name(f".{path.name}.part")
+    if shape not in _SHAPES:
+        raise UsageError(f"rk.export(format='sft'): shape is one of {', '.join(map(repr, _SHAPES))}, got {shape!r}")
+    if tools_as not in ("objects", "string"):
+        raise UsageError(f"rk.export(format='sft'): tools_as is 'objects' or 'string', got {tools_as!r}")
+    if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+        raise UsageError("rk.export(format='sft'): chat_template_kwargs is a dict of the template's keyword "
+                         f"arguments (e.g. {{'enable_thinking': False}}), got {type(chat_template_kwargs).__name__}")
+    identity = template_identity(tokenizer, chat_template)
+    split = shape == "prompt_completion" or (shape == "auto" and holds_forks(source))
+    signals, items = records(source)
+    out = RowFile(path, "sft", schema(signals, split=split, tools_as=tools_as,
+                                      kwargs=chat_template_kwargs is not None))
+    options = {"split": split, "tools_as": tools_as, "kwargs": chat_template_kwargs, "identity": identity}
+    left_out = 0
     try:
         with paused():  # rows are freed a group at a time; the collector would walk each group's dicts again
-            _write_groups(sink, part, records, signals, rows_per_group)
-        os.replace(part, path)
+            left_out = _write_groups(out, items, signals, rows_per_group, options)
+        written = out.close()
     except BaseException:
-        sink.close()
-        part.unlink(missing_ok=True)
+        out.discard()
         raise
-    return path
+    if left_out:
+        warnings.warn(f"rk.export(format='sft'): {left_out} branches sampled no reply of their own (no completion) "
+                      "and were left out", UserWarning, stacklevel=3)
+    write_meta(written, "sft", source, out.rows, {"shape": "prompt_completion" if split else "messages",
+                                                  "tools_as": tools_as, "tokenizer": tokenizer,
+                                                  "chat_template_kwargs": chat_template_kwargs})
+    return written
 
 
-def _write_groups(sink: Any, part: Path, records: Iterator[tuple[dict[str, Any], int]], signals: list[str],
-                  rows_per_group: int) -> None:
-    sink.open(part)
+def _write_groups(out: RowFile, items: Iterator[tuple[dict[str, Any], int]], signals: list[str],
+                  rows_per_group: int, options: dict[str, Any]) -> int:
     batch: list[dict[str, Any]] = []
-    held = 0
-    for record, size in records:
-        batch.append(training_row(record, signals))
+    held = left_out = 0
+    for record, size in items:
+        row = training_row(record, signals, **options)
+        if row is None:
+            left_out += 1
+            continue
+        batch.append(row)
         held += size
         if len(batch) >= rows_per_group or held >= _GROUP_BYTES:
-            sink.write(batch)
+            out.write(batch)
             batch, held = [], 0
-    if batch:
-        sink.write(batch)
-    sink.close()
-
-
-# ---- reading the source --------------------------------------------------------
-
-
-def _records(source: ExportSource) -> tuple[list[str], Iterator[tuple[dict[str, Any], int]]]:
-    """The signal columns, and each trace's JSON object with its size in bytes."""
-    if source.run is None:
-        traces = list(source.traces())
-        names = {f"{prefix}{name}" for t in traces
-                 for prefix, values in (("reward.", t.rewards), ("metric.", t.metrics)) for name in values}
-        return sorted(names), _dumped(traces)
-    run = source.run
-    names = [c for c in run.arrow_schema("rollouts") if c.startswith(_SIGNAL_PREFIXES)]
-    return sorted(names), _lines(source)
-
-
-def _dumped(traces: list[Any]) -> Iterator[tuple[dict[str, Any], int]]:
-    loads = _loads()
-    for trace in traces:
-        text = trace.model_dump_json()
-        yield loads(text), len(text)
-
-
-def _lines(source: ExportSource) -> Iterator[tuple[dict[str, Any], int]]:
-    """The JSON object of each rollout selected, with its size in bytes."""
-    loads = _loads()
-    for line in source.lines():
-        yield loads(line), len(line)
+    out.write(batch)
+    return left_out
 
 
 # ---- one row -------------------------------------------------------------------
 
 
-def training_row(t: dict[str, Any], signals: list[str]) -> dict[str, Any]:
+def training_row(t: dict[str, Any], signals: list[str], *, split: bool = False, tools_as: str = "objects",
+                 kwargs: dict[str, Any] | None = None,
+                 identity: tuple[str | None, str | None] = (None, None)) -> dict[str, Any] | None:
     """The training row of one trace's JSON object (as saved), with a value
     for each of `signals` ("reward.<name>" / "metric.<name>"; null where the
-    trace has none)."""
+    trace has none); None for a prompt/completion row without a completion."""
     info = t.get("info") or {}
     agent = t.get("agent") or {}
-    origin = info.get("forked_from")
+    parent, k = forked_at(t)
     errors = t.get("errors") or []
-    tools = info.get("tools")
     turns, tokens, last_finish = _totals(t.get("model_calls") or ())
     stop = t.get("stop_condition")
-    row = {
-        "id": t["id"], "run_id": info.get("run_id"), "task_key": t["task"]["key"], "task_type": t["task"]["type"],
-        "agent": agent.get("name"), "model": agent.get("model"),
-        "parent_id": origin[0] if origin else None, "forked_at_turn": int(origin[1]) if origin else None,
-        "messages": [_message(m) for m in t.get("messages") or ()],
-        "tools": None if tools is None else json.dumps(tools, ensure_ascii=False),
-        "reward": _reward(t), "outcome": Outcome.of_record(t).label, "ok": t.get("ok"), "stop_condition": stop,
+    row = {"id": t["id"], "run_id": info.get("run_id"), "task_key": t["task"]["key"], "task_type": t["task"]["type"],
+           "agent": agent.get("name"), **branch_columns(t, identity),
+           "parent_id": parent, "forked_at_turn": k if parent else None}
+    messages = chat_messages(t.get("messages") or ())
+    if split:
+        start = own_start(t)
+        if start is None:
+            return None
+        row["prompt"], row["completion"] = messages[:start], messages[start:]
+    else:
+        row["messages"] = messages
+    row["tools"] = tools_value(info.get("tools"), tools_as)
+    if kwargs is not None:
+        row["chat_template_kwargs"] = kwargs
+    row.update({
+        "reward": scored_reward(t), "outcome": Outcome.of_record(t).label, "ok": t.get("ok"), "stop_condition": stop,
         "has_error": bool(errors), "error_type": errors[0].get("type") if errors else None,
-        "is_truncated": _limited(stop, t.get("limits") or {}) or bool(t.get("aborted")) or last_finish == "length",
+        "is_truncated": is_truncated(t, last_finish),
         "turns": turns, "input_tokens": tokens[0], "output_tokens": tokens[1], "total_tokens": tokens[2],
         "cost_usd": _cost(t),
-    }
+    })
     rewards, metrics = t.get("rewards") or {}, t.get("metrics") or {}
     for name in signals:
         values = rewards if name.startswith("reward.") else metrics
-        row[name] = _number(values.get(name.split(".", 1)[1]))
+        row[name] = number(values.get(name.split(".", 1)[1]))
     return row
 
 
@@ -166,29 +171,16 @@ def _cost(t: dict[str, Any]) -> float | None:
     if total is None:
         calls = t.get("model_calls") or ()
         total = calls[-1].get("cum_cost_usd") if calls else 0.0
-    return _number(total)
+    return number(total)
 
 
-def _message(m: dict[str, Any]) -> dict[str, Any]:
-    """A message in the chat shape templates read; content is always text
-    (images and other parts are left out: a text trainer has no use for a
-    reference to them)."""
-    role = m["role"]
-    content = m.get("content")
-    if content.__class__ is not str:
-        content = ""
-    if role == "assistant":
-        calls = m.get("tool_calls")
-        return {"role": role, "content": content, "reasoning_content": m.get("reasoning") or None,
-                "tool_calls": [{"id": c["id"], "type": "function",
-                                "function": {"name": c["name"], "arguments": c.get("arguments") or "{}"}}
-                               for c in calls] if calls else None,
-                "tool_call_id": None, "name": None}
-    if role == "tool":
-        return {"role": role, "content": content, "reasoning_content": None, "tool_calls": None,
-                "tool_call_id": m.get("tool_call_id"), "name": m.get("name")}
-    return {"role": role, "content": content, "reasoning_content": None, "tool_calls": None, "tool_call_id": None,
-            "name": None}
+def is_truncated(t: dict[str, Any], last_finish: Any = False) -> bool:
+    """Whether a limit stopped the run, it was cut short (aborted), or its
+    last reply ended at the length limit (`last_finish`: its finish reason,
+    found from the calls when not given)."""
+    if last_finish is False:
+        last_finish = _totals(t.get("model_calls") or ())[2]
+    return _limited(t.get("stop_condition"), t.get("limits") or {}) or bool(t.get("aborted")) or last_finish == "length"
 
 
 def _limited(stop: str | None, limits: dict[str, Any]) -> bool:
@@ -200,7 +192,7 @@ def _limited(stop: str | None, limits: dict[str, Any]) -> bool:
     return stop in limits or stop.startswith("max_") or "limit" in stop or "truncat" in stop
 
 
-def _reward(t: dict[str, Any]) -> float | None:
+def scored_reward(t: dict[str, Any]) -> float | None:
     """The weighted reward, null when the run was not scored or every reward
     is missing (a missing reward is never a 0: Trace.scored_reward)."""
     rewards = t.get("rewards") or {}
@@ -230,60 +222,20 @@ def _totals(calls: Any) -> tuple[int, tuple[int | None, int | None, int | None],
     ), last.get("finish_reason")
 
 
-def _number(value: Any) -> float | None:
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-
-
 # ---- writing -------------------------------------------------------------------
 
 
-def schema(signals: list[str]) -> Any:
-    """The Parquet schema of the rows: typed even when there are none."""
-    text = pa.string()
-    call = pa.struct([("id", text), ("type", text),
-                      ("function", pa.struct([("name", text), ("arguments", text)]))])
-    message = pa.struct([("role", text), ("content", text), ("reasoning_content", text),
-                         ("tool_calls", pa.list_(call)), ("tool_call_id", text), ("name", text)])
-    types = {"forked_at_turn": pa.int64(), "messages": pa.list_(message), "reward": pa.float64(), "ok": pa.bool_(),
-             "has_error": pa.bool_(), "is_truncated": pa.bool_(), "turns": pa.int64(), "input_tokens": pa.int64(),
-             "output_tokens": pa.int64(), "total_tokens": pa.int64(), "cost_usd": pa.float64()}
-    fields = [pa.field(name, types.get(name, text)) for name in COLUMNS]
+def schema(signals: list[str], *, split: bool = False, tools_as: str = "objects", kwargs: bool = False) -> Any:
+    """The Parquet schema of the rows: typed even when there are none; the
+    messages, tools, sampling and template arguments typed as JSON."""
+    text, json_ = pa.string(), pa.json_()
+    conversation = ("prompt", "completion") if split else ("messages",)
+    types = {"repetition_id": pa.int64(), "sampling": json_, "forked_at_turn": pa.int64(),
+             "tools": text if tools_as == "string" else pa.list_(json_), "chat_template_kwargs": json_,
+             "reward": pa.float64(), "ok": pa.bool_(), "has_error": pa.bool_(), "is_truncated": pa.bool_(),
+             "turns": pa.int64(), "input_tokens": pa.int64(), "output_tokens": pa.int64(),
+             "total_tokens": pa.int64(), "cost_usd": pa.float64(), **{c: pa.list_(json_) for c in conversation}}
+    names = [*_HEAD, *conversation, "tools", *(("chat_template_kwargs",) if kwargs else ()), *_TAIL]
+    fields = [pa.field(name, types.get(name, text)) for name in names]
     fields += [pa.field(name, pa.float64()) for name in signals]
     return pa.schema(fields, metadata={b"rollkit.export": b"sft"})
-
-
-class _ParquetSink:
-    """Rows to Parquet, one row group per batch written."""
-
-    def __init__(self, signals: list[str]) -> None:
-        self.schema = schema(signals)
-        self.writer: Any = None
-
-    def open(self, path: Path) -> None:
-        self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        self.writer.write_table(pa.Table.from_pylist(rows, schema=self.schema))
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-
-
-class _JsonLinesSink:
-    """Rows to JSON lines, the same keys and values as the Parquet rows."""
-
-    def __init__(self) -> None:
-        self.file: Any = None
-
-    def open(self, path: Path) -> None:
-        self.file = open(path, "w", encoding="utf-8")
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        self.file.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
