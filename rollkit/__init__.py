@@ -61,6 +61,7 @@ _LAZY = {
     "frames": ("rollkit.runs.frames", None),
     "plots": ("rollkit.notebook.plots", None),
     "replay_hooks": ("rollkit.notebook.whatif", "replay_hooks"),
+    "tasks_from": ("rollkit.runs.tasks", "tasks_from"),
 }
 
 __all__ = [

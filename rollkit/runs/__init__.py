@@ -6,7 +6,8 @@ appended as rollouts finish, resume after a crash), group scoring (pass@k,
 best-of-n), paired comparison of runs (`compare`), the Ray backend, the
 `rollkit` command line, other tools' trace formats (`rollkit.runs.formats`:
 inspect-ai, verifiers, tau2-bench, agent trajectories, OpenAI transcripts),
-and the tables of traces: one row builder (`rows`) for the DataFrames
+other frameworks' tasks as rollkit tasks (`rk.tasks_from`: inspect-ai,
+reasoning-gym), and the tables of traces: one row builder (`rows`) for the DataFrames
 (`frames`, `rk.frames`), the columnar store and the live monitor.
 
 It imports the core and the programs layer, never `rollkit.notebook` or
@@ -38,6 +39,7 @@ _LAZY = {
     "CompareError": (".compare", "CompareError"),
     "RayBackend": (".ray_backend", "RayBackend"),
     "RayUnavailable": (".ray_backend", "RayUnavailable"),
+    "tasks_from": (".tasks", "tasks_from"),
 }
 
 __all__ = list(_LAZY)

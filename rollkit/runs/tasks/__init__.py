@@ -13,8 +13,9 @@ own do, scored by that framework's own scorer code:
 Which adapter takes a source is decided here, from the source's shape alone
 (a string's prefix or file suffix, the module an object's class comes from),
 so neither framework is imported until its adapter runs. A third framework
-plugs in by adding one `Source` to `SOURCES`. This package does not run
-rollouts; its tasks are ordinary `rk.Task` subclasses.
+plugs in by adding one `Source` to `SOURCES`. This package owns the
+adapters only: it does not run rollouts (its tasks are ordinary `rk.Task`
+subclasses) and does not import `rollkit.notebook` or `rollkit.examples`.
 """
 
 from __future__ import annotations
@@ -25,19 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import UsageError
-from ...core.task import Task
+from .tasklist import TaskList
 
 __all__ = ["Source", "SOURCES", "TaskList", "tasks_from"]
-
-
-class TaskList(list):  # type: ignore[type-arg]
-    """The tasks of one source, in its order. `repeats` is how many times the
-    source runs each (an inspect task's `epochs`; 1 otherwise): pass it on,
-    `rk.evaluate(agent, tasks, repeats=tasks.repeats)`."""
-
-    def __init__(self, tasks: list[Task], repeats: int = 1) -> None:
-        super().__init__(tasks)
-        self.repeats = repeats
 
 
 def _type_modules(source: Any) -> set[str]:

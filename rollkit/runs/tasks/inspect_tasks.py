@@ -17,8 +17,9 @@ one value is the reward, several (or a dict value) are metrics, as
 rollkit.runs.formats.inspect_log reads a log. A scorer that raises records a
 signal error on that trace and leaves the others.
 
-The key is the sample's id (inspect numbers a sample without one from 1,
-and so does rollkit). The data holds the sample (input as the prompt,
+The key is the sample's id, else the task name and the sample's index; the
+trace records the sample id as inspect's eval gives it (a sample without
+one numbered by its position from 1). The data holds the sample (input as the prompt,
 target, choices, metadata) and where the inspect task came from: a file and
 name (and arguments) rebuild it in a new process; a task built in memory
 rebuilds only in the process that built it. Refused, naming the sample: a
@@ -45,12 +46,12 @@ from ...core.task import Task, TaskData
 from ...core.tools import Tool, Toolset
 from ...core.trace import Trace
 from ..formats.inspect_log import chat_messages
-from . import TaskList
+from .tasklist import TaskList
 
 __all__ = ["InspectData", "InspectTask", "build"]
 
 # Solvers that are agents of their own: the rollkit agent under test replaces them.
-AGENT_SOLVERS = {"inspect_ai/basic_agent", "inspect_ai/react", "inspect_ai/human_agent"}
+AGENT_SOLVERS = {"inspect_ai/basic_agent", "inspect_ai/basic_agent_loop", "inspect_ai/react", "inspect_ai/human_agent"}
 _UNSUPPORTED_CONTENT = {"audio", "video", "image"}
 
 # inspect tasks loaded in this process, by their `source` (see InspectData).
@@ -104,27 +105,31 @@ def _state(sample: Any, sample_id: int | str, epoch: int, model: str) -> Any:
     )
 
 
+def _walk(solver: Any, replaced: list[str]) -> list[Any]:
+    """A solver as its steps, chains opened, each agent (named in `replaced`) a plain generate."""
+    from inspect_ai._util.registry import is_registry_object, registry_info
+    from inspect_ai.solver._chain import Chain
+
+    name = registry_info(solver).name if is_registry_object(solver) else ""
+    if name in AGENT_SOLVERS:
+        replaced.append(name)
+        return [inspect_ai_solver.generate()]
+    if isinstance(solver, Chain):
+        return [step for inner in solver for step in _walk(inner, replaced)]
+    return [solver]
+
+
 def _solver_steps(task: Any) -> list[Any]:
     """The task's solver as a list of steps, agents replaced by a plain generate."""
-    from inspect_ai._util.registry import is_registry_object, registry_info
-    from inspect_ai.solver._chain import unroll
-
-    steps = []
-    for step in unroll(task.solver) if task.solver is not None else [inspect_ai_solver.generate()]:
-        name = registry_info(step).name if is_registry_object(step) else ""
-        steps.append(inspect_ai_solver.generate() if name in AGENT_SOLVERS else step)
-    return steps
+    return _walk(task.solver, []) if task.solver is not None else [inspect_ai_solver.generate()]
 
 
 def agent_solvers(task: Any) -> list[str]:
     """The agent solvers of `task` the rollkit agent replaces."""
-    from inspect_ai._util.registry import is_registry_object, registry_info
-    from inspect_ai.solver._chain import unroll
-
-    if task.solver is None:
-        return []
-    return [registry_info(s).name for s in unroll(task.solver) if is_registry_object(s) and
-            registry_info(s).name in AGENT_SOLVERS]
+    replaced: list[str] = []
+    if task.solver is not None:
+        _walk(task.solver, replaced)
+    return replaced
 
 
 async def shape(task: Any, sample: Any, sample_id: int | str) -> Any:
@@ -218,7 +223,10 @@ class InspectTask(Task):
 
     def __init__(self, data: InspectData | None = None, /, *, tools: list[Any] | None = None, **fields: Any) -> None:
         super().__init__(data, **fields)
-        self._tools = tools
+        # Rebuilt from a trace (no tools given): load the inspect task and
+        # shape the sample now, so a task that cannot be rebuilt fails here.
+        self._tools = tools if tools is not None else run_coroutine(
+            lambda: shape(self.inspect_task, self.sample, self.data.sample_id)).tools
 
     @property
     def name(self) -> str:
@@ -233,8 +241,6 @@ class InspectTask(Task):
         return self.inspect_task.dataset[self.data.index]
 
     def all_toolsets(self) -> list[Toolset]:
-        if self._tools is None:
-            self._tools = run_coroutine(lambda: shape(self.inspect_task, self.sample, self.data.sample_id)).tools
         own = [Toolset([_InspectTool(t) for t in self._tools], name="inspect")] if self._tools else []
         return [*own, *super().all_toolsets()]
 
@@ -331,20 +337,9 @@ def _resolve(source: Any, task_args: dict[str, Any]) -> tuple[Any, str, dict[str
 
 
 def _sample_ids(samples: list[Any]) -> list[int | str]:
-    """Each sample's id as inspect's eval gives it: its own, else the next
-    number no sample has (rollkit.runs.tasks keeps inspect's numbering)."""
-    seen = {str(s.id) for s in samples if s.id is not None}
-    ids: list[int | str] = []
-    auto = 0
-    for sample in samples:
-        if sample.id is None:
-            auto += 1
-            while str(auto) in seen:
-                auto += 1
-            ids.append(auto)
-        else:
-            ids.append(sample.id)
-    return ids
+    """Each sample's id as inspect's eval gives it: its own, else its
+    position from 1 (inspect's numbering of a dataset's samples)."""
+    return [index + 1 if sample.id is None else sample.id for index, sample in enumerate(samples)]
 
 
 def _check(task: Any, sample: Any, sample_id: int | str) -> None:

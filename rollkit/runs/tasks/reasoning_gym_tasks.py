@@ -24,7 +24,7 @@ from ...core.errors import UsageError
 from ...core.hooks import metric, reward
 from ...core.task import Task, TaskData
 from ...core.trace import Trace
-from . import TaskList
+from .tasklist import TaskList
 
 __all__ = ["ReasoningGymData", "ReasoningGymTask", "build"]
 
@@ -54,9 +54,7 @@ def _dataset(name: str, config: dict[str, Any]) -> Any:
     key = (name, _config_json(config))
     found = _DATASETS.get(key)
     if found is None:
-        from reasoning_gym.factory import DATASETS
-
-        dataset_cls, config_cls = DATASETS[name]
+        dataset_cls, config_cls = reasoning_gym.factory.DATASETS[name]
         found = _DATASETS[key] = dataset_cls(config=config_cls(**config))
     return found
 
@@ -110,7 +108,7 @@ def provenance(data: ReasoningGymData) -> dict[str, Any]:
 
 
 def _by_name(name: str, size: int, seed: int, config: dict[str, Any]) -> tuple[str, Any]:
-    from reasoning_gym.factory import DATASETS
+    DATASETS = reasoning_gym.factory.DATASETS  # noqa: N806 - reasoning-gym's name
 
     if name not in DATASETS:
         close = difflib.get_close_matches(name, list(DATASETS), n=3)
@@ -128,9 +126,7 @@ def _by_name(name: str, size: int, seed: int, config: dict[str, Any]) -> tuple[s
 
 
 def _name_of(dataset: Any) -> str:
-    from reasoning_gym.factory import DATASETS
-
-    for name, (dataset_cls, _config) in DATASETS.items():
+    for name, (dataset_cls, _config) in reasoning_gym.factory.DATASETS.items():
         if type(dataset) is dataset_cls:
             return name
     raise UsageError(f"{type(dataset).__name__} is not a dataset registered with reasoning-gym "
