@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from ...core._gcpause import paused
 from ...core._dependencies import inspect_ai_model, inspect_ai_scorer, inspect_ai_solver
 from ...core.errors import UsageError
 from ...core.hooks import reward
@@ -132,14 +133,15 @@ def agent_solvers(task: Any) -> list[str]:
     return replaced
 
 
-async def shape(task: Any, sample: Any, sample_id: int | str) -> Any:
-    """The TaskState the solver leaves at its first `generate`: the prompt and tools."""
+async def shape(task: Any, sample: Any, sample_id: int | str, steps: list[Any] | None = None) -> Any:
+    """The TaskState the solver (`steps`, else the task's) leaves at its
+    first `generate`: the prompt and tools."""
     async def generate(state: Any, *args: Any, **kwargs: Any) -> Any:
         raise _Generated(state)
 
     state = _state(sample, sample_id, 1, "rollkit/agent")
     try:
-        for step in _solver_steps(task):
+        for step in steps if steps is not None else _solver_steps(task):
             state = await step(state, generate)
     except _Generated as reached:
         return reached.state
@@ -382,8 +384,6 @@ def _json_args(args: dict[str, Any]) -> dict[str, Any]:
 
 def build(source: Any, *, task_args: dict[str, Any] | None = None) -> TaskList:
     """The samples of an inspect task as rollkit tasks (see the module docstring)."""
-    import inspect_ai
-
     task, where, args = _resolve(source, dict(task_args or {}))
     replaced = agent_solvers(task)
     if replaced:
@@ -394,19 +394,31 @@ def build(source: Any, *, task_args: dict[str, Any] | None = None) -> TaskList:
     for sample, sample_id in zip(samples, ids):
         _check(task, sample, sample_id)
 
-    async def shape_all() -> list[Any]:
-        return [await shape(task, sample, sample_id) for sample, sample_id in zip(samples, ids)]
+    steps = _solver_steps(task)
 
-    states = run_coroutine(shape_all)
+    async def shape_all() -> list[Any]:
+        return [await shape(task, sample, sample_id, steps) for sample, sample_id in zip(samples, ids)]
+
+    with paused():  # a bulk build that frees nothing (rollkit.core._gcpause)
+        states = run_coroutine(shape_all)
+        tasks = _tasks(task, where, args, samples, ids, states)
+    return TaskList(tasks, repeats=int(task.epochs or 1))
+
+
+def _tasks(task: Any, where: str, args: dict[str, Any], samples: list[Any], ids: list[int | str],
+           states: list[Any]) -> list[InspectTask]:
+    import inspect_ai
+
     version = inspect_ai.__version__
     epochs = int(task.epochs or 1)
+    task_args = _json_args(args)
     tasks = []
     for index, (sample, sample_id, state) in enumerate(zip(samples, ids, states)):
         system, prompt = _prompt(task, state, sample_id)
         data = InspectData(
             id=str(sample.id) if sample.id is not None else f"{task.name}:{index}", prompt=prompt,
-            system_prompt=system, task=task.name, source=where, task_args=_json_args(args), sample_id=sample_id,
+            system_prompt=system, task=task.name, source=where, task_args=task_args, sample_id=sample_id,
             index=index, target=sample.target, choices=sample.choices, metadata=sample.metadata or {},
             epochs=epochs, framework_version=version)
         tasks.append(InspectTask(data, tools=list(state.tools)))
-    return TaskList(tasks, repeats=epochs)
+    return tasks

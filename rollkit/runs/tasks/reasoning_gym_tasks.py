@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from ...core._dependencies import reasoning_gym
+from ...core._gcpause import paused
 from ...core.errors import UsageError
 from ...core.hooks import metric, reward
 from ...core.task import Task, TaskData
@@ -154,7 +155,11 @@ def build(source: Any, *, size: int = 500, seed: int = 0, system_prompt: str | N
         name, dataset = _name_of(source), source
     settings = dataclasses.asdict(dataset.config)
     _DATASETS.setdefault((name, _config_json(settings)), dataset)
-    system = _system_prompt(system_prompt)
+    with paused():  # a bulk build that frees nothing (rollkit.core._gcpause)
+        return TaskList(_tasks(name, dataset, settings, _system_prompt(system_prompt)))
+
+
+def _tasks(name: str, dataset: Any, settings: dict[str, Any], system: str | None) -> list[ReasoningGymTask]:
     version = _version()
     tasks = []
     for index in range(len(dataset)):
@@ -164,7 +169,7 @@ def build(source: Any, *, size: int = 500, seed: int = 0, system_prompt: str | N
                                 answer=None if entry.get("answer") is None else str(entry["answer"]),
                                 framework_version=version)
         tasks.append(ReasoningGymTask(data, entry=entry))
-    return TaskList(tasks)
+    return tasks
 
 
 def _version() -> str:
