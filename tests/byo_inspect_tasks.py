@@ -3,7 +3,8 @@ inspect user writes them (a file of @task functions, loaded as "file.py@name").
 
 `qa` scores with match() and includes() and has a tool-using sample; `mcq`
 is a multiple-choice task scored by choice(); `graded` adds a custom scorer
-with a numeric value; `broken` has a scorer that raises. `REPLIES` says what
+with a numeric value; `broken` has a scorer that raises; `judged` is scored by
+model_graded_qa with a grader model the test names. `REPLIES` says what
 the scripted model answers to each prompt (`reply(messages)`, the same for
 inspect and for rollkit), right on some samples and wrong on others.
 """
@@ -109,6 +110,26 @@ def reply(messages: list[dict[str, Any]]) -> Any:
     text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content or [])
     if last["role"] == "tool":
         return f"The tool says {text}, so the answer is {text}"
+    if "[Criterion]:" in text:
+        return grade(text)
     if "add 3 and 4" in text:
         return {"tool": "add", "arguments": {"x": 3, "y": 4}}
     return next((answer for phrase, answer in REPLIES.items() if phrase in text), "I do not know.")
+
+
+@task
+def judged() -> Task:
+    """Graded by a model: the grader is "openai/gpt-4o-mini" by name (the test points
+    OPENAI_BASE_URL and OPENAI_API_KEY at its scripted server)."""
+    from inspect_ai.scorer import model_graded_qa
+
+    return Task(dataset=[Sample(input="What is 2+2?", target="4", id="sum"),
+                         Sample(input="What is the capital of Italy?", target="Rome", id="capital")],
+                scorer=model_graded_qa(model="openai/gpt-4o-mini"))
+
+
+def grade(prompt: str) -> str:
+    """The scripted grader: correct when the submission holds the criterion's answer."""
+    submission = prompt.split("[Submission]:", 1)[-1].split("***", 1)[0]
+    criterion = prompt.split("[Criterion]:", 1)[-1].split("***", 1)[0].strip()
+    return "GRADE: C" if criterion and criterion in submission else "GRADE: I"

@@ -64,12 +64,16 @@ def _inspect_native(names: list[str], provider: ScriptedProvider, log_dir: Path)
     return scores
 
 
-def test_inspect_scores_are_inspects_own_for_match_includes_choice_and_a_tool_sample(tmp_path):
+def test_inspect_scores_are_inspects_own_for_match_includes_choice_a_grader_model_and_a_tool_sample(
+        tmp_path, monkeypatch):
     with ScriptedProvider(byo.reply) as provider:
-        native = _inspect_native(["qa", "mcq"], provider, tmp_path)
+        # model_graded_qa(model="openai/gpt-4o-mini") finds its grader here, in inspect's eval and in rollkit alike.
+        monkeypatch.setenv("OPENAI_BASE_URL", provider.url)
+        monkeypatch.setenv("OPENAI_API_KEY", provider.secret)
+        native = _inspect_native(["qa", "mcq", "judged"], provider, tmp_path)
         agent = rk.Agent(rk.OpenAIModel("scripted", base_url=provider.url, api_key=provider.secret))
         ours = {}
-        for name in ("qa", "mcq"):
+        for name in ("qa", "mcq", "judged"):
             tasks = rk.tasks_from(f"{TASKS_FILE}@{name}")
             result = rk.evaluate(agent, tasks, repeats=tasks.repeats, progress=False)
             for trace in result.traces:
@@ -85,6 +89,8 @@ def test_inspect_scores_are_inspects_own_for_match_includes_choice_and_a_tool_sa
         "5": {"match": 0.0, "includes": 0.0}}
     assert {k[1:]: v["choice"] for k, v in native.items() if k[0] == "mcq"} == {
         ("fr", 1): 1.0, ("fr", 2): 1.0, ("planet", 1): 0.0, ("planet", 2): 0.0, ("prime", 1): 1.0, ("prime", 2): 1.0}
+    assert {k[1]: v for k, v in native.items() if k[0] == "judged"} == {
+        "sum": {"model_graded_qa": 1.0}, "capital": {"model_graded_qa": 0.0}}
     assert any(m.get("role") == "tool" for body in provider.requests for m in body["messages"])
 
 
