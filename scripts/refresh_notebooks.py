@@ -4,8 +4,9 @@
 
 Each notebook runs in a fresh kernel from its own folder. Text and HTML
 outputs are kept, for a reader on GitHub to learn from; widget and plotly
-outputs are dropped, because they need a live kernel to show anything (the
-test command runs every notebook under nbval, which compares none of them).
+outputs are dropped, with the widgets' saved state, because they need a live
+kernel to show anything (the test command runs every notebook under nbval,
+which compares none of them).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def refresh(path: Path) -> None:
         if cell.cell_type != "code":
             continue
         cell.outputs = [o for o in cell.outputs if not any(kind in o.get("data", {}) for kind in LIVE)]
+    # The widgets' saved state serves only the widget outputs dropped above (megabytes of it for a panel).
+    nb.metadata.pop("widgets", None)
     nbformat.write(nb, path)
     print(f"refreshed {path}")
 

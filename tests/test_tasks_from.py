@@ -311,3 +311,25 @@ def test_a_missing_framework_names_the_extra_to_install():
               "try:\n    rk.tasks_from('reasoning_gym:leg_counting')\nexcept rk.Unavailable as e:\n    print(e)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert "pip install 'rollkit[reasoning-gym]'" in done.stdout, done.stderr
+
+
+def test_turn_values_replays_and_the_inspect_export_work_on_these_tasks_unchanged(tmp_path):
+    tasks = [*rk.tasks_from(f"{TASKS_FILE}@qa")[3:4], *rk.tasks_from(byo.mcq)[:1]]
+    traces = {t.task.key: t for t in rk.evaluate(_scripted_agent(), tasks, progress=False).traces}
+    tool_trace, mcq_trace = traces["tool-add"], traces["fr"]
+    values = rk.turn_values(tool_trace, _scripted_agent(), n=2, progress=False,
+                            success=lambda t: t.metrics.get("match") == 1.0)
+    # From the start the continuations call the task's tool again; each is scored by inspect's match().
+    assert [(row["action"], row["successes"], row["forked"]) for row in values.rows] == [
+        ("(start)", 2, True), ('add({"x": 3, "y": 4})', 2, True), ("The tool says 7, so the answer is 7", 1, False)]
+    @rk.stop
+    def after_the_tool(request: rk.Request) -> bool:
+        return any(m.role == "tool" for m in request.messages)
+
+    rows = rk.replay_hooks([tool_trace, mcq_trace], [after_the_tool])
+    assert sorted(zip(rows["task_key"], rows["turn"], rows["fired"])) == [
+        ("fr", 1, False), ("tool-add", 1, False), ("tool-add", 2, True)]
+    path = tmp_path / "run.eval"
+    rk.save([tool_trace, mcq_trace], path, format="inspect")
+    back = {t.task.key: t for t in rk.load(path)}
+    assert back["tool-add"].metrics["match"] == 1.0 and back["fr"].reward == mcq_trace.reward == 1.0
