@@ -333,3 +333,10 @@ def test_turn_values_replays_and_the_inspect_export_work_on_these_tasks_unchange
     rk.save([tool_trace, mcq_trace], path, format="inspect")
     back = {t.task.key: t for t in rk.load(path)}
     assert back["tool-add"].metrics["match"] == 1.0 and back["fr"].reward == mcq_trace.reward == 1.0
+
+
+def test_import_rollkit_and_reaching_tasks_from_load_neither_framework():
+    script = ("import sys, rollkit as rk\nrk.tasks_from\n"
+              "print(sorted(m for m in ('inspect_ai', 'reasoning_gym') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "[]", done.stderr
