@@ -75,7 +75,7 @@ def test_inspect_scores_are_inspects_own_for_match_includes_choice_a_grader_mode
         ours = {}
         for name in ("qa", "mcq", "judged"):
             tasks = rk.tasks_from(f"{TASKS_FILE}@{name}")
-            result = rk.evaluate(agent, tasks, repeats=tasks.repeats, progress=False)
+            result = rk.evaluate(agent, tasks, progress=False)  # repeats: the task's epochs (mcq: 2)
             for trace in result.traces:
                 source = trace.info["source"]
                 assert source["framework"] == "inspect-ai" and source["task"] == name
