@@ -173,6 +173,17 @@ def test_inspect_keys_prompts_and_provenance_follow_the_source():
     assert tasks[4].data.metadata == {"kind": "arith"} and tasks[4].data.target == "7"
     assert [t.name for t in tasks[0].all_toolsets()[0].tools.values()] == ["add"]
     assert tasks[0].data.source == f"{TASKS_FILE.resolve()}@qa"
+    from inspect_ai import Task
+    from inspect_ai.dataset import Sample
+    from inspect_ai.solver import generate, system_message, user_message
+
+    set_up = rk.tasks_from(Task(name="setup", dataset=[Sample(input="Hi")], setup=system_message("From setup."),
+                                solver=[system_message("Then the solver."), generate()]))
+    assert set_up[0].data.system_prompt == "From setup.\n\nThen the solver."  # inspect runs the setup first
+    two_turns = Task(name="two", dataset=[Sample(input="Hi", id="h", metadata={"who": "Ann"})],
+                     solver=[user_message("I am {who}."), generate()])
+    with pytest.raises(rk.UsageError, match=r"sample 'h' of task 'two' opens with the messages \(user, user\)"):
+        rk.tasks_from(two_turns)
     mcq = rk.tasks_from(byo.mcq)
     assert mcq.repeats == 2 and mcq[0].data.choices == ["Rome", "Paris", "Oslo"]
     assert "A) Rome\nB) Paris\nC) Oslo" in mcq[0].data.prompt

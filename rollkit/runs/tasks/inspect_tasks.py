@@ -121,8 +121,10 @@ def _walk(solver: Any, replaced: list[str]) -> list[Any]:
 
 
 def _solver_steps(task: Any) -> list[Any]:
-    """The task's solver as a list of steps, agents replaced by a plain generate."""
-    return _walk(task.solver, []) if task.solver is not None else [inspect_ai_solver.generate()]
+    """The task's setup and solver as a list of steps (inspect runs `setup`
+    first), agents replaced by a plain generate."""
+    setup = _walk(task.setup, []) if task.setup is not None else []
+    return [*setup, *(_walk(task.solver, []) if task.solver is not None else [inspect_ai_solver.generate()])]
 
 
 def agent_solvers(task: Any) -> list[str]:
