@@ -65,6 +65,7 @@ _LAZY = {
     "frames": ("rollkit.analysis.frames", None),
     "plots": ("rollkit.notebook.plots", None),
     "replay_hooks": ("rollkit.notebook.whatif", "replay_hooks"),
+    "tasks_from": ("rollkit.interop.tasks", "tasks_from"),
 }
 
 __all__ = [

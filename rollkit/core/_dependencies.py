@@ -1,8 +1,8 @@
 """The heavy third-party modules rollkit uses, named in one place and
 imported on first use.
 
-A module that needs pyarrow, pandas, numpy, DuckDB, plotly, IPython, tqdm
-or inspect-ai imports its name from here at its top (`from
+A module that needs pyarrow, pandas, numpy, DuckDB, plotly, IPython, tqdm,
+inspect-ai or reasoning-gym imports its name from here at its top (`from
 ..core._dependencies import pa`), so its dependencies read where a reader
 looks for them, while `import rollkit` loads none of them: each name is a
 stand-in module that imports the real one when an attribute is first read
@@ -23,7 +23,7 @@ from .errors import Unavailable
 
 __all__ = ["duckdb", "go", "inspect_ai", "inspect_ai_constants", "inspect_ai_dataset", "inspect_ai_event",
            "inspect_ai_log", "inspect_ai_model", "inspect_ai_scorer", "inspect_ai_solver", "inspect_ai_tool",
-           "ipython_display", "load", "np", "pa", "pandas", "pc", "pd", "pq", "tqdm_auto"]
+           "ipython_display", "load", "np", "pa", "pandas", "pc", "pd", "pq", "reasoning_gym", "tqdm_auto"]
 
 
 class _Deferred(types.ModuleType):
@@ -78,3 +78,4 @@ inspect_ai_model = _Deferred("inspect_ai.model", "inspect")
 inspect_ai_scorer = _Deferred("inspect_ai.scorer", "inspect")
 inspect_ai_solver = _Deferred("inspect_ai.solver", "inspect")
 inspect_ai_tool = _Deferred("inspect_ai.tool", "inspect")
+reasoning_gym = _Deferred("reasoning_gym", "reasoning-gym")

@@ -320,7 +320,7 @@ def _plan(
     agent: Agent,
     tasks: Any,
     *,
-    repeats: int,
+    repeats: int | None,
     concurrency: int,
     out: str | os.PathLike[str] | None,
     resume: bool,
@@ -333,6 +333,8 @@ def _plan(
     if not isinstance(agent, Agent):
         raise _BadType(f"agent must be a rk.Agent (e.g. rollkit.examples.demo_agent()), got {type(agent).__name__}")
     task_list = _task_list(tasks)
+    if repeats is None:  # the source's own count (rollkit.interop.tasks.TaskList: an inspect task's epochs)
+        repeats = getattr(tasks, "repeats", 1)
     _whole("repeats", repeats, "how many times each task runs")
     _whole("concurrency", concurrency, "how many rollouts run at once")
     try:
@@ -637,7 +639,7 @@ def evaluate_async(
     agent: Agent,
     tasks: Iterable[Task] | Task,
     *,
-    repeats: int = 1,
+    repeats: int | None = None,
     concurrency: int = 32,
     out: str | os.PathLike[str] | None = None,
     resume: bool = False,
@@ -660,11 +662,13 @@ def evaluate_async(
 
 
 def evaluate(
-    agent: Agent, tasks: Iterable[Task] | Task, *, repeats: int = 1, concurrency: int = 32,
+    agent: Agent, tasks: Iterable[Task] | Task, *, repeats: int | None = None, concurrency: int = 32,
     out: str | os.PathLike[str] | None = None, resume: bool = False, backend: Any = "local",
     progress: bool = True, group_scorers: Any = None, user: Any = None, otel: Any = None,
 ) -> Any:
     """Run every task `repeats` times, at most `concurrency` rollouts at once.
+    `repeats` defaults to the task list's own (`rk.tasks_from` of an inspect
+    task gives its `epochs`), else 1.
 
     - `out=DIR` writes a run folder: each trace is appended to DIR/traces.jsonl
       the moment it finishes; `resume=True` continues the run in DIR,

@@ -73,7 +73,7 @@ from ...core._dependencies import (
     inspect_ai_tool,
 )
 
-__all__ = ["sniff", "read", "write"]
+__all__ = ["sniff", "read", "write", "chat_messages"]
 
 EXTRA = "pip install 'rollkit[inspect]' (inspect-ai)"
 _JSON_HEAD = re.compile(rb'\s*\{\s*"version"\s*:\s*\d+\s*,\s*"status"\s*:')
@@ -658,7 +658,8 @@ def _content(message: Any) -> Any:
     return [_part(p) for p in parts] if parts is not None else (message.content or "")
 
 
-def _chat(messages: list[Any], failed: dict[str, Any] | None = None) -> list[Any]:
+def chat_messages(messages: list[Any], failed: dict[str, Any] | None = None) -> list[Any]:
+    """rollkit messages as inspect-ai's chat messages (`failed`: tool errors by call id)."""
     out: list[Any] = []
     for message in messages:
         content = _content(message)
@@ -725,19 +726,19 @@ def _events(trace: Trace, model: str) -> list[Any]:
         if position is None:  # a failed attempt (or a reply the history no longer holds): no output
             output = inspect_ai_model.ModelOutput(model=model, choices=[], usage=_inspect_usage(call.usage))
             events.append(inspect_ai_event.ModelEvent(
-                model=model, input=_chat(trace.request_of(call) or []), tools=[], tool_choice="auto",
+                model=model, input=chat_messages(trace.request_of(call) or []), tools=[], tool_choice="auto",
                 config=inspect_ai_model.GenerateConfig(), output=output, timestamp=_moment(call.start), completed=_moment(call.end),
                 error=f"{call.error.type}: {call.error.message}" if call.error is not None else "no reply",
                 traceback=(call.error.traceback or None) if call.error is not None else None))
             continue
         reply = trace.messages[position]
-        output = inspect_ai_model.ModelOutput.from_message(_chat([reply])[0])
+        output = inspect_ai_model.ModelOutput.from_message(chat_messages([reply])[0])
         output.model = model
         output.usage = _inspect_usage(call.usage)
         output.time = call.end - call.start
         if call.finish_reason in ("stop", "tool_calls", "max_tokens", "model_length", "content_filter", "unknown"):
             output.choices[0].stop_reason = call.finish_reason  # type: ignore[assignment]
-        events.append(inspect_ai_event.ModelEvent(model=model, input=_chat(trace.messages[:position]), tools=[], tool_choice="auto",
+        events.append(inspect_ai_event.ModelEvent(model=model, input=chat_messages(trace.messages[:position]), tools=[], tool_choice="auto",
                                  config=inspect_ai_model.GenerateConfig(), output=output, timestamp=_moment(call.start),
                                  completed=_moment(call.end)))
         for tool_call in reply.tool_calls:  # type: ignore[union-attr]
@@ -776,7 +777,7 @@ def _sample(trace: Trace, epoch: int) -> Any:
     return inspect_ai_log.EvalSample(
         id=trace.info.get("sample_id") or trace.task.key, epoch=epoch, input=first_user,
         target=str(trace.task.data.get("target") or trace.task.data.get("answer") or ""),
-        messages=_chat(trace.messages, _failed_tools(trace)), output=output, scores=scores or None,
+        messages=chat_messages(trace.messages, _failed_tools(trace)), output=output, scores=scores or None,
         model_usage={model: total} if total is not None else {}, events=_events(trace, model),
         metadata={"rollkit_trace_id": trace.id, "rollkit_task_type": trace.task.type, "stop": trace.stop,
                   "rollkit_agent": trace.agent,

@@ -1,0 +1,426 @@
+"""inspect-ai tasks as rollkit tasks, scored through inspect's own scorer code.
+
+A `Task`, a `@task` function or `"file.py@name"` gives one rollkit task per
+sample. The task's solver runs twice, as inspect's own code, around the
+rollkit agent: before the rollout, up to its first `generate`, which shapes
+the prompt (`system_message`, `prompt_template`, `user_message`,
+`multiple_choice`'s question, `use_tools`'s tools); and at scoring, where
+that `generate` hands back the rollout's conversation, so what a solver does
+after it (`multiple_choice` marking the chosen answer) runs on the real
+reply. Later `generate` calls (a critique loop) leave the state as it is. A
+solver that is itself an agent (`basic_agent`, `react`) is replaced by the
+rollkit agent under test, said once as a warning.
+
+Each of the task's scorers then runs as inspect calls it (`scorer(state,
+target)`), its value read with inspect's `value_to_float`: one scorer with
+one value is the reward, several (or a dict value) are metrics, as
+rollkit.interop.formats.inspect_log reads a log. A scorer that raises records a
+signal error on that trace and leaves the others.
+
+The key is the sample's id, else the task name and the sample's index; the
+trace records the sample id as inspect's eval gives it (a sample without
+one numbered by its position from 1). The data holds the sample (input as the prompt,
+target, choices, metadata) and where the inspect task came from: a file and
+name (and arguments) rebuild it in a new process; a task built in memory
+rebuilds only in the process that built it. Refused, naming the sample: a
+sandbox other than local, input rollkit cannot hold (audio, video, images, a
+conversation beyond a system prompt and one user message).
+
+This module only builds tasks; it imports inspect-ai on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import warnings
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from ...core._gcpause import paused
+from ...core._dependencies import inspect_ai_model, inspect_ai_scorer, inspect_ai_solver
+from ...core.errors import UsageError
+from ...core.hooks import reward
+from ...core.task import Task, TaskData
+from ...core.tools import Tool, Toolset
+from ...core.trace import Trace
+from ..formats.inspect_log import chat_messages
+from .tasklist import TaskList
+
+__all__ = ["InspectData", "InspectTask", "build"]
+
+# Solvers that are agents of their own: the rollkit agent under test replaces them.
+AGENT_SOLVERS = {"inspect_ai/basic_agent", "inspect_ai/basic_agent_loop", "inspect_ai/react", "inspect_ai/human_agent"}
+_UNSUPPORTED_CONTENT = {"audio", "video", "image"}
+
+# inspect tasks loaded in this process, by their `source` (see InspectData).
+_LOADED: dict[str, Any] = {}
+
+
+class InspectData(TaskData):
+    """One inspect sample and where its task came from. `source` is
+    "FILE@NAME" for a task a file defines (rebuilt from it, with
+    `task_args`), "memory:..." for one built in memory."""
+
+    task: str
+    source: str
+    task_args: dict[str, Any] = {}
+    sample_id: int | str
+    index: int
+    target: str | list[str] = ""
+    choices: list[str] | None = None
+    metadata: dict[str, Any] = {}
+    epochs: int = 1
+    framework: str = "inspect-ai"
+    framework_version: str = ""
+
+
+class _Generated(Exception):
+    """The solver reached `generate`: the prompt is shaped."""
+
+    def __init__(self, state: Any) -> None:
+        super().__init__("generate")
+        self.state = state
+
+
+def run_coroutine(make: Callable[[], Awaitable[Any]]) -> Any:
+    """Run a coroutine to its end from sync code, in a worker thread when an
+    event loop already runs here (a notebook cell)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())  # type: ignore[arg-type]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollkit-inspect") as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()  # type: ignore[arg-type]
+
+
+def _state(sample: Any, sample_id: int | str, epoch: int, model: str) -> Any:
+    from inspect_ai._eval.task.util import sample_messages
+
+    return inspect_ai_solver.TaskState(
+        model=inspect_ai_model.ModelName(model), sample_id=sample_id, epoch=epoch, input=sample.input,
+        messages=sample_messages(sample), target=inspect_ai_scorer.Target(sample.target), choices=sample.choices,
+        metadata=sample.metadata or {},
+    )
+
+
+def _walk(solver: Any, replaced: list[str]) -> list[Any]:
+    """A solver as its steps, chains opened, each agent (named in `replaced`) a plain generate."""
+    from inspect_ai._util.registry import is_registry_object, registry_info
+    from inspect_ai.solver._chain import Chain
+
+    name = registry_info(solver).name if is_registry_object(solver) else ""
+    if name in AGENT_SOLVERS:
+        replaced.append(name)
+        return [inspect_ai_solver.generate()]
+    if isinstance(solver, Chain):
+        return [step for inner in solver for step in _walk(inner, replaced)]
+    return [solver]
+
+
+def _solver_steps(task: Any) -> list[Any]:
+    """The task's setup and solver as a list of steps (inspect runs `setup`
+    first), agents replaced by a plain generate."""
+    setup = _walk(task.setup, []) if task.setup is not None else []
+    return [*setup, *(_walk(task.solver, []) if task.solver is not None else [inspect_ai_solver.generate()])]
+
+
+def agent_solvers(task: Any) -> list[str]:
+    """The agent solvers of `task` the rollkit agent replaces."""
+    replaced: list[str] = []
+    if task.solver is not None:
+        _walk(task.solver, replaced)
+    return replaced
+
+
+async def shape(task: Any, sample: Any, sample_id: int | str, steps: list[Any] | None = None) -> Any:
+    """The TaskState the solver (`steps`, else the task's) leaves at its
+    first `generate`: the prompt and tools."""
+    async def generate(state: Any, *args: Any, **kwargs: Any) -> Any:
+        raise _Generated(state)
+
+    state = _state(sample, sample_id, 1, "rollkit/agent")
+    try:
+        for step in steps if steps is not None else _solver_steps(task):
+            state = await step(state, generate)
+    except _Generated as reached:
+        return reached.state
+    return state
+
+
+async def replay_solver(task: Any, sample: Any, sample_id: int | str, epoch: int, trace: Trace) -> Any:
+    """The TaskState after the solver ran with the rollout's conversation
+    standing for its first `generate` (what scorers read)."""
+    model = f"rollkit/{trace.agent.get('model') or 'agent'}"
+    conversation = chat_messages(trace.messages)
+    generated = False
+
+    async def generate(state: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal generated
+        if not generated:
+            generated = True
+            state.messages = list(conversation)
+            replies = [m for m in conversation if m.role == "assistant"]
+            state.output = (inspect_ai_model.ModelOutput.from_message(replies[-1]) if replies
+                            else inspect_ai_model.ModelOutput(model=model))
+        return state
+
+    state = _state(sample, sample_id, epoch, model)
+    for step in _solver_steps(task):
+        state = await step(state, generate)
+    if not generated:
+        await generate(state)
+    return state
+
+
+def _as_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    return float(inspect_ai_scorer.value_to_float()(value))
+
+
+async def score(task: Any, state: Any, target: Any, trace: Trace) -> dict[str, float | None]:
+    """Each scorer's value as inspect reads it, by inspect's scorer names
+    (a dict value as NAME.KEY); a scorer that raises is None, its error on the trace."""
+    from inspect_ai._util.registry import registry_unqualified_name
+
+    values: dict[str, float | None] = {}
+    for scorer in task.scorer or []:
+        name = registry_unqualified_name(scorer)
+        while name in values or any(k.startswith(f"{name}.") for k in values):
+            name = f"{name}{len(values) + 1}"
+        try:
+            result = await scorer(state, inspect_ai_scorer.Target(target))
+        except Exception as exc:
+            values[name] = None
+            trace.record_signal_error(name, f"inspect scorer {name!r} raised {type(exc).__name__}: {exc}")
+            continue
+        value = None if result is None else result.value
+        if isinstance(value, dict):
+            values.update({f"{name}.{k}": _as_float(v) for k, v in value.items()})
+        elif isinstance(value, list):
+            values.update({f"{name}.{i}": _as_float(v) for i, v in enumerate(value)})
+        else:
+            values[name] = _as_float(value)
+    return values
+
+
+class _InspectTool(Tool):
+    """An inspect tool, run by rollkit, described to the model as inspect describes it."""
+
+    def __init__(self, inspect_tool: Any) -> None:
+        from inspect_ai.tool import ToolDef
+
+        definition = ToolDef(inspect_tool)
+        super().__init__(definition.tool, name=definition.name, description=definition.description)
+        self.spec = {"type": "function", "function": {
+            "name": definition.name, "description": definition.description,
+            "parameters": definition.parameters.model_dump(exclude_none=True)}}
+
+
+class InspectTask(Task):
+    """One inspect sample, prompted and scored by its inspect task's own solver and scorers."""
+
+    Data = InspectData
+
+    def __init__(self, data: InspectData | None = None, /, *, tools: list[Any] | None = None, **fields: Any) -> None:
+        super().__init__(data, **fields)
+        # Rebuilt from a trace (no tools given): load the inspect task and
+        # shape the sample now, so a task that cannot be rebuilt fails here.
+        self._tools = tools if tools is not None else run_coroutine(
+            lambda: shape(self.inspect_task, self.sample, self.data.sample_id)).tools
+
+    @property
+    def name(self) -> str:
+        return self.data.task
+
+    @property
+    def inspect_task(self) -> Any:
+        return loaded(self.data.source, self.data.task_args)
+
+    @property
+    def sample(self) -> Any:
+        return self.inspect_task.dataset[self.data.index]
+
+    def all_toolsets(self) -> list[Toolset]:
+        own = [Toolset([_InspectTool(t) for t in self._tools], name="inspect")] if self._tools else []
+        return [*own, *super().all_toolsets()]
+
+    async def setup(self, ctx: Any) -> None:
+        ctx.trace.record_info(source=provenance(self.data))
+
+    @reward
+    async def inspect_scores(self, trace: Trace) -> dict[str, float | None]:
+        """The inspect task's scorers: one value is the reward, more are metrics."""
+        task = self.inspect_task
+        epoch = int(trace.info.get("repeat", 0)) + 1
+        state = await replay_solver(task, self.sample, self.data.sample_id, epoch, trace)
+        values = await score(task, state, self.sample.target, trace)
+        if len(values) == 1:
+            return values
+        for name, value in values.items():
+            trace.record_signal("metric", name, value)
+        return {}
+
+
+def provenance(data: InspectData) -> dict[str, Any]:
+    """Where the task came from, as the trace records it (`trace.info["source"]`)."""
+    return {"framework": data.framework, "version": data.framework_version, "task": data.task,
+            "sample_id": data.sample_id, "source": data.source}
+
+
+def loaded(source: str, task_args: dict[str, Any]) -> Any:
+    """The inspect task `source` names, loaded once per process."""
+    key = f"{source}|{json.dumps(task_args, sort_keys=True, default=str)}"
+    found = _LOADED.get(key)
+    if found is not None:
+        return found
+    if source.startswith("memory:"):
+        raise UsageError(
+            f"the inspect task {source.removeprefix('memory:')} was built in memory in another process, so it "
+            "cannot be rebuilt here; define it with @task in a .py file and pass 'file.py@name' to rk.tasks_from, "
+            "or pass the task: rk.fork(trace, turn=k, agent=..., task=...)"
+        )
+    found = _LOADED[key] = _load_file(source, task_args)
+    return found
+
+
+def _load_file(source: str, task_args: dict[str, Any]) -> Any:
+    from inspect_ai._eval.loader import load_tasks
+
+    path = Path(source.split("@", 1)[0])
+    if not path.is_file():
+        raise UsageError(f"inspect task file {str(path)!r} does not exist; pass 'file.py@name' with a file's path")
+    try:
+        tasks = load_tasks([source], task_args)
+    except Exception as exc:
+        raise UsageError(f"inspect could not load {source!r}: {type(exc).__name__}: {exc}") from None
+    if len(tasks) != 1:
+        names = ", ".join(t.name for t in tasks) or "none"
+        raise UsageError(f"{source!r} names {len(tasks)} inspect tasks ({names}); name one: 'file.py@name'")
+    return tasks[0]
+
+
+def _source_of(task: Any) -> tuple[str, dict[str, Any]]:
+    """Where `task` rebuilds from: its file and registry name, or memory."""
+    from inspect_ai._eval.task.constants import TASK_ALL_PARAMS_ATTR, TASK_FILE_ATTR
+    from inspect_ai._util.registry import is_registry_object, registry_unqualified_name
+
+    file = getattr(task, TASK_FILE_ATTR, None)
+    if file and is_registry_object(task) and Path(file).is_file():
+        args = getattr(task, TASK_ALL_PARAMS_ATTR, {}) or {}
+        try:
+            json.dumps(args)
+        except TypeError:
+            args = {}
+        return f"{Path(file).resolve()}@{registry_unqualified_name(task)}", args
+    return f"memory:{task.name}#{id(task):x}", {}
+
+
+def _resolve(source: Any, task_args: dict[str, Any]) -> tuple[Any, str, dict[str, Any]]:
+    """The inspect task `source` names, its `source` string and arguments."""
+    from inspect_ai._util.registry import registry_unqualified_name
+
+    if isinstance(source, str):
+        path, _, name = source.partition("@")
+        where = f"{Path(path).resolve()}@{name}" if name else str(Path(path).resolve())
+        task = loaded(where, task_args)
+        if not name:  # a file with one task: named, so a rebuild loads that one
+            where = f"{where}@{registry_unqualified_name(task)}"
+            _LOADED.setdefault(f"{where}|{json.dumps(task_args, sort_keys=True, default=str)}", task)
+        return task, where, task_args
+    if not hasattr(source, "dataset"):  # a @task function
+        source = source(**task_args)
+    elif task_args:
+        raise UsageError(f"task_args go with a @task function or 'file.py@name', not a built Task; got {sorted(task_args)}")
+    where, args = _source_of(source)
+    _LOADED.setdefault(f"{where}|{json.dumps(args, sort_keys=True, default=str)}", source)
+    return source, where, args
+
+
+def _sample_ids(samples: list[Any]) -> list[int | str]:
+    """Each sample's id as inspect's eval gives it: its own, else its
+    position from 1 (inspect's numbering of a dataset's samples)."""
+    return [index + 1 if sample.id is None else sample.id for index, sample in enumerate(samples)]
+
+
+def _check(task: Any, sample: Any, sample_id: int | str) -> None:
+    """Refuse, naming the sample, what rollkit cannot run: a non-local sandbox, non-text input."""
+    sandbox = sample.sandbox or task.sandbox
+    kind = getattr(sandbox, "type", sandbox)
+    if kind not in (None, "local"):
+        raise UsageError(
+            f"inspect sample {sample_id!r} of task {task.name!r} needs a {kind!r} sandbox, which rollkit does not run; "
+            "rollkit runs samples without a sandbox or with sandbox='local' (its own runtime)"
+        )
+    messages = [] if isinstance(sample.input, str) else sample.input
+    for message in messages:
+        for part in message.content if isinstance(message.content, list) else []:
+            if part.type in _UNSUPPORTED_CONTENT:
+                raise UsageError(
+                    f"inspect sample {sample_id!r} of task {task.name!r} has {part.type} input, which a rollkit "
+                    "task's prompt cannot hold (it is text); leave the sample out"
+                )
+
+
+def _prompt(task: Any, state: Any, sample_id: int | str) -> tuple[str | None, str]:
+    """(system prompt, prompt) of a shaped state: system messages, then one user message."""
+    messages = state.messages
+    system = [m.text for m in messages if m.role == "system"]
+    opening = len(messages) == len(system) + 1 and messages[-1].role == "user"
+    if not opening or not all(m.role == "system" for m in messages[:-1]):
+        roles = ", ".join(m.role for m in messages)
+        raise UsageError(
+            f"inspect sample {sample_id!r} of task {task.name!r} opens with the messages ({roles}); a rollkit task "
+            "opens with system prompts and one user message"
+        )
+    rest = messages[-1:]
+    return ("\n\n".join(system) or None), rest[0].text
+
+
+def _json_args(args: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(args, default=str))
+
+
+def build(source: Any, *, task_args: dict[str, Any] | None = None) -> TaskList:
+    """The samples of an inspect task as rollkit tasks (see the module docstring)."""
+    task, where, args = _resolve(source, dict(task_args or {}))
+    replaced = agent_solvers(task)
+    if replaced:
+        warnings.warn(f"inspect task {task.name!r}: its agent solver {', '.join(replaced)} is replaced by the rollkit "
+                      "agent under test (the solver's own tools and prompt are not used)", stacklevel=3)
+    samples = list(task.dataset)
+    ids = _sample_ids(samples)
+    for sample, sample_id in zip(samples, ids):
+        _check(task, sample, sample_id)
+
+    steps = _solver_steps(task)
+
+    async def shape_all() -> list[Any]:
+        return [await shape(task, sample, sample_id, steps) for sample, sample_id in zip(samples, ids)]
+
+    with paused():  # a bulk build that frees nothing (rollkit.core._gcpause)
+        states = run_coroutine(shape_all)
+        tasks = _tasks(task, where, args, samples, ids, states)
+    return TaskList(tasks, repeats=int(task.epochs or 1))
+
+
+def _tasks(task: Any, where: str, args: dict[str, Any], samples: list[Any], ids: list[int | str],
+           states: list[Any]) -> list[InspectTask]:
+    import inspect_ai
+
+    version = inspect_ai.__version__
+    epochs = int(task.epochs or 1)
+    task_args = _json_args(args)
+    tasks = []
+    for index, (sample, sample_id, state) in enumerate(zip(samples, ids, states)):
+        system, prompt = _prompt(task, state, sample_id)
+        data = InspectData(
+            id=str(sample.id) if sample.id is not None else f"{task.name}:{index}", prompt=prompt,
+            system_prompt=system, task=task.name, source=where, task_args=task_args, sample_id=sample_id,
+            index=index, target=sample.target, choices=sample.choices, metadata=sample.metadata or {},
+            epochs=epochs, framework_version=version)
+        tasks.append(InspectTask(data, tools=list(state.tools)))
+    return tasks
