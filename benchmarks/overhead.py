@@ -8,6 +8,8 @@ a warmer heap):
 
 - none: no folder (the baseline);
 - folder: `out=DIR` (traces.jsonl, live.jsonl, the live tables);
+- folder-tables: the same without the live tables (TraceLog(tables=False):
+  the JSON lines alone, their tables built by the first open);
 - folder+otel: and `otel=` a collector on 127.0.0.1 in this process (an
   `http.server` thread that reads each request and answers 200);
 - folder+silent: and `otel=` a listener on 127.0.0.1 that accepts
@@ -22,12 +24,13 @@ shares the machine; a collector that stalls the run shows in wall time), plus wh
 pandas was imported by the end (the run's path should never import it).
 
     PYTHONPATH=. python benchmarks/overhead.py [--tasks 2000] [--rounds 3] [--concurrency 32]
-        [--settings none,folder,folder+otel,folder+silent,prices]
+        [--settings none,folder,folder-tables,folder+otel,folder+silent,prices]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import shutil
 import socket
@@ -43,8 +46,10 @@ from typing import Any
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
+from rollkit.runs import evaluation
+from rollkit.runs.livetables import TraceLog
 
-SETTINGS = ("none", "folder", "folder+otel", "folder+silent", "prices")
+SETTINGS = ("none", "folder", "folder-tables", "folder+otel", "folder+silent", "prices")
 
 
 class _Taker(BaseHTTPRequestHandler):
@@ -94,6 +99,7 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurr
         options["otel"] = collectors.url(setting.split("+")[1])
     if setting == "prices":
         rk.prices({agent.model.name: {"input": 1.0, "output": 2.0}})
+    evaluation.TraceLog = functools.partial(TraceLog, tables=setting != "folder-tables")
     gc.collect()
     try:
         with warnings.catch_warnings():
@@ -102,6 +108,7 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurr
             rk.evaluate(agent, tasks, **options)
             return time.perf_counter() - t, time.process_time() - c
     finally:
+        evaluation.TraceLog = TraceLog
         if setting == "prices":
             rk.prices({agent.model.name: None})
         if "out" in options:
