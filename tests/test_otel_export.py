@@ -222,6 +222,8 @@ def _check_root(root: dict[str, Any], trace: rk.Trace) -> None:
     assert a["rollkit.task.key"] == trace.task.key
     assert a["rollkit.rollout_id"] == trace.info["rollout_id"]
     assert (a["rollkit.ok"], a["rollkit.outcome"]) == (True, "ok")
+    assert a["rollkit.total_tokens"] == a["gen_ai.usage.input_tokens"] + a["gen_ai.usage.output_tokens"]
+    assert a["rollkit.final_sequence_tokens"] == trace.num_total_tokens
     assert "rollkit.stop_condition" not in a  # ended on its own: no stop, and no None written as a value
     assert root["status_code"] == "UNSET"
 
@@ -249,6 +251,45 @@ def _check_calls(group: list[dict[str, Any]], trace: rk.Trace) -> None:
     # between the call that asked for it and the next one
     assert abs(_when(tool["start_time"]) - trace.model_calls[0].end) < 2e-6
     assert abs(_when(tool["end_time"]) - trace.model_calls[1].start) < 2e-6
+
+
+def _graphql(phoenix: _Phoenix, query: str) -> Any:
+    request = urllib.request.Request(f"{phoenix.url}/graphql", data=json.dumps({"query": query}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["data"]
+
+
+@pytest.mark.timeout(600)
+def test_phoenix_reads_each_calls_usage_cost_and_answering_model(phoenix):
+    # Issue 44: Phoenix totals the cost of a trace's LLM spans, pricing
+    # their tokens by its own table (found by llm.model_name); rollkit's own
+    # price rides as OpenInference's llm.cost.total, and the answer's model
+    # and id as the GenAI conventions name them.
+    answer = rk.Response(message=rk.AssistantMessage(content="4"), usage=rk.Usage(input_tokens=1000, output_tokens=500),
+                         model="gpt-4o-mini-2024-07-18", id="chatcmpl-44")
+    model = rk.ScriptedModel([answer], name="gpt-4o-mini")
+    rk.prices({"gpt-4o-mini": {"input": 0.15, "output": 0.6}})
+    try:
+        trace = rk.evaluate(rk.Agent(model=model), prompt_task(), progress=False).traces[0]
+    finally:
+        rk.prices({"gpt-4o-mini": None})
+    [call] = trace.model_calls
+    assert (call.response_model, call.response_id) == ("gpt-4o-mini-2024-07-18", "chatcmpl-44")
+    rk.export(trace, format="otel", endpoint=phoenix.traces_url, resource_attributes={"openinference.project.name": "cost"})
+    spans = phoenix.spans_when("cost", _expected_spans(trace))
+    [chat] = [s for s in spans if s["name"] == "chat gpt-4o-mini"]
+    a = chat["attributes"]
+    assert (a["gen_ai.response.model"], a["gen_ai.response.id"]) == ("gpt-4o-mini-2024-07-18", "chatcmpl-44")
+    assert (chat["span_kind"], a["llm.model_name"]) == ("LLM", "gpt-4o-mini")
+    assert (a["llm.token_count.prompt"], a["llm.token_count.completion"], a["llm.token_count.total"]) == (1000, 500, 1500)
+    assert a["llm.cost.total"] == pytest.approx(trace.cost_usd) == pytest.approx(0.00045)
+    [root] = [s for s in spans if s["parent_id"] is None]
+    assert root["attributes"]["rollkit.total_tokens"] == 1500 and "llm.cost.total" not in root["attributes"]
+    costs = _graphql(phoenix, "{ projects { edges { node { name costSummary { total { cost tokens } } } } } }")
+    [total] = [e["node"]["costSummary"]["total"] for e in costs["projects"]["edges"] if e["node"]["name"] == "cost"]
+    assert total["tokens"] == 1500
+    assert total["cost"] == pytest.approx(0.00045, rel=0.01)  # Phoenix's own price of gpt-4o-mini: not $0
 
 
 @pytest.mark.timeout(600)

@@ -155,6 +155,11 @@ class ModelCall(_Record):
     # cost is unknown: a partial sum would understate it).
     cost_usd: float | None = Field(default=None, exclude_if=_absent)
     cum_cost_usd: float | None = Field(default=None, exclude_if=_absent)
+    # The model that answered as its provider named it, when that is not
+    # the model asked for (a dated snapshot of it: gpt-4o-mini-2024-07-18),
+    # and the provider's id of the answer; None when it named none.
+    response_model: str | None = Field(default=None, exclude_if=_absent)
+    response_id: str | None = Field(default=None, exclude_if=_absent)
 
     @property
     def latency(self) -> float:
@@ -716,6 +721,9 @@ class Trace(_Record):
             tokens=response.tokens if response is not None else None,
             cost_usd=cost_usd,
             cum_cost_usd=self._cost_after(cost_usd, committed=response is not None),
+            # The name asked for is the agent's model: kept only when the answer names another.
+            response_model=None if response is None or response.model == self.agent.get("model") else response.model,
+            response_id=None if response is None else response.id,
         )
         if response is not None:
             _count_turn(call, response.usage, continues_prompt)

@@ -349,15 +349,19 @@ class OtelExporter:
         finally:
             self._closed = True
             if self._thread is not None:
-                self._jobs.put(_STOP)
+                self._jobs.put(_STOP)  # the thread lets go of the exporter's log when it ends
                 if not self._stuck:
                     self._thread.join()
+            else:
+                self._let_go_of_the_log()
             self._provider.shutdown()
             if self._owns_exporter:
                 self._exporter.shutdown()  # also cuts short the retries of an export still running
-            for name in (_EXPORTER_LOGGER, _COMMON_LOGGER):
-                logging.getLogger(name).removeHandler(self._said)
         return sent
+
+    def _let_go_of_the_log(self) -> None:
+        for name in (_EXPORTER_LOGGER, _COMMON_LOGGER):
+            logging.getLogger(name).removeHandler(self._said)
 
     def __repr__(self) -> str:
         where = _shown(self.endpoint) or type(self._exporter).__name__
@@ -369,6 +373,9 @@ class OtelExporter:
         while True:
             job, later = (later, None) if later is not None else (self._jobs.get(), None)
             if job is _STOP:
+                # Here, not in close: an export still running when close gave
+                # up waiting logs its failure to this handler, not to stderr.
+                self._let_go_of_the_log()
                 return
             if isinstance(job, threading.Event):
                 job.set()
@@ -547,12 +554,16 @@ class _Spans:
             "gen_ai.agent.name": name, "gen_ai.request.model": self.model, "gen_ai.conversation.id": trace.id,
             "rollkit.trace.id": trace.id, "rollkit.task.key": trace.task.key,
             "rollkit.task.type": trace.task.type, "rollkit.outcome": trace.outcome.kind,
-            "rollkit.turns": trace.num_turns, "rollkit.total_tokens": trace.num_total_tokens,
+            "rollkit.turns": trace.num_turns, "rollkit.final_sequence_tokens": trace.num_total_tokens,
+            "openinference.span.kind": "AGENT",
         }
         inputs = [c.usage.input_tokens for c in trace.model_calls if c.usage.input_tokens is not None]
         outputs = [c.usage.output_tokens for c in trace.model_calls if c.usage.output_tokens is not None]
         _set(a, "gen_ai.usage.input_tokens", sum(inputs) if inputs else None)
         _set(a, "gen_ai.usage.output_tokens", sum(outputs) if outputs else None)
+        # Every token the rollout's calls were billed for, as its spans add up
+        # (the last turn's prompt plus reply is rollkit.final_sequence_tokens).
+        a["rollkit.total_tokens"] = sum(inputs) + sum(outputs)
         _set(a, "rollkit.ok", trace.ok)
         _set(a, "rollkit.stop_condition", trace.stop_condition)
         _set(a, "rollkit.reward", trace.scored_reward)
@@ -601,8 +612,12 @@ class _Spans:
         _set(a, "gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)
         if call.finish_reason is not None:
             a["gen_ai.response.finish_reasons"] = [call.finish_reason]
+        if call.committed:
+            a["gen_ai.response.model"] = call.response_model or self.model
+        _set(a, "gen_ai.response.id", call.response_id)
         _set(a, "rollkit.dialect", call.dialect)
         _set(a, "rollkit.cost_usd", call.cost_usd)
+        a.update(_openinference_llm(self.model, call))
         _set(a, "rollkit.timing_issue", call.timing_issue)
         if self.exporter.content:
             a.update(_call_content(self.trace, call))
@@ -625,6 +640,26 @@ class _Spans:
                 a["gen_ai.tool.call.arguments"] = tool_call.arguments
                 a["gen_ai.tool.call.result"] = result.content
             self._open(f"execute_tool {tool_call.name}", under, call.end, a, "INTERNAL").end(end_time=_ns(until))
+
+
+def _openinference_llm(model: str, call: ModelCall) -> dict[str, Any]:
+    """A chat span's usage and cost as OpenInference names them, which
+    Phoenix reads (it derives its token counts from the GenAI names too, but
+    not a cost: it prices an LLM span's tokens by its own table, found by
+    `llm.model_name`): `llm.token_count.*` and rollkit's own price as
+    `llm.cost.total`, on the call's span only (a tool summing a trace's
+    spans counts each call once)."""
+    usage = call.usage
+    a: dict[str, Any] = {"openinference.span.kind": "LLM", "llm.model_name": model}
+    _set(a, "llm.token_count.prompt", usage.input_tokens)
+    _set(a, "llm.token_count.completion", usage.output_tokens)
+    if usage.input_tokens is not None or usage.output_tokens is not None:
+        a["llm.token_count.total"] = (usage.input_tokens or 0) + (usage.output_tokens or 0)
+    _set(a, "llm.token_count.prompt_details.cache_read", usage.cache_read_tokens)
+    _set(a, "llm.token_count.prompt_details.cache_write", usage.cache_write_tokens)
+    _set(a, "llm.token_count.completion_details.reasoning", usage.reasoning_tokens)
+    _set(a, "llm.cost.total", call.cost_usd)
+    return a
 
 
 def _bounds(trace: Trace) -> tuple[float, float]:
