@@ -721,14 +721,18 @@ class Trace(_Record):
             tokens=response.tokens if response is not None else None,
             cost_usd=cost_usd,
             cum_cost_usd=self._cost_after(cost_usd, committed=response is not None),
-            # The name asked for is the agent's model: kept only when the answer names another.
-            response_model=None if response is None or response.model == self.agent.get("model") else response.model,
-            response_id=None if response is None else response.id,
+            response_model=self._answering_model(response), response_id=None if response is None else response.id,
         )
         if response is not None:
             _count_turn(call, response.usage, continues_prompt)
         self.model_calls.append(call)
         return call
+
+    def _answering_model(self, response: Response | None) -> str | None:
+        """The model a response names, when it is not the one asked for (the agent's)."""
+        if response is None or response.model == self.agent.get("model"):
+            return None
+        return response.model
 
     def _cost_after(self, cost: float | None, *, committed: bool) -> float | None:
         """The running cost with one more call: a turn of unknown price makes

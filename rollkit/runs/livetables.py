@@ -10,7 +10,7 @@ built from the file when first asked for, as after any first open). The
 run's event loop only appends bytes to a queue: no part is built in it,
 and nothing the build imports (NumPy, pyarrow, DuckDB) is imported by it.
 The parts are built by DuckDB (rollkit.runs.nativebuild) in one database
-the thread keeps, on one DuckDB thread, whatever their size: the Python
+kept for the process, on one DuckDB thread, whatever their size: the Python
 build's Arrow conversion imports pandas (pyarrow looks for it on every
 `pa.array`), and pandas' objects would make every collection of the run's
 heap slower for the rest of the process. A batch is handed over every
@@ -158,8 +158,8 @@ _GAVE_UP = object()  # the builder's tables once writing them failed: the lines 
 
 class _Builder:
     """The thread that builds a log's parts from the batches of lines handed
-    to it, in order, one at a time, in one DuckDB database of one thread
-    (nativebuild.Engine) kept for the log's life. Started with the first
+    to it, in order, one at a time, in the process's DuckDB database of one
+    thread (`_engine`). Started with the first
     batch; `stop` builds what is queued and ends it."""
 
     def __init__(self, path: Path, tables: Any) -> None:
@@ -189,17 +189,12 @@ class _Builder:
             self._thread = None
 
     def _run(self) -> None:
-        from .nativebuild import Engine
-
-        engine = Engine(threads=1)  # the run's loop keeps the other core
-        try:
-            while (job := self._jobs.get()) is not None:
-                if isinstance(job, threading.Event):
-                    job.set()
-                elif self.tables is not _GAVE_UP:
-                    self._build(*job, engine)
-        finally:
-            engine.close()
+        engine = _engine()
+        while (job := self._jobs.get()) is not None:
+            if isinstance(job, threading.Event):
+                job.set()
+            elif self.tables is not _GAVE_UP:
+                self._build(*job, engine)
 
     def _build(self, data: bytes, start: int, engine: Any) -> None:
         try:
@@ -210,6 +205,23 @@ class _Builder:
         except Exception as exc:  # noqa: BLE001  the tables are a cache: whatever fails, the traces are whole
             self.tables = _GAVE_UP
             _give_up(self.path, exc)
+
+
+_engine_lock = threading.Lock()
+_engines: list[Any] = []
+
+
+def _engine() -> Any:
+    """The DuckDB database every log's thread builds in (nativebuild.Engine),
+    opened once for the process and kept: opening one, and its first
+    queries, cost each run ~15 ms of CPU more. One DuckDB thread: the run's
+    loop keeps the other core."""
+    with _engine_lock:
+        if not _engines:
+            from .nativebuild import Engine
+
+            _engines.append(Engine(threads=1))
+        return _engines[0]
 
 
 def _give_up(path: Path, exc: BaseException) -> None:
