@@ -23,9 +23,12 @@ Message and tool content is left out unless `content=True`.
 The SDK is imported when an exporter is made, never by `import rollkit`.
 Each exporter has a TracerProvider of its own (the process's global one,
 which the user's own tracing may own, is never touched), gives every span
-its recorded start and end, and sends from one background thread, so a
-live run's event loop never waits on the network. This module reads traces
-only; it writes no trace and no file.
+its recorded start and end, and sends from one background thread, the
+way the SDK's batch span processor does: rollouts wait in a bounded queue
+(a full one drops and counts them), leave in batches of up to 512 spans,
+each export given a short timeout (5 s), so a live run's event loop never
+waits on the network, and its end waits a bounded time (see `_LiveSink`).
+This module reads traces only; it writes no trace and no file.
 """
 
 from __future__ import annotations
