@@ -296,9 +296,10 @@ class TableSet:
         else (a gap before `start`, parts that no longer match) is built
         from the file, as opening it would. `engine` (a
         nativebuild.Engine the caller keeps from one add to the next) builds
-        the part natively at any size: DuckDB's database is opened once, and
-        the Python build's Arrow conversion, which imports pandas, is left
-        to the lines DuckDB cannot take."""
+        the part natively at any size while pandas is not imported: the
+        Python build's Arrow conversion imports it (left to the lines DuckDB
+        cannot take); once it is, a small part is built in Python, which
+        costs a few ms where DuckDB's fixed cost is ~60 ms of CPU."""
         end = start + len(data)
         parts = self._read_parts()
         covered = parts[-1]["end"] if parts else 0
@@ -309,7 +310,8 @@ class TableSet:
             piece = data[covered - start:]
             starts, ends, lengths = _lines(piece, _line_ends(piece))
             parts.append(self._part(piece, starts, ends, lengths, covered, sum(p["lines"] for p in parts),
-                                    self._FIRST, engine=engine, native=engine is not None))
+                                    self._FIRST, engine=engine,
+                                    native=engine is not None and "pandas" not in sys.modules))
         self._settle(parts)
 
     def _build(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
