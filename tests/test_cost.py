@@ -509,3 +509,29 @@ async def test_a_traces_html_gives_its_cost_against_its_limit_and_where_the_rate
             "<td>computed from the usage: rk.prices</td></tr>") in trace_html(trace)
     unpriced = await rk.Agent(model=careful_calculator_model()).run(arithmetic_tasks(1)[0])
     assert "<tr><th>cost</th><td>- / no limit</td><th>priced by</th><td>-</td></tr>" in trace_html(unpriced)
+
+
+@pytest.mark.parametrize("priced", [True, False])
+def test_a_rollout_reads_its_models_rates_once_and_prices_each_call_without_a_lookup(priced, monkeypatch):
+    # Issue 44: the rates are read once, when the rollout opens (which also
+    # loads the table before any agent time), never per model call; a model
+    # without a price costs no lookup per call either.
+    from rollkit.core import rollout, session
+
+    agent = demo_agent()
+    if priced:
+        rk.prices({agent.model.name: TOY_PRICES})
+    looked_up: list[str] = []
+
+    def counted(model):  # type: ignore[no-untyped-def]
+        looked_up.append(model.name)
+        return prices.model_card(model)
+
+    monkeypatch.setattr(rollout, "model_card", counted)
+    monkeypatch.setattr(session, "model_card", counted)
+    traces = rk.evaluate(agent, arithmetic_tasks(3), progress=False).traces
+    calls = [c for t in traces for c in t.model_calls]
+    assert len(calls) == 6 and looked_up == [agent.model.name] * 3  # one a rollout, none a call
+    expected = [(c.usage.input_tokens * 1000.0 + c.usage.output_tokens * 2000.0) / 1e6 if priced else None
+                for c in calls]
+    assert [c.cost_usd for c in calls] == pytest.approx(expected) if priced else [c.cost_usd for c in calls] == expected

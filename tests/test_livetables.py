@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -148,6 +150,7 @@ def test_lines_handed_over_build_the_parts_a_build_of_the_file_makes(tmp_path, m
         for i, line in enumerate(lines[1:], start=1):
             log.write(line)
             if i in (4, 7):
+                log.wait()  # the batches handed over are built (by the log's thread) before the reader looks
                 assert len(open_run(source)) == i + 1
     # Parts: the first line; 3 lines; the reader's line 4; the log's 5-6 (not
     # 4 again); the reader's line 7; the log's 8-9.
@@ -163,7 +166,8 @@ def test_a_slow_run_writes_a_part_when_its_oldest_line_has_waited_long_enough(tm
     with TraceLog(source) as log:
         for done, line in enumerate(lines, start=1):
             log.write(line)
-            assert sum(p["lines"] for p in _markers(source)) == done  # in the tables before the next line
+            log.wait()
+            assert sum(p["lines"] for p in _markers(source)) == done  # handed over before the next line
     _complete_and_fresh(source, tmp_path / "fresh")
 
 
@@ -175,7 +179,7 @@ def test_an_ab_test_writes_the_tables_of_both_arms(tmp_path, small_parts):
 
 def test_tables_that_cannot_be_written_leave_the_run_whole_and_are_built_on_open(tmp_path, small_parts, monkeypatch,
                                                                                    caplog):
-    def disk_full(self, data: bytes, start: int) -> None:
+    def disk_full(self, data: bytes, start: int, engine: object = None) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(TableSet, "add", disk_full)
@@ -205,3 +209,28 @@ def test_a_run_writes_its_rollouts_table_and_the_others_are_built_when_first_ask
     assert len(open_run(target).turns()) == 20
     assert {tuple(p["tables"]) for p in _markers(target)} == {TABLES}
     _same_as_a_fresh_build(target, tmp_path / "fresh")
+
+
+def test_a_run_builds_its_parts_off_the_event_loop_and_never_imports_pandas(tmp_path):
+    # A fresh interpreter, so what is imported is the run's own doing: parts
+    # of 50 lines, every one built by the log's thread (never the loop's),
+    # and pandas never imported (pyarrow imports it on any pa.array, and its
+    # objects slow every later collection of the run's heap).
+    code = (
+        "import sys, threading, rollkit as rk\n"
+        "from rollkit.examples import arithmetic_tasks, demo_agent\n"
+        "from rollkit.tables import columns, livetables\n"
+        "livetables._LINES = 50\n"
+        "threads, add = [], columns.TableSet.add\n"
+        "def spy(self, *args):\n"
+        "    threads.append(threading.current_thread().name)\n"
+        "    return add(self, *args)\n"
+        "columns.TableSet.add = spy\n"
+        f"rk.evaluate(demo_agent(), arithmetic_tasks(120), out={str(tmp_path / 'run')!r}, progress=False)\n"
+        "print(sorted(set(threads)), len(threads), 'pandas' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "['rollkit-tables traces.jsonl'] 3 False"
+    assert sum(p["lines"] for p in _markers(tmp_path / "run" / "traces.jsonl")) == 120
+    assert {p["build"] for p in _markers(tmp_path / "run" / "traces.jsonl")} == {"native"}

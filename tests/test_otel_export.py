@@ -22,7 +22,10 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+import warnings
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import urllib.error
 import urllib.request
 from datetime import datetime
@@ -35,6 +38,7 @@ from conftest_programs import listening_sockets
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
+from rollkit.interop.exports import otel
 from rollkit.interop.exports.otel import SEMCONV_VERSION, OtelExporter
 
 pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is a dependency of rollkit: pip install -e .")
@@ -218,6 +222,8 @@ def _check_root(root: dict[str, Any], trace: rk.Trace) -> None:
     assert a["rollkit.task.key"] == trace.task.key
     assert a["rollkit.rollout_id"] == trace.info["rollout_id"]
     assert (a["rollkit.ok"], a["rollkit.outcome"]) == (True, "ok")
+    assert a["rollkit.total_tokens"] == a["gen_ai.usage.input_tokens"] + a["gen_ai.usage.output_tokens"]
+    assert a["rollkit.final_sequence_tokens"] == trace.num_total_tokens
     assert "rollkit.stop_condition" not in a  # ended on its own: no stop, and no None written as a value
     assert root["status_code"] == "UNSET"
 
@@ -245,6 +251,45 @@ def _check_calls(group: list[dict[str, Any]], trace: rk.Trace) -> None:
     # between the call that asked for it and the next one
     assert abs(_when(tool["start_time"]) - trace.model_calls[0].end) < 2e-6
     assert abs(_when(tool["end_time"]) - trace.model_calls[1].start) < 2e-6
+
+
+def _graphql(phoenix: _Phoenix, query: str) -> Any:
+    request = urllib.request.Request(f"{phoenix.url}/graphql", data=json.dumps({"query": query}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["data"]
+
+
+@pytest.mark.timeout(600)
+def test_phoenix_reads_each_calls_usage_cost_and_answering_model(phoenix):
+    # Issue 44: Phoenix totals the cost of a trace's LLM spans, pricing
+    # their tokens by its own table (found by llm.model_name); rollkit's own
+    # price rides as OpenInference's llm.cost.total, and the answer's model
+    # and id as the GenAI conventions name them.
+    answer = rk.Response(message=rk.AssistantMessage(content="4"), usage=rk.Usage(input_tokens=1000, output_tokens=500),
+                         model="gpt-4o-mini-2024-07-18", id="chatcmpl-44")
+    model = rk.ScriptedModel([answer], name="gpt-4o-mini")
+    rk.prices({"gpt-4o-mini": {"input": 0.15, "output": 0.6}})
+    try:
+        trace = rk.evaluate(rk.Agent(model=model), prompt_task(), progress=False).traces[0]
+    finally:
+        rk.prices({"gpt-4o-mini": None})
+    [call] = trace.model_calls
+    assert (call.response_model, call.response_id) == ("gpt-4o-mini-2024-07-18", "chatcmpl-44")
+    rk.export(trace, format="otel", endpoint=phoenix.traces_url, resource_attributes={"openinference.project.name": "cost"})
+    spans = phoenix.spans_when("cost", _expected_spans(trace))
+    [chat] = [s for s in spans if s["name"] == "chat gpt-4o-mini"]
+    a = chat["attributes"]
+    assert (a["gen_ai.response.model"], a["gen_ai.response.id"]) == ("gpt-4o-mini-2024-07-18", "chatcmpl-44")
+    assert (chat["span_kind"], a["llm.model_name"]) == ("LLM", "gpt-4o-mini")
+    assert (a["llm.token_count.prompt"], a["llm.token_count.completion"], a["llm.token_count.total"]) == (1000, 500, 1500)
+    assert a["llm.cost.total"] == pytest.approx(trace.cost_usd) == pytest.approx(0.00045)
+    [root] = [s for s in spans if s["parent_id"] is None]
+    assert root["attributes"]["rollkit.total_tokens"] == 1500 and "llm.cost.total" not in root["attributes"]
+    costs = _graphql(phoenix, "{ projects { edges { node { name costSummary { total { cost tokens } } } } } }")
+    [total] = [e["node"]["costSummary"]["total"] for e in costs["projects"]["edges"] if e["node"]["name"] == "cost"]
+    assert total["tokens"] == 1500
+    assert total["cost"] == pytest.approx(0.00045, rel=0.01)  # Phoenix's own price of gpt-4o-mini: not $0
 
 
 @pytest.mark.timeout(600)
@@ -297,18 +342,67 @@ def test_content_true_sends_the_messages_as_the_conventions_json(phoenix):
 # ---- in process (the SDK's own in-memory exporter) -------------------------------------------
 
 
-def test_evaluate_otel_sends_one_batch_per_rollout_as_each_finishes():
-    batches: list[set[str]] = []
+class _Held(InMemorySpanExporter):
+    """An exporter whose first export waits until the test lets it go, so
+    rollouts queue up meanwhile; it records each batch's rollouts."""
 
-    class Recording(InMemorySpanExporter):
-        def export(self, spans):  # type: ignore[no-untyped-def]
-            batches.append({s.attributes["rollkit.task.key"] for s in spans if "rollkit.task.key" in s.attributes})
-            return super().export(spans)
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.batches: list[list[str]] = []
 
-    exporter = OtelExporter(span_exporter=Recording())
-    rk.evaluate(demo_agent(), arithmetic_tasks(3), progress=False, concurrency=1, otel=exporter)
-    assert batches == [{"arith-0-000"}, {"arith-0-001"}, {"arith-0-002"}]
-    assert exporter.close().traces == 3
+    def export(self, spans):  # type: ignore[no-untyped-def]
+        self.batches.append(sorted(s.attributes["rollkit.task.key"] for s in spans if s.parent is None))
+        self.entered.set()
+        self.release.wait(120)  # bounds a hang only: the test sets it
+        return super().export(spans)
+
+
+def test_rollouts_queued_while_an_export_runs_leave_together_in_one_batch():
+    traces = rk.evaluate(demo_agent(), arithmetic_tasks(5), progress=False).traces
+    held = _Held()
+    exporter = OtelExporter(span_exporter=held)
+    exporter.send(traces[0])
+    assert held.entered.wait(120)
+    for trace in traces[1:]:
+        exporter.send(trace)
+    held.release.set()
+    sent = exporter.close()
+    assert held.batches == [["arith-0-000"], ["arith-0-001", "arith-0-002", "arith-0-003", "arith-0-004"]]
+    assert (sent.traces, sent.spans, sent.failed, sent.dropped) == (5, 45, 0, 0)
+    assert len(held.get_finished_spans()) == 45
+
+
+def test_a_full_queue_drops_rollouts_and_counts_them_never_waiting(monkeypatch):
+    monkeypatch.setattr(otel, "_QUEUE_ROLLOUTS", 2)
+    traces = rk.evaluate(demo_agent(), arithmetic_tasks(5), progress=False).traces
+    held = _Held()
+    exporter = OtelExporter(span_exporter=held)
+    exporter.send(traces[0])
+    assert held.entered.wait(120)
+    for trace in traces[1:]:
+        exporter.send(trace)  # two queue, two are dropped: the caller goes on
+    assert (exporter.sent.failed, exporter.sent.dropped) == (18, 18)
+    held.release.set()
+    sent = exporter.close()
+    assert (sent.traces, sent.spans, sent.failed, sent.dropped) == (5, 45, 18, 18)
+    assert held.batches == [["arith-0-000"], ["arith-0-001", "arith-0-002"]]
+
+
+def test_span_count_is_what_emit_makes_for_every_kind_of_rollout():
+    from rollkit.core.outcome import Outcome
+    from rollkit.examples import support_agent, support_tasks, toy_customer
+
+    traces = [*rk.evaluate(demo_agent(), arithmetic_tasks(3), progress=False).traces,
+              *rk.evaluate(support_agent(), support_tasks(2), user=toy_customer(), progress=False).traces,
+              *rk.evaluate(demo_agent(limits=rk.RolloutLimits(max_turns=1)), arithmetic_tasks(1),
+                           progress=False).traces]
+    cut = traces[0].model_copy(deep=True)
+    Outcome("aborted", scored=False, phase="agent").record(cut)
+    for trace in [*traces, cut]:
+        memory = InMemorySpanExporter()
+        sent = rk.export(trace, format="otel", span_exporter=memory)
+        assert sent.spans == otel.span_count(trace) == len(memory.get_finished_spans()), trace.task.key
 
 
 def test_the_tracer_names_the_pinned_semantic_conventions_and_spans_keep_no_none():
@@ -432,3 +526,90 @@ def test_a_base_url_gets_the_otlp_traces_path(given, used):
     exporter = OtelExporter(given)
     assert exporter.endpoint == used
     assert exporter.close().spans == 0
+
+
+# ---- a collector that is dead, silent or refuses: the run never waits on it (issue 44) --------------
+
+
+def _silent_listener() -> socket.socket:
+    """A port on 127.0.0.1 that takes connections (the kernel's backlog) and never reads or answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    return listener
+
+
+@pytest.mark.parametrize("collector", ["silent", "refused"])
+def test_a_silent_or_refusing_collector_costs_ten_rollouts_at_most_the_export_timeout(collector):
+    listener = _silent_listener()
+    port = listener.getsockname()[1]
+    if collector == "refused":
+        listener.close()  # nobody listens there now
+    url = f"http://127.0.0.1:{port}/v1/traces"
+    try:
+        started = time.monotonic()
+        with pytest.warns(UserWarning, match=rf"90 of 90 spans were not taken by {url}") as said:
+            result = rk.evaluate(demo_agent(), arithmetic_tasks(10), progress=False, otel=url)
+        took = time.monotonic() - started
+    finally:
+        listener.close()
+    assert [t.ok for t in result.traces] == [True] * 10
+    assert len([w for w in said if "spans were not taken" in str(w.message)]) == 1  # said once
+    # One export's timeout (5 s) and the end's grace (1 s) at most, plus a
+    # loaded machine's margin; before issue 44: 70-101 s.
+    assert took < otel._TIMEOUT + otel._END_GRACE + 8, took
+
+
+def test_rk_export_to_a_silent_collector_is_a_clear_error_within_its_timeout():
+    traces = rk.evaluate(demo_agent(), arithmetic_tasks(3), progress=False).traces
+    listener = _silent_listener()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces"
+    try:
+        started = time.monotonic()
+        with pytest.raises(rk.Unavailable, match=rf"{url} did not take 27 of 27 spans \(.*timeout.*is the collector "
+                                                 "running"):
+            rk.export(traces, format="otel", endpoint=url)
+        assert time.monotonic() - started < otel._TIMEOUT + 8
+    finally:
+        listener.close()
+
+
+class _Echoes(BaseHTTPRequestHandler):
+    """A collector that refuses every batch, echoing in its reason the
+    credentials it was sent (as a careless one might)."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(401, f"refused {self.headers.get('Authorization')} {self.headers.get('X-Key')} "
+                                f"at {self.path}")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_warning_never_holds_a_credential_from_any_part_of_the_url_or_the_headers():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echoes)
+    serving = threading.Thread(target=server.serve_forever)
+    serving.start()
+    port = server.server_address[1]
+    secrets = ["user-secret", "pw-secret", "query-secret", "other%20secret", "other secret", "frag-secret",
+               "header-secret", "key-secret"]
+    url = (f"http://user-secret:pw-secret@127.0.0.1:{port}/v1/traces?api_key=query-secret&tag=other%20secret"
+           "#frag-secret")
+    exporter = OtelExporter(url, headers={"X-Key": "key-secret", "Authorization": "Bearer header-secret"}, timeout=2)
+    try:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            rk.evaluate(demo_agent(), arithmetic_tasks(2), progress=False, otel=exporter)
+        [warning] = [str(w.message) for w in said if "spans were not taken" in str(w.message)]
+        exporter.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        serving.join()
+    shown = f"http://***@127.0.0.1:{port}/v1/traces?api_key=***&tag=***#***"
+    assert f"18 of 18 spans were not taken by {shown} (" in warning
+    assert "code: 401, reason: refused Basic *** *** at /v1/traces?api_key=***&tag=***)" in warning  # echoes masked
+    assert not [s for s in secrets if s in warning] and "user-secret" not in repr(exporter)

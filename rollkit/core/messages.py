@@ -365,6 +365,8 @@ class Response(_Data):
     usage: Usage = Field(default_factory=Usage)
     finish_reason: str = "stop"
     model: str | None = None
+    # The provider's id of this answer (OpenAI's completion id), where it gave one.
+    id: str | None = Field(default=None, exclude_if=_absent)
     # Token ids and logprobs, where the endpoint returned them (OpenAIModel(logprobs=True)).
     tokens: TokenLogprobs | None = Field(default=None, exclude_if=_absent)
 

@@ -265,8 +265,9 @@ class Rollout:
         self.spec.model.check(self.id)
         if self.limits.max_cost_usd is not None:
             require_price(self.spec.model)
-        else:  # read now, so the price table never loads inside a segment's agent time
-            model_card(self.spec.model)
+        # Read now, so the price table never loads inside a segment's agent
+        # time; the session prices every call by these rates, looking up none.
+        self.session.rates = model_card(self.spec.model)
         self._state = RolloutState.OPENING
         phase = "boot"
         try:

@@ -52,6 +52,9 @@ def active_limits(limits: RolloutLimits) -> list[tuple[str, float, str]]:
     return [(name, getattr(limits, name), attr) for name, attr in LIMIT_NAMES.items() if getattr(limits, name) is not None]
 
 
+_UNREAD = object()  # Session.rates before they are read
+
+
 class Session:
     def __init__(
         self,
@@ -79,6 +82,9 @@ class Session:
         # The index the next model call gets (a fork starts after its prefix's).
         self.next_call = 0
         self._in_flight = 0
+        # The model's rates (rollkit.core.prices), read once for the rollout
+        # (Rollout.open sets them) and never per call; _UNREAD until then.
+        self.rates: Any = _UNREAD
 
     @property
     def stopped(self) -> bool:
@@ -115,9 +121,13 @@ class Session:
     def _cost(self, response: Response) -> float | None:
         """The dollars of a call that answered (rollkit.core.prices); the
         trace says once where its rates came from (`info["cost_from"]`)."""
-        card = model_card(self.model)
+        card = self.rates
         if card is None:
             return None
+        if card is _UNREAD:
+            card = self.rates = model_card(self.model)
+            if card is None:
+                return None
         if "cost_from" not in self.trace.info:
             self.trace.record_info(cost_from=f"computed from the usage: {card.source}")
         return card.cost(response.usage)

@@ -159,6 +159,11 @@ class ModelCall(_Record):
     # max_tokens, seed: `messages.SAMPLING_KEYS`), those set only; None when
     # it set none (the provider's defaults) or the trace predates the field.
     sampling: dict[str, Any] | None = Field(default=None, exclude_if=_absent)
+    # The model that answered as its provider named it, when that is not
+    # the model asked for (a dated snapshot of it: gpt-4o-mini-2024-07-18),
+    # and the provider's id of the answer; None when it named none.
+    response_model: str | None = Field(default=None, exclude_if=_absent)
+    response_id: str | None = Field(default=None, exclude_if=_absent)
 
     @property
     def latency(self) -> float:
@@ -736,11 +741,18 @@ class Trace(_Record):
             tokens=response.tokens if response is not None else None,
             cost_usd=cost_usd,
             cum_cost_usd=self._cost_after(cost_usd, committed=response is not None), sampling=sampling,
+            response_model=self._answering_model(response), response_id=None if response is None else response.id,
         )
         if response is not None:
             _count_turn(call, response.usage, continues_prompt)
         self.model_calls.append(call)
         return call
+
+    def _answering_model(self, response: Response | None) -> str | None:
+        """The model a response names, when it is not the one asked for (the agent's)."""
+        if response is None or response.model == self.agent.get("model"):
+            return None
+        return response.model
 
     def _cost_after(self, cost: float | None, *, committed: bool) -> float | None:
         """The running cost with one more call: a turn of unknown price makes

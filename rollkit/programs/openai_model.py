@@ -311,6 +311,7 @@ class OpenAIModel(Model):
             usage=_usage(completion.usage),
             finish_reason=choice.finish_reason or ("tool_calls" if calls else "stop"),
             model=completion.model or self.model,
+            id=getattr(completion, "id", None) or None,
             tokens=self._tokens(completion, choice),
         )
 

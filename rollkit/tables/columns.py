@@ -286,7 +286,7 @@ class TableSet:
         self.built_lines = sum(p["lines"] for p in parts)
         self.files = _Files(self)
 
-    def add(self, data: bytes, start: int) -> None:
+    def add(self, data: bytes, start: int, engine: Any = None) -> None:
         """Bring the tables up to `start + len(data)`, where `data` is
         complete lines just written to the source at `start` (a run writing
         its traces, rollkit.tables.livetables): the part is built from these
@@ -294,7 +294,12 @@ class TableSet:
         them back. Parts another process built meanwhile (a monitor opening
         the live run) are kept and only what they miss is added; anything
         else (a gap before `start`, parts that no longer match) is built
-        from the file, as opening it would."""
+        from the file, as opening it would. `engine` (a
+        nativebuild.Engine the caller keeps from one add to the next) builds
+        the part natively at any size while pandas is not imported: the
+        Python build's Arrow conversion imports it (left to the lines DuckDB
+        cannot take); once it is, a small part is built in Python, which
+        costs a few ms where DuckDB's fixed cost is ~60 ms of CPU."""
         end = start + len(data)
         parts = self._read_parts()
         covered = parts[-1]["end"] if parts else 0
@@ -305,7 +310,8 @@ class TableSet:
             piece = data[covered - start:]
             starts, ends, lengths = _lines(piece, _line_ends(piece))
             parts.append(self._part(piece, starts, ends, lengths, covered, sum(p["lines"] for p in parts),
-                                    self._FIRST))
+                                    self._FIRST, engine=engine,
+                                    native=engine is not None and "pandas" not in sys.modules))
         self._settle(parts)
 
     def _build(self, start: int, size: int, ordinal: int) -> list[dict[str, Any]]:
@@ -333,12 +339,13 @@ class TableSet:
 
     def _part(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
               tables: tuple[str, ...] = TABLES, built: dict[str, Any] | None = None,
-              engine: Any = None) -> dict[str, Any]:
+              engine: Any = None, native: bool = False) -> dict[str, Any]:
         """The part of `data` (the source's lines from `part_start`) built
         and written: `tables` of it, beside those of `built` (its marker);
-        `engine`: the build's DuckDB (nativebuild.Engine; None: its own)."""
+        `engine`: the build's DuckDB (nativebuild.Engine; None: its own);
+        `native`: natively at any size."""
         part = None
-        if _NATIVE and len(starts) and len(data) >= _NATIVE_MIN_BYTES:
+        if _NATIVE and len(starts) and (native or len(data) >= _NATIVE_MIN_BYTES):
             part = self._native(data, starts, ends, lengths, part_start, ordinal, tables, built, engine)
         if part is None:
             made = _python_tables(self._python_rows(data, starts, ends, part_start, ordinal, tables), tables)

@@ -23,31 +23,36 @@ Message and tool content is left out unless `content=True`.
 The SDK is imported when an exporter is made, never by `import rollkit`.
 Each exporter has a TracerProvider of its own (the process's global one,
 which the user's own tracing may own, is never touched), gives every span
-its recorded start and end, and sends from one background thread, so a
-live run's event loop never waits on the network. This module reads traces
-only; it writes no trace and no file.
+its recorded start and end, and sends from one background thread, the
+way the SDK's batch span processor does: rollouts wait in a bounded queue
+(a full one drops and counts them), leave in batches of up to 512 spans,
+each export given a short timeout (5 s), so a live run's event loop never
+waits on the network, and its end waits a bounded time (see `_LiveSink`).
+This module reads traces only; it writes no trace and no file.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import queue
+import threading
 import time
 import warnings
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 from ...core.errors import Unavailable, UsageError
 from ...core.messages import AssistantMessage, Message, SystemMessage, ToolMessage, text_of
 from ...core.trace import PHASES, ModelCall, Trace
 from ...core.events import RunSink
 
-__all__ = ["OtelExporter", "OtelSent", "SEMCONV_VERSION", "live_sink", "write"]
+__all__ = ["OtelExporter", "OtelSent", "SEMCONV_VERSION", "live_sink", "span_count", "write"]
 
 # The GenAI semantic conventions these spans follow: semantic-conventions
 # v1.41.0, the last release that held the GenAI conventions before they
@@ -59,23 +64,39 @@ __all__ = ["OtelExporter", "OtelSent", "SEMCONV_VERSION", "live_sink", "write"]
 SEMCONV_VERSION = "1.41.0"
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 
-# Spans sent per request when exporting a batch: large enough that the
-# request overhead vanishes, small enough to stay far below the exporter's
-# request size limit with content on.
+# Spans sent per request: large enough that the request overhead vanishes,
+# small enough to stay far below the exporter's request size limit with
+# content on (the SDK's batch processor sends 512 too).
 _BATCH_SPANS = 512
+# Rollouts waiting to be sent, at most: past it a live run's finished
+# rollout is dropped (counted and said at the end), never waited for; a
+# batch export (`send(wait=True)`) waits for room instead.
+_QUEUE_ROLLOUTS = 2048
+# Seconds one export may take, retries included (the OTLP exporter retries
+# a refused connection or a 5xx with backoff until then): a dead or silent
+# collector costs the sending thread this much per batch, the run nothing.
+_TIMEOUT = 5.0
+# What a live run's end waits for the queue to drain, past the export
+# timeout: a healthy collector gets the last batches, a dead one costs the
+# end of the run at most `timeout + _END_GRACE` seconds.
+_END_GRACE = 1.0
 _EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.http"
+_COMMON_LOGGER = "opentelemetry.exporter.otlp.common"
 
 
 @dataclass(frozen=True)
 class OtelSent:
     """What an exporter sent: rollouts (`traces`), spans, and the spans the
-    endpoint did not take (`failed`, with the exporter's last word on why)."""
+    endpoint did not take (`failed`, with the exporter's last word on why);
+    `dropped` of those were never sent (the queue was full, or the end's
+    wait ran out)."""
 
     traces: int
     spans: int
     failed: int = 0
     endpoint: str | None = None
     reason: str | None = None
+    dropped: int = 0
 
 
 @cache
@@ -119,14 +140,47 @@ def _otlp_exporter(endpoint: str, headers: Mapping[str, str] | None, timeout: fl
 
 def _shown(url: str | None) -> str | None:
     """A URL as messages show it: a user name or password in it (basic
-    auth some collectors take) replaced by ***."""
+    auth some collectors take), each query value (an API key some take
+    there) and a fragment replaced by ***."""
     if url is None:
         return None
     parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    return urlunsplit(parts._replace(netloc=f"***@{host}" + (f":{parts.port}" if parts.port else "")))
+    if parts.username is not None or parts.password is not None:
+        host = parts.hostname or ""
+        parts = parts._replace(netloc=f"***@{host}" + (f":{parts.port}" if parts.port else ""))
+    if parts.query:
+        pairs = [p.partition("=") for p in parts.query.split("&")]
+        parts = parts._replace(query="&".join(f"{k}={'***' if v else ''}" if eq else "***" for k, eq, v in pairs))
+    if parts.fragment:
+        parts = parts._replace(fragment="***")
+    return urlunsplit(parts)
+
+
+def _secrets(url: str | None, headers: Mapping[str, str] | None) -> tuple[str, ...]:
+    """What must never reach a message: the URL's user name, password, query
+    values and fragment, every header value, each as given and
+    percent-decoded (and the user and password as basic auth sends them),
+    longest first."""
+    found: set[str] = set()
+    if url is not None:
+        parts = urlsplit(url)
+        found.update(v for v in (parts.username, parts.password, parts.fragment) if v)
+        if parts.username is not None or parts.password is not None:  # as basic auth sends them
+            pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+            found.add(base64.b64encode(pair.encode()).decode())
+        found.update(v for _, v in parse_qsl(parts.query, keep_blank_values=True) if v)
+        found.update(p.partition("=")[2] for p in parts.query.split("&") if p.partition("=")[2])
+    found.update(str(v) for v in (headers or {}).values() if str(v))
+    found.update({unquote(v) for v in found} | {quote(v, safe="") for v in found})
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def _scrubbed(text: str | None, secrets: tuple[str, ...]) -> str | None:
+    if text is None:
+        return None
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 def _endpoint(endpoint: Any, owner: str) -> str:
@@ -150,25 +204,40 @@ class _LastWord(logging.Handler):
     the error or warning rollkit raises (and keeps the exporter's retry
     chatter off stderr)."""
 
-    def __init__(self, thread_prefix: str) -> None:
+    def __init__(self, thread_name: str) -> None:
         super().__init__(logging.WARNING)
-        self.thread_prefix = thread_prefix
+        self.thread_name = thread_name
         self.said: str | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.threadName.startswith(self.thread_prefix):
+        if record.threadName == self.thread_name:
             self.said = record.getMessage()
 
 
+_STOP = object()  # the sending thread's last job
+
+
+class _NotSent(Exception):
+    """A batch a failing batch export does not try."""
+
+
 class OtelExporter:
-    """Sends rollouts as OpenTelemetry traces (`send(trace)`), from a
-    background thread; `close()` waits for everything to be sent and says
-    what was (`OtelSent`).
+    """Sends rollouts as OpenTelemetry traces (`send(trace)`) from one
+    background thread, the way the SDK's batch span processor does: a
+    rollout is queued (at most `_QUEUE_ROLLOUTS`; past that it is dropped
+    and counted, never waited for), the thread makes its spans and sends
+    what is queued in batches of up to `_BATCH_SPANS` spans, each export
+    given `timeout` seconds, retries included. `flush(wait)` and
+    `close(wait)` wait for the queue to drain, at most `wait` seconds
+    (None: until it has); what is left then is dropped and counted; they
+    return what was sent (`OtelSent`).
 
     - `endpoint`: the collector's OTLP/HTTP traces URL (Phoenix:
       `http://HOST:6006/v1/traces`); or `span_exporter=`, any SDK span
       exporter (e.g. `InMemorySpanExporter`), instead.
     - `headers`: sent with each request (an API key, a project header).
+      Their values, and the URL's user name, password and query values,
+      never appear in a message.
     - `service_name`: the resource's `service.name`; `resource_attributes`
       adds more (e.g. `{"openinference.project.name": "evals"}` for a
       Phoenix project).
@@ -178,11 +247,11 @@ class OtelExporter:
       `agent["provider"]`, else "openai" for an OpenAI-protocol model (one
       with a `base_url`, as the conventions name whatever speaks OpenAI's
       API), else "rollkit" (a model in this process).
-    - `timeout`: seconds per request, retries included."""
+    - `timeout`: seconds per export, retries included (5)."""
 
     def __init__(self, endpoint: str | None = None, *, headers: Mapping[str, str] | None = None,
                  service_name: str = "rollkit", resource_attributes: Mapping[str, Any] | None = None,
-                 content: bool = False, provider: str | None = None, timeout: float = 10.0,
+                 content: bool = False, provider: str | None = None, timeout: float = _TIMEOUT,
                  span_exporter: Any = None) -> None:
         if (endpoint is None) == (span_exporter is None):
             raise UsageError("OtelExporter: give the collector's endpoint= (an OTLP/HTTP URL) or a span_exporter=, "
@@ -190,6 +259,8 @@ class OtelExporter:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise UsageError(f"OtelExporter: timeout must be a number of seconds > 0, got {timeout!r}")
         self.endpoint = None if endpoint is None else _endpoint(endpoint, "OtelExporter")
+        self.timeout = float(timeout)
+        self._secrets = _secrets(self.endpoint, headers)
         sdk = _sdk()
         # A span exporter the caller gave stays theirs: flushed into, never shut down.
         self._owns_exporter = span_exporter is None
@@ -202,93 +273,172 @@ class OtelExporter:
         self._api = sdk.api
         self.content = bool(content)
         self.provider = provider
-        prefix = f"rollkit-otel-{id(self):x}"
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=prefix)
-        self._said = _LastWord(prefix)
-        logging.getLogger(_EXPORTER_LOGGER).addHandler(self._said)
-        self._pending: list[Future[tuple[int, bool]]] = []
-        self.traces = self.spans = self.failed = 0
+        self._thread_name = f"rollkit-otel-{id(self):x}"
+        self._said = _LastWord(self._thread_name)
+        for name in (_EXPORTER_LOGGER, _COMMON_LOGGER):
+            logging.getLogger(name).addHandler(self._said)
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._room = threading.Condition()
+        self._queued = self._in_flight = 0  # spans of the rollouts queued, of the batch being sent
+        self._queued_rollouts = 0
+        self._thread: threading.Thread | None = None
+        self.traces = self.spans = self.failed = self.dropped = 0
+        # Each wait that runs out starts an epoch: what was queued or being
+        # sent before it is counted as dropped then, and not again.
+        self._epoch = 0
+        self._stuck = False  # the last wait ran out (the thread may be in an export still)
+        self._last_failed = False  # the last export that ended was not taken
+        # A batch export (`write`) sends nothing more once a batch failed: the rest count as failed.
+        self.fail_fast = False
         self._closed = False
 
-    # ---- sending ------------------------------------------------------------
+    # ---- the caller's side ----------------------------------------------------
     def send(self, trace: Trace, *, wait: bool = False) -> int:
-        """Queue one rollout's spans for sending; returns how many it made.
-        `wait=True` holds the caller while more than one batch is in flight
-        (an export of many rollouts stays bounded in memory)."""
+        """Queue one rollout for sending; returns how many spans it makes.
+        Never waits unless `wait=True` (a batch export: it waits for room
+        in the queue, so memory stays bounded); a full queue drops it."""
         if self._closed:
             raise UsageError("OtelExporter: this exporter is closed; make a new one")
-        made = _Spans(self, trace).emit()
-        self.traces += 1
-        self.spans += made
-        if not wait or len(self._collector.spans) >= _BATCH_SPANS:
-            self._submit(wait)
-        return made
+        count = span_count(trace)
+        with self._room:
+            self.traces += 1
+            self.spans += count
+            if self._queued_rollouts >= _QUEUE_ROLLOUTS:
+                if not wait:
+                    self.dropped += count
+                    return count
+                self._room.wait_for(lambda: self._queued_rollouts < _QUEUE_ROLLOUTS)
+            self._queued_rollouts += 1
+            self._queued += count
+            epoch = self._epoch
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
+            self._thread.start()
+        self._jobs.put((trace, count, epoch))
+        return count
 
-    def _submit(self, wait: bool) -> None:
-        batch, self._collector.spans = self._collector.spans, []
-        while self._pending and self._pending[0].done():
-            self._settle(keep=len(self._pending) - 1)  # count what is done; a live run never waits here
-        if not batch:
-            return
-        if wait:
-            self._settle(keep=1)
-        self._pending.append(self._pool.submit(self._export, batch))
-
-    def _export(self, batch: list[Any]) -> tuple[int, bool]:
-        # A collector or exporter that fails is counted, never raised into
-        # the run that sends (a live evaluation warns at its end instead).
-        try:
-            result = self._exporter.export(batch)
-        except Exception as exc:  # noqa: BLE001  whatever the exporter raises: its batch is lost, and why is said
-            self._said.said = f"{type(exc).__name__}: {exc}"
-            return len(batch), False
-        return len(batch), getattr(result, "name", str(result)) == "SUCCESS"
-
-    def _settle(self, keep: int = 0) -> None:
-        """Wait for sent batches until at most `keep` are in flight, counting failures."""
-        while len(self._pending) > keep:
-            count, ok = self._pending.pop(0).result()
-            if not ok:
-                self.failed += count
-
-    def flush(self) -> OtelSent:
-        """Send what is queued and wait for it; what was sent so far."""
-        self._submit(wait=False)
-        self._settle()
+    def flush(self, wait: float | None = None) -> OtelSent:
+        """Wait until what is queued is sent, at most `wait` seconds (None:
+        as long as that takes; and not at all, when a wait is given, if the
+        last export was not taken: a dead collector costs nothing more);
+        what is still queued or being sent then is dropped and counted.
+        What was sent so far."""
+        if self._thread is not None:
+            drained = threading.Event()
+            self._jobs.put(drained)
+            self._stuck = not drained.wait(0 if wait is not None and self._last_failed else wait)
+            if self._stuck:
+                with self._room:
+                    self._epoch += 1
+                    self.dropped += self._queued + self._in_flight
+                    self._queued = self._in_flight = 0
         return self.sent
 
     @property
     def sent(self) -> OtelSent:
-        return OtelSent(self.traces, self.spans, self.failed, _shown(self.endpoint),
-                        self._said.said if self.failed else None)
+        with self._room:
+            failed = self.failed + self.dropped
+            return OtelSent(self.traces, self.spans, failed, _shown(self.endpoint),
+                            _scrubbed(self._said.said, self._secrets) if failed else None, self.dropped)
 
-    def close(self) -> OtelSent:
-        """Send what is queued, wait for it, shut the OTLP exporter down (a
-        `span_exporter=` given is left open: it is the caller's)."""
+    def close(self, wait: float | None = None) -> OtelSent:
+        """Send what is queued (waiting at most `wait` seconds, see
+        `flush`), then stop the sending thread and shut the OTLP exporter
+        down (a `span_exporter=` given is left open: it is the caller's)."""
         if self._closed:
             return self.sent
         try:
-            sent = self.flush()
+            sent = self.flush(wait)
         finally:
             self._closed = True
-            self._pool.shutdown(wait=True)
+            if self._thread is not None:
+                self._jobs.put(_STOP)  # the thread lets go of the exporter's log when it ends
+                if not self._stuck:
+                    self._thread.join()
+            else:
+                self._let_go_of_the_log()
             self._provider.shutdown()
             if self._owns_exporter:
-                self._exporter.shutdown()
-            logging.getLogger(_EXPORTER_LOGGER).removeHandler(self._said)
+                self._exporter.shutdown()  # also cuts short the retries of an export still running
         return sent
+
+    def _let_go_of_the_log(self) -> None:
+        for name in (_EXPORTER_LOGGER, _COMMON_LOGGER):
+            logging.getLogger(name).removeHandler(self._said)
 
     def __repr__(self) -> str:
         where = _shown(self.endpoint) or type(self._exporter).__name__
         return f"OtelExporter({where!r}, sent {self.traces} rollouts, {self.spans} spans)"
 
+    # ---- the sending thread --------------------------------------------------------
+    def _run(self) -> None:
+        later: Any = None
+        while True:
+            job, later = (later, None) if later is not None else (self._jobs.get(), None)
+            if job is _STOP:
+                # Here, not in close: an export still running when close gave
+                # up waiting logs its failure to this handler, not to stderr.
+                self._let_go_of_the_log()
+                return
+            if isinstance(job, threading.Event):
+                job.set()
+                continue
+            batch, spans = [job], job[1]
+            while spans < _BATCH_SPANS:  # what else is queued already joins the batch
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if not isinstance(job, tuple):
+                    later = job
+                    break
+                batch.append(job)
+                spans += job[1]
+            self._send(batch)
+
+    def _send(self, batch: list[tuple[Trace, int, int]]) -> None:
+        with self._room:
+            self._queued_rollouts -= len(batch)
+            self._room.notify_all()
+            epoch = self._epoch
+            batch = [job for job in batch if job[2] == epoch]  # the others were counted as dropped
+            spans = sum(job[1] for job in batch)
+            if not batch:
+                return
+            self._queued -= spans
+            self._in_flight = spans
+        ok = False
+        try:
+            if self.fail_fast and self.failed:
+                raise _NotSent
+            for trace, _, _ in batch:
+                _Spans(self, trace).emit()
+            made, self._collector.spans = self._collector.spans, []
+            result = self._exporter.export(made)
+            ok = getattr(result, "name", str(result)) == "SUCCESS"
+        except _NotSent:
+            pass
+        except Exception as exc:  # noqa: BLE001  whatever the exporter raises: its batch is lost, and why is said
+            self._collector.spans = []
+            self._said.said = f"{type(exc).__name__}: {exc}"
+        with self._room:
+            self._last_failed = not ok
+            if epoch == self._epoch:
+                self._in_flight = 0
+                if not ok:
+                    self.failed += spans
+
 
 class _LiveSink(RunSink):
-    """A run's watcher (a rollkit.core.events.RunSink) that sends
-    each finished rollout; the other events carry nothing to send. Given a
-    URL it makes its exporter when the run begins and closes it at the end;
-    given an `OtelExporter` it flushes it at the end and leaves it open. A
-    failure to send is a warning at the end, never the run's error."""
+    """A run's watcher (a rollkit.runs.live.RunSink) that queues each
+    finished rollout on an `OtelExporter`; the other events carry nothing
+    to send. Given a URL it makes its exporter when the run begins and
+    closes it at the end; given an `OtelExporter` it flushes it at the end
+    and leaves it open. The end waits for what is queued at most the
+    exporter's timeout plus `_END_GRACE` seconds (6 s by default), and not
+    at all when the collector's last export failed; spans not taken
+    (refused, timed out, dropped) are one warning then, never the run's
+    error."""
 
     def __init__(self, otel: OtelExporter | str) -> None:
         self.given = otel
@@ -303,13 +453,17 @@ class _LiveSink(RunSink):
             self.exporter.send(trace)
 
     def end(self, status: str) -> None:
-        if self.exporter is None:
+        exporter = self.exporter
+        if exporter is None:
             return
-        owned = self.exporter is not self.given
-        sent = self.exporter.close() if owned else self.exporter.flush()
+        wait = exporter.timeout + _END_GRACE
+        sent = exporter.close(wait) if exporter is not self.given else exporter.flush(wait)
         if sent.failed:
+            dropped = f"; {sent.dropped} of them never sent (the queue was full or the end's wait of " \
+                      f"{wait:g} s ran out)" if sent.dropped else ""
             warnings.warn(f"rollkit: {sent.failed} of {sent.spans} spans were not taken by "
-                          f"{sent.endpoint or 'the span exporter'} ({sent.reason or 'no reason given'})", stacklevel=2)
+                          f"{sent.endpoint or 'the span exporter'} ({sent.reason or 'no reason given'}){dropped}",
+                          stacklevel=2)
 
 
 def live_sink(otel: Any) -> _LiveSink:
@@ -321,6 +475,15 @@ def live_sink(otel: Any) -> _LiveSink:
         return _LiveSink(_endpoint(otel, "rk.evaluate(otel=...)"))
     raise UsageError(f"rk.evaluate: otel= takes the OTLP/HTTP URL of a trace collector (e.g. "
                      f"'http://127.0.0.1:6006/v1/traces') or an OtelExporter, got {type(otel).__name__}")
+
+
+def span_count(trace: Trace) -> int:
+    """How many spans `_Spans(...).emit()` makes of `trace`: the rollout's,
+    one a phase, one a model call, one a tool call that was answered."""
+    answered = {m.tool_call_id for m in trace.messages if isinstance(m, ToolMessage)}
+    tools = sum(1 for call in trace.model_calls if call.committed and call.reply is not None
+                for tool_call in call.reply.tool_calls if tool_call.id in answered)
+    return 1 + len(trace.phases) + len(trace.model_calls) + tools
 
 
 # ---- one rollout's spans ----------------------------------------------------------
@@ -394,12 +557,16 @@ class _Spans:
             "gen_ai.agent.name": name, "gen_ai.request.model": self.model, "gen_ai.conversation.id": trace.id,
             "rollkit.trace.id": trace.id, "rollkit.task.key": trace.task.key,
             "rollkit.task.type": trace.task.type, "rollkit.outcome": trace.outcome.kind,
-            "rollkit.turns": trace.num_turns, "rollkit.total_tokens": trace.num_total_tokens,
+            "rollkit.turns": trace.num_turns, "rollkit.final_sequence_tokens": trace.num_total_tokens,
+            "openinference.span.kind": "AGENT",
         }
         inputs = [c.usage.input_tokens for c in trace.model_calls if c.usage.input_tokens is not None]
         outputs = [c.usage.output_tokens for c in trace.model_calls if c.usage.output_tokens is not None]
         _set(a, "gen_ai.usage.input_tokens", sum(inputs) if inputs else None)
         _set(a, "gen_ai.usage.output_tokens", sum(outputs) if outputs else None)
+        # Every token the rollout's calls were billed for, as its spans add up
+        # (the last turn's prompt plus reply is rollkit.final_sequence_tokens).
+        a["rollkit.total_tokens"] = sum(inputs) + sum(outputs)
         _set(a, "rollkit.ok", trace.ok)
         _set(a, "rollkit.stop_condition", trace.stop_condition)
         _set(a, "rollkit.reward", trace.scored_reward)
@@ -448,8 +615,12 @@ class _Spans:
         _set(a, "gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)
         if call.finish_reason is not None:
             a["gen_ai.response.finish_reasons"] = [call.finish_reason]
+        if call.committed:
+            a["gen_ai.response.model"] = call.response_model or self.model
+        _set(a, "gen_ai.response.id", call.response_id)
         _set(a, "rollkit.dialect", call.dialect)
         _set(a, "rollkit.cost_usd", call.cost_usd)
+        a.update(_openinference_llm(self.model, call))
         _set(a, "rollkit.timing_issue", call.timing_issue)
         if self.exporter.content:
             a.update(_call_content(self.trace, call))
@@ -472,6 +643,26 @@ class _Spans:
                 a["gen_ai.tool.call.arguments"] = tool_call.arguments
                 a["gen_ai.tool.call.result"] = result.content
             self._open(f"execute_tool {tool_call.name}", under, call.end, a, "INTERNAL").end(end_time=_ns(until))
+
+
+def _openinference_llm(model: str, call: ModelCall) -> dict[str, Any]:
+    """A chat span's usage and cost as OpenInference names them, which
+    Phoenix reads (it derives its token counts from the GenAI names too, but
+    not a cost: it prices an LLM span's tokens by its own table, found by
+    `llm.model_name`): `llm.token_count.*` and rollkit's own price as
+    `llm.cost.total`, on the call's span only (a tool summing a trace's
+    spans counts each call once)."""
+    usage = call.usage
+    a: dict[str, Any] = {"openinference.span.kind": "LLM", "llm.model_name": model}
+    _set(a, "llm.token_count.prompt", usage.input_tokens)
+    _set(a, "llm.token_count.completion", usage.output_tokens)
+    if usage.input_tokens is not None or usage.output_tokens is not None:
+        a["llm.token_count.total"] = (usage.input_tokens or 0) + (usage.output_tokens or 0)
+    _set(a, "llm.token_count.prompt_details.cache_read", usage.cache_read_tokens)
+    _set(a, "llm.token_count.prompt_details.cache_write", usage.cache_write_tokens)
+    _set(a, "llm.token_count.completion_details.reasoning", usage.reasoning_tokens)
+    _set(a, "llm.cost.total", call.cost_usd)
+    return a
 
 
 def _bounds(trace: Trace) -> tuple[float, float]:
@@ -541,11 +732,13 @@ def _call_content(trace: Trace, call: ModelCall) -> dict[str, str]:
 
 def write(source: Any, path: Path | None, *, endpoint: Any = None, headers: Mapping[str, str] | None = None,
           service_name: str = "rollkit", resource_attributes: Mapping[str, Any] | None = None,
-          content: bool = False, provider: str | None = None, timeout: float = 10.0,
+          content: bool = False, provider: str | None = None, timeout: float = _TIMEOUT,
           span_exporter: Any = None) -> OtelSent:
     """Send every rollout of `source` as one OTel trace (options: see
     `OtelExporter`); returns what was sent. Raises `Unavailable` naming the
-    endpoint when it did not take them."""
+    endpoint when it did not take them: the first batch it does not take
+    ends the export (within `timeout` seconds of it, for a dead or silent
+    collector), the rest unsent."""
     if path is not None:
         raise UsageError(f"rk.export(format='otel') sends spans to a collector and writes no file; drop the path "
                          f"{str(path)!r} and give endpoint='http://HOST:PORT/v1/traces'")
@@ -557,6 +750,7 @@ def write(source: Any, path: Path | None, *, endpoint: Any = None, headers: Mapp
     exporter = OtelExporter(endpoint, headers=headers, service_name=service_name,
                             resource_attributes=resource_attributes, content=content, provider=provider,
                             timeout=timeout, span_exporter=span_exporter)
+    exporter.fail_fast = True
     try:
         for trace in source.traces():
             exporter.send(trace, wait=True)

@@ -502,7 +502,8 @@ def _response(reply: AssistantMessage, call: Call) -> Response:
                                       cache_write_tokens=None, reasoning_tokens=None)
     if not isinstance(finish, str):
         return Response(message=reply, usage=usage, finish_reason=finish, tokens=call.tokens)
-    return unvalidated(Response, message=reply, usage=usage, finish_reason=finish, model=None, tokens=call.tokens)
+    return unvalidated(Response, message=reply, usage=usage, finish_reason=finish, model=None, id=None,
+                       tokens=call.tokens)
 
 
 def _time_segments(segments: list[Segment], trace: Trace, phases: dict[str, tuple[float, float | None]],

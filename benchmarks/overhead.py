@@ -1,0 +1,155 @@
+"""What the things a user turns on cost a run (issue 44), in one process.
+
+The same `rk.evaluate` of the demo agent on single-turn arithmetic tasks
+(an instant model: all the time is rollkit's) runs in each setting below,
+the settings taking turns within each round and the order rotating from one
+round to the next (no setting always runs first, after a collection, or on
+a warmer heap):
+
+- none: no folder (the baseline);
+- folder: `out=DIR` (traces.jsonl, live.jsonl, the live tables);
+- folder-tables: the same without the live tables (TraceLog(tables=False):
+  the JSON lines alone, their tables built by the first open);
+- folder+otel: and `otel=` a collector on 127.0.0.1 in this process (an
+  `http.server` thread that reads each request and answers 200);
+- folder+silent: and `otel=` a listener on 127.0.0.1 that accepts
+  connections and never answers (a hung collector);
+- prices: no folder, the model priced with `rk.prices` (each call's cost
+  computed).
+
+Printed: rollouts/s of each setting (the best of its rounds, the machine
+being shared; the median beside it) and its ratio to `none`, by wall time
+and by the process's CPU time (every thread's: steadier when other work
+shares the machine; a collector that stalls the run shows in wall time), plus whether
+pandas was imported by the end (the run's path should never import it).
+
+    PYTHONPATH=. python benchmarks/overhead.py [--tasks 2000] [--rounds 3] [--concurrency 32]
+        [--settings none,folder,folder-tables,folder+otel,folder+silent,prices]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import rollkit as rk
+from rollkit.examples import arithmetic_tasks, demo_agent
+from rollkit.runs import evaluation
+from rollkit.tables.livetables import TraceLog
+
+SETTINGS = ("none", "folder", "folder-tables", "folder+otel", "folder+silent", "prices")
+
+
+class _Taker(BaseHTTPRequestHandler):
+    """A collector that keeps nothing: reads the request, answers 200."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Collectors:
+    """The two collectors on 127.0.0.1: one that takes spans, one that never answers."""
+
+    def __init__(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Taker)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.silent = socket.socket()
+        self.silent.bind(("127.0.0.1", 0))
+        self.silent.listen(1024)  # connections complete in the backlog; nothing ever reads them
+
+    def url(self, which: str) -> str:
+        port = self.server.server_address[1] if which == "otel" else self.silent.getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1/traces"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+        self.silent.close()
+
+
+def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurrency: int) -> tuple[float, float]:
+    """One evaluation in `setting`; its wall and CPU seconds (the CPU of
+    every thread of this process: on a shared machine the steadier one)."""
+    agent = demo_agent()
+    options: dict[str, Any] = {"progress": False, "concurrency": concurrency}
+    if setting.startswith("folder"):
+        options["out"] = root / f"run-{time.monotonic_ns()}"
+    if setting in ("folder+otel", "folder+silent"):
+        options["otel"] = collectors.url(setting.split("+")[1])
+    if setting == "prices":
+        rk.prices({agent.model.name: {"input": 1.0, "output": 2.0}})
+    evaluation.TraceLog = functools.partial(TraceLog, tables=setting != "folder-tables")
+    gc.collect()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the silent collector's warning at the end
+            t, c = time.perf_counter(), time.process_time()
+            rk.evaluate(agent, tasks, **options)
+            return time.perf_counter() - t, time.process_time() - c
+    finally:
+        evaluation.TraceLog = TraceLog
+        if setting == "prices":
+            rk.prices({agent.model.name: None})
+        if "out" in options:
+            shutil.rmtree(options["out"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--settings", default=",".join(SETTINGS),
+                        help=f"comma separated, the first is the baseline (default {','.join(SETTINGS)})")
+    args = parser.parse_args()
+    settings = args.settings.split(",")
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        parser.error(f"unknown settings {unknown}; the settings are {', '.join(SETTINGS)}")
+    tasks = arithmetic_tasks(args.tasks)
+    root = Path(tempfile.mkdtemp(prefix="rollkit-overhead-"))
+    collectors = _Collectors()
+    times: dict[str, list[tuple[float, float]]] = {s: [] for s in settings}
+    try:
+        for s in settings:  # a warm-up of each (imports, the price table, the SDK): not counted
+            _run(s, tasks[:50], root, collectors, args.concurrency)
+        for r in range(args.rounds):
+            for s in settings[r % len(settings):] + settings[:r % len(settings)]:
+                times[s].append(_run(s, tasks, root, collectors, args.concurrency))
+    finally:
+        collectors.close()
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"{args.tasks} rollouts x {args.rounds} rounds, concurrency {args.concurrency}, python {sys.version.split()[0]}")
+    for label, which in (("wall", 0), ("cpu", 1)):
+        base = args.tasks / min(t[which] for t in times[settings[0]])
+        for s in settings:
+            spent = [t[which] for t in times[s]]
+            best, median = args.tasks / min(spent), args.tasks / statistics.median(spent)
+            print(f"{label:4} {s:14} {best:8.0f} rollouts/s (median {median:6.0f})  "
+                  f"ratio to {settings[0]}: {best / base:.3f}")
+    print(f"pandas imported by the end: {'pandas' in sys.modules}")
+
+
+if __name__ == "__main__":
+    main()
