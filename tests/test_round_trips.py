@@ -138,7 +138,7 @@ def test_the_generator_reaches_every_field_of_a_trace() -> None:
     defaults = json.loads(Trace(task=TaskRef(type="T", key="k")).model_dump_json())
     reached: set[str] = set()
 
-    @settings(max_examples=80, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
     @given(traces())
     def collect(trace: Trace) -> None:
         reached.update(name for name, value in json.loads(trace.model_dump_json()).items()
