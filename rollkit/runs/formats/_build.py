@@ -35,7 +35,7 @@ from ...core import _safe_read
 from ...core._sums import sum_in_order
 from ...core.outcome import Outcome
 from ...core.store import NOT_IN_SOURCE, TraceFileError
-from ...core.trace import ErrorInfo, Segment, Span, TaskRef, Trace, UserTurn, mended_times
+from ...core.trace import UNTIMED, ErrorInfo, Segment, Span, TaskRef, Trace, UserTurn, mended_times
 
 __all__ = ["Call", "Where", "build", "converting", "message", "messages", "NOT_IN_SOURCE", "number", "read_json"]
 
@@ -390,8 +390,11 @@ def _record_calls(trace: Trace, calls: list[Call], conversation: list[Message], 
     agent_time = 0.0
     answered = 0
     for n, call in enumerate(calls):
-        start = call.start if call.start is not None else (origin or 0.0)
-        start, end, timing_issue = mended_times(start, call.end if call.end is not None else start)
+        if call.start is None or call.end is None:  # not timed: a call of no length whose latency reads unknown
+            at = next((t for t in (call.end, call.start) if t is not None), origin or 0.0)
+            start, end, timing_issue = at, at, UNTIMED
+        else:
+            start, end, timing_issue = mended_times(call.start, call.end)
         agent_time += end - start
         if call.error is not None:  # the request the next reply answers (or the whole conversation)
             position = replies[answered] if answered < len(replies) else len(conversation)
@@ -518,4 +521,4 @@ def _time_segments(segments: list[Segment], trace: Trace, phases: dict[str, tupl
             segment.start, segment.end = agent[0], agent[1]
         else:
             segment.start = segment.end = origin or 0.0
-        segment.charged = sum_in_order(c.latency for c in mine)
+        segment.charged = sum_in_order(c.end - c.start for c in mine)  # an untimed call charges nothing known

@@ -356,13 +356,14 @@ traces.*.mm_token_type_id_map.** kept    source
 _V1_CHAT = _with("traces.*.nodes.*.message", _CHAT)
 
 _ATIF = """
-schema_version                   kept    source
-session_id                       kept    source
-notes                            kept    source
+schema_version                   mapped  info.schema_version
+session_id                       mapped  task.key and info.session_id
+notes                            kept    info.notes
+extra.rollkit.**                 mapped  the trace rollkit wrote, read back whole
 extra.**                         kept    source
 agent.name                       mapped  agent.name
 agent.model_name                 mapped  agent.model
-agent.version                    kept    source
+agent.version                    mapped  agent.version
 agent.extra.**                   kept    source
 steps                            mapped  trace.messages and the model calls
 steps.*.step_id                  kept    source
@@ -391,12 +392,12 @@ steps.*.metrics.logprobs.**      mapped  TokenLogprobs.logprobs
 steps.*.metrics.extra.reasoning_tokens  mapped  Usage.reasoning_tokens
 steps.*.metrics.extra.cache_creation_input_tokens  mapped  Usage.cache_write_tokens
 steps.*.metrics.extra.**         kept    source
-final_metrics.total_prompt_tokens  kept  source
-final_metrics.total_completion_tokens  kept  source
-final_metrics.total_cached_tokens  kept  source
+final_metrics.total_prompt_tokens  kept  info.final_metrics
+final_metrics.total_completion_tokens  kept  info.final_metrics
+final_metrics.total_cached_tokens  kept  info.final_metrics
 final_metrics.total_cost_usd     mapped  info.cost_usd (Trace.cost_usd)
-final_metrics.total_steps        kept    source
-final_metrics.extra.**           kept    source
+final_metrics.total_steps        kept    info.final_metrics
+final_metrics.extra.**           kept    info.final_metrics
 continued_trajectory_ref.**      kept    source
 """
 

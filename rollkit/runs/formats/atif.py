@@ -40,6 +40,7 @@ from ...core.messages import (AssistantMessage, SystemMessage, TokenLogprobs, To
 from ...core.outcome import Outcome
 from ...core.trace import TaskRef, Trace
 from . import _parse
+from .census import noted
 from ._build import Call, Where, build, number, read_json
 
 __all__ = ["sniff", "read", "write"]
@@ -221,7 +222,7 @@ def _trajectory(document: Any, where: Where) -> Trace:
               **({"notes": document["notes"]} if document.get("notes") else {}),
               **({"final_metrics": final} if final else {}),
               **({"subagent_trajectory_refs": refs} if refs else {}),
-              **({"disagreements": disagreements} if disagreements else {})},
+              **({"disagreements": disagreements} if disagreements else {}), **noted("atif", document)},
     )
 
 

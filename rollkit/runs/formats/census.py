@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Census", "Fate", "CENSUSES", "census_of", "unknown", "key_paths", "noted"]
+__all__ = ["Census", "Fate", "CENSUSES", "census_of", "unknown", "key_paths", "noted", "merged_notes"]
 
 MAPPED, KEPT, DROPPED = "mapped", "kept", "dropped"
 _FATES = (MAPPED, KEPT, DROPPED)
@@ -159,6 +159,15 @@ def noted(census_name: str, record: Any, prefix: str = "", within: str = "") -> 
         out["unmapped"] = unmapped
     if source:
         out["source"] = source
+    return out
+
+
+def merged_notes(*notes: dict[str, Any]) -> dict[str, Any]:
+    """Several records' `noted` for one trace, as one."""
+    out: dict[str, Any] = {}
+    for note in notes:
+        for key, values in note.items():
+            out.setdefault(key, {}).update(values)
     return out
 
 

@@ -63,6 +63,7 @@ from ...core.messages import (AssistantMessage, ImagePart, ReasoningPart, System
 from ...core.trace import ErrorInfo, TaskRef, Trace
 from ...core import _safe_read
 from . import _parse
+from .census import merged_notes, noted
 from ._build import Call, Where, build, kept_outcome, messages as to_messages, number, outcome_kept
 from ...core._dependencies import (
     inspect_ai_constants,
@@ -344,7 +345,8 @@ def _trace(log: Any, sample: Any, path: Path) -> Trace:
               **({"source_usage": {name: u.model_dump(exclude_none=True) for name, u in sample.model_usage.items()}}
                  if sample.model_usage else {}),
               "sample_id": sample.id, "epoch": sample.epoch, "eval_task": log.eval.task, "run_id": log.eval.run_id,
-              "example_id": str(sample.id), "repeat": sample.epoch - 1, "rollout_id": f"{sample.id}#{sample.epoch - 1}"},
+              "example_id": str(sample.id), "repeat": sample.epoch - 1, "rollout_id": f"{sample.id}#{sample.epoch - 1}",
+              **merged_notes(getattr(log, "census_notes", {}), getattr(sample, "census_notes", {}))},
         # How a rollkit trace ended, when rollkit wrote the log; else the sample's error.
         **{"errors": _error(sample), **outcome_kept(sample.metadata)},
         trace_id=kept.get("rollkit_trace_id"),
@@ -434,6 +436,7 @@ def _raw_sample(data: Any, models: Any) -> _Fields:
         limit=None if data.get("limit") is None else limit_model.model_validate(data["limit"]),
         started_at=data.get("started_at"), completed_at=data.get("completed_at"),
         working_time=None if working is None else float(working), metadata=data.get("metadata"),
+        census_notes=noted("inspect", data, "samples.*", "samples.*"),
         model_usage={name: usage_model.model_validate(u) for name, u in (data.get("model_usage") or {}).items()},
     )
 
@@ -516,8 +519,9 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
             names = {info.filename: info for info in archive.infolist()}  # a re-logged member: the last, as inspect
             if "header.json" not in names:
                 raise _NotPlain("no header: a log still being written")
-            log = _header(_safe_read.loads(_member(archive, path, names["header.json"])), log_api,
-                          inspect_ai_constants.get_deserializing_context)
+            header = _safe_read.loads(_member(archive, path, names["header.json"]))
+            log = _header(header, log_api, inspect_ai_constants.get_deserializing_context)
+            _note_header(log, header)
             # One member at a time, each parsed and read before the next (never all the JSON at once).
             samples = [_raw_sample(_safe_read.loads(_member(archive, path, info)), models)
                        for name, info in names.items() if name.startswith("samples/") and name.endswith(".json")]
@@ -529,7 +533,14 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
         raise _NotPlain("a document of another shape")
     raw = document.pop("samples", None) or []
     log = _header(document, log_api, inspect_ai_constants.get_deserializing_context)
+    _note_header(log, document)
     return log, [_raw_sample(sample, models) for sample in raw]
+
+
+def _note_header(log: Any, header: dict[str, Any]) -> None:
+    """The census's notes on the log's header (keys it does not list, what it keeps at its path),
+    for every sample's trace; kept on the log object rollkit read."""
+    object.__setattr__(log, "census_notes", noted("inspect", {k: v for k, v in header.items() if k != "samples"}))
 
 
 def _header(header: Any, log_api: Any, context: Any) -> Any:
