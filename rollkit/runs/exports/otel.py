@@ -394,8 +394,10 @@ class _Spans:
             "gen_ai.agent.name": name, "gen_ai.request.model": self.model, "gen_ai.conversation.id": trace.id,
             "rollkit.trace.id": trace.id, "rollkit.task.key": trace.task.key,
             "rollkit.task.type": trace.task.type, "rollkit.outcome": trace.outcome.kind,
-            "rollkit.turns": trace.num_turns, "rollkit.total_tokens": trace.num_total_tokens,
+            "rollkit.turns": trace.num_turns,
         }
+        if trace.num_total_tokens is not None:  # unknown when a turn did not report its usage: left out, never 0
+            a["rollkit.total_tokens"] = trace.num_total_tokens
         inputs = [c.usage.input_tokens for c in trace.model_calls if c.usage.input_tokens is not None]
         outputs = [c.usage.output_tokens for c in trace.model_calls if c.usage.output_tokens is not None]
         _set(a, "gen_ai.usage.input_tokens", sum(inputs) if inputs else None)

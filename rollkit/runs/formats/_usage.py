@@ -21,10 +21,12 @@ from ...core.messages import Usage
 __all__ = ["usage_of"]
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        return None
-    return int(value)
+def _int(value: Any) -> Any:
+    """A count as an int; None stays None; anything else is handed on as
+    it is, for Usage to refuse naming the field (a hostile file)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+        return int(value)
+    return value
 
 
 def _first(usage: dict[str, Any], *paths: str) -> int | None:
@@ -32,9 +34,8 @@ def _first(usage: dict[str, Any], *paths: str) -> int | None:
         holder: Any = usage
         for part in path.split("."):
             holder = holder.get(part) if isinstance(holder, dict) else None
-        found = _int(holder)
-        if found is not None:
-            return found
+        if holder is not None and not isinstance(holder, dict):
+            return _int(holder)
     return None
 
 
@@ -53,12 +54,13 @@ def usage_of(usage: Any) -> Usage | None:
         prompt = _first(usage, "input_tokens")
         if prompt is not None and ("cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage):
             # Anthropic's input_tokens leaves out what was read from and written to the cache.
-            prompt = (prompt or 0) + (_int(usage.get("cache_read_input_tokens")) or 0) + (
-                _int(usage.get("cache_creation_input_tokens")) or 0)
+            parts = [_int(usage.get(k)) for k in ("cache_read_input_tokens", "cache_creation_input_tokens")]
+            if isinstance(prompt, int) and all(isinstance(p, int) or p is None for p in parts):
+                prompt += sum(p or 0 for p in parts)
     output = _first(usage, "completion_tokens", "output_tokens")
     if output is None:
         output = _first(usage, "candidatesTokenCount")
-        if output is not None and reasoning is not None:
+        if isinstance(output, int) and isinstance(reasoning, int):
             output += reasoning  # Gemini counts the thoughts apart from the candidates
     if prompt is None and output is None and read is None and reasoning is None:
         return None
