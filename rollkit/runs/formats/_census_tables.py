@@ -38,6 +38,11 @@ _USAGE = """
 {p}.prompt_tokens_details.audio_tokens    kept    source
 {p}.prompt_tokens_details.text_tokens     kept    source
 {p}.prompt_tokens_details.image_tokens    kept    source
+{p}.prompt_tokens_details.video_tokens    kept    source
+{p}.completion_tokens_details.image_tokens  kept  source
+{p}.cost                         kept    source
+{p}.cost_details.**              kept    source
+{p}.is_byok                      kept    source
 {p}.completion_tokens_details.reasoning_tokens  mapped  Usage.reasoning_tokens
 {p}.completion_tokens_details.audio_tokens      kept    source
 {p}.completion_tokens_details.text_tokens       kept    source
@@ -72,6 +77,9 @@ _COMPLETION = """
 {p}.provider_specific_fields.**  kept    source
 {p}.choices.*.index              dropped the position in the list (one choice)
 {p}.choices.*.finish_reason      mapped  ModelCall.finish_reason
+{p}.choices.*.native_finish_reason  kept  source
+{p}.choices.*.error.**           kept    source
+{p}.provider                     kept    source
 {p}.choices.*.provider_specific_fields.**  kept  source
 {p}.choices.*.logprobs.**        kept    source
 {p}.choices.*.message.**         dropped the reply, which the trace's messages hold (the message beside it)
@@ -374,6 +382,7 @@ steps.*.reasoning_effort         kept    source
 steps.*.model_name               kept    source
 steps.*.timestamp                mapped  ModelCall.end of an agent step
 steps.*.is_copied_context        mapped  a message given to the model, not sampled (no model call)
+steps.*.llm_call_count           mapped  0: a message no model call made (no model call)
 steps.*.extra.**                 kept    source
 steps.*.tool_calls.*.tool_call_id  mapped  the tool call's id
 steps.*.tool_calls.*.function_name  mapped  the tool call's name

@@ -331,7 +331,10 @@ def _document(trace: Trace) -> dict[str, Any]:
         elif isinstance(message, UserMessage):
             add({"source": "user", "message": message.content})
         else:
-            pending = add(_agent_step_of(trace, message, call_of.get(position)))
+            step = _agent_step_of(trace, message, call_of.get(position))
+            if position not in call_of:  # given to the model, not sampled (tau2's fixed greeting): no call
+                step["llm_call_count"] = 0
+            pending = add(step)
     usages = [c.usage for c in committed]
     final: dict[str, Any] = {"total_steps": len(steps)}
     for ours, theirs in (("input_tokens", "total_prompt_tokens"), ("output_tokens", "total_completion_tokens"),

@@ -174,10 +174,11 @@ def read(path: Path, errors: str) -> list[Trace]:
     where = Where(path, "the results")
     document = read_json(path, where)
     folder = path.parent / "simulations"
+    files: list[Path] = []
     if isinstance(document, dict) and not isinstance(document.get("simulations"), list) and folder.is_dir():
         # The folder layout: one simulation per file, in tau2's own order (sorted by name).
-        document = {**document, "simulations": [
-            read_json(file, Where(file, "the simulation")) for file in sorted(folder.glob("*.json"))]}
+        files = sorted(folder.glob("*.json"))
+        document = {**document, "simulations": [read_json(file, Where(file, "the simulation")) for file in files]}
     if not isinstance(document, dict) or not isinstance(document.get("simulations"), list):
         raise where.error("simulations", "is missing: tau2-bench results hold a list of simulations there")
     info = document.get("info") if isinstance(document.get("info"), dict) else {}
@@ -191,7 +192,9 @@ def read(path: Path, errors: str) -> list[Trace]:
     for i, sim in enumerate(document["simulations"]):
         with converting(where := Where(path, f"simulation {i}")):
             own = task_at.get(str(sim.get("task_id"))) if isinstance(sim, dict) else None
-            notes = merged_notes(noted("tau2", header), noted("tau2", sim, f"simulations.{i}", "simulations.*"),
+            # A simulation's source path: its place in the file, or its own file in the folder layout.
+            at = f"simulations/{files[i].name}" if files else f"simulations.{i}"
+            notes = merged_notes(noted("tau2", header), noted("tau2", sim, at, "simulations.*"),
                                  noted("tau2", tasks.get(str(sim.get("task_id"))), f"tasks.{own}", "tasks.*")
                                  if own is not None else {})
             traces.append(_simulation(sim, where, domain, tasks, agent_llm, notes))
