@@ -373,6 +373,7 @@ agent.name                       mapped  agent.name
 agent.model_name                 mapped  agent.model
 agent.version                    mapped  agent.version
 agent.extra.**                   kept    source
+agent.tool_definitions.**        kept    source
 steps                            mapped  trace.messages and the model calls
 steps.*.step_id                  kept    source
 steps.*.source                   mapped  the message's role
