@@ -222,3 +222,26 @@ def test_census_counts_are_printed_for_the_closing_note(capsys) -> None:
     for name, census in sorted(CENSUSES.items()):
         print(name, census.versions, census.counts())
     assert re.search(r"tau2 .*'paths': \d+", capsys.readouterr().out)
+
+
+def test_inspect_keeps_unknown_keys_through_either_reader(tmp_path, monkeypatch) -> None:
+    """A log rollkit reads directly and one left to inspect-ai's own reader
+    (whose models drop keys they do not know) keep the same unknown keys."""
+    pytest.importorskip("inspect_ai")
+    from rollkit.runs.formats import inspect_log
+
+    log = json.loads((FIXTURES / "inspect/adding.json").read_text())
+    log["new_header_field"] = "h"
+    log["samples"][1]["new_sample_field"] = {"seconds": 1.5}
+    path = tmp_path / "log.json"
+    path.write_text(json.dumps(log))
+    direct = rk.load(path)
+
+    def refuse(*args):
+        raise inspect_log._NotPlain("left to inspect's reader")
+
+    monkeypatch.setattr(inspect_log, "_read_directly", refuse)
+    through_inspect = rk.load(path)
+    for traces in (direct, through_inspect):
+        assert traces[1].info["unmapped"] == {"new_header_field": "h", "samples.1.new_sample_field": {"seconds": 1.5}}
+        assert traces[0].info["unmapped"] == {"new_header_field": "h"}

@@ -405,7 +405,7 @@ def _raw_event(raw: Any, usage_model: Any) -> _Fields:
     return _Fields(event=kind, **fields)
 
 
-def _raw_sample(data: Any, models: Any) -> _Fields:
+def _raw_sample(data: Any, models: Any, at: str) -> _Fields:
     """A sample's JSON as the conversion reads it. The parts rollkit keeps
     whole (messages, scores, usage, error, limit) go through inspect's own
     models, so they read exactly as inspect's reader gives them; the
@@ -436,7 +436,7 @@ def _raw_sample(data: Any, models: Any) -> _Fields:
         limit=None if data.get("limit") is None else limit_model.model_validate(data["limit"]),
         started_at=data.get("started_at"), completed_at=data.get("completed_at"),
         working_time=None if working is None else float(working), metadata=data.get("metadata"),
-        census_notes=noted("inspect", data, "samples.*", "samples.*"),
+        census_notes=noted("inspect", data, at, "samples.*"),
         model_usage={name: usage_model.model_validate(u) for name, u in (data.get("model_usage") or {}).items()},
     )
 
@@ -523,7 +523,7 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
             log = _header(header, log_api, inspect_ai_constants.get_deserializing_context)
             _note_header(log, header)
             # One member at a time, each parsed and read before the next (never all the JSON at once).
-            samples = [_raw_sample(_safe_read.loads(_member(archive, path, info)), models)
+            samples = [_raw_sample(_safe_read.loads(_member(archive, path, info)), models, name)
                        for name, info in names.items() if name.startswith("samples/") and name.endswith(".json")]
         # inspect's order: by epoch, then id (numbers zero-filled so they sort as numbers)
         samples.sort(key=lambda s: (s.epoch, s.id if isinstance(s.id, str) else str(s.id).zfill(20)))
@@ -534,7 +534,7 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
     raw = document.pop("samples", None) or []
     log = _header(document, log_api, inspect_ai_constants.get_deserializing_context)
     _note_header(log, document)
-    return log, [_raw_sample(sample, models) for sample in raw]
+    return log, [_raw_sample(sample, models, f"samples.{i}") for i, sample in enumerate(raw)]
 
 
 def _note_header(log: Any, header: dict[str, Any]) -> None:
@@ -582,7 +582,38 @@ def read(path: Path, errors: str) -> list[Trace]:
         raise TraceFileError(f"{path}: inspect-ai cannot read this log{field and f' (field {field})'}: {what}",
                              path=path, field=field or None,
                              hint="load with errors='skip' to read the samples inspect-ai accepts") from None
+    _note_raw(path, zipped, log)
     return [_trace(log, sample, path) for sample in (log.samples or [])]
+
+
+def _note_raw(path: Path, zipped: bool, log: Any) -> None:
+    """The census's notes for a log inspect's own reader read (whose models
+    drop the keys they do not know): from the raw JSON, the header's on the
+    log and each sample's on it. Best effort: a member that does not parse
+    here (inspect read it) adds no notes."""
+    try:
+        if zipped:
+            import zipfile
+
+            import zipfile_zstd  # noqa: F401
+
+            with zipfile.ZipFile(path) as archive:
+                names = {info.filename: info for info in archive.infolist()}
+                header = _safe_read.loads(_member(archive, path, names["header.json"])) if "header.json" in names else {}
+                raws = [(name, _safe_read.loads(_member(archive, path, info))) for name, info in names.items()
+                        if name.startswith("samples/") and name.endswith(".json")]
+        else:
+            header = _safe_read.loads(_safe_read.read_document(path))
+            raws = list(enumerate(header.get("samples") or [] if isinstance(header, dict) else []))
+    except Exception:  # noqa: BLE001
+        return
+    if isinstance(header, dict):
+        _note_header(log, header)
+    notes = {(raw.get("id"), raw.get("epoch")): noted("inspect", raw, at if isinstance(at, str) else f"samples.{at}",
+                                                      "samples.*")
+             for at, raw in raws if isinstance(raw, dict)}
+    for sample in log.samples or []:
+        object.__setattr__(sample, "census_notes", notes.get((sample.id, sample.epoch), {}))
 
 
 def _refusal(exc: BaseException) -> tuple[str, str]:
