@@ -107,13 +107,10 @@ def _given(item: dict[str, Any], position: int) -> bool:
     return position == 0 and not item.get("usage") and not item.get("raw_data") and not item.get("tool_calls")
 
 
-def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any], agent_llm: Any,
-                notes: dict[str, Any]) -> Trace:
-    if not isinstance(sim, dict):
-        raise where.error(None, f"should be a simulation (a JSON object), got {type(sim).__name__}")
-    raw = sim.get("messages")
-    if not isinstance(raw, list):
-        raise where.error("messages", "is missing: a simulation holds its conversation there")
+def _messages(sim: dict[str, Any], raw: list[Any], where: Where) -> tuple[list[Any], list[Call], int, list[Any], set[int]]:
+    """The agent's conversation, its model calls, how many tool results the
+    user simulator's calls got, the tool errors, and the positions of the
+    messages no model produced (tau2's greeting)."""
     conversation, calls, user_tools, tool_errors = [], [], 0, []
     given: set[int] = set()
     previous = _seconds(sim.get("start_time"), where, "start_time")
@@ -137,6 +134,17 @@ def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any
                 calls.append(_call(item, where, field_path, previous if stamp is not None else None, stamp))
         if stamp is not None:
             previous = stamp
+    return conversation, calls, user_tools, tool_errors, given
+
+
+def _simulation(sim: Any, where: Where, domain: str | None, tasks: dict[str, Any], agent_llm: Any,
+                notes: dict[str, Any]) -> Trace:
+    if not isinstance(sim, dict):
+        raise where.error(None, f"should be a simulation (a JSON object), got {type(sim).__name__}")
+    raw = sim.get("messages")
+    if not isinstance(raw, list):
+        raise where.error("messages", "is missing: a simulation holds its conversation there")
+    conversation, calls, user_tools, tool_errors, given = _messages(sim, raw, where)
     reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else None
     reason = sim.get("termination_reason")
     # A simulation always names its task in tau2's model; one that does not
