@@ -245,3 +245,20 @@ def test_inspect_keeps_unknown_keys_through_either_reader(tmp_path, monkeypatch)
     for traces in (direct, through_inspect):
         assert traces[1].info["unmapped"] == {"new_header_field": "h", "samples.1.new_sample_field": {"seconds": 1.5}}
         assert traces[0].info["unmapped"] == {"new_header_field": "h"}
+
+
+def test_tau2_keeps_the_reasoning_its_provider_returned() -> None:
+    """Claude's thinking, which tau2 keeps only in raw_data.thinking_blocks, is the reply's reasoning."""
+    path = FIXTURES / "tau2/airline_results.json"
+    traces = rk.load(path)
+    document = json.loads(path.read_text())
+    found = 0
+    for trace, sim in zip(traces, document["simulations"], strict=True):
+        replies = [m for m in trace.messages if m.role == "assistant"]
+        raw = [m for m in sim["messages"] if m["role"] == "assistant"]
+        for reply, message in zip(replies, raw, strict=True):
+            blocks = (message.get("raw_data") or {}).get("thinking_blocks") or []
+            thinking = "\n\n".join(b["thinking"] for b in blocks if b.get("thinking"))
+            assert reply.reasoning == (thinking or None)
+            found += bool(thinking)
+    assert found == 18

@@ -37,7 +37,8 @@ from ...core.outcome import Outcome
 from ...core.store import NOT_IN_SOURCE, TraceFileError
 from ...core.trace import UNTIMED, ErrorInfo, Segment, Span, TaskRef, Trace, UserTurn, mended_times
 
-__all__ = ["Call", "Where", "build", "converting", "message", "messages", "NOT_IN_SOURCE", "number", "read_json"]
+__all__ = ["Call", "Where", "build", "converting", "message", "messages", "NOT_IN_SOURCE", "number", "read_json",
+           "thinking_text"]
 
 
 
@@ -147,6 +148,17 @@ def _content(content: Any, where: Where, field_path: str) -> tuple[str, str | No
     raise where.error(field_path, f"should be text or a list of content parts, got {type(content).__name__}")
 
 
+def thinking_text(blocks: Any) -> str | None:
+    """The text of Anthropic's thinking blocks (as LiteLLM passes them on:
+    `[{"type": "thinking", "thinking": ..., "signature": ...}]`), one
+    paragraph each; None when there is none."""
+    if not isinstance(blocks, list):
+        return None
+    text = "\n\n".join(b["thinking"] for b in blocks if isinstance(b, dict) and isinstance(b.get("thinking"), str)
+                       and b["thinking"])
+    return text or None
+
+
 def _tool_call(raw: Any, where: Where, field_path: str, index: int) -> ToolCall:
     if isinstance(raw, str):  # some writers store each call as JSON text
         try:
@@ -195,7 +207,8 @@ def message(raw: Any, where: Where, field_path: str, unanswered: list[str] | Non
         calls = raw.get("tool_calls") or []
         if not isinstance(calls, list):
             raise where.error(f"{field_path}.tool_calls", f"should be a list, got {type(calls).__name__}")
-        reasoning = raw.get("reasoning_content") or raw.get("reasoning") or in_parts
+        reasoning = raw.get("reasoning_content") or raw.get("reasoning") or in_parts or thinking_text(
+            raw.get("thinking_blocks"))
         made = [_tool_call(c, where, f"{field_path}.tool_calls.{i}", i) for i, c in enumerate(calls)]
         if unanswered is not None:
             unanswered.extend(c.id for c in made)

@@ -21,6 +21,7 @@ _CHAT = """
 {p}.tool_calls.*.arguments.**    mapped  the tool call's arguments, whole
 {p}.reasoning_content            mapped  the reply's reasoning (AssistantMessage.reasoning)
 {p}.reasoning                    mapped  the reply's reasoning (AssistantMessage.reasoning)
+{p}.thinking_blocks.**           kept    source (their thinking text is also AssistantMessage.reasoning)
 {p}.function_call                dropped OpenAI's legacy single call, null in every file (tool_calls holds the calls)
 {p}.provider_specific_fields.**  kept    source
 {p}.refusal                      kept    source
@@ -83,6 +84,9 @@ _COMPLETION = """
 {p}.choices.*.provider_specific_fields.**  kept  source
 {p}.choices.*.logprobs.**        kept    source
 {p}.choices.*.message.**         dropped the reply, which the trace's messages hold (the message beside it)
+{p}.choices.*.message.reasoning_content  mapped  AssistantMessage.reasoning (where the message beside it has none)
+{p}.choices.*.message.thinking_blocks.**  kept  source
+{p}.choices.*.message.provider_specific_fields.**  kept  source
 """
 
 
@@ -229,11 +233,14 @@ simulations.*.messages.*.usage   mapped  ModelCall.usage
 simulations.*.messages.*.raw_data  mapped  the model call of the reply
 simulations.*.messages.*.raw_data.usage  mapped  ModelCall.usage
 simulations.*.messages.*.raw_data.message.**  dropped the reply, which the trace's messages hold
+simulations.*.messages.*.raw_data.message.reasoning_content  mapped  AssistantMessage.reasoning
+simulations.*.messages.*.raw_data.message.thinking_blocks.**  kept  source (their thinking text is also AssistantMessage.reasoning)
+simulations.*.messages.*.raw_data.message.provider_specific_fields.**  kept  source
 simulations.*.messages.*.raw_data.role  dropped the reply's role again
 simulations.*.messages.*.raw_data.index  dropped the position of the choice (one choice)
 simulations.*.messages.*.raw_data.finish_reason  mapped  ModelCall.finish_reason
 simulations.*.messages.*.raw_data.stop_reason  kept  source
-simulations.*.messages.*.raw_data.thinking_blocks.**  kept  source
+simulations.*.messages.*.raw_data.thinking_blocks.**  kept  source (their thinking text is also AssistantMessage.reasoning)
 simulations.*.messages.*.turn_idx  kept  source
 simulations.*.messages.*.turn_taking_action.**  kept  source
 simulations.*.messages.*.utterance_ids.**  kept  source
@@ -302,11 +309,11 @@ task.**                          mapped  task (type, key, data)
 env.id                           mapped  info.env
 env.**                           kept    source
 errors.**                        kept    source
-ok                               dropped verifiers' own verdict over the traces, each of which says it (errors)
+ok                               kept    source
 is_timeout                       kept    source
-num_input_tokens                 dropped the sum over the traces' calls (each call's usage)
-num_output_tokens                dropped the sum over the traces' calls (each call's usage)
-num_total_tokens                 dropped the sum over the traces' calls (each call's usage)
+num_input_tokens                 kept    source
+num_output_tokens                kept    source
+num_total_tokens                 kept    source
 traces                           mapped  one trace each
 traces.*.id                      mapped  info.trace_id
 traces.*.version                 mapped  info.trace_version
@@ -350,11 +357,11 @@ traces.*.timing.**               kept    source
 traces.*.is_completed            mapped  the outcome (incomplete when false)
 traces.*.is_timeout              kept    source
 traces.*.stop_condition          mapped  the stop condition
-traces.*.ok                      dropped verifiers' own verdict, which the errors and outcome say
+traces.*.ok                      kept    source
 traces.*.extra_usage.**          kept    info.extra_usage
-traces.*.num_input_tokens        dropped the sum of the calls' usage (Trace.num_input_tokens)
-traces.*.num_output_tokens       dropped the sum of the calls' usage (Trace.num_output_tokens)
-traces.*.num_total_tokens        dropped the sum of the calls' usage
+traces.*.num_input_tokens        kept    source
+traces.*.num_output_tokens       kept    source
+traces.*.num_total_tokens        kept    source
 traces.*.request_rewrites.**     kept    source
 traces.*.response_rewrites.**    kept    source
 traces.*.info.**                 kept    source
@@ -430,12 +437,11 @@ eval.eval_set_id                 kept    source
 eval.created                     kept    source
 eval.task_version                kept    source
 eval.model_roles.**              kept    source
-eval.**                          dropped the eval's configuration, the same for every sample (inspect keeps it in the log's header)
-plan.**                          dropped the solver plan and generate config, the same for every sample (the log's header)
-results.**                       dropped the eval's aggregate scores over the samples, each sample's scores are its rewards
-stats.started_at                 kept    source
-stats.completed_at               kept    source
-stats.**                         dropped the sum over the samples' model usage, each sample's kept (info.source_usage)
+eval.dataset.sample_ids          dropped the ids of every sample of the eval; each trace has its own (info.sample_id)
+eval.**                          kept    source
+plan.**                          kept    source
+results.**                       kept    source
+stats.**                         kept    source
 reductions.**                    dropped the epochs' reduced scores, each epoch's own scores are its trace's rewards
 summaries.**                     dropped a summary of each sample the sample itself holds
 _journal.**                      dropped inspect's write-ahead journal of the header and summaries

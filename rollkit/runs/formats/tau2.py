@@ -33,7 +33,7 @@ from ...core.trace import ErrorInfo, TaskRef, Trace
 from . import _parse
 from ._usage import usage_of
 from .census import merged_notes, noted
-from ._build import Call, Where, build, converting, message, number, read_json
+from ._build import Call, Where, build, converting, message, number, read_json, thinking_text
 
 __all__ = ["sniff", "read"]
 
@@ -100,6 +100,22 @@ def _finish(raw: dict[str, Any]) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
+def _with_reasoning(item: dict[str, Any]) -> dict[str, Any]:
+    """A reply with the reasoning its provider returned, as the message's
+    own: tau2 keeps it only in the provider's response (`raw_data`), as
+    LiteLLM's `reasoning_content` or Anthropic's `thinking_blocks`."""
+    raw = item.get("raw_data")
+    if item.get("role") != "assistant" or not isinstance(raw, dict) or item.get("reasoning_content"):
+        return item
+    choices = raw.get("choices")
+    reply = (choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else raw).get("message")
+    reply = reply if isinstance(reply, dict) else {}
+    reasoning = reply.get("reasoning_content")
+    if not (isinstance(reasoning, str) and reasoning):
+        reasoning = thinking_text(reply.get("thinking_blocks") or raw.get("thinking_blocks"))
+    return {**item, "reasoning_content": reasoning} if isinstance(reasoning, str) and reasoning else item
+
+
 def _given(item: dict[str, Any], position: int) -> bool:
     """Whether an assistant message is tau2's fixed greeting, which the
     orchestrator sends for the agent (no model produced it: no usage, no
@@ -123,7 +139,7 @@ def _messages(sim: dict[str, Any], raw: list[Any], where: Where) -> tuple[list[A
         if by_user:
             user_tools += item.get("role") == "tool"
         else:
-            converted = message(item, where, field_path)
+            converted = message(_with_reasoning(item), where, field_path)
             if converted is not None:
                 conversation.append(converted)
                 if item.get("role") == "tool" and item.get("error"):
