@@ -305,6 +305,12 @@ def _kept(sample: Any) -> dict[str, Any]:
     return metadata
 
 
+def _total(calls: list[Call], count: str) -> int | None:
+    """The calls' tokens (`count`: "input_tokens"); None (NA, never a partial sum) when one did not report it."""
+    values = [getattr(c.usage, count) if c.usage is not None else None for c in calls]
+    return None if any(v is None for v in values) else sum(values)
+
+
 def _trace(log: Any, sample: Any, path: Path) -> Trace:
     where = Where(path, f"sample {sample.id!r} epoch {sample.epoch}")
     raw = [m.model_dump(mode="json") for m in sample.messages]
@@ -339,8 +345,8 @@ def _trace(log: Any, sample: Any, path: Path) -> Trace:
         info={**({"tool_errors": tool_errors} if tool_errors else {}),
               **({"scorers": list(signals)} if signals else {}),
               **({"inspect_limit": limit.limit} if limit is not None else {}),
-              **({"scorer_usage": {"input_tokens": sum(c.usage.input_tokens or 0 for c in grader if c.usage),
-                                   "output_tokens": sum(c.usage.output_tokens or 0 for c in grader if c.usage),
+              **({"scorer_usage": {"input_tokens": _total(grader, "input_tokens"),
+                                   "output_tokens": _total(grader, "output_tokens"),
                                    "model_calls": len(grader)}} if grader else {}),
               **({"source_usage": {name: u.model_dump(exclude_none=True) for name, u in sample.model_usage.items()}}
                  if sample.model_usage else {}),
