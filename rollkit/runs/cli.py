@@ -294,7 +294,10 @@ def show(folder: Path) -> None:
     """Summarize the run folder DIR: rollouts by stop condition and error
     type, mean reward with how many are missing one, phase time totals, and
     group signals. DIR may also be one trace file of any format rk.load
-    reads (an inspect-ai log, a verifiers results.jsonl, ...)."""
+    reads (an inspect-ai log, a verifiers results.jsonl, ...) or a folder
+    another tool wrote (verifiers' results.jsonl + metadata.json, tau2's
+    results.json + simulations/). Keys of the source no field census lists
+    are listed by path (each trace keeps them in info["unmapped"])."""
     from .evaluation import EvalResult, RunFolderError, load_run
     from ..core.store import TraceFileError, load
 
@@ -335,6 +338,7 @@ def show(folder: Path) -> None:
             click.echo(f"incomplete: {len(result.traces)} of {expected} rollouts finished (continue with --resume)")
         click.echo("")
     click.echo(result.summary())
+    _echo_unmapped(result.traces)
 
 
 def _echo_unmapped(traces: list[Any]) -> None:
