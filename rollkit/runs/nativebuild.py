@@ -78,7 +78,8 @@ _ZERO = "0.0::DOUBLE"
 
 
 # A call's latency; NaN (NA) for an imported call its source did not time (core.trace.UNTIMED).
-_LATENCY = f"case when c.timing_issue = '{UNTIMED}' then 'nan'::DOUBLE else c.\"end\" - c.start end"
+_LATENCY = f"case when c.timing_issue = '{UNTIMED}' then null::DOUBLE else c.\"end\" - c.start end"
+_UNTIMED_CALL = f"coalesce(list_bool_or(list_transform(t.model_calls, lambda c: c.timing_issue = '{UNTIMED}')), false)"
 
 
 def _sum(values: str) -> str:
@@ -246,7 +247,8 @@ def _rollout_columns(kinds: dict[tuple[str, str], str | None], signals: _Signals
                   for k in ("input", "output")}
     pairs = "list_filter(range(1, coalesce(len(t.segments), 0)), lambda i: t.segments[i].\"end\" is not null)"
     agent_time = _sum("list_transform(t.segments, lambda g: coalesce(g.charged, 0.0::DOUBLE))")
-    model_time = _sum(f"list_transform(t.model_calls, lambda c: {_LATENCY})")
+    timed = _sum("list_transform(t.model_calls, lambda c: c.\"end\" - c.start)")
+    model_time = f"case when {_UNTIMED_CALL} then null::DOUBLE else {timed} end"
     rollouts = {
         **_ids(kinds, "rollouts"),
         "task_key": "t.task.key", "task_type": "t.task.type",
@@ -270,7 +272,7 @@ def _rollout_columns(kinds: dict[tuple[str, str], str | None], signals: _Signals
         "cost_usd": cost,
         "segments": "coalesce(len(t.segments), 0)",
         "agent_time": agent_time, "model_time": model_time,
-        "harness_time": f"greatest({_ZERO}, {agent_time} - {model_time})",
+        "harness_time": f"case when {_UNTIMED_CALL} then null::DOUBLE else greatest({_ZERO}, {agent_time} - {model_time}) end",
         "wait_time": _sum(f"list_transform({pairs}, lambda i: greatest({_ZERO}, "
                           "t.segments[i + 1].start - t.segments[i].\"end\"))"),
         **{f"phase.{p}": f"t.phases.{p}.\"end\" - t.phases.{p}.start" for p in _PHASE_NAMES},
@@ -466,7 +468,7 @@ def _quoted(name: str) -> str:
 # the rollouts alone from it (the rollouts frame is what it is for); the
 # other tables come from _TRACE_FIELDS when first asked for.
 _CALL_TOTALS = ("index", "segment", "start", "end", "usage", "committed", "cum_turns", "cum_input_tokens",
-                "cum_output_tokens", "cum_total_tokens", "cum_cost_usd")
+                "cum_output_tokens", "cum_total_tokens", "cum_cost_usd", "timing_issue")  # (an untimed call: model_time NA)
 _ROLLOUT_FIELDS: dict[str, Any] = {
     **{k: v for k, v in _TRACE_FIELDS.items() if k not in ("messages", "limits", "timeouts", "signal_errors")},
     "model_calls": [{k: v for k, v in _TRACE_FIELDS["model_calls"][0].items() if k in _CALL_TOTALS}],

@@ -131,6 +131,7 @@ history.*.thought                kept    source
 history.*.action                 kept    source
 history.*.tool_call_ids          mapped  the tool result's call id (trace.messages)
 history.*.cache_control.**       dropped a prompt-caching marker the harness sent, no fact of the run
+history.*.tags.**                kept    source
 info.exit_status                 mapped  the stop condition or error (info.exit_status)
 info.submission                  mapped  info.submission
 info.model_stats.tokens_sent     mapped  info.source_usage.input_tokens
@@ -288,6 +289,9 @@ stop_condition                   mapped  the stop condition
 token_usage.**                   kept    info.token_usage (and info.source_usage)
 prompt_tokens                    mapped  info.source_usage.input_tokens
 completion_tokens                mapped  info.source_usage.output_tokens
+error_chain                      kept    source
+long_error_chain                 kept    source
+tool_defs.**                     kept    source
 trajectory.**                    kept    source
 oai_tools.**                     kept    source
 tools.**                         kept    source
@@ -619,7 +623,8 @@ TABLES: dict[str, tuple[str, str]] = {
              + _with("simulations.*.messages.*.raw_data", _COMPLETION)
              + _with("simulations.*.messages.*.raw_data.usage", _USAGE)
              + _with("simulations.*.messages.*.usage", _USAGE)),
-    "verifiers": ("verifiers results.jsonl, 0.1 (top-level reward columns) to 0.3+ (metrics, timing spans)",
+    "verifiers": ("verifiers results.jsonl, 0.1 (top-level reward columns) to its legacy writer of 2026 "
+                  "(state_to_output: metrics, timing spans, token_usage, tool_defs, error_chain)",
                   _VERIFIERS + _VERIFIERS_CHAT),
     "verifiers-metadata": ("verifiers metadata.json beside results.jsonl", _VERIFIERS_METADATA),
     "verifiers-v1": ("verifiers v1 traces.jsonl (TRACE_VERSION 1)", _VERIFIERS_V1 + _V1_CHAT),

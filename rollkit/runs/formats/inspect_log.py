@@ -649,7 +649,7 @@ def _each_sample_alone(path: Path, log_api: Any, zipped: bool) -> list[Trace]:
     else:
         raws = (_safe_read.loads(_safe_read.read_document(path)) or {}).get("samples") or []
     traces = []
-    for raw in raws:
+    for at, raw in enumerate(raws):
         try:
             sample = inspect_ai_log.EvalSample.model_validate(raw, context=inspect_ai_constants.get_deserializing_context())
         except Exception as exc:  # noqa: BLE001  inspect's refusal of this sample, said and skipped
@@ -658,6 +658,7 @@ def _each_sample_alone(path: Path, log_api: Any, zipped: bool) -> list[Trace]:
             warnings.warn(f"{path}: {who}: inspect-ai cannot read it{field and f' (field {field})'}: {what}; "
                           "skipped", stacklevel=5)
             continue
+        object.__setattr__(sample, "census_notes", noted("inspect", raw, f"samples.{at}", "samples.*"))
         traces.append(_trace(log, sample, path))
     traces.sort(key=lambda t: (t.info["epoch"], str(t.info["sample_id"]).zfill(20)))
     return traces
