@@ -242,7 +242,7 @@ simulations.*.messages.*.raw_data.index  dropped the position of the choice (one
 simulations.*.messages.*.raw_data.finish_reason  mapped  ModelCall.finish_reason
 simulations.*.messages.*.raw_data.stop_reason  kept  source
 simulations.*.messages.*.raw_data.thinking_blocks.**  kept  source (their thinking text is also AssistantMessage.reasoning)
-simulations.*.messages.*.turn_idx  kept  source
+simulations.*.messages.*.turn_idx  dropped the message's position in the conversation, which the order keeps
 simulations.*.messages.*.turn_taking_action.**  kept  source
 simulations.*.messages.*.utterance_ids.**  kept  source
 simulations.*.messages.*.chunk_id  kept  source
