@@ -536,7 +536,8 @@ samples.*.events.*.traceback_ansi  dropped the traceback again, with terminal co
 samples.*.events.*.working_start kept    source
 samples.*.events.*.working_time  kept    source
 samples.*.events.*.uuid          kept    source
-samples.*.events.*.call.**       kept    source
+samples.*.events.*.call.**       dropped the raw API request and response (log_model_api): the conversation, the reply and its usage again
+samples.*.events.*.call.time     kept    source
 samples.*.events.*.call_started_at  kept  source
 samples.*.events.*.call_completed_at  kept  source
 samples.*.events.*.call_working_start  kept  source
