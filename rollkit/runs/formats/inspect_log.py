@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import concurrent.futures
 import json
 import re
@@ -526,8 +527,9 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
             if "header.json" not in names:
                 raise _NotPlain("no header: a log still being written")
             header = _safe_read.loads(_member(archive, path, names["header.json"]))
+            as_written = copy.deepcopy(header)  # inspect's model migrates what it validates, in place
             log = _header(header, log_api, inspect_ai_constants.get_deserializing_context)
-            _note_header(log, header)
+            _note_header(log, as_written)
             # One member at a time, each parsed and read before the next (never all the JSON at once).
             samples = [_raw_sample(_safe_read.loads(_member(archive, path, info)), models, name)
                        for name, info in names.items() if name.startswith("samples/") and name.endswith(".json")]
@@ -538,8 +540,9 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
     if not isinstance(document, dict) or not isinstance(document.get("samples") or [], list):
         raise _NotPlain("a document of another shape")
     raw = document.pop("samples", None) or []
+    as_written = copy.deepcopy(document)  # inspect's model migrates what it validates, in place
     log = _header(document, log_api, inspect_ai_constants.get_deserializing_context)
-    _note_header(log, document)
+    _note_header(log, as_written)
     return log, [_raw_sample(sample, models, f"samples.{i}") for i, sample in enumerate(raw)]
 
 
