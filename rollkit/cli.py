@@ -371,7 +371,10 @@ def show(folder: Path) -> None:
     """Summarize the run folder DIR: rollouts by stop condition and error
     type, mean reward with how many are missing one, phase time totals, and
     group signals. DIR may also be one trace file of any format rk.load
-    reads (an inspect-ai log, a verifiers results.jsonl, ...).
+    reads (an inspect-ai log, a verifiers results.jsonl, ...) or a folder
+    another tool wrote (verifiers' results.jsonl + metadata.json, tau2's
+    results.json + simulations/). Keys of the source no field census lists
+    are listed by path (each trace keeps them in info["unmapped"]).
 
     \b
     Example:
@@ -380,15 +383,19 @@ def show(folder: Path) -> None:
     """
     from .runs.evaluation import EvalResult, RunFolderError, load_run
     from .core.store import TraceFileError, load
+    from .tables.runfolder import MANIFEST, TRACES
 
     _must_exist(folder, "DIR", "pass the --out folder of a rollkit eval or demo run, or a trace file")
     _refuse_run_folder_file(folder, "show")
     try:
-        if folder.is_file():
+        # A file, or a folder another tool wrote (verifiers' results.jsonl +
+        # metadata.json, tau2's results.json + simulations/): what rk.load opens.
+        if folder.is_file() or folder.is_dir() and not (folder / MANIFEST).exists() and not (folder / TRACES).exists():
             traces = load(folder)
             kinds = sorted({str(t.info.get("format", "rollkit")) for t in traces})
             click.echo(f"{folder}: {len(traces)} traces ({', '.join(kinds) or 'none'})\n")
             click.echo(EvalResult(traces).summary())
+            _echo_unmapped(traces)
             return
         result = load_run(folder)
     except ModuleNotFoundError as exc:  # a format whose reader is an optional extra
@@ -414,6 +421,22 @@ def show(folder: Path) -> None:
             click.echo(f"incomplete: {len(result.traces)} of {expected} rollouts finished (continue with --resume)")
         click.echo("")
     click.echo(result.summary())
+    _echo_unmapped(result.traces)
+
+
+def _echo_unmapped(traces: list[Any]) -> None:
+    """The source keys no census lists (kept in each trace's info["unmapped"]),
+    by path with list indices as *, and how many traces hold each."""
+    import re
+
+    seen: dict[str, int] = {}
+    for trace in traces:
+        for path in {re.sub(r"\.\d+(?=\.|$)", ".*", p) for p in trace.info.get("unmapped") or {}}:
+            seen[path] = seen.get(path, 0) + 1
+    if seen:
+        click.echo(f"\nkeys rollkit does not know, kept in each trace's info['unmapped'] ({len(seen)}):")
+        for path, count in sorted(seen.items()):
+            click.echo(f"  {path}  ({count} of {len(traces)} traces)")
 
 
 @cli.command(name="deprecations")

@@ -98,7 +98,8 @@ def _unordered(value: Any) -> Any:
     scorers' names listed from inspect's `scores` object (compared sorted)."""
     if isinstance(value, dict):
         return {k: json.loads(v) if k == "arguments" and isinstance(v, str) and v[:1] == "{"
-                else sorted(v) if k == "scorers" and isinstance(v, list) else _unordered(v)
+                else sorted(v) if k == "scorers" and isinstance(v, list) and all(isinstance(x, str) for x in v)
+                else _unordered(v)
                 for k, v in value.items()}
     if isinstance(value, list):
         return [_unordered(v) for v in value]

@@ -61,10 +61,16 @@ async def test_a_newer_rollkits_fields_load_with_one_warning_naming_them(tmp_pat
         f"{SCHEMA_VERSION}): fields it does not know "
         "were left out: cost_usd, messages.user.cache_control, model_calls.provider_request_id; "
         "upgrade rollkit to read them")
+    # What was left out is kept in each trace's info by its path (as the importers keep keys they do not know).
+    assert loaded[0].info.pop("unmapped") == {
+        "cost_usd": 0.25, "messages.0.cache_control": {"type": "ephemeral"},
+        **{f"model_calls.{n}.provider_request_id": "req_1" for n in range(len(traces[0].model_calls))}}
+    loaded[1].info.pop("unmapped")
     assert loaded == traces and [t.schema_version for t in loaded] == [SCHEMA_VERSION] * 2
     # One line on its own (the monitor's link to a trace) is as tolerant.
     with pytest.warns(UserWarning, match=r"the link: written by a newer rollkit .* cost_usd"):
-        assert trace_of_line(newer[0], where="the link") == traces[0]
+        linked = trace_of_line(newer[0], where="the link")
+    assert linked.info.pop("unmapped")["cost_usd"] == 0.25 and linked == traces[0]
 
 
 async def test_a_line_with_a_wrong_value_is_still_refused_naming_the_field(tmp_path):

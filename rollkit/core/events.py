@@ -119,8 +119,8 @@ class RunSink:
     def phase(self, rollout_id: str, phase: str) -> None:
         """A rollout enters `phase` (boot, agent, score, ...)."""
 
-    def turn(self, rollout_id: str, turns: int, tokens: int, agent_time: float) -> None:
-        """A rollout's model answered: its counts so far."""
+    def turn(self, rollout_id: str, turns: int, tokens: int | None, agent_time: float) -> None:
+        """A rollout's model answered: its counts so far (tokens None: a turn did not report its usage)."""
 
     def finished(self, trace: Any) -> None:
         """A rollout is over (`trace`, a rollkit Trace); its trace is already written to the run's file if it has one."""

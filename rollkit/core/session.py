@@ -108,8 +108,8 @@ class Session:
             used = getattr(trace, attr)
             if name == "max_turns":
                 used += self._in_flight  # calls running side by side count as turns already
-            elif used is None:  # a turn whose usage the provider did not report: no price
-                self._cost_unknown()
+            elif used is None:  # a turn whose usage the provider did not report: no price, no count
+                self._unknown(name)
                 continue
             if used >= limit:
                 return name
@@ -139,11 +139,12 @@ class Session:
         sent = getattr(self.model, "sent_params", None)
         return sampling_of(sent(request) if sent is not None else request.params)
 
-    def _cost_unknown(self) -> None:
-        """Say once on the trace that the dollar limit can no longer be
-        checked (Rollout.open made sure the model has a price, so only a
-        turn without reported usage leads here)."""
-        note = "max_cost_usd is no longer checked: a turn's cost is unknown (its usage was not reported)"
+    def _unknown(self, name: str) -> None:
+        """Say once on the trace that a limit can no longer be checked
+        (Rollout.open made sure the model has a price, so only a turn
+        without reported usage leads here)."""
+        what = "cost" if name == "max_cost_usd" else "token count"
+        note = f"{name} is no longer checked: a turn's {what} is unknown (its usage was not reported)"
         if note not in self.trace.warnings:
             self.trace.record_warning(note)
 

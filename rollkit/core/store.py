@@ -375,7 +375,8 @@ def _without_unknown(line: bytes, exc: pydantic.ValidationError) -> tuple[Trace,
     """A line whose only faults are fields this rollkit does not know (a
     newer rollkit wrote it): the trace without them, their names (list
     indices left out, e.g. "model_calls.cost"), and the schema version the
-    line claims. None when anything else is wrong too."""
+    line claims; the values left out are kept in the trace's info["unmapped"]
+    by their path ("model_calls.2.cost"). None when anything else is wrong too."""
     faults = exc.errors(include_url=False, include_input=False)
     if not faults or any(f["type"] != "extra_forbidden" for f in faults):
         return None
@@ -384,21 +385,27 @@ def _without_unknown(line: bytes, exc: pydantic.ValidationError) -> tuple[Trace,
     except ValueError:
         return None
     names = set()
+    kept: dict[str, Any] = {}
     for fault in faults:
         loc = fault["loc"]
         holder = record
+        walked = []
         for part in loc[:-1]:
             if isinstance(holder, list) and isinstance(part, int) and part < len(holder):
                 holder = holder[part]
             elif isinstance(holder, dict) and part in holder:
                 holder = holder[part]
-            # else: a discriminator's tag in the path (messages.3.assistant.x), not a key
+            else:
+                continue  # a discriminator's tag in the path (messages.3.assistant.x), not a key
+            walked.append(str(part))
         if not isinstance(holder, dict):
             return None
-        holder.pop(loc[-1], None)
+        kept[".".join([*walked, str(loc[-1])])] = holder.pop(loc[-1], None)
         names.add(".".join(str(part) for part in loc if not isinstance(part, int)))
     claimed = record.get("schema_version")
     record["schema_version"] = SCHEMA_VERSION
+    if isinstance(record.get("info"), dict):  # kept by their source path, as the importers keep keys they do not know
+        record["info"]["unmapped"] = {**(record["info"].get("unmapped") or {}), **kept}
     try:
         return Trace.model_validate(record), names, claimed
     except pydantic.ValidationError:

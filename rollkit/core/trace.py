@@ -23,6 +23,7 @@ plug points (how the notebook layer draws a trace).
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 import weakref
@@ -167,7 +168,14 @@ class ModelCall(_Record):
 
     @property
     def latency(self) -> float:
-        return self.end - self.start
+        """end - start; NaN (unknown, never 0) for an imported call whose
+        source did not record when it started or ended (`UNTIMED`)."""
+        return math.nan if self.timing_issue == UNTIMED else self.end - self.start
+
+
+# The timing issue of an imported call its source did not time: its start
+# and end are set equal, and its latency reads NaN (NA) everywhere.
+UNTIMED = "the source did not record when this call started or ended; its latency is unknown"
 
 
 def mended_times(start: float, end: float) -> tuple[float, float, str | None]:
@@ -352,23 +360,37 @@ class Trace(_Record):
         last = self._last_turn()
         return 0 if last is None else last.cum_turns
 
+    def _unreported(self, count: str) -> bool:
+        """Whether a turn did not report its `count` ("input_tokens"): the total is then unknown."""
+        return any(call.committed and getattr(call.usage, count) is None for call in self.model_calls)
+
     @property
-    def num_input_tokens(self) -> int:
+    def num_input_tokens(self) -> int | None:
         """New input fed to the model, each token counted once: a turn adds
-        the part of its prompt that the previous turn's sequence did not hold."""
+        the part of its prompt that the previous turn's sequence did not hold.
+        None (NA, never 0) when a turn did not report its input, as in the frames."""
         last = self._last_turn()
-        return 0 if last is None else last.cum_input_tokens
+        if last is None:
+            return 0
+        return None if self._unreported("input_tokens") else last.cum_input_tokens
 
     @property
-    def num_output_tokens(self) -> int:
+    def num_output_tokens(self) -> int | None:
+        """The replies' tokens; None when a turn did not report its output."""
         last = self._last_turn()
-        return 0 if last is None else last.cum_output_tokens
+        if last is None:
+            return 0
+        return None if self._unreported("output_tokens") else last.cum_output_tokens
 
     @property
-    def num_total_tokens(self) -> int:
-        """The final sequence length: the last turn's prompt plus its reply."""
+    def num_total_tokens(self) -> int | None:
+        """The final sequence length: the last turn's prompt plus its reply;
+        None when a turn did not report its input or output."""
         last = self._last_turn()
-        return 0 if last is None else last.cum_total_tokens
+        if last is None:
+            return 0
+        unknown = self._unreported("input_tokens") or self._unreported("output_tokens")
+        return None if unknown else last.cum_total_tokens
 
     @property
     def cost_usd(self) -> float | None:
@@ -443,7 +465,8 @@ class Trace(_Record):
     @property
     def harness_time(self) -> float:
         """The part of the agent time spent in the harness itself (L2)."""
-        return max(0.0, self.agent_time - self.model_time)
+        model = self.model_time
+        return math.nan if model != model else max(0.0, self.agent_time - model)
 
     @property
     def last_reply(self) -> str:

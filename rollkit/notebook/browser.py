@@ -30,7 +30,7 @@ def _row(trace: Trace) -> str:
     ok = {True: "ok  ", False: "FAIL", None: "open"}[trace.ok]
     stop = (trace.stop or "")[:18]
     return (f"{trace.task.key[:16]:<16} {ok} {reward} {trace.num_turns:>5} "
-            f"{trace.num_total_tokens:>7} {stop:<18} {trace.id}")
+            f"{'NA' if trace.num_total_tokens is None else trace.num_total_tokens:>7} {stop:<18} {trace.id}")
 
 
 _HEADER = f"{'task':<16} {'ok':<4} {'reward':>6} {'turns':>5} {'tokens':>7} {'stop':<18} trace"

@@ -221,6 +221,11 @@ def _limit(value: Any) -> str:
     return "no limit" if value is None else html.escape(str(value))
 
 
+def _count(value: int | None) -> str:
+    """A token total; NA when a turn did not report its usage."""
+    return "NA" if value is None else str(value)
+
+
 # What an importer may have guessed (`trace.info["inferred"]`), in words.
 _INFERRED = {"outcome": "how the run ended (the source does not say)",
              "task.key": "the task's key (the source names no task)",
@@ -258,8 +263,8 @@ def trace_html(trace: Trace, *, logprobs: bool = False) -> str:
         f"<tr><th>agent</th><td>{html.escape(str(trace.agent.get('name', '?')))}</td>"
         f"<th>result</th><td>{status_html(trace)}{' <i>(inferred)</i>' if 'outcome' in inferred else ''}</td></tr>"
         f"<tr><th>turns</th><td>{trace.num_turns} / {_limit(limits.get('max_turns'))}</td>"
-        f"<th>tokens</th><td>in {trace.num_input_tokens} · out {trace.num_output_tokens} · "
-        f"total {trace.num_total_tokens} / {_limit(limits.get('max_total_tokens'))}</td></tr>"
+        f"<th>tokens</th><td>in {_count(trace.num_input_tokens)} · out {_count(trace.num_output_tokens)} · "
+        f"total {_count(trace.num_total_tokens)} / {_limit(limits.get('max_total_tokens'))}</td></tr>"
         f"<tr><th>agent time</th><td>{trace.agent_time:.3f} s / "
         f"{_limit(trace.timeouts.get('agent'))}</td><th>segments</th><td>{len(trace.segments)}</td></tr>"
         f"<tr><th>cost</th><td>{dollars(trace.cost_usd)} / {_limit(limits.get('max_cost_usd'))}</td>"

@@ -66,7 +66,7 @@ def _seconds(value: float | None) -> str:
 
 
 def _against(value: Any, limit: Any) -> str:
-    return f"{value} / {'∞' if limit is None else limit}"
+    return f"{'NA' if value is None else value} / {'∞' if limit is None else limit}"
 
 
 class RunMonitor(widgets.VBox):

@@ -84,9 +84,9 @@ _EMPTY_MESSAGE = (
 )
 
 
-def _gauge(label: str, used: float, limit: float | None, unit: str = "", digits: int = 0) -> str:
-    shown = f"{used:.{digits}f}{unit}"
-    if limit is None:
+def _gauge(label: str, used: float | None, limit: float | None, unit: str = "", digits: int = 0) -> str:
+    shown = "NA" if used is None else f"{used:.{digits}f}{unit}"  # a count a turn did not report: unknown
+    if limit is None or used is None:
         return (f'<tr><td>{label}</td><td class="rk-gauge-value">{shown}</td><td></td>'
                 '<td class="rk-nolimit">no limit</td></tr>')
     fraction = 0.0 if limit <= 0 else min(1.0, used / limit)

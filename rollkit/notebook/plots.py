@@ -319,7 +319,8 @@ def _timeline_rows(trace: Trace, now: float | None = None) -> list[tuple[str, st
                      f"segment {segment.index}: {segment.turns_added} turns, charged {segment.charged * 1000:.1f} ms"))
     for call in trace.model_calls:
         rows.append(("agent: model calls", "model calls", call.start - t0, call.end - call.start,
-                     f"model call {call.index}: {call.latency * 1000:.1f} ms"))
+                     f"model call {call.index}: " + ("latency unknown (the source did not time it)"
+                                                      if call.latency != call.latency else f"{call.latency * 1000:.1f} ms")))
     return rows
 
 

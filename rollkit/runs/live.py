@@ -113,10 +113,11 @@ class LiveWriter(RunSink):
         now = self._clock()
         self._write(f'{{"e":"phase","r":{self._ids[rollout_id]},"p":"{phase}","t":{now:.3f}}}\n', now)
 
-    def turn(self, rollout_id: str, turns: int, tokens: int, agent_time: float) -> None:
+    def turn(self, rollout_id: str, turns: int, tokens: int | None, agent_time: float) -> None:
         now = self._clock()
+        known = "null" if tokens is None else tokens  # a turn whose usage was not reported: the total is unknown
         self._write(
-            f'{{"e":"turn","r":{self._ids[rollout_id]},"n":{turns},"k":{tokens},"a":{agent_time:.3f},"t":{now:.3f}}}\n', now
+            f'{{"e":"turn","r":{self._ids[rollout_id]},"n":{turns},"k":{known},"a":{agent_time:.3f},"t":{now:.3f}}}\n', now
         )
 
     def finished(self, trace: Trace) -> None:
@@ -147,7 +148,7 @@ class Lane:
     started: float
     phase: str = "boot"
     turns: int = 0
-    tokens: int = 0
+    tokens: int | None = 0
     agent_time: float = 0.0
 
 
@@ -341,7 +342,7 @@ class RunState(RunSink):
             lane.phase = phase
             self._changed()
 
-    def turn(self, rollout_id: str, turns: int, tokens: int, agent_time: float) -> None:
+    def turn(self, rollout_id: str, turns: int, tokens: int | None, agent_time: float) -> None:
         lane = self.in_flight.get(rollout_id)
         if lane is not None:
             lane.turns, lane.tokens, lane.agent_time = turns, tokens, agent_time

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 from ..core._dependencies import duckdb, np, pa
+from ..core.trace import UNTIMED
 
 __all__ = ["native_tables", "NativeUnfit", "Engine"]
 
@@ -74,6 +75,11 @@ _TRACE_FIELDS: dict[str, Any] = {
 
 _D = "::DOUBLE"
 _ZERO = "0.0::DOUBLE"
+
+
+# A call's latency; NaN (NA) for an imported call its source did not time (core.trace.UNTIMED).
+_LATENCY = f"case when c.timing_issue = '{UNTIMED}' then null::DOUBLE else c.\"end\" - c.start end"
+_UNTIMED_CALL = f"coalesce(list_bool_or(list_transform(t.model_calls, lambda c: c.timing_issue = '{UNTIMED}')), false)"
 
 
 def _sum(values: str) -> str:
@@ -194,7 +200,7 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signals: _Signals) ->
     calls = _call_columns(kinds, totals)
     turns = {
         **_ids(kinds, "turns"), "task_key": "t.task.key", "turn": "n", "call": "c.index", "segment": "c.segment",
-        "start": "c.start", "end": "c.\"end\"", "latency": "c.\"end\" - c.start",
+        "start": "c.start", "end": "c.\"end\"", "latency": _LATENCY,
         "input_tokens": "c.usage.input_tokens", "output_tokens": "c.usage.output_tokens",
         "new_input_tokens": "coalesce(c.new_input_tokens, 0)", "finish_reason": "c.finish_reason",
         "dialect": "c.dialect", "cost_usd": "c.cost_usd", **totals,
@@ -241,7 +247,8 @@ def _rollout_columns(kinds: dict[tuple[str, str], str | None], signals: _Signals
                   for k in ("input", "output")}
     pairs = "list_filter(range(1, coalesce(len(t.segments), 0)), lambda i: t.segments[i].\"end\" is not null)"
     agent_time = _sum("list_transform(t.segments, lambda g: coalesce(g.charged, 0.0::DOUBLE))")
-    model_time = _sum("list_transform(t.model_calls, lambda c: c.\"end\" - c.start)")
+    timed = _sum("list_transform(t.model_calls, lambda c: c.\"end\" - c.start)")
+    model_time = f"case when {_UNTIMED_CALL} then null::DOUBLE else {timed} end"
     rollouts = {
         **_ids(kinds, "rollouts"),
         "task_key": "t.task.key", "task_type": "t.task.type",
@@ -265,7 +272,7 @@ def _rollout_columns(kinds: dict[tuple[str, str], str | None], signals: _Signals
         "cost_usd": cost,
         "segments": "coalesce(len(t.segments), 0)",
         "agent_time": agent_time, "model_time": model_time,
-        "harness_time": f"greatest({_ZERO}, {agent_time} - {model_time})",
+        "harness_time": f"case when {_UNTIMED_CALL} then null::DOUBLE else greatest({_ZERO}, {agent_time} - {model_time}) end",
         "wait_time": _sum(f"list_transform({pairs}, lambda i: greatest({_ZERO}, "
                           "t.segments[i + 1].start - t.segments[i].\"end\"))"),
         **{f"phase.{p}": f"t.phases.{p}.\"end\" - t.phases.{p}.start" for p in _PHASE_NAMES},
@@ -381,7 +388,7 @@ def _call_columns(kinds: dict[tuple[str, str], str | None], totals: dict[str, st
     calls = {
         **_ids(kinds, "calls"), "task_key": "t.task.key", "call": "c.index", "segment": "c.segment",
         "dialect": "c.dialect", "committed": "coalesce(c.committed, false)", "start": "c.start",
-        "latency": "c.\"end\" - c.start", "input_tokens": "c.usage.input_tokens",
+        "latency": _LATENCY, "input_tokens": "c.usage.input_tokens",
         "output_tokens": "c.usage.output_tokens", "cache_read_tokens": "c.usage.cache_read_tokens",
         "cache_write_tokens": "c.usage.cache_write_tokens", "new_input_tokens": "coalesce(c.new_input_tokens, 0)",
         "finish_reason": "c.finish_reason",
@@ -461,7 +468,7 @@ def _quoted(name: str) -> str:
 # the rollouts alone from it (the rollouts frame is what it is for); the
 # other tables come from _TRACE_FIELDS when first asked for.
 _CALL_TOTALS = ("index", "segment", "start", "end", "usage", "committed", "cum_turns", "cum_input_tokens",
-                "cum_output_tokens", "cum_total_tokens", "cum_cost_usd")
+                "cum_output_tokens", "cum_total_tokens", "cum_cost_usd", "timing_issue")  # (an untimed call: model_time NA)
 _ROLLOUT_FIELDS: dict[str, Any] = {
     **{k: v for k, v in _TRACE_FIELDS.items() if k not in ("messages", "limits", "timeouts", "signal_errors")},
     "model_calls": [{k: v for k, v in _TRACE_FIELDS["model_calls"][0].items() if k in _CALL_TOTALS}],

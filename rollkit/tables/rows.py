@@ -29,7 +29,7 @@ from typing import Any
 from ..core._dependencies import pa, pd
 from ..core._sums import sum_in_order
 from ..core.outcome import MissingSignal, Outcome
-from ..core.trace import PHASES
+from ..core.trace import PHASES, UNTIMED
 
 __all__ = [
     "TABLES", "ROLLOUT_COLUMNS", "TURN_COLUMNS", "CALL_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS",
@@ -225,7 +225,7 @@ def _rollout_row(rows: _Rows, t: dict[str, Any], ids: tuple[Any, ...], key: str,
     last = next((call for call in reversed(calls) if call.get("committed")), None)
     durations, start, end, _ = _phase_spans(spans)
     agent_time = sum_in_order(float(seg.get("charged", 0.0)) for seg in segments)
-    model_time = sum_in_order(float(c["end"]) - float(c["start"]) for c in calls)
+    model_time = sum_in_order(_latency(c) for c in calls)
     waited = sum_in_order(max(0.0, float(after["start"]) - float(before["end"]))
                  for before, after in zip(segments, segments[1:]) if before.get("end") is not None)
     signal = signal_values(t)
@@ -237,7 +237,7 @@ def _rollout_row(rows: _Rows, t: dict[str, Any], ids: tuple[Any, ...], key: str,
         error["message"] if error else None, _num(signal.pop("reward")),
         int(last.get("cum_turns", 0)) if last else 0, len(calls), *_token_totals(last, *unreported),
         _num(_cost(t.get("info") or {}, calls)), len(segments), agent_time, model_time,
-        max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end), *place, "scoring" in spans,
+        _NAN if model_time != model_time else max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end), *place, "scoring" in spans,
     ))
     for name, value in signal.items():
         rows.signals.setdefault(name, {})[row_number] = _num(value)
@@ -249,6 +249,11 @@ def _phase_rows(phases_out: list[tuple[Any, ...]], ids: tuple[Any, ...], key: st
     for phase, s, e in present:
         phases_out.append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
                            _num(cost_usd) if phase == "agent" else 0.0, ordinal))
+
+
+def _latency(call: dict[str, Any]) -> float:
+    """A call's end - start; NaN (NA) when its source did not time it (Trace's ModelCall.latency)."""
+    return _NAN if call.get("timing_issue") == UNTIMED else float(call["end"]) - float(call["start"])
 
 
 def _unreported(calls: list[dict[str, Any]]) -> tuple[bool, bool]:
@@ -310,6 +315,7 @@ def _call_rows(table: dict[str, list[tuple[Any, ...]]], built: frozenset[str], i
         usage = call.get("usage") or {}
         err = call.get("error")
         c_start, c_end = float(call["start"]), float(call["end"])
+        latency = _latency(call)
         committed = bool(call.get("committed", False))
         input_tokens, output_tokens = _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
         index, segment = int(call["index"]), int(call["segment"])
@@ -321,7 +327,7 @@ def _call_rows(table: dict[str, list[tuple[Any, ...]]], built: frozenset[str], i
         if with_calls:  # a turns frame alone reads no reply, logprobs or cache counts
             reply = _reply(call, messages, committed)
             calls_out.append((
-                *ids, key, index, segment, dialect, committed, c_start, c_end - c_start, input_tokens, output_tokens,
+                *ids, key, index, segment, dialect, committed, c_start, latency, input_tokens, output_tokens,
                 _count(usage.get("cache_read_tokens")), _count(usage.get("cache_write_tokens")), new_input, finish,
                 reply.get("content") if reply is not None else None,
                 reply.get("reasoning") if reply is not None else None,
@@ -334,7 +340,7 @@ def _call_rows(table: dict[str, list[tuple[Any, ...]]], built: frozenset[str], i
             unreported_in = unreported_in or input_tokens is None
             unreported_out = unreported_out or output_tokens is None
         if committed and with_turns:
-            turns_out.append((*ids, key, number, index, segment, c_start, c_end, c_end - c_start, input_tokens,
+            turns_out.append((*ids, key, number, index, segment, c_start, c_end, latency, input_tokens,
                               output_tokens, new_input, finish, dialect, cost, *totals, *limit_values, budget,
                               ordinal))
     return unreported_in, unreported_out

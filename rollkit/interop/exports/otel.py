@@ -557,16 +557,18 @@ class _Spans:
             "gen_ai.agent.name": name, "gen_ai.request.model": self.model, "gen_ai.conversation.id": trace.id,
             "rollkit.trace.id": trace.id, "rollkit.task.key": trace.task.key,
             "rollkit.task.type": trace.task.type, "rollkit.outcome": trace.outcome.kind,
-            "rollkit.turns": trace.num_turns, "rollkit.final_sequence_tokens": trace.num_total_tokens,
-            "openinference.span.kind": "AGENT",
+            "rollkit.turns": trace.num_turns, "openinference.span.kind": "AGENT",
         }
         inputs = [c.usage.input_tokens for c in trace.model_calls if c.usage.input_tokens is not None]
         outputs = [c.usage.output_tokens for c in trace.model_calls if c.usage.output_tokens is not None]
         _set(a, "gen_ai.usage.input_tokens", sum(inputs) if inputs else None)
         _set(a, "gen_ai.usage.output_tokens", sum(outputs) if outputs else None)
         # Every token the rollout's calls were billed for, as its spans add up
-        # (the last turn's prompt plus reply is rollkit.final_sequence_tokens).
-        a["rollkit.total_tokens"] = sum(inputs) + sum(outputs)
+        # (the last turn's prompt plus reply is rollkit.final_sequence_tokens);
+        # both left out, never a partial sum, when a turn did not report its usage.
+        if trace.num_total_tokens is not None:
+            a["rollkit.total_tokens"] = sum(inputs) + sum(outputs)
+            a["rollkit.final_sequence_tokens"] = trace.num_total_tokens
         _set(a, "rollkit.ok", trace.ok)
         _set(a, "rollkit.stop_condition", trace.stop_condition)
         _set(a, "rollkit.reward", trace.scored_reward)

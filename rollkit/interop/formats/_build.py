@@ -35,9 +35,10 @@ from ...core import _safe_read
 from ...core._sums import sum_in_order
 from ...core.outcome import Outcome
 from ...core.store import NOT_IN_SOURCE, TraceFileError
-from ...core.trace import ErrorInfo, Segment, Span, TaskRef, Trace, UserTurn, mended_times
+from ...core.trace import UNTIMED, ErrorInfo, Segment, Span, TaskRef, Trace, UserTurn, mended_times
 
-__all__ = ["Call", "Where", "build", "converting", "message", "messages", "NOT_IN_SOURCE", "number", "read_json"]
+__all__ = ["Call", "Where", "build", "converting", "message", "messages", "NOT_IN_SOURCE", "number", "read_json",
+           "thinking_text"]
 
 
 
@@ -147,6 +148,17 @@ def _content(content: Any, where: Where, field_path: str) -> tuple[str, str | No
     raise where.error(field_path, f"should be text or a list of content parts, got {type(content).__name__}")
 
 
+def thinking_text(blocks: Any) -> str | None:
+    """The text of Anthropic's thinking blocks (as LiteLLM passes them on:
+    `[{"type": "thinking", "thinking": ..., "signature": ...}]`), one
+    paragraph each; None when there is none."""
+    if not isinstance(blocks, list):
+        return None
+    text = "\n\n".join(b["thinking"] for b in blocks if isinstance(b, dict) and isinstance(b.get("thinking"), str)
+                       and b["thinking"])
+    return text or None
+
+
 def _tool_call(raw: Any, where: Where, field_path: str, index: int) -> ToolCall:
     if isinstance(raw, str):  # some writers store each call as JSON text
         try:
@@ -195,7 +207,8 @@ def message(raw: Any, where: Where, field_path: str, unanswered: list[str] | Non
         calls = raw.get("tool_calls") or []
         if not isinstance(calls, list):
             raise where.error(f"{field_path}.tool_calls", f"should be a list, got {type(calls).__name__}")
-        reasoning = raw.get("reasoning_content") or raw.get("reasoning") or in_parts
+        reasoning = raw.get("reasoning_content") or raw.get("reasoning") or in_parts or thinking_text(
+            raw.get("thinking_blocks"))
         made = [_tool_call(c, where, f"{field_path}.tool_calls.{i}", i) for i, c in enumerate(calls)]
         if unanswered is not None:
             unanswered.extend(c.id for c in made)
@@ -390,8 +403,11 @@ def _record_calls(trace: Trace, calls: list[Call], conversation: list[Message], 
     agent_time = 0.0
     answered = 0
     for n, call in enumerate(calls):
-        start = call.start if call.start is not None else (origin or 0.0)
-        start, end, timing_issue = mended_times(start, call.end if call.end is not None else start)
+        if call.start is None or call.end is None:  # not timed: a call of no length whose latency reads unknown
+            at = next((t for t in (call.end, call.start) if t is not None), origin or 0.0)
+            start, end, timing_issue = at, at, UNTIMED
+        else:
+            start, end, timing_issue = mended_times(call.start, call.end)
         agent_time += end - start
         if call.error is not None:  # the request the next reply answers (or the whole conversation)
             position = replies[answered] if answered < len(replies) else len(conversation)
@@ -519,4 +535,4 @@ def _time_segments(segments: list[Segment], trace: Trace, phases: dict[str, tupl
             segment.start, segment.end = agent[0], agent[1]
         else:
             segment.start = segment.end = origin or 0.0
-        segment.charged = sum_in_order(c.latency for c in mine)
+        segment.charged = sum_in_order(c.end - c.start for c in mine)  # an untimed call charges nothing known

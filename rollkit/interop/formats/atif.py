@@ -40,6 +40,7 @@ from ...core.messages import (AssistantMessage, SystemMessage, TokenLogprobs, To
 from ...core.outcome import Outcome
 from ...core.trace import TaskRef, Trace
 from . import _parse
+from .census import noted
 from ._build import Call, Where, build, number, read_json
 
 __all__ = ["sniff", "read", "write"]
@@ -221,7 +222,7 @@ def _trajectory(document: Any, where: Where) -> Trace:
               **({"notes": document["notes"]} if document.get("notes") else {}),
               **({"final_metrics": final} if final else {}),
               **({"subagent_trajectory_refs": refs} if refs else {}),
-              **({"disagreements": disagreements} if disagreements else {})},
+              **({"disagreements": disagreements} if disagreements else {}), **noted("atif", document)},
     )
 
 
@@ -330,7 +331,10 @@ def _document(trace: Trace) -> dict[str, Any]:
         elif isinstance(message, UserMessage):
             add({"source": "user", "message": message.content})
         else:
-            pending = add(_agent_step_of(trace, message, call_of.get(position)))
+            step = _agent_step_of(trace, message, call_of.get(position))
+            if position not in call_of:  # given to the model, not sampled (tau2's fixed greeting): no call
+                step["llm_call_count"] = 0
+            pending = add(step)
     usages = [c.usage for c in committed]
     final: dict[str, Any] = {"total_steps": len(steps)}
     for ours, theirs in (("input_tokens", "total_prompt_tokens"), ("output_tokens", "total_completion_tokens"),

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import concurrent.futures
 import json
 import re
@@ -63,6 +64,7 @@ from ...core.messages import (AssistantMessage, ImagePart, ReasoningPart, System
 from ...core.trace import ErrorInfo, TaskRef, Trace
 from ...core import _safe_read
 from . import _parse
+from .census import merged_notes, noted
 from ._build import Call, Where, build, kept_outcome, messages as to_messages, number, outcome_kept
 from ...core._dependencies import (
     inspect_ai_constants,
@@ -304,6 +306,12 @@ def _kept(sample: Any) -> dict[str, Any]:
     return metadata
 
 
+def _total(calls: list[Call], count: str) -> int | None:
+    """The calls' tokens (`count`: "input_tokens"); None (NA, never a partial sum) when one did not report it."""
+    values = [getattr(c.usage, count) if c.usage is not None else None for c in calls]
+    return None if any(v is None for v in values) else sum(values)
+
+
 def _trace(log: Any, sample: Any, path: Path) -> Trace:
     where = Where(path, f"sample {sample.id!r} epoch {sample.epoch}")
     raw = [m.model_dump(mode="json") for m in sample.messages]
@@ -338,13 +346,14 @@ def _trace(log: Any, sample: Any, path: Path) -> Trace:
         info={**({"tool_errors": tool_errors} if tool_errors else {}),
               **({"scorers": list(signals)} if signals else {}),
               **({"inspect_limit": limit.limit} if limit is not None else {}),
-              **({"scorer_usage": {"input_tokens": sum(c.usage.input_tokens or 0 for c in grader if c.usage),
-                                   "output_tokens": sum(c.usage.output_tokens or 0 for c in grader if c.usage),
+              **({"scorer_usage": {"input_tokens": _total(grader, "input_tokens"),
+                                   "output_tokens": _total(grader, "output_tokens"),
                                    "model_calls": len(grader)}} if grader else {}),
               **({"source_usage": {name: u.model_dump(exclude_none=True) for name, u in sample.model_usage.items()}}
                  if sample.model_usage else {}),
               "sample_id": sample.id, "epoch": sample.epoch, "eval_task": log.eval.task, "run_id": log.eval.run_id,
-              "example_id": str(sample.id), "repeat": sample.epoch - 1, "rollout_id": f"{sample.id}#{sample.epoch - 1}"},
+              "example_id": str(sample.id), "repeat": sample.epoch - 1, "rollout_id": f"{sample.id}#{sample.epoch - 1}",
+              **merged_notes(getattr(log, "census_notes", {}), getattr(sample, "census_notes", {}))},
         # How a rollkit trace ended, when rollkit wrote the log; else the sample's error.
         **{"errors": _error(sample), **outcome_kept(sample.metadata)},
         trace_id=kept.get("rollkit_trace_id"),
@@ -403,7 +412,7 @@ def _raw_event(raw: Any, usage_model: Any) -> _Fields:
     return _Fields(event=kind, **fields)
 
 
-def _raw_sample(data: Any, models: Any) -> _Fields:
+def _raw_sample(data: Any, models: Any, at: str) -> _Fields:
     """A sample's JSON as the conversion reads it. The parts rollkit keeps
     whole (messages, scores, usage, error, limit) go through inspect's own
     models, so they read exactly as inspect's reader gives them; the
@@ -434,6 +443,7 @@ def _raw_sample(data: Any, models: Any) -> _Fields:
         limit=None if data.get("limit") is None else limit_model.model_validate(data["limit"]),
         started_at=data.get("started_at"), completed_at=data.get("completed_at"),
         working_time=None if working is None else float(working), metadata=data.get("metadata"),
+        census_notes=noted("inspect", data, at, "samples.*"),
         model_usage={name: usage_model.model_validate(u) for name, u in (data.get("model_usage") or {}).items()},
     )
 
@@ -516,10 +526,12 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
             names = {info.filename: info for info in archive.infolist()}  # a re-logged member: the last, as inspect
             if "header.json" not in names:
                 raise _NotPlain("no header: a log still being written")
-            log = _header(_safe_read.loads(_member(archive, path, names["header.json"])), log_api,
-                          inspect_ai_constants.get_deserializing_context)
+            header = _safe_read.loads(_member(archive, path, names["header.json"]))
+            as_written = copy.deepcopy(header)  # inspect's model migrates what it validates, in place
+            log = _header(header, log_api, inspect_ai_constants.get_deserializing_context)
+            _note_header(log, as_written)
             # One member at a time, each parsed and read before the next (never all the JSON at once).
-            samples = [_raw_sample(_safe_read.loads(_member(archive, path, info)), models)
+            samples = [_raw_sample(_safe_read.loads(_member(archive, path, info)), models, name)
                        for name, info in names.items() if name.startswith("samples/") and name.endswith(".json")]
         # inspect's order: by epoch, then id (numbers zero-filled so they sort as numbers)
         samples.sort(key=lambda s: (s.epoch, s.id if isinstance(s.id, str) else str(s.id).zfill(20)))
@@ -528,8 +540,16 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
     if not isinstance(document, dict) or not isinstance(document.get("samples") or [], list):
         raise _NotPlain("a document of another shape")
     raw = document.pop("samples", None) or []
+    as_written = copy.deepcopy(document)  # inspect's model migrates what it validates, in place
     log = _header(document, log_api, inspect_ai_constants.get_deserializing_context)
-    return log, [_raw_sample(sample, models) for sample in raw]
+    _note_header(log, as_written)
+    return log, [_raw_sample(sample, models, f"samples.{i}") for i, sample in enumerate(raw)]
+
+
+def _note_header(log: Any, header: dict[str, Any]) -> None:
+    """The census's notes on the log's header (keys it does not list, what it keeps at its path),
+    for every sample's trace; kept on the log object rollkit read."""
+    object.__setattr__(log, "census_notes", noted("inspect", {k: v for k, v in header.items() if k != "samples"}))
 
 
 def _header(header: Any, log_api: Any, context: Any) -> Any:
@@ -571,7 +591,38 @@ def read(path: Path, errors: str) -> list[Trace]:
         raise TraceFileError(f"{path}: inspect-ai cannot read this log{field and f' (field {field})'}: {what}",
                              path=path, field=field or None,
                              hint="load with errors='skip' to read the samples inspect-ai accepts") from None
+    _note_raw(path, zipped, log)
     return [_trace(log, sample, path) for sample in (log.samples or [])]
+
+
+def _note_raw(path: Path, zipped: bool, log: Any) -> None:
+    """The census's notes for a log inspect's own reader read (whose models
+    drop the keys they do not know): from the raw JSON, the header's on the
+    log and each sample's on it. Best effort: a member that does not parse
+    here (inspect read it) adds no notes."""
+    try:
+        if zipped:
+            import zipfile
+
+            import zipfile_zstd  # noqa: F401
+
+            with zipfile.ZipFile(path) as archive:
+                names = {info.filename: info for info in archive.infolist()}
+                header = _safe_read.loads(_member(archive, path, names["header.json"])) if "header.json" in names else {}
+                raws = [(name, _safe_read.loads(_member(archive, path, info))) for name, info in names.items()
+                        if name.startswith("samples/") and name.endswith(".json")]
+        else:
+            header = _safe_read.loads(_safe_read.read_document(path))
+            raws = list(enumerate(header.get("samples") or [] if isinstance(header, dict) else []))
+    except Exception:  # noqa: BLE001
+        return
+    if isinstance(header, dict):
+        _note_header(log, header)
+    notes = {(raw.get("id"), raw.get("epoch")): noted("inspect", raw, at if isinstance(at, str) else f"samples.{at}",
+                                                      "samples.*")
+             for at, raw in raws if isinstance(raw, dict)}
+    for sample in log.samples or []:
+        object.__setattr__(sample, "census_notes", notes.get((sample.id, sample.epoch), {}))
 
 
 def _refusal(exc: BaseException) -> tuple[str, str]:
@@ -601,7 +652,7 @@ def _each_sample_alone(path: Path, log_api: Any, zipped: bool) -> list[Trace]:
     else:
         raws = (_safe_read.loads(_safe_read.read_document(path)) or {}).get("samples") or []
     traces = []
-    for raw in raws:
+    for at, raw in enumerate(raws):
         try:
             sample = inspect_ai_log.EvalSample.model_validate(raw, context=inspect_ai_constants.get_deserializing_context())
         except Exception as exc:  # noqa: BLE001  inspect's refusal of this sample, said and skipped
@@ -610,6 +661,7 @@ def _each_sample_alone(path: Path, log_api: Any, zipped: bool) -> list[Trace]:
             warnings.warn(f"{path}: {who}: inspect-ai cannot read it{field and f' (field {field})'}: {what}; "
                           "skipped", stacklevel=5)
             continue
+        object.__setattr__(sample, "census_notes", noted("inspect", raw, f"samples.{at}", "samples.*"))
         traces.append(_trace(log, sample, path))
     traces.sort(key=lambda t: (t.info["epoch"], str(t.info["sample_id"]).zfill(20)))
     return traces

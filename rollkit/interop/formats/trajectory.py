@@ -30,6 +30,8 @@ from typing import Any
 from ...core.messages import Usage
 from ...core.trace import ErrorInfo, TaskRef, Trace
 from . import _parse
+from ._usage import usage_of
+from .census import noted
 from ._build import Call, Where, build, converting, messages as to_messages, read_json
 
 __all__ = ["sniff", "read"]
@@ -72,15 +74,6 @@ def _ending(status: Any) -> tuple[str | None, bool]:
     return None, True
 
 
-def _usage(usage: dict[str, Any]) -> Usage:
-    """litellm's usage (OpenAI's shape): `prompt_tokens` is the whole
-    prompt, its cached part in `prompt_tokens_details.cached_tokens`."""
-    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
-    cached = details.get("cached_tokens")
-    return Usage(input_tokens=usage.get("prompt_tokens", 0), output_tokens=usage.get("completion_tokens", 0),
-                 cache_read_tokens=cached if isinstance(cached, int) else None)
-
-
 def _failure(status: Any, exit_extra: dict[str, Any]) -> tuple[str, str]:
     """(error type, boundary) of an exit status that names an exception:
     one raised by the model's client (litellm, openai, anthropic, httpx:
@@ -106,7 +99,7 @@ def _calls(raw: list[Any]) -> list[Call]:
             usage = ((extra.get("response") or {}).get("usage") or {}) if isinstance(extra.get("response"), dict) else {}
             cost = extra.get("cost")  # mini-swe-agent's dollars for this call
             calls.append(Call(
-                usage=_usage(usage) if usage else None,
+                usage=usage_of(usage),
                 start=previous if stamp is not None else None, end=stamp,
                 cost_usd=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
             ))
@@ -176,6 +169,7 @@ def _read(path: Path, where: Where, document: Any) -> list[Trace]:
         info={"exit_status": status, "submission": exit_extra.get("submission", info.get("submission")),
               "trajectory_format": document.get("trajectory_format"), "example_id": name,
               **({"source_usage": source_usage} if source_usage else {}),
-              **({"demo_messages": demos} if demos else {})},
+              **({"demo_messages": demos} if demos else {}),
+              **noted("mini-swe-agent" if key == "messages" else "swe-agent", document)},
     )]
 

@@ -47,6 +47,7 @@ from ...core.messages import AssistantMessage, Usage, UserMessage
 from ...core.trace import ErrorInfo, TaskRef, Trace
 from ._build import Call, Where, build, messages as to_messages, number
 from ._jsonl import each_line
+from .census import census_of, merged_notes, noted, unknown
 from ._parse import first_record
 
 __all__ = ["sniff", "read", "sniff_v1", "read_v1"]
@@ -194,6 +195,8 @@ def _usage_total(record: dict[str, Any], where: Where) -> dict[str, int | None] 
 
 def read(path: Path, errors: str) -> list[Trace]:
     meta = _metadata(path)
+    meta_notes = {"unmapped": {f"metadata.json:{k}": v for k, v in unknown(census_of("verifiers-metadata"), meta).items()}}
+    meta_notes = meta_notes if meta_notes["unmapped"] else {}
     repeats: dict[str, int] = {}
 
     def convert(record: Any, where: Where, index: int) -> Trace:
@@ -237,7 +240,8 @@ def read(path: Path, errors: str) -> list[Trace]:
                      if total and replies != 1 else {}),
                   **({"token_usage": record["token_usage"]} if isinstance(record.get("token_usage"), dict) else {}),
                   **({"timing_ms": timing_ms} if timing_ms else {}),
-                  **({"tool_errors": tool_errors} if tool_errors else {})},
+                  **({"tool_errors": tool_errors} if tool_errors else {}),
+                  **merged_notes(noted("verifiers", record), meta_notes)},
             completed=bool(record.get("is_completed", True)) or not found,
         )
 
@@ -351,7 +355,9 @@ def _v1_trace(episode: dict[str, Any], raw: Any, where: Where, index: int) -> Tr
         weights=weights, info={"episode_id": episode.get("id"), "trace_id": raw.get("id"), "trace_version": raw.get("version"),
               "example_id": key, "env": (episode.get("env") or {}).get("id") if isinstance(episode.get("env"), dict)
               else None, **({"tool_errors": tool_errors} if tool_errors else {}),
-              **({"extra_usage": raw["extra_usage"]} if raw.get("extra_usage") else {})},
+              **({"extra_usage": raw["extra_usage"]} if raw.get("extra_usage") else {}),
+              **merged_notes(noted("verifiers-v1", {k: v for k, v in episode.items() if k != "traces"}),
+                             noted("verifiers-v1", raw, f"traces.{index}", "traces.*"))},
     )
     return trace
 
