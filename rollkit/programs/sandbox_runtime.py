@@ -57,7 +57,9 @@ What it enforces, exactly (each program gets its own sandbox):
   program's environment) and forwards to a Unix socket bound in from
   outside, where rollkit forwards it to the real 127.0.0.1 port. All other
   traffic goes through an HTTP proxy outside (HTTP_PROXY/HTTPS_PROXY point to
-  its relay; CONNECT and plain HTTP), which applies the `NetworkPolicy` by
+  its relay; CONNECT and plain HTTP; rollkit.programs.sandbox_proxy, which
+  parses each request strictly and refuses a malformed one in HTTP, logging
+  one line per kind per sandbox), which applies the `NetworkPolicy` by
   host name and by address and resolves only names it allows; host-local
   addresses (loopback, 0.0.0.0/8, link-local, unspecified, multicast) are
   refused unless an allow entry names them. Hosts are compared and connected
@@ -81,7 +83,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import os
 import re
@@ -105,6 +106,7 @@ from ..core.checks import whole
 from ..core.errors import SandboxError
 from ..core.runtime import NetworkPolicy
 from . import guard, watchdog
+from .sandbox_proxy import FilteringProxy, Relay
 from .subprocess_runtime import Program, SubprocessRuntime
 
 __all__ = ["SandboxRuntime"]
@@ -318,26 +320,6 @@ def _compiled_init() -> Path | None:
     return found
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (OSError, RuntimeError):
-        pass
-
-
-async def _splice(a: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                  b: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
-    try:
-        await asyncio.gather(_pump(a[0], b[1]), _pump(b[0], a[1]))
-    finally:
-        for writer in (a[1], b[1]):
-            writer.close()
-
-
 def _relay_share() -> int:
     """How many connections one sandbox may hold through each of its relays
     by default: 64, and at most 1/32 of this process's descriptor limit (a
@@ -345,35 +327,6 @@ def _relay_share() -> int:
     has three relays or more), at least 4."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return 64 if soft == resource.RLIM_INFINITY else max(4, min(64, soft // 32))
-
-
-class _Relay:
-    """One relay of one sandbox (its proxy, or the bridge to one route): the
-    connections it holds now, its cap, and how many it refused."""
-
-    def __init__(self, name: str, cap: int) -> None:
-        self.name, self.cap = name, cap
-        self.open = 0
-        self.refused = 0
-
-    def admit(self) -> bool:
-        if self.open >= self.cap:
-            self.refused += 1
-            return False
-        self.open += 1
-        return True
-
-    def refusal(self, status: int, why: str) -> bytes:
-        """An HTTP answer refusing a connection (every route and the proxy speak HTTP)."""
-        body = json.dumps({"error": {"message": why, "type": "too_many_connections" if status == 429 else
-                                     "relay_unavailable", "code": status}}).encode()
-        reason = {429: "Too Many Requests", 503: "Service Unavailable"}[status]
-        return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                f"Retry-After: 1\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
-
-    def too_many(self, status: int) -> bytes:
-        return self.refusal(status, f"this sandbox already holds {self.cap} connections through its {self.name}, "
-                                    "its limit; close idle connections (or reuse them) and retry")
 
 
 class _Pipe(asyncio.Protocol):
@@ -386,7 +339,7 @@ class _Pipe(asyncio.Protocol):
     host's 127.0.0.1:`port` and reads nothing until that is up (where that
     fails, it answers 503)."""
 
-    def __init__(self, port: int | None = None, peer: _Pipe | None = None, relay: _Relay | None = None) -> None:
+    def __init__(self, port: int | None = None, peer: _Pipe | None = None, relay: Relay | None = None) -> None:
         self.port, self.peer, self.relay = port, peer, relay
         self.transport: asyncio.Transport | None = None
         self.eof = False
@@ -586,7 +539,7 @@ class SandboxRuntime(SubprocessRuntime):
         self.relay_connections = None if relay_connections is None else whole(
             "SandboxRuntime", "relay_connections", relay_connections, minimum=1)
         self._relay_cap = 0
-        self.relays: dict[int, _Relay] = {}  # 0: the proxy, else the bridged port
+        self.relays: dict[int, Relay] = {}  # 0: the proxy, else the bridged port
         self.bwrap = bwrap
         self.compiled_init = bool(compiled_init)
         self._init: list[str] = []
@@ -594,6 +547,7 @@ class SandboxRuntime(SubprocessRuntime):
         self.policy = NetworkPolicy()
         self.kept: list[str] = []
         self.refused: list[str] = []  # what the proxy refused, "host:port: why"
+        self.proxy: FilteringProxy | None = None  # its `refusals` count what it refused, by kind
         self._ctl: Path | None = None
         self._servers: dict[int, asyncio.AbstractServer] = {}  # host port (0: the proxy) -> Unix socket server
         self._proxy_port = 3128
@@ -625,8 +579,9 @@ class SandboxRuntime(SubprocessRuntime):
         self._write_etc()
         guard.quiet_accept_errors()
         self._relay_cap = self.relay_connections or _relay_share()
-        self.relays = {0: _Relay("proxy", self._relay_cap)}
-        self._servers[0] = await asyncio.start_unix_server(self._proxy, path=str(self._ctl / "proxy.sock"))
+        self.relays = {0: Relay("proxy", self._relay_cap)}
+        self.proxy = FilteringProxy(self.relays[0], self._decision, self.refused)
+        self._servers[0] = await asyncio.start_unix_server(self.proxy.handle, path=str(self._ctl / "proxy.sock"))
         if self._ids is not None:
             # The sandbox's user must enter its folders and connect to the
             # proxy's socket; nobody else may.
@@ -804,69 +759,14 @@ class SandboxRuntime(SubprocessRuntime):
         path = self._ctl / f"{port}.sock"
         if port not in self._servers:
             loop = asyncio.get_running_loop()
-            relay = self.relays[port] = _Relay(f"relay to 127.0.0.1:{port}", self._relay_cap)
+            relay = self.relays[port] = Relay(f"relay to 127.0.0.1:{port}", self._relay_cap)
             self._servers[port] = await loop.create_unix_server(lambda: _Pipe(port, relay=relay), path=str(path))
             if self._ids is not None:
                 os.chown(path, *self._ids)
         return path
 
-    async def _proxy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        relay = self.relays[0]
-        if not relay.admit():
-            # Answered before the request is read: CONNECT and plain HTTP clients both read a 503.
-            writer.write(relay.too_many(503))
-            writer.close()
-            return
-        try:
-            await self._proxy_one(reader, writer)
-        finally:
-            relay.open -= 1
-
-    async def _proxy_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
-            writer.close()
-            return
-        lines = head.decode("latin-1").split("\r\n")
-        try:
-            method, target, version = lines[0].split(" ")
-            if method == "CONNECT":
-                host, _, port_text = target.rpartition(":")
-                port, rest = int(port_text), b""
-            else:
-                match = re.match(r"http://(\[[^\]]+\]|[^/:]+)(?::(\d+))?(/.*)?$", target, re.I)
-                if match is None:
-                    raise ValueError(target)
-                host, port = match.group(1), int(match.group(2) or 80)
-                headers = [h for h in lines[1:] if h and not h.lower().startswith(("proxy-", "connection:"))]
-                rest = "\r\n".join([f"{method} {match.group(3) or '/'} {version}", *headers,
-                                    "Connection: close", "", ""]).encode("latin-1")
-        except ValueError:
-            writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            writer.close()
-            return
-        rules = getattr(self, "_rules", None) or Decision(self.policy.allow, self.policy.block, self.hosts)
-        address, why = await rules.resolve(host, port)
-        if address is None:
-            self.refused.append(f"{host}:{port}: {why}")
-            body = f"refused by the rollout's network policy: {why}\n".encode()
-            writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-            writer.close()
-            return
-        try:
-            upstream = await asyncio.wait_for(asyncio.open_connection(address, port), 30)
-        except (OSError, TimeoutError) as exc:
-            writer.write(f"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nX-Reason: {type(exc).__name__}\r\n"
-                         "Connection: close\r\n\r\n".encode())
-            writer.close()
-            return
-        if method == "CONNECT":
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        else:
-            upstream[1].write(rest)
-        await _splice((reader, writer), upstream)
+    def _decision(self) -> Decision:
+        return getattr(self, "_rules", None) or Decision(self.policy.allow, self.policy.block, self.hosts)
 
     # ---- programs -----------------------------------------------------------
     def _command(self, argv: list[str]) -> tuple[list[str], tuple[int, ...], Any]:

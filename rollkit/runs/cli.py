@@ -388,7 +388,9 @@ def sql_command(args: tuple[str, ...], as_csv: bool) -> None:
     """Run the SQL QUERY (DuckDB) over the tables of one or more runs (run
     folders or trace files of any format rk.load reads): rollouts, turns,
     calls, phases, signals, messages. E.g.
-    rollkit sql runs/a "select task_key, avg(reward) from rollouts group by 1"."""
+    rollkit sql runs/a "select task_key, avg(reward) from rollouts group by 1".
+    This is the owner's full DuckDB (files, extensions, the network, as
+    DuckDB allows): never run a query someone else wrote."""
     from .lazyrun import open_run
     from ..core.store import TraceFileError
 
