@@ -264,7 +264,7 @@ class Rollout:
         # is the caller's setup mistake: refused before anything starts.
         self.spec.model.check(self.id)
         if self.limits.max_cost_usd is not None:
-            require_price(self.spec.model)
+            require_price(self.spec.model, hard=self.limits.cost_cap == "hard")
         else:  # read now, so the price table never loads inside a segment's agent time
             model_card(self.spec.model)
         self._state = RolloutState.OPENING

@@ -163,6 +163,13 @@ class OpenAIModel(Model):
     `return_token_ids`, which OpenAI's own API refuses). A program's
     request may ask for more, never for less.
 
+    `output_limit` is the most output tokens a call may produce when it
+    sends no `max_tokens` (the model's or server's limit), for a hard
+    dollar cap (`RolloutLimits(cost_cap="hard")`). Priced by the public
+    table: by the endpoint's provider where the table knows `base_url`, else
+    by the model's name alone, which for another endpoint (a local server,
+    a proxy) is an estimate the trace marks (rollkit.core.prices).
+
     Call `await model.aclose()` when done to close its pooled connections.
     """
 
@@ -179,6 +186,7 @@ class OpenAIModel(Model):
         logprobs: bool = False,
         top_logprobs: int | None = None,
         token_ids: bool = False,
+        output_limit: int | None = None,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"OpenAIModel needs a model name such as 'gpt-4o-mini', got {model!r}")
@@ -197,6 +205,8 @@ class OpenAIModel(Model):
         self.params = dict(params or {})
         self.name = name or model
         self.logprobs, self.top_logprobs, self.token_ids = _token_options(model, logprobs, top_logprobs, token_ids)
+        self._output_limit = None if output_limit is None else whole("OpenAIModel", "output_limit", output_limit,
+                                                                     minimum=1)
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "type": type(self).__name__, "base_url": self.base_url}
@@ -205,6 +215,16 @@ class OpenAIModel(Model):
         # The endpoint names the provider when the table knows it (OpenAI,
         # OpenRouter, ...); elsewhere the model name does (rollkit.core.prices).
         return (self.model, self.base_url)
+
+    def output_limit(self) -> int | None:
+        """`output_limit` as given, else the `max_tokens` (or
+        `max_completion_tokens`) of the model's default `params`."""
+        if self._output_limit is not None:
+            return self._output_limit
+        for key in ("max_tokens", "max_completion_tokens"):
+            if isinstance(self.params.get(key), int):
+                return self.params[key]
+        return None
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.model!r}, base_url={self.base_url!r})"
