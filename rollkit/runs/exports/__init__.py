@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from ...core.errors import UsageError
 from ...core.trace import Trace
 from ..lazyrun import LazyRun, open_run
 
-__all__ = ["export", "ExportSource", "formats"]
+__all__ = ["export", "ExportSource", "formats", "written_whole"]
 
 # name -> (module under this package, what it writes); the module has
 # `write(source: ExportSource, path: Path | None, **options) -> Any`.
@@ -39,6 +41,23 @@ _FORMATS: dict[str, tuple[str, str]] = {
     "rl": ("rl", "token ids, logprobs and loss mask per turn, with the reward (.parquet or .jsonl)"),
     "otel": ("otel", "OpenTelemetry GenAI spans over OTLP (endpoint=...)"),
 }
+
+
+@contextmanager
+def written_whole(path: Path) -> Iterator[Path]:
+    """A hidden temporary file beside `path` for an export to write: renamed
+    to `path` when the block ends, removed when it raises (Ctrl-C
+    included). A file under `path` is only ever a whole export; a crash
+    (SIGKILL, power) leaves at most the hidden `.NAME.*.part` beside it."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    os.close(fd)
+    part = Path(name)
+    try:
+        yield part
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
 
 
 def formats() -> dict[str, str]:

@@ -37,6 +37,7 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ...core.trace import Trace
+from . import written_whole
 from ...core._dependencies import pa, pq
 
 __all__ = ["write", "ROW_COLUMNS", "rows_of"]
@@ -60,16 +61,17 @@ def write(source: Any, path: Path | None, *, mask_truncated: bool = False, batch
         raise UsageError(f"rk.export(format='rl'): batch_rows is a whole number of rows >= 1, got {batch_rows!r}")
     counts = {"rollouts": 0, "turns": 0, "without_ids": 0, "with_logprobs_only": 0}
     rows = _counted_rows(source.traces(), counts, mask_truncated)
-    sink = _ParquetSink(path, batch_rows) if kind == "parquet" else _JsonLinesSink(path)
     written = 0
-    try:
-        for row in rows:
-            sink.add(row)
-            written += 1
-    finally:
-        sink.close()
-    if not written:
-        raise UsageError(_nothing_to_write(counts))
+    with written_whole(path) as part:  # type: ignore[arg-type]
+        sink = _ParquetSink(part, batch_rows) if kind == "parquet" else _JsonLinesSink(part)
+        try:
+            for row in rows:
+                sink.add(row)
+                written += 1
+        finally:
+            sink.close()
+        if not written:
+            raise UsageError(_nothing_to_write(counts))
     if counts["without_ids"]:
         warnings.warn(f"rk.export(format='rl'): {counts['without_ids']} of {counts['turns']} turns kept no token "
                       f"ids and were left out; {_HOW}", UserWarning, stacklevel=3)

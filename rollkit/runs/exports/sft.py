@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from ...core._sums import sum_in_order
 from ...core.errors import UsageError
 from ...core.outcome import Outcome
 from ..columns import _loads
-from . import ExportSource
+from . import ExportSource, written_whole
 from ...core._dependencies import pa, pq
 
 __all__ = ["write", "COLUMNS", "SUFFIXES"]
@@ -69,14 +68,11 @@ def write(source: ExportSource, path: Path | None, *, rows_per_group: int = _GRO
         raise UsageError(f"rk.export(format='sft'): rows_per_group must be a whole number >= 1, got {rows_per_group!r}")
     signals, records = _records(source)
     sink = _ParquetSink(signals) if suffix == ".parquet" else _JsonLinesSink()
-    part = path.with_name(f".{path.name}.part")
     try:
-        with paused():  # rows are freed a group at a time; the collector would walk each group's dicts again
+        with written_whole(path) as part, paused():  # rows are freed a group at a time: no collector walks
             _write_groups(sink, part, records, signals, rows_per_group)
-        os.replace(part, path)
     except BaseException:
         sink.close()
-        part.unlink(missing_ok=True)
         raise
     return path
 
