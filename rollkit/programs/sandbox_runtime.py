@@ -61,8 +61,9 @@ What it enforces, exactly (each program gets its own sandbox):
   parses each request strictly and refuses a malformed one in HTTP, logging
   one line per kind per sandbox), which applies the `NetworkPolicy` by
   host name and by address and resolves only names it allows; host-local
-  addresses (loopback, 0.0.0.0/8, link-local, unspecified, multicast) are
-  refused unless an allow entry names them. Hosts are compared and connected
+  addresses (loopback, 0.0.0.0/8, link-local, unspecified, multicast, and
+  every address of the machine's interfaces, read when the sandbox starts)
+  are refused unless an allow entry names them. Hosts are compared and connected
   to in one canonical spelling (rollkit.core._network_policy), so
   `::ffff:127.0.0.1`, `0x7f.1` or `LOCALHOST.` is refused as 127.0.0.1 is. A
   program that ignores the proxy reaches nothing.
@@ -101,7 +102,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core._cache_folder import user_cache_folder
-from ..core._network_policy import Decision
+from ..core._network_policy import Decision, host_addresses
 from ..core.checks import whole
 from ..core.errors import SandboxError
 from ..core.runtime import NetworkPolicy
@@ -548,6 +549,7 @@ class SandboxRuntime(SubprocessRuntime):
         self.kept: list[str] = []
         self.refused: list[str] = []  # what the proxy refused, "host:port: why"
         self.proxy: FilteringProxy | None = None  # its `refusals` count what it refused, by kind
+        self._local: frozenset[Any] = frozenset()  # host_addresses() at start
         self._ctl: Path | None = None
         self._servers: dict[int, asyncio.AbstractServer] = {}  # host port (0: the proxy) -> Unix socket server
         self._proxy_port = 3128
@@ -573,6 +575,7 @@ class SandboxRuntime(SubprocessRuntime):
         self._init = [_INSIDE_INIT] if compiled else [sys.executable, "-I", "-S", str(_INIT)]
         self._compiled_path = compiled
         self._ids = _sandbox_ids()
+        self._local = await asyncio.to_thread(host_addresses)  # the machine's own addresses: host-local
         await super()._start()
         self._ctl = Path(tempfile.mkdtemp(prefix="rollkit-sandbox-"))
         watchdog.watch_folder(self._ctl)
@@ -734,7 +737,7 @@ class SandboxRuntime(SubprocessRuntime):
         framework's routes and the proxy, which applies `policy`."""
         self.policy = policy
         self.kept = list(dict.fromkeys([*self.kept, *keep]))
-        self._rules = Decision(policy.allow, policy.block, self.hosts)
+        self._rules = Decision(policy.allow, policy.block, self.hosts, self._local)
         return {
             "enforced": True, "runtime": self.kind, "allow": list(policy.allow), "block": list(policy.block),
             "kept": list(keep),
@@ -766,7 +769,7 @@ class SandboxRuntime(SubprocessRuntime):
         return path
 
     def _decision(self) -> Decision:
-        return getattr(self, "_rules", None) or Decision(self.policy.allow, self.policy.block, self.hosts)
+        return getattr(self, "_rules", None) or Decision(self.policy.allow, self.policy.block, self.hosts, self._local)
 
     # ---- programs -----------------------------------------------------------
     def _command(self, argv: list[str]) -> tuple[list[str], tuple[int, ...], Any]:
