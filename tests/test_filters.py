@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +146,28 @@ def test_run_sql_stays_the_owners_full_duckdb(run):
 
 def test_a_checked_expression_is_returned_stripped():
     assert check_expression("  reward = 1 ", "test") == "reward = 1"
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+# Every format rollkit imports, by the writer that sets a stop or a limit:
+# inspect (message limits), verifiers (is_truncated), tau2 (max_steps),
+# swe-agent and mini-swe-agent (exit statuses), harbor (ATIF).
+_SOURCES = sorted({next(iter(sorted(folder.rglob(pattern))))
+                   for folder, pattern in ((FIXTURES / "inspect" / "real", "*.eval"), (FIXTURES / "inspect", "*.json"),
+                                           (FIXTURES / "verifiers", "*.jsonl"), (FIXTURES / "tau2", "*.json"),
+                                           (FIXTURES / "swe-agent", "*.traj"), (FIXTURES / "mini-swe-agent", "*.json"),
+                                           (FIXTURES / "harbor", "*.json"))
+                   if any(folder.rglob(pattern))} | set((FIXTURES / "verifiers").rglob("results.jsonl")))
+
+
+@pytest.mark.parametrize("source", _SOURCES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_the_flags_in_where_agree_with_the_export_rows_over_every_format(source, tmp_path):
+    """The flags are written twice (the export's Python, the filter's SQL):
+    over a file of every format, `where=` selects exactly the rows that say so."""
+    copy = tmp_path / source.name
+    shutil.copyfile(source, copy)
+    rows = [json.loads(line) for line in
+            rk.export(copy, tmp_path / "all.jsonl", format="sft").read_text().splitlines()]
+    for flag in ("has_error", "is_truncated"):
+        chosen = rk.export(copy, tmp_path / f"{flag}.jsonl", format="sft", where=flag).read_text().splitlines()
+        assert sorted(json.loads(line)["id"] for line in chosen) == sorted(r["id"] for r in rows if r[flag]), flag

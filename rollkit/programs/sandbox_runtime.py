@@ -9,7 +9,10 @@ watchdog, timeouts) is `SubprocessRuntime`'s, reused unchanged.
 
 What it enforces, exactly (each program gets its own sandbox):
 - files: the host's /usr (and /bin, /lib*, /sbin), Python's prefix and
-  rollkit's package directory, all read-only, plus `ro_paths`; an /etc of the
+  rollkit's package directory, all read-only, plus `ro_paths`, plus what each
+  launched program needs to run as it does outside (each symlink of its
+  chain recreated, a venv's folder and the resolved interpreter's prefix
+  bound read-only: a venv's `python` runs through its links); an /etc of the
   sandbox's own, read-only: copies (made once, in rollkit's cache folder) of
   a short list of host entries, only what every user may read (no
   /etc/shadow, no ssl/private), with its own passwd, group, hosts and
@@ -550,6 +553,8 @@ class SandboxRuntime(SubprocessRuntime):
         self.refused: list[str] = []  # what the proxy refused, "host:port: why"
         self.proxy: FilteringProxy | None = None  # its `refusals` count what it refused, by kind
         self._local: frozenset[Any] = frozenset()  # host_addresses() at start
+        self._covered: list[Path] = []
+        self._placed: dict[Path, Path] = {}  # a host path -> where bubblewrap finds it (see _stage)
         self._ctl: Path | None = None
         self._servers: dict[int, asyncio.AbstractServer] = {}  # host port (0: the proxy) -> Unix socket server
         self._proxy_port = 3128
@@ -677,11 +682,35 @@ class SandboxRuntime(SubprocessRuntime):
                           f"--regid={self._ids[1]}", "--clear-groups", "--"]
         return placed
 
+    async def _stage_more(self, sources: list[Path]) -> dict[Path, Path]:
+        """`_stage` for a launch: into the staging namespace there is (one
+        more folder each), or a first one."""
+        if self._staged is None:
+            return await self._stage(sources)
+        stage, namespace = self._staged
+        placed: dict[Path, Path] = {}
+        pairs: list[str] = []
+        for source in sources:
+            target = Path(tempfile.mkdtemp(dir=stage)) if source.is_dir() else Path(tempfile.mkstemp(dir=stage)[1])
+            target.chmod(0o755)
+            placed[source] = target
+            pairs += [str(source), str(target)]
+        script = 'while [ $# -gt 0 ]; do mount --rbind "$1" "$2" || exit 1; shift 2; done'
+        done = await asyncio.create_subprocess_exec(
+            shutil.which("nsenter") or "nsenter", f"--mount=/proc/{os.getpid()}/fd/{namespace}", "--",
+            "sh", "-c", script, "sh", *pairs, stderr=asyncio.subprocess.PIPE, cwd="/", pass_fds=(namespace,))
+        _, errors = await done.communicate()
+        if done.returncode != 0:
+            raise SandboxError(f"SandboxRuntime cannot bind {[str(s) for s in sources]} for its sandboxes' user: "
+                               f"{errors.decode(errors='replace').strip()}")
+        return placed
+
     async def _sandbox_args(self) -> list[str]:
         assert self._ctl is not None and self._etc is not None
         # The host entries bound read-only: (source, where inside).
         bound: list[tuple[Path, str]] = [(self._etc, "/etc")]
         seen: list[Path] = [Path("/usr")]
+        self._covered = seen  # what the sandbox sees of the host (a launch binds what its program needs more)
         for path in (sys.prefix, sys.base_prefix, *_site_dirs(), str(_PACKAGE), *self.ro_paths):
             real = Path(path).resolve()
             # A folder inside one already bound is seen through that bind.
@@ -695,7 +724,7 @@ class SandboxRuntime(SubprocessRuntime):
         own = [self._workdir, self._ctl]
         unreachable = [source for source in [*(s for s, _ in bound), *own]
                        if self._ids is not None and source is not None and not _open_to_all(source)]
-        placed = await self._stage(unreachable) if unreachable else {}
+        placed = self._placed = await self._stage(unreachable) if unreachable else {}
         args = [self._bwrap_path, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
                 "--unshare-uts", "--unshare-cgroup-try", "--uid", str(_UID), "--gid", str(_UID),
                 "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -799,10 +828,32 @@ class SandboxRuntime(SubprocessRuntime):
             except OSError:
                 _remove_cgroup(cgroup)
                 cgroup = None
-        command = [*self._base_args, "--", *self._init, str(write_fd), str(join_fd), limits,
+        command = [*self._base_args, *self._program_binds(argv[0]), "--", *self._init, str(write_fd), str(join_fd), limits,
                    ",".join(f"{port}={path}" for port, path in relays), "--", *argv]
         passed = (write_fd,) if join_fd < 0 else (write_fd, join_fd)
         return command, passed, (read_fd, passed, cgroup)
+
+    def _program_binds(self, executable: str) -> list[str]:
+        """bubblewrap arguments that make `executable` run inside as it does
+        outside (see `_program_needs`): each symlink along its chain
+        recreated (a venv's `python` -> the interpreter it links to), a
+        venv's folder (pyvenv.cfg, its site-packages) and the resolved
+        interpreter's prefix (its standard library) bound read-only, where
+        the sandbox does not see them already; through the staging
+        namespace where the sandbox's user cannot reach them (`launch`)."""
+        args: list[str] = []
+        for kind, path, target in self._needs(executable):
+            if kind == "link":
+                args += ["--symlink", target, str(path)]
+            else:
+                args += ["--ro-bind", str(self._placed.get(path, path)), str(path)]
+        return args
+
+    def _needs(self, executable: str) -> list[tuple[str, Path, str]]:
+        needs = _program_needs(executable)
+        seen = [*self._covered, *(path for kind, path, _ in needs if kind == "folder")]
+        return [(kind, path, target) for kind, path, target in needs
+                if not any(path == s or s in path.parents for s in (self._covered if kind == "folder" else seen))]
 
     async def launch(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                      stdin: bool = True) -> Program:
@@ -815,6 +866,12 @@ class SandboxRuntime(SubprocessRuntime):
             if self._ids is not None:
                 self.environment(env)  # makes the folder's .tmp, which is handed over with the rest
                 await asyncio.to_thread(_hand_over, self.workdir, self._ids)
+                # What the program's interpreter needs that the sandbox's user cannot reach: staged.
+                needs = self._needs(self.resolve(argv[0], self.environment(env))) if argv else []
+                hidden = [path for kind, path, _ in needs
+                          if kind != "link" and path not in self._placed and not _open_to_all(path)]
+                if hidden:
+                    self._placed.update(await self._stage_more(hidden))
         return await super().launch(argv, env=env, stdin=stdin)
 
     def _spawn_options(self) -> dict[str, Any]:
@@ -832,6 +889,32 @@ class SandboxRuntime(SubprocessRuntime):
     def __repr__(self) -> str:
         where = f", {self._workdir}" if self._workdir is not None else ""
         return f"SandboxRuntime({self._state}{where})"
+
+
+def _program_needs(executable: str) -> list[tuple[str, Path, str]]:
+    """What running `executable` needs of the host, in order: ("link", path,
+    its target) for each symlink of its chain, ("folder", path, "") for a
+    venv's folder along it and for the resolved interpreter's prefix (a
+    `bin/` whose `lib/` holds a Python standard library), ("file", path,
+    "") for the resolved program itself."""
+    needs: list[tuple[str, Path, str]] = []
+    path = Path(executable)
+    if not path.is_absolute():
+        return needs
+    for _ in range(40):  # the kernel's own limit on a chain
+        if path.parent.name == "bin" and (path.parent.parent / "pyvenv.cfg").is_file():
+            needs.append(("folder", path.parent.parent, ""))
+        if not path.is_symlink():
+            break
+        target = os.readlink(path)
+        needs.append(("link", path, target))
+        path = Path(os.path.normpath(path.parent / target))
+    prefix = path.parent.parent
+    if path.parent.name == "bin" and any(prefix.glob("lib/python3*/os.py")):
+        needs.append(("folder", prefix, ""))
+    else:
+        needs.append(("file", path, ""))
+    return needs
 
 
 def _remove_cgroup(cgroup: Path) -> None:
