@@ -77,23 +77,20 @@ def test_the_locked_connection_itself_refuses_files_settings_and_extensions(run)
     """Behind the parse check: what DuckDB itself refuses on the filter's
     connection (a check that missed a spelling would still read nothing)."""
     lazy, base = run
-    con = lazy.filter_connection("rollouts")
-    try:
-        for statement, refused in [
-            (f"select * from read_text('{base}/secret.txt')", "disabled by configuration"),
-            (f"copy (select 1) to '{base}/out.csv'", "disabled by configuration"),
-            (f"attach '{base}/x.db'", "disabled by configuration"),
-            ("install httpfs", "disabled by configuration"),
-            ("load httpfs", "disabled"),
-            ("set enable_external_access = true", "the configuration has been locked"),
-            ("set memory_limit = '100GB'", "the configuration has been locked"),
-            ("reset lock_configuration", "locked"),
-        ]:
-            with pytest.raises(Exception, match=refused):
-                con.execute(statement)
-        assert con.execute("select count(*) from rollouts").fetchone()[0] == 5  # the run's own tables: readable
-    finally:
-        con.close()
+    con = lazy.filter_connection("rollouts")  # the run keeps it (callers do not close it)
+    for statement, refused in [
+        (f"select * from read_text('{base}/secret.txt')", "disabled by configuration"),
+        (f"copy (select 1) to '{base}/out.csv'", "disabled by configuration"),
+        (f"attach '{base}/x.db'", "disabled by configuration"),
+        ("install httpfs", "disabled by configuration"),
+        ("load httpfs", "disabled"),
+        ("set enable_external_access = true", "the configuration has been locked"),
+        ("set memory_limit = '100GB'", "the configuration has been locked"),
+        ("reset lock_configuration", "locked"),
+    ]:
+        with pytest.raises(Exception, match=refused):
+            con.execute(statement)
+    assert con.execute("select count(*) from rollouts").fetchone()[0] == 5  # the run's own tables: readable
     assert sorted(p.name for p in base.iterdir()) == ["run", "secret.csv", "secret.txt"]
 
 
@@ -115,10 +112,10 @@ def test_a_filter_past_its_time_or_memory_limit_is_stopped_and_named(run):
         lazy.where(endless, "id", who="rk.export", seconds=0.2)
     hungry = "(select length(string_agg(repeat(content, 20000), '')) from messages, range(1)) > 0"
     with pytest.raises(rk.UsageError, match="needs more than its memory limit|calls table function range"):
-        lazy.where(hungry, "id", who="rk.export", memory_limit="16MB")
+        lazy.where(hungry, "id", who="rk.export", memory_limit="16MB", seconds=600)
     hungry = "(select length(string_agg(repeat(m.content || a.content, 2000), '')) from messages m, messages a) > 0"
-    with pytest.raises(rk.UsageError, match="needs more than its memory limit"):
-        lazy.where(hungry, "id", who="rk.export", memory_limit="16MB")
+    with pytest.raises(rk.UsageError, match="needs more than its memory limit"):  # not the time limit, under load
+        lazy.where(hungry, "id", who="rk.export", memory_limit="16MB", seconds=600)
 
 
 def test_the_run_browser_filter_and_search_run_locked(run):

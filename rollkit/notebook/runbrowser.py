@@ -122,19 +122,16 @@ class RunBrowser(widgets.VBox):
         # built yet is built; a file that grew is read anew): the filter a
         # user typed reads the run's tables and nothing else.
         con = self.run.filter_connection("rollouts " + where)
-        try:
-            if self._ids_table is not None:
-                con.register("_rk_hits", self._ids_table)
-            ask = {"who": _WHO, "columns": self.run.filter_columns()}
-            total = run_filtered(con, f"select count(*) as n from rollouts where {where}", self._where, **ask)
-            # The row number in the run: files one after the other (_set, then _ordinal).
-            rows = ("(select *, _ordinal as _row from rollouts)" if len(self.run.paths) == 1 else
-                    "(select *, row_number() over (order by _set, _ordinal) - 1 as _row from rollouts)")
-            frame = run_filtered(con, f"select {', '.join(_SHOWN)}, _row from {rows} where {where} order by {order} "
-                                      f"{direction} nulls last, _row limit {self.page_size} "
-                                      f"offset {self._page * self.page_size}", self._where, **ask).to_pandas()
-        finally:
-            con.close()
+        if self._ids_table is not None:
+            con.register("_rk_hits", self._ids_table)
+        ask = {"who": _WHO, "columns": self.run.filter_columns()}
+        total = run_filtered(con, f"select count(*) as n from rollouts where {where}", self._where, **ask)
+        # The row number in the run: files one after the other (_set, then _ordinal).
+        rows = ("(select *, _ordinal as _row from rollouts)" if len(self.run.paths) == 1 else
+                "(select *, row_number() over (order by _set, _ordinal) - 1 as _row from rollouts)")
+        frame = run_filtered(con, f"select {', '.join(_SHOWN)}, _row from {rows} where {where} order by {order} "
+                                  f"{direction} nulls last, _row limit {self.page_size} "
+                                  f"offset {self._page * self.page_size}", self._where, **ask).to_pandas()
         return int(total.column("n")[0].as_py()), frame.to_dict("records")
 
     def _show(self) -> None:

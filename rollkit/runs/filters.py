@@ -50,6 +50,8 @@ FLAGS = {
 }
 _LAST_FINISH = ("left join (select id as _f_id, _set as _f_set, arg_max_null(finish_reason, turn) as _last_finish "
                 "from turns_base group by all) on _f_id = id and _f_set = _set")
+_PARSER: list[Any] = []
+_PARSER_LOCK = threading.Lock()
 _MISSING_COLUMN = re.compile(r'Referenced column "([^"]+)" not found')
 _MISSING_FUNCTION = re.compile(r"(?:Scalar|Table|Aggregate)? ?Function with name (\w+) does not exist", re.I)
 
@@ -110,7 +112,11 @@ def check_expression(expression: str, who: str, tables: Sequence[str] = TABLES) 
         raise UsageError(f"{who}: a filter is an SQL expression over the run's columns as text, e.g. "
                          f"\"reward < 1 and turns > 3\"; got {expression!r}")
     text = expression.strip()
-    parsed = json.loads(duckdb.connect().execute("select json_serialize_sql(?)", [f"select ({text})"]).fetchone()[0])
+    with _PARSER_LOCK:
+        if not _PARSER:
+            _PARSER.append(duckdb.connect())  # parses only: it reads no table (a connection costs ~50 ms)
+        found = _PARSER[0].execute("select json_serialize_sql(?)", [f"select ({text})"]).fetchone()[0]
+    parsed = json.loads(found)
     statements = parsed.get("statements") or []
     if parsed.get("error") or len(statements) != 1 or not _bare_select(statements[0]["node"]):
         why = parsed.get("error_message") or "it is not one expression"

@@ -119,6 +119,7 @@ class LazyRun:
         self._cache: dict[str, Any] = {}
         self._duck: Any = None
         self._views: set[str] = set()  # the tables the connection has a view of
+        self._locked: tuple[Any, Any] | None = None  # (what it covers, the filters' locked connection)
         self._index: Any = None
         self._parts: tuple[list[int], list[tuple[Path, Path]], dict[Any, Any]] | None = None
         self._coverage = self._covered()
@@ -393,8 +394,9 @@ class LazyRun:
         """A locked DuckDB connection (rollkit.runs.filters) over this run's
         tables that `query` names (the rollouts table with `has_error` and
         `is_truncated`): what a filter a user typed runs on. It reads the
-        run's table files and nothing else; made anew per call, so it sees
-        the tables as they are now."""
+        run's table files and nothing else; kept while those files and
+        tables stay the same (a new one when they change: it sees the tables
+        as they are now). The run owns it: callers do not close it."""
         if _re.search(r"\bis_truncated\b", query, _re.IGNORECASE):
             query += " turns"
         self._connection(query)  # builds the tables `query` names, brings grown files up to date
@@ -405,7 +407,12 @@ class LazyRun:
                 if select is not None and _re.search(rf"\b{table}\b", query, _re.IGNORECASE):
                     views[table] = select
                     files += read
-        return filters.locked_connection(views, files, memory_limit=memory_limit)
+        key = (tuple(views.items()), memory_limit)
+        if self._locked is None or self._locked[0] != key:
+            if self._locked is not None:
+                self._locked[1].close()
+            self._locked = (key, filters.locked_connection(views, files, memory_limit=memory_limit))
+        return self._locked[1]
 
     def where(self, expression: str, select: str = "*", *, who: str = "filter", order: str | None = None,
               limit: int | None = None, offset: int = 0, seconds: float = filters.TIME_LIMIT,
@@ -423,10 +430,7 @@ class LazyRun:
         if limit is not None:
             query += f" limit {int(limit)} offset {int(offset)}"
         con = self.filter_connection(query, memory_limit=memory_limit)
-        try:
-            return filters.run_filtered(con, query, text, who=who, columns=self.filter_columns(), seconds=seconds)
-        finally:
-            con.close()
+        return filters.run_filtered(con, query, text, who=who, columns=self.filter_columns(), seconds=seconds)
 
     def filter_columns(self) -> list[str]:
         """The columns a filter over the rollouts table may name (the table's and the flags)."""
@@ -478,10 +482,7 @@ class LazyRun:
         query = f"select id, task_key, _ordinal, index, role, content, tool_calls, name from messages where {where}"
         if locked:
             con = self.filter_connection(query)
-            try:
-                frame = filters.run_filtered(con, query, pattern, who="search", params=args).to_pandas()
-            finally:
-                con.close()
+            frame = filters.run_filtered(con, query, pattern, who="search", params=args).to_pandas()
         else:
             frame = self.sql(query, args)
         order = self._ordinals(frame)
