@@ -73,7 +73,7 @@ async def _capped(cap: str, limit: float = 0.05) -> rk.Trace:
     return await rollout.close()
 
 
-async def test_the_soft_cap_lets_the_crossing_call_run_and_the_hard_cap_refuses_it():
+async def test_L12_L13_the_soft_cap_lets_the_crossing_call_run_and_the_hard_cap_refuses_it():
     soft, hard = await _capped("soft"), await _capped("hard")
     assert soft.stop_condition == hard.stop_condition == "max_cost_usd"
     assert soft.cost_usd > 0.05  # soft by one turn: the default
