@@ -155,9 +155,9 @@ def parse_request(head: bytes) -> ProxyRequest:
 def answer(status: int, why: str, kind: str | None = None) -> bytes:
     """An HTTP answer refusing a request, its reason as JSON (every route and the proxy speak HTTP)."""
     body = json.dumps({"error": {"message": why, "type": kind or "refused", "code": status}}).encode()
+    retry = "Retry-After: 1\r\n" if status in (429, 503) else ""
     head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Refused')}\r\nContent-Type: application/json\r\n"
-            f"Connection: close\r\n{'Retry-After: 1' + chr(13) + chr(10) if status in (429, 503) else ''}"
-            f"Content-Length: {len(body)}\r\n\r\n")
+            f"Connection: close\r\n{retry}Content-Length: {len(body)}\r\n\r\n")
     return head.encode() + body
 
 
