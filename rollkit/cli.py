@@ -505,7 +505,9 @@ def compare_command(folder_a: Path, folder_b: Path, by: str, signals: tuple[str,
 def sql_command(args: tuple[str, ...], as_csv: bool) -> None:
     """Run the SQL QUERY (DuckDB) over the tables of one or more runs (run
     folders or trace files of any format rk.load reads): rollouts, turns,
-    calls, phases, signals, messages.
+    calls, phases, signals, messages. This is the owner's full DuckDB
+    (files, extensions, the network, as DuckDB allows): never run a query
+    someone else wrote.
 
     \b
     Example:

@@ -39,10 +39,13 @@ TOY_PRICES = {"input": 1000.0, "output": 2000.0}  # dollars per million tokens: 
 @pytest.fixture(autouse=True)
 def _fresh_prices():
     """Each test starts with no user prices and no model warned about."""
-    saved_user, saved_warned = dict(prices._user), set(prices._warned)
+    saved_user, saved_warned, saved_unpriced = dict(prices._user), set(prices._warned), set(prices._unpriced)
     prices._user.clear()
     prices._warned.clear()
+    prices._unpriced.clear()
     yield
+    prices._unpriced.clear()
+    prices._unpriced.update(saved_unpriced)
     prices._user.clear()
     prices._user.update(saved_user)
     prices._warned.clear()
@@ -137,7 +140,10 @@ def test_the_endpoint_names_the_provider_and_an_unknown_endpoint_falls_back_to_t
     elsewhere = prices.rate_card("gpt-4o", ("gpt-4o", "http://127.0.0.1:9/v1"))
     from genai_prices import __version__
 
-    assert at_openai.source == elsewhere.source == f"genai-prices {__version__} openai/gpt-4o"
+    assert at_openai.source == f"genai-prices {__version__} openai/gpt-4o"
+    assert elsewhere.source == (f"genai-prices {__version__} openai/gpt-4o, an estimate: found by the model's name "
+                                "alone, for http://127.0.0.1:9/v1, which is not openai's endpoint")
+    assert (at_openai.estimate, elsewhere.estimate) == (False, True)
 
 
 async def test_an_unknown_model_costs_na_never_0_with_one_warning_naming_it():
@@ -271,7 +277,9 @@ async def test_a_turn_without_reported_usage_says_the_dollar_limit_is_no_longer_
     finally:
         await fake.stop()
     assert trace.model_calls[0].cost_usd is None and trace.cost_usd is None
-    assert trace.warnings == ["max_cost_usd is no longer checked: a turn's cost is unknown (its usage was not reported)"]
+    assert trace.warnings[1:] == ["max_cost_usd is no longer checked: a turn's cost is unknown (its usage was not "
+                                  "reported)"]
+    assert trace.warnings[0].startswith("cost_usd is an estimate")  # gpt-4o's price, for a server on 127.0.0.1
 
 
 # ---- frames, the columnar store ------------------------------------------------------------

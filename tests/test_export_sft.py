@@ -218,7 +218,7 @@ def test_bad_input_is_refused_with_what_to_do(made, tmp_path):
         rk.export(traces, tmp_path / "rows.csv", format="sft")
     with pytest.raises(rk.UsageError, match="give a path ending in .jsonl or .parquet"):
         rk.export(traces, format="sft")
-    with pytest.raises(rk.UsageError, match=r"where='no_such_column = 1' is not a filter over the rollouts table"):
+    with pytest.raises(rk.UsageError, match=r"rk.export: filter 'no_such_column = 1' names column 'no_such_column', which the run does not have"):
         rk.export(folder, tmp_path / "rows.parquet", format="sft", where="no_such_column = 1")
     with pytest.raises(rk.UsageError, match="takes traces, a trace file, a run folder or an opened run, got int"):
         rk.export(42, tmp_path / "rows.parquet", format="sft")

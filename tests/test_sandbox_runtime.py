@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -215,3 +216,40 @@ async def test_claude_code_runs_in_the_sandbox():
     assert {c.dialect for c in trace.model_calls} == {"anthropic"}
     assert [c.name for m in trace.messages if m.role == "assistant" for c in m.tool_calls] == ["Bash"]
     assert trace.info["network"]["enforced"] and trace.info["network"]["runtime"] == "sandbox"
+
+
+_INTERPRETERS = [sys.executable, *(p for p in ("/usr/bin/python3",) if Path(p).exists()
+                                   and Path(p).resolve() != Path(sys.executable).resolve())]
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.parametrize("base", _INTERPRETERS)
+async def test_a_venvs_python_runs_in_the_sandbox_through_its_symlink_chain(base, tmp_path):
+    """A venv (made in the test's own private temporary folder) whose python
+    links to `base`: run by its path inside the sandbox, it is that venv
+    (its sys.prefix, a module of its site-packages) over the base's
+    standard library. Before: exit 127, the venv's path did not exist inside."""
+    venv = tmp_path / "venv"
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True, timeout=120)
+    [site] = venv.glob("lib/python3*/site-packages")
+    (site / "only_in_this_venv.py").write_text("WHERE = 'the venv'\n")
+    python = venv / "bin" / "python"
+    assert python.is_symlink()
+    # A second hop: a link to the venv's python elsewhere in the private folder.
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "py").symlink_to(python)
+    probe = ("import json, sys, importlib.util as u; "
+             "print(json.dumps([sys.prefix, sys.base_prefix, u.find_spec('only_in_this_venv') is not None]))")
+    paths = (python, tmp_path / "links" / "py")
+    outside = [subprocess.run([str(p), "-c", probe], capture_output=True, text=True, timeout=60) for p in paths]
+    runtime = SandboxRuntime()
+    await runtime.start()
+    try:
+        inside = [await runtime.run([str(path), "-c", probe], timeout=60) for path in paths]
+    finally:
+        await runtime.stop()
+    assert [done.returncode for done in inside] == [0, 0], [done.stderr for done in inside]
+    assert json.loads(inside[0].stdout) == [str(venv), str(Path(base).resolve().parent.parent), True]
+    # Each runs inside as it does outside (CPython finds a venv by the path it was started as).
+    assert [done.stdout for done in inside] == [done.stdout for done in outside]

@@ -19,6 +19,14 @@ IPv4 address (IPv4-mapped, IPv4-compatible and NAT64 `64:ff9b::/96` IPv6
 included), and the proxy connects to exactly the canonical address it
 checked.
 
+Host-local means this machine in every form: loopback in every spelling,
+0.0.0.0/8, link-local, multicast, the limited broadcast, `localhost`
+names, and every address of every interface of the machine
+(`host_addresses`, read from /proc when a sandbox starts: IPv4 and IPv6,
+link-local included), so a service the host binds to all interfaces is not
+reachable through its LAN address. Such an address is allowed only by an
+entry that names it alone (`192.0.2.2`, not `192.0.2.0/24`).
+
 It must not open connections or know about sandboxes.
 """
 
@@ -30,7 +38,7 @@ import re
 import socket
 from collections.abc import Mapping
 
-__all__ = ["canonical_host", "host_local", "Decision", "Rule"]
+__all__ = ["canonical_host", "host_local", "host_addresses", "Decision", "Rule"]
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -123,6 +131,41 @@ def host_local(host: Address | str) -> bool:
     return any(host.version == n.version and host in n for n in _HOST_LOCAL)
 
 
+def _fib_local(text: str) -> set[Address]:
+    """The IPv4 addresses /proc/net/fib_trie lists as this host's own."""
+    found: set[Address] = set()
+    last = None
+    for line in text.splitlines():
+        word = line.strip()
+        if word.startswith("|-- "):
+            last = word[4:]
+        elif last is not None and word.startswith("/32 host LOCAL"):
+            found.add(ipaddress.IPv4Address(last))
+    return found
+
+
+def host_addresses(proc: str = "/proc/net") -> frozenset[Address]:
+    """Every address of every interface of this machine (of the network
+    namespace this process is in), canonical: IPv4 from `fib_trie`'s local
+    entries, IPv6 from `if_inet6` (link-local included). Empty where /proc
+    does not say (the fixed host-local ranges still apply)."""
+    found: set[Address] = set()
+    try:
+        with open(f"{proc}/fib_trie") as f:
+            found |= _fib_local(f.read())
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(f"{proc}/if_inet6") as f:
+            for line in f:
+                word = line.split()[0] if line.strip() else ""
+                if len(word) == 32:
+                    found.add(canonical_address(ipaddress.IPv6Address(int(word, 16))))
+    except (OSError, ValueError):
+        pass
+    return frozenset(found)
+
+
 class Rule:
     """One allow or block entry: `*` (every host), a host name (`*.x` or `.x`
     for a domain), an address in any spelling `canonical_host` reads, or a
@@ -173,16 +216,20 @@ class Rule:
 
     def names_host_local(self) -> bool:
         """An entry names host-local addresses only if it holds nothing else:
-        `127.0.0.1` or `::1/128` does, `0.0.0.0/0` or `*` does not."""
+        `127.0.0.1` or `::1/128` does, `0.0.0.0/0` or `*` does not; one
+        address alone names itself (the host's own LAN address)."""
         network = self.network
-        return network is not None and any(network.version == n.version and network.subnet_of(n)
-                                           for n in _HOST_LOCAL)
+        return network is not None and (network.num_addresses == 1 or any(
+            network.version == n.version and network.subnet_of(n) for n in _HOST_LOCAL))
 
 
 class Decision:
     """The proxy's decision for one destination, by host name then by address."""
 
-    def __init__(self, allow: list[str], block: list[str], hosts: Mapping[str, str]) -> None:
+    def __init__(self, allow: list[str], block: list[str], hosts: Mapping[str, str],
+                 local: frozenset[Address] | set[Address] = frozenset()) -> None:
+        """`local`: the machine's own addresses (`host_addresses()`), host-local too."""
+        self.local = frozenset(canonical_address(a) for a in local)
         self.allow = [Rule(t) for t in allow]
         self.block = [Rule(t) for t in block]
         self.hosts: dict[Address | str, str] = {}
@@ -225,6 +272,8 @@ class Decision:
         by_address = [r for r in self.allow if r.matches_address(address)]
         if self.allow and not (named or by_address):
             return None, f"{said} is not in the allow list"
-        if host_local(address) and not (local_named or any(r.names_host_local() for r in by_address)):
-            return None, f"{said} is a host-local address no allow entry names"
+        if (host_local(address) or address in self.local) and not (
+                local_named or any(r.names_host_local() for r in by_address)):
+            mine = " (an address of this machine's interfaces)" if address in self.local else ""
+            return None, f"{said} is a host-local address{mine} no allow entry names"
         return str(address), "allowed"

@@ -9,7 +9,7 @@ module may use it (`rk.RolloutLimits` and `rollkit.core.agent` re-export it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -21,8 +21,17 @@ class RolloutLimits(BaseModel):
     before a model call against the trace aggregate of the same name (L11,
     L12; `max_cost_usd` against `trace.cost_usd`, priced by
     rollkit.core.prices: the model must have a price, or the rollout is
-    refused at open). `max_user_turns` caps the turns a `rk.User` takes
-    (rollkit.core.users)."""
+    refused at open, and rk.evaluate refuses once before any rollout).
+    `max_user_turns` caps the turns a `rk.User` takes (rollkit.core.users).
+
+    `cost_cap` says how `max_cost_usd` holds. "soft", the default: like the
+    token limits, checked before each call against what was spent, so the
+    call that crosses the limit runs (soft by one turn). "hard": a call is
+    also refused when its worst case could cross the limit: its
+    `max_tokens` (or the model's `output_limit()` where the call sends
+    none) at the model's output rate, after a prompt as long as the last
+    call's whole exchange (input and output tokens; the first call: none);
+    a model whose output limit is unknown is refused at open."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -37,6 +46,8 @@ class RolloutLimits(BaseModel):
     # Dollars; soft by one turn like the token limits (L12). Left out of a
     # dump when unset, so traces without it read as before.
     max_cost_usd: float | None = Field(default=None, exclude_if=lambda value: value is None)
+    # "soft" (default) or "hard", see above; left out of a dump when soft.
+    cost_cap: Literal["soft", "hard"] = Field(default="soft", exclude_if=lambda value: value == "soft")
 
     @field_validator("max_cost_usd", mode="before")
     @classmethod

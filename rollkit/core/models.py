@@ -72,6 +72,12 @@ class Model:
         rollkit.core.prices)."""
         return (self.name, None)
 
+    def output_limit(self) -> int | None:
+        """The most output tokens one call may produce when the call itself
+        sends no `max_tokens` (None: unknown); a hard dollar cap
+        (`RolloutLimits(cost_cap="hard")`) prices a call's worst case by it."""
+        return None
+
 
 def _words(text: str | None) -> int:
     return len(text.split()) if text else 0

@@ -20,7 +20,13 @@ tokens leave the plain input count only where a cache rate is listed, and
 a tier applies when the whole prompt (cache included) exceeds its start.
 
 A model missing from both is priced None (NA), never 0, with one warning
-per model naming it and saying how to give a price. A model that runs no
+per model naming it and saying how to give a price. A price the table
+finds by the model's name alone, for an endpoint that is not that
+provider's (a proxy, a local server, a self-hosted open-weights model
+named like a public one), is an estimate: its `RateCard.estimate` is true,
+the trace says so (`info["cost_estimated"]`, a warning) and so do the
+frames; `rk.prices({name: {...}})` sets the real price, `rk.prices({name:
+False})` clears it (no price: NA, no warning). A model that runs no
 paid model at all (the embedded `ScriptedModel`, a person) says so by
 `Model.price_ref()` returning None: its calls are NA without a warning,
 unless the user gave its name a price.
@@ -38,7 +44,7 @@ from typing import Any
 from .errors import UsageError
 
 __all__ = ["RateCard", "prices", "rate_card", "call_cost", "require_price", "model_card", "dollars", "card_of",
-           "PRICE_KEYS"]
+           "PRICE_KEYS", "output_bound", "worst_case_cost"]
 
 # The user's rates, per million tokens (requests: per call).
 PRICE_KEYS = ("input", "output", "cache_read", "cache_write", "requests")
@@ -47,6 +53,7 @@ PRICE_KEYS = ("input", "output", "cache_read", "cache_write", "requests")
 Rate = tuple[float, tuple[tuple[int, float], ...]]
 
 _user: dict[str, RateCard] = {}
+_unpriced: set[str] = set()  # names the user said have no price (rk.prices({name: False}))
 _table: dict[tuple[str, str | None], RateCard | None] = {}
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -66,6 +73,7 @@ class RateCard:
     reasoning: Rate | None = None
     requests: float = 0.0
     source: str = "rk.prices"
+    estimate: bool = False  # found by the model's name alone, for another provider's endpoint
 
     def cost(self, usage: Any) -> float | None:
         """The dollars of one call with `usage` (a rollkit `Usage`); None
@@ -112,17 +120,23 @@ def prices(table: dict[str, dict[str, float] | None] | None = None) -> dict[str,
     `rk.prices({"my-model": {"input": 1.0, "output": 2.0, "cache_read": 0.1}})`.
     Keys: input and output (required), cache_read, cache_write (cached
     tokens without a rate of their own pay the input rate) and requests
-    (dollars per call). A name maps to None to forget its price. Yours win
-    over the public table, for the whole process. Returns the prices given."""
+    (dollars per call). A name maps to None to forget your price (the
+    public table's applies again), or to False for no price at all (its
+    calls cost NA, without a warning: e.g. a self-hosted model the table
+    would price, as an estimate, by its public namesake). Yours win over the
+    public table, for the whole process. Returns the prices given."""
     if table is not None:
         if not isinstance(table, dict):
             raise UsageError(f"rk.prices takes a dict of model name -> rates, got {type(table).__name__}")
-        cards = {name: None if rates is None else _user_card(name, rates) for name, rates in table.items()}
+        cards = {name: rates if rates is None or rates is False else _user_card(name, rates)
+                 for name, rates in table.items()}
         with _lock:
             for name, card in cards.items():
-                if card is None:
-                    _user.pop(name, None)
-                else:
+                _user.pop(name, None)
+                _unpriced.discard(name)
+                if card is False:
+                    _unpriced.add(name)
+                elif card is not None:
                     _user[name] = card
                     _warned.discard(name)
     return dict(_user)
@@ -153,7 +167,10 @@ def rate_card(name: str, ref: tuple[str, str | None] | None) -> RateCard | None:
     the table name `ref[0]`), else the table's for `ref` (model name,
     provider API URL or None), else None. A `ref` of None means the model
     runs no paid model: None without a warning. A model the table does
-    not know is warned about once."""
+    not know is warned about once; one the user said has none (False in
+    rk.prices) is None without a warning."""
+    if name in _unpriced or (ref is not None and ref[0] in _unpriced):
+        return None
     card = _user.get(name) or (_user.get(ref[0]) if ref is not None else None)
     if card is not None or ref is None:
         return card
@@ -190,19 +207,50 @@ def call_cost(model: Any, usage: Any) -> float | None:
     return None if card is None else card.cost(usage)
 
 
-def require_price(model: Any) -> None:
+def output_bound(model: Any, request: Any = None) -> int | None:
+    """The most output tokens a call of `model` may produce: the call's own
+    `max_tokens` (or `max_completion_tokens`, `max_output_tokens`), else the
+    model's `output_limit()`; None when neither is known."""
+    params = getattr(request, "params", None) or {}
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        value = params.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    limit = getattr(model, "output_limit", None)
+    return limit() if callable(limit) else None
+
+
+def worst_case_cost(card: RateCard, output_tokens: int, prompt_tokens: int) -> float:
+    """The most a call may cost: `output_tokens` of reply (all at the output
+    rate, reasoning included) after a prompt of `prompt_tokens` (none of it cached)."""
+    total = card.requests
+    for rate, count in ((card.input, prompt_tokens), (card.output, output_tokens)):
+        if rate is not None:
+            total += _tiered(rate, prompt_tokens) * count / 1e6
+    return total
+
+
+def require_price(model: Any, *, hard: bool = False) -> None:
     """Refuse a dollar budget over a model without a price: the limit
-    could never be checked, and a run believed capped would not be."""
+    could never be checked, and a run believed capped would not be. A hard
+    cap also needs the most a call can cost: the model's output limit."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the error below says it all
         card = model_card(model)
     if card is None:
         ref = model.price_ref() if hasattr(model, "price_ref") else (model.name, None)
+        why = ("you said it has none (rk.prices False)" if model.name in _unpriced else
+               "it runs no paid model" if ref is None else "the public table genai-prices does not list it")
         raise UsageError(
             f"RolloutLimits(max_cost_usd=...) needs a price for model {model.name!r}, and it has none "
-            f"({'it runs no paid model' if ref is None else 'the public table genai-prices does not list it'}); "
-            f"give one with rk.prices({{{model.name!r}: {{'input': ..., 'output': ...}}}}) "
+            f"({why}); give one with rk.prices({{{model.name!r}: {{'input': ..., 'output': ...}}}}) "
             "(dollars per million tokens), or drop max_cost_usd"
+        )
+    if hard and output_bound(model) is None:
+        raise UsageError(
+            f"RolloutLimits(max_cost_usd=..., cost_cap='hard') needs the most a call of model {model.name!r} can "
+            "cost, and its output limit is unknown: give the model one (OpenAIModel(..., output_limit=N), or "
+            "params={'max_tokens': N}), or use the default soft cap (cost_cap='soft')"
         )
 
 
@@ -213,21 +261,24 @@ def _from_table(model: str, api_url: str | None) -> RateCard | None:
     import genai_prices.data_snapshot as snapshot
 
     table = snapshot.get_snapshot()
-    found = None
-    for url in ((api_url, None) if api_url else (None,)):
+    if api_url:
         try:
-            found = table.find_provider_model(model, None, None, url)
-            break
+            return card_of(*table.find_provider_model(model, None, None, api_url))
         except LookupError:
-            continue
-    if found is None:
+            pass
+    try:
+        found = table.find_provider_model(model, None, None, None)
+    except LookupError:
         return None
-    return card_of(*found)
+    # By the name alone: exact where no endpoint was named, an estimate for
+    # an endpoint that is not that provider's (a proxy, a local server).
+    return card_of(*found, estimate_for=api_url)
 
 
-def card_of(provider: Any, info: Any) -> RateCard:
+def card_of(provider: Any, info: Any, estimate_for: str | None = None) -> RateCard:
     """The rates genai-prices lists today for model `info` at `provider`
-    (its `Provider` and `ModelInfo`)."""
+    (its `Provider` and `ModelInfo`); `estimate_for`: the endpoint they are
+    an estimate for (one that is not `provider`'s)."""
     import datetime
 
     listed = info.get_prices(datetime.datetime.now(tz=datetime.timezone.utc))
@@ -237,7 +288,10 @@ def card_of(provider: Any, info: Any) -> RateCard:
     return RateCard(input=rates["input"], output=rates["output"], cache_read=rates["cache_read"],
                     cache_write=rates["cache_write"], reasoning=rates["output_reasoning"],
                     requests=float(requests) / 1000 if requests is not None else 0.0,
-                    source=f"genai-prices {_table_version()} {provider.id}/{info.id}")
+                    source=f"genai-prices {_table_version()} {provider.id}/{info.id}" + (
+                        f", an estimate: found by the model's name alone, for {estimate_for}, which is not "
+                        f"{provider.id}'s endpoint" if estimate_for else ""),
+                    estimate=bool(estimate_for))
 
 
 @functools.cache

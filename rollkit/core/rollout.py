@@ -264,7 +264,7 @@ class Rollout:
         # is the caller's setup mistake: refused before anything starts.
         self.spec.model.check(self.id)
         if self.limits.max_cost_usd is not None:
-            require_price(self.spec.model)
+            require_price(self.spec.model, hard=self.limits.cost_cap == "hard")
         # Read now, so the price table never loads inside a segment's agent
         # time; the session prices every call by these rates, looking up none.
         self.session.rates = model_card(self.spec.model)

@@ -23,7 +23,7 @@ from .errors import ProviderError, Refused, crossing
 from .hooks import HookSet, check_stop, rewrite
 from .messages import Request, Response, sampling_of
 from .models import calling_rollout, calling_rollout_key
-from .prices import model_card
+from .prices import dollars, model_card, output_bound, worst_case_cost
 from .trace import ErrorInfo, Rewrite
 
 if TYPE_CHECKING:
@@ -78,6 +78,8 @@ class Session:
         self._segment = segment
         self._clock = clock
         self._limits = active_limits(limits)
+        self._hard_cost = limits.max_cost_usd if limits.cost_cap == "hard" else None
+        self._reserved = 0.0  # the worst cases of calls in flight, under a hard cap
         self.stop_condition: str | None = None
         # The index the next model call gets (a fork starts after its prefix's).
         self.next_call = 0
@@ -130,6 +132,12 @@ class Session:
                 return None
         if "cost_from" not in self.trace.info:
             self.trace.record_info(cost_from=f"computed from the usage: {card.source}")
+            if card.estimate:
+                name = self.model.name
+                self.trace.record_info(cost_estimated=True)
+                self.trace.record_warning(
+                    f"cost_usd is an estimate ({card.source}): give the real price with rk.prices({{{name!r}: "
+                    f"{{'input': ..., 'output': ...}}}}), or none with rk.prices({{{name!r}: False}})")
         return card.cost(response.usage)
 
     def _sampling(self, request: Request) -> dict[str, Any] | None:
@@ -169,11 +177,33 @@ class Session:
             if await check_stop(hook, {**self.values, "request": request}):
                 raise self._refuse(hook.name)
 
+        worst = self._check_worst_case(request) if self._hard_cost is not None else 0.0
         self._in_flight += 1
+        self._reserved += worst
         try:
             return await self._call_model(index, request, dialect)
         finally:
             self._in_flight -= 1
+            self._reserved -= worst
+
+    def _check_worst_case(self, request: Request) -> float:
+        """Under a hard cap: refuse the call whose worst case (RolloutLimits'
+        docstring) could cross `max_cost_usd`; its worst case otherwise."""
+        card, bound, spent = model_card(self.model), output_bound(self.model, request), self.trace.cost_usd
+        if card is None or bound is None or spent is None:
+            # Open checked the price and the model's bound; an unknown spend is _cost_unknown's.
+            return 0.0
+        last = self.trace.model_calls[-1].usage if self.trace.model_calls else None
+        prompt = (last.input_tokens or 0) + (last.output_tokens or 0) if last is not None else 0
+        worst = worst_case_cost(card, bound, prompt)
+        limit = self._hard_cost or 0.0
+        if spent + self._reserved + worst > limit:
+            self.trace.record_warning(
+                f"max_cost_usd (hard cap): a call was refused: it could cost up to {dollars(worst)} ({bound} output "
+                f"tokens after a prompt of about {prompt}, at {card.source}), and {dollars(spent + self._reserved)} "
+                f"of {dollars(limit)} is spent or held by calls in flight")
+            raise self._refuse("max_cost_usd")
+        return worst
 
     async def _call_model(self, index: int, request: Request, dialect: str | None = None) -> Response:
         self._emit("call_start", call=index)

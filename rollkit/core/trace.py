@@ -248,7 +248,7 @@ class Trace(_Record):
     id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
     task: TaskRef
     agent: dict[str, Any] = Field(default_factory=dict)
-    limits: dict[str, int | float | None] = Field(default_factory=dict)
+    limits: dict[str, int | float | str | None] = Field(default_factory=dict)
     timeouts: dict[str, float | None] = Field(default_factory=dict)
     messages: list[Message] = Field(default_factory=list)
     sampled: list[int] = Field(default_factory=list)

@@ -3,7 +3,9 @@
 `RunBrowser(run)` (what `rk.notebook.TraceBrowser` gives for a lazy run, a
 search's hits, a run folder or a trace file path) shows one page of rollouts from the run's
 columnar tables (rollkit.tables.lazyrun), never the whole run in memory: a
-filter over any column (a SQL condition, e.g. `reward < 1 and turns > 3`),
+filter over any column (a SQL condition, e.g. `reward < 1 and turns > 3`,
+run on a locked connection that reads the run's tables only:
+rollkit.tables.filters),
 a text search over every message, a sort column and direction, and pages.
 Picking a row parses that one trace from its byte offset and shows it
 (`display.trace_html`); for a search, the matching messages come first with
@@ -27,12 +29,14 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..core.trace import Trace
+from ..tables.filters import check_expression, run_filtered
 from ..tables.lazyrun import Hits, LazyRun, highlight, open_run
 from .display import trace_html
 from ..core._dependencies import ipython_display, pa
 
 __all__ = ["RunBrowser", "RunGrid", "matches_html"]
 
+_WHO = "the run browser's filter"
 _SHOWN = ("task_key", "ok", "reward", "turns", "total_tokens", "stop", "id")
 _HEADER = f"{'task':<16} {'ok':<4} {'reward':>6} {'turns':>5} {'tokens':>7} {'stop':<18} trace"
 
@@ -124,7 +128,7 @@ class RunBrowser(widgets.VBox):
         if self._ids_table is not None:
             parts.append("id in (select id from _rk_hits)")
         if self._where:
-            parts.append(f"({self._where})")
+            parts.append(f"({check_expression(self._where, _WHO)})")
         return " and ".join(parts) or "true"
 
     def _query(self) -> tuple[int, list[dict[str, Any]]]:
@@ -132,27 +136,27 @@ class RunBrowser(widgets.VBox):
         order = "_ordinal" if column == "_row" else '"' + column.replace('"', '""') + '"'
         direction = "desc" if descending else "asc"
         where = self._condition()
-        # The run's connection as it is now, with the views this filter names
-        # (a table not built yet is built here; a file that grew is read anew).
-        con = self.run._connection("rollouts " + where)
+        # A locked connection over the tables as they are now (a table not
+        # built yet is built; a file that grew is read anew): the filter a
+        # user typed reads the run's tables and nothing else.
+        con = self.run.filter_connection("rollouts " + where)
         if self._ids_table is not None:
             con.register("_rk_hits", self._ids_table)
-        total = con.execute(f"select count(*) from rollouts where {where}").fetchone()[0]
+        ask = {"who": _WHO, "columns": self.run.filter_columns()}
+        total = run_filtered(con, f"select count(*) as n from rollouts where {where}", self._where, **ask)
         # The row number in the run: files one after the other (_set, then _ordinal).
         rows = ("(select *, _ordinal as _row from rollouts)" if len(self.run.paths) == 1 else
                 "(select *, row_number() over (order by _set, _ordinal) - 1 as _row from rollouts)")
-        page = con.execute(
-            f"select {', '.join(_SHOWN)}, _row from {rows} where {where} order by {order} {direction} nulls last, _row "
-            f"limit {self.page_size} offset {self._page * self.page_size}"
-        )
-        # Rows as dicts straight from DuckDB: a page needs no DataFrame (pandas alone took a second to import).
-        names = [column[0] for column in page.description]
-        return int(total), [dict(zip(names, row)) for row in page.fetchall()]
+        page = run_filtered(con, f"select {', '.join(_SHOWN)}, _row from {rows} where {where} order by {order} "
+                                 f"{direction} nulls last, _row limit {self.page_size} "
+                                 f"offset {self._page * self.page_size}", self._where, **ask)
+        # Rows as dicts straight from Arrow: a page needs no DataFrame (pandas alone took a second to import).
+        return int(total.column("n")[0].as_py()), page.to_pylist()
 
     def _show(self) -> None:
         try:
             total, rows = self._query()
-        except Exception as exc:  # a filter DuckDB cannot read: say so, keep the last page
+        except Exception as exc:  # a filter that is refused or fails (a UsageError naming why): say so, keep the page
             self.status.value = f"<span style='color:#b00'>filter not understood: {html.escape(str(exc))}</span>"
             return
         pages = max(1, -(-total // self.page_size))
@@ -182,7 +186,7 @@ class RunBrowser(widgets.VBox):
             self._pattern = self._typed = self._phrase = None
             self._restrict(None)
         else:
-            hits = self.run.search(phrase or None, re=re)
+            hits = self.run.search(phrase or None, re=re, locked=True)
             self._pattern, self._typed, self._phrase = hits.pattern, phrase or re, phrase or None
             self._restrict(hits.ids)
         self._page = 0

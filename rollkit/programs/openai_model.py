@@ -36,7 +36,11 @@ from ..core.messages import AssistantMessage, Request, Response, TokenLogprobs, 
 from ..core.models import Model
 from .dialects.chat import SDK_OPTIONS
 
-__all__ = ["OpenAIModel", "ContextLengthExceeded", "close_pools"]
+__all__ = ["OpenAIModel", "ContextLengthExceeded", "close_pools", "MAX_LOGPROBS"]
+
+# Logprob values one reply may carry (tokens plus alternatives): a 24k-token
+# reply with top_logprobs=20 holds 504k; about 50 bytes each on the wire.
+MAX_LOGPROBS = 1 << 19
 
 
 class ContextLengthExceeded(ProviderError):
@@ -163,6 +167,18 @@ class OpenAIModel(Model):
     `return_token_ids`, which OpenAI's own API refuses). A program's
     request may ask for more, never for less.
 
+    `max_logprobs` bounds the logprob values (tokens and alternatives) one
+    reply may carry, by default `MAX_LOGPROBS` (524,288: about 25 MB of JSON): a
+    reply with more is a ProviderError (a 502 to a program behind the
+    interception server) naming the limit, and nothing of it is kept.
+
+    `output_limit` is the most output tokens a call may produce when it
+    sends no `max_tokens` (the model's or server's limit), for a hard
+    dollar cap (`RolloutLimits(cost_cap="hard")`). Priced by the public
+    table: by the endpoint's provider where the table knows `base_url`, else
+    by the model's name alone, which for another endpoint (a local server,
+    a proxy) is an estimate the trace marks (rollkit.core.prices).
+
     Call `await model.aclose()` when done to close its pooled connections.
     """
 
@@ -179,6 +195,8 @@ class OpenAIModel(Model):
         logprobs: bool = False,
         top_logprobs: int | None = None,
         token_ids: bool = False,
+        output_limit: int | None = None,
+        max_logprobs: int = MAX_LOGPROBS,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"OpenAIModel needs a model name such as 'gpt-4o-mini', got {model!r}")
@@ -197,6 +215,9 @@ class OpenAIModel(Model):
         self.params = dict(params or {})
         self.name = name or model
         self.logprobs, self.top_logprobs, self.token_ids = _token_options(model, logprobs, top_logprobs, token_ids)
+        self.max_logprobs = whole("OpenAIModel", "max_logprobs", max_logprobs, minimum=1)
+        self._output_limit = None if output_limit is None else whole("OpenAIModel", "output_limit", output_limit,
+                                                                     minimum=1)
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "type": type(self).__name__, "base_url": self.base_url}
@@ -208,6 +229,16 @@ class OpenAIModel(Model):
         # The endpoint names the provider when the table knows it (OpenAI,
         # OpenRouter, ...); elsewhere the model name does (rollkit.core.prices).
         return (self.model, self.base_url)
+
+    def output_limit(self) -> int | None:
+        """`output_limit` as given, else the `max_tokens` (or
+        `max_completion_tokens`) of the model's default `params`."""
+        if self._output_limit is not None:
+            return self._output_limit
+        for key in ("max_tokens", "max_completion_tokens"):
+            if isinstance(self.params.get(key), int):
+                return self.params[key]
+        return None
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.model!r}, base_url={self.base_url!r})"
@@ -316,6 +347,16 @@ class OpenAIModel(Model):
         )
 
     def _tokens(self, completion: Any, choice: Any) -> TokenLogprobs | None:
+        content = getattr(getattr(choice, "logprobs", None), "content", None) or []
+        held = len(content) + sum(len(getattr(entry, "top_logprobs", None) or ()) for entry in content)
+        if held > self.max_logprobs:
+            # Checked before anything is kept: the trace, the frames and the
+            # interception server's answer would each hold them again.
+            raise ProviderError(
+                f"model endpoint {self.base_url} sent a reply whose logprobs hold {held:,} values (its tokens and "
+                f"their alternatives), more than this model keeps ({self.max_logprobs:,}, "
+                "OpenAIModel(max_logprobs=...)): ask for fewer top_logprobs or a shorter reply (max_tokens)",
+                status=502)
         try:
             return _token_logprobs(completion, choice)
         except (TypeError, ValueError, AttributeError) as exc:

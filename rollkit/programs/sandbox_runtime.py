@@ -9,7 +9,10 @@ watchdog, timeouts) is `SubprocessRuntime`'s, reused unchanged.
 
 What it enforces, exactly (each program gets its own sandbox):
 - files: the host's /usr (and /bin, /lib*, /sbin), Python's prefix and
-  rollkit's package directory, all read-only, plus `ro_paths`; an /etc of the
+  rollkit's package directory, all read-only, plus `ro_paths`, plus what each
+  launched program needs to run as it does outside (each symlink of its
+  chain recreated, a venv's folder and the resolved interpreter's prefix
+  bound read-only: a venv's `python` runs through its links); an /etc of the
   sandbox's own, read-only: copies (made once, in rollkit's cache folder) of
   a short list of host entries, only what every user may read (no
   /etc/shadow, no ssl/private), with its own passwd, group, hosts and
@@ -57,10 +60,13 @@ What it enforces, exactly (each program gets its own sandbox):
   program's environment) and forwards to a Unix socket bound in from
   outside, where rollkit forwards it to the real 127.0.0.1 port. All other
   traffic goes through an HTTP proxy outside (HTTP_PROXY/HTTPS_PROXY point to
-  its relay; CONNECT and plain HTTP), which applies the `NetworkPolicy` by
+  its relay; CONNECT and plain HTTP; rollkit.programs.sandbox_proxy, which
+  parses each request strictly and refuses a malformed one in HTTP, logging
+  one line per kind per sandbox), which applies the `NetworkPolicy` by
   host name and by address and resolves only names it allows; host-local
-  addresses (loopback, 0.0.0.0/8, link-local, unspecified, multicast) are
-  refused unless an allow entry names them. Hosts are compared and connected
+  addresses (loopback, 0.0.0.0/8, link-local, unspecified, multicast, and
+  every address of the machine's interfaces, read when the sandbox starts)
+  are refused unless an allow entry names them. Hosts are compared and connected
   to in one canonical spelling (rollkit.core._network_policy), so
   `::ffff:127.0.0.1`, `0x7f.1` or `LOCALHOST.` is refused as 127.0.0.1 is. A
   program that ignores the proxy reaches nothing.
@@ -81,7 +87,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import os
 import re
@@ -100,11 +105,12 @@ from pathlib import Path
 from typing import Any
 
 from ..core._cache_folder import user_cache_folder
-from ..core._network_policy import Decision
+from ..core._network_policy import Decision, host_addresses
 from ..core.checks import whole
 from ..core.errors import SandboxError
 from ..core.runtime import NetworkPolicy
 from . import guard, watchdog
+from .sandbox_proxy import FilteringProxy, Relay
 from .subprocess_runtime import Program, SubprocessRuntime
 
 __all__ = ["SandboxRuntime"]
@@ -318,26 +324,6 @@ def _compiled_init() -> Path | None:
     return found
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (OSError, RuntimeError):
-        pass
-
-
-async def _splice(a: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                  b: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
-    try:
-        await asyncio.gather(_pump(a[0], b[1]), _pump(b[0], a[1]))
-    finally:
-        for writer in (a[1], b[1]):
-            writer.close()
-
-
 def _relay_share() -> int:
     """How many connections one sandbox may hold through each of its relays
     by default: 64, and at most 1/32 of this process's descriptor limit (a
@@ -345,35 +331,6 @@ def _relay_share() -> int:
     has three relays or more), at least 4."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return 64 if soft == resource.RLIM_INFINITY else max(4, min(64, soft // 32))
-
-
-class _Relay:
-    """One relay of one sandbox (its proxy, or the bridge to one route): the
-    connections it holds now, its cap, and how many it refused."""
-
-    def __init__(self, name: str, cap: int) -> None:
-        self.name, self.cap = name, cap
-        self.open = 0
-        self.refused = 0
-
-    def admit(self) -> bool:
-        if self.open >= self.cap:
-            self.refused += 1
-            return False
-        self.open += 1
-        return True
-
-    def refusal(self, status: int, why: str) -> bytes:
-        """An HTTP answer refusing a connection (every route and the proxy speak HTTP)."""
-        body = json.dumps({"error": {"message": why, "type": "too_many_connections" if status == 429 else
-                                     "relay_unavailable", "code": status}}).encode()
-        reason = {429: "Too Many Requests", 503: "Service Unavailable"}[status]
-        return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                f"Retry-After: 1\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
-
-    def too_many(self, status: int) -> bytes:
-        return self.refusal(status, f"this sandbox already holds {self.cap} connections through its {self.name}, "
-                                    "its limit; close idle connections (or reuse them) and retry")
 
 
 class _Pipe(asyncio.Protocol):
@@ -386,7 +343,7 @@ class _Pipe(asyncio.Protocol):
     host's 127.0.0.1:`port` and reads nothing until that is up (where that
     fails, it answers 503)."""
 
-    def __init__(self, port: int | None = None, peer: _Pipe | None = None, relay: _Relay | None = None) -> None:
+    def __init__(self, port: int | None = None, peer: _Pipe | None = None, relay: Relay | None = None) -> None:
         self.port, self.peer, self.relay = port, peer, relay
         self.transport: asyncio.Transport | None = None
         self.eof = False
@@ -586,7 +543,7 @@ class SandboxRuntime(SubprocessRuntime):
         self.relay_connections = None if relay_connections is None else whole(
             "SandboxRuntime", "relay_connections", relay_connections, minimum=1)
         self._relay_cap = 0
-        self.relays: dict[int, _Relay] = {}  # 0: the proxy, else the bridged port
+        self.relays: dict[int, Relay] = {}  # 0: the proxy, else the bridged port
         self.bwrap = bwrap
         self.compiled_init = bool(compiled_init)
         self._init: list[str] = []
@@ -594,6 +551,10 @@ class SandboxRuntime(SubprocessRuntime):
         self.policy = NetworkPolicy()
         self.kept: list[str] = []
         self.refused: list[str] = []  # what the proxy refused, "host:port: why"
+        self.proxy: FilteringProxy | None = None  # its `refusals` count what it refused, by kind
+        self._local: frozenset[Any] = frozenset()  # host_addresses() at start
+        self._covered: list[Path] = []
+        self._placed: dict[Path, Path] = {}  # a host path -> where bubblewrap finds it (see _stage)
         self._ctl: Path | None = None
         self._servers: dict[int, asyncio.AbstractServer] = {}  # host port (0: the proxy) -> Unix socket server
         self._proxy_port = 3128
@@ -619,14 +580,16 @@ class SandboxRuntime(SubprocessRuntime):
         self._init = [_INSIDE_INIT] if compiled else [sys.executable, "-I", "-S", str(_INIT)]
         self._compiled_path = compiled
         self._ids = _sandbox_ids()
+        self._local = await asyncio.to_thread(host_addresses)  # the machine's own addresses: host-local
         await super()._start()
         self._ctl = Path(tempfile.mkdtemp(prefix="rollkit-sandbox-"))
         watchdog.watch_folder(self._ctl)
         self._write_etc()
         guard.quiet_accept_errors()
         self._relay_cap = self.relay_connections or _relay_share()
-        self.relays = {0: _Relay("proxy", self._relay_cap)}
-        self._servers[0] = await asyncio.start_unix_server(self._proxy, path=str(self._ctl / "proxy.sock"))
+        self.relays = {0: Relay("proxy", self._relay_cap)}
+        self.proxy = FilteringProxy(self.relays[0], self._decision, self.refused)
+        self._servers[0] = await asyncio.start_unix_server(self.proxy.handle, path=str(self._ctl / "proxy.sock"))
         if self._ids is not None:
             # The sandbox's user must enter its folders and connect to the
             # proxy's socket; nobody else may.
@@ -719,11 +682,35 @@ class SandboxRuntime(SubprocessRuntime):
                           f"--regid={self._ids[1]}", "--clear-groups", "--"]
         return placed
 
+    async def _stage_more(self, sources: list[Path]) -> dict[Path, Path]:
+        """`_stage` for a launch: into the staging namespace there is (one
+        more folder each), or a first one."""
+        if self._staged is None:
+            return await self._stage(sources)
+        stage, namespace = self._staged
+        placed: dict[Path, Path] = {}
+        pairs: list[str] = []
+        for source in sources:
+            target = Path(tempfile.mkdtemp(dir=stage)) if source.is_dir() else Path(tempfile.mkstemp(dir=stage)[1])
+            target.chmod(0o755)
+            placed[source] = target
+            pairs += [str(source), str(target)]
+        script = 'while [ $# -gt 0 ]; do mount --rbind "$1" "$2" || exit 1; shift 2; done'
+        done = await asyncio.create_subprocess_exec(
+            shutil.which("nsenter") or "nsenter", f"--mount=/proc/{os.getpid()}/fd/{namespace}", "--",
+            "sh", "-c", script, "sh", *pairs, stderr=asyncio.subprocess.PIPE, cwd="/", pass_fds=(namespace,))
+        _, errors = await done.communicate()
+        if done.returncode != 0:
+            raise SandboxError(f"SandboxRuntime cannot bind {[str(s) for s in sources]} for its sandboxes' user: "
+                               f"{errors.decode(errors='replace').strip()}")
+        return placed
+
     async def _sandbox_args(self) -> list[str]:
         assert self._ctl is not None and self._etc is not None
         # The host entries bound read-only: (source, where inside).
         bound: list[tuple[Path, str]] = [(self._etc, "/etc")]
         seen: list[Path] = [Path("/usr")]
+        self._covered = seen  # what the sandbox sees of the host (a launch binds what its program needs more)
         for path in (sys.prefix, sys.base_prefix, *_site_dirs(), str(_PACKAGE), *self.ro_paths):
             real = Path(path).resolve()
             # A folder inside one already bound is seen through that bind.
@@ -737,7 +724,7 @@ class SandboxRuntime(SubprocessRuntime):
         own = [self._workdir, self._ctl]
         unreachable = [source for source in [*(s for s, _ in bound), *own]
                        if self._ids is not None and source is not None and not _open_to_all(source)]
-        placed = await self._stage(unreachable) if unreachable else {}
+        placed = self._placed = await self._stage(unreachable) if unreachable else {}
         args = [self._bwrap_path, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
                 "--unshare-uts", "--unshare-cgroup-try", "--uid", str(_UID), "--gid", str(_UID),
                 "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -779,7 +766,7 @@ class SandboxRuntime(SubprocessRuntime):
         framework's routes and the proxy, which applies `policy`."""
         self.policy = policy
         self.kept = list(dict.fromkeys([*self.kept, *keep]))
-        self._rules = Decision(policy.allow, policy.block, self.hosts)
+        self._rules = Decision(policy.allow, policy.block, self.hosts, self._local)
         return {
             "enforced": True, "runtime": self.kind, "allow": list(policy.allow), "block": list(policy.block),
             "kept": list(keep),
@@ -804,69 +791,14 @@ class SandboxRuntime(SubprocessRuntime):
         path = self._ctl / f"{port}.sock"
         if port not in self._servers:
             loop = asyncio.get_running_loop()
-            relay = self.relays[port] = _Relay(f"relay to 127.0.0.1:{port}", self._relay_cap)
+            relay = self.relays[port] = Relay(f"relay to 127.0.0.1:{port}", self._relay_cap)
             self._servers[port] = await loop.create_unix_server(lambda: _Pipe(port, relay=relay), path=str(path))
             if self._ids is not None:
                 os.chown(path, *self._ids)
         return path
 
-    async def _proxy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        relay = self.relays[0]
-        if not relay.admit():
-            # Answered before the request is read: CONNECT and plain HTTP clients both read a 503.
-            writer.write(relay.too_many(503))
-            writer.close()
-            return
-        try:
-            await self._proxy_one(reader, writer)
-        finally:
-            relay.open -= 1
-
-    async def _proxy_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
-            writer.close()
-            return
-        lines = head.decode("latin-1").split("\r\n")
-        try:
-            method, target, version = lines[0].split(" ")
-            if method == "CONNECT":
-                host, _, port_text = target.rpartition(":")
-                port, rest = int(port_text), b""
-            else:
-                match = re.match(r"http://(\[[^\]]+\]|[^/:]+)(?::(\d+))?(/.*)?$", target, re.I)
-                if match is None:
-                    raise ValueError(target)
-                host, port = match.group(1), int(match.group(2) or 80)
-                headers = [h for h in lines[1:] if h and not h.lower().startswith(("proxy-", "connection:"))]
-                rest = "\r\n".join([f"{method} {match.group(3) or '/'} {version}", *headers,
-                                    "Connection: close", "", ""]).encode("latin-1")
-        except ValueError:
-            writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            writer.close()
-            return
-        rules = getattr(self, "_rules", None) or Decision(self.policy.allow, self.policy.block, self.hosts)
-        address, why = await rules.resolve(host, port)
-        if address is None:
-            self.refused.append(f"{host}:{port}: {why}")
-            body = f"refused by the rollout's network policy: {why}\n".encode()
-            writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-            writer.close()
-            return
-        try:
-            upstream = await asyncio.wait_for(asyncio.open_connection(address, port), 30)
-        except (OSError, TimeoutError) as exc:
-            writer.write(f"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nX-Reason: {type(exc).__name__}\r\n"
-                         "Connection: close\r\n\r\n".encode())
-            writer.close()
-            return
-        if method == "CONNECT":
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        else:
-            upstream[1].write(rest)
-        await _splice((reader, writer), upstream)
+    def _decision(self) -> Decision:
+        return getattr(self, "_rules", None) or Decision(self.policy.allow, self.policy.block, self.hosts, self._local)
 
     # ---- programs -----------------------------------------------------------
     def _command(self, argv: list[str]) -> tuple[list[str], tuple[int, ...], Any]:
@@ -896,10 +828,32 @@ class SandboxRuntime(SubprocessRuntime):
             except OSError:
                 _remove_cgroup(cgroup)
                 cgroup = None
-        command = [*self._base_args, "--", *self._init, str(write_fd), str(join_fd), limits,
+        command = [*self._base_args, *self._program_binds(argv[0]), "--", *self._init, str(write_fd), str(join_fd), limits,
                    ",".join(f"{port}={path}" for port, path in relays), "--", *argv]
         passed = (write_fd,) if join_fd < 0 else (write_fd, join_fd)
         return command, passed, (read_fd, passed, cgroup)
+
+    def _program_binds(self, executable: str) -> list[str]:
+        """bubblewrap arguments that make `executable` run inside as it does
+        outside (see `_program_needs`): each symlink along its chain
+        recreated (a venv's `python` -> the interpreter it links to), a
+        venv's folder (pyvenv.cfg, its site-packages) and the resolved
+        interpreter's prefix (its standard library) bound read-only, where
+        the sandbox does not see them already; through the staging
+        namespace where the sandbox's user cannot reach them (`launch`)."""
+        args: list[str] = []
+        for kind, path, target in self._needs(executable):
+            if kind == "link":
+                args += ["--symlink", target, str(path)]
+            else:
+                args += ["--ro-bind", str(self._placed.get(path, path)), str(path)]
+        return args
+
+    def _needs(self, executable: str) -> list[tuple[str, Path, str]]:
+        needs = _program_needs(executable)
+        seen = [*self._covered, *(path for kind, path, _ in needs if kind == "folder")]
+        return [(kind, path, target) for kind, path, target in needs
+                if not any(path == s or s in path.parents for s in (self._covered if kind == "folder" else seen))]
 
     async def launch(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                      stdin: bool = True) -> Program:
@@ -912,6 +866,12 @@ class SandboxRuntime(SubprocessRuntime):
             if self._ids is not None:
                 self.environment(env)  # makes the folder's .tmp, which is handed over with the rest
                 await asyncio.to_thread(_hand_over, self.workdir, self._ids)
+                # What the program's interpreter needs that the sandbox's user cannot reach: staged.
+                needs = self._needs(self.resolve(argv[0], self.environment(env))) if argv else []
+                hidden = [path for kind, path, _ in needs
+                          if kind != "link" and path not in self._placed and not _open_to_all(path)]
+                if hidden:
+                    self._placed.update(await self._stage_more(hidden))
         return await super().launch(argv, env=env, stdin=stdin)
 
     def _spawn_options(self) -> dict[str, Any]:
@@ -929,6 +889,32 @@ class SandboxRuntime(SubprocessRuntime):
     def __repr__(self) -> str:
         where = f", {self._workdir}" if self._workdir is not None else ""
         return f"SandboxRuntime({self._state}{where})"
+
+
+def _program_needs(executable: str) -> list[tuple[str, Path, str]]:
+    """What running `executable` needs of the host, in order: ("link", path,
+    its target) for each symlink of its chain, ("folder", path, "") for a
+    venv's folder along it and for the resolved interpreter's prefix (a
+    `bin/` whose `lib/` holds a Python standard library), ("file", path,
+    "") for the resolved program itself."""
+    needs: list[tuple[str, Path, str]] = []
+    path = Path(executable)
+    if not path.is_absolute():
+        return needs
+    for _ in range(40):  # the kernel's own limit on a chain
+        if path.parent.name == "bin" and (path.parent.parent / "pyvenv.cfg").is_file():
+            needs.append(("folder", path.parent.parent, ""))
+        if not path.is_symlink():
+            break
+        target = os.readlink(path)
+        needs.append(("link", path, target))
+        path = Path(os.path.normpath(path.parent / target))
+    prefix = path.parent.parent
+    if path.parent.name == "bin" and any(prefix.glob("lib/python3*/os.py")):
+        needs.append(("folder", prefix, ""))
+    else:
+        needs.append(("file", path, ""))
+    return needs
 
 
 def _remove_cgroup(cgroup: Path) -> None:

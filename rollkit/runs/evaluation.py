@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.agent import Agent
 from ..core.cancellation import finish
 from ..core.errors import UsageError
+from ..core.prices import require_price
 from . import interrupts
 from ..analysis import frames
 from ..analysis.compare import trace_signals
@@ -350,6 +351,12 @@ def _plan(
             f"user must be a rk.User (e.g. rk.ScriptedUser([...])) or a function of the task that makes one, "
             f"got {type(user).__name__}"
         )
+    limits = agent.limits
+    if limits.max_cost_usd is not None:
+        try:  # once, before any rollout: not one failed trace per rollout
+            require_price(agent.model, hard=limits.cost_cap == "hard")
+        except UsageError as exc:
+            raise _BadValue(f"rk.evaluate: {exc}") from None
     backend = _backend(backend)
     if resume and out is None:
         raise _BadValue("resume=True needs out=DIR: the run folder to continue")

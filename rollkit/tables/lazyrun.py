@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.trace import Trace
-from . import rows
+from . import filters, rows
 from .columns import TABLES, TableSet, footer, tables_for
 from ..core._dependencies import duckdb, pa, pc, pd, pq
 
@@ -119,6 +119,7 @@ class LazyRun:
         self._cache: dict[str, Any] = {}
         self._duck: Any = None
         self._views: set[str] = set()  # the tables the connection has a view of
+        self._locked: tuple[Any, Any] | None = None  # (what it covers, the filters' locked connection)
         self._index: Any = None
         self._parts: tuple[list[int], list[tuple[Path, Path]], dict[Any, Any]] | None = None
         self._coverage = self._covered()
@@ -372,29 +373,88 @@ class LazyRun:
             self._current()  # a view's build brought a growing file up to date: all views anew
         return self._duck
 
-    def _create_view(self, table: str) -> None:
+    def _view_select(self, table: str) -> tuple[str | None, list[str]]:
+        """The SELECT of `table`'s view (None: no file has one) and the files it reads."""
         # One select per file of the run (`_set`: which, in the order given).
-        selects = []
+        selects, every = [], []
         for k, s in enumerate(self._sets):
             files = [str(f) for f in s.files[table]]
             if files:
+                every += files
                 listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
                 selects.append(f"select *, {k} as _set from read_parquet([{listed}], union_by_name=true)")
-        if selects:
-            self._duck.execute(f"create view {table} as " + " union all by name ".join(selects))
+        return (" union all by name ".join(selects) or None), every
+
+    def _create_view(self, table: str) -> None:
+        select, _ = self._view_select(table)
+        if select is not None:
+            self._duck.execute(f"create view {table} as {select}")
+
+    def filter_connection(self, query: str, *, memory_limit: str = filters.MEMORY_LIMIT) -> Any:
+        """A locked DuckDB connection (rollkit.tables.filters) over this run's
+        tables that `query` names (the rollouts table with `has_error` and
+        `is_truncated`): what a filter a user typed runs on. It reads the
+        run's table files and nothing else; kept while those files and
+        tables stay the same (a new one when they change: it sees the tables
+        as they are now). The run owns it: callers do not close it."""
+        if _re.search(r"\bis_truncated\b", query, _re.IGNORECASE):
+            query += " turns"
+        self._connection(query)  # builds the tables `query` names, brings grown files up to date
+        views, files = {}, []
+        for table in TABLES:
+            if table in self._views:
+                select, read = self._view_select(table)
+                if select is not None and _re.search(rf"\b{table}\b", query, _re.IGNORECASE):
+                    views[table] = select
+                    files += read
+        key = (tuple(views.items()), memory_limit)
+        if self._locked is None or self._locked[0] != key:
+            if self._locked is not None:
+                self._locked[1].close()
+            self._locked = (key, filters.locked_connection(views, files, memory_limit=memory_limit))
+        return self._locked[1]
+
+    def where(self, expression: str, select: str = "*", *, who: str = "filter", order: str | None = None,
+              limit: int | None = None, offset: int = 0, seconds: float = filters.TIME_LIMIT,
+              memory_limit: str = filters.MEMORY_LIMIT) -> Any:
+        """The rollouts rows (`select`: which columns) where the filter
+        `expression` a user typed holds, as an Arrow table; the expression
+        runs on `filter_connection` (see rollkit.tables.filters): it may read
+        the run's tables and nothing else, within `memory_limit` and `seconds`.
+        A filter that is not one expression over the run's columns, or that
+        fails, is a UsageError naming it and the column or function at fault."""
+        text = filters.check_expression(expression, who)
+        query = f"select {select} from rollouts where ({text})"
+        if order is not None:
+            query += f" order by {order}"
+        if limit is not None:
+            query += f" limit {int(limit)} offset {int(offset)}"
+        con = self.filter_connection(query, memory_limit=memory_limit)
+        return filters.run_filtered(con, query, text, who=who, columns=self.filter_columns(), seconds=seconds)
+
+    def filter_columns(self) -> list[str]:
+        """The columns a filter over the rollouts table may name (the table's and the flags)."""
+        return [c for c in self.arrow_schema("rollouts") if not c.startswith("_")] + list(filters.FLAGS)
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> Any:
         """Run a DuckDB query over the tables (rollouts, turns, calls, phases,
-        signals, messages) and return a DataFrame."""
+        signals, messages) and return a DataFrame.
+
+        This is the owner's full DuckDB: a query may read and write files,
+        install extensions and reach the network, as DuckDB allows. Never pass
+        it text someone else typed; a filter from a user goes through
+        `where` (a locked connection that reads the run's tables only)."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("sql takes a query as text, e.g. run.sql('select task_key, avg(reward) from rollouts group by 1')")
         return self._connection(query).execute(query, params or []).df()
 
     def search(self, phrase: str | None = None, *, re: str | None = None, case: bool = False,
-               roles: Sequence[str] | None = None) -> Hits:
+               roles: Sequence[str] | None = None, locked: bool = False) -> Hits:
         """The rollouts whose messages (any role; tool calls and tool results
         included) hold `phrase` (case-insensitive unless case=True) or match
-        the regular expression `re`. Returns `Hits`: the matching message rows
+        the regular expression `re` (locked=True: on a locked connection
+        within a time and memory limit, as for a search box a user types in).
+        Returns `Hits`: the matching message rows
         (`frame`), the trace ids in run order (`ids`); `rk.notebook.TraceBrowser(hits)` shows them."""
         if (phrase is None) == (re is None):
             raise ValueError("search takes a phrase or re=..., one of the two (e.g. run.search('timeout'))")
@@ -419,8 +479,12 @@ class LazyRun:
         if roles:
             listed = ", ".join("'" + str(r).replace("'", "''") + "'" for r in roles)
             where += f" and role in ({listed})"
-        frame = self.sql(f"select id, task_key, _ordinal, index, role, content, tool_calls, name from messages "
-                         f"where {where}", args)
+        query = f"select id, task_key, _ordinal, index, role, content, tool_calls, name from messages where {where}"
+        if locked:
+            con = self.filter_connection(query)
+            frame = filters.run_filtered(con, query, pattern, who="search", params=args).to_pandas()
+        else:
+            frame = self.sql(query, args)
         order = self._ordinals(frame)
         frame = frame.assign(_row=order).sort_values(["_row", "index"], kind="stable").reset_index(drop=True)
         return Hits(self, frame.drop(columns=["_ordinal"]), regex, not case, typed=pattern)

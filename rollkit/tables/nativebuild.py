@@ -46,7 +46,8 @@ _TRACE_FIELDS: dict[str, Any] = {
     "id": "VARCHAR",
     "task": {"type": "VARCHAR", "key": "VARCHAR"},
     "agent": {"name": "JSON", "model": "JSON"},
-    "info": {"example_id": "JSON", "repeat": "JSON", "rollout_id": "JSON", "cost_usd": "DOUBLE"},
+    "info": {"example_id": "JSON", "repeat": "JSON", "rollout_id": "JSON", "cost_usd": "DOUBLE",
+             "cost_estimated": "BOOLEAN"},
     "limits": {"max_turns": "JSON", "max_input_tokens": "JSON", "max_output_tokens": "JSON",
                "max_total_tokens": "JSON", "max_cost_usd": "JSON"},
     "timeouts": {"agent": "JSON"},
@@ -270,6 +271,7 @@ def _rollout_columns(kinds: dict[tuple[str, str], str | None], signals: _Signals
         "total_tokens": f"case when not {turned} then 0 when {unreported['input']} or {unreported['output']} "
                         f"then null else coalesce({last}.cum_total_tokens, 0) end",
         "cost_usd": cost,
+        "cost_estimated": "coalesce(t.info.cost_estimated, false)",
         "segments": "coalesce(len(t.segments), 0)",
         "agent_time": agent_time, "model_time": model_time,
         "harness_time": f"case when {_UNTIMED_CALL} then null::DOUBLE else greatest({_ZERO}, {agent_time} - {model_time}) end",

@@ -49,7 +49,7 @@ _IDS = ("id", *_INFO_IDS)
 ROLLOUT_COLUMNS = (
     *_IDS, "task_key", "task_type", "agent", "model", "outcome", "ok", "completed", "aborted",
     "stop", "stop_condition", "error_type", "error_phase", "error_message", "reward",
-    "turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "cost_usd",
+    "turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "cost_usd", "cost_estimated",
     "segments", "agent_time", "model_time", "harness_time", "wait_time",
     *(f"phase.{p}" for p in PHASES),
     "start", "end",
@@ -142,7 +142,7 @@ _STR = ("id", "task_key", "task_type", "phase", "role", "content", "tool_calls")
 _FLOAT = ("reward", "model_time", "harness_time", *(f"phase.{p}" for p in PHASES), "start", "end", "latency",
           "cum_agent_time", "duration", "offset", "value", "weight", "completion_logprob_sum",
           "completion_logprob_mean", "cost_usd", "cum_cost_usd")
-_BOOL = ("completed", "aborted", "committed", "missing", "_scored", "has_token_ids")
+_BOOL = ("completed", "aborted", "committed", "missing", "_scored", "has_token_ids", "cost_estimated")
 # Columns whose values always have one type; the others (ok, the batch ids,
 # limits, times that may be 0) are inferred, as pandas infers them in the frames.
 _TYPES = {**dict.fromkeys(_STR, "string"), **dict.fromkeys(_INT, "int64"), **dict.fromkeys(_FLOAT, "float64"),
@@ -236,7 +236,8 @@ def _rollout_row(rows: _Rows, t: dict[str, Any], ids: tuple[Any, ...], key: str,
         stop_condition, error["type"] if error else None, error.get("phase") if error else None,
         error["message"] if error else None, _num(signal.pop("reward")),
         int(last.get("cum_turns", 0)) if last else 0, len(calls), *_token_totals(last, *unreported),
-        _num(_cost(t.get("info") or {}, calls)), len(segments), agent_time, model_time,
+        _num(_cost(t.get("info") or {}, calls)), (t.get("info") or {}).get("cost_estimated") is True, len(segments),
+        agent_time, model_time,
         _NAN if model_time != model_time else max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end), *place, "scoring" in spans,
     ))
     for name, value in signal.items():

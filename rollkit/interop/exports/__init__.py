@@ -80,11 +80,14 @@ class ExportSource:
         held, no trace is built."""
         if len(self.run) == 0:  # no rollout yet (a run that just started): no table to read
             return
-        query = "SELECT _set, _offset, _length FROM rollouts"
-        if self.where is not None:
-            query += f" WHERE {self.where}"
-        spans = self.run.sql(query + f" ORDER BY {GROUP_SQL + ', ' if by_group else ''}_set, _offset")
-        places = zip(*(spans[c].to_numpy().tolist() for c in ("_set", "_offset", "_length")))
+        order = f"{GROUP_SQL + ', ' if by_group else ''}_set, _offset"
+        if self.where is None:
+            spans = self.run.sql(f"SELECT _set, _offset, _length FROM rollouts ORDER BY {order}")
+            spans = {c: spans[c].to_numpy().tolist() for c in ("_set", "_offset", "_length")}
+        else:
+            table = self.run.where(self.where, "_set, _offset, _length", who="rk.export", order=order)
+            spans = {c: table.column(c).to_pylist() for c in ("_set", "_offset", "_length")}
+        places = zip(spans["_set"], spans["_offset"], spans["_length"])
         del spans
         paths = self.run.paths
         current, handle = -1, None
@@ -134,11 +137,7 @@ def _source(source: Any, where: str | None) -> ExportSource:
         raise UsageError(f"rk.export takes traces, a trace file, a run folder or an opened run, "
                          f"got {type(source).__name__}")
     if where is not None and len(run) > 0:  # an empty run has no table to check the filter on
-        try:
-            run.sql(f"SELECT id FROM rollouts WHERE {where} LIMIT 0")
-        except Exception as exc:
-            raise UsageError(f"rk.export: where={where!r} is not a filter over the rollouts table "
-                             f"({exc}); its columns are {', '.join(run.arrow_schema('rollouts'))}") from exc
+        run.where(where, "id", who="rk.export", limit=0)  # a UsageError naming what is wrong
     return ExportSource(None, run=run, where=where)
 
 
@@ -150,8 +149,13 @@ def export(source: Any, path: str | os.PathLike[str] | None = None, *, format: s
     `"otel"` spans (see `formats()`).
 
     `source` is a trace, a list of traces, a trace file or run folder, or an
-    opened run. `where=` selects rollouts by SQL over the run's rollouts
-    table (e.g. `"reward = 1"`), for a file, folder or opened run."""
+    opened run. `where=` selects rollouts by an SQL expression over the
+    run's rollouts table (e.g. `"reward = 1 and not is_truncated"`; the
+    rows' `has_error` and `is_truncated` may be named), for a file, folder
+    or opened run. It runs on a locked DuckDB connection
+    (rollkit.tables.filters): it reads the run's tables and nothing else, and
+    a filter that is not one expression over its columns is a UsageError
+    naming the column or function at fault."""
     if format not in _FORMATS:
         raise UsageError(f"rk.export: unknown format {format!r}; the formats are "
                          + ", ".join(f"{n!r} ({w})" for n, w in formats().items()))
