@@ -1,4 +1,4 @@
-"""An export is whole or absent under its name (rollkit.interop.exports.written_whole):
+"""An export is whole or absent under its name (rollkit.interop.exports.branches.RowFile):
 a real SIGINT in the middle of writing, in a real subprocess, leaves the file
 that was there before untouched and no temporary behind; so does an export
 that fails."""
