@@ -539,10 +539,12 @@ def test_rollkit_show_reads_an_inspect_log(inspect_logs):
 
 def test_view_shows_another_tools_trace_file_and_compares_two(verifiers_run, tmp_path):
     from rollkit.notebook.browser import TraceBrowser
+    from rollkit.notebook.runbrowser import RunGrid
     from rollkit.notebook.viewpage import RunCharts, view
 
     page = view([verifiers_run])
-    _, heading, part, charts = page.children
+    _, heading, part, charts, grid = page.children
+    assert isinstance(grid, RunGrid) and grid.total == 3
     assert str(verifiers_run) in heading.value
     summary, browser = part.children
     assert "rollouts: 3 over 2 tasks" in summary.value

@@ -742,10 +742,7 @@ class Trace(_Record):
         last = self._last_turn()
         call = unvalidated(
             ModelCall,
-            index=index,
-            segment=segment,
-            start=start,
-            end=end,
+            index=index, segment=segment, start=start, end=end,
             usage=response.usage if response else (usage or Usage()),
             new_input_tokens=0,
             finish_reason=response.finish_reason if response else None,
