@@ -87,6 +87,19 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
+def kernel_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop a widget follows a folder on: the one running in this thread,
+    else the thread's own (a kernel's, between cells), else None (the
+    caller then polls by hand)."""
+    found = running_loop()
+    if found is None:
+        try:
+            found = asyncio.get_event_loop()
+        except RuntimeError:
+            return None
+    return found
+
+
 def _target(where: asyncio.AbstractEventLoop | None, coro: Coroutine[Any, Any, Any]) -> asyncio.AbstractEventLoop:
     target = where or loop()
     if target.is_closed():

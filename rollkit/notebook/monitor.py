@@ -40,6 +40,7 @@ import ipywidgets as widgets
 from ..core.trace import Trace
 from ..runs.live import Finished, FolderFollower, RunState
 from .browser import TraceBrowser
+from ._loop import kernel_loop
 from .display import STYLE, error_html
 
 __all__ = ["RunMonitor", "MAX_LANES"]
@@ -161,13 +162,9 @@ class RunMonitor(widgets.VBox):
         """Follow the folder on the running event loop (the kernel's) until `stop()`."""
         if self.follower is None or self._task is not None:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            try:
-                loop = asyncio.get_event_loop()
-            except RuntimeError:
-                return  # no loop: poll() by hand
+        loop = kernel_loop()
+        if loop is None:
+            return  # no loop: poll() by hand
         self._task = loop.create_task(self._follow())
 
     async def _follow(self) -> None:

@@ -39,6 +39,7 @@ import ipywidgets as widgets
 from ..runs.live import FolderFollower, RunState
 from ..tables.runfolder import MANIFEST, TRACES, runs_in
 from ..analysis.stats import run_cost, t_critical
+from ._loop import kernel_loop
 from .display import STYLE
 
 __all__ = ["RunsList", "RunRow"]
@@ -299,13 +300,9 @@ class RunsList(widgets.VBox):
         """Read the folder every `poll_every` seconds on the running event loop until `stop()`."""
         if self._task is not None:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            try:
-                loop = asyncio.get_event_loop()
-            except RuntimeError:
-                return  # no loop: refresh() by hand
+        loop = kernel_loop()
+        if loop is None:
+            return  # no loop: refresh() by hand
         self._task = loop.create_task(self._follow())
 
     async def _follow(self) -> None:
