@@ -37,7 +37,7 @@ from ._safe_read import TraceFileError  # defined there, where every reader rais
 from .outcome import MissingSignal
 from .trace import SCHEMA_VERSION, Trace
 
-__all__ = ["save", "load", "TraceFileError", "append_trace", "trace_of_line", "line_error", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
+__all__ = ["save", "load", "TraceFileError", "append_trace", "trace_of_line", "line_error", "record_of_line", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
 
 ROLLKIT = "rollkit"
 # Why a signal of an imported trace is missing when its tool did not record
@@ -296,6 +296,27 @@ def line_error(path: Path, number: int, raw: bytes) -> TraceFileError:
         return TraceFileError(f"{path}: line {number} is not a rollkit trace ({detail})", path=path, line=number,
                               field=field, hint=SKIP_HINT)
     return TraceFileError(f"{path}: line {number} is not a rollkit trace", path=path, line=number, hint=SKIP_HINT)
+
+
+def record_of_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+    """Line `number` of rollkit trace file `path` (bytes `raw`) read as
+    `load` reads it, as the JSON record of its Trace (non-finite floats
+    kept): for a reader whose own fast parse refused the line or could not
+    use it (rollkit.runs.columns), so every reader of a line agrees with
+    `load`: what it reads, they read; what it refuses, they refuse with its
+    TraceFileError (NaN or Infinity named by field, a key written twice
+    read as its last value, a number too large for a float read as
+    infinity, a line nested deeper than its parser goes refused)."""
+    fault = _unsafe(path, number, raw)
+    if fault is not None:
+        raise TraceFileError(fault[0], path=path, line=number, field=fault[1], hint=SKIP_HINT)
+    try:
+        with warnings.catch_warnings():  # a newer rollkit's fields: the reader that opened the file warned
+            warnings.simplefilter("ignore")
+            trace = trace_of_line(raw)
+    except pydantic.ValidationError:
+        raise line_error(path, number, raw) from None
+    return trace.model_dump(mode="python", by_alias=True)
 
 
 def _bad_line(exc: pydantic.ValidationError, raw: bytes) -> tuple[str, str | None]:

@@ -1,18 +1,31 @@
 """The native build of the columnar tables: DuckDB parses a part's JSON lines.
 
 rollkit.runs.columns cuts a trace file into parts and, for each, hands the
-part's bytes here. DuckDB's JSON parser (`json_transform`, over the
-lines as one Arrow string column, no copy) reads the fields the tables need,
-with the types below (`_TRACE_FIELDS`), and one SQL query per table turns
-them into the rows the Python build (rows._trace_rows) makes: the same
-columns, values and Arrow types, row for row (tests/test_columns.py builds
-both ways and compares). The Python build stays the reference, and the
-fallback: a part whose lines DuckDB cannot parse, or whose free-typed values
-(batch ids, limits, `ok`) mix types the way only Python's inference reads,
-is built in Python, which also names a line that is not a trace.
+part's lines here. DuckDB's newline-delimited JSON reader (`read_json` over
+the lines' bytes) reads the fields the tables need, with the types below
+(`_TRACE_FIELDS`), and one SQL query per table turns them into the rows the
+Python build (rows._trace_rows) makes: the same columns, values and Arrow
+types, row for row (tests/test_columns.py builds both ways and compares).
+The Python build stays the reference, and the fallback: a part whose lines
+DuckDB cannot parse, or whose free-typed values (batch ids, limits, `ok`)
+mix types the way only Python's inference reads, is built in Python, which
+also names a line that is not a trace.
 The rollouts alone (a first open) are parsed from the fields they read
 (`_ROLLOUT_FIELDS`): building DuckDB's nested rows costs several times
 parsing the JSON, and a message's text is most of a line.
+
+One reading of a line, rk.load's (rollkit.core.store.record_of_line): JSON
+as RFC 8259 has it, read as Python reads it: of a key written twice in one
+object the last counts; a number past a double's range is infinity; NaN,
+Infinity and a comma before a closing bracket are not JSON, and refused.
+DuckDB's parser reads otherwise, so a part holding any of these goes to the
+Python build (NativeUnfit, or DuckDB's error): its reader refuses a key
+twice in an object the tables read (json_transform would keep the first)
+and a value it cannot cast (a reward written as an object); NaN, Infinity
+and trailing commas are looked for in the lines' text (_check_strict).
+Not looked for (each a pass over the bytes, a tenth of a part's parse):
+nan or inf in other spellings, and nesting deeper than rk.load's parser
+goes (200 arrays or objects); the native build reads such a line.
 
 Adding a column: the trace field to `_TRACE_FIELDS` (when it is new), and
 the column's SQL to its table's `_EXPRESSIONS` (the test checks each
@@ -23,11 +36,13 @@ This module reads bytes it is given and returns Arrow tables; it writes nothing.
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from collections.abc import Iterator
 from typing import Any
 from ..core._dependencies import duckdb, np, pa
+from ..core._safe_read import strict_loads
 
 __all__ = ["native_tables", "NativeUnfit", "Engine"]
 
@@ -475,18 +490,22 @@ def _first(tables: tuple[str, ...]) -> bool:
     return set(tables) <= {"rollouts"}
 
 
-def _structure(tables: tuple[str, ...]) -> str:
-    return json.dumps(_ROLLOUT_FIELDS if _first(tables) else _TRACE_FIELDS)
+def _columns(tables: tuple[str, ...]) -> dict[str, str]:
+    """read_json's columns: each top-level field of the structure with its DuckDB type."""
+    return {name: _duck_type(kind) for name, kind in (_ROLLOUT_FIELDS if _first(tables) else _TRACE_FIELDS).items()}
 
 
-# A part's lines go to DuckDB in batches, a few for each of its threads
-# (they parse a batch each), and no more: DuckDB takes the GIL to fetch
-# each batch of an Arrow table, so a Python thread beside it (the next part
-# being cut, another part's Python) stalls it once a batch. In 2,048-line
-# batches a part's parse took 0.15 s longer beside a busy Python thread
-# (0.66 s alone); in four, no longer.
-_BATCHES_PER_THREAD = 4
-_BATCH_ROWS = 1 << 16  # at most
+def _duck_type(kind: Any) -> str:
+    if isinstance(kind, str):
+        return kind
+    if isinstance(kind, list):
+        return _duck_type(kind[0]) + "[]"
+    return "STRUCT(" + ", ".join(f"{_quoted(name)} {_duck_type(k)}" for name, k in kind.items()) + ")"
+
+
+# The longest line read_json takes (its default is 16 MB); a longer one
+# fails the part, which the Python build then makes.
+_LONGEST = 64 << 20
 
 
 class Engine:
@@ -553,17 +572,7 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     engine = engine or Engine()
     con = engine.connection()
     try:
-        source = pa.table({"line": lines, "_ordinal": _int64s(np.arange(ordinal, ordinal + count, dtype=np.int64)),
-                           "_offset": _int64s(offsets), "_length": _int64s(lengths)})
-        # In batches (slices, no copy): DuckDB parses an Arrow table a batch per thread.
-        threads = con.execute("select current_setting('threads')").fetchall()[0][0]
-        rows = min(_BATCH_ROWS, max(1, -(-count // (threads * _BATCHES_PER_THREAD))))
-        source = pa.Table.from_batches(source.to_batches(max_chunksize=rows))
-        con.register("lines", source)
-        con.execute(f"create temp table p as select _ordinal, _offset, _length, "
-                    f"json_transform(line, {_literal(_structure(tables))}) as t from lines")
-        con.unregister("lines")
-        del source
+        _read(con, lines, ordinal, offsets, lengths, tables)
         broken = con.execute(f"select count(*) from p where {_BROKEN}").fetchall()[0][0]
         if broken:
             raise NativeUnfit(f"{broken} lines lack a field the tables need")
@@ -586,6 +595,55 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
         engine.give_back(con)
         if own:
             engine.close()
+
+
+def _read(con: Any, lines: Any, ordinal: int, offsets: Any, lengths: Any, tables: tuple[str, ...]) -> None:
+    """The part's lines parsed into table p: each line's `_ordinal`,
+    `_offset`, `_length` and its fields as the struct `t`. DuckDB's
+    newline-delimited reader parses them (not json_transform over the
+    lines: it keeps the first of a key written twice, which this reader
+    refuses in every object it reads, as it refuses a value it cannot
+    cast: the part goes to the Python build, which reads such a line as
+    rk.load does)."""
+    count = len(lines)
+    _check_strict(con, lines)
+    bounds = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:lines.offset + count + 1]
+    text = io.BytesIO(memoryview(lines.buffers()[2])[int(bounds[0]):int(bounds[-1])])
+    places = pa.table({"_ordinal": _int64s(np.arange(ordinal, ordinal + count, dtype=np.int64)),
+                       "_offset": _int64s(offsets), "_length": _int64s(lengths)})
+    try:
+        parsed = con.read_json(text, format="newline_delimited", records="true", columns=_columns(tables),
+                               maximum_object_size=_LONGEST)
+    except ImportError as exc:  # fsspec, which DuckDB reads a buffer through, missing
+        raise NativeUnfit(str(exc)) from None
+    # Row for row: the reader keeps the lines' order and makes a row of each (none is blank).
+    # `parsed` and `places` are this function's variables (DuckDB's
+    # replacement scan): a view would be the database's, shared by the
+    # parts built side by side.
+    con.execute("create temp table p as select places._ordinal, places._offset, places._length, parsed as t "
+                "from parsed positional join places")
+    made = con.execute("select count(*), count(_ordinal) from p").fetchall()[0]
+    if made != (count, count):
+        raise NativeUnfit(f"{made[0]} rows read from {count} lines")
+
+
+# What DuckDB's parser takes that JSON (and every Python reader) does not:
+# NaN and Infinity, and a comma before a closing bracket. A line holding one
+# of these is parsed again, strictly; if that fails, the Python build reads
+# the part, and names the line as rk.load does. (DuckDB also takes nan and
+# inf in any case, not looked for here: their letters are in most lines.)
+_LENIENT = ("NaN", "Infinity", ",}", ",]", ", }", ", ]")
+
+
+def _check_strict(con: Any, lines: Any) -> None:
+    """Raise NativeUnfit when a line holds what DuckDB reads and JSON does not (_LENIENT)."""
+    texts = pa.table({"line": lines})  # read by name below (DuckDB's replacement scan)
+    test = " or ".join(f"contains(line, {_literal(text)})" for text in _LENIENT)
+    for (line,) in con.execute(f"select line from texts where {test}").fetchall():
+        try:
+            strict_loads(line)
+        except ValueError:
+            raise NativeUnfit("a line holds what JSON does not (NaN, Infinity, a trailing comma)") from None
 
 
 def _int64s(values: Any) -> Any:
