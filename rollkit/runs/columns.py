@@ -64,7 +64,7 @@ from typing import Any
 from ..core._cache_folder import user_cache_folder
 from ..core._safe_read import BOM, strict_loads
 from ..core._gcpause import paused
-from ..core._dependencies import duckdb, load, np, pa, pq, tqdm_auto
+from ..core._dependencies import duckdb, fsspec, load, np, pa, pq, tqdm_auto
 from .rows import TABLES, _COLUMNS, _TYPES, _Rows, _large_strings, _python_tables, _trace_rows
 
 __all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
@@ -683,7 +683,7 @@ def _import_duckdb_beside() -> threading.Thread | None:
 
     def load_duckdb() -> None:
         try:
-            load(duckdb)
+            load(duckdb, fsspec)  # fsspec: DuckDB reads a part's lines through it
         except Exception:  # not installed: the build says so when it first needs it
             pass
 
