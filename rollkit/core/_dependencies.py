@@ -1,7 +1,7 @@
 """The heavy third-party modules rollkit uses, named in one place and
 imported on first use.
 
-A module that needs pyarrow, pandas, numpy, DuckDB, fsspec, plotly, IPython, tqdm
+A module that needs pyarrow, pandas, numpy, DuckDB, plotly, IPython, tqdm
 or inspect-ai imports its name from here at its top (`from
 ..core._dependencies import pa`), so its dependencies read where a reader
 looks for them, while `import rollkit` loads none of them: each name is a
@@ -21,7 +21,7 @@ from typing import Any
 
 from .errors import Unavailable
 
-__all__ = ["duckdb", "fsspec", "go", "inspect_ai", "inspect_ai_constants", "inspect_ai_dataset", "inspect_ai_event",
+__all__ = ["duckdb", "go", "inspect_ai", "inspect_ai_constants", "inspect_ai_dataset", "inspect_ai_event",
            "inspect_ai_log", "inspect_ai_model", "inspect_ai_scorer", "inspect_ai_solver", "inspect_ai_tool",
            "ipython_display", "load", "np", "pa", "pandas", "pc", "pd", "pq", "tqdm_auto"]
 
@@ -66,7 +66,6 @@ pc = _Deferred("pyarrow.compute")
 np = _Deferred("numpy")
 pd = pandas = _Deferred("pandas")
 duckdb = _Deferred("duckdb")
-fsspec = _Deferred("fsspec")  # DuckDB reads a Python buffer through it (rollkit.runs.nativebuild)
 go = _Deferred("plotly.graph_objects")
 ipython_display = _Deferred("IPython.display")
 tqdm_auto = _Deferred("tqdm.auto")

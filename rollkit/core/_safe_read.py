@@ -47,8 +47,7 @@ from .errors import RollkitError
 
 __all__ = ["TraceFileError", "MAX_LINE", "MAX_DOCUMENT", "MAX_DEPTH", "MAX_MEMBER", "MAX_UNZIPPED", "BOM",
            "MAX_PARSED", "DEEP", "TooDeep", "too_costly", "parse_cost", "check_regular", "check_document",
-           "read_head", "read_document", "lines", "first_line", "line_batches", "too_long", "loads", "strict_loads",
-           "check_zip"]
+           "read_head", "read_document", "lines", "first_line", "line_batches", "too_long", "loads", "check_zip"]
 
 # What one parse may hold: the text, its decoded copy and the values made
 # from it (a rollout's peak stays under ~300 MB whatever file it is given).
@@ -273,17 +272,6 @@ def loads(text: str | bytes) -> Any:
         return json.loads(text)
     except RecursionError:
         raise TooDeep(DEEP) from None
-
-
-def strict_loads(text: str | bytes) -> Any:
-    """json.loads refusing NaN, Infinity and -Infinity, which JSON (RFC
-    8259) does not have (a ValueError); a number past a double's range is
-    infinity, as Python reads it."""
-    return json.loads(text, parse_constant=_no_constant)
-
-
-def _no_constant(constant: str) -> None:
-    raise ValueError(f"{constant} is not JSON")
 
 
 def check_zip(path: Path) -> None:

@@ -29,9 +29,9 @@ and one DuckDB must not read, by the Python build (rollkit.runs.rows' row
 builder, the reference: both make the same tables). Both read a line as
 rk.load does, or refuse it with rk.load's error (rollkit.core.store.
 record_of_line; the rule is in rollkit.runs.nativebuild's docstring): the
-Python build parses with orjson, with Python's json where orjson refuses a
-line (a number past a double's range), and through rk.load's reader a line
-whose record the row builder cannot use (a reward written "1.0"); a byte-
+Python build parses with orjson, and a line orjson refuses (a number past
+a double's range) or whose record the row builder cannot use (a reward
+written "1.0") through rk.load's own reader; a byte-
 order mark at the file's start is skipped. Rows come straight from
 the parsed JSON, never through `Trace` objects (pydantic costs 10x more);
 an imported file is first written once as rollkit JSON lines in the cache
@@ -62,9 +62,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core._cache_folder import user_cache_folder
-from ..core._safe_read import BOM, strict_loads
+from ..core._safe_read import BOM
 from ..core._gcpause import paused
-from ..core._dependencies import duckdb, fsspec, load, np, pa, pq, tqdm_auto
+from ..core._dependencies import duckdb, load, np, pa, pq, tqdm_auto
 from .rows import TABLES, _COLUMNS, _TYPES, _Rows, _large_strings, _python_tables, _trace_rows
 
 __all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
@@ -382,8 +382,8 @@ class TableSet:
         marks = _marks(rows)
         for s, e in zip(starts.tolist(), ends.tolist()):
             try:
-                _trace_rows(rows, _parsed(loads, view[s:e]), ordinal, part_start + s, e - s)
-            except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
+                _trace_rows(rows, loads(view[s:e]), ordinal, part_start + s, e - s)
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
                 _undo(rows, marks)
                 _trace_rows(rows, _as_loaded(self.source, part_start + s, bytes(view[s:e])), ordinal,
                             part_start + s, e - s)
@@ -683,7 +683,7 @@ def _import_duckdb_beside() -> threading.Thread | None:
 
     def load_duckdb() -> None:
         try:
-            load(duckdb, fsspec)  # fsspec: DuckDB reads a part's lines through it
+            load(duckdb)
         except Exception:  # not installed: the build says so when it first needs it
             pass
 
@@ -758,18 +758,6 @@ class _NoBar:
     def update(self, n: int) -> None:
         pass
 
-
-
-def _parsed(loads: Any, line: Any) -> Any:
-    """A line parsed fast (orjson), or as Python's json reads it where
-    orjson refuses it but json does not: a number past a double's range is
-    infinity (as in rk.load); NaN and Infinity stay refused."""
-    try:
-        return loads(line)
-    except ValueError:
-        if loads is json.loads:
-            raise
-    return strict_loads(bytes(line))
 
 
 def _marks(rows: _Rows) -> tuple[int, ...]:

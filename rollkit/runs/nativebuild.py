@@ -1,8 +1,8 @@
 """The native build of the columnar tables: DuckDB parses a part's JSON lines.
 
 rollkit.runs.columns cuts a trace file into parts and, for each, hands the
-part's lines here. DuckDB's newline-delimited JSON reader (`read_json` over
-the lines' bytes) reads the fields the tables need, with the types below
+part's lines here. DuckDB's newline-delimited JSON reader (`read_json` of
+the lines' bytes, _read) reads the fields the tables need, with the types below
 (`_TRACE_FIELDS`), and one SQL query per table turns them into the rows the
 Python build (rows._trace_rows) makes: the same columns, values and Arrow
 types, row for row (tests/test_columns.py builds both ways and compares).
@@ -36,13 +36,14 @@ This module reads bytes it is given and returns Arrow tables; it writes nothing.
 
 from __future__ import annotations
 
-import io
 import json
+import os
+import tempfile
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from ..core._dependencies import duckdb, np, pa
-from ..core._safe_read import strict_loads
 
 __all__ = ["native_tables", "NativeUnfit", "Engine"]
 
@@ -503,11 +504,6 @@ def _duck_type(kind: Any) -> str:
     return "STRUCT(" + ", ".join(f"{_quoted(name)} {_duck_type(k)}" for name, k in kind.items()) + ")"
 
 
-# The longest line read_json takes (its default is 16 MB); a longer one
-# fails the part, which the Python build then makes.
-_LONGEST = 64 << 20
-
-
 class Engine:
     """One in-memory DuckDB database for the parts of a build, opened when
     the first part asks for it: a database costs ~30 ms to open and close,
@@ -600,31 +596,52 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
 def _read(con: Any, lines: Any, ordinal: int, offsets: Any, lengths: Any, tables: tuple[str, ...]) -> None:
     """The part's lines parsed into table p: each line's `_ordinal`,
     `_offset`, `_length` and its fields as the struct `t`. DuckDB's
-    newline-delimited reader parses them (not json_transform over the
-    lines: it keeps the first of a key written twice, which this reader
-    refuses in every object it reads, as it refuses a value it cannot
-    cast: the part goes to the Python build, which reads such a line as
-    rk.load does)."""
+    newline-delimited reader parses them from a file of their bytes (in
+    memory, _part_file), not json_transform over the lines: that keeps the
+    first of a key written twice, which this reader refuses in every object
+    it reads, as it refuses a value it cannot cast (a line longer than its
+    16 MB too): the part goes to the Python build, which reads such a line
+    as rk.load does."""
     count = len(lines)
     _check_strict(con, lines)
     bounds = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:lines.offset + count + 1]
-    text = io.BytesIO(memoryview(lines.buffers()[2])[int(bounds[0]):int(bounds[-1])])
     places = pa.table({"_ordinal": _int64s(np.arange(ordinal, ordinal + count, dtype=np.int64)),
                        "_offset": _int64s(offsets), "_length": _int64s(lengths)})
-    try:
-        parsed = con.read_json(text, format="newline_delimited", records="true", columns=_columns(tables),
-                               maximum_object_size=_LONGEST)
-    except ImportError as exc:  # fsspec, which DuckDB reads a buffer through, missing
-        raise NativeUnfit(str(exc)) from None
-    # Row for row: the reader keeps the lines' order and makes a row of each (none is blank).
-    # `parsed` and `places` are this function's variables (DuckDB's
-    # replacement scan): a view would be the database's, shared by the
-    # parts built side by side.
-    con.execute("create temp table p as select places._ordinal, places._offset, places._length, parsed as t "
-                "from parsed positional join places")
+    with _part_file(memoryview(lines.buffers()[2])[int(bounds[0]):int(bounds[-1])]) as path:
+        parsed = con.read_json(path, format="newline_delimited", records="true", columns=_columns(tables))
+        # Row for row: the reader keeps the lines' order and makes a row of each (none is blank).
+        # `parsed` and `places` are read by name (DuckDB's replacement scan): a view
+        # would be the database's, shared by the parts built side by side.
+        con.execute("create temp table p as select places._ordinal, places._offset, places._length, parsed as t "
+                    "from parsed positional join places")
     made = con.execute("select count(*), count(_ordinal) from p").fetchall()[0]
     if made != (count, count):
         raise NativeUnfit(f"{made[0]} rows read from {count} lines")
+
+
+@contextmanager
+def _part_file(text: memoryview) -> Iterator[str]:
+    """A path to a file holding `text`: a file in memory (Linux: memfd, read
+    by DuckDB through /proc, no disk), else a temporary file. DuckDB reads it
+    at its own speed, without Python: through a Python buffer (fsspec) it
+    read slower and held the part twice."""
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("rollkit-part", os.MFD_CLOEXEC)
+        try:
+            _write_all(fd, text)
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    with tempfile.NamedTemporaryFile(prefix="rollkit-part-", suffix=".jsonl") as f:
+        _write_all(f.fileno(), text)
+        yield f.name
+
+
+def _write_all(fd: int, text: memoryview) -> None:
+    done = 0
+    while done < len(text):
+        done += os.write(fd, text[done:])
 
 
 # What DuckDB's parser takes that JSON (and every Python reader) does not:
@@ -641,9 +658,13 @@ def _check_strict(con: Any, lines: Any) -> None:
     test = " or ".join(f"contains(line, {_literal(text)})" for text in _LENIENT)
     for (line,) in con.execute(f"select line from texts where {test}").fetchall():
         try:
-            strict_loads(line)
+            json.loads(line, parse_constant=_not_json)
         except ValueError:
             raise NativeUnfit("a line holds what JSON does not (NaN, Infinity, a trailing comma)") from None
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _int64s(values: Any) -> Any:
