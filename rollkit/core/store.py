@@ -289,6 +289,9 @@ def line_error(path: Path, number: int, raw: bytes) -> TraceFileError:
     whose bytes are `raw` and which does not load (what is wrong, the field,
     and the advice for Python callers): for readers of the file other than
     `load` (rollkit.runs.columns), so a bad line reads the same everywhere."""
+    fault = _unsafe(path, number, raw)
+    if fault is not None:
+        return TraceFileError(fault[0], path=path, line=number, field=fault[1], hint=SKIP_HINT)
     try:
         trace_of_line(raw)
     except pydantic.ValidationError as exc:
@@ -298,24 +301,23 @@ def line_error(path: Path, number: int, raw: bytes) -> TraceFileError:
     return TraceFileError(f"{path}: line {number} is not a rollkit trace", path=path, line=number, hint=SKIP_HINT)
 
 
-def record_of_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
-    """Line `number` of rollkit trace file `path` (bytes `raw`) read as
-    `load` reads it, as the JSON record of its Trace (non-finite floats
-    kept): for a reader whose own fast parse refused the line or could not
-    use it (rollkit.runs.columns), so every reader of a line agrees with
-    `load`: what it reads, they read; what it refuses, they refuse with its
-    TraceFileError (NaN or Infinity named by field, a key written twice
-    read as its last value, a number too large for a float read as
-    infinity, a line nested deeper than its parser goes refused)."""
-    fault = _unsafe(path, number, raw)
-    if fault is not None:
-        raise TraceFileError(fault[0], path=path, line=number, field=fault[1], hint=SKIP_HINT)
+def record_of_line(raw: bytes) -> dict[str, Any] | None:
+    """A rollkit trace line read as `load` reads it, as the JSON record of
+    its Trace (non-finite floats kept); None when `load` refuses it
+    (`line_error` says why). For a reader whose own fast parse refused the
+    line or could not use it (rollkit.runs.columns), so every reader of a
+    line agrees with `load`: what it reads they read, what it refuses they
+    refuse with its error (of a key written twice the last counts, a
+    number too large for a float is infinity, NaN or Infinity is refused
+    by field, a line nested deeper than its parser goes is refused)."""
+    if _unsafe(Path(), 0, raw) is not None:
+        return None
     try:
         with warnings.catch_warnings():  # a newer rollkit's fields: the reader that opened the file warned
             warnings.simplefilter("ignore")
             trace = trace_of_line(raw)
     except pydantic.ValidationError:
-        raise line_error(path, number, raw) from None
+        return None
     return trace.model_dump(mode="python", by_alias=True)
 
 

@@ -775,12 +775,15 @@ def _undo(rows: _Rows, marks: tuple[int, ...]) -> None:
 def _as_loaded(path: Path, offset: int, raw: bytes) -> dict[str, Any]:
     """The line at `offset`, which the fast parse refused or the row builder
     could not use, read as rk.load reads it (rollkit.core.store.record_of_line):
-    its record, or rk.load's error naming the line."""
-    from ..core.store import record_of_line
+    its record, or rk.load's error naming the line (its number counted then)."""
+    from ..core.store import line_error, record_of_line
 
-    with open(path, "rb") as f:
-        number = f.read(offset).count(b"\n") + 1
-    return record_of_line(path, number, raw)
+    record = record_of_line(raw)
+    if record is None:
+        with open(path, "rb") as f:
+            number = f.read(offset).count(b"\n") + 1
+        raise line_error(path, number, raw)
+    return record
 
 
 def _atomic(write: Any, target: Path) -> None:
