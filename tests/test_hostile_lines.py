@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import rollkit as rk
 from rollkit.examples.bigrun import big_run
-from rollkit.runs import columns, livetables
+from rollkit.runs import columns, livetables, nativebuild
 from rollkit.runs.columns import TABLES, TableSet
 from rollkit.runs.livetables import TraceLog
 from rollkit.runs.runfolder import _repair_torn_tail
@@ -81,6 +81,43 @@ def _dump(value: Any, at: tuple, change: tuple) -> bytes:
     return json.dumps(value).encode()
 
 
+def _typed_numbers(structure: dict, at: tuple = ()) -> set[tuple]:
+    """The paths (list indices left out) of the real numbers the tables read
+    (an integer field given 2.5 or "1.5": test_an_integer_written_otherwise)."""
+    found = set()
+    for key, kind in structure.items():
+        kind = kind[0] if isinstance(kind, list) else kind
+        if isinstance(kind, dict):
+            found |= _typed_numbers(kind, (*at, key))
+        elif kind in ("DOUBLE", "DOUBLE[]") or kind.startswith("MAP(VARCHAR, DOUBLE"):
+            found.add((*at, key))
+    return found
+
+
+# Where a real number written otherwise is what the tables would read (a field
+# the tables do not read is checked by rk.load alone: the tables do not
+# check a line against the trace schema; free-typed values, e.g. limits,
+# are typed per part, so a run's small live parts may type them apart).
+_TYPED = _typed_numbers(nativebuild._TRACE_FIELDS)
+
+
+def _read(path: tuple) -> bool:
+    named = tuple(p for p in path if not isinstance(p, int))
+    return named in _TYPED or named[:-1] in _TYPED  # a map's value or a list's item: its field's path
+
+
+_FREE_TEXTS: dict[str, list[tuple]] = {}
+
+
+def _free_texts(record: dict[str, Any]) -> list[tuple]:
+    """The paths of the strings any text is a valid value of (not a role, a
+    phase's name...): what lands inside them is all that makes the line hostile."""
+    if record["id"] not in _FREE_TEXTS:
+        _FREE_TEXTS[record["id"]] = [p for p, v in _paths(record) if isinstance(v, str)
+                                     and _valid_with(record, p[:-1], p[-1], v + "x\u00e9")]
+    return _FREE_TEXTS[record["id"]]
+
+
 def _valid_with(record: dict[str, Any], path: tuple, key: Any, value: Any) -> bool:
     changed = json.loads(json.dumps(record))
     holder = changed
@@ -118,10 +155,10 @@ def hostile_line(draw: Any, record: dict[str, Any]) -> bytes:
                                                                                                     key, decoy)
         return _dump(record, (), ("dup", path, key, decoy, not last_is_decoy))
     if kind == "number":
-        numbers = [p for p, v in places if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        numbers = [p for p, v in places if isinstance(v, (int, float)) and not isinstance(v, bool) and _read(p)]
         return _dump(record, (), ("text", draw(st.sampled_from(numbers)), draw(st.sampled_from(_NUMBERS))))
     if kind == "inside":
-        texts = [p for p, v in places if isinstance(v, str)]
+        texts = _free_texts(record)
         return _dump(record, (), ("inside", draw(st.sampled_from(texts)), draw(st.sampled_from(_INSIDE))))
     if kind == "deep":  # nesting rk.load's parser reads (deeper: test_nesting_past_rk_load_s_parser_below)
         depth = draw(st.integers(1, 150))
@@ -289,4 +326,13 @@ def test_nesting_past_rk_load_s_parser(tmp_path, records):
     deep = dict(records[0], task=dict(records[0]["task"], data=dict(records[0]["task"]["data"], deep=0)))
     source = tmp_path / "traces.jsonl"
     source.write_bytes(_dump(deep, (), ("text", ("task", "data", "deep"), b"[" * 5000 + b"]" * 5000)) + b"\n")
+    _agree(source)
+
+
+@pytest.mark.xfail(strict=True, reason="not done (issue 47): the Python build truncates 2.5 to 2 (int()), the native "
+                                       "build casts it, rk.load refuses it")
+@pytest.mark.parametrize("text", [b"2.5"])
+def test_an_integer_written_otherwise(tmp_path, records, text):
+    source = tmp_path / "traces.jsonl"
+    source.write_bytes(_dump(records[0], (), ("text", ("model_calls", 0, "index"), text)) + b"\n")
     _agree(source)
