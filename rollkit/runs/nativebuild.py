@@ -573,7 +573,7 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     engine = engine or Engine()
     con = engine.connection()
     try:
-        _read(con, lines, ordinal, offsets, lengths, tables)
+        _read(con, lines, ordinal, tables)
         broken = con.execute(f"select count(*) from p where {_BROKEN}").fetchall()[0][0]
         if broken:
             raise NativeUnfit(f"{broken} lines lack a field the tables need")
@@ -590,6 +590,9 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
         queries = _queries(_expressions(kinds, signals), signals)
         for table in tables:
             arrow = _fetch_arrow(con.sql(queries[table]))
+            if table == "rollouts":  # a row a line, in order
+                arrow = arrow.set_column(arrow.column_names.index("_offset"), "_offset", _int64s(offsets)) \
+                    .set_column(arrow.column_names.index("_length"), "_length", _int64s(lengths))
             yield table, _typed(arrow, table, columns[table], types, kinds, dict(zip(("agent_time", "wait_time"),
                                                                                      flags)))
     finally:
@@ -598,9 +601,10 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
             engine.close()
 
 
-def _read(con: Any, lines: Any, ordinal: int, offsets: Any, lengths: Any, tables: tuple[str, ...]) -> None:
-    """The part's lines parsed into table p: each line's `_ordinal`,
-    `_offset`, `_length` and its fields as the struct `t`. DuckDB's
+def _read(con: Any, lines: Any, ordinal: int, tables: tuple[str, ...]) -> None:
+    """The part's lines parsed into view p: each line's `_ordinal` and its
+    fields as the struct `t` (`_offset` and `_length` null: native_tables
+    sets the rollouts'). DuckDB's
     newline-delimited reader parses them from a file of their bytes (in
     memory, _part_file), not json_transform over the lines: that keeps the
     first of a key written twice, which this reader refuses in every object
@@ -610,18 +614,19 @@ def _read(con: Any, lines: Any, ordinal: int, offsets: Any, lengths: Any, tables
     count = len(lines)
     _check_strict(con, lines)
     bounds = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:lines.offset + count + 1]
-    places = pa.table({"_ordinal": _int64s(np.arange(ordinal, ordinal + count, dtype=np.int64)),
-                       "_offset": _int64s(offsets), "_length": _int64s(lengths)})
     with _part_file(memoryview(lines.buffers()[2])[int(bounds[0]):int(bounds[-1])]) as path:
         parsed = con.read_json(path, format="newline_delimited", records="true", columns=_columns(tables))
-        # Row for row: the reader keeps the lines' order and makes a row of each (none is blank).
-        # `parsed` and `places` are read by name (DuckDB's replacement scan): a view
-        # would be the database's, shared by the parts built side by side.
-        con.execute("create temp table p as select places._ordinal, places._offset, places._length, parsed as t "
-                    "from parsed positional join places")
-    made = con.execute("select count(*), count(_ordinal) from p").fetchall()[0]
-    if made != (count, count):
-        raise NativeUnfit(f"{made[0]} rows read from {count} lines")
+        # `parsed` is read by name (DuckDB's replacement scan): a view would be the
+        # database's, shared by the parts built side by side. The reader keeps the
+        # lines' order and makes a row of each (none is blank): a row's rowid is its
+        # line's place (a positional join with the lines' places read the part on one thread).
+        con.execute("create temp table parsed_lines as select parsed as t from parsed")
+    made = con.execute("select count(*) from parsed_lines").fetchall()[0][0]
+    if made != count:
+        raise NativeUnfit(f"{made} rows read from {count} lines")
+    # _offset and _length: the rollouts' own, set from `offsets` and `lengths` when they are fetched.
+    con.execute(f"create temp view p as select rowid + {int(ordinal)} as _ordinal, null::BIGINT as _offset, "
+                "null::BIGINT as _length, t from parsed_lines")
 
 
 @contextmanager
