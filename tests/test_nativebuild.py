@@ -60,9 +60,6 @@ def _same_tables(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
 
 
 async def test_example_runs_build_the_same_tables_natively(tmp_path, monkeypatch):
-    from rollkit.tables import nativebuild
-
-    monkeypatch.setattr(nativebuild, "_BATCH_ROWS", 3)  # lines parsed in many batches, on DuckDB's threads: rows stay in order
     kinds = await assorted_traces()  # ok, wrong, stopped, failed, raised, timed out, aborted
     arithmetic = await rk.evaluate_async(demo_agent(), arithmetic_tasks(4), repeats=2, progress=False)
     support = await rk.evaluate_async(support_agent(), support_tasks(3), user=toy_customer(), progress=False)

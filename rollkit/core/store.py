@@ -37,7 +37,7 @@ from ._safe_read import TraceFileError  # defined there, where every reader rais
 from .outcome import MissingSignal
 from .trace import SCHEMA_VERSION, Trace
 
-__all__ = ["save", "load", "TraceFileError", "append_trace", "trace_of_line", "line_error", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
+__all__ = ["save", "load", "TraceFileError", "append_trace", "trace_of_line", "line_error", "record_of_line", "register_format", "formats", "TraceFormat", "ROLLKIT", "NOT_IN_SOURCE"]
 
 ROLLKIT = "rollkit"
 # Why a signal of an imported trace is missing when its tool did not record
@@ -289,6 +289,9 @@ def line_error(path: Path, number: int, raw: bytes) -> TraceFileError:
     whose bytes are `raw` and which does not load (what is wrong, the field,
     and the advice for Python callers): for readers of the file other than
     `load` (rollkit.tables.columns), so a bad line reads the same everywhere."""
+    fault = _unsafe(path, number, raw)
+    if fault is not None:
+        return TraceFileError(fault[0], path=path, line=number, field=fault[1], hint=SKIP_HINT)
     try:
         trace_of_line(raw)
     except pydantic.ValidationError as exc:
@@ -296,6 +299,26 @@ def line_error(path: Path, number: int, raw: bytes) -> TraceFileError:
         return TraceFileError(f"{path}: line {number} is not a rollkit trace ({detail})", path=path, line=number,
                               field=field, hint=SKIP_HINT)
     return TraceFileError(f"{path}: line {number} is not a rollkit trace", path=path, line=number, hint=SKIP_HINT)
+
+
+def record_of_line(raw: bytes) -> dict[str, Any] | None:
+    """A rollkit trace line read as `load` reads it, as the JSON record of
+    its Trace (non-finite floats kept); None when `load` refuses it
+    (`line_error` says why). For a reader whose own fast parse refused the
+    line or could not use it (rollkit.tables.columns), so every reader of a
+    line agrees with `load`: what it reads they read, what it refuses they
+    refuse with its error (of a key written twice the last counts, a
+    number too large for a float is infinity, NaN or Infinity is refused
+    by field, a line nested deeper than its parser goes is refused)."""
+    if _unsafe(Path(), 0, raw) is not None:
+        return None
+    try:
+        with warnings.catch_warnings():  # a newer rollkit's fields: the reader that opened the file warned
+            warnings.simplefilter("ignore")
+            trace = trace_of_line(raw)
+    except pydantic.ValidationError:
+        return None
+    return trace.model_dump(mode="python", by_alias=True)
 
 
 def _bad_line(exc: pydantic.ValidationError, raw: bytes) -> tuple[str, str | None]:

@@ -26,7 +26,13 @@ asked for (`files[table]`), from the part's byte range once it is checked
 to be the bytes the part was cut from, and its marker lists what it has. A part of 8 MB or more
 is built by DuckDB's JSON parser (rollkit.tables.nativebuild); a smaller one,
 and one DuckDB must not read, by the Python build (rollkit.tables.rows' row
-builder, the reference: both make the same tables). Rows come straight from
+builder, the reference: both make the same tables). Both read a line as
+rk.load does, or refuse it with rk.load's error (rollkit.core.store.
+record_of_line; the rule is in rollkit.tables.nativebuild's docstring): the
+Python build parses with orjson, and a line orjson refuses (a number past
+a double's range) or whose record the row builder cannot use (a reward
+written "1.0") through rk.load's own reader; a byte-
+order mark at the file's start is skipped. Rows come straight from
 the parsed JSON, never through `Trace` objects (pydantic costs 10x more);
 an imported file is first written once as rollkit JSON lines in the cache
 folder (its traces do go through `Trace`), then handled the same way.
@@ -56,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core._cache_folder import user_cache_folder
+from ..core._safe_read import BOM
 from ..core._gcpause import paused
 from ..core._dependencies import duckdb, load, np, pa, pq, tqdm_auto
 from .rows import TABLES, _COLUMNS, _TYPES, _Rows, _large_strings, _python_tables, _trace_rows
@@ -270,7 +277,7 @@ class TableSet:
                     if table not in part["tables"]:
                         f.seek(part["start"])
                         data = f.read(part["end"] - part["start"])
-                        starts, ends, lengths = _lines(data, _line_ends(data))
+                        starts, ends, lengths = _lines(data, _line_ends(data), part["start"])
                         missing = tuple(t for t in TABLES if t not in part["tables"])
                         yield (self._part, data, starts, ends, lengths, part["start"], ordinal, missing, part), \
                             len(data)
@@ -309,7 +316,7 @@ class TableSet:
             return
         if covered < end:
             piece = data[covered - start:]
-            starts, ends, lengths = _lines(piece, _line_ends(piece))
+            starts, ends, lengths = _lines(piece, _line_ends(piece), covered)
             parts.append(self._part(piece, starts, ends, lengths, covered, sum(p["lines"] for p in parts),
                                     self._FIRST, engine=engine,
                                     native=engine is not None and "pandas" not in sys.modules))
@@ -332,7 +339,7 @@ class TableSet:
             nonlocal ordinal
             with open(self.source, "rb") as f:
                 for part_start, data, ends in _blocks(f, start):
-                    starts, ends, lengths = _lines(data, ends)
+                    starts, ends, lengths = _lines(data, ends, part_start)
                     yield (self._part, data, starts, ends, lengths, part_start, ordinal, self._FIRST), len(data)
                     ordinal += len(starts)
 
@@ -380,11 +387,15 @@ class TableSet:
         rows = _Rows(tables)
         loads = _loads()
         view = memoryview(data)
+        marks = _marks(rows)
         for s, e in zip(starts.tolist(), ends.tolist()):
             try:
                 _trace_rows(rows, loads(view[s:e]), ordinal, part_start + s, e - s)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                _bad_line(self.source, part_start + s)
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+                _undo(rows, marks)
+                _trace_rows(rows, _as_loaded(self.source, part_start + s, bytes(view[s:e])), ordinal,
+                            part_start + s, e - s)
+            marks = _marks(rows)
             ordinal += 1
         return rows
 
@@ -618,9 +629,13 @@ def _cut(data: bytes, ends: Any) -> int | None:
     return int(over[0]) if len(over) else None
 
 
-def _lines(data: bytes, ends: Any) -> tuple[Any, Any, Any]:
-    """The start, end and length of each non-blank line of a part."""
+def _lines(data: bytes, ends: Any, at: int) -> tuple[Any, Any, Any]:
+    """The start, end and length of each non-blank line of a part (its
+    bytes `data`, from offset `at` of the file): the file's first line
+    starts after a UTF-8 byte-order mark, as rk.load reads it."""
     starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+    if at == 0 and len(starts) and bytes(data[:len(BOM)]) == BOM:
+        starts[0] = len(BOM)
     ends = ends.astype(np.int64)
     keep = ~_blank(data, starts, ends)
     starts, ends = starts[keep], ends[keep]
@@ -753,13 +768,30 @@ class _NoBar:
 
 
 
-def _bad_line(path: Path, offset: int) -> None:
-    from ..core.store import line_error
+def _marks(rows: _Rows) -> tuple[int, ...]:
+    return tuple(len(rows.rows[table]) for table in TABLES)
 
-    with open(path, "rb") as f:
-        number = f.read(offset).count(b"\n") + 1
-        raw = f.readline()
-    raise line_error(path, number, raw)
+
+def _undo(rows: _Rows, marks: tuple[int, ...]) -> None:
+    """Drop the rows a line that failed part way added (its signals are keyed by its rollouts row)."""
+    for table, mark in zip(TABLES, marks):
+        del rows.rows[table][mark:]
+    for values in rows.signals.values():
+        values.pop(marks[TABLES.index("rollouts")], None)
+
+
+def _as_loaded(path: Path, offset: int, raw: bytes) -> dict[str, Any]:
+    """The line at `offset`, which the fast parse refused or the row builder
+    could not use, read as rk.load reads it (rollkit.core.store.record_of_line):
+    its record, or rk.load's error naming the line (its number counted then)."""
+    from ..core.store import line_error, record_of_line
+
+    record = record_of_line(raw)
+    if record is None:
+        with open(path, "rb") as f:
+            number = f.read(offset).count(b"\n") + 1
+        raise line_error(path, number, raw)
+    return record
 
 
 def _atomic(write: Any, target: Path) -> None:

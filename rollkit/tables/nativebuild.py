@@ -1,18 +1,36 @@
 """The native build of the columnar tables: DuckDB parses a part's JSON lines.
 
 rollkit.tables.columns cuts a trace file into parts and, for each, hands the
-part's bytes here. DuckDB's JSON parser (`json_transform`, over the
-lines as one Arrow string column, no copy) reads the fields the tables need,
-with the types below (`_TRACE_FIELDS`), and one SQL query per table turns
-them into the rows the Python build (rows._trace_rows) makes: the same
-columns, values and Arrow types, row for row (tests/test_columns.py builds
-both ways and compares). The Python build stays the reference, and the
-fallback: a part whose lines DuckDB cannot parse, or whose free-typed values
-(batch ids, limits, `ok`) mix types the way only Python's inference reads,
-is built in Python, which also names a line that is not a trace.
+part's lines here. DuckDB's newline-delimited JSON reader (`read_json` of
+the lines' bytes, _read) reads the fields the tables need, with the types below
+(`_TRACE_FIELDS`), and one SQL query per table turns them into the rows the
+Python build (rows._trace_rows) makes: the same columns, values and Arrow
+types, row for row (tests/test_columns.py builds both ways and compares).
+The Python build stays the reference, and the fallback: a part whose lines
+DuckDB cannot parse, or whose free-typed values (batch ids, limits, `ok`)
+mix types the way only Python's inference reads, is built in Python, which
+also names a line that is not a trace.
 The rollouts alone (a first open) are parsed from the fields they read
 (`_ROLLOUT_FIELDS`): building DuckDB's nested rows costs several times
 parsing the JSON, and a message's text is most of a line.
+
+One reading of a line, rk.load's (rollkit.core.store.record_of_line): JSON
+as RFC 8259 has it, read as Python reads it: of a key written twice in one
+object the last counts; a number past a double's range is infinity; NaN,
+Infinity (and a comma before a closing bracket) are not JSON, and refused.
+DuckDB's parser reads otherwise, so a part holding any of these goes to the
+Python build (NativeUnfit, or DuckDB's error): its reader refuses a key
+twice in an object the tables read (json_transform would keep the first)
+and a value it cannot cast (a reward written as an object); NaN and
+Infinity are looked for in the lines' text (_check_strict). Not looked for
+(each a pass over the bytes, a tenth of a part's parse or more): nan or inf
+in other spellings, a trailing comma, and nesting deeper than rk.load's
+parser goes (200 arrays or objects); the native build reads such a line.
+Neither build checks a line against the trace schema as rk.load does
+(pydantic costs 10x a build): a value the tables read as text or do not
+read (a role "systemx", a number where text belongs) is read where rk.load
+refuses the line, and an integer field given 2.5 is 2 in Python, cast in
+DuckDB (tests/test_hostile_lines.py holds these as expected failures).
 
 Adding a column: the trace field to `_TRACE_FIELDS` (when it is new), and
 the column's SQL to its table's `_EXPRESSIONS` (the test checks each
@@ -24,8 +42,11 @@ This module reads bytes it is given and returns Arrow tables; it writes nothing.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from ..core._dependencies import duckdb, np, pa
 from ..core.trace import UNTIMED
@@ -484,18 +505,17 @@ def _first(tables: tuple[str, ...]) -> bool:
     return set(tables) <= {"rollouts"}
 
 
-def _structure(tables: tuple[str, ...]) -> str:
-    return json.dumps(_ROLLOUT_FIELDS if _first(tables) else _TRACE_FIELDS)
+def _columns(tables: tuple[str, ...]) -> dict[str, str]:
+    """read_json's columns: each top-level field of the structure with its DuckDB type."""
+    return {name: _duck_type(kind) for name, kind in (_ROLLOUT_FIELDS if _first(tables) else _TRACE_FIELDS).items()}
 
 
-# A part's lines go to DuckDB in batches, a few for each of its threads
-# (they parse a batch each), and no more: DuckDB takes the GIL to fetch
-# each batch of an Arrow table, so a Python thread beside it (the next part
-# being cut, another part's Python) stalls it once a batch. In 2,048-line
-# batches a part's parse took 0.15 s longer beside a busy Python thread
-# (0.66 s alone); in four, no longer.
-_BATCHES_PER_THREAD = 4
-_BATCH_ROWS = 1 << 16  # at most
+def _duck_type(kind: Any) -> str:
+    if isinstance(kind, str):
+        return kind
+    if isinstance(kind, list):
+        return _duck_type(kind[0]) + "[]"
+    return "STRUCT(" + ", ".join(f"{_quoted(name)} {_duck_type(k)}" for name, k in kind.items()) + ")"
 
 
 class Engine:
@@ -562,17 +582,7 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     engine = engine or Engine()
     con = engine.connection()
     try:
-        source = pa.table({"line": lines, "_ordinal": _int64s(np.arange(ordinal, ordinal + count, dtype=np.int64)),
-                           "_offset": _int64s(offsets), "_length": _int64s(lengths)})
-        # In batches (slices, no copy): DuckDB parses an Arrow table a batch per thread.
-        threads = con.execute("select current_setting('threads')").fetchall()[0][0]
-        rows = min(_BATCH_ROWS, max(1, -(-count // (threads * _BATCHES_PER_THREAD))))
-        source = pa.Table.from_batches(source.to_batches(max_chunksize=rows))
-        con.register("lines", source)
-        con.execute(f"create temp table p as select _ordinal, _offset, _length, "
-                    f"json_transform(line, {_literal(_structure(tables))}) as t from lines")
-        con.unregister("lines")
-        del source
+        _read(con, lines, ordinal, tables)
         broken = con.execute(f"select count(*) from p where {_BROKEN}").fetchall()[0][0]
         if broken:
             raise NativeUnfit(f"{broken} lines lack a field the tables need")
@@ -589,12 +599,93 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
         queries = _queries(_expressions(kinds, signals), signals)
         for table in tables:
             arrow = _fetch_arrow(con.sql(queries[table]))
+            if table == "rollouts":  # a row a line, in order
+                arrow = arrow.set_column(arrow.column_names.index("_offset"), "_offset", _int64s(offsets)) \
+                    .set_column(arrow.column_names.index("_length"), "_length", _int64s(lengths))
             yield table, _typed(arrow, table, columns[table], types, kinds, dict(zip(("agent_time", "wait_time"),
                                                                                      flags)))
     finally:
         engine.give_back(con)
         if own:
             engine.close()
+
+
+def _read(con: Any, lines: Any, ordinal: int, tables: tuple[str, ...]) -> None:
+    """The part's lines parsed into view p: each line's `_ordinal` and its
+    fields as the struct `t` (`_offset` and `_length` null: native_tables
+    sets the rollouts'). DuckDB's
+    newline-delimited reader parses them from a file of their bytes (in
+    memory, _part_file), not json_transform over the lines: that keeps the
+    first of a key written twice, which this reader refuses in every object
+    it reads, as it refuses a value it cannot cast (a line longer than its
+    16 MB too): the part goes to the Python build, which reads such a line
+    as rk.load does."""
+    count = len(lines)
+    _check_strict(con, lines)
+    bounds = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:lines.offset + count + 1]
+    with _part_file(memoryview(lines.buffers()[2])[int(bounds[0]):int(bounds[-1])]) as path:
+        parsed = con.read_json(path, format="newline_delimited", records="true", columns=_columns(tables))
+        # `parsed` is read by name (DuckDB's replacement scan): a view would be the
+        # database's, shared by the parts built side by side. The reader keeps the
+        # lines' order and makes a row of each (none is blank): a row's rowid is its
+        # line's place (a positional join with the lines' places read the part on one thread).
+        con.execute("create temp table parsed_lines as select parsed as t from parsed")
+    made = con.execute("select count(*) from parsed_lines").fetchall()[0][0]
+    if made != count:
+        raise NativeUnfit(f"{made} rows read from {count} lines")
+    # _offset and _length: the rollouts' own, set from `offsets` and `lengths` when they are fetched.
+    con.execute(f"create temp view p as select rowid + {int(ordinal)} as _ordinal, null::BIGINT as _offset, "
+                "null::BIGINT as _length, t from parsed_lines")
+
+
+@contextmanager
+def _part_file(text: memoryview) -> Iterator[str]:
+    """A path to a file holding `text`: a file in memory (Linux: memfd, read
+    by DuckDB through /proc, no disk), else a temporary file. DuckDB reads it
+    at its own speed, without Python: through a Python buffer (fsspec) it
+    read slower and held the part twice."""
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("rollkit-part", os.MFD_CLOEXEC)
+        try:
+            _write_all(fd, text)
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    with tempfile.NamedTemporaryFile(prefix="rollkit-part-", suffix=".jsonl") as f:
+        _write_all(f.fileno(), text)
+        yield f.name
+
+
+def _write_all(fd: int, text: memoryview) -> None:
+    done = 0
+    while done < len(text):
+        done += os.write(fd, text[done:])
+
+
+# What DuckDB's parser takes that JSON (and every Python reader) does not,
+# looked for in the lines' text: NaN and Infinity. A line holding one of
+# these words is parsed again, by Python's json; if it refuses it, the
+# Python build reads the part, and names the line as rk.load does. Not
+# looked for (DuckDB reads them too): nan or inf in other spellings (their
+# letters are in most lines) and a comma before a closing bracket (the four
+# patterns cost 0.1 s of CPU a 50,000-line part, a seventh of its build).
+_LENIENT = ("NaN", "Infinity")
+
+
+def _check_strict(con: Any, lines: Any) -> None:
+    """Raise NativeUnfit when a line holds what DuckDB reads and JSON does not (_LENIENT)."""
+    texts = pa.table({"line": lines})  # read by name below (DuckDB's replacement scan)
+    test = " or ".join(f"contains(line, {_literal(text)})" for text in _LENIENT)
+    for (line,) in con.execute(f"select line from texts where {test}").fetchall():
+        try:
+            json.loads(line, parse_constant=_not_json)
+        except ValueError:
+            raise NativeUnfit("a line holds NaN or Infinity, which JSON does not have") from None
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _int64s(values: Any) -> Any:
