@@ -208,7 +208,7 @@ def test_cli_compare_prints_the_table_and_names_bad_input(runs, tmp_path):
     assert lines["reward"][:7] == ["reward", "0.667", "12/12", "1.000", "12/12", "0.333", "[0.083,"]
     assert lines["reward"][-3:] == ["0.125", "4/8/0", "0/0/0"]
     missing = rollkit_cli("compare", str(a.out), str(tmp_path / "none"))
-    assert missing.returncode == 1 and f"Error: no run folder at {tmp_path / 'none'}" in missing.stderr
+    assert missing.returncode == 2 and f"{tmp_path / 'none'} does not exist" in missing.stderr  # a usage error (issue 54)
     (tmp_path / "empty").mkdir()
     empty = rollkit_cli("compare", str(a.out), str(tmp_path / "empty"))
     assert empty.returncode == 1 and "is not a run folder" in empty.stderr

@@ -11,10 +11,12 @@ request to any host but the viewer's.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,13 @@ def folder(tmp_path_factory):  # type: ignore[no-untyped-def]
         rk.prices({"toy-calculator": None})
     rk.evaluate(demo_agent(model=rk.ScriptedModel("The answer is 7.", name="sure")), arithmetic_tasks(12),
                 out=root / "b", progress=False)
+    # The manifest keeps whole seconds and both runs can start in one on a quiet
+    # machine (the list then orders them by name): b is made a minute younger.
+    manifest = root / "b" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    started = json.loads((root / "a" / "manifest.json").read_text())["started"]
+    data["started"] = (datetime.fromisoformat(started) + timedelta(minutes=1)).isoformat(timespec="seconds")
+    manifest.write_text(json.dumps(data))
     return root
 
 
