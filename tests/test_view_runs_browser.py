@@ -47,11 +47,11 @@ def folder(tmp_path_factory):  # type: ignore[no-untyped-def]
     rk.evaluate(demo_agent(model=rk.ScriptedModel("The answer is 7.", name="sure")), arithmetic_tasks(12),
                 out=root / "b", progress=False)
     # The manifest keeps whole seconds and both runs can start in one on a quiet
-    # machine (the list then orders them by name): b is made a minute younger.
-    manifest = root / "b" / "manifest.json"
+    # machine (the list then orders them by name): a is made a minute older.
+    manifest = root / "a" / "manifest.json"
     data = json.loads(manifest.read_text())
-    started = json.loads((root / "a" / "manifest.json").read_text())["started"]
-    data["started"] = (datetime.fromisoformat(started) + timedelta(minutes=1)).isoformat(timespec="seconds")
+    started = json.loads((root / "b" / "manifest.json").read_text())["started"]
+    data["started"] = (datetime.fromisoformat(started) - timedelta(minutes=1)).isoformat(timespec="seconds")
     manifest.write_text(json.dumps(data))
     return root
 
