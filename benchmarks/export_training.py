@@ -31,7 +31,7 @@ _EXPORT = r'''
 import json, os, resource, sys, time
 import rollkit as rk
 from rollkit.interop.exports import ExportSource
-from rollkit.tables.columns import _loads
+from rollkit.tables.columns import json_loads
 def rss():  # this process's own peak (VmHWM)
     with open("/proc/self/status") as f:
         return round(next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024)
@@ -41,7 +41,7 @@ folder, out, fmt, options = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sy
 run = rk.open_run(folder, progress=False)
 import pyarrow.parquet, duckdb
 run.sql("select 1")
-loads = _loads()
+loads = json_loads()
 c = cpu()
 for line in ExportSource(None, run=run).lines():
     loads(line)

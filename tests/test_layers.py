@@ -359,3 +359,36 @@ def test_the_docs_list_every_core_module_bottom_up() -> None:
 
 if __name__ == "__main__":
     print("\n".join(describe_circles()) or "no import circle inside any package")
+
+
+def _private_names_imported(path: Path, source: str) -> list[str]:
+    """`from X import _name` in `path` where `_name` is a private name of
+    module X (not a private module of a package, `from . import _loop`, whose
+    names are that package's own machinery)."""
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
+            continue
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            module = ".".join(base + ([node.module] if node.module else []))
+        else:
+            module = node.module or ""
+        for alias in node.names:
+            if alias.name.startswith("_") and not alias.name.startswith("__") and not _exists(f"{module}.{alias.name}"):
+                found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {module}.{alias.name}")
+    return found
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    """What another module needs is public in its module (a `_name` stays in its module)."""
+    found = [hit for path in sorted(ROOT.rglob("*.py")) for hit in _private_names_imported(path, path.read_text())]
+    assert found == [], "make these public in their module:\n" + "\n".join(found)
+
+
+def test_the_private_name_check_can_fail() -> None:
+    path = ROOT / "tables" / "columns.py"
+    old = "from .rows import TABLES, _Rows\nfrom ..core.store import _sniff\nfrom . import rows\nfrom ..notebook import _loop\n"
+    assert _private_names_imported(path, old) == ["rollkit/tables/columns.py:1 rollkit.tables.rows._Rows",
+                                                  "rollkit/tables/columns.py:2 rollkit.core.store._sniff"]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import rollkit as rk
-from rollkit.core.store import _sniff
+from rollkit.core.store import sniff_format
 from rollkit.examples import arithmetic_tasks, demo_agent
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -73,9 +73,9 @@ def test_every_format_is_recognised_whatever_the_order_of_its_keys(tmp_path: Pat
         copy = tmp_path / original.parent.name
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(original.parent, copy, ignore=shutil.ignore_patterns(".rollkit"))
-        expected = _sniff(original).name
+        expected = sniff_format(original).name
         _rewrite(copy / original.name, how)
-        got = _sniff(copy / original.name).name
+        got = sniff_format(copy / original.name).name
         name = str(original.relative_to(original.parents[1]))
         if got != expected:
             wrong[name] = (expected, got)

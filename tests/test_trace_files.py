@@ -484,7 +484,7 @@ def test_hostile_shape_is_refused_naming_the_file_under_300_mb(tmp_path, shape):
 
 
 def test_a_memory_error_while_recognising_a_file_is_not_swallowed(tmp_path, monkeypatch):
-    """Before: store._sniff caught every exception, MemoryError included, and went on to the next format."""
+    """Before: store.sniff_format caught every exception, MemoryError included, and went on to the next format."""
     from rollkit.interop.formats import _parse
 
     def exhausted(path):

@@ -60,13 +60,13 @@ from ..core._dependencies import pd
 from ..core.forecast import as_columns, forecast as forecast_rows
 from ..core._gcpause import paused
 from ..core.outcome import MissingSignal
-from ..core.store import _checked, load
+from ..core.store import check_traces, load
 from ..core.trace import Trace
 from .compare import Comparison, compare as _compare
 from ..tables.lazyrun import LazyRun, open_run
 from ..tables.rows import (BRANCH_COLUMNS, CALL_COLUMNS, COMPARE_COLUMNS, MESSAGE_COLUMNS, PHASE_COLUMNS, ROLLOUT_COLUMNS,
-                   SIGNAL_COLUMNS, TURN_COLUMNS, USER_TURN_COLUMNS, _INFO_IDS, _Rows, _arrow_table,
-                   _large_strings, _num, _trace_rows, arrow_frame)
+                   SIGNAL_COLUMNS, TURN_COLUMNS, USER_TURN_COLUMNS, INFO_IDS, TableRows, arrow_table,
+                   large_strings, num_or_nan, trace_rows, arrow_frame)
 
 __all__ = [
     "rollouts", "turns", "calls", "phases", "signals", "user_turns", "branches", "forecast", "compare",
@@ -100,12 +100,12 @@ _UNREAD_BY_KIND: dict[str, dict[str, Any]] = {
 }
 
 
-def _list(traces: Iterable[Trace] | str | os.PathLike[str]) -> list[Trace]:
+def trace_list(traces: Iterable[Trace] | str | os.PathLike[str]) -> list[Trace]:
     if isinstance(traces, (str, os.PathLike)):  # a trace file (any format rk.load reads), or a run folder
         return load(traces)
     if isinstance(traces, LazyRun):
         return traces.traces()
-    return _checked(traces, who="a frame", hint="(e.g. rk.load('runs/traces.jsonl')), or a trace file's path")
+    return check_traces(traces, who="a frame", hint="(e.g. rk.load('runs/traces.jsonl')), or a trace file's path")
 
 
 def _no_gc(build: Callable[..., Any]) -> Callable[..., Any]:
@@ -130,11 +130,11 @@ def _stored_frame(kind: str, traces: Any) -> Any:
         traces = open_run(traces)
     if isinstance(traces, LazyRun):
         return traces.frame(kind)
-    rows = _Rows((kind,))  # the rows of that frame only
+    rows = TableRows((kind,))  # the rows of that frame only
     unread = _UNREAD_BY_KIND[kind]
-    for ordinal, trace in enumerate(_list(traces)):
-        _trace_rows(rows, trace.model_dump(mode="json", exclude=unread), ordinal, 0, 0)
-    return arrow_frame(kind, _large_strings(_arrow_table(rows, kind)))
+    for ordinal, trace in enumerate(trace_list(traces)):
+        trace_rows(rows, trace.model_dump(mode="json", exclude=unread), ordinal, 0, 0)
+    return arrow_frame(kind, large_strings(arrow_table(rows, kind)))
 
 
 def rollouts(traces: Iterable[Trace]) -> Any:
@@ -197,7 +197,7 @@ def _ids(cols: dict[str, list[Any]], trace: Trace) -> None:
     """Append the trace id and the batch ids from `trace.info` (None if absent)."""
     info = trace.info
     cols["id"].append(trace.id)
-    for name in _INFO_IDS:
+    for name in INFO_IDS:
         cols[name].append(info.get(name))
 
 
@@ -207,7 +207,7 @@ def user_turns(traces: Iterable[Trace]) -> Any:
     notebook), `text` (what the user said), `replying_to` (the agent reply it
     answered) and, for a rk.RecordedUser replay, `similarity` and `diverged`
     (NaN / None for other users)."""
-    traces = _list(traces)
+    traces = trace_list(traces)
     cols: dict[str, list[Any]] = {name: [] for name in USER_TURN_COLUMNS}
     for trace in traces:
         for turn in trace.user_turns:
@@ -218,7 +218,7 @@ def user_turns(traces: Iterable[Trace]) -> Any:
             cols["by"].append(turn.by)
             cols["text"].append("\n".join(m.content or "" for m in turn.messages))
             cols["replying_to"].append(turn.replying_to)
-            cols["similarity"].append(_num(turn.similarity))
+            cols["similarity"].append(num_or_nan(turn.similarity))
             cols["diverged"].append(turn.diverged)
     return _columns_frame(cols, USER_TURN_COLUMNS)
 
@@ -237,7 +237,7 @@ def branches(traces: Iterable[Trace]) -> Any:
     `root` is the original's id, `split_turn` the turn after which a fork
     left its parent (None for the original), `turns_after_split` what it did
     on its own. Traces that are neither forked nor forks are left out."""
-    traces = _list(traces)
+    traces = trace_list(traces)
     by_id = {trace.id: trace for trace in traces}
     children: dict[str, list[Trace]] = {}
     for trace in traces:
@@ -258,7 +258,7 @@ def branches(traces: Iterable[Trace]) -> Any:
         cols["model"].append(trace.agent.get("model"))
         cols["ok"].append(trace.ok)
         cols["stop"].append(trace.stop)
-        cols["reward"].append(_num(trace.scored_reward))
+        cols["reward"].append(num_or_nan(trace.scored_reward))
         cols["turns"].append(trace.num_turns)
         cols["turns_after_split"].append(trace.num_turns - (split or 0))
         cols["total_tokens"].append(trace.num_total_tokens)
@@ -299,5 +299,5 @@ def compare(a: Any, b: Any = None, **options: Any) -> Any:
     for row in comparison.rows:
         for name in COMPARE_COLUMNS:
             value = row[name]
-            columns[name].append(_num(value) if name in ("a", "b", "diff") else value)
+            columns[name].append(num_or_nan(value) if name in ("a", "b", "diff") else value)
     return _columns_frame(columns, COMPARE_COLUMNS)

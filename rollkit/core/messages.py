@@ -71,7 +71,7 @@ def unvalidated(cls: type[_M], **values: Any) -> _M:
     return record
 
 
-def _absent(value: Any) -> bool:
+def is_absent(value: Any) -> bool:
     """Fields added to the trace format later are not written when they
     hold nothing (None, or an empty list): files stay as small, and loading
     gives the default back."""
@@ -116,8 +116,8 @@ class ReasoningPart(_Data):
 
     type: Literal["reasoning"] = "reasoning"
     reasoning: str
-    summary: str | None = Field(default=None, exclude_if=_absent)
-    signature: str | None = Field(default=None, exclude_if=_absent)
+    summary: str | None = Field(default=None, exclude_if=is_absent)
+    signature: str | None = Field(default=None, exclude_if=is_absent)
     redacted: bool = Field(default=False, exclude_if=lambda value: value is False)
 
     @property
@@ -132,7 +132,7 @@ class ImagePart(_Data):
 
     type: Literal["image"] = "image"
     image: str
-    detail: str | None = Field(default=None, exclude_if=_absent)
+    detail: str | None = Field(default=None, exclude_if=is_absent)
 
 
 class OtherPart(_Data):
@@ -219,13 +219,13 @@ def split_parts(raw: list[Any]) -> tuple[str, str | None, list[Any] | None]:
 class SystemMessage(_Data):
     role: Literal["system"] = "system"
     content: str
-    parts: list[ContentPart] | None = Field(default=None, exclude_if=_absent)
+    parts: list[ContentPart] | None = Field(default=None, exclude_if=is_absent)
 
 
 class UserMessage(_Data):
     role: Literal["user"] = "user"
     content: str
-    parts: list[ContentPart] | None = Field(default=None, exclude_if=_absent)
+    parts: list[ContentPart] | None = Field(default=None, exclude_if=is_absent)
 
 
 class AssistantMessage(_Data):
@@ -238,8 +238,8 @@ class AssistantMessage(_Data):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
-    reasoning: str | None = Field(default=None, exclude_if=_absent)
-    parts: list[ContentPart] | None = Field(default=None, exclude_if=_absent)
+    reasoning: str | None = Field(default=None, exclude_if=is_absent)
+    parts: list[ContentPart] | None = Field(default=None, exclude_if=is_absent)
 
 
 class ToolMessage(_Data):
@@ -247,7 +247,7 @@ class ToolMessage(_Data):
     tool_call_id: str
     content: str
     name: str | None = None
-    parts: list[ContentPart] | None = Field(default=None, exclude_if=_absent)
+    parts: list[ContentPart] | None = Field(default=None, exclude_if=is_absent)
 
 
 Message = Annotated[
@@ -272,9 +272,9 @@ class Usage(_Data):
 
     input_tokens: int | None = None
     output_tokens: int | None = None
-    cache_read_tokens: int | None = Field(default=None, exclude_if=_absent)
-    cache_write_tokens: int | None = Field(default=None, exclude_if=_absent)
-    reasoning_tokens: int | None = Field(default=None, exclude_if=_absent)
+    cache_read_tokens: int | None = Field(default=None, exclude_if=is_absent)
+    cache_write_tokens: int | None = Field(default=None, exclude_if=is_absent)
+    reasoning_tokens: int | None = Field(default=None, exclude_if=is_absent)
 
     @property
     def reported(self) -> bool:
@@ -309,14 +309,14 @@ class TokenLogprobs(_Data):
     turn), and loading puts them back (`Trace` does both), so in memory it
     is None and `prompt_ids` whole."""
 
-    prompt_ids: list[int] | None = Field(default=None, exclude_if=_absent)
-    ids: list[int] | None = Field(default=None, exclude_if=_absent)
-    text: list[str] | None = Field(default=None, exclude_if=_absent)
-    logprobs: list[float] | None = Field(default=None, exclude_if=_absent)
-    top_logprobs: list[list[float]] | None = Field(default=None, exclude_if=_absent)
-    top_text: list[list[str]] | None = Field(default=None, exclude_if=_absent)
-    top_ids: list[list[int]] | None = Field(default=None, exclude_if=_absent)
-    prompt_shared: int | None = Field(default=None, exclude_if=_absent)
+    prompt_ids: list[int] | None = Field(default=None, exclude_if=is_absent)
+    ids: list[int] | None = Field(default=None, exclude_if=is_absent)
+    text: list[str] | None = Field(default=None, exclude_if=is_absent)
+    logprobs: list[float] | None = Field(default=None, exclude_if=is_absent)
+    top_logprobs: list[list[float]] | None = Field(default=None, exclude_if=is_absent)
+    top_text: list[list[str]] | None = Field(default=None, exclude_if=is_absent)
+    top_ids: list[list[int]] | None = Field(default=None, exclude_if=is_absent)
+    prompt_shared: int | None = Field(default=None, exclude_if=is_absent)
 
     @property
     def logprob_sum(self) -> float | None:
@@ -366,9 +366,9 @@ class Response(_Data):
     finish_reason: str = "stop"
     model: str | None = None
     # The provider's id of this answer (OpenAI's completion id), where it gave one.
-    id: str | None = Field(default=None, exclude_if=_absent)
+    id: str | None = Field(default=None, exclude_if=is_absent)
     # Token ids and logprobs, where the endpoint returned them (OpenAIModel(logprobs=True)).
-    tokens: TokenLogprobs | None = Field(default=None, exclude_if=_absent)
+    tokens: TokenLogprobs | None = Field(default=None, exclude_if=is_absent)
 
 
 _MESSAGE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Message)

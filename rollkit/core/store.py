@@ -88,7 +88,7 @@ def formats() -> dict[str, TraceFormat]:
     return dict(_FORMATS)
 
 
-def _resolve(path: str | os.PathLike[str]) -> Path:
+def resolve_path(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     if path.is_dir():
         # A run folder as its tool writes it: rollkit's (and verifiers v1's)
@@ -110,7 +110,7 @@ def _format_named(name: Any, *, reading: bool) -> TraceFormat:
     return fmt
 
 
-def _checked(traces: Any, *, who: str = "rk.save",
+def check_traces(traces: Any, *, who: str = "rk.save",
              hint: str = "(the traces of rk.evaluate, a rollout's .trace, or rk.load(path))") -> list[Trace]:
     """`traces` as a list, every item checked to be a Trace (the names
     `who` takes, for the message)."""
@@ -132,13 +132,13 @@ def save(traces: Trace | Iterable[Trace], path: str | os.PathLike[str], *, forma
     `format=` writes another format (e.g. "inspect", "messages"; see
     `rollkit.core.store.formats()`). Every item is checked before anything is
     written, so a wrong item leaves an existing file as it was."""
-    items = _checked(traces)
+    items = check_traces(traces)
     fmt = _format_named(format, reading=False)
     if fmt.name != ROLLKIT:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         return fmt.write(items, path)  # type: ignore[misc]
-    path = _resolve(path)
+    path = resolve_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -184,7 +184,7 @@ def _sniff_rollkit(path: Path) -> bool:
     return isinstance(record, dict) and _ROLLKIT_KEYS <= record.keys()
 
 
-def _sniff(path: Path) -> TraceFormat:
+def sniff_format(path: Path) -> TraceFormat:
     head = _safe_read.read_head(path, _HEAD)
     for fmt in _FORMATS.values():
         if (fmt.sniff is not None or fmt.sniff_file is not None) and fmt.read is not None:
@@ -213,12 +213,12 @@ def load(path: str | os.PathLike[str], *, errors: str = "raise", format: str | N
     if errors not in ("raise", "skip"):
         raise ValueError("errors must be 'raise' or 'skip'")
     fmt = None if format is None else _format_named(format, reading=True)
-    path = _resolve(path)
+    path = resolve_path(path)
     if not path.exists():
         raise FileNotFoundError(f"no trace file at {path}")
     _safe_read.check_regular(path)  # a FIFO or a device would block or never end
     if fmt is None:
-        fmt = _sniff(path)
+        fmt = sniff_format(path)
     # Loading makes many objects and frees none; the cyclic collector would
     # walk the growing heap again and again (a third to half of reading a
     # big file, in every format): it is paused, scoped, and what was loaded
@@ -376,7 +376,7 @@ class _Shared:
         """Every record's set of given fields becomes one shared set of all
         its type's fields (30,000 loaded traces hold 284 MB instead of 492).
         A field a line leaves out (a
-        later field that held nothing, see `rollkit.core.messages._absent`)
+        later field that held nothing, see `rollkit.core.messages.is_absent`)
         then counts as given its default, which changes nothing rollkit
         reads; pydantic only ever adds names to the set. pydantic has no
         public way to set it: this writes `__pydantic_fields_set__`, which

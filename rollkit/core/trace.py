@@ -35,7 +35,7 @@ from .errors import ErrorInfo  # defined with the error model; kept importable f
 from ._sums import sum_in_order
 from .plugins import plugged
 from .prices import dollars
-from .messages import (AssistantMessage, Message, Response, TokenLogprobs, ToolMessage, Usage, _absent, text_of,
+from .messages import (AssistantMessage, Message, Response, TokenLogprobs, ToolMessage, Usage, is_absent, text_of,
                        unvalidated)
 from .outcome import Outcome
 
@@ -143,28 +143,28 @@ class ModelCall(_Record):
     dialect: str | None = None
     reply: AssistantMessage | None = None
     request_messages: int | None = None
-    request: list[int] | None = Field(default=None, exclude_if=_absent)
+    request: list[int] | None = Field(default=None, exclude_if=is_absent)
     # Why `start`/`end` are not the call's own times, when an importer had
     # to mend them (see `mended_times`); None when they are.
-    timing_issue: str | None = Field(default=None, exclude_if=_absent)
+    timing_issue: str | None = Field(default=None, exclude_if=is_absent)
     # Token ids and logprobs of the call, where the endpoint gave them (see above).
-    tokens: TokenLogprobs | None = Field(default=None, exclude_if=_absent)
+    tokens: TokenLogprobs | None = Field(default=None, exclude_if=is_absent)
     # What the call cost in dollars (rollkit.core.prices: the tier and the
     # cache rates applied; an importer's source's own figure), None (NA,
     # never 0) when its model has no price or its usage was not reported;
     # `cum_cost_usd` the rollout's cost up to and with it (None once a turn's
     # cost is unknown: a partial sum would understate it).
-    cost_usd: float | None = Field(default=None, exclude_if=_absent)
-    cum_cost_usd: float | None = Field(default=None, exclude_if=_absent)
+    cost_usd: float | None = Field(default=None, exclude_if=is_absent)
+    cum_cost_usd: float | None = Field(default=None, exclude_if=is_absent)
     # The sampling parameters the call was sent with (temperature, top_p,
     # max_tokens, seed: `messages.SAMPLING_KEYS`), those set only; None when
     # it set none (the provider's defaults) or the trace predates the field.
-    sampling: dict[str, Any] | None = Field(default=None, exclude_if=_absent)
+    sampling: dict[str, Any] | None = Field(default=None, exclude_if=is_absent)
     # The model that answered as its provider named it, when that is not
     # the model asked for (a dated snapshot of it: gpt-4o-mini-2024-07-18),
     # and the provider's id of the answer; None when it named none.
-    response_model: str | None = Field(default=None, exclude_if=_absent)
-    response_id: str | None = Field(default=None, exclude_if=_absent)
+    response_model: str | None = Field(default=None, exclude_if=is_absent)
+    response_id: str | None = Field(default=None, exclude_if=is_absent)
 
     @property
     def latency(self) -> float:
@@ -275,7 +275,7 @@ class Trace(_Record):
     user_turns: list[UserTurn] = Field(default_factory=list)
     # Messages the model was sent that a rewrite of the history has since
     # replaced in `messages`; model calls' requests refer to them (ModelCall).
-    replaced_messages: list[Message] = Field(default_factory=list, exclude_if=_absent)
+    replaced_messages: list[Message] = Field(default_factory=list, exclude_if=is_absent)
     # The trace format the line was written in (SCHEMA_VERSION). A file of
     # a newer rollkit loads here with one warning naming the fields this
     # one does not know (rollkit.core.store); the trace then follows this

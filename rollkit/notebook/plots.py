@@ -116,7 +116,7 @@ def _text(value: Any) -> str:
 def _traces(data: Any) -> list[Trace]:
     if isinstance(data, Trace):
         return [data]
-    return _frames._list(data)
+    return _frames.trace_list(data)
 
 
 # ---- budget burn ---------------------------------------------------------------

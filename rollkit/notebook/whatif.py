@@ -19,14 +19,14 @@ import pandas as pd
 from ..core.replay import REPLAY_COLUMNS, replay
 from ..core.trace import Trace
 from . import _loop
-from ..analysis.frames import _list
+from ..analysis.frames import trace_list
 
 __all__ = ["replay_hooks", "replay_hooks_async"]
 
 
 async def replay_hooks_async(traces: Iterable[Trace] | Trace, hooks: Any = (), *, limits: Any = None) -> pd.DataFrame:
     """`await rk.notebook.whatif.replay_hooks_async(...)`: the async form."""
-    columns = await replay(_list(traces), hooks, limits=limits)
+    columns = await replay(trace_list(traces), hooks, limits=limits)
     frame = pd.DataFrame(columns, columns=list(REPLAY_COLUMNS))
     return frame.astype({"fired": "bool", "ends_after": "float"})
 

@@ -57,7 +57,7 @@ from ..core.task import Task
 from ..core.trace import Trace
 from ..analysis.compare import trace_signals
 from ..analysis.stats import RunCost, run_cost
-from .evaluation import _task_list
+from .evaluation import as_task_list
 from .interrupts import run_sync
 from ..tables.livetables import TraceLog
 from .runner import run_rollout
@@ -158,7 +158,7 @@ def _check(tasks: Any, repeats: Any, alpha: Any, margin: Any, max_pairs: Any, bo
     for name, agent in (("a", a), ("b", b)):
         if not isinstance(agent, Agent):
             raise ABTestError(f"{name} must be a rk.Agent, got {type(agent).__name__}")
-    task_list = _task_list(tasks)
+    task_list = as_task_list(tasks)
     for name, value in (("repeats", repeats), ("concurrency", concurrency)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ABTestError(f"{name} must be a whole number >= 1, got {value!r}")

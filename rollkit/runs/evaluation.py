@@ -266,7 +266,7 @@ def _whole(name: str, value: Any, meaning: str) -> int:
     return value
 
 
-def _task_list(tasks: Any) -> list[Task]:
+def as_task_list(tasks: Any) -> list[Task]:
     if isinstance(tasks, Task):
         tasks = [tasks]
     if not isinstance(tasks, Iterable) or isinstance(tasks, (str, bytes)):
@@ -305,7 +305,7 @@ class _Plan:
     # Where a task's rollouts start when not from its prompt: task key -> a
     # fork's prefix (rollkit.runs.turnvalues runs continuations this way).
     starts: dict[str, Any] = field(default_factory=dict)
-    folder: RunFolder | None = None  # set by _execute, the only place that touches the folder
+    folder: RunFolder | None = None  # set by execute_plan, the only place that touches the folder
     # What watches the run in this process (a monitor's rollkit.runs.live.RunState),
     # a RunSink called as the live file's LiveWriter is.
     watchers: list[RunSink] = field(default_factory=list)
@@ -317,7 +317,7 @@ class _Plan:
         return self.manifest["run_id"]
 
 
-def _plan(
+def plan_run(
     agent: Agent,
     tasks: Any,
     *,
@@ -333,7 +333,7 @@ def _plan(
 ) -> _Plan:
     if not isinstance(agent, Agent):
         raise _BadType(f"agent must be a rk.Agent (e.g. rollkit.examples.demo_agent()), got {type(agent).__name__}")
-    task_list = _task_list(tasks)
+    task_list = as_task_list(tasks)
     if repeats is None:  # the source's own count (rollkit.interop.tasks.TaskList: an inspect task's epochs)
         repeats = getattr(tasks, "repeats", 1)
     _whole("repeats", repeats, "how many times each task runs")
@@ -362,7 +362,7 @@ def _plan(
         raise _BadValue("resume=True needs out=DIR: the run folder to continue")
     if hasattr(backend, "check"):
         backend.check()  # e.g. Ray installed and its address answering, before any file is written
-    # Nothing on disk yet: the run folder is prepared by _execute (see there).
+    # Nothing on disk yet: the run folder is prepared by execute_plan (see there).
     manifest = new_manifest(agent, task_list, repeats, list(scorers))
     if user is not None:
         # A name, never a repr with a memory address: the manifest says what ran.
@@ -399,7 +399,7 @@ class _LocalBackend:
     name = "local"
     watch: Any = None  # set by _Run when something watches the run: the rollouts' events reach it
 
-    starts: dict[str, Any] = {}  # set by _execute from the plan: task key -> fork prefix
+    starts: dict[str, Any] = {}  # set by execute_plan from the plan: task key -> fork prefix
 
     async def start(self, agent: Agent, concurrency: int, user: Any = None) -> None:
         self.agent = agent
@@ -627,7 +627,7 @@ class _Run:
                           user_traces=self.user_traces)
 
 
-async def _execute(plan: _Plan) -> EvalResult:
+async def execute_plan(plan: _Plan) -> EvalResult:
     # The run folder is touched here, when the evaluation really starts, and
     # not while planning: an `rk.evaluate_async(...)` awaitable that is never
     # awaited must not leave a manifest behind, or the next run on the same
@@ -661,11 +661,11 @@ def evaluate_async(
     evaluation starts when awaited (a coroutine: `asyncio.run`,
     `create_task` and `gather` take it too); until then a
     `rk.notebook.RunMonitor(it)` can watch it. Arguments are checked at once."""
-    plan = _plan(
+    plan = plan_run(
         agent, tasks, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
         backend=backend, progress=progress, group_scorers=group_scorers, user=user, otel=otel,
     )
-    return _Pending(_execute(plan), plan)
+    return _Pending(execute_plan(plan), plan)
 
 
 def evaluate(
@@ -737,14 +737,14 @@ class _Pending(interrupts.Awaiting[EvalResult]):
 
     def __init__(self, coroutine: Any, plan: _Plan | None = None) -> None:
         super().__init__(coroutine)
-        self._plan = plan
+        self.plan_run = plan
 
     def attach(self, watcher: RunSink) -> None:
         """Have `watcher` (a rollkit.core.events.RunSink, e.g. a RunState) hear of this run as it
         goes, like its live file; before it is awaited only."""
-        if self._plan is None:
+        if self.plan_run is None:
             raise RuntimeError("this evaluation cannot be watched")
-        self._plan.watchers.append(watcher)
+        self.plan_run.watchers.append(watcher)
 
     _HINT = "await it: result = await rk.evaluate_async(...)"
 

@@ -46,7 +46,7 @@ from ..core.messages import AssistantMessage
 from ..core.task import Task
 from ..core.trace import Trace
 from . import interrupts
-from .evaluation import EvalResult, _execute, _plan
+from .evaluation import EvalResult, execute_plan, plan_run
 from ..analysis.stats import wilson_interval
 from ..core._dependencies import pa, pandas, pq
 
@@ -321,10 +321,10 @@ async def _sweep(sources: list[_Source], agent: Agent, n: int, success: Success,
     if not tasks:
         result = EvalResult([], [], out=None, manifest={})
     else:
-        plan = _plan(agent, tasks, repeats=n, concurrency=concurrency, out=out, resume=resume, backend="local",
+        plan = plan_run(agent, tasks, repeats=n, concurrency=concurrency, out=out, resume=resume, backend="local",
                      progress=progress, group_scorers=None)
         plan.starts = starts
-        result = await _execute(plan)
+        result = await execute_plan(plan)
     grouped: list[list[Trace]] = [[] for _ in sources]
     for trace in result.traces:
         key = trace.info["rollout_id"].rpartition("#")[0]

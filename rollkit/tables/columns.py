@@ -65,7 +65,7 @@ from ..core._cache_folder import user_cache_folder
 from ..core._safe_read import BOM
 from ..core._gcpause import paused
 from ..core._dependencies import duckdb, load, np, pa, pq, tqdm_auto
-from .rows import TABLES, _COLUMNS, _TYPES, _Rows, _large_strings, _python_tables, _trace_rows
+from .rows import TABLES, TABLE_COLUMNS, TABLE_TYPES, TableRows, large_strings, python_tables, trace_rows
 
 __all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
 
@@ -94,7 +94,7 @@ _NATIVE = True
 _NATIVE_MIN_BYTES = 8 << 20
 
 
-def _loads() -> Any:
+def json_loads() -> Any:
     try:  # about twice as fast as json on trace lines
         import orjson
 
@@ -147,9 +147,9 @@ def _cache_folder(source: Path) -> Path:
 
 
 def _is_rollkit_jsonl(path: Path) -> bool:
-    from ..core.store import _sniff, ROLLKIT
+    from ..core.store import sniff_format, ROLLKIT
 
-    return _sniff(path).name == ROLLKIT
+    return sniff_format(path).name == ROLLKIT
 
 
 def json_source(path: Path) -> Path:
@@ -356,7 +356,7 @@ class TableSet:
         if _NATIVE and len(starts) and (native or len(data) >= _NATIVE_MIN_BYTES):
             part = self._native(data, starts, ends, lengths, part_start, ordinal, tables, built, engine)
         if part is None:
-            made = _python_tables(self._python_rows(data, starts, ends, part_start, ordinal, tables), tables)
+            made = python_tables(self._python_rows(data, starts, ends, part_start, ordinal, tables), tables)
             part = self._write_part(made.items(), part_start, part_start + len(data), len(starts),
                                     "python", built)
         return part
@@ -377,23 +377,23 @@ class TableSet:
                 lines = pa.array([bytes(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist())], pa.large_binary()) \
                     .cast(pa.large_string())
             lines.validate(full=True)  # UTF-8: a line that is not is the Python build's to report
-            made = native_tables(lines, ordinal, starts + part_start, lengths, _COLUMNS, _TYPES, tables, engine)
+            made = native_tables(lines, ordinal, starts + part_start, lengths, TABLE_COLUMNS, TABLE_TYPES, tables, engine)
             return self._write_part(made, part_start, part_start + len(data), len(starts), "native", built)
         except (NativeUnfit, duckdb.Error, pa.ArrowException):
             return None
 
     def _python_rows(self, data: bytes, starts: Any, ends: Any, part_start: int, ordinal: int,
-                     tables: tuple[str, ...]) -> _Rows:
-        rows = _Rows(tables)
-        loads = _loads()
+                     tables: tuple[str, ...]) -> TableRows:
+        rows = TableRows(tables)
+        loads = json_loads()
         view = memoryview(data)
         marks = _marks(rows)
         for s, e in zip(starts.tolist(), ends.tolist()):
             try:
-                _trace_rows(rows, loads(view[s:e]), ordinal, part_start + s, e - s)
+                trace_rows(rows, loads(view[s:e]), ordinal, part_start + s, e - s)
             except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
                 _undo(rows, marks)
-                _trace_rows(rows, _as_loaded(self.source, part_start + s, bytes(view[s:e])), ordinal,
+                trace_rows(rows, _as_loaded(self.source, part_start + s, bytes(view[s:e])), ordinal,
                             part_start + s, e - s)
             marks = _marks(rows)
             ordinal += 1
@@ -406,7 +406,7 @@ class TableSet:
         name = _part_name(start, end)
         written = list(built["tables"]) if built else []
         for table, arrow in tables:
-            arrow = _large_strings(arrow).replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
+            arrow = large_strings(arrow).replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
             folder = self.folder / table
             folder.mkdir(parents=True, exist_ok=True)
             _atomic(lambda tmp: pq.write_table(arrow, tmp, compression="lz4"), folder / f"{name}.parquet")
@@ -443,7 +443,7 @@ class TableSet:
         name = _part_name(parts[0]["start"], parts[-1]["end"])
         common = [t for t in TABLES if all(t in p["tables"] for p in parts)]
         for table in common:
-            merged = _concat([pq.read_table(self.folder / table / f"{p['name']}.parquet") for p in parts])
+            merged = concat_parts([pq.read_table(self.folder / table / f"{p['name']}.parquet") for p in parts])
             merged = merged.replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
             _atomic(lambda tmp: pq.write_table(merged, tmp, compression="lz4"), self.folder / table / f"{name}.parquet")
         meta = {"start": parts[0]["start"], "end": parts[-1]["end"], "lines": sum(p["lines"] for p in parts),
@@ -768,11 +768,11 @@ class _NoBar:
 
 
 
-def _marks(rows: _Rows) -> tuple[int, ...]:
+def _marks(rows: TableRows) -> tuple[int, ...]:
     return tuple(len(rows.rows[table]) for table in TABLES)
 
 
-def _undo(rows: _Rows, marks: tuple[int, ...]) -> None:
+def _undo(rows: TableRows, marks: tuple[int, ...]) -> None:
     """Drop the rows a line that failed part way added (its signals are keyed by its rollouts row)."""
     for table, mark in zip(TABLES, marks):
         del rows.rows[table][mark:]
@@ -823,16 +823,16 @@ def footer(file: Path) -> Any:
     return meta
 
 
-def _concat(tables: list[Any]) -> Any:
+def concat_parts(tables: list[Any]) -> Any:
     tables = [t.replace_schema_metadata(None) for t in tables]
     return pa.concat_tables(tables, promote_options="permissive")
 
 
 def tables_for(path: str | os.PathLike[str], *, progress: bool | None = None) -> TableSet:
     """The current tables of a trace file or run folder (built or brought up to date now)."""
-    from ..core.store import _resolve
+    from ..core.store import resolve_path
 
-    source = _resolve(path)
+    source = resolve_path(path)
     if not source.exists():
         raise FileNotFoundError(f"no trace file at {source}")
     return TableSet(json_source(source), progress=progress)

@@ -243,7 +243,7 @@ class LazyRun:
 
     # ---- tables -----------------------------------------------------------------
     def _arrow_of(self, s: TableSet, table: str, columns: list[str] | None = None) -> Any:
-        from .columns import _concat
+        from .columns import concat_parts
 
         parts = []
         for file in s.files[table]:
@@ -252,7 +252,7 @@ class LazyRun:
             parts.append(pq.read_table(file, columns=wanted))
         if not parts:
             return pa.table({})
-        return _concat(parts)
+        return concat_parts(parts)
 
     def arrow(self, table: str) -> Any:
         """One table of every file as a pyarrow Table (rows in source order)."""
@@ -260,9 +260,9 @@ class LazyRun:
             raise ValueError(f"no table {table!r}; the tables are {', '.join(TABLES)}")
         self._current()
         if table not in self._cache:
-            from .columns import _concat
+            from .columns import concat_parts
 
-            self._cache[table] = _concat([self._arrow_of(s, table) for s in self._sets])
+            self._cache[table] = concat_parts([self._arrow_of(s, table) for s in self._sets])
         return self._cache[table]
 
     def _rows(self, table: str) -> int:
@@ -281,7 +281,7 @@ class LazyRun:
             present = [c for c in order if c in cached.column_names]
             frame = cached.select(present).to_pandas(split_blocks=True)
         else:
-            from .columns import _concat
+            from .columns import concat_parts
 
             columns: dict[str, Any] = {}
             with _system_memory_pool(), ExitStack() as files:
@@ -302,7 +302,7 @@ class LazyRun:
                             if name not in names:
                                 part = part.append_column(name, pa.nulls(f.metadata.num_rows))
                         parts.append(part)
-                    arrow = _concat(parts)
+                    arrow = concat_parts(parts)
                     del parts
                     converted = arrow.to_pandas(split_blocks=True, self_destruct=True)
                     del arrow

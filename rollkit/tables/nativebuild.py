@@ -4,7 +4,7 @@ rollkit.tables.columns cuts a trace file into parts and, for each, hands the
 part's lines here. DuckDB's newline-delimited JSON reader (`read_json` of
 the lines' bytes, _read) reads the fields the tables need, with the types below
 (`_TRACE_FIELDS`), and one SQL query per table turns them into the rows the
-Python build (rows._trace_rows) makes: the same columns, values and Arrow
+Python build (rows.trace_rows) makes: the same columns, values and Arrow
 types, row for row (tests/test_columns.py builds both ways and compares).
 The Python build stays the reference, and the fallback: a part whose lines
 DuckDB cannot parse, or whose free-typed values (batch ids, limits, `ok`)
@@ -34,7 +34,7 @@ DuckDB (tests/test_hostile_lines.py holds these as expected failures).
 
 Adding a column: the trace field to `_TRACE_FIELDS` (when it is new), and
 the column's SQL to its table's `_EXPRESSIONS` (the test checks each
-table's columns are rows._COLUMNS', in order).
+table's columns are rows.TABLE_COLUMNS', in order).
 
 This module reads bytes it is given and returns Arrow tables; it writes nothing.
 """

@@ -3,10 +3,10 @@
 This module owns what the frames and the columnar store's tables are made
 of: the column names and their order (`ROLLOUT_COLUMNS`, `TURN_COLUMNS`,
 `CALL_COLUMNS`, `PHASE_COLUMNS`, `SIGNAL_COLUMNS`, `MESSAGE_COLUMNS`, and the
-store-only columns of each table, `_COLUMNS`), the row builder that turns
-one trace's JSON record into a row of every table (`_trace_rows`: a saved
+store-only columns of each table, `TABLE_COLUMNS`), the row builder that turns
+one trace's JSON record into a row of every table (`trace_rows`: a saved
 line parsed, or `Trace.model_dump(mode="json")`), the Arrow types of those
-rows (`_python_tables`), the signal columns of a record (`signal_values`, the
+rows (`python_tables`), the signal columns of a record (`signal_values`, the
 run monitor's too) and how a table becomes its frame (`shaped`,
 `arrow_frame`). There is one engine: the store (rollkit.tables.columns) writes
 these rows to Parquet and a lazy run (rollkit.tables.lazyrun) reads them back
@@ -43,8 +43,8 @@ _LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_toke
 # ---- the vocabulary ---------------------------------------------------------------
 
 # The ids a batch evaluation writes to `trace.info` (rollkit.runs.evaluation).
-_INFO_IDS = ("example_id", "repeat", "rollout_id")
-_IDS = ("id", *_INFO_IDS)
+INFO_IDS = ("example_id", "repeat", "rollout_id")
+_IDS = ("id", *INFO_IDS)
 
 ROLLOUT_COLUMNS = (
     *_IDS, "task_key", "task_type", "agent", "model", "outcome", "ok", "completed", "aborted",
@@ -86,7 +86,7 @@ _FRAME_COLUMNS = {"rollouts": ROLLOUT_COLUMNS, "turns": TURN_COLUMNS, "calls": C
 # frame's, then what the store keeps for SQL and for reading back (the row's
 # place in its file, `_ordinal`, `_offset`, `_length`; `_scored`: a signals
 # row stands for a scored run's signal, not for an unscored run's marker).
-_COLUMNS = {
+TABLE_COLUMNS = {
     "rollouts": (*ROLLOUT_COLUMNS, "_ordinal", "_offset", "_length", "_scored"),
     "calls": (*CALL_COLUMNS, "end", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens",
               "cum_agent_time", "cum_cost_usd", "_ordinal"),
@@ -105,7 +105,7 @@ _INT = ("turns", "model_calls", "input_tokens", "output_tokens", "total_tokens",
 # ---- the row builder: one trace's JSON record -> a row of every table ------------
 
 
-def _num(value: Any) -> float:
+def num_or_nan(value: Any) -> float:
     return _NAN if value is None else float(value)
 
 def _raw(value: Any) -> Any:
@@ -145,11 +145,11 @@ _FLOAT = ("reward", "model_time", "harness_time", *(f"phase.{p}" for p in PHASES
 _BOOL = ("completed", "aborted", "committed", "missing", "_scored", "has_token_ids", "cost_estimated")
 # Columns whose values always have one type; the others (ok, the batch ids,
 # limits, times that may be 0) are inferred, as pandas infers them in the frames.
-_TYPES = {**dict.fromkeys(_STR, "string"), **dict.fromkeys(_INT, "int64"), **dict.fromkeys(_FLOAT, "float64"),
+TABLE_TYPES = {**dict.fromkeys(_STR, "string"), **dict.fromkeys(_INT, "int64"), **dict.fromkeys(_FLOAT, "float64"),
           **dict.fromkeys(_BOOL, "bool_")}
 
 
-class _Rows:
+class TableRows:
     """The rows of one part: a tuple per row for each table, and the
     rollouts' reward and metric values (their names vary) kept apart.
     `tables`: the tables to build rows for (a first open's part and a live
@@ -162,7 +162,7 @@ class _Rows:
         self.signals: dict[str, dict[int, float]] = {}
 
     def columns(self, table: str) -> dict[str, list[Any]]:
-        names = _COLUMNS[table]
+        names = TABLE_COLUMNS[table]
         rows = self.rows[table]
         columns = dict(zip(names, map(list, zip(*rows)))) if rows else {name: [] for name in names}
         if table == "rollouts":
@@ -172,7 +172,7 @@ class _Rows:
         return columns
 
 
-def _trace_rows(rows: _Rows, t: dict[str, Any], ordinal: int, offset: int, length: int) -> None:
+def trace_rows(rows: TableRows, t: dict[str, Any], ordinal: int, offset: int, length: int) -> None:
     """Append the rows of one trace's JSON record (its saved line, parsed, or
     `Trace.model_dump(mode="json")`) to each table of `rows.tables`: the one
     row builder of the store and the eager frames."""
@@ -212,7 +212,7 @@ def _cost(info: dict[str, Any], calls: list[dict[str, Any]]) -> Any:
     return cost_usd
 
 
-def _rollout_row(rows: _Rows, t: dict[str, Any], ids: tuple[Any, ...], key: str, task_type: str,
+def _rollout_row(rows: TableRows, t: dict[str, Any], ids: tuple[Any, ...], key: str, task_type: str,
                  calls: list[dict[str, Any]], unreported: tuple[bool, bool], place: tuple[int, int, int]) -> None:
     """The trace's row of `rollouts`, its reward and metric values beside it
     (`place`: its ordinal, byte offset and length in the file)."""
@@ -234,22 +234,22 @@ def _rollout_row(rows: _Rows, t: dict[str, Any], ids: tuple[Any, ...], key: str,
         *ids, key, task_type, agent.get("name"), agent.get("model"), Outcome.of_record(t).label, t.get("ok"),
         bool(t.get("completed", False)), bool(t.get("aborted", False)), error["type"] if error else stop_condition,
         stop_condition, error["type"] if error else None, error.get("phase") if error else None,
-        error["message"] if error else None, _num(signal.pop("reward")),
+        error["message"] if error else None, num_or_nan(signal.pop("reward")),
         int(last.get("cum_turns", 0)) if last else 0, len(calls), *_token_totals(last, *unreported),
-        _num(_cost(t.get("info") or {}, calls)), (t.get("info") or {}).get("cost_estimated") is True, len(segments),
+        num_or_nan(_cost(t.get("info") or {}, calls)), (t.get("info") or {}).get("cost_estimated") is True, len(segments),
         agent_time, model_time,
-        _NAN if model_time != model_time else max(0.0, agent_time - model_time), waited, *durations, _num(start), _num(end), *place, "scoring" in spans,
+        _NAN if model_time != model_time else max(0.0, agent_time - model_time), waited, *durations, num_or_nan(start), num_or_nan(end), *place, "scoring" in spans,
     ))
     for name, value in signal.items():
-        rows.signals.setdefault(name, {})[row_number] = _num(value)
+        rows.signals.setdefault(name, {})[row_number] = num_or_nan(value)
 
 
 def _phase_rows(phases_out: list[tuple[Any, ...]], ids: tuple[Any, ...], key: str,
                 present: list[tuple[str, float, Any]], ok: Any, cost_usd: Any, ordinal: int) -> None:
     t0 = min((s for _, s, _ in present), default=0.0)
     for phase, s, e in present:
-        phases_out.append((*ids, key, phase, s, _num(e), _NAN if e is None else float(e) - s, s - t0, ok,
-                           _num(cost_usd) if phase == "agent" else 0.0, ordinal))
+        phases_out.append((*ids, key, phase, s, num_or_nan(e), _NAN if e is None else float(e) - s, s - t0, ok,
+                           num_or_nan(cost_usd) if phase == "agent" else 0.0, ordinal))
 
 
 def _latency(call: dict[str, Any]) -> float:
@@ -323,8 +323,8 @@ def _call_rows(table: dict[str, list[tuple[Any, ...]]], built: frozenset[str], i
         new_input, finish, dialect = int(call.get("new_input_tokens", 0)), call.get("finish_reason"), call.get("dialect")
         totals = (int(call.get("cum_turns", 0)), int(call.get("cum_input_tokens", 0)),
                   int(call.get("cum_output_tokens", 0)), int(call.get("cum_total_tokens", 0)),
-                  float(call.get("cum_agent_time", 0.0)), _num(call.get("cum_cost_usd")))
-        cost = _num(call.get("cost_usd"))
+                  float(call.get("cum_agent_time", 0.0)), num_or_nan(call.get("cum_cost_usd")))
+        cost = num_or_nan(call.get("cost_usd"))
         if with_calls:  # a turns frame alone reads no reply, logprobs or cache counts
             reply = _reply(call, messages, committed)
             calls_out.append((
@@ -357,11 +357,11 @@ def _signal_rows(signals_out: list[tuple[Any, ...]], ids: tuple[Any, ...], key: 
         signal_errors = t.get("signal_errors") or {}
         for name, value in rewards.items():
             why, err_text = _why(signal_errors, name, value)
-            signals_out.append((*ids, key, task_type, "reward", name, _num(value), _num(weights.get(name, 1.0)),
+            signals_out.append((*ids, key, task_type, "reward", name, num_or_nan(value), num_or_nan(weights.get(name, 1.0)),
                                 value is None, why, err_text, ordinal, True))
         for name, value in metrics.items():
             why, err_text = _why(signal_errors, name, value)
-            signals_out.append((*ids, key, task_type, "metric", name, _num(value), _NAN, value is None, why,
+            signals_out.append((*ids, key, task_type, "metric", name, num_or_nan(value), _NAN, value is None, why,
                                 err_text, ordinal, True))
     else:  # one marker row; the frame gives it one row per signal the task type has elsewhere
         if error:
@@ -437,19 +437,19 @@ def _why(errors: dict[str, str], name: str, value: Any) -> tuple[str | None, str
 
 
 
-def _python_tables(rows: _Rows, tables: Iterable[str] = TABLES) -> dict[str, Any]:
+def python_tables(rows: TableRows, tables: Iterable[str] = TABLES) -> dict[str, Any]:
     """The Python build's Arrow tables of a part's rows (`tables` of them): a
     column's type is its kind's when known, else inferred from its values,
     as pandas infers them in the frames."""
-    return {table: _arrow_table(rows, table) for table in tables}
+    return {table: arrow_table(rows, table) for table in tables}
 
 
-def _arrow_table(rows: _Rows, table: str) -> Any:
-    """One table of `_python_tables`."""
+def arrow_table(rows: TableRows, table: str) -> Any:
+    """One table of `python_tables`."""
     columns = rows.columns(table)
     arrays = {}
     for column, values in columns.items():
-        kind = _TYPES.get(column)
+        kind = TABLE_TYPES.get(column)
         # All missing: a null column, read back as None (object), as the frames
         # have a column of Nones (a calls table's tool_calls when no reply came back).
         if kind is not None and any(v is not None for v in values):
@@ -470,10 +470,10 @@ def _arrow_table(rows: _Rows, table: str) -> Any:
 
 def empty_table(table: str) -> Any:
     """Table `table` of no traces, as the row builder types it."""
-    return _arrow_table(_Rows(), table)
+    return arrow_table(TableRows(), table)
 
 
-def _large_strings(table: Any) -> Any:
+def large_strings(table: Any) -> Any:
     """Text columns stored as Arrow's large_string: pandas (3) holds its str
     columns as large_string, so a frame read from these tables takes them as
     they are instead of casting every text column of the run on each read

@@ -31,7 +31,7 @@ from typing import Any
 
 from ...core import __version__
 from ...core.errors import UsageError
-from ...tables.columns import _loads
+from ...tables.columns import json_loads
 from . import GROUP_SQL, ExportSource
 
 __all__ = ["records", "chat_message", "chat_messages", "own_start", "branch_columns", "BRANCH_COLUMNS",
@@ -53,7 +53,7 @@ def records(source: ExportSource, by_group: bool = False) -> tuple[list[str], It
     """The signal columns ("reward.<name>", "metric.<name>"), and each
     selected trace's JSON object with its size in bytes, one at a time
     (`by_group`: the rollouts of one group together, each in source order)."""
-    loads = _loads()
+    loads = json_loads()
     if source.run is None:
         traces = list(source.traces())
         if by_group:
