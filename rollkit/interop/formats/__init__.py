@@ -33,7 +33,7 @@ _MODULES = ("atif", "inspect_log", "inspect_write", "messages", "tau2", "traject
 __all__ = list(_MODULES)
 
 # The readers are imported when a file is first sniffed, read or written,
-# not by `import rollkit` (they build pydantic models: ~0.1 s together).
+# not by `import rollkit` (they build pydantic models, which is slow to import).
 __getattr__ = lazy_names(__name__, globals(), {name: (f".{name}", None) for name in _MODULES})
 
 
