@@ -1,8 +1,9 @@
-"""One reward rule and one token-total rule (rollkit.core.totals), held over
-every fixture: per rollout, the Trace (`scored_reward`, `num_*_tokens`), the
-Python row engine's rollouts table, the native SQL build's, and every export
-that carries a reward or token totals (sft, rl, tokens, preference) give the
-same reward and the same token totals as the rule does on the saved record.
+"""One reward rule, one token-total rule and one cost rule (rollkit.core.totals),
+held over every fixture: per rollout, the Trace (`scored_reward`,
+`num_*_tokens`, `cost_usd`), the Python row engine's rollouts table, the
+native SQL build's, and every export that carries a reward, token totals or
+cost (sft; rl, tokens, preference carry the reward) give what the rule
+gives on the saved record.
 
 The native build cannot call Python, so this is where its SQL is checked
 against the rule; the others call the rule, and this test is where a format
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import rollkit as rk
-from rollkit.core.totals import record_reward, record_token_totals, scored_reward, token_totals
+from rollkit.core.totals import cost_total, record_cost, record_reward, record_token_totals, scored_reward, token_totals
 from rollkit.core.messages import Request, Response, TokenLogprobs
 from rollkit.examples import chain_tasks
 from rollkit.examples.chain import slippery_calculator_model
@@ -69,13 +70,14 @@ def _rollouts(source: Path, cache: Path, native: bool, monkeypatch: pytest.Monke
 
 
 def _check(name: str, rule: dict[str, tuple], got: dict[str, dict[str, Any]], with_tokens: bool = True) -> int:
-    """Each rollout `got` names has the rule's reward (and token totals)."""
+    """Each rollout `got` names has the rule's reward (and token totals and cost)."""
     assert set(got) <= set(rule), (name, set(got) - set(rule))
     for trace_id, row in got.items():
-        reward, tokens = rule[trace_id]
+        reward, tokens, cost = rule[trace_id]
         assert _same(row["reward"], reward), (name, trace_id, row["reward"], reward)
         if with_tokens:
             assert all(_same(row[k], v) for k, v in zip(_TOKENS, tokens)), (name, trace_id, row, tokens)
+            assert _same(row["cost_usd"], cost), (name, trace_id, row["cost_usd"], cost)
     return len(got)
 
 
@@ -95,6 +97,9 @@ def test_the_rules_themselves() -> None:
               "cum_output_tokens": 2, "cum_total_tokens": 8}]
     assert record_token_totals(calls) == (6, None, None)
     assert record_reward({"phases": {"scoring": {}}, "rewards": {"x": 1}, "reward_weights": {"x": 0.5}}) == 0.5
+    # the source's total first; else the last call's running total (None: unknown, never 0); 0.0 before any call
+    assert cost_total(2, None, True) == 2.0 and cost_total(None, None, True) is None and cost_total(None, None, False) == 0.0
+    assert record_cost({"model_calls": [{"cum_cost_usd": 0.5}, {"cum_cost_usd": 0.75}]}) == 0.75
 
 
 class _WithTokenIds(rk.Model):
@@ -127,11 +132,12 @@ async def test_trace_rows_native_sql_and_every_export_share_the_reward_and_token
     monkeypatch.setattr(columns, "_BATCH", 64)  # a part DuckDB must not build (mixed types) stays small
     path = await _all_runs(tmp_path)
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    rule = {t["id"]: (record_reward(t), record_token_totals(t.get("model_calls") or ())) for t in records}
+    rule = {t["id"]: (record_reward(t), record_token_totals(t.get("model_calls") or ()), record_cost(t)) for t in records}
     assert len(rule) == len(records) >= 500, len(records)  # the corpus grows; it does not shrink unnoticed
-    assert len({r for r, _ in rule.values()}) > 5 and any(None in tokens for _, tokens in rule.values())
-    counts = {"trace": _check("trace", rule, {t.id: {"reward": t.scored_reward, **dict(zip(_TOKENS, (
-        t.num_input_tokens, t.num_output_tokens, t.num_total_tokens)))} for t in rk.load(path)})}
+    assert len({r for r, _, _ in rule.values()}) > 5 and any(None in tokens for _, tokens, _ in rule.values())
+    assert {c is None for _, _, c in rule.values()} == {True, False}
+    counts = {"trace": _check("trace", rule, {t.id: {"reward": t.scored_reward, "cost_usd": t.cost_usd, **dict(zip(
+        _TOKENS, (t.num_input_tokens, t.num_output_tokens, t.num_total_tokens)))} for t in rk.load(path)})}
     for native in (False, True):
         rows, builds = _rollouts(path, tmp_path / f"native-{native}", native, monkeypatch)
         built = [r for r, b in zip(rows, builds) if b == ("native" if native else "python")]

@@ -11,8 +11,12 @@ trace's JSON record (a saved line, parsed) both call them:
   committed turn's running totals; a total is None where one of its turns
   did not report that count (NA, never 0), (0, 0, 0) before any turn.
   `record_token_totals` reads them off a JSON record's model calls.
+- `cost_total`: the rollout's dollars: the source's own total when an
+  importer recorded one, else the last call's running total (None: a
+  turn's price is unknown, NA, never 0), 0.0 before any call.
+  `record_cost` reads it off a JSON record.
 
-`Trace.scored_reward` and its `num_*_tokens`, the row engine
+`Trace.scored_reward`, its `num_*_tokens` and `cost_usd`, the row engine
 (rollkit.tables.rows) and the training exports (rollkit.interop.exports)
 call these; the native SQL build (rollkit.tables.nativebuild) cannot call
 Python, so tests/test_totals_parity.py holds its columns to these rules
@@ -29,7 +33,7 @@ from typing import Any
 
 from ._sums import sum_in_order
 
-__all__ = ["scored_reward", "record_reward", "token_totals", "record_token_totals"]
+__all__ = ["scored_reward", "record_reward", "token_totals", "record_token_totals", "cost_total", "record_cost"]
 
 
 def scored_reward(scored: bool, rewards: Mapping[str, Any], weights: Mapping[str, Any]) -> float | None:
@@ -72,3 +76,21 @@ def record_token_totals(calls: Iterable[Mapping[str, Any]]) -> tuple[int | None,
             unreported_output = unreported_output or usage.get("output_tokens") is None
     return token_totals(None if last is None else (last.get("cum_input_tokens"), last.get("cum_output_tokens"),
                                                    last.get("cum_total_tokens")), unreported_input, unreported_output)
+
+
+def cost_total(imported: Any, last_running_total: Any, called: bool) -> float | None:
+    """The rollout's dollars: `imported` (the source's own total) when there
+    is one, else the last call's `last_running_total` (None: unknown), 0.0
+    when no call was `called`."""
+    if imported is not None:
+        return float(imported)
+    if not called:
+        return 0.0
+    return None if last_running_total is None else float(last_running_total)
+
+
+def record_cost(record: Mapping[str, Any]) -> float | None:
+    """`cost_total` of a trace's JSON record."""
+    calls = record.get("model_calls") or ()
+    return cost_total((record.get("info") or {}).get("cost_usd"), calls[-1].get("cum_cost_usd") if calls else None,
+                      bool(calls))

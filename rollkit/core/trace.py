@@ -396,10 +396,8 @@ class Trace(_Record):
         importer recorded one (`info["cost_usd"]`), else its model calls'
         sum; None (NA, never 0) when a turn's price is unknown, 0.0 before
         any call. O(1): the last call carries the running total."""
-        imported = self.info.get("cost_usd")
-        if imported is not None:
-            return float(imported)
-        return self.model_calls[-1].cum_cost_usd if self.model_calls else 0.0
+        calls = self.model_calls
+        return totals.cost_total(self.info.get("cost_usd"), calls[-1].cum_cost_usd if calls else None, bool(calls))
 
     @property
     def cost_by_phase(self) -> dict[str, float | None]:

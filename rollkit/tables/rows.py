@@ -47,7 +47,7 @@ from typing import Any
 from ..core._dependencies import pa, pd
 from ..core._sums import sum_in_order
 from ..core.outcome import MissingSignal, Outcome
-from ..core.totals import record_reward, token_totals
+from ..core.totals import record_cost, record_reward, token_totals
 from ..core.trace import PHASES, UNTIMED
 
 __all__ = [
@@ -215,21 +215,13 @@ def trace_rows(rows: TableRows, t: dict[str, Any], ordinal: int, offset: int, le
         _rollout_row(rows, t, ids, key, task_type, calls, unreported, (ordinal, offset, length))
     if "phases" in built:
         present = _phase_spans(t.get("phases") or {})[3]
-        _phase_rows(table["phases"], ids, key, present, t.get("ok"), _cost(info, calls), ordinal)
+        _phase_rows(table["phases"], ids, key, present, t.get("ok"), record_cost(t), ordinal)
     if "signals" in built:
         errors = t.get("errors") or []
         _signal_rows(table["signals"], ids, key, task_type, t, errors[0] if errors else None,
                      "scoring" in (t.get("phases") or {}), bool(t.get("aborted", False)), ordinal)
     if "messages" in built:
         _message_rows(table["messages"], ids[0], key, t.get("messages") or (), ordinal)
-
-
-def _cost(info: dict[str, Any], calls: list[dict[str, Any]]) -> Any:
-    """The trace's cost as Trace.cost_usd reads it: the source's total, else the running total."""
-    cost_usd = info.get("cost_usd")
-    if cost_usd is None:
-        cost_usd = calls[-1].get("cum_cost_usd") if calls else 0.0
-    return cost_usd
 
 
 def _rollout_row(rows: TableRows, t: dict[str, Any], ids: tuple[Any, ...], key: str, task_type: str,
@@ -257,7 +249,7 @@ def _rollout_row(rows: TableRows, t: dict[str, Any], ids: tuple[Any, ...], key: 
         error["message"] if error else None, num_or_nan(signal.pop("reward")),
         int(last.get("cum_turns", 0)) if last else 0, len(calls), *token_totals(None if last is None else (last.get("cum_input_tokens"), last.get("cum_output_tokens"),
                                                   last.get("cum_total_tokens")), *unreported),
-        num_or_nan(_cost(t.get("info") or {}, calls)), (t.get("info") or {}).get("cost_estimated") is True, len(segments),
+        num_or_nan(record_cost(t)), (t.get("info") or {}).get("cost_estimated") is True, len(segments),
         agent_time, model_time,
         _NAN if model_time != model_time else max(0.0, agent_time - model_time), waited, *durations, num_or_nan(start), num_or_nan(end), *place, "scoring" in spans,
     ))

@@ -46,7 +46,7 @@ from typing import Any
 from ...core._gcpause import paused
 from ...core.errors import UsageError
 from ...core.outcome import Outcome
-from ...core.totals import record_reward, record_token_totals
+from ...core.totals import record_cost, record_reward, record_token_totals
 from . import ExportSource
 from .branches import (BRANCH_COLUMNS, branch_columns, RowFile, chat_messages, forked_at, holds_forks, number, own_start, records,
                        template_identity, tools_value, write_meta)
@@ -156,23 +156,13 @@ def training_row(t: dict[str, Any], signals: list[str], *, split: bool = False, 
         "has_error": bool(errors), "error_type": errors[0].get("type") if errors else None,
         "is_truncated": is_truncated(t, last_finish),
         "turns": turns, "input_tokens": tokens[0], "output_tokens": tokens[1], "total_tokens": tokens[2],
-        "cost_usd": _cost(t),
+        "cost_usd": number(record_cost(t)),
     })
     rewards, metrics = t.get("rewards") or {}, t.get("metrics") or {}
     for name in signals:
         values = rewards if name.startswith("reward.") else metrics
         row[name] = number(values.get(name.split(".", 1)[1]))
     return row
-
-
-def _cost(t: dict[str, Any]) -> float | None:
-    """The rollout's dollars as Trace.cost_usd reads them: the source's
-    total, else the last call's running total (null: unknown, never 0)."""
-    total = (t.get("info") or {}).get("cost_usd")
-    if total is None:
-        calls = t.get("model_calls") or ()
-        total = calls[-1].get("cum_cost_usd") if calls else 0.0
-    return number(total)
 
 
 def is_truncated(t: dict[str, Any], last_finish: Any = False) -> bool:
