@@ -275,9 +275,12 @@ def test_inspect_log_is_read_directly_as_inspects_reader_reads_it(log, inspect_l
     assert len(read_by_inspect) == 1
 
     def dump(trace):
-        return trace.model_dump(mode="json", exclude={"id"})
+        out = trace.model_dump(mode="json", exclude={"id"})
+        return out, out["info"].pop("inspect_reader")
 
-    assert [dump(t) for t in direct] == [dump(t) for t in through_inspect]
+    assert [dump(t)[0] for t in direct] == [dump(t)[0] for t in through_inspect]
+    assert {json.dumps(dump(t)[1]) for t in direct} == {'{"name": "rollkit"}'}
+    assert {json.dumps(dump(t)[1]) for t in through_inspect} == {'{"name": "inspect-ai", "why": "left to inspect\'s reader"}'}
     assert len(direct) == (3 if isinstance(log, Path) else 8)
     if path.suffix == ".json":
         return
@@ -294,6 +297,36 @@ def test_inspect_log_is_read_directly_as_inspects_reader_reads_it(log, inspect_l
         rk.load(bad)
     assert caught.value.field == "epoch"
     assert str(caught.value).startswith(f"{bad}: inspect-ai cannot read this log (field epoch): ValidationError")
+
+
+@pytest.mark.parametrize("name, reader", [
+    ("adding.eval", {"name": "rollkit"}),
+    ("real/0.3.41_ollama-llama3.1_log_formats_049bc22.json", {"name": "inspect-ai", "why": "a sample in an older shape"}),
+    ("real/0.3.135_hardcoded-hardcoded_log_message_deduplication_e1b59b4.eval",
+     {"name": "inspect-ai", "why": "a log version this reader was not written for"}),
+])
+def test_each_inspect_trace_says_which_reader_read_it_and_why(name, reader):
+    """No silent fallback: a trace read from an inspect log records the
+    reader that read it, and when inspect's own reader did, the reason the
+    direct reader gave the log up (real logs of both kinds)."""
+    traces = rk.load(Path(__file__).parent / "fixtures/inspect" / name)
+    assert traces and [t.info["inspect_reader"] for t in traces] == [reader] * len(traces)
+
+
+def test_an_unforeseen_error_of_the_direct_reader_is_recorded_not_swallowed(inspect_logs, monkeypatch):
+    """A fault in the direct reader (not a shape it leaves to inspect on
+    purpose) still reads the log through inspect's reader, and each trace
+    names the fault."""
+    from rollkit.interop.formats import inspect_log
+
+    def broken(*args):
+        raise KeyError("samples")
+
+    monkeypatch.setattr(inspect_log, "_read_directly", broken)
+    traces = rk.load(inspect_logs["eval"])
+    assert len(traces) == 8
+    assert {t.info["inspect_reader"]["why"] for t in traces} == {"the direct reader failed: KeyError: 'samples'"}
+    assert {t.info["inspect_reader"]["name"] for t in traces} == {"inspect-ai"}
 
 
 def test_inspect_zstandard_member_is_never_inflated_past_its_declared_size(tmp_path):

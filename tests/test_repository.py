@@ -6,7 +6,11 @@ checks read `git ls-files` so a binary cannot come back unnoticed.
 
 from __future__ import annotations
 
+import ast
+import io
+import re
 import subprocess
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -35,3 +39,51 @@ def test_no_build_output_or_archive_is_tracked() -> None:
 def test_the_binary_check_can_fail() -> None:
     names = ["rollkit/core/trace.py", "pydantic-2.14.4-py3-none-any.whl", "dist/rollkit-0.1.0.tar.gz"]
     assert _build_outputs(names) == names[1:]
+
+
+# A measured figure: a decimal with a unit of time or size ("0.14 s",
+# "2.6 GB"), an approximate one ("~60 ms"), a ratio ("10x"), or a number
+# with a unit after "took", "cost(s)" or "peaked at". A setting or a limit
+# ("a 5 s timeout", "lines up to 16 MiB") is a whole number without these.
+_UNIT = r"(?:ms|µs|us|ns|s|seconds|KB|MB|GB|KiB|MiB|GiB)\b"
+_MEASURED = re.compile(
+    rf"(?<![\w.])\d[\d,]*\.\d+\s?{_UNIT}"
+    rf"|~\s?\d[\d,.]*\s?{_UNIT}"
+    r"|(?<![\w.])[1-9]\d*(?:\.\d+)?x(?![\w])"
+    rf"|\b(?:took|costs?|peaked at)\b[^.;:]*?(?<![\w.])\d[\d,.]*\s?{_UNIT}"
+)
+
+
+def _comment_lines(source: str) -> list[tuple[int, str]]:
+    """(line number, text) of every `#` comment and docstring line of a module."""
+    found = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+             if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                found += [(node.body[0].lineno + k, line) for k, line in enumerate(doc.splitlines())]
+    return found
+
+
+def _measured_figures_of(source: str) -> list[str]:
+    return [f"{line}: {text.strip()}" for line, text in _comment_lines(source) if _MEASURED.search(text)]
+
+
+def test_comments_say_why_not_how_fast() -> None:
+    """No measured figure in a comment or docstring of rollkit/: a number
+    measured once goes stale in a comment; it belongs in the commit message
+    and in a benchmark (benchmarks/) that prints it."""
+    found = [f"{path.relative_to(ROOT)}:{hit}" for path in sorted((ROOT / "rollkit").rglob("*.py"))
+             for hit in _measured_figures_of(path.read_text())]
+    assert not found, "measured figures in comments (move them to the commit message / a benchmark):\n" + "\n".join(found)
+
+
+def test_the_measured_figure_check_can_fail() -> None:
+    measured = ["took 3.7 s to the MAPs' 1.9 s", "costs ~60 ms of CPU", "pydantic costs 10x more",
+                "a million rollouts peaked at 1.25 GB", "a build cost 81 us of CPU a line", "took 2.6 GB"]
+    settings = ["a 95% interval", "a short timeout (5 s)", "lines up to 16 MiB", "hex (0x)", 'kill_grace="2s"',
+                "30 tasks x 10 repeats", "the 97.5% quantile", "429s and 5xx", "e.g. 100 MB of `[],`"]
+    source = "".join(f"# {text}\n" for text in measured + settings)
+    assert [hit.split(": ", 1)[1] for hit in _measured_figures_of(source)] == [f"# {t}" for t in measured]
+

@@ -134,7 +134,8 @@ def test_import_loads_no_heavy_dependency():
     code = (
         "import sys, rollkit; heavy = [m for m in ('pandas', 'plotly', 'ipywidgets', 'anywidget', 'nest_asyncio', "
         "'ipykernel', 'openai', 'anthropic', 'aiohttp', 'mcp', 'tqdm', 'click', 'ray', 'opentelemetry', 'pyarrow', "
-        "'duckdb', 'genai_prices', 'rollkit.interop.formats.inspect_log', 'rollkit.interop.formats.atif', "
+        "'duckdb', 'genai_prices', 'rollkit.interop.formats.inspect_log', 'rollkit.interop.formats.inspect_write', "
+        "'rollkit.interop.formats.atif', "
         "'rollkit.interop.formats.verifiers', 'rollkit.analysis.frames', 'rollkit.tables.rows')"
         " if m in sys.modules]; print(heavy)"
     )

@@ -2,9 +2,8 @@
 
 Loading a big trace file, building the frames over it or writing its
 columnar tables makes millions of objects and frees none; the cyclic
-collector would walk the growing heap again and again (`rk.load` of
-100,000 traces: 17.7 s paused, 34.9 s not; the columnar build 24.6 s and
-32.4 s; on a loaded 2-core machine, fresh processes, medians of 3).
+collector would walk the growing heap again and again, which costs a
+big load or build a large share of its time (benchmarks/ measure it).
 `paused()` turns it off for the length of such a call and puts it
 back as it was: nested or concurrent pauses (threads) share one pause, and
 the collector comes back on when the last one ends, only if it was on when
@@ -16,8 +15,8 @@ code would then run with the collector off).
 traces): when the collector comes back on, every object then young is moved
 to the oldest generation (gc.freeze then gc.unfreeze, two list splices)
 instead of being walked as young at the next allocation and again as
-middle-aged later: 100,000 loaded traces are ~3 million container objects,
-and that first walk alone took 0.56 s. Objects other code made just before
+middle-aged later: loaded traces are millions of container objects, and
+that first walk alone is a visible pause. Objects other code made just before
 are moved too: a cycle among them is collected by the next full collection
 instead of a younger one, later but never lost. Not done while anything is
 frozen (gc.get_freeze_count()): that would unfreeze what a caller froze on

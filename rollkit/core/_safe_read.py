@@ -20,7 +20,8 @@ file (and the line):
   a member declares);
 - a line or document whose values would take more than `MAX_PARSED` in
   memory (estimated from its size and its count of brackets, braces,
-  commas and quotes, before parsing: 100 MB of `[],` took 5 GB) is
+  commas and quotes, before parsing: a file of empty lists takes many
+  times its size once parsed) is
   refused; a document whose size alone says so (`MAX_DOCUMENT`) is
   refused before it is read. Format sniffers read through the same bounds
   (rollkit.interop.formats._parse): recognising a file costs no more than
@@ -50,7 +51,7 @@ __all__ = ["TraceFileError", "MAX_LINE", "MAX_DOCUMENT", "MAX_DEPTH", "MAX_MEMBE
            "read_head", "read_document", "lines", "first_line", "line_batches", "too_long", "loads", "check_zip"]
 
 # What one parse may hold: the text, its decoded copy and the values made
-# from it (a rollout's peak stays under ~300 MB whatever file it is given).
+# from it (so a rollout's peak memory is bounded whatever file it is given).
 MAX_PARSED = 192 * 2**20
 MAX_LINE = 64 * 2**20  # one JSON line: one trace or one record
 # A file that is one JSON document: its bytes, its text and its values are

@@ -4,8 +4,8 @@ This module owns the price of a call from its usage and the model's name:
 the user's own prices (`rk.prices`), else the public table, else none. It
 decides nothing about budgets (the session checks `max_cost_usd`) and keeps
 no totals (the trace does). It must not import the table at import time:
-`import rollkit` stays fast, and the table (genai-prices, 1.6 MB of Python,
-about half a second to load) is read on the first call priced by it.
+`import rollkit` stays fast, and the table (genai-prices, a large module
+slow to import) is read on the first call priced by it.
 
 Why Pydantic's `genai-prices` for the table: it is maintained (its data is
 regenerated as providers change prices and released often), it knows which
@@ -13,9 +13,9 @@ provider a model name belongs to (and a provider by its API URL), and it
 carries what flat per-token rates get wrong: tiers by context length (a
 call whose prompt crosses 200k or 272k tokens pays the higher rate on all
 its tokens) and the cache read and write rates. Its own `calc_price` is the
-oracle tests/test_cost.py checks against. Its Decimal arithmetic takes
-about 0.4 ms a call, so each model's rates are read once into a `RateCard`
-of floats that prices a call in microseconds, with the same rules: cached
+oracle tests/test_cost.py checks against. Its Decimal arithmetic is slow
+to run on every call, so each model's rates are read once into a `RateCard`
+of floats that prices a call cheaply, with the same rules: cached
 tokens leave the plain input count only where a cache rate is listed, and
 a tier applies when the whole prompt (cache included) exceeds its start.
 

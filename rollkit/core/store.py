@@ -374,7 +374,7 @@ class _Shared:
 
     def share_given(self, trace: Trace) -> None:
         """Every record's set of given fields becomes one shared set of all
-        its type's fields (30,000 loaded traces hold 284 MB instead of 492).
+        its type's fields (a set per record is a large part of a big load's memory).
         A field a line leaves out (a
         later field that held nothing, see `rollkit.core.messages.is_absent`)
         then counts as given its default, which changes nothing rollkit

@@ -38,6 +38,7 @@ from .prices import dollars
 from .messages import (AssistantMessage, Message, Response, TokenLogprobs, ToolMessage, Usage, is_absent, text_of,
                        unvalidated)
 from .outcome import Outcome
+from . import totals
 
 __all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES",
            "SCHEMA_VERSION", "mended_times"]
@@ -364,33 +365,30 @@ class Trace(_Record):
         """Whether a turn did not report its `count` ("input_tokens"): the total is then unknown."""
         return any(call.committed and getattr(call.usage, count) is None for call in self.model_calls)
 
+    def _token_totals(self) -> tuple[int | None, int | None, int | None]:
+        """(input, output, total) tokens by the one rule (rollkit.core.totals)."""
+        last = self._last_turn()
+        return totals.token_totals(None if last is None else (last.cum_input_tokens, last.cum_output_tokens,
+                                                       last.cum_total_tokens),
+                            self._unreported("input_tokens"), self._unreported("output_tokens"))
+
     @property
     def num_input_tokens(self) -> int | None:
         """New input fed to the model, each token counted once: a turn adds
         the part of its prompt that the previous turn's sequence did not hold.
         None (NA, never 0) when a turn did not report its input, as in the frames."""
-        last = self._last_turn()
-        if last is None:
-            return 0
-        return None if self._unreported("input_tokens") else last.cum_input_tokens
+        return self._token_totals()[0]
 
     @property
     def num_output_tokens(self) -> int | None:
         """The replies' tokens; None when a turn did not report its output."""
-        last = self._last_turn()
-        if last is None:
-            return 0
-        return None if self._unreported("output_tokens") else last.cum_output_tokens
+        return self._token_totals()[1]
 
     @property
     def num_total_tokens(self) -> int | None:
         """The final sequence length: the last turn's prompt plus its reply;
         None when a turn did not report its input or output."""
-        last = self._last_turn()
-        if last is None:
-            return 0
-        unknown = self._unreported("input_tokens") or self._unreported("output_tokens")
-        return None if unknown else last.cum_total_tokens
+        return self._token_totals()[2]
 
     @property
     def cost_usd(self) -> float | None:
@@ -398,10 +396,8 @@ class Trace(_Record):
         importer recorded one (`info["cost_usd"]`), else its model calls'
         sum; None (NA, never 0) when a turn's price is unknown, 0.0 before
         any call. O(1): the last call carries the running total."""
-        imported = self.info.get("cost_usd")
-        if imported is not None:
-            return float(imported)
-        return self.model_calls[-1].cum_cost_usd if self.model_calls else 0.0
+        calls = self.model_calls
+        return totals.cost_total(self.info.get("cost_usd"), calls[-1].cum_cost_usd if calls else None, bool(calls))
 
     @property
     def cost_by_phase(self) -> dict[str, float | None]:
@@ -413,12 +409,10 @@ class Trace(_Record):
 
     @property
     def reward(self) -> float:
-        """Weighted sum of the rewards that have a value (L30)."""
-        return sum_in_order(
-            value * self.reward_weights.get(name, 1.0)
-            for name, value in self.rewards.items()
-            if value is not None
-        )
+        """Weighted sum of the rewards that have a value (L30), 0.0 when none
+        has one (`scored_reward` says None then)."""
+        value = totals.scored_reward(True, self.rewards, self.reward_weights)
+        return 0.0 if value is None else value
 
     @property
     def scored(self) -> bool:
@@ -429,9 +423,7 @@ class Trace(_Record):
     def scored_reward(self) -> float | None:
         """The reward, or None when the run was not scored or every reward
         came back missing: a missing reward is never a 0 (L23)."""
-        if not self.scored or all(v is None for v in self.rewards.values()):
-            return None
-        return self.reward
+        return totals.scored_reward(self.scored, self.rewards, self.reward_weights)
 
     @property
     def user_traces(self) -> list[Trace]:

@@ -157,8 +157,8 @@ def cached_big_run(n: int = 100_000, *, turns: int = 1, seed: int = 0,
     tables, built on first open): notebooks and test sessions that ask again
     get the same run in no time. `cache` defaults to $ROLLKIT_BIG_RUN_CACHE,
     else `big-run` in rollkit's user cache folder (~/.cache/rollkit): each
-    run is a subfolder `<n>-<turns>-<seed>` of it (100,000 single-turn
-    rollouts take about 230 MB with their tables). Never the temporary
+    run is a subfolder `<n>-<turns>-<seed>` of it (a big run and its
+    tables take hundreds of megabytes). Never the temporary
     folder, which a test session must leave as it found it."""
     root = Path(cache) if cache is not None else _big_run_cache()
     folder = root / f"{n}-{turns}-{seed}"

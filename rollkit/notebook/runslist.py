@@ -15,8 +15,8 @@ A run folder still running when first seen is followed as the run
 monitor follows it (rollkit.runs.live.FolderFollower: only the lines new
 since the last read); one already finished (its live.jsonl ends on its
 final line) is summed up from its tables with SQL (rollkit.tables.lazyrun:
-the follower reads every line in Python, 200 s for a million rollouts
-here), again only when its traces.jsonl changed. A trace file is read
+the follower reads every line in Python, far too slow for a big run),
+again only when its traces.jsonl changed. A trace file is read
 again only when it changed. Everything a run wrote
 (names, models, messages) is escaped before it becomes HTML. It reads runs
 only.

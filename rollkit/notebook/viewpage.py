@@ -27,9 +27,9 @@ its runs (`RunsList`) until one or two are picked. A name in the URL is
 looked up among the runs given, never read as a path.
 
 Charts are plotly figures drawn by the page's plotly renderer (one copy of
-plotly.js, served by the viewer): a `FigureWidget` carries its own 5 MB
-copy of plotly.js to the browser, and a page of five took longer to start
-than anywidget waits (2 s: "[anywidget] Failed to initialize model").
+plotly.js, served by the viewer): a `FigureWidget` carries its own copy
+of plotly.js to the browser, and a page of several took longer to start
+than anywidget waits ("[anywidget] Failed to initialize model").
 
 Everything a model or task wrote is escaped before it becomes HTML (plots
 escape their own labels). It reads runs only: the comparison's numbers are

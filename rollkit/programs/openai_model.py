@@ -168,7 +168,7 @@ class OpenAIModel(Model):
     request may ask for more, never for less.
 
     `max_logprobs` bounds the logprob values (tokens and alternatives) one
-    reply may carry, by default `MAX_LOGPROBS` (524,288: about 25 MB of JSON): a
+    reply may carry, by default `MAX_LOGPROBS` (524,288: tens of megabytes of JSON): a
     reply with more is a ProviderError (a 502 to a program behind the
     interception server) naming the limit, and nothing of it is kept.
 

@@ -33,7 +33,7 @@ Python build parses with orjson, and a line orjson refuses (a number past
 a double's range) or whose record the row builder cannot use (a reward
 written "1.0") through rk.load's own reader; a byte-
 order mark at the file's start is skipped. Rows come straight from
-the parsed JSON, never through `Trace` objects (pydantic costs 10x more);
+the parsed JSON, never through `Trace` objects (pydantic costs many times more);
 an imported file is first written once as rollkit JSON lines in the cache
 folder (its traces do go through `Trace`), then handled the same way.
 
@@ -77,7 +77,7 @@ _VERSION = "6"  # 2: trace schema 2 (replies, unreported usage, outcome, the cal
 # 6: rollouts.cost_estimated (a price found by the model name alone, for another endpoint)
 # Lines and source bytes per part while building, whichever comes first:
 # bounds the memory of a build (a part's rows are held as Python lists
-# before they become Arrow columns; 50,000 twenty-turn rollouts took 2.6 GB).
+# before they become Arrow columns, far bigger than the part's bytes).
 _BATCH = 50_000
 _PART_BYTES = 128 << 20
 # More parts than this and the small ones side by side are merged on open
@@ -87,10 +87,9 @@ _SIGNATURE = 4096
 # Parts built by DuckDB (rollkit.tables.nativebuild); False: all in Python (the reference).
 _NATIVE = True
 # A part of fewer source bytes is built in Python: DuckDB's fixed cost (a
-# database, binding the queries: ~0.14 s of CPU for a build of one part,
-# its import besides) is more than what Python spends on a few MB (the
-# rollouts of 4 MB of single-turn lines: 0.14 s in Python, 0.19 s natively;
-# of 8 MB: 0.27 s and 0.24 s; twenty-turn lines are cheaper in Python).
+# database, binding the queries, its import besides) is more than what
+# Python spends on a few MB (the two cross near this size for single-turn
+# lines; twenty-turn lines are cheaper in Python; benchmarks/ measure it).
 _NATIVE_MIN_BYTES = 8 << 20
 
 
@@ -283,7 +282,7 @@ class TableSet:
                             len(data)
                     ordinal += part["lines"]
 
-            # One part at a time on every core: all six tables of two parts at once passed 1 GB.
+            # One part at a time on every core: all six tables of two parts at once held too much memory.
             for part, made in zip(lacking, _in_order(jobs(), bar, in_flight=1)):
                 part.update(made)
 
@@ -307,7 +306,7 @@ class TableSet:
         the part natively at any size while pandas is not imported: the
         Python build's Arrow conversion imports it (left to the lines DuckDB
         cannot take); once it is, a small part is built in Python, which
-        costs a few ms where DuckDB's fixed cost is ~60 ms of CPU."""
+        costs less than DuckDB's fixed cost."""
         end = start + len(data)
         parts = self._read_parts()
         covered = parts[-1]["end"] if parts else 0
@@ -504,9 +503,9 @@ def _blocks(f: Any, start: int) -> Any:
     """(part start, bytes, line ends within them) for each part of the file
     from `start`: a part ends at the line that makes it _BATCH lines (not
     counting blank ones) or _PART_BYTES long; the complete lines only. The
-    bytes are a view of the file mapped into memory (reading a million
-    rollouts into buffers cost 3.9 s of CPU, mapping and finding their
-    lines 1 s); a file that cannot be mapped is read. Only its complete
+    bytes are a view of the file mapped into memory (reading a big run
+    into buffers cost several times the CPU of mapping it and finding its
+    lines); a file that cannot be mapped is read. Only its complete
     lines are mapped: a torn last line may be cut off (a resumed run
     repairing it) while this reads, and touching a mapped page past the end
     of a file that shrank kills the process (SIGBUS). rollkit writes trace
@@ -568,8 +567,8 @@ def _release(source: Any, upto: int) -> None:
     memory: they stay in the page cache, and one still being read comes
     back from it unchanged. When the next part is asked for, the parts
     before the last one given out are built (_in_order waits for one to end
-    before it reads on). A million rollouts mapped and read counted 2.5 GB
-    resident without this, their own memory a third of it."""
+    before it reads on). Without this a big run's mapped pages counted as
+    resident memory, several times the build's own."""
     if hasattr(source, "madvise"):
         upto = upto // mmap.PAGESIZE * mmap.PAGESIZE
         if upto > 0:
@@ -588,7 +587,7 @@ def _line_ends(data: Any, lines: int | None = None, start: int = 0, end: int | N
     by NumPy, _SCAN_BYTES at a time, which lets go of the GIL: the first
     part's line ends are found while DuckDB is imported beside them, the
     next part's while the first is parsed (Python's find(), line by line,
-    held it: 100,000 rollouts' first open took 0.27 s longer)."""
+    held it, and a big run's first open took longer)."""
     end = len(data) if end is None else end
     buffer = np.frombuffer(data, dtype=np.uint8)
     found = []
@@ -645,8 +644,8 @@ def _lines(data: bytes, ends: Any, at: int) -> tuple[Any, Any, Any]:
 # A first open's parts built at once, by DuckDB on the cores between them: a part's
 # single-threaded stretches (DuckDB's queries over a part's rows, writing
 # its Parquet, reading the next part) overlap with another's parsing, where
-# one part at a time on every core left a core idle in them (100,000
-# twenty-turn rollouts: 10.8 s, now 7.0 s). Two bound the memory to two parts.
+# one part at a time on every core left a core idle in them. Two bound the
+# memory to two parts.
 _IN_FLIGHT = 2
 
 
@@ -680,7 +679,7 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
 
 
 def _import_duckdb_beside() -> threading.Thread | None:
-    """DuckDB imported on a thread of its own (0.15 s, most of it holding
+    """DuckDB imported on a thread of its own (most of its import holds
     the GIL) while this one finds the first part's lines (NumPy, without
     it); None when it is imported already. NumPy and pyarrow are imported
     here first: DuckDB's import reads them, and one module imported by two

@@ -114,7 +114,7 @@ def check_expression(expression: str, who: str, tables: Sequence[str] = TABLES) 
     text = expression.strip()
     with _PARSER_LOCK:
         if not _PARSER:
-            _PARSER.append(duckdb.connect())  # parses only: it reads no table (a connection costs ~50 ms)
+            _PARSER.append(duckdb.connect())  # parses only: it reads no table (kept: a connection is slow to open)
         found = _PARSER[0].execute("select json_serialize_sql(?)", [f"select ({text})"]).fetchone()[0]
     parsed = json.loads(found)
     statements = parsed.get("statements") or []

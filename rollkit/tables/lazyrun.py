@@ -36,8 +36,8 @@ def _system_memory_pool() -> Iterator[None]:
     the pages it freed go back to the system at its end. The default pool
     (mimalloc or jemalloc) keeps what a frame's read freed, where numpy
     cannot reuse it, and glibc keeps freed pages mapped: the frames of a
-    million rollouts, one after the other, peaked at 1.25 GB, 0.9 GB with
-    this (benchmarks/bigrun.py). The pool the caller had is put back after;
+    big run, one after the other, peak far lower with this
+    (benchmarks/bigrun.py prints both). The pool the caller had is put back after;
     a concurrent read on another thread may allocate from either, which
     changes where its memory comes from, nothing else."""
     before = pa.default_memory_pool()
@@ -287,8 +287,8 @@ class LazyRun:
             with _system_memory_pool(), ExitStack() as files:
                 # Each file's footer is read once, then a few columns at a time
                 # from all of them, one file after the other: reading files side
-                # by side on threads of our own took the warm rollouts frame of
-                # a million from ~0.3 to ~0.24 s but raised the peak by ~80 MB
+                # by side on threads of our own made the warm rollouts frame of
+                # a big run a little faster but raised the peak memory
                 # (each thread's C heap keeps what it freed), and memory is what
                 # a million rollouts in a notebook run out of first.
                 opened = [files.enter_context(pq.ParquetFile(file, metadata=footer(file)))

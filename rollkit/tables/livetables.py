@@ -56,9 +56,9 @@ log = logging.getLogger("rollkit")
 # whichever first: bounds the memory held (the lines, then their rows while
 # the part is built) and how far a monitor reading the live run builds on
 # its own; the small parts of a slow run are merged as any file's are
-# (columns._MAX_PARTS). A native part costs DuckDB ~60-90 ms of CPU
-# whatever its size (binding its queries), so parts are large: of
-# single-turn lines, 1,000 a part cost 81 us of CPU a line, 5,000 36 us.
+# (columns._MAX_PARTS). A native part costs DuckDB a fixed amount of CPU
+# whatever its size (binding its queries), so parts are large: the cost per
+# line falls as a part grows (benchmarks/ measure it).
 _LINES = 5000
 _BYTES = 16 << 20
 _SECONDS = 10.0
@@ -214,7 +214,7 @@ _engines: list[Any] = []
 def _engine() -> Any:
     """The DuckDB database every log's thread builds in (nativebuild.Engine),
     opened once for the process and kept: opening one, and its first
-    queries, cost each run ~15 ms of CPU more. One DuckDB thread: the run's
+    queries, cost each run CPU for nothing. One DuckDB thread: the run's
     loop keeps the other core."""
     with _engine_lock:
         if not _engines:

@@ -27,7 +27,7 @@ Infinity are looked for in the lines' text (_check_strict). Not looked for
 in other spellings, a trailing comma, and nesting deeper than rk.load's
 parser goes (200 arrays or objects); the native build reads such a line.
 Neither build checks a line against the trace schema as rk.load does
-(pydantic costs 10x a build): a value the tables read as text or do not
+(pydantic costs many builds): a value the tables read as text or do not
 read (a role "systemx", a number where text belongs) is read where rk.load
 refuses the line, and an integer field given 2.5 is 2 in Python, cast in
 DuckDB (tests/test_hostile_lines.py holds these as expected failures).
@@ -319,9 +319,8 @@ class _Signals:
 
     The full build types the three as DuckDB MAPs (the signals table
     unnests them); a first open reads them as JSON text and types them per
-    part (`of_part`), as structs of the part's names: a MAP costs a quarter
-    of a 50,000-line part's parse (0.18 s of 0.75 s), a struct a tenth of
-    that. The reward is a sum in each line's key order (rows.signal_values
+    part (`of_part`), as structs of the part's names: a MAP costs a large
+    share of a part's parse, a struct a small fraction of that. The reward is a sum in each line's key order (rows.signal_values
     adds them as the dict holds them); summed over the struct's fields
     instead, in name order, it is the same float, bit for bit, where no
     line has more than two rewards (x + y is y + x, and adding the absent
@@ -388,8 +387,8 @@ class _Signals:
 
 
 # More names than this in a part take the MAPs: the struct's reward adds a
-# term per name (at 400 names the struct path took 3.7 s to the MAPs' 1.9 s;
-# past ~1,000, DuckDB refuses the expression's depth).
+# term per name (with hundreds of names the struct path is the slower one;
+# with a thousand or so, DuckDB refuses the expression's depth).
 _STRUCT_NAMES = 64
 
 
@@ -520,9 +519,9 @@ def _duck_type(kind: Any) -> str:
 
 class Engine:
     """One in-memory DuckDB database for the parts of a build, opened when
-    the first part asks for it: a database costs ~30 ms to open and close,
+    the first part asks for it: a database is costly to open and close,
     a part's own connection to it (a cursor: its own temporary tables)
-    nothing, and a million rollouts are twenty parts. `threads`: DuckDB's,
+    is not, and a million rollouts are twenty parts. `threads`: DuckDB's,
     for the whole database (None: one a core). Closed once the build is
     over and the last connection is given back: a part still running when
     Ctrl-C ended the build keeps it open until it ends (DuckDB 1.3 leaves a
@@ -668,8 +667,8 @@ def _write_all(fd: int, text: memoryview) -> None:
 # these words is parsed again, by Python's json; if it refuses it, the
 # Python build reads the part, and names the line as rk.load does. Not
 # looked for (DuckDB reads them too): nan or inf in other spellings (their
-# letters are in most lines) and a comma before a closing bracket (the four
-# patterns cost 0.1 s of CPU a 50,000-line part, a seventh of its build).
+# letters are in most lines) and a comma before a closing bracket (looking
+# for four patterns cost a sizeable share of a part's build).
 _LENIENT = ("NaN", "Infinity")
 
 

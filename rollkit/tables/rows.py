@@ -1,19 +1,37 @@
-"""The column vocabulary of rk.frames and the store, and the one row builder.
+"""The row engine: the column vocabulary of rk.frames and the store, and
+the one row builder every table of a run is made by.
 
-This module owns what the frames and the columnar store's tables are made
-of: the column names and their order (`ROLLOUT_COLUMNS`, `TURN_COLUMNS`,
-`CALL_COLUMNS`, `PHASE_COLUMNS`, `SIGNAL_COLUMNS`, `MESSAGE_COLUMNS`, and the
-store-only columns of each table, `TABLE_COLUMNS`), the row builder that turns
-one trace's JSON record into a row of every table (`trace_rows`: a saved
-line parsed, or `Trace.model_dump(mode="json")`), the Arrow types of those
-rows (`python_tables`), the signal columns of a record (`signal_values`, the
-run monitor's too) and how a table becomes its frame (`shaped`,
-`arrow_frame`). There is one engine: the store (rollkit.tables.columns) writes
-these rows to Parquet and a lazy run (rollkit.tables.lazyrun) reads them back
+The public API (what the store, the lazy run, the eager frames, the live
+monitor and comparisons call; nothing else of this module is for them):
+
+- the vocabulary: `TABLES` (the store's six tables), the frames' columns
+  in order (`ROLLOUT_COLUMNS`, `TURN_COLUMNS`, `CALL_COLUMNS`,
+  `PHASE_COLUMNS`, `SIGNAL_COLUMNS`, `MESSAGE_COLUMNS`, `USER_TURN_COLUMNS`,
+  `BRANCH_COLUMNS`, `COMPARE_COLUMNS`), the ids a batch run writes to
+  `trace.info` (`INFO_IDS`), each store table's columns with the ones kept
+  for SQL and reading back (`TABLE_COLUMNS`) and the Arrow type of the
+  columns that have one (`TABLE_TYPES`);
+- building rows: `TableRows` (the rows of one part, per table) and
+  `trace_rows` (append one trace's JSON record, a saved line parsed or
+  `Trace.model_dump(mode="json")`, to each table), `signal_values` (a
+  record's `reward`, `reward.<name>`, `metric.<name>`, as the rollouts
+  table has them), `num_or_nan` (a missing number as NaN);
+- Arrow tables: `python_tables` and `arrow_table` (the rows typed),
+  `empty_table`, `large_strings` (text columns as large strings, so parts
+  concatenate);
+- frames: `frame_order` (a table's columns in frame order), `shaped` (a
+  table's frame as rk.frames gives it), `arrow_frame`, `padded`.
+
+A rollout's reward and token totals are not computed here but by the one
+rule in rollkit.core.totals, which the Trace and the training exports call
+too. There is one engine: the store (rollkit.tables.columns) writes these
+rows to Parquet and a lazy run (rollkit.tables.lazyrun) reads them back
 through `shaped`; the eager builders (rollkit.analysis.frames) build the same
 rows from `Trace` objects and shape them the same way. The store's DuckDB
-build (rollkit.tables.nativebuild) makes the same tables in SQL; tests hold
-the two builds equal.
+build (rollkit.tables.nativebuild) makes the same tables in SQL;
+tests/test_nativebuild.py holds the two builds equal, and
+tests/test_totals_parity.py holds the reward and token totals of both to
+the core's rule.
 
 It sits below the store, the lazy run and the frames (they import it, it
 imports none of them). It reads records and builds rows and Arrow tables;
@@ -29,12 +47,14 @@ from typing import Any
 from ..core._dependencies import pa, pd
 from ..core._sums import sum_in_order
 from ..core.outcome import MissingSignal, Outcome
+from ..core.totals import record_cost, record_reward, token_totals
 from ..core.trace import PHASES, UNTIMED
 
 __all__ = [
     "TABLES", "ROLLOUT_COLUMNS", "TURN_COLUMNS", "CALL_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS",
-    "MESSAGE_COLUMNS", "USER_TURN_COLUMNS", "BRANCH_COLUMNS", "COMPARE_COLUMNS",
-    "signal_values", "frame_order", "shaped", "padded", "arrow_frame", "empty_table",
+    "MESSAGE_COLUMNS", "USER_TURN_COLUMNS", "BRANCH_COLUMNS", "COMPARE_COLUMNS", "INFO_IDS", "TABLE_COLUMNS",
+    "TABLE_TYPES", "TableRows", "trace_rows", "signal_values", "num_or_nan", "python_tables", "arrow_table",
+    "empty_table", "large_strings", "frame_order", "shaped", "padded", "arrow_frame",
 ]
 
 _NAN = math.nan
@@ -195,21 +215,13 @@ def trace_rows(rows: TableRows, t: dict[str, Any], ordinal: int, offset: int, le
         _rollout_row(rows, t, ids, key, task_type, calls, unreported, (ordinal, offset, length))
     if "phases" in built:
         present = _phase_spans(t.get("phases") or {})[3]
-        _phase_rows(table["phases"], ids, key, present, t.get("ok"), _cost(info, calls), ordinal)
+        _phase_rows(table["phases"], ids, key, present, t.get("ok"), record_cost(t), ordinal)
     if "signals" in built:
         errors = t.get("errors") or []
         _signal_rows(table["signals"], ids, key, task_type, t, errors[0] if errors else None,
                      "scoring" in (t.get("phases") or {}), bool(t.get("aborted", False)), ordinal)
     if "messages" in built:
         _message_rows(table["messages"], ids[0], key, t.get("messages") or (), ordinal)
-
-
-def _cost(info: dict[str, Any], calls: list[dict[str, Any]]) -> Any:
-    """The trace's cost as Trace.cost_usd reads it: the source's total, else the running total."""
-    cost_usd = info.get("cost_usd")
-    if cost_usd is None:
-        cost_usd = calls[-1].get("cum_cost_usd") if calls else 0.0
-    return cost_usd
 
 
 def _rollout_row(rows: TableRows, t: dict[str, Any], ids: tuple[Any, ...], key: str, task_type: str,
@@ -235,8 +247,9 @@ def _rollout_row(rows: TableRows, t: dict[str, Any], ids: tuple[Any, ...], key: 
         bool(t.get("completed", False)), bool(t.get("aborted", False)), error["type"] if error else stop_condition,
         stop_condition, error["type"] if error else None, error.get("phase") if error else None,
         error["message"] if error else None, num_or_nan(signal.pop("reward")),
-        int(last.get("cum_turns", 0)) if last else 0, len(calls), *_token_totals(last, *unreported),
-        num_or_nan(_cost(t.get("info") or {}, calls)), (t.get("info") or {}).get("cost_estimated") is True, len(segments),
+        int(last.get("cum_turns", 0)) if last else 0, len(calls), *token_totals(None if last is None else (last.get("cum_input_tokens"), last.get("cum_output_tokens"),
+                                                  last.get("cum_total_tokens")), *unreported),
+        num_or_nan(record_cost(t)), (t.get("info") or {}).get("cost_estimated") is True, len(segments),
         agent_time, model_time,
         _NAN if model_time != model_time else max(0.0, agent_time - model_time), waited, *durations, num_or_nan(start), num_or_nan(end), *place, "scoring" in spans,
     ))
@@ -268,16 +281,6 @@ def _unreported(calls: list[dict[str, Any]]) -> tuple[bool, bool]:
             unreported_in = unreported_in or _count(usage.get("input_tokens")) is None
             unreported_out = unreported_out or _count(usage.get("output_tokens")) is None
     return unreported_in, unreported_out
-
-
-def _token_totals(last: dict[str, Any] | None, unreported_in: bool, unreported_out: bool) -> tuple[int | None, ...]:
-    """Input, output and total tokens at the last turn; a total is missing
-    (NA) where one of its turns did not report that count, as in the frames."""
-    if last is None:
-        return (0, 0, 0)
-    return (None if unreported_in else int(last.get("cum_input_tokens", 0)),
-            None if unreported_out else int(last.get("cum_output_tokens", 0)),
-            None if unreported_in or unreported_out else int(last.get("cum_total_tokens", 0)))
 
 
 def _phase_spans(spans: dict[str, Any]) -> tuple[list[float], float | None, float | None,
@@ -407,18 +410,15 @@ def _count(value: Any) -> int | None:
 
 def signal_values(record: dict[str, Any]) -> dict[str, float | None]:
     """The signal columns of one trace's record, as a rollouts row has them:
-    `reward` (the weighted sum of the rewards that have a value; None when
-    the run was not scored or none has one, L23), then `reward.<name>` and
+    `reward` (rollkit.core.totals.record_reward: the weighted sum of the
+    rewards that have a value; None when the run was not scored or none has
+    one, L23), then `reward.<name>` and
     `metric.<name>` (None when missing, or when the run was not scored: a
     value scoring never produced is not a score). The run monitor
     (rollkit.runs.live) reads a finished trace's signals with this too."""
     scored = "scoring" in (record.get("phases") or {})
-    rewards = record.get("rewards") or {}
-    weights = record.get("reward_weights") or {}
-    present = [(name, value) for name, value in rewards.items() if value is not None]
-    total = sum_in_order(value * weights.get(name, 1.0) for name, value in present) if scored and present else None
-    out: dict[str, float | None] = {"reward": total}
-    for name, value in rewards.items():
+    out: dict[str, float | None] = {"reward": record_reward(record)}
+    for name, value in (record.get("rewards") or {}).items():
         out[f"reward.{name}"] = value if scored else None
     for name, value in (record.get("metrics") or {}).items():
         out[f"metric.{name}"] = value if scored else None

@@ -45,7 +45,7 @@ from ...core.errors import UsageError
 from . import ExportSource
 from .branches import (BRANCH_COLUMNS, RowFile, branch_columns, chat_messages, forked_at, own_start, records,
                        template_identity, tools_value, write_meta)
-from .sft import scored_reward
+from ...core.totals import record_reward
 
 __all__ = ["write", "COLUMNS"]
 
@@ -135,7 +135,7 @@ class _Sets:
         self.first: dict[str, Any] | None = None
 
     def add(self, t: dict[str, Any], turns: Any) -> None:
-        reward = scored_reward(t)
+        reward = record_reward(t)
         if reward is None:
             return
         parent, k = forked_at(t)

@@ -44,15 +44,15 @@ from pathlib import Path
 from typing import Any
 
 from ...core._gcpause import paused
-from ...core._sums import sum_in_order
 from ...core.errors import UsageError
 from ...core.outcome import Outcome
+from ...core.totals import record_cost, record_reward, record_token_totals
 from . import ExportSource
 from .branches import (BRANCH_COLUMNS, branch_columns, RowFile, chat_messages, forked_at, holds_forks, number, own_start, records,
                        template_identity, tools_value, write_meta)
 from ...core._dependencies import pa
 
-__all__ = ["write", "COLUMNS", "SUFFIXES", "training_row", "schema", "scored_reward", "is_truncated"]
+__all__ = ["write", "COLUMNS", "SUFFIXES", "training_row", "schema", "is_truncated"]
 
 SUFFIXES = (".jsonl", ".parquet")
 # The columns of a row besides the conversation's and the per-signal ones, in file order.
@@ -134,7 +134,8 @@ def training_row(t: dict[str, Any], signals: list[str], *, split: bool = False, 
     agent = t.get("agent") or {}
     parent, k = forked_at(t)
     errors = t.get("errors") or []
-    turns, tokens, last_finish = _totals(t.get("model_calls") or ())
+    calls = t.get("model_calls") or ()
+    (turns, last_finish), tokens = _last_turn(calls), record_token_totals(calls)
     stop = t.get("stop_condition")
     row = {"id": t["id"], "run_id": info.get("run_id"), "task_key": t["task"]["key"], "task_type": t["task"]["type"],
            "agent": agent.get("name"), **branch_columns(t, identity),
@@ -151,11 +152,11 @@ def training_row(t: dict[str, Any], signals: list[str], *, split: bool = False, 
     if kwargs is not None:
         row["chat_template_kwargs"] = kwargs
     row.update({
-        "reward": scored_reward(t), "outcome": Outcome.of_record(t).label, "ok": t.get("ok"), "stop_condition": stop,
+        "reward": record_reward(t), "outcome": Outcome.of_record(t).label, "ok": t.get("ok"), "stop_condition": stop,
         "has_error": bool(errors), "error_type": errors[0].get("type") if errors else None,
         "is_truncated": is_truncated(t, last_finish),
         "turns": turns, "input_tokens": tokens[0], "output_tokens": tokens[1], "total_tokens": tokens[2],
-        "cost_usd": _cost(t),
+        "cost_usd": number(record_cost(t)),
     })
     rewards, metrics = t.get("rewards") or {}, t.get("metrics") or {}
     for name in signals:
@@ -164,22 +165,12 @@ def training_row(t: dict[str, Any], signals: list[str], *, split: bool = False, 
     return row
 
 
-def _cost(t: dict[str, Any]) -> float | None:
-    """The rollout's dollars as Trace.cost_usd reads them: the source's
-    total, else the last call's running total (null: unknown, never 0)."""
-    total = (t.get("info") or {}).get("cost_usd")
-    if total is None:
-        calls = t.get("model_calls") or ()
-        total = calls[-1].get("cum_cost_usd") if calls else 0.0
-    return number(total)
-
-
 def is_truncated(t: dict[str, Any], last_finish: Any = False) -> bool:
     """Whether a limit stopped the run, it was cut short (aborted), or its
     last reply ended at the length limit (`last_finish`: its finish reason,
     found from the calls when not given)."""
     if last_finish is False:
-        last_finish = _totals(t.get("model_calls") or ())[2]
+        last_finish = _last_turn(t.get("model_calls") or ())[1]
     return _limited(t.get("stop_condition"), t.get("limits") or {}) or bool(t.get("aborted")) or last_finish == "length"
 
 
@@ -192,34 +183,11 @@ def _limited(stop: str | None, limits: dict[str, Any]) -> bool:
     return stop in limits or stop.startswith("max_") or "limit" in stop or "truncat" in stop
 
 
-def scored_reward(t: dict[str, Any]) -> float | None:
-    """The weighted reward, null when the run was not scored or every reward
-    is missing (a missing reward is never a 0: Trace.scored_reward)."""
-    rewards = t.get("rewards") or {}
-    if "scoring" not in (t.get("phases") or {}) or all(v is None for v in rewards.values()):
-        return None
-    weights = t.get("reward_weights") or {}
-    return float(sum_in_order(v * weights.get(n, 1.0) for n, v in rewards.items() if v is not None))
-
-
-def _totals(calls: Any) -> tuple[int, tuple[int | None, int | None, int | None], str | None]:
-    """Turns, token totals (null where a turn did not report that count, as
-    in the frames) and the last turn's finish reason."""
-    last = None
-    unreported_in = unreported_out = False
-    for call in calls:
-        if call.get("committed"):
-            last = call
-            usage = call.get("usage") or {}
-            unreported_in = unreported_in or usage.get("input_tokens") is None
-            unreported_out = unreported_out or usage.get("output_tokens") is None
-    if last is None:
-        return 0, (0, 0, 0), None
-    return int(last.get("cum_turns", 0)), (
-        None if unreported_in else int(last.get("cum_input_tokens", 0)),
-        None if unreported_out else int(last.get("cum_output_tokens", 0)),
-        None if unreported_in or unreported_out else int(last.get("cum_total_tokens", 0)),
-    ), last.get("finish_reason")
+def _last_turn(calls: Any) -> tuple[int, str | None]:
+    """Turns and the last turn's finish reason (the token totals are
+    rollkit.core.totals.record_token_totals's)."""
+    last = next((call for call in reversed(calls) if call.get("committed")), None)
+    return (0, None) if last is None else (int(last.get("cum_turns", 0)), last.get("finish_reason"))
 
 
 # ---- writing -------------------------------------------------------------------

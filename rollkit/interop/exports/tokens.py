@@ -45,7 +45,8 @@ from . import ExportSource
 from .branches import (BRANCH_COLUMNS, RowFile, branch_columns, forked_at, group_rewards, records,
                        template_identity, write_meta)
 from .rl import HOW_TO_RECORD
-from .sft import is_truncated, scored_reward
+from ...core.totals import record_reward
+from .sft import is_truncated
 
 __all__ = ["write", "COLUMNS", "samples_of"]
 
@@ -94,7 +95,7 @@ def _write_all(out: RowFile, items: Iterator[tuple[dict[str, Any], int]], counts
         counts["rollouts"] += 1
         common = {"id": record["id"], "task_key": record["task"]["key"], **branch_columns(record, identity)}
         parent, k = forked_at(record)
-        reward = scored_reward(record)
+        reward = record_reward(record)
         common.update(parent_id=parent, forked_at_turn=k if parent else None)
         extra = {"reward": reward, "advantage": _advantage(reward, groups.get(common["group_id"]), advantage),
                  "truncated": is_truncated(record)}

@@ -4,7 +4,8 @@ What this package owns: one module per peer format, each reading that
 tool's record (and, where one exists, writing it):
 
     messages      OpenAI-format chat transcripts (read and write, "messages")
-    inspect_log   inspect-ai eval logs, through inspect-ai's models, reader and writer ("inspect")
+    inspect_log   inspect-ai eval logs read, through inspect-ai's models and reader ("inspect")
+    inspect_write rollkit traces written as an inspect-ai eval log, through inspect-ai's writer
     verifiers     verifiers' results.jsonl ("verifiers") and v1 traces.jsonl ("verifiers-v1")
     tau2          tau2-bench simulation results, one file or a folder ("tau2")
     trajectory    mini-swe-agent / SWE-agent trajectory files ("trajectory")
@@ -28,11 +29,11 @@ from typing import Any
 from ...core._lazy import lazy_names
 from ...core.store import TraceFormat, register_format
 
-_MODULES = ("atif", "inspect_log", "messages", "tau2", "trajectory", "verifiers")
+_MODULES = ("atif", "inspect_log", "inspect_write", "messages", "tau2", "trajectory", "verifiers")
 __all__ = list(_MODULES)
 
 # The readers are imported when a file is first sniffed, read or written,
-# not by `import rollkit` (they build pydantic models: ~0.1 s together).
+# not by `import rollkit` (they build pydantic models, which is slow to import).
 __getattr__ = lazy_names(__name__, globals(), {name: (f".{name}", None) for name in _MODULES})
 
 
@@ -48,7 +49,7 @@ def _deferred(module: str, function: str) -> Callable[..., Any]:
 # first, plain transcripts (which most JSON with messages resembles) last.
 register_format(TraceFormat("inspect", "inspect-ai eval logs (.eval, .json)",
                             sniff_file=_deferred("inspect_log", "sniff"), read=_deferred("inspect_log", "read"),
-                            write=_deferred("inspect_log", "write"), needs="rollkit[inspect]"))
+                            write=_deferred("inspect_write", "write"), needs="rollkit[inspect]"))
 register_format(TraceFormat("atif", "Harbor ATIF trajectories (.json, one a line in .jsonl)",
                             sniff_file=_deferred("atif", "sniff"), read=_deferred("atif", "read"),
                             write=_deferred("atif", "write")))

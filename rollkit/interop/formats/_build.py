@@ -427,9 +427,9 @@ def _record_calls(trace: Trace, calls: list[Call], conversation: list[Message], 
 
 def _content_id(trace: Trace, where: Where) -> str:
     """A digest of what was read and where in the file: the record's own
-    bytes when the importer gave them (`where.read`: a JSON line, 15x
-    cheaper than the trace it makes, which is 10-25% of reading a big JSON
-    lines file), else the trace as built (a record inside a document draws
+    bytes when the importer gave them (`where.read`: a JSON line, far
+    cheaper to digest than the trace it makes, whose digest is a sizeable
+    part of reading a big JSON lines file), else the trace as built (a record inside a document draws
     on the rest of it: tau2's tasks, inspect's log header)."""
     if where.read is not None:
         data = where.read

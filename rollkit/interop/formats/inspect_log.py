@@ -1,5 +1,5 @@
-"""inspect-ai eval logs (`.eval` and `.json`), read and written with
-inspect-ai's own models, reader and writer (the optional extra
+"""inspect-ai eval logs (`.eval` and `.json`) read as rollkit traces, with
+inspect-ai's own models and reader (the optional extra
 `pip install 'rollkit[inspect]'`). A finished log is read directly (a
 `.eval` from its zip members): each sample's messages, scores, usage,
 error and limit through inspect's models, its events (which inspect's
@@ -32,52 +32,35 @@ result with a ToolCallError is listed in `info["tool_errors"]`. One scorer
 with one value is the reward; several are separate signals (metrics, named
 in `info["scorers"]`), never summed.
 
-Write (`rk.save(traces, path, format="inspect")`): one sample per trace
-with input = the first user message, its messages, a model event per model
-call (request, reply, per-call usage) and a tool event per tool call (its
-result and error), the error and limit, scores (rewards and the source's
-scorers, only for a scored sample; metrics go to the sample's metadata,
-never as scores), and the log's aggregate results (each score's mean) and
-stats (model usage summed as inspect sums it), in an inspect log that
-`inspect view` opens (`.eval` unless the path ends in `.json`). Messages
-keep their parts (a reply's reasoning as a reasoning part), failed calls
-are model events with their error, and each sample's metadata keeps what
-inspect has no field for (the trace id, task type, agent, rollkit's stop
-condition and error, the metrics not written as scores), read back when
-rollkit reads the log: rollkit -> inspect -> rollkit gives the trace back.
+Which reader ran is recorded on every trace: `info["inspect_reader"]` is
+`{"name": "rollkit"}` for the direct read, `{"name": "inspect-ai", "why":
+...}` when the log went to inspect's reader (the reason the direct reader
+gave it up), `"inspect-ai, sample by sample"` for errors="skip" on a log
+inspect refuses whole. Nothing falls back silently. Writing a log is
+rollkit.interop.formats.inspect_write; this module reads only.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
-import concurrent.futures
 import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ...core.messages import (AssistantMessage, ImagePart, ReasoningPart, SystemMessage, TextPart, ToolMessage, Usage,
-                              canonical_parts)
+from ...core.messages import Usage
 from ...core.trace import ErrorInfo, TaskRef, Trace
 from ...core import _safe_read
 from . import _parse
 from .census import merged_notes, noted
-from ._build import Call, Where, build, kept_outcome, messages as to_messages, number, outcome_kept
-from ...core._dependencies import (
-    inspect_ai_constants,
-    inspect_ai_event,
-    inspect_ai_log,
-    inspect_ai_model,
-    inspect_ai_scorer,
-    inspect_ai_tool,
-)
+from ._inspect_api import log_api, off_loop
+from ._build import Call, Where, build, messages as to_messages, number, outcome_kept
+from ...core._dependencies import inspect_ai_constants, inspect_ai_log, inspect_ai_model, inspect_ai_scorer
 
-__all__ = ["sniff", "read", "write", "chat_messages"]
+__all__ = ["sniff", "read"]
 
-EXTRA = "pip install 'rollkit[inspect]' (inspect-ai)"
 _JSON_HEAD = re.compile(rb'\s*\{\s*"version"\s*:\s*\d+\s*,\s*"status"\s*:')
 
 
@@ -96,28 +79,6 @@ def sniff(path: Path) -> bool:
         return False
     return (isinstance(document, dict) and isinstance(document.get("eval"), dict)
             and {"version", "status"} <= document.keys())
-
-
-def _inspect() -> Any:
-    try:
-        from inspect_ai import log
-    except ImportError:
-        raise ModuleNotFoundError(f"reading or writing inspect-ai logs needs inspect-ai: {EXTRA}") from None
-    return log
-
-
-def _off_loop(fn: Any, *args: Any) -> Any:
-    """Call inspect's sync reader or writer outside any running event loop.
-
-    Inside one (a notebook cell, an async test) inspect runs its coroutine
-    through nest-asyncio, which patches asyncio for the whole process; a
-    worker thread has no loop, so inspect uses plain asyncio.run there."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return fn(*args)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollkit-inspect") as pool:
-        return pool.submit(fn, *args).result()
 
 
 def _seconds(moment: Any) -> float | None:
@@ -312,7 +273,7 @@ def _total(calls: list[Call], count: str) -> int | None:
     return None if any(v is None for v in values) else sum(values)
 
 
-def _trace(log: Any, sample: Any, path: Path) -> Trace:
+def _trace(log: Any, sample: Any, path: Path, reader: dict[str, str]) -> Trace:
     where = Where(path, f"sample {sample.id!r} epoch {sample.epoch}")
     raw = [m.model_dump(mode="json") for m in sample.messages]
     conversation = to_messages(raw, where, "messages")
@@ -351,7 +312,7 @@ def _trace(log: Any, sample: Any, path: Path) -> Trace:
                                    "model_calls": len(grader)}} if grader else {}),
               **({"source_usage": {name: u.model_dump(exclude_none=True) for name, u in sample.model_usage.items()}}
                  if sample.model_usage else {}),
-              "sample_id": sample.id, "epoch": sample.epoch, "eval_task": log.eval.task, "run_id": log.eval.run_id,
+              "inspect_reader": dict(reader), "sample_id": sample.id, "epoch": sample.epoch, "eval_task": log.eval.task, "run_id": log.eval.run_id,
               "example_id": str(sample.id), "repeat": sample.epoch - 1, "rollout_id": f"{sample.id}#{sample.epoch - 1}",
               **merged_notes(getattr(log, "census_notes", {}), getattr(sample, "census_notes", {}))},
         # How a rollkit trace ended, when rollkit wrote the log; else the sample's error.
@@ -502,7 +463,7 @@ def _member(archive: Any, path: Path, info: Any) -> bytes:
     return bytes(out)
 
 
-def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_Fields]]:
+def _read_directly(path: Path, api: Any, zipped: bool) -> tuple[Any, list[_Fields]]:
     """(the log's header, its samples) of a finished log, read without
     validating each sample whole (inspect's reader spent most of its time
     on events rollkit does not keep): a `.eval` from its zip members, a
@@ -528,7 +489,7 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
                 raise _NotPlain("no header: a log still being written")
             header = _safe_read.loads(_member(archive, path, names["header.json"]))
             as_written = copy.deepcopy(header)  # inspect's model migrates what it validates, in place
-            log = _header(header, log_api, inspect_ai_constants.get_deserializing_context)
+            log = _header(header, api, inspect_ai_constants.get_deserializing_context)
             _note_header(log, as_written)
             # One member at a time, each parsed and read before the next (never all the JSON at once).
             samples = [_raw_sample(_safe_read.loads(_member(archive, path, info)), models, name)
@@ -541,7 +502,7 @@ def _read_directly(path: Path, log_api: Any, zipped: bool) -> tuple[Any, list[_F
         raise _NotPlain("a document of another shape")
     raw = document.pop("samples", None) or []
     as_written = copy.deepcopy(document)  # inspect's model migrates what it validates, in place
-    log = _header(document, log_api, inspect_ai_constants.get_deserializing_context)
+    log = _header(document, api, inspect_ai_constants.get_deserializing_context)
     _note_header(log, as_written)
     return log, [_raw_sample(sample, models, f"samples.{i}") for i, sample in enumerate(raw)]
 
@@ -552,20 +513,22 @@ def _note_header(log: Any, header: dict[str, Any]) -> None:
     object.__setattr__(log, "census_notes", noted("inspect", {k: v for k, v in header.items() if k != "samples"}))
 
 
-def _header(header: Any, log_api: Any, context: Any) -> Any:
+def _header(header: Any, api: Any, context: Any) -> Any:
     """The log without its samples, through inspect's model (a log version
     other than 2 is left to inspect's reader)."""
     if not isinstance(header, dict) or "samples" in header:
         raise _NotPlain("a header of another shape")
     if header.get("version") != 2:
         raise _NotPlain("a log version this reader was not written for")
-    return log_api.EvalLog.model_validate(header, context=context())
+    return api.EvalLog.model_validate(header, context=context())
 
 
 def read(path: Path, errors: str) -> list[Trace]:
+    """The traces of an inspect log: read directly, else through inspect's
+    reader, each trace saying which reader ran and why (`info["inspect_reader"]`)."""
     from ...core.store import TraceFileError
 
-    log_api = _inspect()
+    api = log_api()
     with open(path, "rb") as f:
         zipped = f.read(4) == b"PK\x03\x04"
     if zipped:
@@ -573,33 +536,41 @@ def read(path: Path, errors: str) -> list[Trace]:
     else:
         _safe_read.check_document(path)  # inspect reads the whole JSON log at once
     try:
-        log, samples = _read_directly(path, log_api, zipped)
-        return [_trace(log, sample, path) for sample in samples]
+        log, samples = _read_directly(path, api, zipped)
+        return [_trace(log, sample, path, {"name": "rollkit"}) for sample in samples]
     except (TraceFileError, MemoryError):  # the conversion's refusal (a score it cannot read), as through inspect's reader
         raise
     except _safe_read.TooDeep as exc:  # past a bound: inspect's reader would parse it unbounded
         raise TraceFileError(f"{path}: {exc}", path=path) from None
-    except Exception:  # noqa: BLE001  anything unusual: inspect's own reader, and its word on what is wrong
-        pass
+    except _NotPlain as exc:  # a shape the direct reader leaves to inspect's
+        reader = {"name": "inspect-ai", "why": str(exc)}
+    except Exception as exc:  # noqa: BLE001  one it did not foresee: inspect's reader, and its word on what is wrong
+        reader = {"name": "inspect-ai", "why": f"the direct reader failed: {_refusal(exc)[1]}"}
     try:
-        log = _off_loop(log_api.read_eval_log, str(path))
+        log = off_loop(api.read_eval_log, str(path))
     except Exception as exc:  # inspect's reader: a damaged zip, a cut file, a field of the wrong type
-        if errors == "skip":
-            with contextlib.suppress(Exception):
-                return _each_sample_alone(path, log_api, zipped)
         field, what = _refusal(exc)
-        raise TraceFileError(f"{path}: inspect-ai cannot read this log{field and f' (field {field})'}: {what}",
+        also = ""
+        if errors == "skip":
+            try:
+                return _each_sample_alone(path, api, zipped, {"name": "inspect-ai, sample by sample",
+                                                              "why": f"inspect-ai cannot read the log whole: {what}"})
+            except Exception as alone:  # noqa: BLE001  said in the error below, with the log's own refusal
+                also = f"; read sample by sample: {_refusal(alone)[1]}"
+        raise TraceFileError(f"{path}: inspect-ai cannot read this log{field and f' (field {field})'}: {what}{also}",
                              path=path, field=field or None,
                              hint="load with errors='skip' to read the samples inspect-ai accepts") from None
-    _note_raw(path, zipped, log)
-    return [_trace(log, sample, path) for sample in (log.samples or [])]
+    unnoted = _note_raw(path, zipped, log)
+    if unnoted:
+        reader["census"] = unnoted
+    return [_trace(log, sample, path, reader) for sample in (log.samples or [])]
 
 
-def _note_raw(path: Path, zipped: bool, log: Any) -> None:
+def _note_raw(path: Path, zipped: bool, log: Any) -> str | None:
     """The census's notes for a log inspect's own reader read (whose models
     drop the keys they do not know): from the raw JSON, the header's on the
-    log and each sample's on it. Best effort: a member that does not parse
-    here (inspect read it) adds no notes."""
+    log and each sample's on it. A member that does not parse here (inspect
+    read it) adds no notes: returns why (the reader's record keeps it)."""
     try:
         if zipped:
             import zipfile
@@ -614,8 +585,8 @@ def _note_raw(path: Path, zipped: bool, log: Any) -> None:
         else:
             header = _safe_read.loads(_safe_read.read_document(path))
             raws = list(enumerate(header.get("samples") or [] if isinstance(header, dict) else []))
-    except Exception:  # noqa: BLE001
-        return
+    except Exception as exc:  # noqa: BLE001  no notes, and the reason recorded
+        return f"no census notes: {_refusal(exc)[1]}"
     if isinstance(header, dict):
         _note_header(log, header)
     notes = {(raw.get("id"), raw.get("epoch")): noted("inspect", raw, at if isinstance(at, str) else f"samples.{at}",
@@ -623,6 +594,7 @@ def _note_raw(path: Path, zipped: bool, log: Any) -> None:
              for at, raw in raws if isinstance(raw, dict)}
     for sample in log.samples or []:
         object.__setattr__(sample, "census_notes", notes.get((sample.id, sample.epoch), {}))
+    return None
 
 
 def _refusal(exc: BaseException) -> tuple[str, str]:
@@ -634,13 +606,13 @@ def _refusal(exc: BaseException) -> tuple[str, str]:
     return field, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
 
 
-def _each_sample_alone(path: Path, log_api: Any, zipped: bool) -> list[Trace]:
+def _each_sample_alone(path: Path, api: Any, zipped: bool, reader: dict[str, str]) -> list[Trace]:
     """A log inspect's reader refuses whole (errors="skip"): each sample
     through inspect's own sample model, one at a time; a sample it refuses
     is skipped with a warning naming it and the field."""
     import warnings
 
-    log = _off_loop(log_api.read_eval_log, str(path), True)  # the header alone
+    log = off_loop(api.read_eval_log, str(path), True)  # the header alone
     if zipped:
         import zipfile
 
@@ -662,242 +634,6 @@ def _each_sample_alone(path: Path, log_api: Any, zipped: bool) -> list[Trace]:
                           "skipped", stacklevel=5)
             continue
         object.__setattr__(sample, "census_notes", noted("inspect", raw, f"samples.{at}", "samples.*"))
-        traces.append(_trace(log, sample, path))
+        traces.append(_trace(log, sample, path, reader))
     traces.sort(key=lambda t: (t.info["epoch"], str(t.info["sample_id"]).zfill(20)))
     return traces
-
-
-def _tool_error(error: Any) -> Any:
-    """A tool error as recorded in `trace.info["tool_errors"]` as inspect's ToolCallError."""
-    if isinstance(error, dict):
-        kind = error.get("type")
-        return inspect_ai_tool.ToolCallError(type=kind if kind in ("parsing", "timeout", "unicode_decode", "permission",
-                                                   "file_not_found", "is_a_directory", "limit", "approval",
-                                                   "unknown", "output_limit") else "unknown",
-                             message=str(error.get("message", "")))
-    return inspect_ai_tool.ToolCallError(type="unknown", message="the tool failed") if error else None
-
-
-def _part(part: Any) -> Any:
-    """A rollkit content part as inspect's."""
-    from pydantic import TypeAdapter
-
-    if isinstance(part, TextPart):
-        return inspect_ai_model.ContentText(text=part.text)
-    if isinstance(part, ReasoningPart):
-        return inspect_ai_model.ContentReasoning(reasoning=part.reasoning, summary=part.summary, signature=part.signature,
-                                redacted=part.redacted)
-    if isinstance(part, ImagePart):
-        return inspect_ai_model.ContentImage(image=part.image, detail=part.detail or "auto")  # type: ignore[arg-type]
-
-    try:  # a kind inspect has (audio, video, document, data, tool_use) as inspect reads it
-        return TypeAdapter(inspect_ai_model.Content).validate_python({"type": part.type, **part.data})
-    except ValueError:  # one it has not: its fields as data (inspect >= 0.3.104), else as text
-        from inspect_ai import model
-
-        data = {"type": part.type, **part.data}
-        if hasattr(model, "ContentData"):
-            return model.ContentData(data=data)
-        return inspect_ai_model.ContentText(text=json.dumps(data))
-
-
-def _content(message: Any) -> Any:
-    """A message's content as inspect holds it: its parts, or its reasoning
-    and text as parts (`canonical_parts`), or its text."""
-    parts = message.parts
-    if parts is None and getattr(message, "reasoning", None):
-        parts = canonical_parts(message.content, message.reasoning)
-    return [_part(p) for p in parts] if parts is not None else (message.content or "")
-
-
-def chat_messages(messages: list[Any], failed: dict[str, Any] | None = None) -> list[Any]:
-    """rollkit messages as inspect-ai's chat messages (`failed`: tool errors by call id)."""
-    out: list[Any] = []
-    for message in messages:
-        content = _content(message)
-        if isinstance(message, SystemMessage):
-            out.append(inspect_ai_model.ChatMessageSystem(content=content))
-        elif isinstance(message, AssistantMessage):
-            out.append(inspect_ai_model.ChatMessageAssistant(content=content, tool_calls=[
-                inspect_ai_tool.ToolCall(id=c.id, function=c.name, arguments=c.args()) for c in message.tool_calls] or None))
-        elif isinstance(message, ToolMessage):
-            out.append(inspect_ai_model.ChatMessageTool(content=content, tool_call_id=message.tool_call_id,
-                                       function=message.name,
-                                       error=_tool_error((failed or {}).get(message.tool_call_id))))
-        else:
-            out.append(inspect_ai_model.ChatMessageUser(content=content))
-    return out
-
-
-def _failed_tools(trace: Trace) -> dict[str, Any]:
-    return {e.get("tool_call_id"): e.get("error") for e in trace.info.get("tool_errors") or [] if isinstance(e, dict)}
-
-
-def _inspect_usage(usage: Usage) -> Any:
-    """rollkit's usage as inspect counts it (input without the cached part);
-    None when the call reported none."""
-    if not usage.reported:
-        return None
-    read, written = usage.cache_read_tokens, usage.cache_write_tokens
-    uncached = (usage.input_tokens or 0) - (read or 0) - (written or 0)
-    return inspect_ai_model.ModelUsage(input_tokens=uncached, output_tokens=usage.output_tokens or 0,
-                      total_tokens=(usage.input_tokens or 0) + (usage.output_tokens or 0),
-                      input_tokens_cache_read=read, input_tokens_cache_write=written,
-                      reasoning_tokens=usage.reasoning_tokens)
-
-
-def _moment(seconds: float | None) -> Any:
-    return None if seconds is None else datetime.fromtimestamp(seconds, timezone.utc)
-
-
-# rollkit's stop conditions as inspect's limit types.
-_LIMIT_TYPES = {"max_turns": "message", "max_tokens": "token", "max_input_tokens": "token",
-                "max_output_tokens": "token", "timeout": "time", "agent_timeout": "time"}
-
-
-def _limit(trace: Trace) -> Any:
-    stop = trace.stop_condition
-    if not stop:
-        return None
-    kind = stop.removesuffix(" limit") if stop.endswith(" limit") else _LIMIT_TYPES.get(stop)
-    if kind not in ("context", "time", "working", "message", "token", "operator", "custom", "cost"):
-        return None
-    value = trace.info.get("inspect_limit") or trace.limits.get(stop) or 0
-    return inspect_ai_log.EvalSampleLimit(type=kind, limit=float(value))
-
-
-def _events(trace: Trace, model: str) -> list[Any]:
-    """A model event per committed call (its request, reply and usage) and a
-    tool event per tool call it made (with its result and error)."""
-    results = {m.tool_call_id: m for m in trace.messages if isinstance(m, ToolMessage)}
-    failed = _failed_tools(trace)
-    events: list[Any] = []
-    positions = dict(zip((id(c) for c in trace.model_calls if c.committed), trace.sampled))
-    for call in trace.model_calls:
-        position = positions.get(id(call))
-        if position is None:  # a failed attempt (or a reply the history no longer holds): no output
-            output = inspect_ai_model.ModelOutput(model=model, choices=[], usage=_inspect_usage(call.usage))
-            events.append(inspect_ai_event.ModelEvent(
-                model=model, input=chat_messages(trace.request_of(call) or []), tools=[], tool_choice="auto",
-                config=inspect_ai_model.GenerateConfig(), output=output, timestamp=_moment(call.start), completed=_moment(call.end),
-                error=f"{call.error.type}: {call.error.message}" if call.error is not None else "no reply",
-                traceback=(call.error.traceback or None) if call.error is not None else None))
-            continue
-        reply = trace.messages[position]
-        output = inspect_ai_model.ModelOutput.from_message(chat_messages([reply])[0])
-        output.model = model
-        output.usage = _inspect_usage(call.usage)
-        output.time = call.end - call.start
-        if call.finish_reason in ("stop", "tool_calls", "max_tokens", "model_length", "content_filter", "unknown"):
-            output.choices[0].stop_reason = call.finish_reason  # type: ignore[assignment]
-        events.append(inspect_ai_event.ModelEvent(model=model, input=chat_messages(trace.messages[:position]), tools=[], tool_choice="auto",
-                                 config=inspect_ai_model.GenerateConfig(), output=output, timestamp=_moment(call.start),
-                                 completed=_moment(call.end)))
-        for tool_call in reply.tool_calls:  # type: ignore[union-attr]
-            result = results.get(tool_call.id)
-            error = failed.get(tool_call.id)
-            events.append(inspect_ai_event.ToolEvent(
-                id=tool_call.id, function=tool_call.name, arguments=tool_call.args(),
-                result=result.content if result is not None else "", timestamp=_moment(call.end),
-                error=_tool_error(error)))
-    return events
-
-
-def _scores_of(trace: Trace) -> dict[str, Any]:
-    """The sample's scores: its rewards and the signals its source scored
-    (`trace.info["scorers"]`), only when it was scored; metrics are not scores."""
-    if trace.errors or not trace.scored:
-        return {}
-    scores = {name: inspect_ai_scorer.Score(value=value) for name, value in trace.rewards.items() if value is not None}
-    for name in trace.info.get("scorers") or []:
-        if trace.metrics.get(name) is not None:
-            scores[name] = inspect_ai_scorer.Score(value=trace.metrics[name])
-    return scores
-
-
-def _sample(trace: Trace, epoch: int) -> Any:
-    model = str(trace.agent.get("model") or "rollkit")
-    usages = [u for c in trace.model_calls if c.committed and (u := _inspect_usage(c.usage)) is not None]
-    total = None
-    for usage in usages:
-        total = usage if total is None else total + usage
-    output = inspect_ai_model.ModelOutput.from_content(model=model, content=trace.last_reply)
-    output.usage = total
-    first_user = next((m.content for m in trace.messages if m.role == "user"), "")
-    error = trace.errors[0] if trace.errors else None
-    scores = _scores_of(trace)  # the metrics not written as scores go to the metadata
-    return inspect_ai_log.EvalSample(
-        id=trace.info.get("sample_id") or trace.task.key, epoch=epoch, input=first_user,
-        target=str(trace.task.data.get("target") or trace.task.data.get("answer") or ""),
-        messages=chat_messages(trace.messages, _failed_tools(trace)), output=output, scores=scores or None,
-        model_usage={model: total} if total is not None else {}, events=_events(trace, model),
-        metadata={"rollkit_trace_id": trace.id, "rollkit_task_type": trace.task.type, "stop": trace.stop,
-                  "rollkit_agent": trace.agent,
-                  "rollkit_metrics": {k: v for k, v in trace.metrics.items() if k not in scores},
-                  **({"rollkit_stop_condition": trace.stop_condition} if trace.stop_condition else {}),
-                  **kept_outcome(trace)},
-        error=inspect_ai_log.EvalError(message=f"{error.type}: {error.message}", traceback=error.traceback or "",
-                        traceback_ansi=error.traceback or "") if error is not None else None,
-        limit=_limit(trace),
-        started_at=_moment(trace.phases["agent"].start) if "agent" in trace.phases else None,
-        completed_at=_moment(trace.phases["agent"].end) if "agent" in trace.phases else None,
-        total_time=trace.agent_time or None, working_time=trace.metrics.get("working_time") or trace.agent_time or None,
-    )
-
-
-def _results(samples: list[Any]) -> Any:
-    """inspect's aggregate results: each score's mean over the samples that
-    have it (inspect's `mean` metric), and how many completed."""
-    names: list[str] = []
-    for sample in samples:
-        names.extend(n for n in (sample.scores or {}) if n not in names)
-    scores = []
-    for name in names:
-        values = [float(s.scores[name].value) for s in samples if s.scores and name in s.scores
-                  and isinstance(s.scores[name].value, (int, float))]
-        if values:
-            scores.append(inspect_ai_log.EvalScore(name=name, scorer=name, scored_samples=len(values), unscored_samples=len(samples) - len(values),
-                                    metrics={"mean": inspect_ai_log.EvalMetric(name="mean", value=sum(values) / len(values))}))
-    return inspect_ai_log.EvalResults(total_samples=len(samples), completed_samples=sum(s.error is None for s in samples),
-                       scores=scores)
-
-
-def _inspect_version() -> str:
-    from importlib.metadata import version
-
-    return version("inspect-ai")
-
-
-def write(traces: list[Trace], path: Path) -> Path:
-    log_api = _inspect()
-
-    epochs: dict[str, int] = {}
-    samples = []
-    for trace in traces:
-        key = str(trace.info.get("sample_id") or trace.task.key)
-        epochs[key] = epochs.get(key, 0) + 1
-        samples.append(_sample(trace, epochs[key]))
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    tasks = sorted({t.task.type for t in traces}) or ["rollkit"]
-    models = sorted({str(t.agent.get("model")) for t in traces if t.agent.get("model")}) or ["rollkit"]
-    usage: dict[str, Any] = {}
-    for sample in samples:  # inspect's stats: each model's usage summed over the samples
-        for model, used in sample.model_usage.items():
-            usage[model] = used if model not in usage else usage[model] + used
-    # EvalSample keeps its times as ISO text; as text of one zone they sort by time.
-    starts = [str(s.started_at) for s in samples if s.started_at]
-    ends = [str(s.completed_at) for s in samples if s.completed_at]
-    log = inspect_ai_log.EvalLog(
-        status="success",
-        eval=inspect_ai_log.EvalSpec(created=now, task="+".join(tasks), dataset=inspect_ai_log.EvalDataset(name="rollkit", samples=len(epochs),
-                                                                              sample_ids=list(epochs)),
-                      model=models[0], config=inspect_ai_log.EvalConfig(epochs=max(epochs.values(), default=1)),
-                      # The version whose usage convention the log is written in (read back by `_usage`).
-                      packages={"inspect_ai": _inspect_version()}),
-        results=_results(samples),
-        stats=inspect_ai_log.EvalStats(started_at=min(starts) if starts else now, completed_at=max(ends) if ends else now,
-                        model_usage=usage),
-        samples=samples,
-    )
-    _off_loop(log_api.write_eval_log, log, str(path), "json" if path.suffix == ".json" else "eval")
-    return path

@@ -46,7 +46,7 @@ from ...core.hooks import reward
 from ...core.task import Task, TaskData
 from ...core.tools import Tool, Toolset
 from ...core.trace import Trace
-from ..formats.inspect_log import chat_messages
+from ..formats.inspect_write import chat_messages
 from .tasklist import TaskList
 
 __all__ = ["InspectData", "InspectTask", "build"]
