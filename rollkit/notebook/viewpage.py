@@ -14,7 +14,8 @@ interval and B's wins / ties / losses beside it (`plots.forest`), the same
 numbers as an HTML table, and the flips, the tasks B won and lost on the
 headline signal; a flip's button opens the two transcripts side by side.
 
-Each run also gets its rollouts' grid (`RunGrid`, the run browser's
+A rollout's own page shows its timeline beside its transcript
+(rollkit.notebook.timeline). Each run also gets its rollouts' grid (`RunGrid`, the run browser's
 engine: paged, sorted, filtered and searched on the server, from the run's
 tables), every rollout in it a link to its own address.
 
@@ -53,7 +54,7 @@ from .display import STYLE, error_html, trace_html
 from .monitor import RunMonitor
 from ..core._dependencies import pa, pc
 
-__all__ = ["view", "RunCharts", "CompareView", "Address", "MAX_FLIPS"]
+__all__ = ["view", "RunCharts", "CompareView", "Address", "MAX_FLIPS", "named_paths"]
 
 MAX_FLIPS = 50  # flips listed per side (won, lost); the rest are counted
 
@@ -394,7 +395,7 @@ class Address:
         return "?" + urlencode(pairs + ([("q", searched)] if searched else []))
 
 
-def _named(paths: list[Path]) -> dict[str, Path]:
+def named_paths(paths: list[Path]) -> dict[str, Path]:
     """Each path given by a name for the URL: its own, numbered when two share one."""
     named: dict[str, Path] = {}
     for path in paths:
@@ -420,11 +421,13 @@ def _grid(source: Path, link: Callable[..., str]) -> widgets.Widget:
 
 
 def _rollout_page(name: str, source: Path, rollout: str, address: Address) -> list[widgets.Widget]:
-    """One rollout's page: its transcript, and a link back to its run."""
+    """One rollout's page: its timeline beside its transcript
+    (rollkit.notebook.timeline), and a link back to its run."""
     import re
 
     from ..tables.lazyrun import open_run
     from .runbrowser import matches_html
+    from .timeline import rollout_html
 
     back = f'<p><a class="rk-back" href="{html.escape(address.url([name]), quote=True)}">all of run {html.escape(name)}</a></p>'
     try:
@@ -433,7 +436,7 @@ def _rollout_page(name: str, source: Path, rollout: str, address: Address) -> li
         body = error_html(f"run {name} has no rollout {rollout!r} ({exc})" if isinstance(exc, KeyError) else str(exc))
     else:
         searched = address.searched and re.compile(re.escape(address.searched), re.IGNORECASE)
-        body = matches_html(trace, searched or None) + trace_html(trace)
+        body = matches_html(trace, searched or None) + rollout_html(trace)
     part = widgets.HTML(f"<h3>rollout {html.escape(rollout)} of run {html.escape(name)}</h3>{back}{body}")
     part.add_class("rk-rollout-page")
     return [part]
@@ -473,7 +476,7 @@ def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5,
     given = [Path(p) for p in paths]
     read = read or {}
     listed = runs_in(given[0]) if len(given) == 1 else {}
-    named = listed or _named(given)
+    named = listed or named_paths(given)
     parts: list[widgets.Widget] = [widgets.HTML(STYLE + PAGE_STYLE)]
     if listed and not address.runs:
         parts.append(RunsList(given[0], link=address.url, poll_every=max(poll_every, 1.0)))
