@@ -204,3 +204,21 @@ def _bars_at_the_traces_times(page, trace: rk.Trace, expect) -> None:  # type: i
     target = anchor(trace, trace.messages.index(trace.model_calls[-1].reply))
     assert page.evaluate("() => location.hash") == f"#{target}"
     expect(page.locator(f"#{target}")).to_be_in_viewport()
+
+
+def test_trace_files_of_other_tools_export_as_runs(root, tmp_path):
+    """A trace file in a folder of runs (rollkit's, inspect-ai's), and one given itself, export as the page shows them."""
+    folder = tmp_path / "files"
+    folder.mkdir()
+    traces = rk.load(root / "a")
+    rk.save(traces, folder / "c.jsonl")
+    rk.save(traces[:3], folder / "d.json", format="inspect")
+    runner = CliRunner()
+    done = runner.invoke(cli, ["view", str(folder), "--export", str(tmp_path / "f")])
+    assert done.exit_code == 0, done.output
+    assert "run c.jsonl: 8 of 8 rollouts" in done.output and "run d.json: 3 of 3 rollouts" in done.output
+    given = runner.invoke(cli, ["view", str(folder / "d.json"), "--export", str(tmp_path / "g"), "--limit", "2"])
+    assert given.exit_code == 0 and "run d.json: 2 of 3 rollouts" in given.output
+    keys = [t.task.key for t in traces[:2]]
+    data = _data(tmp_path / "g", 0)
+    assert [row[data["columns"].index("task_key")] for row in data["rows"]] == keys
