@@ -54,10 +54,12 @@ def _export(args: list[str], env: dict[str, str] | None = None) -> subprocess.Co
                           env={**os.environ, **(env or {})}, timeout=300)
 
 
-def _data(out: Path, k: int) -> dict:
-    text = (out / "data" / f"run-{k}.js").read_text()
-    assert text.startswith(f"window.RK_RUN_{k} = ") and "<" not in text
-    return json.loads(text[len(f"window.RK_RUN_{k} = "):].rstrip().rstrip(";"))
+def _data(out: Path, k: int | str, file: str | None = None) -> dict:
+    """What the data script `data/run-K.js` (or `data/FILE.js`, setting RK_K) sets."""
+    name = f"RK_RUN_{k}" if file is None else f"RK_{k}"
+    text = (out / "data" / f"{file or f'run-{k}'}.js").read_text()
+    assert text.startswith(f"window.{name} = ") and "<" not in text
+    return json.loads(text[len(f"window.{name} = "):].rstrip().rstrip(";"))
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +79,8 @@ def test_the_export_holds_the_runs_list_each_runs_grid_and_charts_and_every_roll
     for k, name in enumerate(sorted(["a", MARKUP])):  # the runs in the folder, by name
         run = open_run(root / name)
         data = _data(out, k)
+        summary = (out / "runs" / f"{k}.html").read_text()  # the served page's tables of a finished run
+        assert f"<b>rollouts: {len(run)} over {len(run)} tasks</b>" in summary and 'class="rk-cost"' in summary
         ids = data["rows"] and [row[data["columns"].index("id")] for row in data["rows"]]
         assert ids == run.rollouts().id.tolist()
         assert data["pages"] == [f"{n}.html" for n in range(len(run))]
@@ -92,6 +96,13 @@ def test_the_export_holds_the_runs_list_each_runs_grid_and_charts_and_every_roll
                 assert "thinking &lt;/script&gt;&lt;script&gt;window.rkPwned = 1&lt;/script&gt;" in html_text
                 assert '<div class="rk-pair">' in html_text
     assert (out / "assets" / "plotly.min.js").stat().st_size > 1_000_000  # a copy: no CDN
+    # two runs: their comparison, as the served page draws it (rk.compare over the whole runs)
+    assert '<a class="rk-compare-link" href="runs/compare.html">' in index
+    compared = (out / "runs" / "compare.html").read_text()
+    assert "<caption>A = &lt;img src=x onerror=alert(1)&gt;, B = a: 4 tasks paired" in compared
+    assert "<img" not in compared
+    (forest,) = _data(out, "COMPARE", "compare")["charts"]
+    assert forest["layout"]["title"]["text"] == "a vs &lt;img src=x onerror=alert(1)&gt; · 4 tasks paired"
 
 
 def test_the_export_holds_no_secret_and_no_path_of_the_machine(root, exported):
@@ -173,6 +184,10 @@ def test_the_export_opens_from_disk_with_no_error_no_request_and_no_payload_run(
             expect(page.locator(".rk-grid-table tbody tr")).to_have_count(1)
             page.locator("a.rk-rollout-link").click()
             _bars_at_the_traces_times(page, open_run(root / MARKUP)[2], expect)
+            page.goto((out / "index.html").as_uri())
+            page.locator("a.rk-compare-link").click()
+            expect(page.locator(".rk-compare-signals")).to_contain_text("4 tasks paired")
+            expect(page.locator(".js-plotly-plot .gtitle")).to_have_text(f"a vs {MARKUP} · 4 tasks paired")
             page.goto((out / "index.html").as_uri())
             page.get_by_role("link", name="a", exact=True).click()
             page.locator(".rk-grid-table th", has_text="reward").click()  # sorted: still text, still links

@@ -1,7 +1,9 @@
 """A static copy of runs as the viewer shows them: `export(paths, out)`.
 
 `rollkit view RUN... --export DIR` writes DIR: `index.html`, the list of
-the runs exported; `runs/K.html` per run, its numbers, its two charts
+the runs exported; for two runs, `runs/compare.html`, their comparison
+over the whole runs (the served page's forest plot and tables);
+`runs/K.html` per run, its summary tables, its two charts
 (how its rewards are spread, where its time went: rollkit.notebook.plots)
 and its grid of rollouts (paged, sorted and filtered in the browser), each
 rollout a link to `runs/K/N.html`, its page with its timeline beside its
@@ -31,7 +33,7 @@ import html
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,8 +150,8 @@ def _page(title: str, body: str, *, depth: int, scripts: Iterable[str] = ()) -> 
     return _PAGE.format(title=html.escape(title), style=STYLE + _EXPORT_STYLE, body=body + tags)
 
 
-def _rollout_pages(k: int, name: str, run: Any, rows: list[int], out: Path, done: Exported) -> None:
-    """Each rollout's own page: its timeline beside its transcript."""
+def _rollout_pages(k: int, name: str, run: Any, rows: list[int], out: Path, done: Exported) -> Iterator[Any]:
+    """Each rollout's own page: its timeline beside its transcript; yields each trace once written."""
     from .timeline import rollout_html
 
     for n in rows:
@@ -158,6 +160,7 @@ def _rollout_pages(k: int, name: str, run: Any, rows: list[int], out: Path, done
                 f'<a href="../../index.html">all runs</a></p><h3>rollout {html.escape(trace.id)} of run '
                 f"{html.escape(name)}</h3>{rollout_html(trace)}")
         _write(out / "runs" / str(k) / f"{n}.html", _page(f"rollout {trace.id}", body, depth=2), done)
+        yield trace
 
 
 def _summary(frame: Any) -> dict[str, Any]:
@@ -173,6 +176,7 @@ def _run_page(k: int, name: str, path: Path, where: str | None, limit: int | Non
               done: Exported) -> dict[str, Any]:
     """Run `k`'s page, its data scripts and its rollouts' pages; its row of the runs list."""
     from ..tables.lazyrun import open_run
+    from .viewpage import summary_html
 
     run = open_run(path)
     rows = _chosen(name, run, where, limit)
@@ -181,11 +185,12 @@ def _run_page(k: int, name: str, path: Path, where: str | None, limit: int | Non
     _write(out / "data" / f"run-{k}.js", _script_data(f"RK_RUN_{k}", {
         "columns": columns, "rows": grid, "pages": [f"{n}.html" for n in rows],
         "charts": _charts(frame) if rows else []}), done)
-    _rollout_pages(k, name, run, rows, out, done)
+    summary = summary_html(_rollout_pages(k, name, run, rows, out, done))
     taken = f"{len(rows):,} of {len(run):,} rollouts" + (f" where {where}" if where else "")
     taken += f", at most {limit:,}" if limit is not None else ""
     body = (f'<p><a class="rk-back" href="../index.html">all runs</a></p><h3>run {html.escape(name)}</h3>'
-            f'<p class="rk-taken">{html.escape(taken)}</p><div class="rk-charts" id="rk-charts"></div>'
+            f'<p class="rk-taken">{html.escape(taken)}</p><div class="rk-file-summary">{summary}</div>'
+            '<div class="rk-charts" id="rk-charts"></div>'
             f'<div class="rk-run-grid" data-rk-run="RK_RUN_{k}" data-rk-base="{k}/"></div>')
     _write(out / "runs" / f"{k}.html", _page(f"run {name}", body, depth=1, scripts=(
         "assets/plotly.min.js", f"data/run-{k}.js", "assets/viewer.js")), done)
@@ -202,12 +207,43 @@ def _run_row(r: dict[str, Any]) -> str:
             f'<td class="rk-num">{reward}</td><td class="rk-num">{cost}</td></tr>')
 
 
-def _index(listed: list[dict[str, Any]], out: Path, done: Exported) -> None:
+def _index(listed: list[dict[str, Any]], compared: str, out: Path, done: Exported) -> None:
     head = "".join(f"<th>{t}</th>" for t in ("run", "model", "rollouts", "mean reward", "cost"))
     page = (f'<h3>runs</h3><table class="rk-table rk-runs-table"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(_run_row(r) for r in listed)}</tbody></table>"
+            f"<tbody>{''.join(_run_row(r) for r in listed)}</tbody></table>{compared}"
             "<p><i>exported by rollkit view --export</i></p>")
     _write(out / "index.html", _page("runs", page, depth=0), done)
+
+
+def _comparison(runs: dict[str, Path], out: Path, done: Exported) -> str:
+    """Two runs exported: their comparison's page, as the served page shows it (over the whole runs);
+    the link to it for the runs list, "" when there are not two."""
+    if len(runs) != 2:
+        return ""
+    from ..analysis.compare import CompareError, compare
+    from ..tables.lazyrun import open_run
+    from .display import error_html
+    from .plots import forest
+    from .viewpage import comparison_html, costs_html
+
+    (name_a, a), (name_b, b) = runs.items()
+    charts = []
+    try:
+        c = compare(open_run(a), open_run(b), labels=(name_a, name_b))
+    except (CompareError, ValueError) as exc:  # e.g. no task in common
+        tables = error_html(str(exc))
+    else:
+        tables = comparison_html(c) + costs_html(c)
+        charts = [json.loads(forest(c).update_layout(width=900).to_json())]
+    _write(out / "data" / "compare.js", _script_data("RK_COMPARE", {"charts": charts}), done)
+    body = (f'<p><a class="rk-back" href="../index.html">all runs</a></p><h3>comparison: B - A '
+            f"(A = {html.escape(name_a)}, B = {html.escape(name_b)}, over the whole runs)</h3>"
+            f'<div class="rk-charts" id="rk-charts"></div><div class="rk-compare-table">{tables}</div>'
+            '<div data-rk-run="RK_COMPARE"></div>')
+    _write(out / "runs" / "compare.html", _page(f"{name_a} and {name_b}", body, depth=1, scripts=(
+        "assets/plotly.min.js", "data/compare.js", "assets/viewer.js")), done)
+    return (f'<p><a class="rk-compare-link" href="runs/compare.html">compare {html.escape(name_a)} and '
+            f"{html.escape(name_b)}</a></p>")
 
 
 def _runs(paths: list[Path]) -> dict[str, Path]:
@@ -248,7 +284,7 @@ def export(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str],
     shutil.copyfile(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", assets / "plotly.min.js")
     _write(assets / "viewer.js", (Path(__file__).parent / "export_viewer.js").read_text(encoding="utf-8"), done)
     listed = [_run_page(k, name, path, where, limit, out, done) for k, (name, path) in enumerate(runs.items())]
-    _index(listed, out, done)
+    _index(listed, _comparison(runs, out, done), out, done)
     done.files += 1
     done.bytes += (assets / "plotly.min.js").stat().st_size
     return done

@@ -1,7 +1,8 @@
 // The script of a run's page in a static export (rollkit.notebook.export):
 // draws the run's charts (plotly.js, copied beside it) and its grid of
 // rollouts, paged, sorted and filtered here, from the run's data script
-// (window.RK_RUN_<k>: columns, rows, pages, charts). It writes text only
+// (window.RK_RUN_<k>: columns, rows, pages, charts; a comparison's page
+// has its chart only, window.RK_COMPARE). It writes text only
 // (textContent), never HTML made from the data, and asks nothing of the
 // network.
 (function () {
@@ -112,6 +113,6 @@
     var data = window[host.getAttribute("data-rk-run")];
     if (!data) return;
     charts(document.getElementById("rk-charts"), data.charts);
-    grid(host, data, host.getAttribute("data-rk-base"));
+    if (data.columns) grid(host, data, host.getAttribute("data-rk-base"));
   });
 })();

@@ -54,7 +54,8 @@ from .display import STYLE, error_html, trace_html
 from .monitor import RunMonitor
 from ..core._dependencies import pa, pc
 
-__all__ = ["view", "RunCharts", "CompareView", "Address", "MAX_FLIPS", "named_paths"]
+__all__ = ["view", "RunCharts", "CompareView", "Address", "MAX_FLIPS", "named_paths", "summary_html",
+           "comparison_html", "costs_html"]
 
 MAX_FLIPS = 50  # flips listed per side (won, lost); the rest are counted
 
@@ -138,19 +139,20 @@ class RunCharts(widgets.VBox):
         self.children = [widgets.HBox(charts, layout=widgets.Layout(width="100%", flex_flow="row wrap"))]
 
 
-def _summary_html(traces: list[Trace]) -> str:
-    """A finished trace file's numbers as HTML tables: its counts, each
-    signal's mean with its interval, its cost and reward per dollar, and
-    its outcomes (the monitor's tables)."""
+def summary_html(traces: Iterable[Trace]) -> str:
+    """Finished traces' numbers as HTML tables: their counts, each
+    signal's mean with its interval, their cost and reward per dollar, and
+    their outcomes (the monitor's tables). Reads `traces` once."""
     from ..runs.live import RunState
 
     state = RunState()
-    state.begin({"total": len(traces)})
+    state.begin({"total": None})
+    tasks = set()
     for trace in traces:
         state.finished(trace)
+        tasks.add(trace.info.get("example_id", trace.task.key))
     state.end("done")
-    tasks = len({t.info.get("example_id", t.task.key) for t in traces})
-    return (f"<p><b>rollouts: {len(traces)} over {tasks} tasks</b></p>"
+    return (f"<p><b>rollouts: {state.done} over {len(tasks)} tasks</b></p>"
             f'<p class="rk-cost">{html.escape(state.run_cost().text())}</p>'
             f"{RunMonitor._signals_html(state)}{RunMonitor._outcomes_html(state)}")
 
@@ -166,7 +168,7 @@ def _trace_file_view(path: Path, copy: Path | None = None) -> tuple[widgets.Widg
         traces = load(copy or path)
     except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:  # ValueError: TraceFileError among them
         return widgets.HTML(error_html(str(exc))), False
-    summary = widgets.HTML(_summary_html(traces))
+    summary = widgets.HTML(summary_html(traces))
     summary.add_class("rk-file-summary")
     return widgets.VBox([summary, TraceBrowser(traces)]), True
 
@@ -186,7 +188,8 @@ def _folder_view(folder: Path, poll_every: float) -> widgets.Widget:
 # ---- two runs ---------------------------------------------------------------------------
 
 
-def _comparison_html(c: Any) -> str:
+def comparison_html(c: Any) -> str:
+    """rk.compare's result `c` as the page's table of signals, with what it paired and left out."""
     unit = c._unit
     head = [("signal", False), ("mean A", True), ("n A", True), ("mean B", True), ("n B", True), ("B - A", True),
             ("95% interval", True), ("p", True), ("W / T / L", True), ("missing A / B / both", True)]
@@ -207,7 +210,7 @@ def _comparison_html(c: Any) -> str:
             + "".join(f"<p>{html.escape(n)}</p>" for n in notes))
 
 
-def _costs_html(c: Any) -> str:
+def costs_html(c: Any) -> str:
     """Each run's cost and reward per dollar (rk.compare's cost_a, cost_b):
     dashes and why where a rollout's price is unknown."""
     head = [("run", False), ("cost", True), ("per rollout", True), ("rollouts", True), ("reward per dollar", True)]
@@ -295,8 +298,8 @@ class CompareView(widgets.VBox):
             return None
         self.figure = forest(self.comparison).update_layout(width=900)
         self.chart.children = [chart(self.figure, "rk-chart-forest")]
-        self.result.value = _comparison_html(self.comparison)
-        self.costs.value = _costs_html(self.comparison)
+        self.result.value = comparison_html(self.comparison)
+        self.costs.value = costs_html(self.comparison)
         self.flips.children = self._flip_widgets()
         return self.comparison
 
