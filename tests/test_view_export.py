@@ -149,8 +149,9 @@ def test_bad_input_is_named(root, tmp_path):
     full = runner.invoke(cli, ["view", str(root / "a"), "--export", str(tmp_path / "full")])
     assert full.exit_code == 2 and "is not an empty folder: export into a new or empty folder" in full.output
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
-    bad = runner.invoke(cli, ["view", str(root / "a"), "--export", str(tmp_path / "b"), "--where", "no_such > 1"])
+    bad = runner.invoke(cli, ["view", str(root), "--export", str(tmp_path / "b"), "--where", "no_such > 1"])
     assert bad.exit_code == 2 and "no_such" in bad.output
+    assert not (tmp_path / "b").exists()  # refused before the first run was written
 
 
 @pytest.mark.slow

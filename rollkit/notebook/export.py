@@ -172,14 +172,11 @@ def _summary(frame: Any) -> dict[str, Any]:
     return {"reward": None if not len(rewards) else float(rewards.mean()), "cost": cost, "model": ", ".join(models)}
 
 
-def _run_page(k: int, name: str, path: Path, where: str | None, limit: int | None, out: Path,
+def _run_page(k: int, name: str, run: Any, rows: list[int], where: str | None, limit: int | None, out: Path,
               done: Exported) -> dict[str, Any]:
-    """Run `k`'s page, its data scripts and its rollouts' pages; its row of the runs list."""
-    from ..tables.lazyrun import open_run
+    """Run `k`'s page (its rows `rows`), its data script and its rollouts' pages; its row of the runs list."""
     from .viewpage import summary_html
 
-    run = open_run(path)
-    rows = _chosen(name, run, where, limit)
     frame = run.rollouts().iloc[rows].reset_index(drop=True) if rows else run.rollouts().iloc[[]]
     grid, columns = _grid_rows(frame)
     _write(out / "data" / f"run-{k}.js", _script_data(f"RK_RUN_{k}", {
@@ -267,14 +264,15 @@ def export(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str],
         raise UsageError(f"{out} exists and is not an empty folder: export into a new or empty folder")
     if limit is not None and limit < 1:
         raise UsageError(f"--limit {limit}: give at least 1 rollout per run")
-    runs = {name: Path((read or {}).get(str(path.resolve()), path)) for name, path in _runs([Path(p) for p in paths]).items()}
+    read = read or {}
+    runs = {name: Path(read.get(str(path.resolve()), path)) for name, path in _runs([Path(p) for p in paths]).items()}
     if not runs:
         raise UsageError(f"no run to export in {', '.join(str(p) for p in paths)}")
-    if where is None and limit is None:  # refused before a file is written
-        from ..tables.lazyrun import open_run
+    from ..tables.lazyrun import open_run
 
-        for name, path in runs.items():
-            _chosen(name, open_run(path), None, None)
+    opened = {name: open_run(path) for name, path in runs.items()}
+    # Every run's rollouts chosen before a file is written: a run too large, a bad filter, refused first.
+    chosen = {name: _chosen(name, run, where, limit) for name, run in opened.items()}
     out.mkdir(parents=True, exist_ok=True)
     done = Exported(out)
     assets = out / "assets"
@@ -283,7 +281,8 @@ def export(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str],
 
     shutil.copyfile(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", assets / "plotly.min.js")
     _write(assets / "viewer.js", (Path(__file__).parent / "export_viewer.js").read_text(encoding="utf-8"), done)
-    listed = [_run_page(k, name, path, where, limit, out, done) for k, (name, path) in enumerate(runs.items())]
+    listed = [_run_page(k, name, run, chosen[name], where, limit, out, done)
+              for k, (name, run) in enumerate(opened.items())]
     _index(listed, _comparison(runs, out, done), out, done)
     done.files += 1
     done.bytes += (assets / "plotly.min.js").stat().st_size
