@@ -161,6 +161,7 @@ def test_the_export_opens_from_disk_with_no_error_no_request_and_no_payload_run(
     from test_browser import CHROMIUM, CHROMIUM_ARGS
 
     out, _ = exported
+    keyed = _hostile_keys(root / MARKUP, tmp_path)  # the grid's cells, which the page's script writes
     expect = playwright_sync.expect
     expect.set_options(timeout=60_000)
     console: list[str] = []
@@ -194,11 +195,28 @@ def test_the_export_opens_from_disk_with_no_error_no_request_and_no_payload_run(
             page.locator(".rk-grid-table th", has_text="reward").click()  # sorted: still text, still links
             expect(page.locator(".rk-grid-table tbody tr")).to_have_count(8)
             assert page.evaluate("() => [window.rkPwned, document.querySelectorAll('img').length]") == [None, 0]
+            page.goto((keyed / "runs" / "0.html").as_uri())
+            expect(page.locator(".rk-grid-table tbody tr").first.locator("td").first).to_have_text(MARKUP + SCRIPTED)
+            expect(page.locator(".rk-grid-table tbody tr")).to_have_count(4)
+            assert page.evaluate("() => [window.rkPwned, document.querySelectorAll('img').length]") == [None, 0]
         finally:
             context.close()
     errors = [line for line in console if line.startswith("error")]
     assert errors == [] and dialogs == []
-    assert requests and [u for u in requests if not u.startswith(out.as_uri() + "/")] == []
+    assert requests and [u for u in requests if not u.startswith((out.as_uri() + "/", keyed.as_uri() + "/"))] == []
+
+
+def _hostile_keys(run: Path, tmp_path: Path) -> Path:
+    """The export of `run`'s traces with markup for task keys and stop conditions."""
+    lines = []
+    for trace in rk.load(run):
+        data = json.loads(trace.model_dump_json())
+        data["task"]["key"], data["stop_condition"] = MARKUP + SCRIPTED, SCRIPTED
+        lines.append(json.dumps(data))
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "keyed.jsonl").write_text("\n".join(lines) + "\n")
+    export_module.export([tmp_path / "keys" / "keyed.jsonl"], tmp_path / "keyed")
+    return tmp_path / "keyed"
 
 
 def _bars_at_the_traces_times(page, trace: rk.Trace, expect) -> None:  # type: ignore[no-untyped-def]
