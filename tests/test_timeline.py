@@ -16,7 +16,7 @@ import pytest
 
 import rollkit as rk
 from rollkit.examples import support_agent, support_tasks, toy_customer
-from rollkit.core.trace import TaskRef
+from rollkit.core.trace import UNTIMED, TaskRef
 from rollkit.notebook.timeline import LANES, anchor, rollout_html, timeline_bars, transcript_html
 
 MARKUP = "<img src=x onerror=alert(1)>"
@@ -136,3 +136,14 @@ def test_a_trace_with_no_times_has_no_bars_and_still_draws():
     trace = rk.Trace(task=TaskRef(type="T", key="k"))
     assert timeline_bars(trace) == []
     assert 'class="rk-timeline"' in rollout_html(trace)
+
+
+def test_a_call_its_source_did_not_time_has_an_unknown_latency_never_0(forked):
+    data = json.loads(forked.model_dump_json())
+    call = data["model_calls"][1]
+    call["end"], call["timing_issue"] = call["start"], UNTIMED
+    trace = rk.Trace.model_validate_json(json.dumps(data))
+    bar = next(b for b in timeline_bars(trace) if b.label == "model call 1")
+    assert math.isnan(bar.latency) and bar.width == 0.0 and bar.note.startswith("latency unknown")
+    assert not any(b.kind == "tool" and b.start == bar.start for b in timeline_bars(trace))  # no tool round from it
+    assert "model call 1 · at " in rollout_html(trace) and "takes unknown" in rollout_html(trace)

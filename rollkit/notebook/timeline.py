@@ -26,6 +26,7 @@ It produces strings only (no widget, no script); the rollout page of
 from __future__ import annotations
 
 import html
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -58,10 +59,12 @@ class Bar:
     cost: float | None = None
     target: int | None = None
     note: str = ""
+    timed: bool = True  # False: an imported call its source did not time (drawn at its one time)
 
     @property
     def latency(self) -> float:
-        return self.end - self.start
+        """end - start; NaN (unknown, never 0) for a bar that was not timed."""
+        return self.end - self.start if self.timed else math.nan
 
 
 def _times(trace: Trace) -> tuple[float, float]:
@@ -112,6 +115,7 @@ def _raw_bars(trace: Trace, last: float) -> list[tuple[str, str, str, float, flo
         bars.append(("model", "model calls", f"model call {call.index}", call.start, call.end,
                      {"tokens": call.usage.total_tokens, "cost": call.cost_usd,
                       "target": places.get(id(call.reply)) if call.reply is not None else None,
+                      "timed": not untimed,
                       "note": "latency unknown (the source did not time it)" if untimed else
                       ("" if call.error is None else f"failed: {call.error.type}")}))
         tool_calls = (call.reply.tool_calls or []) if call.reply is not None else []
