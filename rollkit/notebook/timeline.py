@@ -165,7 +165,17 @@ def anchor(trace: Trace, index: int) -> str:
 
 
 def _seconds(value: float) -> str:
-    return "unknown" if value != value else (f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s")
+    if value != value:
+        return "unknown"
+    return f"{value * 1e6:.0f} µs" if value < 0.001 else f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _axis(length: float) -> str:
+    """The time axis under the lanes: ticks at each quarter."""
+    ticks = "".join(f'<span class="rk-tl-tick" style="left:{q * 25}%">{_seconds(length * q / 4)}</span>'
+                    for q in range(5))
+    return f'<div class="rk-tl-lane rk-tl-axis"><span class="rk-tl-name"></span><div class="rk-tl-track">{ticks}</div></div>'
+
 
 
 def _bar_text(bar: Bar) -> str:
@@ -201,14 +211,14 @@ def timeline_html(trace: Trace, bars: list[Bar] | None = None) -> str:
         for bar in (b for b in bars if b.lane == lane):
             href = "" if bar.target is None else f' href="#{anchor(trace, bar.target)}"'
             items.append(f'<a class="rk-tl-bar rk-tl-{bar.kind}"{href} data-start="{bar.start!r}" '
-                         f'data-end="{bar.end!r}" style="left:{bar.left:.4f}%;width:{bar.width:.4f}%" '
+                         f'data-end="{bar.end!r}" style="left:min({bar.left:.4f}%, calc(100% - 3px));width:{bar.width:.4f}%" '
                          f'title="{html.escape(_bar_text(bar), quote=True)}"></a>')
         if items:
             rows.append(f'<div class="rk-tl-lane" data-lane="{lane}"><span class="rk-tl-name">{lane}</span>'
                         f'<div class="rk-tl-track">{"".join(items)}</div></div>')
     listing = "".join(_listed(trace, b) for b in bars)
     return (f'<div class="rk-timeline"><b>timeline</b> · {_seconds(last - t0)} in all'
-            f'{"".join(rows)}<details><summary>the bars ({len(bars)})</summary><table class="rk-table rk-tl-list">'
+            f'{"".join(rows)}{_axis(last - t0)}<details><summary>the bars ({len(bars)})</summary><table class="rk-table rk-tl-list">'
             "<tr><th>bar</th><th>at</th><th>takes</th><th>tokens</th><th>cost</th><th></th></tr>"
             f"{listing}</table></details></div>")
 
@@ -263,6 +273,9 @@ TIMELINE_STYLE = """<style>
 .rk-tl-bar[href] {cursor: pointer;} .rk-tl-bar:hover {opacity: 1; outline: 1px solid #222;}
 .rk-tl-phase {background: #4e79a7;} .rk-tl-segment {background: #76b7b2;} .rk-tl-model {background: #f28e2b;}
 .rk-tl-tool {background: #59a14f;} .rk-tl-user {background: #e15759;} .rk-tl-fork {background: #b07aa1;}
+.rk-tl-axis .rk-tl-track {background: none; height: 16px; border-top: 1px solid #999;}
+.rk-tl-tick {position: absolute; top: 1px; font-size: 10px; opacity: .7; transform: translateX(-50%); white-space: nowrap;}
+.rk-tl-tick:first-child {transform: none;} .rk-tl-tick:last-child {transform: translateX(-100%);}
 .rk-pair {border-left: 3px solid #59a14f; padding-left: 6px; margin: 6px 0;}
 .rk-heat {display: flex; height: 6px; max-width: 92%; margin: 4px 0 0 0; background: #f4f4f4;}
 .rk-heat span {flex: 1 1 0; min-width: 1px;}
