@@ -707,6 +707,8 @@ def _export_view(folders: tuple[Path, ...], out: Path, where: str | None, limit:
         shutil.rmtree(home, ignore_errors=True)
     for name, taken, total in done.runs:
         click.echo(f"run {name}: {taken:,} of {total:,} rollouts")
+    for name, why in done.skipped:
+        click.echo(f"run {name}: not exported ({why})", err=True)
     click.echo(f"wrote {out}: {done.files:,} files, {done.bytes / 1e6:.1f} MB; open {out / 'index.html'}")
 
 

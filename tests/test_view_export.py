@@ -256,3 +256,18 @@ def test_trace_files_of_other_tools_export_as_runs(root, tmp_path):
     keys = [t.task.key for t in traces[:2]]
     data = _data(tmp_path / "g", 0)
     assert [row[data["columns"].index("task_key")] for row in data["rows"]] == keys
+
+
+def test_a_run_with_no_finished_rollout_yet_is_left_out_and_said(root, tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    os.symlink(root / "a", folder / "a", target_is_directory=True)
+    (folder / "empty").mkdir()
+    (folder / "empty" / "manifest.json").write_text((root / "a" / "manifest.json").read_text())  # a run just started
+    runner = CliRunner()
+    done = runner.invoke(cli, ["view", str(folder), "--export", str(tmp_path / "o")])
+    assert done.exit_code == 0, done.output
+    assert "run a: 8 of 8 rollouts" in done.output and "run empty: not exported (no finished rollout yet)" in done.output
+    assert not (tmp_path / "o" / "runs" / "compare.html").exists()  # one run exported: nothing to compare
+    alone = runner.invoke(cli, ["view", str(folder / "empty"), "--export", str(tmp_path / "p")])
+    assert alone.exit_code == 2 and "no run to export: empty: no finished rollout yet" in alone.output

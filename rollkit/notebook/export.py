@@ -60,6 +60,7 @@ class Exported:
 
     out: Path
     runs: list[tuple[str, int, int]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (run, why): nothing to export yet
     files: int = 0
     bytes: int = 0
 
@@ -212,13 +213,12 @@ def _index(listed: list[dict[str, Any]], compared: str, out: Path, done: Exporte
     _write(out / "index.html", _page("runs", page, depth=0), done)
 
 
-def _comparison(runs: dict[str, Path], out: Path, done: Exported) -> str:
+def _comparison(runs: dict[str, Any], out: Path, done: Exported) -> str:
     """Two runs exported: their comparison's page, as the served page shows it (over the whole runs);
     the link to it for the runs list, "" when there are not two."""
     if len(runs) != 2:
         return ""
     from ..analysis.compare import CompareError, compare
-    from ..tables.lazyrun import open_run
     from .display import error_html
     from .plots import forest
     from .viewpage import comparison_html, costs_html
@@ -226,7 +226,7 @@ def _comparison(runs: dict[str, Path], out: Path, done: Exported) -> str:
     (name_a, a), (name_b, b) = runs.items()
     charts = []
     try:
-        c = compare(open_run(a), open_run(b), labels=(name_a, name_b))
+        c = compare(a, b, labels=(name_a, name_b))
     except (CompareError, ValueError) as exc:  # e.g. no task in common
         tables = error_html(str(exc))
     else:
@@ -252,6 +252,21 @@ def _runs(paths: list[Path]) -> dict[str, Path]:
     return listed or named_paths(paths)
 
 
+def _opened(runs: dict[str, Path]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Each run's lazy run; a run with no finished rollout yet is left out, saying why."""
+    from ..tables.lazyrun import open_run
+
+    opened, skipped = {}, []
+    for name, path in runs.items():
+        try:
+            opened[name] = open_run(path)
+        except FileNotFoundError:  # a run folder whose run has not written a trace yet, an A/B test's folder
+            skipped.append((name, "no finished rollout yet"))
+    if not opened:
+        raise UsageError("no run to export: " + "; ".join(f"{name}: {why}" for name, why in skipped))
+    return opened, skipped
+
+
 def export(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str], *, where: str | None = None,
            limit: int | None = None, read: dict[str, str] | None = None) -> Exported:
     """Write the static export of the runs at `paths` to the folder `out`
@@ -268,13 +283,11 @@ def export(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str],
     runs = {name: Path(read.get(str(path.resolve()), path)) for name, path in _runs([Path(p) for p in paths]).items()}
     if not runs:
         raise UsageError(f"no run to export in {', '.join(str(p) for p in paths)}")
-    from ..tables.lazyrun import open_run
-
-    opened = {name: open_run(path) for name, path in runs.items()}
+    opened, skipped = _opened(runs)
     # Every run's rollouts chosen before a file is written: a run too large, a bad filter, refused first.
     chosen = {name: _chosen(name, run, where, limit) for name, run in opened.items()}
     out.mkdir(parents=True, exist_ok=True)
-    done = Exported(out)
+    done = Exported(out, skipped=skipped)
     assets = out / "assets"
     assets.mkdir()
     import plotly
@@ -283,7 +296,7 @@ def export(paths: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str],
     _write(assets / "viewer.js", (Path(__file__).parent / "export_viewer.js").read_text(encoding="utf-8"), done)
     listed = [_run_page(k, name, run, chosen[name], where, limit, out, done)
               for k, (name, run) in enumerate(opened.items())]
-    _index(listed, _comparison(runs, out, done), out, done)
+    _index(listed, _comparison(opened, out, done), out, done)
     done.files += 1
     done.bytes += (assets / "plotly.min.js").stat().st_size
     return done
