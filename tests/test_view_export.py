@@ -264,10 +264,12 @@ def test_a_run_with_no_finished_rollout_yet_is_left_out_and_said(root, tmp_path)
     os.symlink(root / "a", folder / "a", target_is_directory=True)
     (folder / "empty").mkdir()
     (folder / "empty" / "manifest.json").write_text((root / "a" / "manifest.json").read_text())  # a run just started
+    (folder / "torn.jsonl").write_text('{"id": "x", "task": \n')
     runner = CliRunner()
     done = runner.invoke(cli, ["view", str(folder), "--export", str(tmp_path / "o")])
     assert done.exit_code == 0, done.output
     assert "run a: 8 of 8 rollouts" in done.output and "run empty: not exported (no finished rollout yet)" in done.output
+    assert "run torn.jsonl: not exported (not readable: " in done.output
     assert not (tmp_path / "o" / "runs" / "compare.html").exists()  # one run exported: nothing to compare
     alone = runner.invoke(cli, ["view", str(folder / "empty"), "--export", str(tmp_path / "p")])
     assert alone.exit_code == 2 and "no run to export: empty: no finished rollout yet" in alone.output

@@ -253,7 +253,7 @@ def _runs(paths: list[Path]) -> dict[str, Path]:
 
 
 def _opened(runs: dict[str, Path]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """Each run's lazy run; a run with no finished rollout yet is left out, saying why."""
+    """Each run's lazy run; a run with no finished rollout yet, or not readable, is left out, saying why."""
     from ..tables.lazyrun import open_run
 
     opened, skipped = {}, []
@@ -262,6 +262,8 @@ def _opened(runs: dict[str, Path]) -> tuple[dict[str, Any], list[tuple[str, str]
             opened[name] = open_run(path)
         except FileNotFoundError:  # a run folder whose run has not written a trace yet, an A/B test's folder
             skipped.append((name, "no finished rollout yet"))
+        except ValueError as exc:  # a damaged or unreadable trace file: the served page says so too
+            skipped.append((name, f"not readable: {exc}"))
     if not opened:
         raise UsageError("no run to export: " + "; ".join(f"{name}: {why}" for name, why in skipped))
     return opened, skipped
