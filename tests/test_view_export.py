@@ -82,7 +82,7 @@ def test_the_export_holds_the_runs_list_each_runs_grid_and_charts_and_every_roll
         summary = (out / "runs" / f"{k}.html").read_text()  # the served page's tables of a finished run
         assert f"<b>rollouts: {len(run)} over {len(run)} tasks</b>" in summary and 'class="rk-cost"' in summary
         ids = data["rows"] and [row[data["columns"].index("id")] for row in data["rows"]]
-        assert ids == run.rollouts().id.tolist()
+        assert ids == run.rollouts().id.tolist() == [run[n].id for n in range(len(run))]  # row N is page N
         assert data["pages"] == [f"{n}.html" for n in range(len(run))]
         titles = [c["layout"]["title"]["text"] for c in data["charts"]]
         assert [t.split(" · ")[0] for t in titles] == ["reward distribution", "phase timing"]

@@ -40,7 +40,7 @@ from typing import Any
 
 from ..core.errors import UsageError
 
-__all__ = ["export", "ExportTooLarge", "Exported", "MAX_WHOLE", "SIZE_PER_1000"]
+__all__ = ["export", "ExportTooLarge", "Exported", "MAX_WHOLE", "MAX_TRACE_BYTES", "SIZE_PER_1000"]
 
 MAX_WHOLE = 2_000  # rollouts of one run an export takes without --where or --limit
 MAX_TRACE_BYTES = 100_000_000  # nor a run whose traces take more (its export: about 4 times that)
@@ -51,7 +51,7 @@ _GRID_COLUMNS = ("task_key", "ok", "reward", "turns", "total_tokens", "cost_usd"
 
 
 class ExportTooLarge(UsageError):
-    """A run holds more rollouts than an export takes whole."""
+    """A run holds more rollouts (or more bytes of traces) than an export takes whole."""
 
 
 @dataclass
