@@ -101,6 +101,8 @@ def test_the_export_holds_the_runs_list_each_runs_grid_and_charts_and_every_roll
     compared = (out / "runs" / "compare.html").read_text()
     assert "<caption>A = &lt;img src=x onerror=alert(1)&gt;, B = a: 4 tasks paired" in compared
     assert "<img" not in compared
+    assert re.search(r"<p><b>tasks B won on reward: \d+</b></p>", compared)  # the flips, as the served page lists them
+    assert "<p><b>tasks B lost on reward: " in compared and 'class="rk-table rk-flips-lost"' in compared
     (forest,) = _data(out, "COMPARE", "compare")["charts"]
     assert forest["layout"]["title"]["text"] == "a vs &lt;img src=x onerror=alert(1)&gt; · 4 tasks paired"
 

@@ -213,6 +213,23 @@ def _index(listed: list[dict[str, Any]], compared: str, out: Path, done: Exporte
     _write(out / "index.html", _page("runs", page, depth=0), done)
 
 
+def _flips_html(c: Any) -> str:
+    """The tasks B won and lost on the headline signal, as the served page lists them (without its buttons)."""
+    from .viewpage import MAX_FLIPS, flips, number_text
+
+    signal, won, lost = flips(c)
+    parts = []
+    for title, rows, kind in (("won", won, "won"), ("lost", lost, "lost")):
+        body = "".join(f"<tr><td>{html.escape(str(r['key']))}</td><td class=\"rk-num\">{number_text(r['a'])}</td>"
+                       f"<td class=\"rk-num\">{number_text(r['b'])}</td><td class=\"rk-num\">{r['diff']:+.3f}</td></tr>"
+                       for r in rows[:MAX_FLIPS])
+        more = f"<p>and {len(rows) - MAX_FLIPS} more</p>" if len(rows) > MAX_FLIPS else ""
+        parts.append(f"<p><b>{html.escape(f'{c._unit}s B {title} on {signal}')}: {len(rows)}</b></p>"
+                     f'<table class="rk-table rk-flips-{kind}"><tr><th>{html.escape(c._unit)}</th><th>A</th>'
+                     f"<th>B</th><th>B - A</th></tr>{body}</table>{more}")
+    return "".join(parts)
+
+
 def _comparison(runs: dict[str, Any], out: Path, done: Exported) -> str:
     """Two runs exported: their comparison's page, as the served page shows it (over the whole runs);
     the link to it for the runs list, "" when there are not two."""
@@ -230,7 +247,7 @@ def _comparison(runs: dict[str, Any], out: Path, done: Exported) -> str:
     except (CompareError, ValueError) as exc:  # e.g. no task in common
         tables = error_html(str(exc))
     else:
-        tables = comparison_html(c) + costs_html(c)
+        tables = comparison_html(c) + costs_html(c) + _flips_html(c)
         charts = [json.loads(forest(c).update_layout(width=900).to_json())]
     _write(out / "data" / "compare.js", _script_data("RK_COMPARE", {"charts": charts}), done)
     body = (f'<p><a class="rk-back" href="../index.html">all runs</a></p><h3>comparison: B - A '

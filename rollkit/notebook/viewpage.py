@@ -55,7 +55,8 @@ from .monitor import RunMonitor
 from ..core._dependencies import pa, pc
 
 __all__ = ["view", "RunCharts", "CompareView", "Address", "MAX_FLIPS", "named_paths", "summary_html",
-           "comparison_html", "costs_html"]
+           "comparison_html", "costs_html", "flips",
+           "number_text"]
 
 MAX_FLIPS = 50  # flips listed per side (won, lost); the rest are counted
 
@@ -71,7 +72,8 @@ PAGE_STYLE = """<style>
 </style>"""
 
 
-def _num(value: float | None, digits: int = 3) -> str:
+def number_text(value: float | None, digits: int = 3) -> str:
+    """A number as the page's tables show it; a dash for none."""
     return "–" if value is None else f"{value:.{digits}f}"
 
 
@@ -193,8 +195,9 @@ def comparison_html(c: Any) -> str:
     unit = c._unit
     head = [("signal", False), ("mean A", True), ("n A", True), ("mean B", True), ("n B", True), ("B - A", True),
             ("95% interval", True), ("p", True), ("W / T / L", True), ("missing A / B / both", True)]
-    rows = [[s.signal, _num(s.mean_a), f"{s.scored_a}/{s.total_a}", _num(s.mean_b), f"{s.scored_b}/{s.total_b}",
-             _num(s.diff), "–" if s.low is None else f"[{s.low:.3f}, {s.high:.3f}]", _num(s.p_value),
+    rows = [[s.signal, number_text(s.mean_a), f"{s.scored_a}/{s.total_a}", number_text(s.mean_b),
+             f"{s.scored_b}/{s.total_b}",
+             number_text(s.diff), "–" if s.low is None else f"[{s.low:.3f}, {s.high:.3f}]", number_text(s.p_value),
              f"{s.wins} / {s.ties} / {s.losses}", f"{s.missing_a} / {s.missing_b} / {s.missing_both}"]
             for s in c.signals]
     paired = " (by task: repeats averaged)" if c.by == "task" else " (by task and repeat)"
@@ -247,6 +250,19 @@ def _row_of(run: Any, row: dict[str, Any]) -> int | None:
         if key == row["example_id"] and repeat == row["repeat"]:
             return i
     return None
+
+
+def flips(c: Any) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """rk.compare's result `c`: its headline signal (the first compared) and
+    the pairs B won and lost on it, the largest differences first."""
+    compared = [s.signal for s in c.signals if s.diff is not None]
+    if not compared:
+        return "", [], []
+    signal = compared[0]
+    rows = [r for r in c.rows if r["signal"] == signal]
+    won = sorted((r for r in rows if r["outcome"] == "win"), key=lambda r: (-r["diff"], r["key"]))
+    lost = sorted((r for r in rows if r["outcome"] == "loss"), key=lambda r: (r["diff"], r["key"]))
+    return signal, won, lost
 
 
 class CompareView(widgets.VBox):
@@ -305,16 +321,8 @@ class CompareView(widgets.VBox):
 
     def flipped(self) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
         """The headline signal (the first compared) and its pairs B won and
-        lost, the largest differences first."""
-        c = self.comparison
-        compared = [s.signal for s in c.signals if s.diff is not None]
-        if not compared:
-            return "", [], []
-        signal = compared[0]
-        rows = [r for r in c.rows if r["signal"] == signal]
-        won = sorted((r for r in rows if r["outcome"] == "win"), key=lambda r: (-r["diff"], r["key"]))
-        lost = sorted((r for r in rows if r["outcome"] == "loss"), key=lambda r: (r["diff"], r["key"]))
-        return signal, won, lost
+        lost, the largest differences first (`flips`)."""
+        return flips(self.comparison)
 
     def _flip_widgets(self) -> list[widgets.Widget]:
         signal, won, lost = self.flipped()
@@ -332,7 +340,7 @@ class CompareView(widgets.VBox):
                 cell.add_class("rk-flip-head")
                 cells.append(cell)
             for row in rows[:MAX_FLIPS]:
-                for text in (row["key"], _num(row["a"]), _num(row["b"]), f"{row['diff']:+.3f}"):
+                for text in (row["key"], number_text(row["a"]), number_text(row["b"]), f"{row['diff']:+.3f}"):
                     cell = widgets.HTML(html.escape(str(text)))
                     cell.add_class("rk-flip-cell")
                     cells.append(cell)
