@@ -599,7 +599,12 @@ def _free_port() -> int:
 @click.argument("folders", metavar="DIR...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=0, help="Port on 127.0.0.1 (default: a free one).")
 @click.option("--poll", type=click.FloatRange(min=0.05), default=0.5, show_default=True, help="Seconds between reads of each folder.")
-def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
+@click.option("--export", "export_to", type=click.Path(path_type=Path), default=None,
+              help="Write a static copy to this folder (opens from disk, no server) instead of serving.")
+@click.option("--where", default=None, help="With --export: only the rollouts where this filter over the run's columns holds.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="With --export: at most N rollouts per run.")
+def view_command(folders: tuple[Path, ...], port: int, poll: float, export_to: Path | None, where: str | None,
+                 limit: int | None) -> None:
     """Serve a page (Voila, on 127.0.0.1 only) that follows each run folder
     DIR as it is written: done / in flight / failed, the rollouts in flight,
     running means with 95% intervals, stop reasons and errors, the slowest
@@ -608,8 +613,14 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
     (an inspect-ai log, a verifiers results.jsonl, ...): the page shows its
     summary and a trace browser. A folder holding runs (run folders, trace
     files) shows the list of its runs, newest first: open one, or compare
-    two. Every run and rollout has its own address. Prints the URL; Ctrl-C
-    stops the server.
+    two. Every run and rollout has its own address; a rollout's page shows
+    its timeline beside its transcript. Prints the URL; Ctrl-C stops the
+    server.
+
+    With --export DIR it serves nothing: it writes DIR, a static copy of
+    the runs list, the runs' charts and grids and the rollouts' pages that
+    opens from disk (file://) with no server. --where and --limit (per run)
+    choose the rollouts; a run too large to take whole needs one of them.
 
     A DIR that does not exist yet, in a folder that does, is waited for (a
     run may be about to start there): the terminal and the page say so. A
@@ -620,12 +631,21 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
       rollkit view runs/a runs/b
       rollkit view runs
       rollkit view logs/2025-01-01_task.eval
+      rollkit view runs/a --export share/a --where 'reward < 1'
     """
+    if export_to is None and (where is not None or limit is not None):
+        raise click.UsageError("--where and --limit choose what --export writes; give --export DIR with them")
+    if export_to is not None:
+        _export_view(folders, export_to, where, limit)
+    else:
+        _serve_view(folders, port, poll)
+
+
+def _serve_view(folders: tuple[Path, ...], port: int, poll: float) -> None:
+    """`rollkit view DIR...`: the page, served by Voila until stopped."""
     import importlib.util
     import shutil
     import tempfile
-
-    from .tables.runfolder import is_run_folder, runs_in
 
     if importlib.util.find_spec("voila") is None:
         raise click.ClickException("rollkit view serves its page with Voila, which is not installed: pip install 'rollkit[view]'")
@@ -657,6 +677,39 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float) -> None:
     finally:
         shutil.rmtree(home, ignore_errors=True)
         watchdog.forget_folder(home)
+
+
+def _export_view(folders: tuple[Path, ...], out: Path, where: str | None, limit: int | None) -> None:
+    """`rollkit view ... --export OUT`: the static copy (rollkit.notebook.export), no server."""
+    import shutil
+    import tempfile
+
+    from .core.errors import UsageError
+    from .core.store import save
+
+    files = {}
+    for folder in folders:
+        _refuse_run_folder_file(folder, "view")
+        if not folder.exists():
+            raise click.UsageError(f"{folder} does not exist: --export writes runs that are there")
+        if not folder.is_dir():
+            files[folder] = _check_trace_file(folder)
+    home = Path(tempfile.mkdtemp(prefix="rollkit-export-"))
+    try:
+        read = {str(f.resolve()): str(save(traces, home / f"read-{n}.jsonl")) for n, (f, traces) in enumerate(files.items())}
+        from .notebook.export import export
+
+        try:
+            done = export(folders, out, where=where, limit=limit, read=read)
+        except UsageError as exc:
+            raise click.UsageError(str(exc)) from None
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    for name, taken, total in done.runs:
+        click.echo(f"run {name}: {taken:,} of {total:,} rollouts")
+    for name, why in done.skipped:
+        click.echo(f"run {name}: not exported ({why})", err=True)
+    click.echo(f"wrote {out}: {done.files:,} files, {done.bytes / 1e6:.1f} MB; open {out / 'index.html'}")
 
 
 def _check_view_folder(folder: Path) -> None:

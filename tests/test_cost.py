@@ -501,12 +501,12 @@ async def test_atif_written_by_rollkit_carries_each_steps_dollars_and_the_total(
 
 
 async def test_rollkit_views_page_of_a_trace_file_gives_its_cost():
-    from rollkit.notebook.viewpage import _summary_html
+    from rollkit.notebook.viewpage import summary_html
 
     rk.prices({"toy-calculator": TOY_PRICES})
     traces = [await demo_agent().run(t) for t in arithmetic_tasks(2)]
     total = sum(t.cost_usd for t in traces)
-    assert f'<p class="rk-cost">cost: ${total:.4f} (${total / 2:.4f} per rollout over 2)' in _summary_html(traces)
+    assert f'<p class="rk-cost">cost: ${total:.4f} (${total / 2:.4f} per rollout over 2)' in summary_html(traces)
 
 
 async def test_a_traces_html_gives_its_cost_against_its_limit_and_where_the_rates_came_from():

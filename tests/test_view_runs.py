@@ -166,10 +166,12 @@ def test_the_page_of_a_folder_of_runs_is_its_list_and_each_address_opens_what_it
     ids = open_run(folder / "a").rollouts().id.tolist()
     assert f'href="?token=t0k%26n%3C&amp;run=a&amp;rollout={ids[0]}"' in grids[0].grid.value
     assert 'href="?token=t0k%26n%3C"' in page.children[1].value  # back to the list
-    # one rollout: its transcript, escaped
+    # one rollout: its timeline beside its transcript (tests/test_timeline.py), escaped
     page = view([folder], query=f"{QUERY}&run=b&rollout={rk.load(folder / 'b')[0].id}")
     (shown,) = page.children[2:]
     assert "rollout" in shown.value and html.escape(MARKUP) in shown.value and "<img" not in shown.value
+    assert '<div class="rk-rollout"><div class="rk-tl-col"><div class="rk-timeline">' in shown.value
+    assert shown.value.count('class="rk-tl-bar rk-tl-model"') == rk.load(folder / "b")[0].num_turns
     # opened from a search: the matching messages first, each match marked, escaped
     searched = view([folder], query=f"run=b&rollout={rk.load(folder / 'b')[0].id}&q=<IMG src").children[2].value
     assert "<div class='rk-matches'>" in searched and "<mark>&lt;img src</mark>=x" in searched

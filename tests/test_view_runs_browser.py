@@ -4,7 +4,8 @@ two runs, a third that starts while the page is open (a real `rk.evaluate`
 subprocess whose model answers only when the test opens its gate, as
 tests/test_view.py) and finishes; two runs picked and compared (the
 forest plot, cost and reward per dollar); a run's address, its grid turned
-a page, sorted, filtered and searched; a rollout's own address. Every page:
+a page, sorted, filtered and searched; a rollout's own address and its
+timeline (a bar clicked scrolls to its message). Every page:
 no error in the console (uncaught ones counted: test_browser._page) and no
 request to any host but the viewer's.
 """
@@ -25,6 +26,7 @@ from test_view import RUNNER, _env, _Served, _stop, _tree, _url
 
 import rollkit as rk
 from rollkit.examples.arithmetic import arithmetic_tasks, demo_agent
+from rollkit.notebook.timeline import anchor
 from rollkit.tables.lazyrun import open_run
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
@@ -180,6 +182,14 @@ def test_a_runs_address_shows_its_grid_paged_sorted_filtered_searched_and_a_roll
             expect(shown.locator(".rk-assistant").last).to_contain_text("The answer is")
             expect(shown.locator(".rk-matches mark").first).to_contain_text("+")  # opened from the search
             assert f"rollout={rollout}" in page.url and "token=" in page.url and "q=+%2B+" in page.url
+            # its timeline (issue 53): a bar per model call; clicking the last scrolls to its reply
+            trace = run.trace(rollout)
+            bars = shown.locator(".rk-tl-bar.rk-tl-model")
+            expect(bars).to_have_count(len(trace.model_calls))
+            bars.last.click()
+            target = anchor(trace, trace.messages.index(trace.model_calls[-1].reply))
+            expect(page.locator(f"#{target}")).to_be_in_viewport()
+            assert page.evaluate("() => location.hash") == f"#{target}"
         _clean(console, aborted)
     finally:
         _stop(viewer)

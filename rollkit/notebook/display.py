@@ -27,7 +27,7 @@ from typing import Any
 from ..core.prices import dollars
 from ..core.trace import PHASES, Trace
 
-__all__ = ["chat_html", "message_html", "tokens_html", "trace_html", "status_html", "error_html", "STYLE"]
+__all__ = ["chat_html", "message_html", "tokens_html", "token_chances", "trace_html", "status_html", "error_html", "STYLE"]
 
 # Texts longer than this (or with more lines) are folded behind a summary
 # line, so one huge tool result does not push the conversation off screen.
@@ -70,24 +70,28 @@ def _fold(text: str) -> str:
     )
 
 
-def tokens_html(tokens: Any) -> str:
-    """A reply's tokens (`TokenLogprobs` with `text` and `logprobs`), each
-    escaped and shaded by its probability (red: unlikely, clear: certain),
-    its logprob in the tooltip; "" when the call kept no such tokens."""
+def token_chances(tokens: Any) -> list[tuple[str, float, float]]:
+    """A reply's tokens (`TokenLogprobs` with `text` and `logprobs`) as
+    (text, logprob, probability); [] when the call kept no such tokens."""
     if tokens is None or not tokens.text or not tokens.logprobs or len(tokens.text) != len(tokens.logprobs):
-        return ""
-    spans = []
-    for text, logprob in zip(tokens.text, tokens.logprobs):
-        p = math.exp(min(0.0, logprob))
-        spans.append(f'<span class="rk-tok" style="background: rgba(220,40,40,{0.75 * (1 - p):.2f})" '
-                     f'title="logprob {logprob:.3f} (p {p:.3f})">{html.escape(text)}</span>')
-    return "".join(spans)
+        return []
+    return [(text, logprob, math.exp(min(0.0, logprob))) for text, logprob in zip(tokens.text, tokens.logprobs)]
 
 
-def message_html(message: Any, tokens: Any = None) -> str:
+def tokens_html(tokens: Any) -> str:
+    """A reply's tokens, each escaped and shaded by its probability (red:
+    unlikely, clear: certain), its logprob in the tooltip; "" when the call
+    kept no such tokens."""
+    return "".join(f'<span class="rk-tok" style="background: rgba(220,40,40,{0.75 * (1 - p):.2f})" '
+                   f'title="logprob {logprob:.3f} (p {p:.3f})">{html.escape(text)}</span>'
+                   for text, logprob, p in token_chances(tokens))
+
+
+def message_html(message: Any, tokens: Any = None, *, fold_reasoning: bool = False) -> str:
     """One message as a chat bubble; a reply whose `tokens` (its call's
     `TokenLogprobs`) are given is shown coloured by logprob (`tokens_html`):
-    in place of its text when they spell it, else below it."""
+    in place of its text when they spell it, else below it. With
+    `fold_reasoning` a reply's reasoning is folded behind one line."""
     role = getattr(message, "role", "?")
     content = getattr(message, "content", None) or ""
     parts = []
@@ -97,7 +101,10 @@ def message_html(message: Any, tokens: Any = None) -> str:
         label = role
     parts.append(f'<div class="rk-role">{html.escape(label)}</div>')
     reasoning = getattr(message, "reasoning", None)
-    if reasoning:
+    if reasoning and fold_reasoning:
+        parts.append(f'<details class="rk-reasoning"><summary>thinking ({len(reasoning):,} characters)</summary>'
+                     f"{html.escape(reasoning)}</details>")
+    elif reasoning:
         parts.append(f'<div class="rk-reasoning">thinking: {_fold(reasoning)}</div>')
     shaded = tokens_html(tokens)
     spelled = bool(shaded) and "".join(tokens.text) == content
@@ -250,10 +257,11 @@ def _reply_tokens(trace: Trace) -> dict[int, Any]:
             if call.reply is not None and call.tokens is not None}
 
 
-def trace_html(trace: Trace, *, logprobs: bool = False) -> str:
+def trace_html(trace: Trace, *, logprobs: bool = False, transcript: str | None = None) -> str:
     """A whole trace as HTML: summary, transcript, signals, phases. With
     `logprobs=True` a reply whose call kept its token logprobs is coloured
-    by them (off by default: it is a lot of markup)."""
+    by them (off by default: it is a lot of markup). `transcript` is HTML
+    drawn in place of the chat (the rollout page's, rollkit.notebook.timeline)."""
     limits = trace.limits or {}
     inferred = trace.info.get("inferred") if isinstance(trace.info.get("inferred"), list) else []
     summary = (
@@ -272,11 +280,13 @@ def trace_html(trace: Trace, *, logprobs: bool = False) -> str:
         "</table>"
     )
     warnings = "".join(f'<p class="rk-stopped">warning: {html.escape(w)}</p>' for w in trace.warnings)
+    chat = transcript if transcript is not None else chat_html(
+        trace.messages, style=False, tokens=_reply_tokens(trace) if logprobs else None)
     return (
         f'{STYLE}<div class="rk-trace" data-trace="{html.escape(trace.id)}">'
         f"<b>rollkit trace</b>{summary}{_inferred_html(trace)}{warnings}"
         f"<details open><summary><b>transcript</b> ({len(trace.messages)} messages)</summary>"
-        f"{chat_html(trace.messages, style=False, tokens=_reply_tokens(trace) if logprobs else None)}</details>"
+        f"{chat}</details>"
         f"{_other_replies_html(trace)}"
         f"<details open><summary><b>signals</b></summary>{_signals_html(trace)}</details>"
         f"<details><summary><b>phases</b></summary>{_phases_html(trace)}</details>"

@@ -14,7 +14,8 @@ interval and B's wins / ties / losses beside it (`plots.forest`), the same
 numbers as an HTML table, and the flips, the tasks B won and lost on the
 headline signal; a flip's button opens the two transcripts side by side.
 
-Each run also gets its rollouts' grid (`RunGrid`, the run browser's
+A rollout's own page shows its timeline beside its transcript
+(rollkit.notebook.timeline). Each run also gets its rollouts' grid (`RunGrid`, the run browser's
 engine: paged, sorted, filtered and searched on the server, from the run's
 tables), every rollout in it a link to its own address.
 
@@ -53,7 +54,9 @@ from .display import STYLE, error_html, trace_html
 from .monitor import RunMonitor
 from ..core._dependencies import pa, pc
 
-__all__ = ["view", "RunCharts", "CompareView", "Address", "MAX_FLIPS"]
+__all__ = ["view", "RunCharts", "CompareView", "Address", "MAX_FLIPS", "named_paths", "summary_html",
+           "comparison_html", "costs_html", "flips",
+           "number_text"]
 
 MAX_FLIPS = 50  # flips listed per side (won, lost); the rest are counted
 
@@ -69,7 +72,8 @@ PAGE_STYLE = """<style>
 </style>"""
 
 
-def _num(value: float | None, digits: int = 3) -> str:
+def number_text(value: float | None, digits: int = 3) -> str:
+    """A number as the page's tables show it; a dash for none."""
     return "–" if value is None else f"{value:.{digits}f}"
 
 
@@ -137,19 +141,20 @@ class RunCharts(widgets.VBox):
         self.children = [widgets.HBox(charts, layout=widgets.Layout(width="100%", flex_flow="row wrap"))]
 
 
-def _summary_html(traces: list[Trace]) -> str:
-    """A finished trace file's numbers as HTML tables: its counts, each
-    signal's mean with its interval, its cost and reward per dollar, and
-    its outcomes (the monitor's tables)."""
+def summary_html(traces: Iterable[Trace]) -> str:
+    """Finished traces' numbers as HTML tables: their counts, each
+    signal's mean with its interval, their cost and reward per dollar, and
+    their outcomes (the monitor's tables). Reads `traces` once."""
     from ..runs.live import RunState
 
     state = RunState()
-    state.begin({"total": len(traces)})
+    state.begin({"total": None})
+    tasks = set()
     for trace in traces:
         state.finished(trace)
+        tasks.add(trace.info.get("example_id", trace.task.key))
     state.end("done")
-    tasks = len({t.info.get("example_id", t.task.key) for t in traces})
-    return (f"<p><b>rollouts: {len(traces)} over {tasks} tasks</b></p>"
+    return (f"<p><b>rollouts: {state.done} over {len(tasks)} tasks</b></p>"
             f'<p class="rk-cost">{html.escape(state.run_cost().text())}</p>'
             f"{RunMonitor._signals_html(state)}{RunMonitor._outcomes_html(state)}")
 
@@ -165,7 +170,7 @@ def _trace_file_view(path: Path, copy: Path | None = None) -> tuple[widgets.Widg
         traces = load(copy or path)
     except (FileNotFoundError, ModuleNotFoundError, ValueError) as exc:  # ValueError: TraceFileError among them
         return widgets.HTML(error_html(str(exc))), False
-    summary = widgets.HTML(_summary_html(traces))
+    summary = widgets.HTML(summary_html(traces))
     summary.add_class("rk-file-summary")
     return widgets.VBox([summary, TraceBrowser(traces)]), True
 
@@ -185,12 +190,14 @@ def _folder_view(folder: Path, poll_every: float) -> widgets.Widget:
 # ---- two runs ---------------------------------------------------------------------------
 
 
-def _comparison_html(c: Any) -> str:
+def comparison_html(c: Any) -> str:
+    """rk.compare's result `c` as the page's table of signals, with what it paired and left out."""
     unit = c._unit
     head = [("signal", False), ("mean A", True), ("n A", True), ("mean B", True), ("n B", True), ("B - A", True),
             ("95% interval", True), ("p", True), ("W / T / L", True), ("missing A / B / both", True)]
-    rows = [[s.signal, _num(s.mean_a), f"{s.scored_a}/{s.total_a}", _num(s.mean_b), f"{s.scored_b}/{s.total_b}",
-             _num(s.diff), "–" if s.low is None else f"[{s.low:.3f}, {s.high:.3f}]", _num(s.p_value),
+    rows = [[s.signal, number_text(s.mean_a), f"{s.scored_a}/{s.total_a}", number_text(s.mean_b),
+             f"{s.scored_b}/{s.total_b}",
+             number_text(s.diff), "–" if s.low is None else f"[{s.low:.3f}, {s.high:.3f}]", number_text(s.p_value),
              f"{s.wins} / {s.ties} / {s.losses}", f"{s.missing_a} / {s.missing_b} / {s.missing_both}"]
             for s in c.signals]
     paired = " (by task: repeats averaged)" if c.by == "task" else " (by task and repeat)"
@@ -206,7 +213,7 @@ def _comparison_html(c: Any) -> str:
             + "".join(f"<p>{html.escape(n)}</p>" for n in notes))
 
 
-def _costs_html(c: Any) -> str:
+def costs_html(c: Any) -> str:
     """Each run's cost and reward per dollar (rk.compare's cost_a, cost_b):
     dashes and why where a rollout's price is unknown."""
     head = [("run", False), ("cost", True), ("per rollout", True), ("rollouts", True), ("reward per dollar", True)]
@@ -243,6 +250,19 @@ def _row_of(run: Any, row: dict[str, Any]) -> int | None:
         if key == row["example_id"] and repeat == row["repeat"]:
             return i
     return None
+
+
+def flips(c: Any) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """rk.compare's result `c`: its headline signal (the first compared) and
+    the pairs B won and lost on it, the largest differences first."""
+    compared = [s.signal for s in c.signals if s.diff is not None]
+    if not compared:
+        return "", [], []
+    signal = compared[0]
+    rows = [r for r in c.rows if r["signal"] == signal]
+    won = sorted((r for r in rows if r["outcome"] == "win"), key=lambda r: (-r["diff"], r["key"]))
+    lost = sorted((r for r in rows if r["outcome"] == "loss"), key=lambda r: (r["diff"], r["key"]))
+    return signal, won, lost
 
 
 class CompareView(widgets.VBox):
@@ -294,23 +314,15 @@ class CompareView(widgets.VBox):
             return None
         self.figure = forest(self.comparison).update_layout(width=900)
         self.chart.children = [chart(self.figure, "rk-chart-forest")]
-        self.result.value = _comparison_html(self.comparison)
-        self.costs.value = _costs_html(self.comparison)
+        self.result.value = comparison_html(self.comparison)
+        self.costs.value = costs_html(self.comparison)
         self.flips.children = self._flip_widgets()
         return self.comparison
 
     def flipped(self) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
         """The headline signal (the first compared) and its pairs B won and
-        lost, the largest differences first."""
-        c = self.comparison
-        compared = [s.signal for s in c.signals if s.diff is not None]
-        if not compared:
-            return "", [], []
-        signal = compared[0]
-        rows = [r for r in c.rows if r["signal"] == signal]
-        won = sorted((r for r in rows if r["outcome"] == "win"), key=lambda r: (-r["diff"], r["key"]))
-        lost = sorted((r for r in rows if r["outcome"] == "loss"), key=lambda r: (r["diff"], r["key"]))
-        return signal, won, lost
+        lost, the largest differences first (`flips`)."""
+        return flips(self.comparison)
 
     def _flip_widgets(self) -> list[widgets.Widget]:
         signal, won, lost = self.flipped()
@@ -328,7 +340,7 @@ class CompareView(widgets.VBox):
                 cell.add_class("rk-flip-head")
                 cells.append(cell)
             for row in rows[:MAX_FLIPS]:
-                for text in (row["key"], _num(row["a"]), _num(row["b"]), f"{row['diff']:+.3f}"):
+                for text in (row["key"], number_text(row["a"]), number_text(row["b"]), f"{row['diff']:+.3f}"):
                     cell = widgets.HTML(html.escape(str(text)))
                     cell.add_class("rk-flip-cell")
                     cells.append(cell)
@@ -394,7 +406,7 @@ class Address:
         return "?" + urlencode(pairs + ([("q", searched)] if searched else []))
 
 
-def _named(paths: list[Path]) -> dict[str, Path]:
+def named_paths(paths: list[Path]) -> dict[str, Path]:
     """Each path given by a name for the URL: its own, numbered when two share one."""
     named: dict[str, Path] = {}
     for path in paths:
@@ -420,11 +432,13 @@ def _grid(source: Path, link: Callable[..., str]) -> widgets.Widget:
 
 
 def _rollout_page(name: str, source: Path, rollout: str, address: Address) -> list[widgets.Widget]:
-    """One rollout's page: its transcript, and a link back to its run."""
+    """One rollout's page: its timeline beside its transcript
+    (rollkit.notebook.timeline), and a link back to its run."""
     import re
 
     from ..tables.lazyrun import open_run
     from .runbrowser import matches_html
+    from .timeline import rollout_html
 
     back = f'<p><a class="rk-back" href="{html.escape(address.url([name]), quote=True)}">all of run {html.escape(name)}</a></p>'
     try:
@@ -433,7 +447,7 @@ def _rollout_page(name: str, source: Path, rollout: str, address: Address) -> li
         body = error_html(f"run {name} has no rollout {rollout!r} ({exc})" if isinstance(exc, KeyError) else str(exc))
     else:
         searched = address.searched and re.compile(re.escape(address.searched), re.IGNORECASE)
-        body = matches_html(trace, searched or None) + trace_html(trace)
+        body = matches_html(trace, searched or None) + rollout_html(trace)
     part = widgets.HTML(f"<h3>rollout {html.escape(rollout)} of run {html.escape(name)}</h3>{back}{body}")
     part.add_class("rk-rollout-page")
     return [part]
@@ -473,7 +487,7 @@ def view(paths: Iterable[str | os.PathLike[str]], *, poll_every: float = 0.5,
     given = [Path(p) for p in paths]
     read = read or {}
     listed = runs_in(given[0]) if len(given) == 1 else {}
-    named = listed or _named(given)
+    named = listed or named_paths(given)
     parts: list[widgets.Widget] = [widgets.HTML(STYLE + PAGE_STYLE)]
     if listed and not address.runs:
         parts.append(RunsList(given[0], link=address.url, poll_every=max(poll_every, 1.0)))
