@@ -44,7 +44,7 @@ __all__ = ["export", "ExportTooLarge", "Exported", "MAX_WHOLE", "MAX_TRACE_BYTES
 
 MAX_WHOLE = 2_000  # rollouts of one run an export takes without --where or --limit
 MAX_TRACE_BYTES = 100_000_000  # nor a run whose traces take more (its export: about 4 times that)
-# benchmarks/export_size.py: 13.9 MB per 1,000 arithmetic demo rollouts, 4.3 times their traces.jsonl
+# What the refusal tells the user; benchmarks/export_size.py measures it.
 SIZE_PER_1000 = "about 14 MB per 1,000 short rollouts, about 4 times the size of their traces"
 
 _GRID_COLUMNS = ("task_key", "ok", "reward", "turns", "total_tokens", "cost_usd", "stop", "id")
