@@ -249,7 +249,29 @@ def test_saved_traces_fork_and_score_in_a_new_process(tmp_path):
     for index in range(2):  # the scripted model never answers in tags: 0, found by the rebuilt dataset's scorer
         assert forks[f"leg_counting:5:{index}"][:2] == [{"score_answer": 0.0}, {"answer_found": 0.0}]
         assert forks[f"leg_counting:5:{index}"][3] == {"framework": "reasoning-gym", "version": forks[
-            f"leg_counting:5:{index}"][3]["version"], "dataset": "leg_counting", "seed": 5, "index": index}
+            f"leg_counting:5:{index}"][3]["version"], "dataset": "leg_counting", "seed": 5, "index": index,
+            "sample_id": f"5:{index}"}
+
+
+def test_a_run_mixing_both_frameworks_groups_by_source_in_frames_and_in_the_run_folders_tables(tmp_path):
+    tasks = [*rk.tasks_from(f"{TASKS_FILE}@qa"), *rk.tasks_from("reasoning_gym:leg_counting", size=3, seed=5)]
+    result = rk.evaluate(_scripted_agent(), tasks, out=tmp_path / "run", progress=False)
+    eager = rk.frames.rollouts(result.traces)
+    stored = rk.frames.rollouts(tmp_path / "run")  # the run folder's columnar tables (native or Python build)
+    for frame in (eager, stored):
+        counts = frame.groupby("source_task").size().to_dict()
+        assert counts == {"qa": 5, "leg_counting": 3}
+        by_framework = frame.groupby("source_framework")["task_key"].apply(sorted).to_dict()
+        assert by_framework == {"inspect-ai": ["qa:0", "qa:1", "qa:2", "qa:4", "tool-add"],
+                                "reasoning-gym": [f"leg_counting:5:{i}" for i in range(3)]}
+        samples = dict(zip(frame["task_key"], frame["source_sample"]))
+        assert samples["qa:0"] == "1" and samples["tool-add"] == "tool-add" and samples["leg_counting:5:2"] == "5:2"
+        import inspect_ai
+
+        assert set(frame["source_version"]) == {inspect_ai.__version__, tasks[-1].data.framework_version}
+    rows = rk.open_run(tmp_path / "run").sql(
+        "select source_framework, count(*) as n from rollouts group by 1 order by 1")
+    assert list(zip(rows["source_framework"], rows["n"])) == [("inspect-ai", 5), ("reasoning-gym", 3)]
 
 
 def test_a_task_built_in_memory_is_refused_when_a_new_process_rebuilds_it(tmp_path):
