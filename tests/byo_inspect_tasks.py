@@ -4,7 +4,9 @@ inspect user writes them (a file of @task functions, loaded as "file.py@name").
 `qa` scores with match() and includes() and has a tool-using sample; `mcq`
 is a multiple-choice task scored by choice(); `graded` adds a custom scorer
 with a numeric value; `broken` has a scorer that raises; `judged` is scored by
-model_graded_qa with a grader model the test names. `REPLIES` says what
+model_graded_qa with a grader model the test names; `limited` loops on
+a tool for two turns and answers on the third, unless one of inspect's
+limits (its arguments) ends it first. `REPLIES` says what
 the scripted model answers to each prompt (`reply(messages)`, the same for
 inspect and for rollkit), right on some samples and wrong on others.
 """
@@ -108,6 +110,10 @@ def reply(messages: list[dict[str, Any]]) -> Any:
     last = messages[-1]
     content = last.get("content")
     text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content or [])
+    if any("Keep adding" in str(m.get("content")) for m in messages if m["role"] == "user"):
+        # Three turns (11, 12 and 13 tokens as the server counts them), unless a limit ends them first.
+        done = sum(1 for m in messages if m["role"] == "tool") >= 2
+        return "The sum is 3" if done else {"tool": "add", "arguments": {"x": 1, "y": 2}}
     if last["role"] == "tool":
         return f"The tool says {text}, so the answer is {text}"
     if "[Criterion]:" in text:
@@ -133,3 +139,12 @@ def grade(prompt: str) -> str:
     submission = prompt.split("[Submission]:", 1)[-1].split("***", 1)[0]
     criterion = prompt.split("[Criterion]:", 1)[-1].split("***", 1)[0].strip()
     return "GRADE: C" if criterion and criterion in submission else "GRADE: I"
+
+
+@task
+def limited(message_limit: int | None = None, token_limit: int | str | None = None,
+            turn_limit: int | None = None) -> Task:
+    """The model calls add() twice, then answers: inspect's limits may end it first."""
+    return Task(dataset=[Sample(input="Keep adding 1 and 2.", target="3", id="loop")],
+                solver=[system_message("Use the tool."), use_tools(add()), generate()], scorer=includes(),
+                message_limit=message_limit, token_limit=token_limit, turn_limit=turn_limit)

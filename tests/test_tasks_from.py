@@ -94,6 +94,42 @@ def test_inspect_scores_are_inspects_own_for_match_includes_choice_a_grader_mode
     assert any(m.get("role") == "tool" for body in provider.requests for m in body["messages"])
 
 
+# inspect's limits on `limited` (three turns: 11, 12 and 13 tokens, 3 of them output; 6 messages before the
+# third), what stops it and the score: limits reached before a call, limits a call takes the count past
+# (inspect discards that reply: it is not scored), limits that leave the answer in.
+_LIMITS = [({"message_limit": 6}, "message", "I"), ({"message_limit": 7}, None, "C"),
+           ({"turn_limit": 2}, "turn", "I"), ({"turn_limit": 3}, None, "C"),
+           ({"token_limit": 23}, "token", "I"), ({"token_limit": 30}, "token", "I"), ({"token_limit": 36}, None, "C"),
+           ({"token_limit": "output:8"}, "token", "I"), ({"token_limit": "output:9"}, None, "C")]
+
+
+def test_inspect_limits_stop_a_rollout_where_inspects_own_eval_stops_the_sample(tmp_path):
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.model import get_model
+
+    with ScriptedProvider(byo.reply) as provider:
+        model = get_model("openai/scripted", base_url=provider.url, api_key=provider.secret, responses_api=False)
+        agent = rk.Agent(rk.OpenAIModel("scripted", base_url=provider.url, api_key=provider.secret))
+        logs = [inspect_eval(f"{TASKS_FILE}@limited", task_args=args, model=model, log_dir=str(tmp_path),
+                             display="none", log_format="json")[0] for args, _, _ in _LIMITS]
+        for (args, stopped, scored), log in zip(_LIMITS, logs):
+            sample = log.samples[0]
+            native = (sample.limit.type if sample.limit else None, sample.scores["includes"].value)
+            trace = rk.evaluate(agent, rk.tasks_from(f"{TASKS_FILE}@limited", task_args=args),
+                                progress=False).traces[0]
+            condition = trace.stop_condition
+            ours = (condition.removesuffix("_limit") if condition else None, "C" if trace.reward else "I")
+            assert trace.ok and ours == native == (stopped, scored), args
+            # The same turns; a last tool result may be on one side only (inspect keeps the one it appended
+            # before its check; a rollkit trace's conversation ends with the last call's), and the reply that
+            # took the tokens past the limit is kept on the trace (inspect discards it; its scorers do not see it).
+            roles, theirs = [m.role for m in trace.messages], [m.role for m in sample.messages]
+            short, long = sorted((roles, theirs), key=len)
+            assert long[:len(short)] == short and long[len(short):] in ([], ["tool"], ["assistant"]), (args, roles)
+            past = args in ({"token_limit": 30}, {"token_limit": "output:8"})
+            assert (long[len(short):] == ["assistant"]) == past and (not past or long is roles), args
+
+
 def _reasoning_gym_native(dataset, client) -> dict[int, float]:
     """reasoning-gym's own loop: ask, extract the answer, the dataset's score."""
     from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
@@ -337,6 +373,21 @@ def test_an_agent_solver_is_replaced_and_said_once():
     assert said == ["inspect task 'agentic': its agent solver inspect_ai/basic_agent is replaced by the rollkit agent "
                     "under test (the solver's own tools and prompt are not used)"]
     assert tasks[0].data.prompt == "What is 2+2?" and tasks[0].data.system_prompt is None
+
+
+def test_limits_rollkit_does_not_check_are_said_with_rollkits_own_budget_to_set():
+    from inspect_ai import Task
+    from inspect_ai.dataset import Sample
+
+    timed = Task(name="timed", dataset=[Sample(input="Hi")], time_limit=30, working_limit=20, message_limit=9)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        tasks = rk.tasks_from(timed)
+    said = [str(w.message) for w in seen if "not checked by rollkit" in str(w.message)]
+    assert said == ["inspect task 'timed': time_limit=30, working_limit=20 is not checked by rollkit; set rollkit's "
+                    "own budget on the agent: rk.Agent(..., timeouts=rk.RolloutTimeouts(agent=SECONDS)) (agent "
+                    "time, as working_limit counts) or limits=rk.RolloutLimits(max_cost_usd=...)"]
+    assert tasks[0].data.limits == {"message_limit": 9}
 
 
 def test_a_missing_framework_names_the_extra_to_install():

@@ -17,6 +17,15 @@ one value is the reward, several (or a dict value) are metrics, as
 rollkit.interop.formats.inspect_log reads a log. A scorer that raises records a
 signal error on that trace and leaves the others.
 
+The task's limits stop the rollout where inspect stops the sample, as
+@stops named after them (the trace's stop condition): `message_limit`
+before a call whose conversation holds that many messages, `turn_limit`
+before a call past it, `token_limit` (inspect's own metering of its type)
+before a call once reached and after the call that goes past it, whose
+reply inspect discards, so the scorers do not see it (the trace keeps it).
+`time_limit`, `working_limit` and `cost_limit` are not checked (said once,
+naming rollkit's own budgets); inspect samples have no limits of their own.
+
 The key is the sample's id, else the task name and the sample's index; the
 trace records the sample id as inspect's eval gives it (a sample without
 one numbered by its position from 1). The data holds the sample (input as the prompt,
@@ -42,18 +51,22 @@ from typing import Any
 from ...core._gcpause import paused
 from ...core._dependencies import inspect_ai_model, inspect_ai_scorer, inspect_ai_solver
 from ...core.errors import UsageError
-from ...core.hooks import reward
+from ...core.hooks import reward, stop
+from ...core.messages import Request, Response, Usage
 from ...core.task import Task, TaskData
 from ...core.tools import Tool, Toolset
 from ...core.trace import Trace
 from ..formats.inspect_log import chat_messages
 from .tasklist import TaskList
 
-__all__ = ["InspectData", "InspectTask", "build"]
+__all__ = ["InspectData", "InspectTask", "LIMITS", "build", "limits_of", "metered_tokens"]
 
 # Solvers that are agents of their own: the rollkit agent under test replaces them.
 AGENT_SOLVERS = {"inspect_ai/basic_agent", "inspect_ai/basic_agent_loop", "inspect_ai/react", "inspect_ai/human_agent"}
 _UNSUPPORTED_CONTENT = {"audio", "video", "image"}
+# inspect's task limits rollkit checks (InspectTask's @stops), and those it does not.
+LIMITS = ("message_limit", "turn_limit", "token_limit")
+_UNCHECKED_LIMITS = ("time_limit", "working_limit", "cost_limit")
 
 # inspect tasks loaded in this process, by their `source` (see InspectData).
 _LOADED: dict[str, Any] = {}
@@ -73,6 +86,8 @@ class InspectData(TaskData):
     choices: list[str] | None = None
     metadata: dict[str, Any] = {}
     epochs: int = 1
+    # The inspect task's limits rollkit keeps (LIMITS), by inspect's names.
+    limits: dict[str, Any] = {}
     framework: str = "inspect-ai"
     framework_version: str = ""
 
@@ -150,11 +165,18 @@ async def shape(task: Any, sample: Any, sample_id: int | str, steps: list[Any] |
     return state
 
 
-async def replay_solver(task: Any, sample: Any, sample_id: int | str, epoch: int, trace: Trace) -> Any:
+async def replay_solver(task: Any, sample: Any, sample_id: int | str, epoch: int, trace: Trace,
+                        drop_last_reply: bool = False) -> Any:
     """The TaskState after the solver ran with the rollout's conversation
-    standing for its first `generate` (what scorers read)."""
+    standing for its first `generate` (what scorers read); `drop_last_reply`:
+    without the last reply, which inspect discards when it takes the tokens
+    past the token limit."""
     model = f"rollkit/{trace.agent.get('model') or 'agent'}"
-    conversation = chat_messages(trace.messages)
+    messages = trace.messages
+    if drop_last_reply:
+        last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=len(messages))
+        messages = messages[:last]
+    conversation = chat_messages(messages)
     generated = False
 
     async def generate(state: Any, *args: Any, **kwargs: Any) -> Any:
@@ -251,18 +273,85 @@ class InspectTask(Task):
     async def setup(self, ctx: Any) -> None:
         ctx.trace.record_info(source=provenance(self.data))
 
+    # inspect's task limits, checked where inspect checks them; the stop
+    # condition is the limit's name, as inspect's sample.limit.type is.
+    @stop(name="message_limit")
+    def message_limit(self, request: Request) -> bool:
+        """inspect refuses a generate whose conversation already holds message_limit messages."""
+        limit = self.data.limits.get("message_limit")
+        return limit is not None and len(request.messages) >= limit
+
+    @stop(name="turn_limit")
+    def turn_limit(self, trace: Trace) -> bool:
+        """inspect ends the sample on the generate past turn_limit (its reply discarded): no call past it."""
+        limit = self.data.limits.get("turn_limit")
+        return limit is not None and trace.num_turns >= limit
+
+    @stop(name="token_limit")
+    def token_limit_reached(self, trace: Trace) -> bool:
+        """inspect refuses a generate once the metered tokens reach token_limit."""
+        return self._tokens_over(trace, None, or_equal=True)
+
+    @stop(name="token_limit")
+    def token_limit_exceeded(self, response: Response, ctx: Any) -> bool:
+        """inspect ends the sample after a generate that takes the metered tokens past token_limit
+        (the reply is kept, its tools not run)."""
+        return self._tokens_over(ctx.trace, response.usage, or_equal=False)
+
+    def _tokens_over(self, trace: Trace, usage: Usage | None, *, or_equal: bool) -> bool:
+        limit = self.data.limits.get("token_limit")
+        if limit is None:
+            return False
+        used = metered_tokens([*(c.usage for c in trace.model_calls), usage], self.data.limits.get("token_limit_type"))
+        return used >= limit if or_equal else used > limit
+
     @reward
     async def inspect_scores(self, trace: Trace) -> dict[str, float | None]:
         """The inspect task's scorers: one value is the reward, more are metrics."""
         task = self.inspect_task
         epoch = int(trace.info.get("repeat", 0)) + 1
-        state = await replay_solver(task, self.sample, self.data.sample_id, epoch, trace)
+        exceeded = trace.stop_condition == "token_limit" and self._tokens_over(trace, None, or_equal=False)
+        state = await replay_solver(task, self.sample, self.data.sample_id, epoch, trace, exceeded)
         values = await score(task, state, self.sample.target, trace)
         if len(values) == 1:
             return values
         for name, value in values.items():
             trace.record_signal("metric", name, value)
         return {}
+
+
+def metered_tokens(usages: list[Usage | None], kind: str | None) -> int:
+    """The tokens of `usages` as inspect's token limit of type `kind` ("all",
+    "output" or a formula) meters them, by inspect's own metering; inspect's
+    input excludes the cached prompt, rollkit's holds the whole prompt."""
+    from inspect_ai.util import token_limit
+
+    given = [u for u in usages if u is not None]
+    read = sum(u.cache_read_tokens or 0 for u in given)
+    written = sum(u.cache_write_tokens or 0 for u in given)
+    prompt, output = sum(u.input_tokens or 0 for u in given), sum(u.output_tokens or 0 for u in given)
+    usage = inspect_ai_model.ModelUsage(
+        input_tokens=prompt - read - written, output_tokens=output, total_tokens=prompt + output,
+        input_tokens_cache_read=read or None, input_tokens_cache_write=written or None)
+    with token_limit(None, type=kind or "all") as meter:  # no limit: it only meters what it is given
+        meter.record(usage)
+        return int(meter.usage)
+
+
+def limits_of(task: Any) -> dict[str, Any]:
+    """The limits of `task` rollkit keeps (`LIMITS`); warns once about those it
+    does not check (time, working time, cost), naming rollkit's own."""
+    kept = {name: getattr(task, name, None) for name in LIMITS}
+    if kept.get("token_limit") is not None:
+        kept["token_limit_type"] = getattr(task, "token_limit_type", None) or "all"
+    unchecked = {name: getattr(task, name, None) for name in _UNCHECKED_LIMITS}
+    unchecked = {name: value for name, value in unchecked.items() if value is not None}
+    if unchecked:
+        said = ", ".join(f"{name}={value}" for name, value in unchecked.items())
+        warnings.warn(f"inspect task {task.name!r}: {said} is not checked by rollkit; set rollkit's own budget on "
+                      "the agent: rk.Agent(..., timeouts=rk.RolloutTimeouts(agent=SECONDS)) (agent time, as "
+                      "working_limit counts) or limits=rk.RolloutLimits(max_cost_usd=...)", stacklevel=4)
+    return {name: value for name, value in kept.items() if value is not None}
 
 
 def provenance(data: InspectData) -> dict[str, Any]:
@@ -397,18 +486,19 @@ def build(source: Any, *, task_args: dict[str, Any] | None = None) -> TaskList:
         _check(task, sample, sample_id)
 
     steps = _solver_steps(task)
+    limits = limits_of(task)
 
     async def shape_all() -> list[Any]:
         return [await shape(task, sample, sample_id, steps) for sample, sample_id in zip(samples, ids)]
 
     with paused():  # a bulk build that frees nothing (rollkit.core._gcpause)
         states = run_coroutine(shape_all)
-        tasks = _tasks(task, where, args, samples, ids, states)
+        tasks = _tasks(task, where, args, samples, ids, states, limits)
     return TaskList(tasks, repeats=int(task.epochs or 1))
 
 
 def _tasks(task: Any, where: str, args: dict[str, Any], samples: list[Any], ids: list[int | str],
-           states: list[Any]) -> list[InspectTask]:
+           states: list[Any], limits: dict[str, Any]) -> list[InspectTask]:
     import inspect_ai
 
     version = inspect_ai.__version__
@@ -421,6 +511,6 @@ def _tasks(task: Any, where: str, args: dict[str, Any], samples: list[Any], ids:
             id=str(sample.id) if sample.id is not None else f"{task.name}:{index}", prompt=prompt,
             system_prompt=system, task=task.name, source=where, task_args=task_args, sample_id=sample_id,
             index=index, target=sample.target, choices=sample.choices, metadata=sample.metadata or {},
-            epochs=epochs, framework_version=version)
+            epochs=epochs, limits=limits, framework_version=version)
         tasks.append(InspectTask(data, tools=list(state.tools)))
     return tasks
