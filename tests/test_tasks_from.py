@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -325,6 +326,90 @@ def test_a_task_built_in_memory_is_refused_when_a_new_process_rebuilds_it(tmp_pa
     assert "'file.py@name'" in done.stderr
 
 
+_DEMO_TASKS = textwrap.dedent("""
+    from pathlib import Path
+
+    from inspect_ai import Task, task
+    from inspect_ai.dataset import hf_dataset, json_dataset
+    from inspect_ai.scorer import match
+
+    DATA = Path(__file__).parent / "addition.jsonl"
+
+
+    @task
+    def addition():
+        return Task(dataset=json_dataset(str(DATA)), scorer=match())
+
+
+    @task
+    def hub_addition():  # a hub dataset (the datasets library's json builder): loaded once, then inspect's cache
+        return Task(dataset=hf_dataset("json", split="train", data_files=str(DATA)), scorer=match())
+""")
+
+_REGISTERED_IN_A_NEW_PROCESS = textwrap.dedent("""
+    import json, os, sys
+    import rollkit as rk
+    from rollkit.core.prefix import task_of
+    from rollkit.interop.tasks import inspect_tasks
+
+    agent = rk.Agent(rk.ScriptedModel(lambda request: "4"))
+    tasks = rk.tasks_from("rk_demo_evals/addition")
+    traces = rk.evaluate(agent, tasks, progress=False).traces
+    out = {"keys": [t.key for t in tasks], "rewards": {t.task.key: t.reward for t in traces},
+           "source": traces[0].info["source"]["source"]}
+    hub = rk.tasks_from("rk_demo_evals/hub_addition")
+    trace = rk.evaluate(agent, hub[1:], progress=False).traces[0]
+    os.remove(sys.argv[1])  # gone: the rebuilt hub task reads inspect's cache, the file task cannot load
+    inspect_tasks._LOADED.clear()
+    rebuilt = task_of(trace)
+    out["hub"] = [[t.key, t.data.prompt] for t in hub] + [[rebuilt.key, rebuilt.data.prompt]]
+    try:
+        rk.tasks_from("rk_demo_evals/nope")
+    except rk.UsageError as e:
+        out["nope"] = str(e)
+    print(json.dumps(out))
+""")
+
+
+def test_a_task_an_installed_package_registers_loads_by_name_and_its_hub_dataset_from_the_cache_offline(tmp_path):
+    # An installed package with an inspect entry point, as inspect_evals is one: a site-packages folder on the
+    # path (inspect namespaces the tasks of packages installed there) holding it and its dist-info.
+    site = tmp_path / "site-packages"
+    (site / "rk_demo_evals").mkdir(parents=True)
+    (site / "rk_demo_evals" / "__init__.py").write_text("")
+    (site / "rk_demo_evals" / "tasks.py").write_text(_DEMO_TASKS)
+    (site / "rk_demo_evals" / "_registry.py").write_text("from .tasks import addition, hub_addition\n")
+    data = site / "rk_demo_evals" / "addition.jsonl"
+    data.write_text('{"input": "What is 2+2?", "target": "4", "id": "a"}\n'
+                    '{"input": "What is 3+3?", "target": "6", "id": "b"}\n')
+    (site / "rk_demo_evals-0.1.dist-info").mkdir()
+    (site / "rk_demo_evals-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: rk-demo-evals\nVersion: 0.1\n")
+    (site / "rk_demo_evals-0.1.dist-info" / "entry_points.txt").write_text(
+        "[inspect_ai]\nrk_demo_evals = rk_demo_evals._registry\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", _REGISTERED_IN_A_NEW_PROCESS, str(data)], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["keys"] == ["a", "b"] and out["rewards"] == {"a": 1.0, "b": 0.0}
+    assert out["source"] == "rk_demo_evals/addition"
+    assert out["hub"] == [["a", "What is 2+2?"], ["b", "What is 3+3?"], ["b", "What is 3+3?"]]
+    assert done.stdout.count("Loading dataset json from Hugging Face") == 1  # then inspect's cache
+    assert out["nope"] == ("the package 'rk_demo_evals' registers no inspect task named 'nope'; its tasks are "
+                           "listed by `inspect list tasks` or the package's documentation")
+
+
+def test_a_registry_name_whose_package_is_not_installed_names_the_package_to_install():
+    with pytest.raises(rk.UsageError) as caught:
+        rk.tasks_from("inspect_evals_not_here/gsm8k")
+    assert str(caught.value) == (
+        "the inspect task 'inspect_evals_not_here/gsm8k' is in the package 'inspect_evals_not_here', which is not "
+        "installed here: pip install inspect_evals_not_here (it registers its tasks with inspect when installed)")
+
+
 # ---- bad input ----------------------------------------------------------------
 
 
@@ -333,7 +418,8 @@ def test_something_that_is_no_source_is_refused_naming_its_type_and_what_is_acce
         rk.tasks_from(42)
     message = str(caught.value)
     assert "cannot take a builtins.int" in message
-    assert "an inspect-ai Task, a @task function, or 'file.py@name'" in message
+    assert ("an inspect-ai Task, a @task function, 'file.py@name', or 'PACKAGE/NAME' (a task an installed package "
+            "registers, e.g. 'inspect_evals/gsm8k')") in message
     assert "'reasoning_gym:NAME' (with size= and seed=) or a reasoning-gym dataset" in message
     with pytest.raises(rk.UsageError, match=r"cannot take 'gsm8k'"):
         rk.tasks_from("gsm8k")

@@ -1,7 +1,8 @@
 """inspect-ai tasks as rollkit tasks, scored through inspect's own scorer code.
 
-A `Task`, a `@task` function or `"file.py@name"` gives one rollkit task per
-sample. The task's solver runs twice, as inspect's own code, around the
+A `Task`, a `@task` function, `"file.py@name"` or a task an installed
+package registers with inspect (`"inspect_evals/gsm8k"`: a package not
+installed is named, to install) gives one rollkit task per sample. The task's solver runs twice, as inspect's own code, around the
 rollkit agent: before the rollout, up to its first `generate`, which shapes
 the prompt (`system_message`, `prompt_template`, `user_message`,
 `multiple_choice`'s question, `use_tools`'s tools); and at scoring, where
@@ -57,7 +58,7 @@ from ...core.task import Task, TaskData
 from ...core.tools import Tool, Toolset
 from ...core.trace import Trace
 from ..formats.inspect_log import chat_messages
-from .tasklist import TaskList
+from .tasklist import INSPECT_REGISTRY_NAME, TaskList
 
 __all__ = ["InspectData", "InspectTask", "LIMITS", "build", "limits_of", "metered_tokens"]
 
@@ -372,15 +373,39 @@ def loaded(source: str, task_args: dict[str, Any]) -> Any:
             "cannot be rebuilt here; define it with @task in a .py file and pass 'file.py@name' to rk.tasks_from, "
             "or pass the task: rk.fork(trace, turn=k, agent=..., task=...)"
         )
-    found = _LOADED[key] = _load_file(source, task_args)
+    found = _LOADED[key] = _load_registered(source, task_args) if is_registry_name(source) else _load_file(
+        source, task_args)
     return found
 
 
-def _load_file(source: str, task_args: dict[str, Any]) -> Any:
+def is_registry_name(source: str) -> bool:
+    """Whether `source` is a task's name in an installed package's inspect
+    registry ("PACKAGE/NAME", e.g. "inspect_evals/gsm8k"), not a file."""
+    return INSPECT_REGISTRY_NAME.fullmatch(source) is not None and not Path(source).exists()
+
+
+def _load_registered(source: str, task_args: dict[str, Any]) -> Any:
+    """The task a package registers with inspect under `source`; refused,
+    naming the package to install, when the package is not installed."""
+    import importlib.util
+
+    from inspect_ai._util.registry import registry_lookup
+
+    package, name = source.split("/", 1)
+    if importlib.util.find_spec(package) is None:
+        raise UsageError(f"the inspect task {source!r} is in the package {package!r}, which is not installed here: "
+                         f"pip install {package} (it registers its tasks with inspect when installed)")
+    if registry_lookup("task", source) is None:
+        raise UsageError(f"the package {package!r} registers no inspect task named {name!r}; its tasks are listed by "
+                         f"`inspect list tasks` or the package's documentation")
+    return _load_file(source, task_args, registered=True)
+
+
+def _load_file(source: str, task_args: dict[str, Any], registered: bool = False) -> Any:
     from inspect_ai._eval.loader import load_tasks
 
     path = Path(source.split("@", 1)[0])
-    if not path.is_file():
+    if not registered and not path.is_file():
         raise UsageError(f"inspect task file {str(path)!r} does not exist; pass 'file.py@name' with a file's path")
     try:
         tasks = load_tasks([source], task_args)
@@ -412,6 +437,8 @@ def _resolve(source: Any, task_args: dict[str, Any]) -> tuple[Any, str, dict[str
     """The inspect task `source` names, its `source` string and arguments."""
     from inspect_ai._util.registry import registry_unqualified_name
 
+    if isinstance(source, str) and is_registry_name(source):
+        return loaded(source, task_args), source, task_args
     if isinstance(source, str):
         path, _, name = source.partition("@")
         where = f"{Path(path).resolve()}@{name}" if name else str(Path(path).resolve())
