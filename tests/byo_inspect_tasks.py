@@ -6,7 +6,8 @@ is a multiple-choice task scored by choice(); `graded` adds a custom scorer
 with a numeric value; `broken` has a scorer that raises; `judged` is scored by
 model_graded_qa with a grader model the test names; `limited` loops on
 a tool for two turns and answers on the third, unless one of inspect's
-limits (its arguments) ends it first. `REPLIES` says what
+limits (its arguments) ends it first; `shell` has a sample in inspect's
+local sandbox (a file, a setup script) read with inspect's bash() tool. `REPLIES` says what
 the scripted model answers to each prompt (`reply(messages)`, the same for
 inspect and for rollkit), right on some samples and wrong on others.
 """
@@ -19,7 +20,7 @@ from inspect_ai import Task, task
 from inspect_ai.dataset import Sample
 from inspect_ai.scorer import Score, Target, accuracy, choice, includes, match, mean, scorer
 from inspect_ai.solver import TaskState, generate, multiple_choice, prompt_template, system_message, use_tools
-from inspect_ai.tool import tool
+from inspect_ai.tool import bash, tool
 
 
 @tool
@@ -118,6 +119,8 @@ def reply(messages: list[dict[str, Any]]) -> Any:
         return f"The tool says {text}, so the answer is {text}"
     if "[Criterion]:" in text:
         return grade(text)
+    if "Read the note" in text:
+        return {"tool": "bash", "arguments": {"command": "cat note.txt setup.txt; pwd"}}
     if "add 3 and 4" in text:
         return {"tool": "add", "arguments": {"x": 3, "y": 4}}
     return next((answer for phrase, answer in REPLIES.items() if phrase in text), "I do not know.")
@@ -148,3 +151,10 @@ def limited(message_limit: int | None = None, token_limit: int | str | None = No
     return Task(dataset=[Sample(input="Keep adding 1 and 2.", target="3", id="loop")],
                 solver=[system_message("Use the tool."), use_tools(add()), generate()], scorer=includes(),
                 message_limit=message_limit, token_limit=token_limit, turn_limit=turn_limit)
+
+
+@task
+def shell() -> Task:
+    return Task(dataset=[Sample(input="Read the note with the shell.", target="hello from the file", id="note",
+                                files={"note.txt": "hello from the file"}, setup="echo set up > setup.txt")],
+                solver=[use_tools(bash()), generate()], scorer=includes(), sandbox="local")

@@ -131,6 +131,21 @@ def test_inspect_limits_stop_a_rollout_where_inspects_own_eval_stops_the_sample(
             assert (long[len(short):] == ["assistant"]) == past and (not past or long is roles), args
 
 
+def test_a_local_sandbox_sample_runs_inspects_bash_tool_in_its_own_sandbox_as_inspects_eval_does(tmp_path):
+    with ScriptedProvider(byo.reply) as provider:
+        native = _inspect_native(["shell"], provider, tmp_path)
+        theirs = [m for m in provider.requests[-1]["messages"] if m["role"] == "tool"][0]["content"]
+        agent = rk.Agent(rk.OpenAIModel("scripted", base_url=provider.url, api_key=provider.secret))
+        trace = rk.evaluate(agent, rk.tasks_from(f"{TASKS_FILE}@shell"), progress=False).traces[0]
+    assert native == {("shell", "note", 1): {"includes": 1.0}} and trace.reward == 1.0 and trace.ok
+    said = [m.content for m in trace.messages if m.role == "tool"][0]
+    # The sample's file and its setup script's output, in a folder of its own, as inspect's eval gives them.
+    # (the file has no line end: "set up" follows on its line)
+    assert said.splitlines()[0] == theirs.splitlines()[0] == "hello from the fileset up"
+    folder = Path(said.splitlines()[1])
+    assert folder.is_absolute() and folder != Path(theirs.splitlines()[1]) and not folder.exists()  # cleaned up
+
+
 def _reasoning_gym_native(dataset, client) -> dict[int, float]:
     """reasoning-gym's own loop: ask, extract the answer, the dataset's score."""
     from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer

@@ -32,7 +32,10 @@ trace records the sample id as inspect's eval gives it (a sample without
 one numbered by its position from 1). The data holds the sample (input as the prompt,
 target, choices, metadata) and where the inspect task came from: a file and
 name (and arguments) rebuild it in a new process; a task built in memory
-rebuilds only in the process that built it. Refused, naming the sample: a
+rebuilds only in the process that built it. A sample with
+`sandbox="local"` gets inspect's local sandbox for each rollout
+(`SandboxToolset`), so inspect's `bash()`, `python()` and any tool calling
+`sandbox()` run. Refused, naming the sample: a
 sandbox other than local, input rollkit cannot hold (audio, video, images, a
 conversation beyond a system prompt and one user message).
 
@@ -43,9 +46,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +64,8 @@ from ...core.trace import Trace
 from ..formats.inspect_log import chat_messages
 from .tasklist import INSPECT_REGISTRY_NAME, TaskList
 
-__all__ = ["InspectData", "InspectTask", "LIMITS", "build", "limits_of", "metered_tokens"]
+__all__ = ["InspectData", "InspectTask", "LIMITS", "SandboxToolset", "build", "limits_of", "metered_tokens",
+           "sandbox_kind"]
 
 # Solvers that are agents of their own: the rollkit agent under test replaces them.
 AGENT_SOLVERS = {"inspect_ai/basic_agent", "inspect_ai/basic_agent_loop", "inspect_ai/react", "inspect_ai/human_agent"}
@@ -89,6 +94,7 @@ class InspectData(TaskData):
     epochs: int = 1
     # The inspect task's limits rollkit keeps (LIMITS), by inspect's names.
     limits: dict[str, Any] = {}
+    sandbox: str | None = None  # "local": the sample runs in inspect's local sandbox (SandboxToolset)
     framework: str = "inspect-ai"
     framework_version: str = ""
 
@@ -231,9 +237,11 @@ async def score(task: Any, state: Any, target: Any, trace: Trace) -> dict[str, f
 
 
 class _InspectTool(Tool):
-    """An inspect tool, run by rollkit, described to the model as inspect describes it."""
+    """An inspect tool, run by rollkit, described to the model as inspect
+    describes it; run where inspect's `sandbox()` finds `box`'s environments
+    when the sample has a sandbox."""
 
-    def __init__(self, inspect_tool: Any) -> None:
+    def __init__(self, inspect_tool: Any, box: SandboxToolset | None = None) -> None:
         from inspect_ai.tool import ToolDef
 
         definition = ToolDef(inspect_tool)
@@ -241,6 +249,66 @@ class _InspectTool(Tool):
         self.spec = {"type": "function", "function": {
             "name": definition.name, "description": definition.description,
             "parameters": definition.parameters.model_dump(exclude_none=True)}}
+        if box is not None:
+            run = definition.tool
+
+            async def in_sandbox(**arguments: Any) -> Any:
+                with box.current():
+                    return await run(**arguments)
+
+            self.fn = in_sandbox
+
+
+class SandboxToolset(Toolset):
+    """A sample's inspect tools with inspect's local sandbox environment
+    (sandbox="local"), made at open as inspect's eval makes it (the sample's
+    files copied in, its setup script run, by inspect's own code), found by
+    inspect's `sandbox()` in each tool call, cleaned up at close. Like
+    inspect's, it is no box: commands run on this machine as this user, in
+    a temporary folder."""
+
+    def __init__(self, tools: list[Any], task_name: str, sample: Any) -> None:
+        super().__init__([_InspectTool(t, self) for t in tools], name="inspect")
+        self.task_name, self.sample = task_name, sample
+        self.environments: dict[str, Any] | None = None
+
+    async def start(self, ctx: Any) -> None:
+        from inspect_ai._eval.task.sandbox import read_sandboxenv_file, resolve_sample_files
+        from inspect_ai.util._sandbox.context import init_sandbox_environments_sample
+        from inspect_ai.util._sandbox.local import LocalSandboxEnvironment
+
+        files = {path: await read_sandboxenv_file(contents)
+                 for path, contents in resolve_sample_files(self.sample.files or {}).items()}
+        setup = await read_sandboxenv_file(self.sample.setup) if self.sample.setup else None
+        if setup is not None and not setup.decode().strip().startswith("#!"):
+            setup = b"#!/usr/bin/env bash\n\n" + setup  # as inspect's eval runs a setup script
+        self.environments = await init_sandbox_environments_sample(
+            LocalSandboxEnvironment, self.task_name, None, files, setup, self.sample.metadata or {})
+
+    async def stop(self) -> None:
+        from inspect_ai.util._sandbox.context import cleanup_sandbox_environments_sample
+
+        environments, self.environments = self.environments, None
+        if environments is not None:
+            await cleanup_sandbox_environments_sample("local", self.task_name, None, environments, False)
+
+    @contextlib.contextmanager
+    def current(self) -> Iterator[None]:
+        """Inspect's `sandbox()` finds this sample's environments (a tool call runs in its own context)."""
+        from inspect_ai.util._sandbox.context import (sandbox_default_context_var,
+                                                      sandbox_environments_context_var,
+                                                      sandbox_with_environments_context_var)
+
+        if self.environments is None:
+            raise RuntimeError("the sample's sandbox is not running (the rollout is not open)")
+        values = ((sandbox_environments_context_var, self.environments), (sandbox_with_environments_context_var, {}),
+                  (sandbox_default_context_var, next(iter(self.environments))))
+        tokens = [(var, var.set(value)) for var, value in values]
+        try:
+            yield
+        finally:
+            for var, token in reversed(tokens):
+                var.reset(token)
 
 
 class InspectTask(Task):
@@ -268,7 +336,11 @@ class InspectTask(Task):
         return self.inspect_task.dataset[self.data.index]
 
     def all_toolsets(self) -> list[Toolset]:
-        own = [Toolset([_InspectTool(t) for t in self._tools], name="inspect")] if self._tools else []
+        """Per rollout: the sample's inspect tools (in its own local sandbox when it has one)."""
+        if self.data.sandbox == "local":
+            own: list[Toolset] = [SandboxToolset(self._tools, self.data.task, self.sample)]
+        else:
+            own = [Toolset([_InspectTool(t) for t in self._tools], name="inspect")] if self._tools else []
         return [*own, *super().all_toolsets()]
 
     async def setup(self, ctx: Any) -> None:
@@ -462,14 +534,19 @@ def _sample_ids(samples: list[Any]) -> list[int | str]:
     return [index + 1 if sample.id is None else sample.id for index, sample in enumerate(samples)]
 
 
+def sandbox_kind(task: Any, sample: Any) -> str | None:
+    """The kind of sandbox a sample runs in (its own, else its task's), None for none."""
+    sandbox = sample.sandbox or task.sandbox
+    return getattr(sandbox, "type", sandbox)
+
+
 def _check(task: Any, sample: Any, sample_id: int | str) -> None:
     """Refuse, naming the sample, what rollkit cannot run: a non-local sandbox, non-text input."""
-    sandbox = sample.sandbox or task.sandbox
-    kind = getattr(sandbox, "type", sandbox)
+    kind = sandbox_kind(task, sample)
     if kind not in (None, "local"):
         raise UsageError(
             f"inspect sample {sample_id!r} of task {task.name!r} needs a {kind!r} sandbox, which rollkit does not run; "
-            "rollkit runs samples without a sandbox or with sandbox='local' (its own runtime)"
+            "rollkit runs samples without a sandbox or with sandbox='local' (inspect's local sandbox, in the rollout)"
         )
     messages = [] if isinstance(sample.input, str) else sample.input
     for message in messages:
@@ -538,6 +615,6 @@ def _tasks(task: Any, where: str, args: dict[str, Any], samples: list[Any], ids:
             id=str(sample.id) if sample.id is not None else f"{task.name}:{index}", prompt=prompt,
             system_prompt=system, task=task.name, source=where, task_args=task_args, sample_id=sample_id,
             index=index, target=sample.target, choices=sample.choices, metadata=sample.metadata or {},
-            epochs=epochs, limits=limits, framework_version=version)
+            epochs=epochs, limits=limits, sandbox=sandbox_kind(task, sample), framework_version=version)
         tasks.append(InspectTask(data, tools=list(state.tools)))
     return tasks
