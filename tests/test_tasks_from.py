@@ -146,6 +146,45 @@ def test_a_local_sandbox_sample_runs_inspects_bash_tool_in_its_own_sandbox_as_in
     assert folder.is_absolute() and folder != Path(theirs.splitlines()[1]) and not folder.exists()  # cleaned up
 
 
+def _printed_env(tasks) -> str:
+    """What inspect's bash() tool printed for `env` (after the setup script's) in the first task's local sandbox."""
+
+    def answer(request: rk.Request) -> object:
+        said = [m for m in request.messages if m.role == "tool"]
+        return said[-1].content if said else rk.ScriptedModel.call("bash", command="cat setup_env.txt; env; echo PWD=$(pwd)")
+
+    trace = rk.evaluate(rk.Agent(rk.ScriptedModel(answer)), tasks, progress=False).traces[0]
+    assert trace.ok, trace.error
+    return [m.content for m in trace.messages if m.role == "tool"][0]
+
+
+def test_a_local_sandbox_passes_no_host_api_keys_to_its_commands_unless_pass_env_names_them(monkeypatch):
+    from inspect_ai import Task
+    from inspect_ai.dataset import Sample
+    from inspect_ai.solver import generate, use_tools
+    from inspect_ai.tool import bash
+
+    keys = {"OPENAI_API_KEY": "sk-fake-openai-4711", "ANTHROPIC_API_KEY": "sk-ant-fake-4712",
+            "ROLLKIT_TEST_TOKEN": "fake-token-4713", "ROLLKIT_TEST_SECRET": "fake-secret-4714"}
+    for name, value in keys.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    task = Task(name="envs", dataset=[Sample(input="Print the environment.", id="env", setup="env > setup_env.txt")],
+                solver=[use_tools(bash()), generate()], sandbox="local")
+    printed = _printed_env(rk.tasks_from(task))
+    lines = dict(line.split("=", 1) for line in printed.splitlines() if "=" in line)
+    # rollkit's clean environment (SubprocessRuntime's): harmless host variables (PATH is /etc/profile's:
+    # inspect's bash() runs a login shell), HOME in the sandbox's folder.
+    assert lines["LANG"] == "C.UTF-8"
+    assert lines["HOME"] == lines["PWD"] and lines["TMPDIR"] == f"{lines['PWD']}/.tmp"
+    assert not any(value in printed for value in keys.values()) and not set(keys) & set(lines)
+    opted = _printed_env(rk.tasks_from(task, pass_env=["OPENAI_API_KEY", "ROLLKIT_TEST_TOKEN"]))
+    assert "OPENAI_API_KEY=sk-fake-openai-4711" in opted and "ROLLKIT_TEST_TOKEN=fake-token-4713" in opted
+    assert "sk-ant-fake-4712" not in opted and "fake-secret-4714" not in opted
+    with pytest.raises(rk.UsageError, match=r"pass_env is a list of variable names, e\.g\. pass_env=\['OPENAI_API_KEY'\]"):
+        rk.tasks_from(task, pass_env="OPENAI_API_KEY")
+
+
 def _reasoning_gym_native(dataset, client) -> dict[int, float]:
     """reasoning-gym's own loop: ask, extract the answer, the dataset's score."""
     from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer

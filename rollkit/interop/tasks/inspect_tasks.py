@@ -35,7 +35,9 @@ name (and arguments) rebuild it in a new process; a task built in memory
 rebuilds only in the process that built it. A sample with
 `sandbox="local"` gets inspect's local sandbox for each rollout
 (`SandboxToolset`), so inspect's `bash()`, `python()` and any tool calling
-`sandbox()` run. Refused, naming the sample: a
+`sandbox()` run, each command with rollkit's clean environment
+(rollkit.interop.tasks.inspect_local_sandbox: no host API keys unless
+`pass_env=[...]` names them). Refused, naming the sample: a
 sandbox other than local, input rollkit cannot hold (audio, video, images, a
 conversation beyond a system prompt and one user message).
 
@@ -95,6 +97,8 @@ class InspectData(TaskData):
     # The inspect task's limits rollkit keeps (LIMITS), by inspect's names.
     limits: dict[str, Any] = {}
     sandbox: str | None = None  # "local": the sample runs in inspect's local sandbox (SandboxToolset)
+    # Host variables (names) its local sandbox's commands get, as SubprocessRuntime(pass_env=) takes.
+    pass_env: list[str] = []
     framework: str = "inspect-ai"
     framework_version: str = ""
 
@@ -267,23 +271,25 @@ class SandboxToolset(Toolset):
     inspect's, it is no box: commands run on this machine as this user, in
     a temporary folder."""
 
-    def __init__(self, tools: list[Any], task_name: str, sample: Any) -> None:
+    def __init__(self, tools: list[Any], task_name: str, sample: Any, pass_env: list[str] | None = None) -> None:
         super().__init__([_InspectTool(t, self) for t in tools], name="inspect")
-        self.task_name, self.sample = task_name, sample
+        self.task_name, self.sample, self.pass_env = task_name, sample, tuple(pass_env or ())
         self.environments: dict[str, Any] | None = None
 
     async def start(self, ctx: Any) -> None:
         from inspect_ai._eval.task.sandbox import read_sandboxenv_file, resolve_sample_files
         from inspect_ai.util._sandbox.context import init_sandbox_environments_sample
-        from inspect_ai.util._sandbox.local import LocalSandboxEnvironment
+
+        from .inspect_local_sandbox import CleanLocalSandbox, CleanSandboxConfig
 
         files = {path: await read_sandboxenv_file(contents)
                  for path, contents in resolve_sample_files(self.sample.files or {}).items()}
         setup = await read_sandboxenv_file(self.sample.setup) if self.sample.setup else None
         if setup is not None and not setup.decode().strip().startswith("#!"):
             setup = b"#!/usr/bin/env bash\n\n" + setup  # as inspect's eval runs a setup script
+        config = CleanSandboxConfig(pass_env=self.pass_env)
         self.environments = await init_sandbox_environments_sample(
-            LocalSandboxEnvironment, self.task_name, None, files, setup, self.sample.metadata or {})
+            CleanLocalSandbox, self.task_name, config, files, setup, self.sample.metadata or {})
 
     async def stop(self) -> None:
         from inspect_ai.util._sandbox.context import cleanup_sandbox_environments_sample
@@ -338,7 +344,7 @@ class InspectTask(Task):
     def all_toolsets(self) -> list[Toolset]:
         """Per rollout: the sample's inspect tools (in its own local sandbox when it has one)."""
         if self.data.sandbox == "local":
-            own: list[Toolset] = [SandboxToolset(self._tools, self.data.task, self.sample)]
+            own: list[Toolset] = [SandboxToolset(self._tools, self.data.task, self.sample, self.data.pass_env)]
         else:
             own = [Toolset([_InspectTool(t) for t in self._tools], name="inspect")] if self._tools else []
         return [*own, *super().all_toolsets()]
@@ -577,8 +583,12 @@ def _json_args(args: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(args, default=str))
 
 
-def build(source: Any, *, task_args: dict[str, Any] | None = None) -> TaskList:
-    """The samples of an inspect task as rollkit tasks (see the module docstring)."""
+def build(source: Any, *, task_args: dict[str, Any] | None = None, pass_env: list[str] | None = None) -> TaskList:
+    """The samples of an inspect task as rollkit tasks (see the module
+    docstring); `pass_env` names the host variables a local sandbox's
+    commands get (none by default: API keys are not passed)."""
+    if isinstance(pass_env, str) or not all(isinstance(name, str) for name in pass_env or ()):
+        raise UsageError(f"pass_env is a list of variable names, e.g. pass_env=['OPENAI_API_KEY']; got {pass_env!r}")
     task, where, args = _resolve(source, dict(task_args or {}))
     replaced = agent_solvers(task)
     if replaced:
@@ -597,12 +607,12 @@ def build(source: Any, *, task_args: dict[str, Any] | None = None) -> TaskList:
 
     with paused():  # a bulk build that frees nothing (rollkit.core._gcpause)
         states = run_coroutine(shape_all)
-        tasks = _tasks(task, where, args, samples, ids, states, limits)
+        tasks = _tasks(task, where, args, samples, ids, states, {"limits": limits, "pass_env": list(pass_env or ())})
     return TaskList(tasks, repeats=int(task.epochs or 1))
 
 
 def _tasks(task: Any, where: str, args: dict[str, Any], samples: list[Any], ids: list[int | str],
-           states: list[Any], limits: dict[str, Any]) -> list[InspectTask]:
+           states: list[Any], options: dict[str, Any]) -> list[InspectTask]:
     import inspect_ai
 
     version = inspect_ai.__version__
@@ -615,6 +625,6 @@ def _tasks(task: Any, where: str, args: dict[str, Any], samples: list[Any], ids:
             id=str(sample.id) if sample.id is not None else f"{task.name}:{index}", prompt=prompt,
             system_prompt=system, task=task.name, source=where, task_args=task_args, sample_id=sample_id,
             index=index, target=sample.target, choices=sample.choices, metadata=sample.metadata or {},
-            epochs=epochs, limits=limits, sandbox=sandbox_kind(task, sample), framework_version=version)
+            epochs=epochs, sandbox=sandbox_kind(task, sample), framework_version=version, **options)
         tasks.append(InspectTask(data, tools=list(state.tools)))
     return tasks
