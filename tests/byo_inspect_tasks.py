@@ -146,11 +146,11 @@ def grade(prompt: str) -> str:
 
 @task
 def limited(message_limit: int | None = None, token_limit: int | str | None = None,
-            turn_limit: int | None = None) -> Task:
+            turn_limit: int | None = None, cost_limit: float | None = None) -> Task:
     """The model calls add() twice, then answers: inspect's limits may end it first."""
     return Task(dataset=[Sample(input="Keep adding 1 and 2.", target="3", id="loop")],
                 solver=[system_message("Use the tool."), use_tools(add()), generate()], scorer=includes(),
-                message_limit=message_limit, token_limit=token_limit, turn_limit=turn_limit)
+                message_limit=message_limit, token_limit=token_limit, turn_limit=turn_limit, cost_limit=cost_limit)
 
 
 @task

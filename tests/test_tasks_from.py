@@ -101,13 +101,28 @@ def test_inspect_scores_are_inspects_own_for_match_includes_choice_a_grader_mode
 _LIMITS = [({"message_limit": 6}, "message", "I"), ({"message_limit": 7}, None, "C"),
            ({"turn_limit": 2}, "turn", "I"), ({"turn_limit": 3}, None, "C"),
            ({"token_limit": 23}, "token", "I"), ({"token_limit": 30}, "token", "I"), ({"token_limit": 36}, None, "C"),
-           ({"token_limit": "output:8"}, "token", "I"), ({"token_limit": "output:9"}, None, "C")]
+           ({"token_limit": "output:8"}, "token", "I"), ({"token_limit": "output:9"}, None, "C"),
+           # At $1 (input) and $2 (output) per token: 14, 15 and 16 dollars a turn (29, then 45 in all).
+           ({"cost_limit": 29}, "cost", "I"), ({"cost_limit": 40}, "cost", "I"), ({"cost_limit": 45}, None, "C")]
 
 
 def test_inspect_limits_stop_a_rollout_where_inspects_own_eval_stops_the_sample(tmp_path):
     from inspect_ai import eval as inspect_eval
-    from inspect_ai.model import get_model
+    from inspect_ai.model import ModelCost, ModelInfo, get_model, set_model_info
+    from inspect_ai.model._model_info import clear_model_info_cache
 
+    # The same prices on both sides, in dollars per million tokens (inspect's cost_limit needs them too).
+    cost = ModelCost(input=1e6, output=2e6, input_cache_write=1e6, input_cache_read=1e6)
+    set_model_info("openai/scripted", ModelInfo(cost=cost))
+    rk.prices({"scripted": {"input": 1e6, "output": 2e6}})
+    try:
+        _compare_limits(inspect_eval, get_model, tmp_path)
+    finally:
+        rk.prices({"scripted": None})
+        clear_model_info_cache()
+
+
+def _compare_limits(inspect_eval, get_model, tmp_path) -> None:
     with ScriptedProvider(byo.reply) as provider:
         model = get_model("openai/scripted", base_url=provider.url, api_key=provider.secret, responses_api=False)
         agent = rk.Agent(rk.OpenAIModel("scripted", base_url=provider.url, api_key=provider.secret))
@@ -123,11 +138,11 @@ def test_inspect_limits_stop_a_rollout_where_inspects_own_eval_stops_the_sample(
             assert trace.ok and ours == native == (stopped, scored), args
             # The same turns; a last tool result may be on one side only (inspect keeps the one it appended
             # before its check; a rollkit trace's conversation ends with the last call's), and the reply that
-            # took the tokens past the limit is kept on the trace (inspect discards it; its scorers do not see it).
+            # took the tokens (or dollars) past the limit is kept on the trace (inspect discards it; its scorers do not see it).
             roles, theirs = [m.role for m in trace.messages], [m.role for m in sample.messages]
             short, long = sorted((roles, theirs), key=len)
             assert long[:len(short)] == short and long[len(short):] in ([], ["tool"], ["assistant"]), (args, roles)
-            past = args in ({"token_limit": 30}, {"token_limit": "output:8"})
+            past = args in ({"token_limit": 30}, {"token_limit": "output:8"}, {"cost_limit": 40})
             assert (long[len(short):] == ["assistant"]) == past and (not past or long is roles), args
 
 
@@ -515,19 +530,25 @@ def test_an_agent_solver_is_replaced_and_said_once():
     assert tasks[0].data.prompt == "What is 2+2?" and tasks[0].data.system_prompt is None
 
 
-def test_limits_rollkit_does_not_check_are_said_with_rollkits_own_budget_to_set():
+def test_time_limits_rollkit_does_not_check_are_said_with_why_and_cost_limit_needs_a_price():
     from inspect_ai import Task
     from inspect_ai.dataset import Sample
 
-    timed = Task(name="timed", dataset=[Sample(input="Hi")], time_limit=30, working_limit=20, message_limit=9)
+    timed = Task(name="timed", dataset=[Sample(input="Hi")], time_limit=30, working_limit=20, message_limit=9,
+                 cost_limit=0.5)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         tasks = rk.tasks_from(timed)
     said = [str(w.message) for w in seen if "not checked by rollkit" in str(w.message)]
-    assert said == ["inspect task 'timed': time_limit=30, working_limit=20 is not checked by rollkit; set rollkit's "
-                    "own budget on the agent: rk.Agent(..., timeouts=rk.RolloutTimeouts(agent=SECONDS)) (agent "
-                    "time, as working_limit counts) or limits=rk.RolloutLimits(max_cost_usd=...)"]
-    assert tasks[0].data.limits == {"message_limit": 9}
+    assert said == ["inspect task 'timed': time_limit=30, working_limit=20 is not checked by rollkit: inspect ends a "
+                    "sample out of time and scores it, interrupting a model or tool call in progress; rollkit's only "
+                    "time budget, rk.Agent(..., timeouts=rk.RolloutTimeouts(agent=SECONDS)) (agent time, close to "
+                    "working_limit), ends the rollout as a failure, unscored; set it on the agent if that is what "
+                    "you want"]
+    assert tasks[0].data.limits == {"message_limit": 9, "cost_limit": 0.5}
+    # cost_limit needs a price, as inspect's eval refuses one without cost data: the rollout fails at setup.
+    trace = rk.evaluate(rk.Agent(rk.ScriptedModel(lambda request: "hi")), tasks, progress=False).traces[0]
+    assert not trace.ok and "cost_limit=0.5, which needs a price for model 'scripted'" in trace.error.message
 
 
 def test_a_missing_framework_names_the_extra_to_install():

@@ -23,9 +23,15 @@ The task's limits stop the rollout where inspect stops the sample, as
 before a call whose conversation holds that many messages, `turn_limit`
 before a call past it, `token_limit` (inspect's own metering of its type)
 before a call once reached and after the call that goes past it, whose
-reply inspect discards, so the scorers do not see it (the trace keeps it).
-`time_limit`, `working_limit` and `cost_limit` are not checked (said once,
-naming rollkit's own budgets); inspect samples have no limits of their own.
+reply inspect discards, so the scorers do not see it (the trace keeps it);
+`cost_limit` the same way on the trace's dollars (`trace.cost_usd`, priced
+by rk.prices; a model without a price fails setup, as inspect refuses an
+eval without cost data). `time_limit` and `working_limit` are not checked
+(said once, saying why and naming rollkit's own agent-time budget): rollkit's
+only time budget ends a rollout as a failure, unscored (L10, L23), where
+inspect ends the sample and scores it, and nothing in a task can interrupt
+a model call or a tool call in progress as inspect's limits do. inspect
+samples have no limits of their own.
 
 The key is the sample's id, else the task name and the sample's index; the
 trace records the sample id as inspect's eval gives it (a sample without
@@ -73,8 +79,8 @@ __all__ = ["InspectData", "InspectTask", "LIMITS", "SandboxToolset", "build", "l
 AGENT_SOLVERS = {"inspect_ai/basic_agent", "inspect_ai/basic_agent_loop", "inspect_ai/react", "inspect_ai/human_agent"}
 _UNSUPPORTED_CONTENT = {"audio", "video", "image"}
 # inspect's task limits rollkit checks (InspectTask's @stops), and those it does not.
-LIMITS = ("message_limit", "turn_limit", "token_limit")
-_UNCHECKED_LIMITS = ("time_limit", "working_limit", "cost_limit")
+LIMITS = ("message_limit", "turn_limit", "token_limit", "cost_limit")
+_UNCHECKED_LIMITS = ("time_limit", "working_limit")
 
 # inspect tasks loaded in this process, by their `source` (see InspectData).
 _LOADED: dict[str, Any] = {}
@@ -351,6 +357,12 @@ class InspectTask(Task):
 
     async def setup(self, ctx: Any) -> None:
         ctx.trace.record_info(source=provenance(self.data))
+        limit = self.data.limits.get("cost_limit")
+        if limit is not None and getattr(ctx.session, "rates", None) is None:  # as inspect refuses a cost_limit without cost data
+            model = ctx.trace.agent.get("model")
+            raise UsageError(f"inspect task {self.data.task!r} has cost_limit={limit}, which needs a price for model "
+                             f"{model!r}, and it has none; give one with rk.prices({{{model!r}: {{'input': ..., "
+                             "'output': ...}}}) (dollars per million tokens)")
 
     # inspect's task limits, checked where inspect checks them; the stop
     # condition is the limit's name, as inspect's sample.limit.type is.
@@ -384,12 +396,37 @@ class InspectTask(Task):
         used = metered_tokens([*(c.usage for c in trace.model_calls), usage], self.data.limits.get("token_limit_type"))
         return used >= limit if or_equal else used > limit
 
+    @stop(name="cost_limit")
+    def cost_limit_reached(self, trace: Trace) -> bool:
+        """inspect refuses a generate once the sample's cost reaches cost_limit (priced by rk.prices)."""
+        return self._cost_over(trace, None, or_equal=True)
+
+    @stop(name="cost_limit")
+    def cost_limit_exceeded(self, response: Response, ctx: Any) -> bool:
+        """inspect ends the sample after a generate that takes the cost past cost_limit (as token_limit)."""
+        card = getattr(ctx.session, "rates", None)  # the rates the rollout read at open (rollkit.core.prices)
+        call = card.cost(response.usage) if card is not None and response.usage is not None else None
+        return self._cost_over(ctx.trace, call, or_equal=False)
+
+    def _cost_over(self, trace: Trace, call: float | None, *, or_equal: bool) -> bool:
+        limit, spent = self.data.limits.get("cost_limit"), trace.cost_usd
+        if limit is None or spent is None:  # a turn without reported usage: inspect records no cost either
+            return False
+        used = spent + (call or 0.0)
+        return used >= limit if or_equal else used > limit
+
+    def _past_limit(self, trace: Trace) -> bool:
+        """Whether the last call took the rollout past its token or cost limit (inspect discards its reply)."""
+        if trace.stop_condition == "token_limit":
+            return self._tokens_over(trace, None, or_equal=False)
+        return trace.stop_condition == "cost_limit" and self._cost_over(trace, None, or_equal=False)
+
     @reward
     async def inspect_scores(self, trace: Trace) -> dict[str, float | None]:
         """The inspect task's scorers: one value is the reward, more are metrics."""
         task = self.inspect_task
         epoch = int(trace.info.get("repeat", 0)) + 1
-        exceeded = trace.stop_condition == "token_limit" and self._tokens_over(trace, None, or_equal=False)
+        exceeded = self._past_limit(trace)
         state = await replay_solver(task, self.sample, self.data.sample_id, epoch, trace, exceeded)
         values = await score(task, state, self.sample.target, trace)
         if len(values) == 1:
@@ -419,7 +456,7 @@ def metered_tokens(usages: list[Usage | None], kind: str | None) -> int:
 
 def limits_of(task: Any) -> dict[str, Any]:
     """The limits of `task` rollkit keeps (`LIMITS`); warns once about those it
-    does not check (time, working time, cost), naming rollkit's own."""
+    does not check (time and working time), saying why and naming rollkit's own."""
     kept = {name: getattr(task, name, None) for name in LIMITS}
     if kept.get("token_limit") is not None:
         kept["token_limit_type"] = getattr(task, "token_limit_type", None) or "all"
@@ -427,9 +464,11 @@ def limits_of(task: Any) -> dict[str, Any]:
     unchecked = {name: value for name, value in unchecked.items() if value is not None}
     if unchecked:
         said = ", ".join(f"{name}={value}" for name, value in unchecked.items())
-        warnings.warn(f"inspect task {task.name!r}: {said} is not checked by rollkit; set rollkit's own budget on "
-                      "the agent: rk.Agent(..., timeouts=rk.RolloutTimeouts(agent=SECONDS)) (agent time, as "
-                      "working_limit counts) or limits=rk.RolloutLimits(max_cost_usd=...)", stacklevel=4)
+        warnings.warn(f"inspect task {task.name!r}: {said} is not checked by rollkit: inspect ends a sample out of "
+                      "time and scores it, interrupting a model or tool call in progress; rollkit's only time "
+                      "budget, rk.Agent(..., timeouts=rk.RolloutTimeouts(agent=SECONDS)) (agent time, close to "
+                      "working_limit), ends the rollout as a failure, unscored; set it on the agent if that is "
+                      "what you want", stacklevel=4)
     return {name: value for name, value in kept.items() if value is not None}
 
 
