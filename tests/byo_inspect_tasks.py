@@ -4,7 +4,10 @@ inspect user writes them (a file of @task functions, loaded as "file.py@name").
 `qa` scores with match() and includes() and has a tool-using sample; `mcq`
 is a multiple-choice task scored by choice(); `graded` adds a custom scorer
 with a numeric value; `broken` has a scorer that raises; `judged` is scored by
-model_graded_qa with a grader model the test names. `REPLIES` says what
+model_graded_qa with a grader model the test names; `limited` loops on
+a tool for two turns and answers on the third, unless one of inspect's
+limits (its arguments) ends it first; `shell` has a sample in inspect's
+local sandbox (a file, a setup script) read with inspect's bash() tool. `REPLIES` says what
 the scripted model answers to each prompt (`reply(messages)`, the same for
 inspect and for rollkit), right on some samples and wrong on others.
 """
@@ -17,7 +20,7 @@ from inspect_ai import Task, task
 from inspect_ai.dataset import Sample
 from inspect_ai.scorer import Score, Target, accuracy, choice, includes, match, mean, scorer
 from inspect_ai.solver import TaskState, generate, multiple_choice, prompt_template, system_message, use_tools
-from inspect_ai.tool import tool
+from inspect_ai.tool import bash, tool
 
 
 @tool
@@ -108,10 +111,16 @@ def reply(messages: list[dict[str, Any]]) -> Any:
     last = messages[-1]
     content = last.get("content")
     text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content or [])
+    if any("Keep adding" in str(m.get("content")) for m in messages if m["role"] == "user"):
+        # Three turns (11, 12 and 13 tokens as the server counts them), unless a limit ends them first.
+        done = sum(1 for m in messages if m["role"] == "tool") >= 2
+        return "The sum is 3" if done else {"tool": "add", "arguments": {"x": 1, "y": 2}}
     if last["role"] == "tool":
         return f"The tool says {text}, so the answer is {text}"
     if "[Criterion]:" in text:
         return grade(text)
+    if "Read the note" in text:
+        return {"tool": "bash", "arguments": {"command": "cat note.txt setup.txt; pwd"}}
     if "add 3 and 4" in text:
         return {"tool": "add", "arguments": {"x": 3, "y": 4}}
     return next((answer for phrase, answer in REPLIES.items() if phrase in text), "I do not know.")
@@ -133,3 +142,19 @@ def grade(prompt: str) -> str:
     submission = prompt.split("[Submission]:", 1)[-1].split("***", 1)[0]
     criterion = prompt.split("[Criterion]:", 1)[-1].split("***", 1)[0].strip()
     return "GRADE: C" if criterion and criterion in submission else "GRADE: I"
+
+
+@task
+def limited(message_limit: int | None = None, token_limit: int | str | None = None,
+            turn_limit: int | None = None, cost_limit: float | None = None) -> Task:
+    """The model calls add() twice, then answers: inspect's limits may end it first."""
+    return Task(dataset=[Sample(input="Keep adding 1 and 2.", target="3", id="loop")],
+                solver=[system_message("Use the tool."), use_tools(add()), generate()], scorer=includes(),
+                message_limit=message_limit, token_limit=token_limit, turn_limit=turn_limit, cost_limit=cost_limit)
+
+
+@task
+def shell() -> Task:
+    return Task(dataset=[Sample(input="Read the note with the shell.", target="hello from the file", id="note",
+                                files={"note.txt": "hello from the file"}, setup="echo set up > setup.txt")],
+                solver=[use_tools(bash()), generate()], scorer=includes(), sandbox="local")

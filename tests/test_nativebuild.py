@@ -133,6 +133,54 @@ def test_values_whose_type_python_infers_per_column_are_read_alike_or_built_in_p
     assert str(native["rollouts"][1].schema.field("example_id").type) == "large_string"
 
 
+# `info.source` per line (None: left out): rk.tasks_from's provenance (an
+# inspect sample id an int or text, reasoning-gym's dataset), what a census
+# keeps (no framework), and values the columns leave missing.
+_SOURCES = [
+    {"framework": "inspect-ai", "version": "0.3.1", "task": "qa", "sample_id": 3, "source": "/x.py@qa"},
+    {"framework": "inspect-ai", "version": "0.3.1", "task": "qa", "sample_id": "tool-add"},
+    {"framework": "reasoning-gym", "version": "0.1", "dataset": "leg_counting", "seed": 5, "index": 2,
+     "sample_id": "5:2"},
+    {"eval.task_version": 2, "task": "kept by a census"}, None, {},
+    {"framework": 7, "task": "t"}, {"framework": "f", "task": None, "dataset": 12, "version": 2},
+    {"framework": "f", "sample_id": True, "version": 1.5, "task": {"name": "t"}},
+    {"framework": "f", "sample_id": 2**63}, {"framework": "f", "sample_id": -2**63, "task": ["t"]},
+]
+
+
+def test_where_a_task_came_from_builds_the_same_source_columns_natively(tmp_path, monkeypatch):
+    folder = big_run(len(_SOURCES), tmp_path / "run", tasks=3)
+    source = folder / "traces.jsonl"
+    traces = [json.loads(x) for x in source.read_text().splitlines()]
+    for t, provenance in zip(traces, _SOURCES):
+        if provenance is not None:
+            t["info"]["source"] = provenance
+    source.write_text("".join(json.dumps(t) + "\n" for t in traces))
+    _same_tables(source, tmp_path, monkeypatch)
+    rollouts = open_run(source).rollouts()
+    got = list(zip(rollouts["source_framework"], rollouts["source_version"], rollouts["source_task"],
+                   rollouts["source_sample"]))
+    assert [tuple(None if v is None or v != v else v for v in row) for row in got] == [
+        ("inspect-ai", "0.3.1", "qa", "3"), ("inspect-ai", "0.3.1", "qa", "tool-add"),
+        ("reasoning-gym", "0.1", "leg_counting", "5:2"), *[(None,) * 4] * 4, ("f", "2", "12", None),
+        ("f", None, None, None), ("f", None, None, None), ("f", None, None, str(-2**63))]
+
+
+@pytest.mark.parametrize("written", ['"source": "a web page"', '"source": ["a", "b"]'])
+def test_a_source_that_is_no_object_is_read_by_the_python_build(tmp_path, monkeypatch, written):
+    folder = big_run(4, tmp_path / "run", tasks=2)
+    source = folder / "traces.jsonl"
+    lines = source.read_text().splitlines()
+    lines[1] = lines[1].replace('"info":{', '"info":{' + written + ",", 1)
+    assert written in lines[1]
+    source.write_text("\n".join(lines) + "\n")
+    python, _ = _build(source, tmp_path / "python", False, monkeypatch)
+    native, builds = _build(source, tmp_path / "native", True, monkeypatch)
+    assert builds == ["python"]
+    assert python["rollouts"][0].equals(native["rollouts"][0])
+    assert python["rollouts"][0].column("source_framework").null_count == 4
+
+
 # Rewards, weights and metrics per line (None: the field left out), each
 # shape a part. A first open types them per part (nativebuild._Signals):
 # structs of the part's names, or MAPs where a struct would read them

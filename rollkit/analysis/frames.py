@@ -14,7 +14,9 @@ The builders, each `traces -> pandas.DataFrame`, one row per thing. Every
 frame has `example_id`, `repeat` and `rollout_id` right after the trace `id`,
 read from `trace.info` where a batch evaluation wrote them (missing otherwise).
 
-- `rollouts(traces)`: one row per rollout (ids, task, outcome, ok, stop, error,
+- `rollouts(traces)`: one row per rollout (ids, task, where an `rk.tasks_from`
+  task came from (`source_framework`, `source_version`, `source_task`,
+  `source_sample`), outcome, ok, stop, error,
   reward, one column per reward `reward.<name>` and per metric `metric.<name>`
   (the `signal_values` of its record: missing unless scored), turns, token
   totals and `cost_usd` (dollars: rollkit.core.prices; NaN where a price is

@@ -52,7 +52,7 @@ from ..core.errors import SandboxError
 from ..core.runtime import NetworkPolicy, Runtime
 from . import watchdog
 
-__all__ = ["SubprocessRuntime", "Program", "Completed", "kill_all_programs"]
+__all__ = ["SubprocessRuntime", "Program", "Completed", "clean_environment", "kill_all_programs"]
 
 # Harmless host variables a program usually needs to run at all.
 _HOST_VARS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
@@ -71,6 +71,22 @@ def kill_all_programs() -> int:
                 program._signal(signal.SIGKILL)
                 killed += 1
     return killed
+
+
+def clean_environment(home: Path, *, pass_env: Iterable[str] = (), env: Mapping[str, str] | None = None
+                      ) -> dict[str, str]:
+    """The clean environment of a program whose folder is `home` (see the
+    module docstring): the harmless host variables, HOME there and TMPDIR in
+    its `.tmp` (made here), the host variables `pass_env` names, then `env`.
+    Nothing else of the host, API keys included. Other runners of programs
+    (an inspect task's local sandbox) use it so they pass what this does."""
+    tmp = home / ".tmp"
+    tmp.mkdir(exist_ok=True)
+    out = {k: os.environ[k] for k in _HOST_VARS if k in os.environ}
+    out.update(HOME=str(home), TMPDIR=str(tmp))
+    out.update({k: os.environ[k] for k in pass_env if k in os.environ})
+    out.update({str(k): str(v) for k, v in (env or {}).items()})
+    return out
 
 
 @dataclass(frozen=True)
@@ -272,15 +288,7 @@ class SubprocessRuntime(Runtime):
     # ---- programs -----------------------------------------------------------
     def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """The clean environment a program gets (see the module docstring)."""
-        workdir = self.workdir
-        tmp = workdir / ".tmp"
-        tmp.mkdir(exist_ok=True)
-        out = {k: os.environ[k] for k in _HOST_VARS if k in os.environ}
-        out.update(HOME=str(workdir), TMPDIR=str(tmp))
-        out.update({k: os.environ[k] for k in self.pass_env if k in os.environ})
-        out.update(self.env)
-        out.update({str(k): str(v) for k, v in (env or {}).items()})
-        return out
+        return clean_environment(self.workdir, pass_env=self.pass_env, env={**self.env, **(env or {})})
 
     def resolve(self, program: str, env: Mapping[str, str]) -> str:
         """The path of `program`: relative paths are taken from the working

@@ -71,10 +71,11 @@ __all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
 
 CACHE_DIR = ".rollkit"
 # The store's layout version: a part written by another version is rebuilt.
-_VERSION = "6"  # 2: trace schema 2 (replies, unreported usage, outcome, the calls of rk.frames.calls); 3: large strings
+_VERSION = "7"  # 2: trace schema 2 (replies, unreported usage, outcome, the calls of rk.frames.calls); 3: large strings
 # 4: the calls' logprob sum and mean and whether they hold token ids; cost
 # 5: a reward or metric column is missing where the run was not scored (tables.rows.signal_values)
 # 6: rollouts.cost_estimated (a price found by the model name alone, for another endpoint)
+# 7: rollouts' source columns (where a task came from: rk.tasks_from's provenance)
 # Lines and source bytes per part while building, whichever comes first:
 # bounds the memory of a build (a part's rows are held as Python lists
 # before they become Arrow columns, far bigger than the part's bytes).

@@ -68,7 +68,8 @@ _TRACE_FIELDS: dict[str, Any] = {
     "task": {"type": "VARCHAR", "key": "VARCHAR"},
     "agent": {"name": "JSON", "model": "JSON"},
     "info": {"example_id": "JSON", "repeat": "JSON", "rollout_id": "JSON", "cost_usd": "DOUBLE",
-             "cost_estimated": "BOOLEAN"},
+             "cost_estimated": "BOOLEAN", "source": {k: "JSON" for k in ("framework", "version", "task", "dataset",
+                                                                          "sample_id")}},
     "limits": {"max_turns": "JSON", "max_input_tokens": "JSON", "max_output_tokens": "JSON",
                "max_total_tokens": "JSON", "max_cost_usd": "JSON"},
     "timeouts": {"agent": "JSON"},
@@ -273,7 +274,7 @@ def _rollout_columns(kinds: dict[tuple[str, str], str | None], signals: _Signals
     model_time = f"case when {_UNTIMED_CALL} then null::DOUBLE else {timed} end"
     rollouts = {
         **_ids(kinds, "rollouts"),
-        "task_key": "t.task.key", "task_type": "t.task.type",
+        "task_key": "t.task.key", "task_type": "t.task.type", **_source_columns(),
         "agent": _free("agent", kinds[("rollouts", "agent")]), "model": _free("model", kinds[("rollouts", "model")]),
         "outcome": (f"case when {has_error} then 'failed: ' || coalesce(nullif({error}.type, ''), 'Error') "
                     "when coalesce(t.aborted, false) then 'aborted' when not coalesce(t.completed, false) then "
@@ -306,6 +307,23 @@ def _rollout_columns(kinds: dict[tuple[str, str], str | None], signals: _Signals
     # A signal's value only where the run was scored (rows.signal_values).
     rollouts.update({name: f"case when {_SCORED} then {signals.value(name)} end" for name in signals.names})
     return rollouts
+
+
+def _source_columns() -> dict[str, str]:
+    """rows.SOURCE_COLUMNS (rows.source_values): where `info.source` names a
+    framework, its text values, an integer of 64 bits in digits (json_type
+    says UBIGINT for one not below 0), anything else null."""
+    source = "t.info.source"
+
+    def text(x: str) -> str:
+        return (f"case json_type({x}) when 'VARCHAR' then {x}->>'$' when 'BIGINT' then {x}::BIGINT::VARCHAR "
+                f"when 'UBIGINT' then try_cast({x} as BIGINT)::VARCHAR end")
+
+    named = f"json_type({source}.framework) = 'VARCHAR'"
+    values = {"source_framework": text(f"{source}.framework"), "source_version": text(f"{source}.version"),
+              "source_task": f"coalesce({text(f'{source}.task')}, {text(f'{source}.dataset')})",
+              "source_sample": text(f"{source}.sample_id")}
+    return {name: f"case when {named} then {value} end" for name, value in values.items()}
 
 
 _DOUBLES = "'\"MAP(VARCHAR, DOUBLE)\"'"

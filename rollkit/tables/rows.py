@@ -52,9 +52,9 @@ from ..core.trace import PHASES, UNTIMED
 
 __all__ = [
     "TABLES", "ROLLOUT_COLUMNS", "TURN_COLUMNS", "CALL_COLUMNS", "PHASE_COLUMNS", "SIGNAL_COLUMNS",
-    "MESSAGE_COLUMNS", "USER_TURN_COLUMNS", "BRANCH_COLUMNS", "COMPARE_COLUMNS", "INFO_IDS", "TABLE_COLUMNS",
-    "TABLE_TYPES", "TableRows", "trace_rows", "signal_values", "num_or_nan", "python_tables", "arrow_table",
-    "empty_table", "large_strings", "frame_order", "shaped", "padded", "arrow_frame",
+    "MESSAGE_COLUMNS", "USER_TURN_COLUMNS", "SOURCE_COLUMNS", "source_values", "BRANCH_COLUMNS", "COMPARE_COLUMNS",
+    "INFO_IDS", "TABLE_COLUMNS", "TABLE_TYPES", "TableRows", "trace_rows", "signal_values", "num_or_nan",
+    "python_tables", "arrow_table", "empty_table", "large_strings", "frame_order", "shaped", "padded", "arrow_frame",
 ]
 
 _NAN = math.nan
@@ -66,8 +66,11 @@ _LIMITS = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_toke
 INFO_IDS = ("example_id", "repeat", "rollout_id")
 _IDS = ("id", *INFO_IDS)
 
+# Where a task came from (`trace.info["source"]`, written by rk.tasks_from's
+# tasks): framework, its version, task or dataset name, sample id, as text.
+SOURCE_COLUMNS = ("source_framework", "source_version", "source_task", "source_sample")
 ROLLOUT_COLUMNS = (
-    *_IDS, "task_key", "task_type", "agent", "model", "outcome", "ok", "completed", "aborted",
+    *_IDS, "task_key", "task_type", *SOURCE_COLUMNS, "agent", "model", "outcome", "ok", "completed", "aborted",
     "stop", "stop_condition", "error_type", "error_phase", "error_message", "reward",
     "turns", "model_calls", "input_tokens", "output_tokens", "total_tokens", "cost_usd", "cost_estimated",
     "segments", "agent_time", "model_time", "harness_time", "wait_time",
@@ -158,7 +161,7 @@ def _calls_text(calls: list[dict[str, Any]] | None) -> str:
     return ", ".join(f"{c.get('name')}({c.get('arguments', '{}')})" for c in calls or ())
 
 
-_STR = ("id", "task_key", "task_type", "phase", "role", "content", "tool_calls")
+_STR = ("id", "task_key", "task_type", *SOURCE_COLUMNS, "phase", "role", "content", "tool_calls")
 _FLOAT = ("reward", "model_time", "harness_time", *(f"phase.{p}" for p in PHASES), "start", "end", "latency",
           "cum_agent_time", "duration", "offset", "value", "weight", "completion_logprob_sum",
           "completion_logprob_mean", "cost_usd", "cum_cost_usd")
@@ -243,7 +246,7 @@ def _rollout_row(rows: TableRows, t: dict[str, Any], ids: tuple[Any, ...], key: 
     signal = signal_values(t)
     row_number = len(rows.rows["rollouts"])
     rows.rows["rollouts"].append((
-        *ids, key, task_type, agent.get("name"), agent.get("model"), Outcome.of_record(t).label, t.get("ok"),
+        *ids, key, task_type, *source_values(t.get("info") or {}), agent.get("name"), agent.get("model"), Outcome.of_record(t).label, t.get("ok"),
         bool(t.get("completed", False)), bool(t.get("aborted", False)), error["type"] if error else stop_condition,
         stop_condition, error["type"] if error else None, error.get("phase") if error else None,
         error["message"] if error else None, num_or_nan(signal.pop("reward")),
@@ -255,6 +258,29 @@ def _rollout_row(rows: TableRows, t: dict[str, Any], ids: tuple[Any, ...], key: 
     ))
     for name, value in signal.items():
         rows.signals.setdefault(name, {})[row_number] = num_or_nan(value)
+
+
+def _source_text(value: Any) -> str | None:
+    """A provenance value as its column holds it: text as it is, an integer
+    of 64 bits in digits, anything else missing (as the native build reads it)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63:
+        return str(value)
+    return None
+
+
+def source_values(info: dict[str, Any]) -> tuple[str | None, str | None, str | None, str | None]:
+    """The SOURCE_COLUMNS of a trace's info: its `source` where that names a
+    framework (rk.tasks_from's provenance; an importer's `source`, the
+    values a census keeps, names none), all missing otherwise. The task is
+    `task`, else `dataset` (reasoning-gym's name)."""
+    source = info.get("source")
+    if not isinstance(source, dict) or not isinstance(source.get("framework"), str):
+        return None, None, None, None
+    task = _source_text(source.get("task"))
+    return (source["framework"], _source_text(source.get("version")),
+            _source_text(source.get("dataset")) if task is None else task, _source_text(source.get("sample_id")))
 
 
 def _phase_rows(phases_out: list[tuple[Any, ...]], ids: tuple[Any, ...], key: str,

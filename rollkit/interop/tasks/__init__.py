@@ -5,7 +5,8 @@ a list of `rk.Task`s that open, step, evaluate, fork and replay as rollkit's
 own do, scored by that framework's own scorer code:
 
 - inspect-ai (rollkit.interop.tasks.inspect_tasks): a `Task`, a `@task`
-  function, or `"file.py@name"`;
+  function, `"file.py@name"`, or `"PACKAGE/NAME"` (a task an installed
+  package registers with inspect);
 - reasoning-gym (rollkit.interop.tasks.reasoning_gym_tasks):
   `"reasoning_gym:NAME"` with `size=`, `seed=` and the dataset's config, or a
   dataset object.
@@ -21,14 +22,15 @@ subclasses) and does not import `rollkit.notebook` or `rollkit.examples`.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import UsageError
-from .tasklist import TaskList
+from .tasklist import INSPECT_REGISTRY_NAME, TaskList
 
-__all__ = ["Source", "SOURCES", "TaskList", "tasks_from"]
+__all__ = ["INSPECT_REGISTRY_NAME", "Source", "SOURCES", "TaskList", "tasks_from"]
 
 
 def _type_modules(source: Any) -> set[str]:
@@ -55,7 +57,7 @@ class Source:
         if isinstance(source, str):
             path = source.split("@", 1)[0]
             return (bool(self.prefixes) and source.startswith(self.prefixes)) or (
-                bool(self.suffixes) and path.endswith(self.suffixes))
+                bool(self.suffixes) and path.endswith(self.suffixes)) or (self.takes is not None and self.takes(source))
         if _type_modules(source) & set(self.packages):
             return True
         return self.takes is not None and self.takes(source)
@@ -65,15 +67,20 @@ class Source:
         return module.build(source, **options)
 
 
-def _inspect_task_function(source: Any) -> bool:
+def _inspect_task(source: Any) -> bool:
+    """A @task function, or a string naming a task an installed (or missing)
+    package registers with inspect ("inspect_evals/gsm8k")."""
+    if isinstance(source, str):
+        return INSPECT_REGISTRY_NAME.fullmatch(source) is not None and not os.path.exists(source)
     info = getattr(source, "__registry_info__", None)
     return callable(source) and getattr(info, "type", None) == "task"
 
 
 SOURCES: list[Source] = [
     Source("inspect-ai", "inspect", "rollkit.interop.tasks.inspect_tasks", suffixes=(".py",), packages=("inspect_ai",),
-           takes=_inspect_task_function,
-           accepts="an inspect-ai Task, a @task function, or 'file.py@name'"),
+           takes=_inspect_task,
+           accepts="an inspect-ai Task, a @task function, 'file.py@name', or 'PACKAGE/NAME' (a task an installed "
+                   "package registers, e.g. 'inspect_evals/gsm8k')"),
     Source("reasoning-gym", "reasoning-gym", "rollkit.interop.tasks.reasoning_gym_tasks", prefixes=("reasoning_gym:",),
            packages=("reasoning_gym",),
            accepts="'reasoning_gym:NAME' (with size= and seed=) or a reasoning-gym dataset"),

@@ -6,7 +6,8 @@ names another). The reward `score_answer` is the dataset's own
 `score_answer(answer, entry)` on the answer as reasoning-gym's
 `extract_answer` takes it from the final reply (None when the reply has no
 tags, which every scorer reads as 0). A task's key is the dataset name, its
-seed and the entry's index; its data holds the dataset's config, so a saved
+seed and the entry's index (the trace's source names the sample "SEED:INDEX");
+its data holds the dataset's config, so a saved
 trace rebuilds the dataset, and the entry, in a new process (`task_of`).
 
 This module only builds tasks; it imports reasoning-gym on first use.
@@ -105,7 +106,7 @@ class ReasoningGymTask(Task):
 def provenance(data: ReasoningGymData) -> dict[str, Any]:
     """Where the task came from, as the trace records it (`trace.info["source"]`)."""
     return {"framework": data.framework, "version": data.framework_version, "dataset": data.dataset,
-            "seed": data.seed, "index": data.index}
+            "seed": data.seed, "index": data.index, "sample_id": f"{data.seed}:{data.index}"}
 
 
 def _by_name(name: str, size: int, seed: int, config: dict[str, Any]) -> tuple[str, Any]:

@@ -1,11 +1,18 @@
 """What `rk.tasks_from` returns: a list of tasks that also says how many
-times its source runs each. Holds no framework code."""
+times its source runs each; and the shape of a name a package registers an
+inspect task under, which both the source table and the inspect adapter
+read. Holds no framework code."""
 
 from __future__ import annotations
 
+import re
+
 from ...core.task import Task
 
-__all__ = ["TaskList"]
+__all__ = ["INSPECT_REGISTRY_NAME", "TaskList"]
+
+# "PACKAGE/NAME": a task an installed package registers with inspect (e.g. "inspect_evals/gsm8k").
+INSPECT_REGISTRY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*/[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 class TaskList(list):  # type: ignore[type-arg]
