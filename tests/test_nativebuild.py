@@ -305,6 +305,33 @@ def test_the_parts_of_a_build_share_one_database_closed_when_it_ends(tmp_path, m
             database.execute("select 1")
 
 
+def test_the_parts_of_a_build_write_over_the_memory_files_earlier_parts_gave_back(tmp_path, monkeypatch):
+    # A part's lines go to DuckDB through a file in memory; a new one's pages
+    # cost twice what writing over given-back ones does: five parts, two at
+    # a time, make two such files, and none is open once the build is over.
+    from rollkit.tables import nativebuild
+
+    if not nativebuild._MEMFD:
+        pytest.skip("no memfd here: a temporary file per part")
+    made = []
+    real = os.memfd_create
+
+    def counted(name, flags=0):
+        made.append(real(name, flags))
+        return made[-1]
+
+    monkeypatch.setattr(os, "memfd_create", counted)
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
+    run = open_run(folder, progress=False)
+    assert len(run.rollouts()) == 18
+    assert len({json.loads(p.read_text())["start"] for p in (folder / ".rollkit").rglob("part-*.json")}) == 5
+    assert 1 <= len(made) <= columns._IN_FLIGHT  # 5 without the reuse
+    open_files = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{fd}")}
+    assert not any("rollkit-part" in name for name in open_files)
+
+
 # threads None: one part at a time gets DuckDB's own default (every core this machine has).
 @pytest.mark.parametrize("cores, in_flight, threads", [(8, 2, "7"), (2, 2, "1"), (1, 2, "1"), (8, 1, None)])
 def test_the_build_database_runs_a_thread_a_core_counting_each_part_as_one(tmp_path, monkeypatch, cores, in_flight,
