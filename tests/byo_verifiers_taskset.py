@@ -5,23 +5,19 @@ this module, which exports its Taskset in `__all__`): three capital-city
 questions under a system prompt, each with a stateful notes toolset (its
 state is the rollout's, synced by verifiers' state channel), a weighted
 reward that reads the reply, a second reward that reads the toolset's state,
-and a metric. `reply(messages)` is the scripted model both runs are answered
-by (tests/scripted_provider.py): it writes the answer into the notes, then
-answers, except on the third task, where it answers wrong without notes.
+and two metrics; tests/byo_verifiers_replies.py is the scripted model both
+runs are answered by.
 Run as a module, it serves the toolset (verifiers starts tool servers with
 `python -m <the toolset class's module>`).
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import verifiers.v1 as vf
+from byo_verifiers_replies import QUESTIONS
 
-__all__ = ["CapitalsTaskset", "reply"]
+__all__ = ["CapitalsTaskset"]
 
-QUESTIONS = [("France", "Paris"), ("Italy", "Rome"), ("Japan", "Tokyo")]
 SYSTEM = "You answer geography questions. Write your answer in the notes first."
 
 
@@ -85,25 +81,6 @@ class CapitalsTaskset(vf.Taskset[CapitalTask, CapitalsConfig]):
         return [CapitalTask(CapitalData(prompt=f"What is the capital of {country}?", system_prompt=SYSTEM,
                                         country=country, answer=answer, id=country.lower()), self.config.task)
                 for country, answer in QUESTIONS[: self.config.num_tasks]]
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return str(content or "")
-
-
-def reply(messages: list[dict[str, Any]]) -> Any:
-    """The scripted model: note the capital, then answer (Japan: a wrong answer, no notes)."""
-    question = next(_text(m.get("content")) for m in messages if m["role"] == "user")
-    country = question.rsplit(" ", 1)[-1].rstrip("?")
-    capital = dict(QUESTIONS)[country]
-    if country == "Japan":
-        return "I think it is Kyoto."
-    if not any(m["role"] == "tool" for m in messages):
-        return {"tool": "notes_write", "arguments": {"text": f"capital of {country}: {capital}"}}
-    noted = [_text(m.get("content")) for m in messages if m["role"] == "tool"]
-    return f"The capital is {capital}. ({json.dumps(noted[-1])})"
 
 
 if __name__ == "__main__":
