@@ -56,16 +56,22 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     with ScriptedProvider(reply) as provider:
         env = _env(provider.secret)
         native = subprocess.Popen([str(VERIFIERS), str(HERE / "verifiers_native_eval.py"), "byo_verifiers_taskset",
-                                   provider.url, str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                                   provider.url, str(tmp_path / "native")], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         ours = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"),
-                                 "verifiers:byo_verifiers_taskset", provider.url], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        native_out, native_err = native.communicate(timeout=240)
+                                 "verifiers:byo_verifiers_taskset", provider.url, str(tmp_path / "run")], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ours_out, ours_err = ours.communicate(timeout=240)
+        # While verifiers still runs: the saved traces forked after their first turn, in a new process.
+        forks = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"), "--fork",
+                                  str(tmp_path / "run"), provider.url], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        native_out, native_err = native.communicate(timeout=240)
+        forks_out, forks_err = forks.communicate(timeout=240)
         requests = provider.requests
     assert native.returncode == 0, native_err[-3000:]
     assert ours.returncode == 0, ours_err[-3000:]
+    assert forks.returncode == 0, forks_err[-3000:]
     theirs, mine = _per_task(native_out), _per_task(ours_out)
     assert sorted(theirs) == sorted(mine) == [0, 1, 2]
     for idx, row in theirs.items():
@@ -79,12 +85,21 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     assert theirs[2]["rewards"] == {"correct": [0.0, 0.75], "noted": [0.0, 0.25]}
     assert theirs[1]["metrics"] == {"reply_words": 7.0, "tool_replies": 1.0}
     assert mine[1]["state"]["notes"] == ["capital of Italy: Rome"] and mine[2]["state"] is None
+    # Each fork rebuilt its task from the saved trace and was scored by it. The toolsets'
+    # state does not cross a fork (a prefix carries no trace.info but example_id): the
+    # notes reward, which reads it, is 0 on the forks that wrote notes before the fork point.
+    forked = _per_task(forks_out)
+    assert {idx: row["rewards"]["correct"] for idx, row in forked.items()} == {0: [1.0, 0.75], 1: [1.0, 0.75],
+                                                                                2: [0.0, 0.75]}
+    assert [forked[idx]["turns"] for idx in (0, 1, 2)] == [2, 2, 1] and forked[0]["rewards"]["noted"] == [0.0, 0.25]
     # Both sent the task's system prompt and the toolset's tools under verifiers' prefixed names.
     for body in requests:
         assert body["messages"][0] == {"role": "system", "content": "You answer geography questions. "
                                                                     "Write your answer in the notes first."}
         assert sorted(t["function"]["name"] for t in body["tools"]) == ["notes_count", "notes_write"]
-    assert len(requests) == 2 * (2 + 2 + 1)  # France and Italy: a tool call, then the answer; Japan: the answer
+    # France and Italy: a tool call, then the answer; Japan: the answer; twice. Then each
+    # fork of France and Italy asks for its answer again (Japan's fork has no turn left).
+    assert len(requests) == 2 * (2 + 2 + 1) + 2
 
 
 @needs_oracles
@@ -126,3 +141,33 @@ def _installed(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_fresh_venv_with_the_verifiers_extra_gets_a_working_pair(tmp_path):
+    """`pip install "rollkit[verifiers]"` resolves (rollkit's mcp>=2.0 admits
+    verifiers' mcp==2.0.0) and the installed rollkit scores the capitals taskset."""
+    venv = tmp_path / "venv"
+    (tmp_path / "tmp").mkdir()
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+           "TMPDIR": str(tmp_path / "tmp"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = str(venv / "bin" / "python")
+    install = subprocess.run([python, "-m", "pip", "install", "-q", f"{HERE.parent}[verifiers]"], env=env,
+                             capture_output=True, text=True, timeout=1500)
+    assert install.returncode == 0, install.stderr[-3000:]
+    versions = subprocess.run([python, "-c", "import importlib.metadata as m, rollkit; print(m.version('mcp'), "
+                               "m.version('verifiers'), rollkit.__file__)"], env=env, capture_output=True, text=True,
+                              cwd=tmp_path, timeout=300)
+    mcp, verifiers, where = versions.stdout.split()
+    assert (mcp, verifiers) == ("2.0.0", "0.4.0") and Path(where).is_relative_to(venv)
+    with ScriptedProvider(reply) as provider:
+        done = subprocess.run([python, str(HERE / "verifiers_rollkit_eval.py"), "verifiers:byo_verifiers_taskset",
+                               provider.url], env={**env, "SCRIPTED_KEY": provider.secret, "PYTHONPATH": str(HERE)},
+                              capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rewards = {idx: row["rewards"] for idx, row in _per_task(done.stdout).items()}
+    assert rewards == {0: {"correct": [1.0, 0.75], "noted": [1.0, 0.25]},
+                       1: {"correct": [1.0, 0.75], "noted": [1.0, 0.25]},
+                       2: {"correct": [0.0, 0.75], "noted": [0.0, 0.25]}}
