@@ -1,8 +1,8 @@
 """verifiers v1 tasksets that fail, for the bad-input proofs in tests/test_verifiers_tasks.py.
 
 `BrokenLoadTaskset` cannot read its rows. `ShakyTaskset` has three tasks:
-the first scores cleanly, the second's `judged` reward raises, the third's
-toolset does not start; every task also has a reward that needs a verifiers
+the first is stopped by its trace `@vf.stop` after its tool call and scores,
+the second's `judged` reward raises, the third's toolset does not start; every task also has a reward that needs a verifiers
 runtime (a sandbox), which rollkit refuses by name.
 """
 
@@ -43,6 +43,10 @@ class ShakyTask(vf.Task[ShakyData, vf.State, ShakyTaskConfig]):
     @classmethod
     def toolsets(cls, config: ShakyTaskConfig) -> list[vf.Toolset]:
         return [ShakyToolset(config.tools)]
+
+    @vf.stop
+    async def pinged(self, trace: vf.Trace) -> bool:
+        return self.data.mood == "fine" and len(trace.assistant_messages) >= 1
 
     @vf.reward(weight=2.0)
     async def judged(self, trace: vf.Trace) -> float:

@@ -54,6 +54,11 @@ class CapitalTask(vf.Task[CapitalData, NotesState, CapitalTaskConfig]):
     def toolsets(cls, config: CapitalTaskConfig) -> list[vf.Toolset]:
         return [NotesToolset(config.tools)]
 
+    @vf.stop
+    async def italy_after_one_reply(self, trace: vf.Trace) -> bool:
+        """Italy's rollout stops before its second model call (its tool call has run)."""
+        return self.data.country == "Italy" and len(trace.assistant_messages) >= 1
+
     @vf.reward(weight=0.75)
     async def correct(self, trace: vf.Trace) -> float:
         return float(self.data.answer.lower() in trace.last_reply.lower())

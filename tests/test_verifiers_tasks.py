@@ -80,26 +80,34 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
         # rollkit adds its harness's own metric (tool_call_success_rate) beside the task's.
         assert {k: v for k, v in mine[idx]["metrics"].items() if k in row["metrics"]} == row["metrics"], idx
         assert set(row["metrics"]) == {"reply_words", "tool_replies"}
-    # The values themselves: the notes reward reads the toolset's state, kept across the rollout's calls.
+        assert mine[idx]["stop"] == row["stop"] or (mine[idx]["stop"], row["stop"]) == (None, "agent_completed")
+    # The values themselves: the notes reward reads the toolset's state, kept across the rollout's
+    # calls; Italy's trace stop ends it before its second call (its tool call has run).
     assert theirs[0]["rewards"] == {"correct": [1.0, 0.75], "noted": [1.0, 0.25]}
+    assert theirs[1]["rewards"] == {"correct": [0.0, 0.75], "noted": [1.0, 0.25]}
     assert theirs[2]["rewards"] == {"correct": [0.0, 0.75], "noted": [0.0, 0.25]}
-    assert theirs[1]["metrics"] == {"reply_words": 7.0, "tool_replies": 1.0}
+    assert theirs[0]["metrics"] == {"reply_words": 7.0, "tool_replies": 1.0}
+    assert theirs[1]["stop"] == mine[1]["stop"] == "italy_after_one_reply" and mine[1]["turns"] == 1
     assert mine[1]["state"]["notes"] == ["capital of Italy: Rome"] and mine[2]["state"] is None
     # Each fork rebuilt its task from the saved trace and was scored by it. The toolsets'
     # state does not cross a fork (a prefix carries no trace.info but example_id): the
     # notes reward, which reads it, is 0 on the forks that wrote notes before the fork point.
     forked = _per_task(forks_out)
-    assert {idx: row["rewards"]["correct"] for idx, row in forked.items()} == {0: [1.0, 0.75], 1: [1.0, 0.75],
+    assert {idx: row["rewards"]["correct"] for idx, row in forked.items()} == {0: [1.0, 0.75], 1: [0.0, 0.75],
                                                                                 2: [0.0, 0.75]}
-    assert [forked[idx]["turns"] for idx in (0, 1, 2)] == [2, 2, 1] and forked[0]["rewards"]["noted"] == [0.0, 0.25]
+    assert [forked[idx]["turns"] for idx in (0, 1, 2)] == [2, 1, 1] and forked[0]["rewards"]["noted"] == [0.0, 0.25]
+    # Italy's fork stands where the stop ended it (rollkit's condition; which @vf.stop fired is
+    # in the original's trace.info, which a prefix does not carry).
+    assert forked[1]["stop"] == "verifiers_stop"
     # Both sent the task's system prompt and the toolset's tools under verifiers' prefixed names.
     for body in requests:
         assert body["messages"][0] == {"role": "system", "content": "You answer geography questions. "
                                                                     "Write your answer in the notes first."}
         assert sorted(t["function"]["name"] for t in body["tools"]) == ["notes_count", "notes_write"]
-    # France and Italy: a tool call, then the answer; Japan: the answer; twice. Then each
-    # fork of France and Italy asks for its answer again (Japan's fork has no turn left).
-    assert len(requests) == 2 * (2 + 2 + 1) + 2
+    # France: a tool call, then the answer; Italy: the tool call (then its stop); Japan: the
+    # answer; twice. Then France's fork asks for its answer again (Italy's stops again,
+    # Japan's has no turn left).
+    assert len(requests) == 2 * (2 + 1 + 1) + 1
 
 
 @needs_oracles
@@ -115,8 +123,11 @@ def test_bad_input_a_failing_load_the_vf_init_template_a_raising_reward_a_runtim
     fine, raises, no_tools = found["traces"]
     runtime_refusal = ("verifiers reward 'tests_pass' of task ShakyTask needs a verifiers runtime (a sandbox), "
                        "which rollkit does not provide")
-    assert fine["rewards"] == {"judged": 1.0, "tests_pass": None} and fine["weights"]["judged"] == 2.0
+    # The fine task's trace @vf.stop ends it after its tool call, before the answer "done".
+    assert fine["rewards"] == {"judged": 0.0, "tests_pass": None} and fine["weights"]["judged"] == 2.0
+    assert (fine["stop"], fine["verifiers_stop"], fine["turns"]) == ("verifiers_stop", "pinged", 1)
     assert fine["signal_errors"] == {"tests_pass": runtime_refusal} and fine["ok"] is True
+    assert (raises["stop"], raises["turns"]) == (None, 2)
     assert raises["rewards"] == {"judged": None, "tests_pass": None}
     assert raises["signal_errors"] == {"judged": "verifiers reward 'judged' raised ValueError: the judge could not "
                                                  "parse the reply", "tests_pass": runtime_refusal}
@@ -169,5 +180,5 @@ def test_a_fresh_venv_with_the_verifiers_extra_gets_a_working_pair(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     rewards = {idx: row["rewards"] for idx, row in _per_task(done.stdout).items()}
     assert rewards == {0: {"correct": [1.0, 0.75], "noted": [1.0, 0.25]},
-                       1: {"correct": [1.0, 0.75], "noted": [1.0, 0.25]},
+                       1: {"correct": [0.0, 0.75], "noted": [1.0, 0.25]},
                        2: {"correct": [0.0, 0.75], "noted": [0.0, 0.25]}}

@@ -4,7 +4,8 @@ Run with an interpreter that has rollkit and verifiers 0.4, with a temporary
 folder as its argument; prints one JSON document: the errors rk.tasks_from
 gives for a taskset whose load fails and for verifiers' own `vf-init` template
 (scaffolded into the folder, unmodified), and, for each trace of an
-rk.evaluate over the shaky taskset, its rewards, signal errors and errors.
+rk.evaluate over the shaky taskset, its rewards, signal errors, errors and
+stop.
 """
 
 from __future__ import annotations
@@ -33,10 +34,15 @@ def main() -> None:
     sys.path.insert(0, f"{folder}/capital_demo")
     from capital_demo import CapitalDemoTaskset
 
-    agent = rk.Agent(rk.ScriptedModel(lambda request: "done"))
+    def ping_then_done(request: rk.Request) -> object:
+        pinged = any(m.role == "tool" for m in request.messages)
+        return "done" if pinged else rk.ScriptedModel.call("shaky_ping")
+
+    agent = rk.Agent(rk.ScriptedModel(ping_then_done))
     result = rk.evaluate(agent, rk.tasks_from(ShakyTaskset), progress=False)
     traces = [{"idx": t.info["source"]["idx"], "rewards": t.rewards, "weights": t.reward_weights, "ok": t.ok,
-               "signal_errors": t.signal_errors, "errors": [e.message for e in t.errors]} for t in result.traces]
+               "signal_errors": t.signal_errors, "errors": [e.message for e in t.errors],
+               "stop": t.stop_condition, "verifiers_stop": t.info.get("verifiers_stop"), "turns": t.num_turns} for t in result.traces]
     print(json.dumps({"load": _refusal(BrokenLoadTaskset), "template": _refusal(CapitalDemoTaskset),
                       "traces": sorted(traces, key=lambda t: t["idx"])}))
 

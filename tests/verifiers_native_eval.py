@@ -43,6 +43,7 @@ def main() -> None:
                 rewards = {name: None if r is None else [r["score"], r.get("weight", 1.0)]
                            for name, r in trace["rewards"].items()}
                 print(json.dumps({"idx": trace["task"]["data"]["idx"], "rewards": rewards, "metrics": trace["metrics"],
+                                  "stop": trace.get("stop_condition"),
                                   "errors": [str(e.get("message", e)) for e in trace.get("errors", [])]}))
 
 

@@ -26,7 +26,8 @@ def _line(trace: rk.Trace) -> str:
                for name, value in trace.rewards.items()}
     return json.dumps({"idx": trace.info["source"]["idx"], "rewards": rewards, "metrics": trace.metrics,
                        "signal_errors": trace.signal_errors, "errors": [e.message for e in trace.errors],
-                       "state": trace.info.get("verifiers_state"), "turns": trace.num_turns})
+                       "state": trace.info.get("verifiers_state"), "turns": trace.num_turns,
+                       "stop": trace.info.get("verifiers_stop", trace.stop_condition)})
 
 
 async def _forks(run: str, agent: rk.Agent) -> None:

@@ -27,8 +27,12 @@ chain (which replies the model sampled), the model calls with their usage,
 finish reason and time, the toolsets' state, and whether and why the rollout stopped. Names and weights are the
 task's. A signal that raises is missing on that trace with its error; one
 that needs a verifiers runtime (a sandbox: a `runtime` parameter without a
-default) is missing with an error naming it, as is the task's own
-`setup`/`finalize` when it overrides them (they take a runtime).
+default) is missing with an error naming it, and a task that overrides
+`setup`/`finalize` (they take a runtime) fails with an error naming it.
+The task's trace `@vf.stop`s are one rollkit stop, `verifiers_stop`, checked
+before each model call as verifiers checks them (the one that fired is
+`trace.info["verifiers_stop"]`); request/response stops are not checked, said
+as a warning on the trace.
 
 This module only builds tasks; it imports verifiers on first use.
 """
@@ -45,7 +49,7 @@ from typing import Any
 
 from ...core._gcpause import paused
 from ...core.errors import TaskError, ToolsetError, Unavailable, UsageError
-from ...core.hooks import reward
+from ...core.hooks import reward, stop
 from ...core.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from ...core.task import Task, TaskData
 from ...core.tools import Tool, Toolset
@@ -163,6 +167,28 @@ class VerifiersTask(Task):
     async def setup(self, ctx: Any) -> None:
         ctx.trace.record_info(source=provenance(self.data))
         self._refuse_runtime_hook("setup")
+        _, unmapped = _stops(self._vtask)
+        if unmapped:
+            ctx.trace.record_warning(f"verifiers task {type(self._vtask).__name__}'s request/response @vf.stop "
+                                     f"functions {unmapped} are not checked in rollkit (its trace stops are)")
+
+    @stop
+    async def verifiers_stop(self, trace: Trace, ctx: Any) -> bool:
+        """The task's trace @vf.stop functions, checked as verifiers checks
+        them before each model call; the one that fired is `trace.info["verifiers_stop"]`."""
+        trace_stops, _ = _stops(self._vtask)
+        if not trace_stops:
+            return False
+        v, session = vf(), importlib.import_module("verifiers.v1.session")
+        built = verifiers_trace(trace, self._vtask)
+        for fn in trace_stops:
+            result = await session.call_hook(fn, {v.Trace: built})
+            if not isinstance(result, bool):
+                raise TaskError(f"@vf.stop {fn.__name__!r} must return bool, got {type(result).__name__}")
+            if result:
+                ctx.trace.record_info(verifiers_stop=fn.__name__)  # the hook's `trace` is a read-only view
+                return True
+        return False
 
     async def finalize(self, ctx: Any) -> None:
         self._refuse_runtime_hook("finalize")
@@ -179,6 +205,17 @@ class VerifiersTask(Task):
         on the trace directly, as verifiers records them)."""
         await score(self._vtask, trace)
         return {}
+
+
+def _stops(vtask: Any) -> tuple[list[Any], list[str]]:
+    """The task's trace @vf.stop functions, and the names of the others
+    (request/response boundaries), as verifiers sorts them."""
+    v, session = vf(), importlib.import_module("verifiers.v1.session")
+    trace_stops, others = [], []
+    for fn in vtask.hooks("stop"):
+        boundary = session.hook_boundary(fn, allow_trace=True)
+        (trace_stops.append(fn) if boundary is v.Trace else others.append(fn.__name__))
+    return trace_stops, others
 
 
 def _needs_runtime(fn: Any) -> bool:
