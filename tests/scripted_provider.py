@@ -5,7 +5,9 @@ For proofs against other frameworks that run their own event loop
 test's loop, as tests/fake_provider.py does, so it is the standard library's
 threaded HTTP server. `reply(messages)` decides each answer from the request's
 messages alone (a string, or {"tool": name, "arguments": {...}} for a tool
-call), so the same conversation gets the same reply whoever asks. Every
+call), so the same conversation gets the same reply whoever asks; a
+streamed request (`stream: true`, as verifiers' chat program sends) gets it
+as chunks. Every
 request must carry `Authorization: Bearer <secret>` (the per-test secret);
 others get 401. Use it as a context manager: it stops its server and thread
 on exit.

@@ -111,6 +111,7 @@ class VerifiersToolset(Toolset):
         return None
 
     async def stop(self) -> None:
+        # What verifiers' server closes when it exits (resources a toolset's setup entered).
         await self.server._exit_stack.aclose()
 
     def _stateful(self, fn: Any) -> Any:
