@@ -65,6 +65,15 @@ if [ ! -x "$oracles/verifiers/bin/python" ]; then
     && mv "$oracles/verifiers.building" "$oracles/verifiers"; } \
     || { rm -rf "$oracles/verifiers.building"; echo "verifiers 0.4.0 could not be installed: its oracle test will be skipped" >&2; }
 fi
+# verifiers beside rollkit, for rollkit's side of tests/test_verifiers_tasks.py:
+# this environment's packages with verifiers 0.4.0 and its pins (mcp 2.0.0,
+# openai 2.x) installed over them, rollkit taken from PYTHONPATH.
+if [ ! -x "$oracles/rollkit-verifiers/bin/python" ]; then
+  { python -m venv --system-site-packages "$oracles/rollkit-verifiers.building" \
+    && "$oracles/rollkit-verifiers.building/bin/python" -m pip install -q --disable-pip-version-check "verifiers==0.4.0" \
+    && mv "$oracles/rollkit-verifiers.building" "$oracles/rollkit-verifiers"; } \
+    || { rm -rf "$oracles/rollkit-verifiers.building"; echo "verifiers 0.4.0 beside rollkit could not be installed: tests/test_verifiers_tasks.py will be skipped" >&2; }
+fi
 # Arize Phoenix, the trace back end tests/test_otel_export.py sends rollkit's
 # OpenTelemetry spans to and reads them back from (heavy: its own venv).
 if [ ! -x "$oracles/phoenix/bin/python" ]; then

@@ -5,7 +5,9 @@ For proofs against other frameworks that run their own event loop
 test's loop, as tests/fake_provider.py does, so it is the standard library's
 threaded HTTP server. `reply(messages)` decides each answer from the request's
 messages alone (a string, or {"tool": name, "arguments": {...}} for a tool
-call), so the same conversation gets the same reply whoever asks. Every
+call), so the same conversation gets the same reply whoever asks; a
+streamed request (`stream: true`, as verifiers' chat program sends) gets it
+as chunks. Every
 request must carry `Authorization: Bearer <secret>` (the per-test secret);
 others get 401. Use it as a context manager: it stops its server and thread
 on exit.
@@ -29,6 +31,22 @@ def _message(answer: Any, turn: int) -> tuple[dict[str, Any], str]:
                 "function": {"name": answer["tool"], "arguments": json.dumps(answer.get("arguments", {}))}}
         return {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
     return {"role": "assistant", "content": str(answer)}, "stop"
+
+
+def _chunks(message: dict[str, Any], finish: str, usage: dict[str, int], body: dict[str, Any],
+            turn: int) -> list[dict[str, Any]]:
+    """The reply as a streamed answer's chunks (`stream: true`): the whole
+    message in one delta, then the finish reason, then usage when asked for."""
+    delta: dict[str, Any] = {"role": "assistant", "content": message["content"]}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+    head = {"id": f"chatcmpl-{turn}", "object": "chat.completion.chunk", "created": 0,
+            "model": body.get("model", "scripted")}
+    chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+              {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
+    if (body.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**head, "choices": [], "usage": usage})
+    return chunks
 
 
 class ScriptedProvider:
@@ -58,11 +76,21 @@ class ScriptedProvider:
                 turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
                 message, finish = _message(provider.reply(body["messages"]), turn)
                 prompt = sum(len(str(m.get("content") or "").split()) for m in body["messages"])
+                usage = {"prompt_tokens": prompt, "completion_tokens": 3, "total_tokens": prompt + 3}
+                if body.get("stream"):
+                    return self._stream(_chunks(message, finish, usage, body, turn))
                 self._send(200, {"id": f"chatcmpl-{turn}", "object": "chat.completion", "created": 0,
                                  "model": body.get("model", "scripted"),
                                  "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                                 "usage": {"prompt_tokens": prompt, "completion_tokens": 3,
-                                           "total_tokens": prompt + 3}})
+                                 "usage": usage})
+
+            def _stream(self, chunks: list[dict[str, Any]]) -> None:
+                data = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _send(self, status: int, document: dict[str, Any]) -> None:
                 data = json.dumps(document).encode()

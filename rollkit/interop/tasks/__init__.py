@@ -9,7 +9,9 @@ own do, scored by that framework's own scorer code:
   package registers with inspect);
 - reasoning-gym (rollkit.interop.tasks.reasoning_gym_tasks):
   `"reasoning_gym:NAME"` with `size=`, `seed=` and the dataset's config, or a
-  dataset object.
+  dataset object;
+- verifiers v1 (rollkit.interop.tasks.verifiers_tasks): a `vf.Taskset`, a
+  Taskset class (with `config=` or its fields), or `"verifiers:TASKSET_ID"`.
 
 Which adapter takes a source is decided here, from the source's shape alone
 (a string's prefix or file suffix, the module an object's class comes from),
@@ -76,6 +78,11 @@ def _inspect_task(source: Any) -> bool:
     return callable(source) and getattr(info, "type", None) == "task"
 
 
+def _verifiers_taskset_class(source: Any) -> bool:
+    return isinstance(source, type) and any(
+        (kind.__module__ or "").startswith("verifiers.") and kind.__name__ == "Taskset" for kind in source.__mro__)
+
+
 SOURCES: list[Source] = [
     Source("inspect-ai", "inspect", "rollkit.interop.tasks.inspect_tasks", suffixes=(".py",), packages=("inspect_ai",),
            takes=_inspect_task,
@@ -84,6 +91,9 @@ SOURCES: list[Source] = [
     Source("reasoning-gym", "reasoning-gym", "rollkit.interop.tasks.reasoning_gym_tasks", prefixes=("reasoning_gym:",),
            packages=("reasoning_gym",),
            accepts="'reasoning_gym:NAME' (with size= and seed=) or a reasoning-gym dataset"),
+    Source("verifiers", "verifiers", "rollkit.interop.tasks.verifiers_tasks", prefixes=("verifiers:",),
+           packages=("verifiers",), takes=_verifiers_taskset_class,
+           accepts="a verifiers v1 Taskset (or its class, with config= or its fields) or 'verifiers:TASKSET_ID'"),
 ]
 
 

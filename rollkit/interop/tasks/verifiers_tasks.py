@@ -1,0 +1,450 @@
+"""verifiers v1 tasksets as rollkit tasks, scored by the tasks' own `@vf.reward`s and `@vf.metric`s.
+
+A source is a `vf.Taskset` instance, a `Taskset` class (built with its
+config: `config=` or the config's fields as options), or
+`"verifiers:TASKSET_ID"`, the id of an installed taskset package as
+`vf-eval` takes it. The tasks are taken the way verifiers iterates a taskset
+(`iter(taskset)`: each task's `idx` set and the taskset-level system prompt
+applied); each becomes a rollkit task with its prompt, system prompt and the
+whole verifiers row in its data, so a saved trace rebuilds the taskset, and
+the task, in a new process.
+
+Tools: each of the task's toolsets (`Task.toolsets(config)`) and the
+taskset's shared ones (`Taskset.toolsets(config)`) become a rollkit toolset
+per rollout, its tools named as verifiers' chat loop names them for the model
+(`<TOOL_PREFIX>_<tool>`). verifiers serves a toolset as an MCP server per
+rollout whose state is the rollout's `trace.state`, pulled before and pushed
+after each call; here the toolset object runs in the rollout's process, its
+`setup()` and `setup_task(data)` at open, and the state round-trips the same
+way through `trace.info["verifiers_state"]`, so it lives as long as the
+rollout and is saved with it.
+
+Scoring: every metric, then every reward of the task (`Task.hooks`, config-
+plugged functions included), is called as `Task.score` calls it (verifiers'
+`invoke` hands each the parameters it names of task and trace), on a
+`vf.Trace` built from the rollkit trace: the conversation as its message
+chain (which replies the model sampled), the model calls with their usage,
+finish reason and time, the toolsets' state, and whether and why the rollout stopped. Names and weights are the
+task's. A signal that raises is missing on that trace with its error; one
+that needs a verifiers runtime (a sandbox: a `runtime` parameter without a
+default) is missing with an error naming it, and a task that overrides
+`setup`/`finalize` (they take a runtime) fails with an error naming it.
+The task's trace `@vf.stop`s are one rollkit stop, `verifiers_stop`, checked
+before each model call as verifiers checks them (the one that fired is
+`trace.info["verifiers_stop"]`); request/response stops are not checked, said
+as a warning on the trace.
+
+This module only builds tasks; it imports verifiers on first use.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import inspect
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ...core._gcpause import paused
+from ...core.errors import TaskError, ToolsetError, Unavailable, UsageError
+from ...core.hooks import reward, stop
+from ...core.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from ...core.task import Task, TaskData
+from ...core.tools import Tool, Toolset
+from ...core.trace import Trace
+from .tasklist import TaskList
+
+__all__ = ["VerifiersData", "VerifiersTask", "build", "verifiers_trace"]
+
+STATE_KEY = "verifiers_state"  # trace.info key of the toolsets' shared state
+
+# Tasksets loaded in this process, by (source, config as JSON), and their tasks by idx.
+_TASKSETS: dict[tuple[str, str], tuple[Any, dict[int, Any]]] = {}
+
+
+def vf() -> Any:
+    """verifiers.v1, imported on first use."""
+    try:
+        return importlib.import_module("verifiers.v1")
+    except ImportError as exc:
+        raise Unavailable(f"verifiers v1 tasksets need verifiers>=0.4: pip install 'rollkit[verifiers]' ({exc})") from None
+
+
+class VerifiersData(TaskData):
+    """One verifiers task: where its taskset comes from (`taskset`: "verifiers:ID"
+    or "module:Class", with its config) and its row (`row`, verifiers' TaskData)."""
+
+    taskset: str
+    config: dict[str, Any] = {}
+    idx: int
+    row: dict[str, Any] = {}
+    framework: str = "verifiers"
+    framework_version: str = ""
+
+
+class VerifiersToolset(Toolset):
+    """One verifiers toolset, for one rollout: its tools under the names the
+    model sees in verifiers, its state the rollout's (see the module's docstring)."""
+
+    def __init__(self, server: Any, task: VerifiersTask, *, shared: bool) -> None:
+        self.server, self.task, self.shared = server, task, shared
+        self.trace: Trace | None = None
+        prefix = server.server_name
+        tools = []
+        for fn in vf().utils.decorators.discover_decorated(server, "tool"):
+            raw = getattr(fn, "tool_name", None) or fn.__name__
+            tools.append(Tool(self._stateful(fn), name=f"{prefix}_{raw}" if prefix else raw,
+                              description=(fn.__doc__ or "").strip() or None))
+        super().__init__(tools, name=prefix or type(server).__name__)
+
+    async def start(self, ctx: Any) -> None:
+        self.trace = ctx.trace
+        try:
+            await self.server.setup()
+            if not self.shared:
+                await self.server.setup_task(self.task.vtask.data)
+        except Exception as exc:
+            raise ToolsetError(f"verifiers toolset {self.name!r} of task {self.task.key!r} did not start: "
+                               f"{type(exc).__name__}: {exc}") from exc
+        return None
+
+    async def stop(self) -> None:
+        # What verifiers' server closes when it exits (resources a toolset's setup entered).
+        await self.server._exit_stack.aclose()
+
+    def _stateful(self, fn: Any) -> Any:
+        """`fn` run as verifiers' server runs a tool: the rollout's state pulled
+        into the server's state type, set for the call, pushed back if changed."""
+        call_state = importlib.import_module("verifiers.v1.mcp.server")._call_state
+        adapter = self.server._state_adapter
+
+        @functools.wraps(fn)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            assert self.trace is not None, "a verifiers tool ran before its toolset started"
+            stateful = self.server._state_cls is not vf().State
+            state = adapter.validate_python(self.trace.info.get(STATE_KEY, {})) if stateful else vf().State()
+            before = adapter.dump_json(state)
+            token = call_state.set(state)
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+            finally:
+                call_state.reset(token)
+            if stateful and adapter.dump_json(state) != before:
+                merged = {**self.trace.info.get(STATE_KEY, {}), **adapter.dump_python(state, mode="json")}
+                self.trace.record_info({STATE_KEY: merged})
+            return result
+
+        return call
+
+
+class VerifiersTask(Task):
+    """A verifiers v1 task, prompted by its row and scored by its own rewards and metrics."""
+
+    Data = VerifiersData
+
+    def __init__(self, data: VerifiersData | None = None, /, *, vtask: Any = None, **fields: Any) -> None:
+        super().__init__(data, **fields)
+        self._vtask = vtask if vtask is not None else task_at(self.data.taskset, self.data.config, self.data.idx)
+
+    @property
+    def name(self) -> str:
+        return self.data.taskset
+
+    @property
+    def vtask(self) -> Any:
+        """The verifiers task (rebuilt from its taskset when this task was rebuilt from a trace)."""
+        return self._vtask
+
+    def all_toolsets(self) -> list[Toolset]:
+        taskset, _tasks = loaded(self.data.taskset, self.data.config)
+        own = [VerifiersToolset(s, self, shared=False) for s in type(self._vtask).toolsets(self._vtask.config)]
+        shared = [VerifiersToolset(s, self, shared=True) for s in type(taskset).toolsets(taskset.config)]
+        return [*own, *shared, *super().all_toolsets()]
+
+    async def setup(self, ctx: Any) -> None:
+        ctx.trace.record_info(source=provenance(self.data))
+        self._refuse_runtime_hook("setup")
+        _, unmapped = _stops(self._vtask)
+        if unmapped:
+            ctx.trace.record_warning(f"verifiers task {type(self._vtask).__name__}'s request/response @vf.stop "
+                                     f"functions {unmapped} are not checked in rollkit (its trace stops are)")
+
+    @stop
+    async def verifiers_stop(self, trace: Trace, ctx: Any) -> bool:
+        """The task's trace @vf.stop functions, checked as verifiers checks
+        them before each model call; the one that fired is `trace.info["verifiers_stop"]`."""
+        trace_stops, _ = _stops(self._vtask)
+        if not trace_stops:
+            return False
+        v, session = vf(), importlib.import_module("verifiers.v1.session")
+        built = verifiers_trace(trace, self._vtask)
+        for fn in trace_stops:
+            result = await session.call_hook(fn, {v.Trace: built})
+            if not isinstance(result, bool):
+                raise TaskError(f"@vf.stop {fn.__name__!r} must return bool, got {type(result).__name__}")
+            if result:
+                ctx.trace.record_info(verifiers_stop=fn.__name__)  # the hook's `trace` is a read-only view
+                return True
+        return False
+
+    async def finalize(self, ctx: Any) -> None:
+        self._refuse_runtime_hook("finalize")
+
+    def _refuse_runtime_hook(self, hook: str) -> None:
+        if getattr(type(self._vtask), hook) is not getattr(vf().Task, hook):
+            raise TaskError(f"verifiers task {type(self._vtask).__name__} (idx {self.data.idx}) overrides {hook}"
+                            "(trace, runtime), which needs a verifiers runtime (a sandbox); rollkit does not "
+                            "provide one, so this task cannot run here")
+
+    @reward
+    async def verifiers_scores(self, trace: Trace) -> dict[str, float | None]:
+        """The task's metrics and rewards, by their names and weights (recorded
+        on the trace directly, as verifiers records them)."""
+        await score(self._vtask, trace)
+        return {}
+
+
+def _stops(vtask: Any) -> tuple[list[Any], list[str]]:
+    """The task's trace @vf.stop functions, and the names of the others
+    (request/response boundaries), as verifiers sorts them."""
+    v, session = vf(), importlib.import_module("verifiers.v1.session")
+    trace_stops, others = [], []
+    for fn in vtask.hooks("stop"):
+        boundary = session.hook_boundary(fn, allow_trace=True)
+        (trace_stops.append(fn) if boundary is v.Trace else others.append(fn.__name__))
+    return trace_stops, others
+
+
+def _needs_runtime(fn: Any) -> bool:
+    param = inspect.signature(fn).parameters.get("runtime")
+    return param is not None and param.default is inspect.Parameter.empty
+
+
+async def score(vtask: Any, trace: Trace) -> None:
+    """Each of `vtask`'s metrics, then rewards, called as `Task.score` calls
+    them, recorded on `trace`; one that raises or needs a runtime is missing
+    with its error."""
+    invoke = vf().utils.decorators.invoke
+    available = {"task": vtask.data, "trace": verifiers_trace(trace, vtask)}
+    for kind in ("metric", "reward"):
+        for fn in vtask.hooks(kind):
+            name = fn.__name__
+            weight = float(getattr(fn, "_vf_weight", 1.0)) if kind == "reward" else None
+            trace.record_signal(kind, name, None, weight)
+            if _needs_runtime(fn):
+                trace.record_signal_error(name, f"verifiers {kind} {name!r} of task {type(vtask).__name__} needs "
+                                                "a verifiers runtime (a sandbox), which rollkit does not provide")
+                continue
+            try:
+                value = invoke(fn, available)
+                if not inspect.isawaitable(value):  # verifiers gathers them: a plain value fails there too
+                    raise TypeError(f"it returned {type(value).__name__}, not an awaitable; verifiers awaits "
+                                    "every scoring function (make it async)")
+                value = await value
+            except Exception as exc:
+                trace.record_signal_error(name, f"verifiers {kind} {name!r} raised {type(exc).__name__}: {exc}")
+                continue
+            if isinstance(value, Mapping):
+                trace.drop_signal(kind, name)
+                for key, number in value.items():
+                    trace.record_signal(kind, str(key), _number(number), weight)
+            else:
+                trace.record_signal(kind, name, _number(value), weight)
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _vf_message(message: Any) -> Any:
+    v = vf()
+    if isinstance(message, SystemMessage):
+        return v.SystemMessage(content=message.content)
+    if isinstance(message, UserMessage):
+        return v.UserMessage(content=message.content)
+    if isinstance(message, ToolMessage):
+        return v.ToolMessage(tool_call_id=message.tool_call_id, content=message.content, name=message.name)
+    assert isinstance(message, AssistantMessage), type(message)
+    calls = [v.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls or []]
+    return v.AssistantMessage(content=message.content, reasoning_content=message.reasoning, tool_calls=calls or None)
+
+
+def _vf_calls(trace: Trace) -> list[Any]:
+    """The committed model calls, each tied to the reply node it produced."""
+    v = vf()
+    replies = iter(trace.sampled)
+    calls = []
+    for call in trace.model_calls:
+        node = next(replies, None) if call.committed else None
+        usage = call.usage
+        counted = usage.input_tokens is not None and usage.output_tokens is not None
+        calls.append(v.ModelCall(
+            node=node, model=trace.agent.get("model"), finish_reason=call.finish_reason,
+            usage=v.Usage(prompt_tokens=usage.input_tokens - (usage.cache_read_tokens or 0),
+                          completion_tokens=usage.output_tokens, cached_input_tokens=usage.cache_read_tokens,
+                          reasoning_tokens=usage.reasoning_tokens) if counted else None,
+            time=v.TimeSpan(start=call.start, end=call.end)))
+    return calls
+
+
+def verifiers_trace(trace: Trace, vtask: Any) -> Any:
+    """The `vf.Trace` verifiers would hold for this rollout, built from the
+    rollkit trace (see the module's docstring for what it carries)."""
+    v = vf()
+    sampled = set(trace.sampled)
+    nodes = [v.MessageNode(parent=i - 1 if i else None, message=_vf_message(m), sampled=i in sampled)
+             for i, m in enumerate(trace.messages)]
+    state_type = v.state.state_cls(type(vtask))
+    built = v.Trace(task=v.TraceTask(type=type(vtask).__name__, data=vtask.data, key=vtask.key, hash=vtask.hash),
+                    agent=v.AgentInfo(config=v.AgentConfig()), nodes=nodes, calls=_vf_calls(trace),
+                    is_completed=trace.completed, ok=bool(trace.ok), stop_condition=trace.stop_condition,
+                    errors=[v.Error(type=e.type, message=e.message) for e in trace.errors])
+    built.state = state_type.model_validate(trace.info.get(STATE_KEY, {}))
+    return built
+
+
+def provenance(data: VerifiersData) -> dict[str, Any]:
+    """Where the task came from, as the trace records it (`trace.info["source"]`)."""
+    return {"framework": data.framework, "version": data.framework_version, "taskset": data.taskset,
+            "idx": data.idx}
+
+
+def _config_json(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def _taskset_class(source: str) -> Any:
+    v = vf()
+    if source.startswith("verifiers:"):
+        ident = source.removeprefix("verifiers:")
+        try:
+            return v.utils.loaders.taskset_class(ident)
+        except (ImportError, TypeError, AttributeError) as exc:
+            raise UsageError(f"verifiers has no taskset {ident!r}: {exc}") from None
+    module, _, qualname = source.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def loaded(source: str, config: dict[str, Any]) -> tuple[Any, dict[int, Any]]:
+    """The taskset `source` names, built with `config`, and its tasks by idx
+    (loaded once per process)."""
+    key = (source, _config_json(config))
+    found = _TASKSETS.get(key)
+    if found is None:
+        cls = _taskset_class(source)
+        found = _TASKSETS[key] = (_construct(cls, _config_type(cls).model_validate(config), source), {})
+    return found
+
+
+def _config_type(cls: Any) -> Any:
+    return vf().utils.generic.concrete_type(cls, vf().TasksetConfig, origin=vf().Taskset) or vf().TasksetConfig
+
+
+def _construct(cls: Any, config: Any, source: str) -> Any:
+    try:
+        return cls(config)
+    except Exception as exc:
+        raise UsageError(f"verifiers taskset {source!r} failed to build: {type(exc).__name__}: {exc}") from exc
+
+
+def task_at(source: str, config: dict[str, Any], idx: int) -> Any:
+    """The task at position `idx` of the taskset's `load()`, as iterating it gives it."""
+    taskset, tasks = loaded(source, config)
+    if idx not in tasks:
+        whole = copy.copy(taskset)
+        whole.transform = None  # a view's selection does not change positions
+        for task in _iterate(whole, source, stop=idx):
+            tasks[task.data.idx] = task
+    if idx not in tasks:
+        raise UsageError(f"verifiers taskset {source!r} has no task at idx {idx}")
+    return tasks[idx]
+
+
+def _iterate(taskset: Any, source: str, stop: int | None = None) -> list[Any]:
+    got = []
+    try:
+        for task in taskset:
+            got.append(task)
+            if stop is not None and task.data.idx >= stop:
+                break
+    except Exception as exc:
+        raise UsageError(f"verifiers taskset {source!r} failed to load its tasks (after {len(got)}): "
+                         f"{type(exc).__name__}: {exc}") from exc
+    return got
+
+
+def _source_of(source: Any, config: Any, fields: dict[str, Any]) -> tuple[str, Any]:
+    """The taskset to read and the reference that rebuilds it."""
+    v = vf()
+    if isinstance(source, v.Taskset):
+        if config is not None or fields:
+            raise UsageError("a verifiers Taskset instance carries its config; pass the class to give one")
+        return f"{type(source).__module__}:{type(source).__qualname__}", source
+    if isinstance(source, str):
+        cls, ref = _taskset_class(source), source
+        fields = {"id": source.removeprefix("verifiers:"), **fields}
+    else:
+        cls, ref = source, f"{source.__module__}:{source.__qualname__}"
+    config_type = _config_type(cls)
+    if config is None:
+        try:
+            config = config_type.model_validate(fields)
+        except ValueError as exc:
+            raise UsageError(f"verifiers taskset {ref!r} refused its config {fields}: {exc}") from None
+    elif fields:
+        raise UsageError(f"give verifiers taskset {ref!r} either config= or its fields, not both ({sorted(fields)})")
+    return ref, _construct(cls, config, ref)
+
+
+def build(source: Any, *, config: Any = None, limit: int | None = None, **fields: Any) -> TaskList:
+    """The tasks of a verifiers v1 taskset (see the module's docstring).
+    `config` is the taskset's config object, or give its fields as options;
+    `limit` takes the first tasks (needed for an infinite taskset)."""
+    ref, taskset = _source_of(source, config, fields)
+    if limit is not None:
+        taskset = taskset.take(limit)
+    if not taskset.bounded:
+        raise UsageError(f"verifiers taskset {ref!r} is infinite: pass limit=N to take its first N tasks")
+    settings = taskset.config.model_dump(mode="json")
+    _TASKSETS.setdefault((ref, _config_json(settings)), (taskset, {}))[1].clear()
+    known = _TASKSETS[(ref, _config_json(settings))][1]
+    version = _version()
+    with paused():  # a bulk build that frees nothing (rollkit.core._gcpause)
+        tasks = []
+        for vtask in _iterate(taskset, ref):
+            known[vtask.data.idx] = vtask
+            tasks.append(VerifiersTask(_data(vtask, ref, settings, version), vtask=vtask))
+    return TaskList(tasks)
+
+
+def _data(vtask: Any, ref: str, settings: dict[str, Any], version: str) -> VerifiersData:
+    row = vtask.data
+    name = ref.removeprefix("verifiers:").rsplit(":", 1)[-1]
+    system, prompt = row.system_prompt, row.prompt
+    if prompt is not None and not isinstance(prompt, str):
+        systems = [m for m in prompt if m.role == "system"]
+        users = [m for m in prompt if m.role != "system"]
+        if len(users) != 1 or users[0].role != "user" or len(systems) > 1 or (systems and system):
+            raise UsageError(f"verifiers task {name}:{row.idx} opens with {[m.role for m in prompt]}; rollkit "
+                             "takes a prompt of one user message (and at most one system prompt)")
+        system = systems[0].content if systems else system
+        prompt = users[0].content if isinstance(users[0].content, str) else row.prompt_text
+    return VerifiersData(id=f"{name}:{row.id if row.id is not None else row.idx}", prompt=prompt,
+                         system_prompt=system, taskset=ref, config=settings, idx=row.idx,
+                         row=row.model_dump(mode="json", exclude_none=True), framework_version=version)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("verifiers")
+    except PackageNotFoundError:
+        return ""

@@ -1,0 +1,54 @@
+"""rollkit's evaluation of a verifiers taskset, for tests/test_verifiers_tasks.py.
+
+Run with an interpreter that has rollkit and verifiers 0.4: `python
+verifiers_rollkit_eval.py SOURCE BASE_URL [OUT]` (the model's key in
+SCRIPTED_KEY) runs `rk.evaluate` on `rk.tasks_from(SOURCE)` with
+`rk.OpenAIModel` (saving the run in OUT when given) and prints one JSON line
+per trace, as tests/verifiers_native_eval.py does: the task's idx, rewards
+{name: [score, weight]}, metrics, signal errors, errors and the toolsets'
+state. `python verifiers_rollkit_eval.py --fork RUN BASE_URL` instead forks
+each trace of a saved run after its first turn, in this new process (the
+task rebuilt from the trace), and prints the same line for each fork.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+import rollkit as rk
+
+
+def _line(trace: rk.Trace) -> str:
+    rewards = {name: None if value is None else [value, trace.reward_weights.get(name, 1.0)]
+               for name, value in trace.rewards.items()}
+    return json.dumps({"idx": trace.info["source"]["idx"], "rewards": rewards, "metrics": trace.metrics,
+                       "signal_errors": trace.signal_errors, "errors": [e.message for e in trace.errors],
+                       "state": trace.info.get("verifiers_state"), "turns": trace.num_turns,
+                       "stop": trace.info.get("verifiers_stop", trace.stop_condition)})
+
+
+async def _forks(run: str, agent: rk.Agent) -> None:
+    for trace in rk.load(run):
+        rollout = await rk.fork(trace, 1, agent=agent)
+        if not rollout.waiting_for_user:
+            await rollout.step()
+        print(_line(await rollout.close()))
+
+
+def main() -> None:
+    fork = sys.argv[1] == "--fork"
+    source, base_url, *out = sys.argv[2:] if fork else sys.argv[1:]
+    agent = rk.Agent(rk.OpenAIModel("scripted", base_url=base_url, api_key=os.environ["SCRIPTED_KEY"]))
+    if fork:
+        asyncio.run(_forks(source, agent))
+        return
+    result = rk.evaluate(agent, rk.tasks_from(source), progress=False, out=out[0] if out else None)
+    for trace in result.traces:
+        print(_line(trace))
+
+
+if __name__ == "__main__":
+    main()
