@@ -78,9 +78,10 @@ async def test_example_runs_build_the_same_tables_natively(tmp_path, monkeypatch
         "mixed": [*kinds.values(), *arithmetic.traces, *support.traces, *chain.traces, _rewritten_trace()],
     }
     calls_first = ("rollouts", "calls", "turns", "phases", "signals", "messages")
+    messages_first = ("rollouts", "messages", "turns", "phases", "signals", "calls")
     for name, traces in runs.items():
         _same_tables(rk.save(traces, tmp_path / name / "t.jsonl"), tmp_path / name, monkeypatch,
-                     orders=(TABLES, calls_first))
+                     orders=(TABLES, calls_first, messages_first))
     for turns in (1, 3):
         folder = big_run(60, tmp_path / f"big{turns}" / "run", turns=turns, tasks=7)
         _same_tables(folder / "traces.jsonl", tmp_path / f"big{turns}", monkeypatch)
@@ -444,6 +445,8 @@ def test_a_first_open_builds_the_rollouts_and_the_others_when_first_asked_for(tm
     assert _listed_tables(cache) == [["rollouts", "turns", "phases", "signals"]] * 3
     assert not (cache / "messages").exists()
     assert len(run.search("How many")) == 20
+    assert _listed_tables(cache) == [["rollouts", "turns", "phases", "signals", "messages"]] * 3
+    assert len(run.calls()) == 40
     assert _listed_tables(cache) == [list(TABLES)] * 3
     assert {json.loads(p.read_text())["build"] for p in cache.glob("part-*.json")} == {"native"}
     python, _ = _build(folder / "traces.jsonl", tmp_path / "python", False, monkeypatch)

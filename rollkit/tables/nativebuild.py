@@ -14,7 +14,8 @@ The rollouts alone (a first open) are parsed from the fields they read
 (`_ROLLOUT_FIELDS`): building DuckDB's nested rows costs several times
 parsing the JSON, and a message's text is most of a line. The turns, phases
 and signals (a later ask for one of them) are parsed from the fields
-without text (`_LIGHT_FIELDS`), the calls and messages from all.
+without text (`_LIGHT_FIELDS`), the messages alone (a first search) from
+theirs (`_MESSAGE_FIELDS`), the calls from all.
 
 One reading of a line, rk.load's (rollkit.core.store.record_of_line): JSON
 as RFC 8259 has it, read as Python reads it: of a key written twice in one
@@ -512,6 +513,12 @@ _LIGHT_FIELDS: dict[str, Any] = {
     "model_calls": [{k: v for k, v in _TRACE_FIELDS["model_calls"][0].items() if k in _TURN_CALL_FIELDS}],
 }
 LIGHT_TABLES = ("rollouts", "turns", "phases", "signals")
+# What the messages table reads (a first search), and what tells a line that is no trace (_BROKEN).
+_MESSAGE_FIELDS: dict[str, Any] = {
+    **{k: _TRACE_FIELDS[k] for k in ("id", "task", "messages", "phases", "errors")},
+    "model_calls": [{k: v for k, v in _TRACE_FIELDS["model_calls"][0].items() if k in ("index", "segment", "start",
+                                                                                    "end")}],
+}
 
 
 def _first(tables: tuple[str, ...]) -> bool:
@@ -521,9 +528,12 @@ def _first(tables: tuple[str, ...]) -> bool:
 
 def _fields(tables: tuple[str, ...]) -> dict[str, Any]:
     """The trace fields `tables` read: the rollouts' own (a first open), the
-    light tables' (LIGHT_TABLES: no text), else every field the tables read."""
+    messages' alone, the light tables' (LIGHT_TABLES: no text), else every
+    field the tables read."""
     if _first(tables):
         return _ROLLOUT_FIELDS
+    if set(tables) <= {"messages"}:
+        return _MESSAGE_FIELDS
     return _LIGHT_FIELDS if set(tables) <= set(LIGHT_TABLES) else _TRACE_FIELDS
 
 
@@ -597,7 +607,8 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     array, one trace a line), their first ordinal and each line's byte
     offset and length. The rollouts alone are parsed from the fields they
     read (_ROLLOUT_FIELDS), LIGHT_TABLES from those without text
-    (_LIGHT_FIELDS), any others from all (_TRACE_FIELDS). `engine`:
+    (_LIGHT_FIELDS), the messages alone from theirs (_MESSAGE_FIELDS), any
+    others from all (_TRACE_FIELDS). `engine`:
     the build's DuckDB (None: one of its own, on every core).
     Raises NativeUnfit, or DuckDB's error, when the Python build must do it."""
     count = len(lines)
