@@ -28,10 +28,17 @@ rollouts), then, each step in a fresh process so its peak memory is its own:
   tables written as it goes and not (rollouts/s of each), and the first
   open after it;
 - inspect-ai: read_eval_log and samples_df on the same rollouts saved as
-  an inspect log (rk.save format="inspect"), against open + rollouts here.
+  an inspect log (rk.save format="inspect"), against open + rollouts here;
+- --first-asks: each other table's first ask (turns, calls, phases,
+  signals, the messages' text search) after a first open, each in a fresh
+  process from the same rollouts-only tables (wall, CPU and peak memory),
+  on each generated run and on --evaluated folders (runs rk.evaluate
+  wrote, their tables as the run left them), against DuckDB's own read of
+  the same file (read_json_auto to Parquet) in a fresh process.
 
 Run: PYTHONPATH=. python benchmarks/bigrun.py [--n 100000,1000000] [--n20 100000] [--keep DIR] [--no-steps] [--repeats 3]
      [--no-live] [--run-tasks 1000] [--run-concurrency 1,256] [--load 0] [--inspect 0]
+     [--first-asks] [--evaluated DIR,DIR]
 Prints one line per number. Mind the machine: the 1M step takes minutes.
 """
 
@@ -224,6 +231,61 @@ print(json.dumps({"read_eval_log": round(read, 2), "samples_df": round(sdf, 2), 
 '''
 
 
+# One table's first ask (or the first search) from a fresh process, the
+# rollouts-only tables of a first open already there: wall, CPU, peak memory.
+_FIRST_ASK = r'''
+import json, resource, sys, time
+from rollkit.tables.lazyrun import open_run
+folder, ask = sys.argv[1], sys.argv[2]
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
+run = open_run(folder, progress=False)
+c = cpu(); t = time.perf_counter()
+made = len(run.search("Cleo has 33")) if ask == "search" else len(getattr(run, ask)())
+print(json.dumps({"ask": ask, "wall_s": round(time.perf_counter() - t, 2), "cpu_s": round(cpu() - c, 2), "rows": made,
+                  "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
+'''
+
+# DuckDB's own read of the whole file (every field, its types inferred) to Parquet: the yardstick of item 4.
+_DUCKDB_READ = r'''
+import json, resource, sys, tempfile, time, os
+import duckdb
+source = sys.argv[1]
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
+with tempfile.TemporaryDirectory() as tmp:
+    c = cpu(); t = time.perf_counter()
+    duckdb.sql(f"copy (select * from read_json_auto('{source}', format='newline_delimited')) to '{tmp}/x.parquet'")
+    print(json.dumps({"duckdb_read_to_parquet_s": round(time.perf_counter() - t, 2), "cpu_s": round(cpu() - c, 2),
+                      "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
+'''
+
+_ASKS = ("turns", "calls", "phases", "signals", "messages", "search")
+
+
+def _first_asks(folder: Path, label: str, fresh: bool) -> None:
+    """Each of _ASKS's first ask from the same tables: a first open's
+    (`fresh`: rollouts only, built here) or the folder's as they are."""
+    cache = folder / ".rollkit"
+    if fresh:
+        shutil.rmtree(cache, ignore_errors=True)
+        in_fresh_python(_BUILD.replace("run.turns()", "pass"), str(folder))
+    kept = Path(tempfile.mkdtemp(prefix="rk-asks-")) / "kept"
+    shutil.copytree(cache, kept)
+    try:
+        for ask in _ASKS:
+            shutil.rmtree(cache)
+            shutil.copytree(kept, cache)
+            print(f"{label} first ask of {ask} (fresh process): {in_fresh_python(_FIRST_ASK, str(folder), ask)}",
+                  flush=True)
+        print(f"{label} DuckDB reads the file once: {in_fresh_python(_DUCKDB_READ, str(folder / 'traces.jsonl'))}",
+              flush=True)
+    finally:
+        shutil.rmtree(cache)
+        shutil.copytree(kept, cache)
+        shutil.rmtree(kept.parent)
+
+
 def _read_through(path: Path) -> None:
     with open(path, "rb") as f:
         while f.read(8 << 20):
@@ -248,6 +310,10 @@ def main() -> None:
     parser.add_argument("--no-live", dest="live", action="store_false",
                         help="skip writing each run again through the live tables' writer")
     parser.add_argument("--keep", type=Path, default=None, help="keep the generated runs here")
+    parser.add_argument("--first-asks", action="store_true",
+                        help="each other table's first ask and the first search, each in a fresh process")
+    parser.add_argument("--evaluated", type=lambda text: [Path(x) for x in text.split(",")], default=[],
+                        help="run folders rk.evaluate wrote: their first asks (with --first-asks)")
     args = parser.parse_args()
     from rollkit.examples.bigrun import big_run
 
@@ -283,8 +349,12 @@ def main() -> None:
             if n <= args.compare_max:
                 print(f"{label} {n:,} Python build vs native build (same process): "
                       f"{in_fresh_python(_COMPARE, str(folder))}", flush=True)
+            if args.first_asks:
+                _first_asks(folder, f"{label} {n:,}", fresh=True)
             if not args.no_steps:
                 print(f"{label} {n:,} steps (warm): {in_fresh_python(_STEPS, str(folder), 'Cleo has 33')}", flush=True)
+        for folder in args.evaluated if args.first_asks else ():
+            _first_asks(folder, f"{folder.name} (made by rk.evaluate)", fresh=False)
         if args.load:
             folder = root / f"load-{args.load}"
             big_run(args.load, folder)

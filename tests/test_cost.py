@@ -521,26 +521,52 @@ async def test_a_traces_html_gives_its_cost_against_its_limit_and_where_the_rate
 
 
 @pytest.mark.parametrize("priced", [True, False])
-def test_a_rollout_reads_its_models_rates_once_and_prices_each_call_without_a_lookup(priced, monkeypatch):
-    # Issue 44: the rates are read once, when the rollout opens (which also
-    # loads the table before any agent time), never per model call; a model
-    # without a price costs no lookup per call either.
-    from rollkit.core import rollout, session
-
+def test_a_run_reads_each_models_rates_once_and_prices_each_call_without_a_lookup(priced, monkeypatch):
+    # Issue 44: a model's rates are looked up once per run, when its first
+    # rollout opens (which also loads the table before any agent time),
+    # never per rollout or model call; a model without a price once too (to
+    # find it has none: the toy model runs no paid model, so the table is
+    # never read) and none a call; the next run looks up again.
     agent = demo_agent()
     if priced:
         rk.prices({agent.model.name: TOY_PRICES})
     looked_up: list[str] = []
+    tables_read: list[tuple] = []
+    rate_card, from_table = prices.rate_card, prices._from_table
 
-    def counted(model):  # type: ignore[no-untyped-def]
-        looked_up.append(model.name)
-        return prices.model_card(model)
+    def counted(name, ref):  # type: ignore[no-untyped-def]
+        looked_up.append(name)
+        return rate_card(name, ref)
 
-    monkeypatch.setattr(rollout, "model_card", counted)
-    monkeypatch.setattr(session, "model_card", counted)
-    traces = rk.evaluate(agent, arithmetic_tasks(3), progress=False).traces
+    def read(*key):  # type: ignore[no-untyped-def]
+        tables_read.append(key)
+        return from_table(*key)
+
+    monkeypatch.setattr(prices, "rate_card", counted)
+    monkeypatch.setattr(prices, "_from_table", read)
+    traces = rk.evaluate(agent, arithmetic_tasks(3), repeats=2, progress=False, concurrency=2).traces
     calls = [c for t in traces for c in t.model_calls]
-    assert len(calls) == 6 and looked_up == [agent.model.name] * 3  # one a rollout, none a call
+    assert len(calls) == 12 and looked_up == [agent.model.name]  # one a run: none a rollout, none a call
+    assert tables_read == []
     expected = [(c.usage.input_tokens * 1000.0 + c.usage.output_tokens * 2000.0) / 1e6 if priced else None
                 for c in calls]
     assert [c.cost_usd for c in calls] == pytest.approx(expected) if priced else [c.cost_usd for c in calls] == expected
+    rk.evaluate(agent, arithmetic_tasks(2), progress=False)
+    assert looked_up == [agent.model.name] * 2
+
+
+async def test_prices_given_during_a_run_apply_from_the_next_rollouts_open():
+    # The run's rates are read again after rk.prices: a price given once a
+    # run is under way prices the rollouts that open after it.
+    agent = demo_agent()
+    seen = []
+
+    async def watch():  # type: ignore[no-untyped-def]
+        with prices.run_rates():
+            seen.append(prices.model_card(agent.model))
+            rk.prices({agent.model.name: TOY_PRICES})
+            seen.append(prices.model_card(agent.model))
+            seen.append(prices.model_card(agent.model))
+
+    await watch()
+    assert seen[0] is None and seen[1] is seen[2] and seen[1].input == (1000.0, ())

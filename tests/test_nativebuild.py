@@ -33,30 +33,37 @@ def _native_at_any_size(monkeypatch):
     monkeypatch.setattr(columns, "_NATIVE_MIN_BYTES", 0)  # these files are small: built natively all the same
 
 
-def _build(source: Path, cache: Path, native: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, list[str]]:
+def _build(source: Path, cache: Path, native: bool, monkeypatch: pytest.MonkeyPatch,
+           order: tuple[str, ...] = TABLES) -> tuple[dict, list[str]]:
+    """The tables of `source`, asked for in `order` (the turns first: the
+    tables without text are built from the fields without it, then the
+    rest; the calls first: all from every field)."""
     monkeypatch.setattr(columns, "_NATIVE", native)
     cache.mkdir(parents=True)
     tables = TableSet(source, cache=cache, progress=False)
-    read = {table: [pq.read_table(f) for f in tables.files[table]] for table in TABLES}
+    read = {table: [pq.read_table(f) for f in tables.files[table]] for table in order}
     builds = [json.loads((cache / f"{p['name']}.json").read_text())["build"] for p in tables.parts]
     return read, builds
 
 
-def _same_tables(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, build: str = "native") -> None:
+def _same_tables(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, build: str = "native",
+                 orders: tuple[tuple[str, ...], ...] = (TABLES,)) -> None:
     """Both builds of `source`, part by part: the same schema (names, order,
     Arrow types, the store's metadata) and the same values; the native
-    build's parts say which built them (`build`)."""
+    build's parts say which built them (`build`); the native tables asked
+    for in each of `orders`."""
     python, python_builds = _build(source, tmp_path / "python", False, monkeypatch)
-    native, native_builds = _build(source, tmp_path / "native", True, monkeypatch)
     assert set(python_builds) == {"python"}
-    assert set(native_builds) == {build}, source
-    for table in TABLES:
-        assert len(python[table]) == len(native[table]) > 0
-        for a, b in zip(python[table], native[table]):
-            assert a.schema == b.schema, (source.name, table, a.schema, b.schema)
-            assert a.schema.metadata == b.schema.metadata
-            for name in a.column_names:
-                assert a.column(name).equals(b.column(name)), (source.name, table, name)
+    for k, order in enumerate(orders):
+        native, native_builds = _build(source, tmp_path / f"native-{k}", True, monkeypatch, order)
+        assert set(native_builds) == {build}, source
+        for table in TABLES:
+            assert len(python[table]) == len(native[table]) > 0
+            for a, b in zip(python[table], native[table]):
+                assert a.schema == b.schema, (source.name, table, a.schema, b.schema)
+                assert a.schema.metadata == b.schema.metadata
+                for name in a.column_names:
+                    assert a.column(name).equals(b.column(name)), (source.name, table, name, order)
 
 
 async def test_example_runs_build_the_same_tables_natively(tmp_path, monkeypatch):
@@ -70,8 +77,11 @@ async def test_example_runs_build_the_same_tables_natively(tmp_path, monkeypatch
         "failed-alone": [kinds["failed"], kinds["aborted"]],  # no segments, no scoring: int times, marker rows
         "mixed": [*kinds.values(), *arithmetic.traces, *support.traces, *chain.traces, _rewritten_trace()],
     }
+    calls_first = ("rollouts", "calls", "turns", "phases", "signals", "messages")
+    messages_first = ("rollouts", "messages", "turns", "phases", "signals", "calls")
     for name, traces in runs.items():
-        _same_tables(rk.save(traces, tmp_path / name / "t.jsonl"), tmp_path / name, monkeypatch)
+        _same_tables(rk.save(traces, tmp_path / name / "t.jsonl"), tmp_path / name, monkeypatch,
+                     orders=(TABLES, calls_first, messages_first))
     for turns in (1, 3):
         folder = big_run(60, tmp_path / f"big{turns}" / "run", turns=turns, tasks=7)
         _same_tables(folder / "traces.jsonl", tmp_path / f"big{turns}", monkeypatch)
@@ -497,7 +507,8 @@ def _listed_tables(cache: Path) -> list[list[str]]:
 def test_a_first_open_builds_the_rollouts_and_the_others_when_first_asked_for(tmp_path, monkeypatch):
     # The first open is for the rollouts frame: the other five tables of a
     # part are built (natively, from the part's bytes) when first asked
-    # for, and are then the Python build's, row for row.
+    # for, the three without text (turns, phases, signals) together, the
+    # calls and messages with them, and are then the Python build's, row for row.
     monkeypatch.setattr(columns, "_BATCH", 7)
     folder = big_run(20, tmp_path / "run", turns=2, tasks=3)
     cache = folder / ".rollkit" / "traces.jsonl"
@@ -506,6 +517,11 @@ def test_a_first_open_builds_the_rollouts_and_the_others_when_first_asked_for(tm
     assert _listed_tables(cache) == [["rollouts"]] * 3
     assert not (cache / "turns").exists()
     assert len(run.turns()) == 40
+    assert _listed_tables(cache) == [["rollouts", "turns", "phases", "signals"]] * 3
+    assert not (cache / "messages").exists()
+    assert len(run.search("How many")) == 20
+    assert _listed_tables(cache) == [["rollouts", "turns", "phases", "signals", "messages"]] * 3
+    assert len(run.calls()) == 40
     assert _listed_tables(cache) == [list(TABLES)] * 3
     assert {json.loads(p.read_text())["build"] for p in cache.glob("part-*.json")} == {"native"}
     python, _ = _build(folder / "traces.jsonl", tmp_path / "python", False, monkeypatch)
@@ -513,6 +529,50 @@ def test_a_first_open_builds_the_rollouts_and_the_others_when_first_asked_for(tm
         built = [pq.read_table(cache / table / f"{p.stem}.parquet") for p in sorted(cache.glob("part-*.json"))]
         assert [b.equals(a) and b.schema.metadata == a.schema.metadata for a, b in zip(python[table], built)] \
             == [True] * 3, table
+
+
+def test_the_tables_without_text_are_built_without_reading_it(tmp_path, monkeypatch):
+    # A message written with a key twice: the native reader refuses a part
+    # whose messages it reads (the Python build reads it, as rk.load does).
+    # The turns, phases and signals read no message: their part is still
+    # built natively, and the calls and messages later in Python; every
+    # table is the Python build's, row for row.
+    folder = big_run(6, tmp_path / "run", turns=2, tasks=3)
+    source = folder / "traces.jsonl"
+    lines = source.read_bytes().splitlines(keepends=True)
+    assert lines[2].count(b'"role":"user"') == 1
+    lines[2] = lines[2].replace(b'"role":"user"', b'"role":"user","role":"user"')
+    source.write_bytes(b"".join(lines))
+    cache = folder / ".rollkit" / "traces.jsonl"
+    run = open_run(folder)
+    assert len(run.turns()) == 12
+    assert [json.loads(p.read_text())["build"] for p in cache.glob("part-*.json")] == ["native"]
+    assert len(run.calls()) == 12
+    assert [json.loads(p.read_text())["build"] for p in cache.glob("part-*.json")] == ["native+python"]
+    python, _ = _build(source, tmp_path / "python", False, monkeypatch)
+    for table in TABLES:
+        (built,) = [pq.read_table(f) for f in sorted((cache / table).glob("*.parquet"))]
+        assert built.equals(python[table][0]), table
+
+
+def test_a_later_ask_builds_small_parts_natively_when_together_they_are_worth_it(tmp_path, monkeypatch):
+    # A live run leaves small parts (below _NATIVE_MIN_BYTES each); asked for
+    # later together, they are worth DuckDB's fixed cost, paid once (the
+    # parts of a build share its database): built natively, not in Python.
+    monkeypatch.setattr(columns, "_BATCH", 5)
+    folder = big_run(20, tmp_path / "run", turns=2, tasks=3)
+    size = (folder / "traces.jsonl").stat().st_size
+    monkeypatch.setattr(columns, "_NATIVE_MIN_BYTES", size // 2)  # each part below it, the four above it
+    cache = folder / ".rollkit" / "traces.jsonl"
+    run = open_run(folder)
+    assert {json.loads(p.read_text())["build"] for p in cache.glob("part-*.json")} == {"python"}
+    assert len(run.search("How many")) == 20
+    assert {json.loads(p.read_text())["build"] for p in cache.glob("part-*.json")} == {"native+python"}
+    monkeypatch.setattr(columns, "_NATIVE_MIN_BYTES", size + 1)  # together below it: the Python build's
+    shutil.rmtree(cache)
+    run = open_run(folder)
+    assert len(run.turns()) == 40
+    assert {json.loads(p.read_text())["build"] for p in cache.glob("part-*.json")} == {"python"}
 
 
 def test_sql_the_browser_and_export_build_only_the_tables_they_name(tmp_path):
@@ -530,8 +590,10 @@ def test_sql_the_browser_and_export_build_only_the_tables_they_name(tmp_path):
     assert _listed_tables(cache) == [["rollouts"]]
     browser.where("id in (select id from turns where turn = 2)")
     assert "<b>20</b> of 20 rollouts" in browser.status.value
-    assert sorted(_listed_tables(cache)[0]) == sorted(TABLES)  # the later build makes a part's five at once
+    # the later build makes a part's tables without text at once, those with text with the rest
+    assert sorted(_listed_tables(cache)[0]) == ["phases", "rollouts", "signals", "turns"]
     assert run.sql("select count(*) as n from calls")["n"][0] == 40
+    assert sorted(_listed_tables(cache)[0]) == sorted(TABLES)
 
 
 def test_a_run_opened_while_written_agrees_with_itself_after_a_later_table_catches_up(tmp_path):
@@ -574,7 +636,7 @@ def test_a_part_merged_away_while_completed_does_not_come_back(tmp_path, monkeyp
     monkeypatch.setattr(columns.TableSet, "_part", merged_meanwhile)
     assert len(run.turns()) == 40
     assert merges == [marker.name]
-    assert _listed_tables(cache) == [list(TABLES)]  # built again from the file, not a marker brought back
+    assert _listed_tables(cache) == [["rollouts", "turns", "phases", "signals"]]  # built again from the file, not a marker brought back
     assert len(run.rollouts()) == 20
 
 

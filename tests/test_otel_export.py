@@ -292,6 +292,62 @@ def test_phoenix_reads_each_calls_usage_cost_and_answering_model(phoenix):
     assert total["cost"] == pytest.approx(0.00045, rel=0.01)  # Phoenix's own price of gpt-4o-mini: not $0
 
 
+def _project_cost(phoenix: _Phoenix, project: str) -> dict[str, Any] | None:
+    costs = _graphql(phoenix, "{ projects { edges { node { name costSummary { total { cost tokens } } } } } }")
+    found = [e["node"]["costSummary"]["total"] for e in costs["projects"]["edges"] if e["node"]["name"] == project]
+    return found[0] if found else None
+
+
+def _unlisted_trace(name: str, input_tokens: int, output_tokens: int) -> rk.Trace:
+    answer = rk.Response(message=rk.AssistantMessage(content="4"),
+                         usage=rk.Usage(input_tokens=input_tokens, output_tokens=output_tokens))
+    return rk.evaluate(rk.Agent(model=rk.ScriptedModel([answer], name=name)), prompt_task(), progress=False).traces[0]
+
+
+@pytest.mark.timeout(600)
+def test_phoenix_totals_rollkits_cost_for_a_model_it_does_not_list_once_given_the_price(phoenix):
+    # Issue 44: Phoenix prices a span's tokens by its own models, not by
+    # llm.cost.total: a model it does not list is $0 there. phoenix_prices
+    # defines the model in Phoenix with rollkit's rates; the spans it then
+    # stores cost what rollkit says. Phoenix reads its models every few
+    # seconds: probe traces go to their own project until one is priced.
+    from rollkit.interop.exports.phoenix import phoenix_prices
+
+    name = "rollkit-test-unlisted-44"
+    rk.prices({name: {"input": 2.0, "output": 8.0}})
+    try:
+        before = _unlisted_trace(name, 1000, 500)
+        rk.export(before, format="otel", endpoint=phoenix.traces_url,
+                  resource_attributes={"openinference.project.name": "unpriced"})
+        phoenix.spans_when("unpriced", _expected_spans(before))
+        assert _project_cost(phoenix, "unpriced") == {"cost": 0.0, "tokens": 1500}  # what the issue saw: $0
+        ids = phoenix_prices(phoenix.url, [name, name])
+        assert list(ids) == [name]
+        assert phoenix_prices(phoenix.url, [name]) == ids  # given again: the same model, updated in place
+        deadline, probes = time.monotonic() + 120, 0
+        while not (_project_cost(phoenix, "probe") or {}).get("cost") and time.monotonic() < deadline:
+            probe = _unlisted_trace(name, 10, 10)
+            rk.export(probe, format="otel", endpoint=phoenix.traces_url,
+                      resource_attributes={"openinference.project.name": "probe"})
+            probes += 1
+            phoenix.spans_when("probe", probes * _expected_spans(probe))
+        trace = _unlisted_trace(name, 1000, 500)
+    finally:
+        rk.prices({name: None})
+    assert trace.cost_usd == pytest.approx(0.006)  # 1,000 x $2 + 500 x $8 per million
+    rk.export(trace, format="otel", endpoint=phoenix.traces_url,
+              resource_attributes={"openinference.project.name": "priced"})
+    phoenix.spans_when("priced", _expected_spans(trace))
+    total = _project_cost(phoenix, "priced")
+    assert total["tokens"] == 1500 and total["cost"] == pytest.approx(trace.cost_usd)
+    with pytest.raises(rk.UsageError, match="no price for model 'not-priced-44' to give Phoenix"), \
+            pytest.warns(UserWarning, match="no price for model 'not-priced-44'"):
+        phoenix_prices(phoenix.url, ["not-priced-44"])
+    with pytest.raises(rk.Unavailable, match=r"Phoenix at http://127.0.0.1:\d+ did not take") as caught:
+        phoenix_prices(f"http://user:secret@127.0.0.1:{_free_port()}/?key=hidden", ["gpt-4o-mini"])
+    assert "secret" not in str(caught.value) and "hidden" not in str(caught.value)
+
+
 @pytest.mark.timeout(600)
 def test_a_failed_rollout_is_an_error_trace_in_phoenix(phoenix):
     trace = rk.evaluate(rk.Agent(model=rk.ScriptedModel([])), prompt_task(), progress=False).traces[0]

@@ -34,16 +34,19 @@ unless the user gave its name a price.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import UsageError
 
-__all__ = ["RateCard", "prices", "rate_card", "call_cost", "require_price", "model_card", "dollars", "card_of",
+__all__ = ["RateCard", "prices", "rate_card", "call_cost", "require_price", "model_card", "run_rates", "dollars", "card_of",
            "PRICE_KEYS", "output_bound", "worst_case_cost"]
 
 # The user's rates, per million tokens (requests: per call).
@@ -130,7 +133,9 @@ def prices(table: dict[str, dict[str, float] | None] | None = None) -> dict[str,
             raise UsageError(f"rk.prices takes a dict of model name -> rates, got {type(table).__name__}")
         cards = {name: rates if rates is None or rates is False else _user_card(name, rates)
                  for name, rates in table.items()}
+        global _generation
         with _lock:
+            _generation += 1
             for name, card in cards.items():
                 _user.pop(name, None)
                 _unpriced.discard(name)
@@ -195,9 +200,46 @@ def rate_card(name: str, ref: tuple[str, str | None] | None) -> RateCard | None:
 def model_card(model: Any) -> RateCard | None:
     """The rates of `model` (a rollkit Model), by its name and `price_ref()`.
     `Rollout.open` asks first, so the table loads (once per process, about
-    a second) before any agent time runs, never inside a segment."""
+    a second) before any agent time runs, never inside a segment. Within a
+    run (`run_rates`) a model is looked up once: its first rollout's answer,
+    a price or none, is every later one's."""
+    memo = _run_memo.get()
+    if memo is not None:
+        if memo.generation != _generation:  # rk.prices since: read them again
+            memo.generation, memo.cards = _generation, {}
+        known = memo.cards.get(id(model))
+        if known is not None and known[0] is model:
+            return known[1]
     ref = model.price_ref() if hasattr(model, "price_ref") else (model.name, None)
-    return rate_card(model.name, ref)
+    card = rate_card(model.name, ref)
+    if memo is not None:
+        memo.cards[id(model)] = (model, card)  # the model kept: its id names no other while the run lasts
+    return card
+
+
+class _RunRates:
+    """A run's rates, model by model (run_rates), and the generation of
+    the prices they were read at."""
+
+    def __init__(self) -> None:
+        self.generation = _generation
+        self.cards: dict[int, tuple[Any, RateCard | None]] = {}
+
+
+_run_memo: contextvars.ContextVar[_RunRates | None] = contextvars.ContextVar("rollkit_run_rates", default=None)
+_generation = 0  # rk.prices changes it: a run's rates read before are read again
+
+
+@contextlib.contextmanager
+def run_rates() -> Iterator[None]:
+    """Within it (an evaluation: rollkit.runs), each model is looked up
+    once (model_card), however many rollouts it runs; a change of prices
+    (rk.prices) meanwhile is read at the next rollout's open."""
+    token = _run_memo.set(_RunRates())
+    try:
+        yield
+    finally:
+        _run_memo.reset(token)
 
 
 def call_cost(model: Any, usage: Any) -> float | None:

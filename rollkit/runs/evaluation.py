@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.agent import Agent
 from ..core.cancellation import finish
 from ..core.errors import UsageError
-from ..core.prices import require_price
+from ..core.prices import require_price, run_rates
 from . import interrupts
 from ..analysis import frames
 from ..analysis.compare import trace_signals
@@ -639,7 +639,8 @@ async def execute_plan(plan: _Plan) -> EvalResult:
     if plan.out is not None:
         plan.folder = prepare_folder(plan.out, plan.manifest, plan.resume)
         plan.manifest = plan.folder.manifest
-    return await _Run(plan).execute()
+    with run_rates():  # each model's price looked up once for the run, not at each rollout's open
+        return await _Run(plan).execute()
 
 
 def evaluate_async(

@@ -23,7 +23,10 @@ traces (rollkit.tables.livetables) hands each batch of lines it wrote to
 file (a first open) makes each part's rollouts table only, what the
 rollouts frame reads; a part's other five are built when a table is first
 asked for (`files[table]`), from the part's byte range once it is checked
-to be the bytes the part was cut from, and its marker lists what it has. A part of 8 MB or more
+to be the bytes the part was cut from, and its marker lists what it has:
+the turns, phases and signals together (they read no text), the messages
+alone (a search), the calls with every table still lacking. A part of 8 MB or more (or the
+parts a later ask builds, when they hold 8 MB together)
 is built by DuckDB's JSON parser (rollkit.tables.nativebuild); a smaller one,
 and one DuckDB must not read, by the Python build (rollkit.tables.rows' row
 builder, the reference: both make the same tables). Both read a line as
@@ -48,6 +51,7 @@ draws nothing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import mmap
@@ -269,8 +273,12 @@ class TableSet:
         else:
             self.parts = parts
         lacking = [p for p in self.parts if table not in p["tables"]]
-        with paused(), _progress(self.source, sum(p["end"] - p["start"] for p in lacking), self.progress) as bar, \
-                open(self.source, "rb") as f:
+        size = sum(p["end"] - p["start"] for p in lacking)
+        group = _built_with(table)
+        # Natively at any size when the parts together are worth it: they share the build's
+        # database, whose fixed cost is then paid once (a live run's parts are small).
+        build = functools.partial(self._part, native=size >= _NATIVE_MIN_BYTES)
+        with paused(), _progress(self.source, size, self.progress) as bar, open(self.source, "rb") as f:
             def jobs() -> Generator[tuple[Any, int], None, None]:
                 ordinal = 0
                 for part in self.parts:
@@ -278,9 +286,8 @@ class TableSet:
                         f.seek(part["start"])
                         data = f.read(part["end"] - part["start"])
                         starts, ends, lengths = _lines(data, _line_ends(data), part["start"])
-                        missing = tuple(t for t in TABLES if t not in part["tables"])
-                        yield (self._part, data, starts, ends, lengths, part["start"], ordinal, missing, part), \
-                            len(data)
+                        missing = tuple(t for t in group if t not in part["tables"])
+                        yield (build, data, starts, ends, lengths, part["start"], ordinal, missing, part), len(data)
                     ordinal += part["lines"]
 
             # One part at a time on every core: all six tables of two parts at once held too much memory.
@@ -457,6 +464,16 @@ class TableSet:
                 for table in TABLES:
                     (self.folder / table / f"{p['name']}.parquet").unlink(missing_ok=True)
         return [{**meta, "name": name}]
+
+
+def _built_with(table: str) -> tuple[str, ...]:
+    """The tables a part lacking `table` gets when it is asked for: the
+    light tables (nativebuild.LIGHT_TABLES: turns, phases, signals, read
+    without any text) together; the messages (a search) alone, from their
+    own fields; the calls, which read every field, with every other."""
+    from .nativebuild import LIGHT_TABLES
+
+    return LIGHT_TABLES if table in LIGHT_TABLES else ("messages",) if table == "messages" else TABLES
 
 
 def _builds(*labels: str) -> str:

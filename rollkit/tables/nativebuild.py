@@ -12,7 +12,10 @@ mix types the way only Python's inference reads, is built in Python, which
 also names a line that is not a trace.
 The rollouts alone (a first open) are parsed from the fields they read
 (`_ROLLOUT_FIELDS`): building DuckDB's nested rows costs several times
-parsing the JSON, and a message's text is most of a line.
+parsing the JSON, and a message's text is most of a line. The turns, phases
+and signals (a later ask for one of them) are parsed from the fields
+without text (`_LIGHT_FIELDS`), the messages alone (a first search) from
+theirs (`_MESSAGE_FIELDS`), the calls from all.
 
 One reading of a line, rk.load's (rollkit.core.store.record_of_line): JSON
 as RFC 8259 has it, read as Python reads it: of a key written twice in one
@@ -56,7 +59,7 @@ from typing import Any
 from ..core._dependencies import duckdb, np, pa, pc
 from ..core.trace import UNTIMED
 
-__all__ = ["native_tables", "NativeUnfit", "Engine"]
+__all__ = ["native_tables", "NativeUnfit", "Engine", "LIGHT_TABLES"]
 
 
 class NativeUnfit(Exception):
@@ -511,7 +514,7 @@ def _quoted(name: str) -> str:
 # What the rollouts table reads, and only that: no message (their text is
 # most of a line), no call's request, reply or tokens. A first open builds
 # the rollouts alone from it (the rollouts frame is what it is for); the
-# other tables come from _TRACE_FIELDS when first asked for.
+# other tables come from _LIGHT_FIELDS or _TRACE_FIELDS when first asked for.
 _CALL_TOTALS = ("index", "segment", "start", "end", "usage", "committed", "cum_turns", "cum_input_tokens",
                 "cum_output_tokens", "cum_total_tokens", "cum_cost_usd", "timing_issue")  # (an untimed call: model_time NA)
 _ROLLOUT_FIELDS: dict[str, Any] = {
@@ -522,14 +525,43 @@ _ROLLOUT_FIELDS: dict[str, Any] = {
 }
 
 
+# What the turns, phases and signals tables read besides the rollouts': no
+# message, no call's request, reply, tokens or error (a call's own numbers
+# and the traces' limits, rewards and errors). A later ask for one of them
+# builds the three from these; the calls and the messages read the text.
+_TURN_CALL_FIELDS = (*_CALL_TOTALS, "new_input_tokens", "finish_reason", "dialect", "cost_usd", "cum_agent_time")
+_LIGHT_FIELDS: dict[str, Any] = {
+    **{k: v for k, v in _TRACE_FIELDS.items() if k != "messages"},
+    "model_calls": [{k: v for k, v in _TRACE_FIELDS["model_calls"][0].items() if k in _TURN_CALL_FIELDS}],
+}
+LIGHT_TABLES = ("rollouts", "turns", "phases", "signals")
+# What the messages table reads (a first search), and what tells a line that is no trace (_BROKEN).
+_MESSAGE_FIELDS: dict[str, Any] = {
+    **{k: _TRACE_FIELDS[k] for k in ("id", "task", "messages", "phases", "errors")},
+    "model_calls": [{k: v for k, v in _TRACE_FIELDS["model_calls"][0].items() if k in ("index", "segment", "start",
+                                                                                    "end")}],
+}
+
+
 def _first(tables: tuple[str, ...]) -> bool:
     """Whether these are a first open's tables (the rollouts alone)."""
     return set(tables) <= {"rollouts"}
 
 
+def _fields(tables: tuple[str, ...]) -> dict[str, Any]:
+    """The trace fields `tables` read: the rollouts' own (a first open), the
+    messages' alone, the light tables' (LIGHT_TABLES: no text), else every
+    field the tables read."""
+    if _first(tables):
+        return _ROLLOUT_FIELDS
+    if set(tables) <= {"messages"}:
+        return _MESSAGE_FIELDS
+    return _LIGHT_FIELDS if set(tables) <= set(LIGHT_TABLES) else _TRACE_FIELDS
+
+
 def _columns(tables: tuple[str, ...]) -> dict[str, str]:
     """read_json's columns: each top-level field of the structure with its DuckDB type."""
-    return {name: _duck_type(kind) for name, kind in (_ROLLOUT_FIELDS if _first(tables) else _TRACE_FIELDS).items()}
+    return {name: _duck_type(kind) for name, kind in _fields(tables).items()}
 
 
 def _duck_type(kind: Any) -> str:
@@ -627,7 +659,9 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     the store's string and metadata touches), from `lines` (a pyarrow string
     array, one trace a line), their first ordinal and each line's byte
     offset and length. The rollouts alone are parsed from the fields they
-    read (_ROLLOUT_FIELDS), the others from all (_TRACE_FIELDS). `engine`:
+    read (_ROLLOUT_FIELDS), LIGHT_TABLES from those without text
+    (_LIGHT_FIELDS), the messages alone from theirs (_MESSAGE_FIELDS), any
+    others from all (_TRACE_FIELDS). `engine`:
     the build's DuckDB (None: one of its own, on every core).
     Raises NativeUnfit, or DuckDB's error, when the Python build must do it."""
     count = len(lines)
