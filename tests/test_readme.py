@@ -16,6 +16,7 @@ installing, the whole test suite, and servers that run until Ctrl-C.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -77,21 +78,39 @@ def _shell_script(code: str) -> tuple[str, list[str]]:
 
 
 # A python line that calls a key's harness needs that CLI; where
-# scripts/test.sh could not install it (no npm), the line is not run.
+# scripts/test.sh could not install it (no npm), the line is not run. A line
+# that needs an extra this interpreter cannot hold (verifiers pins mcp and
+# openai below the test extra's) is not run either: its own test runs it in
+# the venv scripts/test.sh builds for it (tests/test_verifiers_tasks.py).
 NEEDS_CLI = {"codex": "harnesses.codex(", "claude": "harnesses.claude_code("}
+NEEDS_MODULE = {"verifiers": 'rk.tasks_from("verifiers:'}
 
 
-def _without_missing_clis(code: str, missing: list[str], line: int) -> str:
+def _missing_needs(env: dict[str, str]) -> dict[str, str]:
+    """What the lines need that is not here: {name: the text that marks such a line}."""
+    missing = {name: mark for name, mark in NEEDS_CLI.items() if shutil.which(name, path=env["PATH"]) is None}
+    missing |= {name: mark for name, mark in NEEDS_MODULE.items() if importlib.util.find_spec(name) is None}
+    return missing
+
+
+def _without_missing_needs(code: str, missing: dict[str, str], line: int) -> str:
     kept = []
     for text in code.splitlines():
-        cli = next((name for name in missing if NEEDS_CLI[name] in text), None)
-        if cli is None:
+        need = next((name for name, mark in missing.items() if mark in text), None)
+        if need is None:
             kept.append(text)
         else:
-            print(f"README.md:{line}: not run: {text.strip()}  ({cli} is not installed in {NPM_BIN}: "
-                  "scripts/test.sh installs it from the npm registry)")
+            where = f"installed in {NPM_BIN}: scripts/test.sh installs it from the npm registry" if need in NEEDS_CLI \
+                else "importable here: its test runs it in its own venv"
+            print(f"README.md:{line}: not run: {text.strip()}  ({need} is not {where})")
             kept.append(text[: len(text) - len(text.lstrip())] + "pass")
     return "\n".join(kept) + "\n"
+
+
+def test_each_need_marks_a_python_line() -> None:
+    lines = [line for lang, code, _ in all_blocks() if lang == "python" for line in code.splitlines()]
+    for name, mark in {**NEEDS_CLI, **NEEDS_MODULE}.items():
+        assert any(mark in line for line in lines), f"the {name} rule ({mark!r}) marks no python line of the README or docs"
 
 
 def test_the_skip_rules_each_match_a_shell_line() -> None:
@@ -117,7 +136,7 @@ def _run_blocks(paths: list[Path], tmp_path: Path) -> dict[str, int]:
     # scripts/test.sh installs them.
     env["OPENAI_API_KEY"] = "sk-readme-test-not-sent"
     env["PATH"] = os.pathsep.join([str(NPM_BIN), env.get("PATH", "")])
-    missing = [name for name in NEEDS_CLI if shutil.which(name, path=env["PATH"]) is None]
+    missing = _missing_needs(env)
     kernel = Kernel(sys.executable, work, tmp_path / "kernels", env=env)
     ran = {"python": 0, "shell": 0}
     try:
@@ -125,7 +144,7 @@ def _run_blocks(paths: list[Path], tmp_path: Path) -> dict[str, int]:
             where = path.relative_to(ROOT)
             for lang, code, line in blocks_of(path):
                 if lang == "python":
-                    code = _without_missing_clis(code, missing, line)
+                    code = _without_missing_needs(code, missing, line)
                     content, outputs = kernel.run(code)
                     assert content["status"] == "ok", (
                         f"the python block at {where}:{line} failed:\n" + "\n".join(outputs)[-4000:]
