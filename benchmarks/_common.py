@@ -25,8 +25,9 @@ def in_fresh_python(code: str, *args: str) -> dict:
 class Results:
     """The numbers one benchmark run measured, for `--json PATH`: each with
     its unit and, where the script measures one in the same run, its
-    baseline; and where and when they were measured (machine, load, date,
-    commit), because a number without them cannot be read.
+    baseline; the options it ran with (the sizes); and where and when they
+    were measured (machine, load, date, commit), because a number without
+    them cannot be read.
     scripts/benchmarks_page.py tables the committed files in
     docs/benchmarks.md."""
 
@@ -35,6 +36,10 @@ class Results:
 
         self.script, self.what = script, what
         self.load_before = os.getloadavg()
+        # The options it ran with (the sizes), but where the numbers went.
+        given = sys.argv[1:]
+        at = given.index("--json") if "--json" in given else len(given)
+        self.options = given[:at] + given[at + 2:]
         self.rows: list[dict] = []
 
     def add(self, name: str, value: float, unit: str, baseline: float | None = None,
@@ -74,7 +79,7 @@ class Results:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip() or None
         record = {
-            "script": self.script, "what": self.what, "results": self.rows,
+            "script": self.script, "options": self.options, "what": self.what, "results": self.rows,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
                         "system": f"{platform.system()} {platform.release()}"},

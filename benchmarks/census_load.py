@@ -32,7 +32,8 @@ def _median_read(path: Path, reads: int = 5) -> float:
 
 
 def main() -> None:
-    results = Results("census_load.py", "rk.load of real fixtures with the field census's walk and without it (median of 5 reads)")
+    results = Results("census_load.py", "reading real fixtures with rk.load with the field census's walk and "
+                      "without it (median of 5 reads)")
     walk = census._walk
     for name in FILES:
         path = FIXTURES / name

@@ -42,7 +42,8 @@ from rollkit.examples import Arithmetic, arithmetic_tasks, demo_agent
 from rollkit.notebook.stepping import NotebookRollout
 from _common import Results, json_option
 
-MEASURED = Results("notebook.py", "the notebook layer: frames, replay, live updates, big loads, watching and comparing runs")
+MEASURED = Results("notebook.py", "the notebook layer: frames, replay, live updates, big loads, watching and "
+                   "comparing runs")
 
 
 async def _make_traces(n: int) -> list[rk.Trace]:

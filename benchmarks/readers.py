@@ -41,7 +41,8 @@ from pathlib import Path
 from _common import Results, json_option
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
-MEASURED = Results("readers.py", "rk.load against each tool's own reader (or a bare json.loads) on the same file, best of 2")
+MEASURED = Results("readers.py", "reading a file with rk.load against each tool's own reader (or a bare "
+                   "json.loads) on the same file, best of 2")
 
 
 def _best(fn, repeat: int = 2) -> float:  # type: ignore[no-untyped-def]

@@ -139,8 +139,8 @@ def test_every_benchmark_script_writes_its_numbers_through_the_one_writer() -> N
 
 def test_a_benchmark_run_with_json_writes_a_record_the_page_tables(tmp_path: Path) -> None:
     """A real (tiny) run of benchmarks/frames_eager.py --json: the record has
-    the machine, the load and the date, one row per frame with its unit, and
-    the page's table shows each row."""
+    the options it ran with, the machine, the load and the date, one row per
+    frame with its unit, and the page's table shows each row and the command."""
     import json
 
     out = tmp_path / "frames_eager.json"
@@ -150,6 +150,7 @@ def test_a_benchmark_run_with_json_writes_a_record_the_page_tables(tmp_path: Pat
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(out.read_text())
     assert record["script"] == "frames_eager.py" and record["machine"]["cores"] == os.cpu_count()
+    assert record["options"] == ["--traces", "24"]  # the sizes it ran with, not where it wrote
     assert len(record["load"]["before"]) == 3 and record["date"].endswith("+00:00")
     assert [r["name"] for r in record["results"]] == [f"rk.frames.{kind}(24 traces)" for kind in
                                                       ("rollouts", "turns", "calls", "phases", "signals")]
@@ -161,6 +162,7 @@ def test_a_benchmark_run_with_json_writes_a_record_the_page_tables(tmp_path: Pat
         sys.path.pop(0)
     table = "\n".join(benchmarks_page._table(record))
     assert all(f"| {r['name']} | " in table for r in record["results"])
+    assert "Run as `python benchmarks/frames_eager.py --traces 24`." in table
 
 
 def test_a_record_s_units_come_from_its_keys() -> None:
