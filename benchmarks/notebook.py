@@ -197,7 +197,7 @@ def bench_big_load(n: int) -> None:
     print(f"the four frames over them: {frames_s:.2f} s ({'ok' if frames_s < 3 else 'OVER the 3 s aim'}); "
           f"shapes {shapes}")
     print(f"rk.frames.rollouts(path), loading the file itself: {direct_s:.2f} s")
-    MEASURED.add_record(f"rk.load of {count:,} saved traces, fresh process",
+    MEASURED.add_record(f"rk.load of {int(count):,} saved traces, fresh process",
                         {"load_s": load_s, "peak_rss_mb": peak, "four_frames_s": frames_s,
                          "frames.rollouts(path)_s": direct_s})
 
