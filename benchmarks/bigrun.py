@@ -38,7 +38,7 @@ rollouts), then, each step in a fresh process so its peak memory is its own:
 
 Run: PYTHONPATH=. python benchmarks/bigrun.py [--n 100000,1000000] [--n20 100000] [--keep DIR] [--no-steps] [--repeats 3]
      [--no-live] [--run-tasks 1000] [--run-concurrency 1,256] [--load 0] [--inspect 0]
-     [--first-asks] [--evaluated DIR,DIR]
+     [--first-asks] [--evaluated DIR,DIR] [--json PATH]
 Prints one line per number. Mind the machine: the 1M step takes minutes.
 """
 
@@ -51,7 +51,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import in_fresh_python
+from _common import Results, in_fresh_python, json_option
+
+MEASURED = Results("bigrun.py", "an RL-sized made-up run through the columnar store, each step in a fresh process; "
+                   "a number without a unit in its name is seconds")
+
+
+def _shown(what: str, record: dict) -> None:
+    print(f"{what}: {record}", flush=True)
+    MEASURED.add_record(what, record, bare="s")
 
 _STEPS = r'''
 import gc, json, resource, sys, time
@@ -276,10 +284,8 @@ def _first_asks(folder: Path, label: str, fresh: bool) -> None:
         for ask in _ASKS:
             shutil.rmtree(cache)
             shutil.copytree(kept, cache)
-            print(f"{label} first ask of {ask} (fresh process): {in_fresh_python(_FIRST_ASK, str(folder), ask)}",
-                  flush=True)
-        print(f"{label} DuckDB reads the file once: {in_fresh_python(_DUCKDB_READ, str(folder / 'traces.jsonl'))}",
-              flush=True)
+            _shown(f"{label} first ask of {ask} (fresh process)", in_fresh_python(_FIRST_ASK, str(folder), ask))
+        _shown(f"{label} DuckDB reads the file once", in_fresh_python(_DUCKDB_READ, str(folder / 'traces.jsonl')))
     finally:
         shutil.rmtree(cache)
         shutil.copytree(kept, cache)
@@ -314,6 +320,7 @@ def main() -> None:
                         help="each other table's first ask and the first search, each in a fresh process")
     parser.add_argument("--evaluated", type=lambda text: [Path(x) for x in text.split(",")], default=[],
                         help="run folders rk.evaluate wrote: their first asks (with --first-asks)")
+    json_option(parser)
     args = parser.parse_args()
     from rollkit.examples.bigrun import big_run
 
@@ -339,38 +346,40 @@ def main() -> None:
                 times = sorted(o["first_open_plus_rollouts"] for o in opens)
                 print(f"{label} {n:,} first open + rollouts over {len(times)} fresh processes: median "
                       f"{statistics.median(times)} s, least {times[0]} s, most {times[-1]} s", flush=True)
+            MEASURED.add_record(f"{label} {n:,}, first open (fresh process, native build; the last of {len(opens)})",
+                               opens[-1], bare="s")
             if args.live:
                 live = root / f"{label}-{n}-live"
-                print(f"{label} {n:,} written as a run writes them, with and without tables: "
-                      f"{in_fresh_python(_LIVE_WRITE, str(folder), str(live))}", flush=True)
-                print(f"{label} {n:,} first open + rollouts of the run whose tables were written as it went "
-                      f"(fresh process): {in_fresh_python(_BUILD, str(live))}", flush=True)
+                _shown(f"{label} {n:,} written as a run writes them, with and without tables",
+                      in_fresh_python(_LIVE_WRITE, str(folder), str(live)))
+                _shown(f"{label} {n:,} first open + rollouts of the run whose tables were written as it went "
+                      f"(fresh process)", in_fresh_python(_BUILD, str(live)))
                 shutil.rmtree(live)
             if n <= args.compare_max:
-                print(f"{label} {n:,} Python build vs native build (same process): "
-                      f"{in_fresh_python(_COMPARE, str(folder))}", flush=True)
+                _shown(f"{label} {n:,} Python build vs native build (same process)", in_fresh_python(_COMPARE, str(folder)))
             if args.first_asks:
                 _first_asks(folder, f"{label} {n:,}", fresh=True)
             if not args.no_steps:
-                print(f"{label} {n:,} steps (warm): {in_fresh_python(_STEPS, str(folder), 'Cleo has 33')}", flush=True)
+                _shown(f"{label} {n:,} steps (warm)", in_fresh_python(_STEPS, str(folder), 'Cleo has 33'))
         for folder in args.evaluated if args.first_asks else ():
             _first_asks(folder, f"{folder.name} (made by rk.evaluate)", fresh=False)
         if args.load:
             folder = root / f"load-{args.load}"
             big_run(args.load, folder)
-            print(f"rk.load {args.load:,} single-turn traces: {in_fresh_python(_LOAD, str(folder))}", flush=True)
+            _shown(f"rk.load {args.load:,} single-turn traces", in_fresh_python(_LOAD, str(folder)))
         if args.run_tasks:
             for concurrency in args.run_concurrency:
-                print(f"real run, tables written as it goes vs built on the first open: "
-                      f"{in_fresh_python(_RUN_COST, str(args.run_tasks), '2', str(concurrency))}", flush=True)
+                _shown(f"real run at concurrency {concurrency}, tables written as it goes vs built on the first open",
+                      {k: v for k, v in in_fresh_python(_RUN_COST, str(args.run_tasks), '2', str(concurrency)).items()
+                       if k not in ('rollouts', 'concurrency')})
         if args.inspect:
             import rollkit as rk
 
             folder = root / f"inspect-{args.inspect}"
             big_run(args.inspect, folder, turns=3)
             log = rk.save(rk.load(folder), folder / "log.json", format="inspect")
-            print(f"inspect on {args.inspect:,} rollouts: {in_fresh_python(_INSPECT, str(folder), str(log))}",
-                  flush=True)
+            _shown(f"inspect on {args.inspect:,} rollouts", in_fresh_python(_INSPECT, str(folder), str(log)))
+        MEASURED.save(args.json)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -8,8 +8,9 @@ Prints:
 - the time `import rollkit` takes in a fresh interpreter (median of 5, the
   bytecode cached; and the first, compiling).
 
-Run: python benchmarks/core.py [--json benchmarks/results/core.json]
-(--json also writes the numbers with the machine, load and date.)
+Run: python benchmarks/core.py [--json PATH]
+(--json PATH also writes the numbers with the machine, load and date:
+benchmarks/results/core.json is the one the docs' benchmarks page tables.)
 """
 
 from __future__ import annotations
@@ -81,8 +82,7 @@ async def main() -> None:
           f"the sources: {first * 1000:.0f} ms)")
     results.add("import rollkit, bytecode cached (median of 5 fresh interpreters)", cached * 1000, "ms")
     results.add("import rollkit, first after an install (compiling)", first * 1000, "ms")
-    if (path := json_path(sys.argv)) is not None:
-        results.write(path)
+    results.save(json_path(sys.argv))
 
 
 if __name__ == "__main__":

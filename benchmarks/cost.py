@@ -7,7 +7,7 @@
 - a rollout's time with and without a price (the toy model, 20 turns, a
   user price vs none): the recording's share of a turn.
 
-Run: PYTHONPATH=. python benchmarks/cost.py
+Run: PYTHONPATH=. python benchmarks/cost.py [--json PATH]
 Prints one line per number.
 """
 
@@ -17,6 +17,8 @@ import asyncio
 import subprocess
 import sys
 import time
+
+from _common import Results, json_path
 
 FIRST = """
 import time
@@ -70,15 +72,21 @@ async def _rollouts(priced: bool, n: int = 200) -> float:
 
 
 def main() -> None:
-    print(f"first priced call in a fresh process (import genai-prices, read the rates): {_first_call():.3f} s")
+    results = Results("cost.py", "what pricing costs: the first priced call, one call priced, a priced turn")
+    first = _first_call()
+    print(f"first priced call in a fresh process (import genai-prices, read the rates): {first:.3f} s")
+    results.add("first priced call in a fresh process", first, "s")
     ours, table = _per_call()
     print(f"one call priced: rate card {ours * 1e6:.2f} us, genai-prices calc_price {table * 1e6:.0f} us "
           f"({table / ours:.0f}x)")
+    results.add("one call priced from the rate card", ours * 1e6, "µs", table * 1e6, "genai-prices calc_price")
     # Alternated, best of three each: the machine is shared.
     runs = [(asyncio.run(_rollouts(False)), asyncio.run(_rollouts(True))) for _ in range(3)]
     unpriced, priced = min(r[0] for r in runs), min(r[1] for r in runs)
     print(f"a turn of the toy model: {unpriced * 1e6:.0f} us unpriced, {priced * 1e6:.0f} us priced "
           f"(+{(priced - unpriced) * 1e6:.1f} us)")
+    results.add("a turn of the toy model, priced (best of 3)", priced * 1e6, "µs", unpriced * 1e6, "unpriced")
+    results.save(json_path(sys.argv))
 
 
 if __name__ == "__main__":

@@ -12,23 +12,25 @@ Prints:
   microseconds;
 - plan_ab's time for 400 simulated tests of up to 2,000 pairs.
 
-Run: python benchmarks/decide.py
+Run: python benchmarks/decide.py [--json PATH]
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 import rollkit as rk
 from rollkit.examples import chain_agent, chain_tasks
 from rollkit.runs.ab import _Test
 from rollkit.runs.sequential import ConfidenceSequence, decision
+from _common import Results, json_path
 
 STEPS = 19  # 19 calculator calls and the answer: a 20-turn rollout
 
 
-def sweep_vs_evaluate() -> None:
+def sweep_vs_evaluate(results: Results) -> None:
     task = chain_tasks(1, steps=STEPS)[0]
     agent = chain_agent(slip=0.02, steps=STEPS)
     source = rk.evaluate(agent, [task], progress=False).traces[0]
@@ -50,9 +52,13 @@ def sweep_vs_evaluate() -> None:
           f"{sweep_rps:,.0f} rollouts/s, {sweep_tps:,.0f} turns/s (median of 3)")
     print(f"plain rk.evaluate of {len(continuations)} fresh rollouts: {plain_rps:,.0f} rollouts/s, {plain_tps:,.0f} turns/s")
     print(f"ratio sweep / plain: {sweep_rps / plain_rps:.2f}x rollouts/s, {sweep_tps / plain_tps:.2f}x turns/s")
+    results.add("turn-value sweep, 20-turn rollout, n=16 (median of 3)", sweep_tps, "turns/s", plain_tps,
+                "rk.evaluate of as many fresh rollouts")
+    results.add("turn-value sweep, 20-turn rollout, n=16 (median of 3)", sweep_rps, "rollouts/s", plain_rps,
+                "rk.evaluate of as many fresh rollouts")
 
 
-def interval_update(pairs: int = 200_000) -> None:
+def interval_update(results: Results, pairs: int = 200_000) -> None:
     import random
 
     rng = random.Random(0)
@@ -63,6 +69,7 @@ def interval_update(pairs: int = 200_000) -> None:
         decision(*sequence.add(d), 0.05)
     per = (time.perf_counter() - t0) / pairs
     print(f"live interval update (add + decision): {per * 1e6:.2f} us per pair ({pairs:,} pairs)")
+    results.add("live interval update (add + decision), per pair", per * 1e6, "µs")
 
     task = rk.Task(prompt="x")
     traces = {}
@@ -83,15 +90,19 @@ def interval_update(pairs: int = 200_000) -> None:
     per = (time.perf_counter() - t0) / n
     assert len(states) == n
     print(f"A/B bookkeeping per pair (pairing, signals, interval, state for the live view): {per * 1e6:.1f} us")
+    results.add("A/B bookkeeping per pair (pairing, signals, interval, live view's state)", per * 1e6, "µs")
 
 
-def planner() -> None:
+def planner(results: Results) -> None:
     t0 = time.perf_counter()
     plan = rk.plan_ab(0.5, 0.6, max_pairs=2000, sims=400)
+    results.add("plan_ab(0.5, 0.6), 400 simulated tests of up to 2,000 pairs", time.perf_counter() - t0, "s")
     print(f"plan_ab(0.5, 0.6), 400 tests of up to 2,000 pairs: {time.perf_counter() - t0:.2f} s -> {plan}")
 
 
 if __name__ == "__main__":
-    sweep_vs_evaluate()
-    interval_update()
-    planner()
+    measured = Results("decide.py", "turn values against plain rk.evaluate; the live A/B test's bookkeeping; plan_ab")
+    sweep_vs_evaluate(measured)
+    interval_update(measured)
+    planner(measured)
+    measured.save(json_path(sys.argv))

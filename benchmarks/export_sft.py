@@ -15,7 +15,7 @@ tables once, then, each in a fresh process so its peak memory is its own:
   list of traces takes) against the JSON-line path the export takes; rows
   per CPU second of each (the machine may be shared: CPU time holds).
 
-Run: PYTHONPATH=. python benchmarks/export_sft.py [--n 100000] [--turns 1,5] [--sample 5000] [--keep DIR]
+Run: PYTHONPATH=. python benchmarks/export_sft.py [--n 100000] [--turns 1,5] [--sample 5000] [--keep DIR] [--json PATH]
 Prints one line per measurement.
 """
 
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import in_fresh_python
+from _common import Results, in_fresh_python, json_option
 
 _EXPORT = r'''
 import json, os, resource, sys, time
@@ -88,7 +88,9 @@ def main() -> None:
                         help="turns per rollout (each but the last calls a tool), one run per value")
     parser.add_argument("--sample", type=int, default=5_000, help="rollouts for the two row paths (0: skip)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the generated runs here")
+    json_option(parser)
     args = parser.parse_args()
+    results = Results("export_sft.py", "a made-up run to SFT training rows (Parquet), each export in a fresh process")
     from rollkit.examples.bigrun import big_run
     from rollkit.tables.lazyrun import open_run
 
@@ -106,14 +108,18 @@ def main() -> None:
                 t = time.perf_counter()
                 open_run(folder, progress=False)
                 print(f"{label}: tables built in {time.perf_counter() - t:.1f} s", flush=True)
+                results.add(f"{label}: tables built (first open)", time.perf_counter() - t, "s")
                 out = str(root / f"rows-{n}-{turns}.parquet")
-                print(f"{label}: export to SFT Parquet: {in_fresh_python(_EXPORT, str(folder), out, '')}",
-                      flush=True)
-                print(f"{label}: where reward = 1: {in_fresh_python(_EXPORT, str(folder), out, 'reward = 1')}",
-                      flush=True)
+                for where in ("", "reward = 1"):
+                    got = in_fresh_python(_EXPORT, str(folder), out, where)
+                    print(f"{label}: export to SFT Parquet{', where ' + where if where else ''}: {got}", flush=True)
+                    results.add_record(f"{label}, export{', where ' + where if where else ''}", got)
                 if args.sample:
-                    print(f"{label}: JSON lines vs Trace objects: "
-                          f"{in_fresh_python(_PATHS, str(folder), str(args.sample))}", flush=True)
+                    got = in_fresh_python(_PATHS, str(folder), str(args.sample))
+                    print(f"{label}: JSON lines vs Trace objects: {got}", flush=True)
+                    results.add(f"{label}: rows built from JSON lines", got["json_lines_rows_per_cpu_s"],
+                                "rows/CPU s", got["via_traces_rows_per_cpu_s"], "through Trace objects")
+        results.save(args.json)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

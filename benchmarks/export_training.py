@@ -12,7 +12,7 @@ process before the export: reading and parsing every selected line
 (`ExportSource.lines`, orjson), the floor any row builder stands on; the
 ratio is the export's CPU over it.
 
-Run: PYTHONPATH=. python benchmarks/export_training.py [--n 100000] [--turns 1] [--keep DIR]
+Run: PYTHONPATH=. python benchmarks/export_training.py [--n 100000] [--turns 1] [--keep DIR] [--json PATH]
 Prints one line per measurement.
 """
 
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import in_fresh_python
+from _common import Results, in_fresh_python, json_option
 
 _EXPORT = r'''
 import json, os, resource, sys, time
@@ -85,7 +85,10 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=1, help="turns per rollout (each but the last calls a tool)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the generated run here")
     parser.add_argument("--formats", default="sft,sft-parquet,tokens,preference,prompts")
+    json_option(parser)
     args = parser.parse_args()
+    results = Results("export_training.py", "a made-up run with token ids to each training format, each export in a "
+                      "fresh process; read_floor_cpu_s is parsing every selected line, the floor under any row builder")
     from rollkit.examples.bigrun import big_run
     from rollkit.tables.lazyrun import open_run
 
@@ -102,12 +105,15 @@ def main() -> None:
         t = time.perf_counter()
         open_run(folder, progress=False)
         print(f"{label}: tables built in {time.perf_counter() - t:.1f} s", flush=True)
+        results.add(f"{label}: tables built (first open)", time.perf_counter() - t, "s")
         for name in args.formats.split(","):
             fmt, suffix = ("sft", ".parquet") if name == "sft-parquet" else (name, ".jsonl")
             options = {"advantage": "mean_std"} if fmt == "tokens" else {}
             out = str(root / f"{name}{suffix}")
             result = in_fresh_python(_EXPORT, str(folder), out, fmt, json.dumps(options))
             print(f"{label}: {name}: {result}", flush=True)
+            results.add_record(f"{label}, {name}", result)
+        results.save(args.json)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

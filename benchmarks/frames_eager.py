@@ -6,7 +6,7 @@ Prints the seconds each of the five store frames (rollouts, turns, calls,
 phases, signals) takes over N demo traces (the arithmetic demo agent, run
 once per task and copied under new ids), best of 3.
 
-Run: python benchmarks/frames_eager.py [--traces 2000]
+Run: python benchmarks/frames_eager.py [--traces 2000] [--json PATH]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
+from _common import Results, json_option
 
 
 async def _traces(n: int) -> list[rk.Trace]:
@@ -28,13 +29,17 @@ async def _traces(n: int) -> list[rk.Trace]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--traces", type=int, default=2000)
+    json_option(parser)
     args = parser.parse_args()
+    results = Results("frames_eager.py", f"the eager frames over {args.traces:,} demo traces in memory, best of 3")
     traces = asyncio.run(_traces(args.traces))
     for kind in ("rollouts", "turns", "calls", "phases", "signals"):
         build = getattr(rk.frames, kind)
         build(traces[:10])  # imports and first-use costs out of the way
         best = min(_timed(build, traces) for _ in range(3))
         print(f"rk.frames.{kind}({len(traces)} traces): {best:.3f} s, {len(build(traces))} rows")
+        results.add(f"rk.frames.{kind}({len(traces):,} traces)", best, "s")
+    results.save(args.json)
 
 
 def _timed(build, traces) -> float:  # type: ignore[no-untyped-def]

@@ -3,7 +3,7 @@
 Each case runs `rk.load` in a fresh process and prints that process's peak
 resident memory (VmHWM) and what came of the load (the traces read, or
 the error's first words). The files are written to a temporary folder and
-removed. Run: `python benchmarks/hostile_files.py` (about 1.5 GB of disk).
+removed. Run: `python benchmarks/hostile_files.py [--json PATH]` (about 1.5 GB of disk).
 
 `python benchmarks/hostile_files.py view [MB]` measures `rollkit view FILE`
 on a large well-formed verifiers file (MB of it, 200 by default): the peak
@@ -24,6 +24,8 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+
+from _common import Results, json_path
 
 # VmHWM, the process's own high-water mark: ru_maxrss would count this
 # script's size too (the kernel keeps the larger over the exec after a vfork).
@@ -105,7 +107,7 @@ def _descendants(pid: int) -> list[int]:
     return [d for c in children for d in (c, *_descendants(c))]
 
 
-def view(megabytes: int) -> None:
+def view(megabytes: int, results: Results) -> None:
     """Peak memory of `rollkit view FILE` and of its page's kernel."""
     import http.client
 
@@ -131,15 +133,27 @@ def view(megabytes: int) -> None:
             print(f"rollkit view on {path.stat().st_size / 2**20:.0f} MB ({megabytes * 10} verifiers lines of 100 kB): "
                   f"command peak {_peak_mb(proc.pid):.0f} MB (held while serving: {_resident_mb(proc.pid):.0f} MB), kernel peak "
                   f"{', '.join(f'{_peak_mb(k):.0f}' for k in kernels)} MB, page after {seconds:.1f} s")
+            results.add("rollkit view: the command's peak RSS", _peak_mb(proc.pid), "MB")
+            for kernel in kernels:
+                results.add("rollkit view: the page kernel's peak RSS", _peak_mb(kernel), "MB")
+            results.add("rollkit view: from the command's start to the page", seconds, "s")
         finally:
             os.kill(proc.pid, signal.SIGTERM)
             proc.wait(timeout=60)
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["view"]:
-        view(int(sys.argv[2]) if len(sys.argv) > 2 else 200)
+    out = json_path(sys.argv)
+    argv = sys.argv[1:] if out is None else [a for a in sys.argv[1:] if a not in ("--json", out)]
+    if argv[:1] == ["view"]:
+        megabytes = int(argv[1]) if len(argv) > 1 else 200
+        results = Results("hostile_files.py", f"rollkit view FILE on a {megabytes} MB verifiers file: peak memory "
+                          "(VmHWM) of the command and of its page's kernel")
+        view(megabytes, results)
+        results.save(out)
         return
+    results = Results("hostile_files.py", "peak memory (VmHWM) of rk.load on hostile trace files, each in a fresh "
+                      "process; the baseline is that process's peak after its imports")
     with tempfile.TemporaryDirectory(prefix="rollkit-hostile-") as tmp:
         cases = _write(Path(tmp))
         print(f"{'file':44} {'peak MB':>8} {'import MB':>9}  outcome")
@@ -148,6 +162,9 @@ def main() -> None:
                                   timeout=600)
             peak, base, outcome = (done.stdout.split(" ", 2) + ["", "", done.stderr[-200:]])[:3]
             print(f"{name:44} {peak:>8} {base:>9}  {outcome.strip()}")
+            if peak.isdigit() and base.isdigit():
+                results.add(f"{name}: {outcome.strip()[:60]}", int(peak), "MB", int(base), "after the imports")
+    results.save(out)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ real fixtures of every format (tests/fixtures, each loaded 3 times) and a
 made-up JSON lines file of chat transcripts, the load time, the time spent
 digesting ids and its share, and the microseconds per id.
 
-Run: PYTHONPATH=. python benchmarks/import_ids.py [--records 5000] [--turns 20]
+Run: PYTHONPATH=. python benchmarks/import_ids.py [--records 5000] [--turns 20] [--json PATH]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import rollkit as rk
 from rollkit.interop.formats import _build
+from _common import Results, json_option
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 _spent = [0.0, 0]
@@ -35,13 +36,15 @@ def _timed(trace, where):  # type: ignore[no-untyped-def]
     return out
 
 
-def _measure(paths: list[Path], label: str, repeat: int = 1) -> None:
+def _measure(paths: list[Path], label: str, results: Results, repeat: int = 1) -> None:
     _spent[:] = [0.0, 0]
     t = time.perf_counter()
     n = sum(len(rk.load(p, errors="skip")) for _ in range(repeat) for p in paths)
     total = time.perf_counter() - t
     print(f"{label}: {n} traces, load {total:.3f} s, ids {_spent[0]:.3f} s ({100 * _spent[0] / total:.1f}%, "
           f"{1e6 * _spent[0] / max(_spent[1], 1):.0f} us per id)", flush=True)
+    results.add(f"{label.strip()}: digesting ids, share of the load", 100 * _spent[0] / total, "%")
+    results.add(f"{label.strip()}: per id", 1e6 * _spent[0] / max(_spent[1], 1), "µs")
 
 
 def _made_up(path: Path, records: int, turns: int) -> None:
@@ -58,23 +61,26 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=5000, help="transcripts in the made-up file")
     parser.add_argument("--turns", type=int, default=20, help="user and assistant message pairs per transcript")
+    json_option(parser)
     args = parser.parse_args()
+    results = Results("import_ids.py", "what an imported trace's id (a digest of what was read) costs rk.load")
     warnings.simplefilter("ignore")  # the fixtures' skipped samples say so on every load
     _build._content_id = _timed
     files = [p for p in sorted(FIXTURES.rglob("*"))
              if p.is_file() and p.suffix != ".md" and p.name != "metadata.json" and ".rollkit" not in p.parts]
     for path in files:  # warm: imports, parsers
         rk.load(path, errors="skip")
-    _measure(files, f"real fixtures ({len(files)} files)", repeat=3)
+    _measure(files, f"real fixtures ({len(files)} files)", results, repeat=3)
     by_format: dict[str, list[Path]] = {}
     for path in files:
         by_format.setdefault(path.relative_to(FIXTURES).parts[0], []).append(path)
     for name, paths in sorted(by_format.items()):
-        _measure(paths, f"  {name}", repeat=3)
+        _measure(paths, f"  {name}", results, repeat=3)
     with tempfile.TemporaryDirectory(prefix="rk-import-ids-") as root:
         made = Path(root) / "chats.jsonl"
         _made_up(made, args.records, args.turns)
-        _measure([made], f"made-up chats.jsonl ({made.stat().st_size / 1e6:.0f} MB, {args.records} records)")
+        _measure([made], f"made-up chats.jsonl ({made.stat().st_size / 1e6:.0f} MB, {args.records} records)", results)
+    results.save(args.json)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ Prints:
 8. `rk.compare` of two 10,000-trace runs with 1,000 bootstrap resamples
    (aim: under 1 s), paired by task and by (task, repeat).
 
-Run: python benchmarks/notebook.py [--traces 10000] [--turns 60] [--big 100000] [--only-watch]
+Run: python benchmarks/notebook.py [--traces 10000] [--turns 60] [--big 100000] [--only-watch] [--json PATH]
 Writes its trace files to a temporary folder and removes it.
 """
 
@@ -40,6 +40,10 @@ import rollkit as rk
 from rollkit import frames, plots
 from rollkit.examples import Arithmetic, arithmetic_tasks, demo_agent
 from rollkit.notebook.stepping import NotebookRollout
+from _common import Results, json_option
+
+MEASURED = Results("notebook.py", "the notebook layer: frames, replay, live updates, big loads, watching and "
+                   "comparing runs")
 
 
 async def _make_traces(n: int) -> list[rk.Trace]:
@@ -69,6 +73,7 @@ def bench_frames(n: int) -> list[rk.Trace]:
     print(f"frames from {len(loaded)} saved traces (rk.load took {load_s:.2f} s, not counted):")
     for name, seconds in timings.items():
         print(f"  {name:<9} {seconds * 1000:8.1f} ms  rows x cols = {shapes[name]}")
+        MEASURED.add(f"frame {name} from {len(loaded):,} saved traces", seconds * 1000, "ms")
     verdict = "ok" if total < 2.0 else "OVER the 2 s aim"
     print(f"  all four  {total * 1000:8.1f} ms  ({verdict})")
     return loaded
@@ -101,6 +106,7 @@ def bench_replay(traces: list[rk.Trace]) -> None:
     verdict = "ok" if seconds < 2.0 else "OVER the 2 s aim"
     print(f"replay_hooks over {len(traces)} saved traces, 3 hooks + 1 limit: {seconds * 1000:.0f} ms, "
           f"{len(frame)} rows ({verdict})")
+    MEASURED.add(f"replay_hooks over {len(traces):,} saved traces, 3 hooks + 1 limit", seconds * 1000, "ms")
 
 
 async def _bench_live(turns: int) -> None:
@@ -142,6 +148,7 @@ async def _bench_live(turns: int) -> None:
         worst = max(values) * 1000
         verdict = "ok" if median < 20 else "OVER the 20 ms aim"
         print(f"  {name:<17} median {median:6.2f} ms   max {worst:6.2f} ms  ({verdict})")
+        MEASURED.add(f"live update per turn, {name} (median of {turns - 1} turns)", median, "ms")
 
 
 # Run in a child process: its peak RSS is then what loading took. VmHWM
@@ -190,6 +197,9 @@ def bench_big_load(n: int) -> None:
     print(f"the four frames over them: {frames_s:.2f} s ({'ok' if frames_s < 3 else 'OVER the 3 s aim'}); "
           f"shapes {shapes}")
     print(f"rk.frames.rollouts(path), loading the file itself: {direct_s:.2f} s")
+    MEASURED.add_record(f"rk.load of {int(count):,} saved traces, fresh process",
+                        {"load_s": load_s, "peak_rss_mb": peak, "four_frames_s": frames_s,
+                         "frames.rollouts(path)_s": direct_s})
 
 
 def main() -> None:
@@ -201,6 +211,7 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=100_000, help="trace lines of the folder to follow")
     parser.add_argument("--compare", type=int, default=10_000, help="traces per run for rk.compare")
     parser.add_argument("--only-watch", action="store_true", help="only 5-8: watching and comparing runs")
+    json_option(parser)
     args = parser.parse_args()
     if not args.only_watch:
         bench_replay(bench_frames(args.traces))  # replay the same saved traces
@@ -208,6 +219,7 @@ def main() -> None:
         if args.big:
             bench_big_load(args.big)
     main_watch(args)
+    MEASURED.save(args.json)
 
 
 
@@ -363,6 +375,9 @@ def bench_monitor_cost(n: int) -> None:
           f"{draw:.2f} ms each whatever the rollout rate")
     print(f"  real {n}-rollout runs of the example set, best of 5: {min(plain) * 1e6:.1f} µs/rollout without, "
           f"{min(watched) * 1e6:.1f} with: {cost:.1f} µs")
+    MEASURED.add("run monitor's cost per finished rollout, replayed", replayed, "µs")
+    MEASURED.add(f"a real {n}-rollout run with the monitor (best of 5)", min(watched) * 1e6, "µs/rollout",
+                 min(plain) * 1e6, "without it")
 
 
 def bench_redraw_rate() -> None:
@@ -415,6 +430,7 @@ def bench_redraw_rate() -> None:
     elapsed, redraws, done = asyncio.run(real())
     print(f"  a real run: {done} rollouts in {elapsed:.2f} s ({done / elapsed:,.0f}/s): {redraws} redraws, "
           f"{redraws / elapsed:.1f}/s")
+    MEASURED.add(f"RunMonitor redraws over a real run of {done} rollouts", redraws / elapsed, "/s")
 
 
 class _Handle:
@@ -449,6 +465,8 @@ def bench_follow(lines: int) -> None:
     verdict = "ok" if max(poll_s, monitor_s) < 2 else "OVER the 2 s aim"
     print(f"following a run folder of {lines:,} trace lines ({size / 1e6:.0f} MB):")
     print(f"  FolderFollower first poll {poll_s:.2f} s; RunMonitor(folder) built and drawn {monitor_s:.2f} s ({verdict})")
+    MEASURED.add_record(f"following a run folder of {lines:,} trace lines",
+                        {"FolderFollower first poll_s": poll_s, "RunMonitor(folder) built and drawn_s": monitor_s})
 
 
 def bench_compare(n: int, resamples: int) -> None:
@@ -475,6 +493,7 @@ def bench_compare(n: int, resamples: int) -> None:
         reward = result.signal("reward")
         print(f"rk.compare of two {n:,}-trace runs by {by}, {len(result.signals)} signals, {resamples} resamples: "
               f"{seconds:.2f} s ({verdict}); reward B - A {reward.diff:.3f} [{reward.low:.3f}, {reward.high:.3f}]")
+        MEASURED.add(f"rk.compare of two {n:,}-trace runs by {by}, {resamples} resamples", seconds, "s")
 
 
 def main_watch(args: argparse.Namespace) -> None:

@@ -17,7 +17,7 @@ splits into its parts:
 
 Best of a few runs; the machine may be shared, so compare the lines.
 
-    PYTHONPATH=. python benchmarks/otel_export.py [--rollouts 2000]
+    PYTHONPATH=. python benchmarks/otel_export.py [--rollouts 2000] [--json PATH]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
 from rollkit.interop.exports.otel import OtelSent
+from _common import Results, json_option
 
 
 class _Sink(BaseHTTPRequestHandler):
@@ -68,7 +69,10 @@ def _best(fn: Any, repeat: int = 3) -> tuple[float, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rollouts", type=int, default=2000)
-    n = parser.parse_args().rollouts
+    json_option(parser)
+    args = parser.parse_args()
+    n = args.rollouts
+    results = Results("otel_export.py", f"the OpenTelemetry export of {n:,} demo rollouts (9 spans each), best of 3")
     base = rk.evaluate(demo_agent(), arithmetic_tasks(50), progress=False).traces
     traces = [base[i % len(base)] for i in range(n)]
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -91,6 +95,8 @@ def main() -> None:
             seconds, sent = _best(run)
             print(f"{what:<36} {seconds * 1e6 / n:8.1f} µs/rollout   {seconds * 1e6 / sent.spans:6.1f} µs/span   "
                   f"({sent.spans / n:g} spans/rollout, {sent.failed} failed)")
+            results.add(what, seconds * 1e6 / n, "µs/rollout")
+        results.save(args.json)
         print(f"sink requests received: {_Sink.received}")
     finally:
         server.shutdown()

@@ -23,7 +23,7 @@ and by the process's CPU time (every thread's: steadier when other work
 shares the machine; a collector that stalls the run shows in wall time), plus whether
 pandas was imported by the end (the run's path should never import it).
 
-    PYTHONPATH=. python benchmarks/overhead.py [--tasks 2000] [--rounds 3] [--concurrency 32]
+    PYTHONPATH=. python benchmarks/overhead.py [--tasks 2000] [--rounds 3] [--concurrency 32] [--json PATH]
         [--settings none,folder,folder-tables,folder+otel,folder+silent,prices]
 """
 
@@ -48,6 +48,7 @@ import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
 from rollkit.runs import evaluation
 from rollkit.tables.livetables import TraceLog
+from _common import Results, json_option
 
 SETTINGS = ("none", "folder", "folder-tables", "folder+otel", "folder+silent", "prices")
 
@@ -122,7 +123,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--settings", default=",".join(SETTINGS),
                         help=f"comma separated, the first is the baseline (default {','.join(SETTINGS)})")
+    json_option(parser)
     args = parser.parse_args()
+    results = Results("overhead.py", f"what a setting a user turns on costs rk.evaluate: {args.tasks:,} demo rollouts "
+                      f"x {args.rounds} rounds, concurrency {args.concurrency}")
     settings = args.settings.split(",")
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
@@ -148,7 +152,9 @@ def main() -> None:
             best, median = args.tasks / min(spent), args.tasks / statistics.median(spent)
             print(f"{label:4} {s:14} {best:8.0f} rollouts/s (median {median:6.0f})  "
                   f"ratio to {settings[0]}: {best / base:.3f}")
+            results.add(f"{s} ({label} time, best of {args.rounds})", best, "rollouts/s", base, settings[0])
     print(f"pandas imported by the end: {'pandas' in sys.modules}")
+    results.save(args.json)
 
 
 if __name__ == "__main__":

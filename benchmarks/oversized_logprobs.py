@@ -8,14 +8,14 @@ Prints the answer's size, the wall time, whether the call was refused, and
 the process's peak RSS (most of it the openai SDK parsing the answer, before
 the bound is checked; the fake provider building it runs in the same process).
 
-Run: PYTHONPATH=. python benchmarks/oversized_logprobs.py [--tokens 2500] [--top 400]
+Run: PYTHONPATH=. python benchmarks/oversized_logprobs.py [--tokens 2500] [--top 400] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 
-from _common import in_fresh_python
+from _common import Results, in_fresh_python, json_option
 
 _RUN = r'''
 import asyncio, json, sys, time
@@ -48,10 +48,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=2500)
     parser.add_argument("--top", type=int, default=400)
+    json_option(parser)
     args = parser.parse_args()
     got = in_fresh_python(_RUN, str(args.tokens), str(args.top))
     print(f"{args.tokens:,} tokens x {args.top} alternatives: a {got['mb']:.1f} MB answer, {got['seconds']:.1f} s, "
           f"refused={got['refused']}, logprobs kept={got['kept']}, peak RSS {got['peak_mb']:,} MB; {got['error']}")
+    results = Results("oversized_logprobs.py", f"a reply of {args.tokens:,} tokens x {args.top} top_logprobs through "
+                      f"OpenAIModel's max_logprobs bound (refused: {got['refused']}, logprobs kept: {got['kept']})")
+    results.add("the answer's size", got["mb"], "MB")
+    results.add("wall time of the rollout", got["seconds"], "s")
+    results.add("peak RSS of the process (VmHWM)", got["peak_mb"], "MB")
+    results.save(args.json)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ this same file under the venv's python (`--inspect-side`), so nothing here
 imports rollkit or inspect-ai at module level.
 
 Run: python benchmarks/peers.py [--samples 300] [--conversations 5]
-     [--turns 20] [--concurrency 16] [--rounds 3]
+     [--turns 20] [--concurrency 16] [--rounds 3] [--json PATH]
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import Results, json_option
 
 REPLY = "Default output from mockllm/model"
 TARGET = "mockllm"
@@ -219,6 +221,12 @@ def _report(args: argparse.Namespace, ours: dict, peer: dict) -> None:
     print(f"{'rollkit':12}{our_rate:>12.1f}{our_turn:>13.3f} ms")
     print(f"{'inspect-ai':12}{peer_rate:>12.1f}{peer_turn:>13.3f} ms")
     print(f"ratio: rollkit {our_rate / peer_rate:.1f}x the samples/s; {peer_turn / our_turn:.1f}x less overhead per turn")
+    results = Results("peers.py", f"the same workload in rollkit and in inspect-ai ({args.samples} single-turn samples, "
+                      f"{args.conversations} x {args.turns}-turn conversations, instant model, concurrency "
+                      f"{args.concurrency}, best of {args.rounds})")
+    results.add("single-turn samples, rollkit", our_rate, "samples/s", peer_rate, "inspect-ai")
+    results.add("overhead per conversation turn, rollkit", our_turn, "ms", peer_turn, "inspect-ai")
+    results.save(args.json)
 
 
 def main() -> None:
@@ -229,6 +237,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--inspect-side", action="store_true", help=argparse.SUPPRESS)
+    json_option(parser)
     args = parser.parse_args()
     if args.inspect_side:
         print(json.dumps(inspect_side(args)))

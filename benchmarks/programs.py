@@ -32,7 +32,7 @@ Prints:
 - SandboxRuntime side by side with SubprocessRuntime: the extra cost of a
   program launch and of a model call through the sandbox's bridge.
 
-Run: python benchmarks/programs.py (only the sandbox part: ... programs.py sandbox; only the live turn:
+Run: python benchmarks/programs.py [--json PATH] (only the sandbox part: ... programs.py sandbox; only the live turn:
 ... programs.py live)
 """
 
@@ -49,6 +49,10 @@ import openai
 
 import rollkit as rk
 from rollkit.programs import interception
+from _common import Results, json_path
+
+MEASURED = Results("programs.py", "the interception server: overhead per model call of a real program, per dialect, "
+                   "the live-program user turn, concurrent rollouts on one server, the sandbox's extra cost")
 
 CALLS = 500
 
@@ -408,6 +412,7 @@ async def sandbox_side_by_side(launches: int = 40, calls: int = 300, rounds: int
         extra = statistics.median(p[1] - p[0] for p in pairs)
         print(f"{what:14s}: SubprocessRuntime {base * 1e3:.3f} {unit}, SandboxRuntime {boxed * 1e3:.3f} {unit}, "
               f"extra {extra * 1e3:.3f} {unit} (median of {rounds} rounds)")
+        MEASURED.add(f"{what}, SandboxRuntime (median of {rounds} rounds)", boxed * 1e3, unit, base * 1e3, "SubprocessRuntime")
 
 
 async def live_side_by_side(rounds: int = 3) -> None:
@@ -419,19 +424,22 @@ async def live_side_by_side(rounds: int = 3) -> None:
           f"{turn * 1e3:.2f} ms through rollkit (first 50 turns {first * 1e3:.2f} ms, last 50 {last * 1e3:.2f} ms); floor: a bare echo over the same pipes {echo * 1e3:.2f} ms, "
           f"with its call answered by a bare aiohttp server {called * 1e3:.2f} ms; CPU per turn in this process "
           f"{turn_cpu * 1e3:.2f} ms (rollkit) vs {called_cpu * 1e3:.2f} ms (the floor with the call)")
+    MEASURED.add(f"live-program user turn through rollkit (median, {TURNS} turns)", turn * 1e3, "ms", called * 1e3,
+                 "bare echo program, its call answered by bare aiohttp")
 
 
 async def main() -> None:
-    if sys.argv[1:] == ["sandbox"]:
-        await sandbox_side_by_side()
-        return
-    if sys.argv[1:] == ["live"]:
-        await live_side_by_side()
+    out = json_path(sys.argv)
+    which = [a for a in sys.argv[1:] if a not in ("--json", out)]
+    if which in (["sandbox"], ["live"]):
+        await (sandbox_side_by_side() if which == ["sandbox"] else live_side_by_side())
+        MEASURED.save(out)
         return
     median, p95, wall, _ = await program_overhead()
     print(f"overhead per model call through the interception server ({CALLS} calls of one program): "
           f"median {median * 1e3:.2f} ms, p95 {p95 * 1e3:.2f} ms (median call as the program sees it: "
           f"{wall * 1e3:.2f} ms)")
+    MEASURED.add(f"overhead per model call of a real program ({CALLS} calls, median)", median * 1e3, "ms")
     for name in DIALECT_CALLS:
         # Three rounds, each rollkit then its floor; the medians of the rounds,
         # so a burst of load from another process does not decide the number.
@@ -440,6 +448,8 @@ async def main() -> None:
         print(f"dialect {name:9s}: median {measured * 1e3:.3f} ms per call through rollkit (model time subtracted), "
               f"bare aiohttp floor {floor * 1e3:.3f} ms, overhead {(measured - floor) * 1e3:.3f} ms, "
               f"ratio {ratio:.2f}x the floor")
+        MEASURED.add(f"dialect {name} per call through rollkit (median of 3 rounds)", measured * 1e3, "ms", floor * 1e3,
+                     "bare aiohttp server")
     await live_side_by_side()
     sustained = 0
     for n in (1, 10, 50, 100, 200, 400):
@@ -448,11 +458,14 @@ async def main() -> None:
               f"{rate:,.0f} calls/s, latency median {med * 1e3:.1f} ms, p95 {p95 * 1e3:.1f} ms")
         if not ok:
             break
+        MEASURED.add(f"{n} concurrent rollouts x 20 calls on one server", rate, "calls/s")
         sustained = n
     print(f"one server sustained {sustained} concurrent rollouts (largest level tried with every call answered)")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak resident memory: {peak:.0f} MiB")
+    MEASURED.add("peak resident memory", peak, "MiB")
     await sandbox_side_by_side()
+    MEASURED.save(out)
 
 
 if __name__ == "__main__":

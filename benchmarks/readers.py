@@ -24,7 +24,7 @@ slower than the tool's reader, ratio <= 1).
 Every timing is the best of a few runs in this process; the machine may be
 shared, so compare ratios, not seconds.
 
-    PYTHONPATH=. python benchmarks/readers.py [--samples 2000]
+    PYTHONPATH=. python benchmarks/readers.py [--samples 2000] [--json PATH]
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import Results, json_option
+
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+MEASURED = Results("readers.py", "reading a file with rk.load against each tool's own reader (or a bare "
+                   "json.loads) on the same file, best of 2")
 
 
 def _best(fn, repeat: int = 2) -> float:  # type: ignore[no-untyped-def]
@@ -52,6 +56,7 @@ def _best(fn, repeat: int = 2) -> float:  # type: ignore[no-untyped-def]
 
 def _report(what: str, ours: float, theirs: float, reader: str) -> None:
     print(f"{what:<34} rk.load {ours:7.3f} s   {reader} {theirs:7.3f} s   ratio {ours / theirs:5.2f}")
+    MEASURED.add(f"{what}: rk.load", ours, "s", theirs, reader)
 
 
 def inspect_eval(folder: Path, samples: int) -> None:
@@ -86,6 +91,7 @@ def verifiers_v1(folder: Path, samples: int) -> None:
     ours = _best(lambda: rk.load(run))
     if not python:
         print(f"verifiers v1 traces.jsonl: rk.load {ours:.3f} s (set ROLLKIT_BENCH_VERIFIERS_PYTHON to time read_episodes)")
+        MEASURED.add(f"verifiers v1, {samples} episodes: rk.load (read_episodes not timed)", ours, "s")
         return
     code = ("import sys, time; from pathlib import Path; from verifiers.v1.utils.trace_store import read_episodes;"
             "from verifiers.v1.trace import Trace; from verifiers.v1.task import WireTaskData;"
@@ -163,6 +169,7 @@ def others(folder: Path, samples: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=2000)
+    json_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rollkit-readers-") as tmp:
         folder = Path(tmp)
@@ -170,6 +177,7 @@ def main() -> None:
         verifiers_v1(folder, args.samples)
         verifiers_results(folder, args.samples)
         others(folder, args.samples)
+    MEASURED.save(args.json)
 
 
 if __name__ == "__main__":

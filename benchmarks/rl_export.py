@@ -7,7 +7,7 @@ then, each in a fresh process so its peak memory is its own: the export to
 Parquet and to JSON lines from the saved run (time, peak memory, size).
 Also the trace file's size with and without the tokens.
 
-Run: PYTHONPATH=. python benchmarks/rl_export.py [--n 2000] [--turns 4] [--k 256]
+Run: PYTHONPATH=. python benchmarks/rl_export.py [--n 2000] [--turns 4] [--k 256] [--json PATH]
 Prints one line per number.
 """
 
@@ -18,7 +18,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from _common import in_fresh_python
+from _common import Results, in_fresh_python, json_option
 
 
 def _replies(turns: int, k: int, with_tokens: bool):
@@ -77,7 +77,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--k", type=int, default=256)
+    json_option(parser)
     args = parser.parse_args()
+    results = Results("rl_export.py", f"the rl export of {args.n:,} rollouts x {args.turns} turns with token ids "
+                      f"({args.k} completion tokens per turn), each export in a fresh process")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         with_tokens = asyncio.run(_write(folder, args.n, args.turns, args.k, True))
@@ -86,12 +89,19 @@ def main() -> None:
         print(f"rollouts {args.n}, turns {rows}, completion tokens per turn {args.k}")
         print(f"trace file with tokens: {with_tokens.stat().st_size / 1e6:.1f} MB; "
               f"without: {without.stat().st_size / 1e6:.1f} MB")
+        results.add("trace file with token ids", with_tokens.stat().st_size / 1e6, "MB",
+                    without.stat().st_size / 1e6, "without them")
         for suffix in ("parquet", "jsonl"):
             out = folder / f"rl.{suffix}"
             numbers = in_fresh_python(_CHILD, str(with_tokens), str(out))
             print(f"export rl .{suffix}: {numbers['seconds']:.2f} s ({rows / numbers['seconds']:.0f} turns/s; "
                   f"{numbers['first']:.2f} s with the first open's table build), peak {numbers['peak_mb']:.0f} MB, "
                   f"file {out.stat().st_size / 1e6:.1f} MB")
+            results.add(f"export rl .{suffix} (tables built)", numbers["seconds"], "s")
+            results.add(f"export rl .{suffix}, first (building the tables)", numbers["first"], "s")
+            results.add(f"export rl .{suffix}: peak RSS", numbers["peak_mb"], "MB")
+            results.add(f"export rl .{suffix}: file", out.stat().st_size / 1e6, "MB")
+    results.save(args.json)
 
 
 if __name__ == "__main__":

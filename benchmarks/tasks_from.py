@@ -14,7 +14,7 @@ Prints:
   (`extract_answer` + `score_answer`; inspect's scorers `await scorer(state,
   target)` on a TaskState), median microseconds.
 
-Run: python benchmarks/tasks_from.py [--n 10000] [--rollouts 300]
+Run: python benchmarks/tasks_from.py [--n 10000] [--rollouts 300] [--json PATH]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import statistics
 import time
 
 import rollkit as rk
+from _common import Results, json_option
 
 
 def _best(fn, repeats: int = 3) -> tuple[float, object]:
@@ -36,7 +37,7 @@ def _best(fn, repeats: int = 3) -> tuple[float, object]:
     return min(times), result
 
 
-def reasoning_gym_build(n: int) -> None:
+def reasoning_gym_build(n: int, results: Results) -> None:
     import reasoning_gym
 
     def native():
@@ -48,6 +49,8 @@ def reasoning_gym_build(n: int) -> None:
     assert len(tasks) == n
     print(f"reasoning-gym chain_sum, {n:,} items: rk.tasks_from {ours_s:.2f} s; reasoning-gym generating them "
           f"{native_s:.2f} s; ratio {ours_s / native_s:.2f}x ({(ours_s - native_s) / n * 1e6:.1f} us per task added)")
+    results.add(f"rk.tasks_from reasoning_gym:chain_sum, {n:,} items (best of 3)", ours_s, "s", native_s,
+                "reasoning-gym generating them")
 
 
 def _inspect_task(n: int):
@@ -61,7 +64,7 @@ def _inspect_task(n: int):
                         generate()], scorer=[match(), includes()])
 
 
-def inspect_build(n: int) -> None:
+def inspect_build(n: int, results: Results) -> None:
     from rollkit.interop.tasks.inspect_tasks import shape
 
     native_s, task = _best(lambda: _inspect_task(n))
@@ -76,13 +79,15 @@ def inspect_build(n: int) -> None:
     print(f"inspect task, {n:,} samples: rk.tasks_from {ours_s:.2f} s ({ours_s / n * 1e6:.0f} us per sample), of "
           f"which inspect's TaskState and solver up to its generate {solver_s:.2f} s ({solver_s / ours_s:.0%}); "
           f"building the inspect Task itself {native_s:.2f} s")
+    results.add(f"rk.tasks_from an inspect task of {n:,} samples (best of 3)", ours_s, "s", native_s,
+                "building the inspect Task itself")
 
 
 def _scoring_us(traces) -> list[float]:
     return [(t.phases["scoring"].end - t.phases["scoring"].start) * 1e6 for t in traces]
 
 
-def reasoning_gym_scoring(rollouts: int) -> None:
+def reasoning_gym_scoring(rollouts: int, results: Results) -> None:
     from reasoning_gym.utils import extract_answer
 
     tasks = rk.tasks_from("reasoning_gym:chain_sum", size=rollouts, seed=2)
@@ -96,9 +101,11 @@ def reasoning_gym_scoring(rollouts: int) -> None:
         native.append((time.perf_counter() - t0) * 1e6)
     print(f"reasoning-gym scoring per rollout, median of {rollouts}: rollkit's scoring phase {ours:.0f} us; "
           f"extract_answer + score_answer called directly {statistics.median(native):.0f} us")
+    results.add(f"reasoning-gym scoring phase per rollout (median of {rollouts})", ours, "µs",
+                statistics.median(native), "extract_answer + score_answer called directly")
 
 
-def inspect_scoring(rollouts: int) -> None:
+def inspect_scoring(rollouts: int, results: Results) -> None:
     from inspect_ai.model import ChatMessageAssistant, ModelOutput
     from inspect_ai.scorer import Target
     from rollkit.interop.tasks.inspect_tasks import shape
@@ -125,20 +132,25 @@ def inspect_scoring(rollouts: int) -> None:
     print(f"inspect scoring per rollout (match + includes), median of {rollouts}: rollkit's scoring phase "
           f"{ours:.0f} us (solver replayed on the conversation, then the scorers); the two scorers called "
           f"directly on a TaskState {direct:.0f} us")
+    results.add(f"inspect scoring phase per rollout, match + includes (median of {rollouts})", ours, "µs", direct,
+                "the two scorers called directly")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--rollouts", type=int, default=300)
+    json_option(parser)
     args = parser.parse_args()
+    results = Results("tasks_from.py", "building tasks from another framework, and scoring through its own scorer")
     import inspect_ai  # noqa: F401 - imports are not what is measured
     import reasoning_gym  # noqa: F401
 
-    reasoning_gym_build(args.n)
-    inspect_build(args.n)
-    reasoning_gym_scoring(args.rollouts)
-    inspect_scoring(args.rollouts)
+    reasoning_gym_build(args.n, results)
+    inspect_build(args.n, results)
+    reasoning_gym_scoring(args.rollouts, results)
+    inspect_scoring(args.rollouts, results)
+    results.save(args.json)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ Prints:
   `converse` with a ScriptedUser, run one after the other in this process;
   the difference per user turn, and the ratio of the two runs.
 
-Run: python benchmarks/users.py [--json benchmarks/results/users.json]
-(--json also writes the numbers with the machine, load and date.)
+Run: python benchmarks/users.py [--json PATH]
+(--json PATH also writes the numbers with the machine, load and date:
+benchmarks/results/users.json is the one the docs' benchmarks page tables.)
 """
 
 from __future__ import annotations
@@ -74,8 +75,7 @@ async def main() -> None:
     results.add(f"{N:,} five-turn conversations with a ScriptedUser (median of 5)", N / user_s, "rollouts/s",
                 baseline=N / hand_s, baseline_name="stepped by hand")
     results.add("overhead per user turn over stepping by hand", per_turn * 1e6, "µs")
-    if (path := json_path(sys.argv)) is not None:
-        results.write(path)
+    results.save(json_path(sys.argv))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ look at it pays), then in a fresh process, the tables there:
   (run.rollouts(), what a grid holding the run in the browser's kernel
   would load first), and each step's ratio to it.
 
-Run: PYTHONPATH=. python benchmarks/viewgrid.py [--n 1000000] [--keep DIR] [--pages]
+Run: PYTHONPATH=. python benchmarks/viewgrid.py [--n 1000000] [--keep DIR] [--pages] [--json PATH]
 Prints one line per number. Mind the machine: writing and first opening
 1,000,000 rollouts take about a minute.
 """
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import in_fresh_python
+from _common import Results, in_fresh_python, json_option
 
 _STEPS = r'''
 import json, sys, time
@@ -90,7 +90,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100_000, help="single-turn rollouts in the run")
     parser.add_argument("--keep", type=Path, default=None, help="keep the run here")
     parser.add_argument("--pages", action="store_true", help="also time the runs list and the run's whole page")
+    json_option(parser)
     args = parser.parse_args()
+    results = Results("viewgrid.py", f"the rollouts' grid of rollkit view on {args.n:,} made-up rollouts, in a fresh "
+                      "process; the baseline is the whole rollouts frame")
     from rollkit.examples.bigrun import big_run
 
     home = args.keep or Path(tempfile.mkdtemp(prefix="rollkit-viewgrid-"))
@@ -100,17 +103,24 @@ def main() -> None:
         print(f"write {args.n:,} rollouts: {time.perf_counter() - t:.2f} s")
         built = in_fresh_python(_BUILD, str(folder))
         print(f"first open (tables built, {built['n']:,} rollouts): {built['first_open']:.2f} s")
+        results.add("first open (tables built)", built["first_open"], "s")
         steps = in_fresh_python(_STEPS, str(folder))
         base = steps.pop("baseline_frame")
         rows, filtered, found = steps.pop("rows_on_page"), steps.pop("filtered"), steps.pop("found")
         print(f"grid page: {rows} rows; filter reward < 0.5: {filtered:,}; search 'apples': {found:,}")
         for name, seconds in steps.items():
             print(f"grid {name:<7} {seconds * 1000:9.1f} ms   ({seconds / base:.3f} x the whole rollouts frame)")
+            if name in ("imports", "open_run"):  # what any look at the run pays, not a step of the grid
+                results.add(f"grid: {name}", seconds * 1000, "ms")
+            else:
+                results.add(f"grid: {name}", seconds * 1000, "ms", base * 1000, "run.rollouts() of the whole run")
         print(f"baseline: run.rollouts() of {args.n:,}: {base * 1000:.1f} ms")
         if args.pages:
             pages = in_fresh_python(_PAGES, str(folder))
             print(f"whole pages, built in the kernel: the runs list {pages['runs_list']:.2f} s; the run's page "
                   f"(monitor, charts, grid) {pages['run_page']:.2f} s")
+            results.add_record("whole page built in the kernel", {f"{k}_s": v for k, v in pages.items()})
+        results.save(args.json)
     finally:
         if args.keep is None:
             shutil.rmtree(home, ignore_errors=True)

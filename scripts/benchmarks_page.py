@@ -45,7 +45,9 @@ def _number(value: float) -> str:
 
 def _table(record: dict) -> list[str]:
     machine, load = record["machine"], record["load"]
-    lines = [f"## `python benchmarks/{record['script']}`", "", record["what"][0].upper() + record["what"][1:] + ".", "",
+    run_as = " ".join(["python", f"benchmarks/{record['script']}", *record.get("options", [])])
+    lines = [f"## `python benchmarks/{record['script']}`", "", record["what"][0].upper() + record["what"][1:] + ".",
+             "", f"Run as `{run_as}`.", "",
              f"Measured {record['date']} on {machine['cpu']}, {machine['cores']} cores, {machine['system']}, "
              f"Python {machine['python']}; load average (1, 5, 15 min) {', '.join(map(str, load['before']))} "
              f"before and {', '.join(map(str, load['after']))} after; rollkit {record['rollkit']} "

@@ -6,15 +6,24 @@
    if there is one), and run every notebook in it top to bottom, in a
    network namespace with only loopback up (no CDN, no host but the
    kernel's). Binder's base image brings Jupyter itself; the test adds only
-   that part (ipykernel to run the notebook, nbclient to drive it). The
-   README's notebook install is the same extra (checked), so this covers it.
-2. The default install: `pip install -e .` in a fresh virtual environment
+   that part (ipykernel to run the notebook, nbclient to drive it).
+2. The README's notebook install, as the README writes it (`pip install -e
+   ".[notebooks]"`), then every notebook again the same way. It runs in the
+   environment of 1 (one venv per test run: the dependencies are installed
+   once), and first checks that the README's command changes nothing there
+   but rollkit itself (installed from the checkout instead of as a copy),
+   so that environment is what the README's command gives.
+3. The default install: `pip install -e .` in a fresh virtual environment
    and nothing else, then the README's "In a notebook" snippet, read from the
    README itself, run as a cell in that environment's own kernel (ipykernel
    and jupyter_client come with rollkit): the notebook stack must be there.
+   The Quick start test shares that environment (it installs the same).
 
 The venvs are real fresh ones (no system site-packages), so a missing
-dependency fails here. pip's cache keeps the reinstall quick.
+dependency fails here. pip's cache keeps the reinstall quick; the test's
+own installs skip compiling every installed module to bytecode
+(`--no-compile`: what is installed is the same, and a kernel compiles what
+it imports), and each venv is removed by its fixture once.
 """
 
 from __future__ import annotations
@@ -81,9 +90,10 @@ def _readme_notebook_install() -> str:
 
 
 def test_the_readme_and_binder_give_the_notebooks_the_same_install() -> None:
-    """One install for the notebooks, so the test below covers both: the
-    README's command and Binder's requirements name the same extras of this
-    checkout, and those extras carry every optional package a notebook imports."""
+    """One install for the notebooks: the README's command and Binder's
+    requirements name the same extras of this checkout, and those extras
+    carry the optional packages the notebooks import (the two tests below
+    run every notebook on each install)."""
     requirements = [line.strip() for line in (BINDER / "requirements.txt").read_text().splitlines()
                     if line.strip() and not line.startswith("#")]
     assert requirements == [".[notebooks]"]
@@ -93,7 +103,7 @@ def test_the_readme_and_binder_give_the_notebooks_the_same_install() -> None:
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert set(extras["notebooks"]) >= {"rollkit[inspect]", "rollkit[lab]"}
+    assert set(extras["notebooks"]) >= {"rollkit[inspect]", "rollkit[reasoning-gym]", "rollkit[lab]"}
     uses_inspect = [n.name for n in NOTEBOOKS if "inspect" in n.read_text()]
     assert uses_inspect, "no notebook reads an inspect log any more: drop the extra"
 
@@ -110,24 +120,57 @@ def _offline(command: list[str]) -> tuple[list[str], bool]:
     return ["unshare", "--net", "bash", "-c", script], True
 
 
-@slow_venv
-def test_binder_install_runs_every_notebook_offline(tmp_path: Path) -> None:
-    """A fresh venv with exactly Binder's requirements (the README's notebook
-    install too: the test above) runs every notebook top to bottom, with no
-    network but loopback."""
-    venv, env = _fresh_venv(tmp_path)
-    python = venv / "bin" / "python"
-    # As repo2docker does: from the repository root.
-    _run([str(python), "-m", "pip", "install", "-q", "-r", str(BINDER / "requirements.txt")], cwd=ROOT, env=env)
+class _Venv:
+    """One fresh venv for the tests of a module, and which install it holds now."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.path, self.env = _fresh_venv(root)
+        self.python = self.path / "bin" / "python"
+        self.holds: str | None = None
+
+    def pip(self, *args: str, cwd: Path = ROOT) -> str:
+        return _run([str(self.python), "-m", "pip", *args], cwd=cwd, env=self.env).stdout
+
+    def frozen(self) -> dict[str, str]:
+        """Every installed package but rollkit, by name: its `pip freeze` line."""
+        named = {line.split("==")[0].split(" @ ")[0].lower(): line for line in self.pip("freeze", "--all").splitlines()
+                 if line and not line.startswith(("#", "-e "))}  # an editable install: rollkit's own lines
+        return {name: line for name, line in named.items() if name != "rollkit"}
+
+
+def _binder_install(venv: _Venv) -> None:
+    """Binder's install, as repo2docker does it: from the repository root."""
+    venv.pip("install", "-q", "--no-compile", "-r", str(BINDER / "requirements.txt"))
     post_build = BINDER / "postBuild"
     if post_build.exists():
-        _run(["bash", str(post_build)], cwd=ROOT, env=env)
-    # What Binder's base image provides: a kernel and something to drive it.
-    _run([str(python), "-m", "pip", "install", "-q", "ipykernel", "nbclient"], cwd=ROOT, env=env)
-    _run([str(python), "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3"], env=env)
-    work = tmp_path / "work"
+        _run(["bash", str(post_build)], cwd=ROOT, env=venv.env)
+    venv.holds = "binder"
+
+
+@pytest.fixture(scope="module")
+def notebooks_venv(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A fresh venv with Binder's install, and what Binder's base image
+    provides beside it: a kernel and something to drive it. Removed when
+    the module's tests are done."""
+    root = tmp_path_factory.mktemp("notebooks-venv")
+    venv = _Venv(root)
+    _binder_install(venv)
+    venv.pip("install", "-q", "--no-compile", "ipykernel", "nbclient")
+    _run([str(venv.python), "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3"], env=venv.env)
+    # Notebook 07's made-up run: made by the first run of the notebooks, read by the second.
+    venv.env["ROLLKIT_BIG_RUN_CACHE"] = str(root / "big-runs")
+    yield venv
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_every_notebook(venv: _Venv, name: str) -> str:
+    """Every notebook top to bottom in `venv`'s kernel, with no network but
+    loopback where a namespace can be made; each ends with a cell printing
+    where its kernel ran and which rollkit it imported. Returns that
+    rollkit's folder."""
+    work = venv.root / name
     work.mkdir()
-    env["ROLLKIT_BIG_RUN_CACHE"] = str(tmp_path / "big-runs")  # notebook 07's made-up run
     runner = textwrap.dedent(
         f"""
         import sys, time, nbclient, nbformat
@@ -143,17 +186,45 @@ def test_binder_install_runs_every_notebook_offline(tmp_path: Path) -> None:
             print("RAN", path.rsplit("/", 1)[-1], f"{{time.monotonic() - started:.1f}}")
         """
     )
-    command, offline = _offline([str(python), "-c", runner, *map(str, NOTEBOOKS)])
-    done = _run(command, cwd=tmp_path, env=env)
+    command, offline = _offline([str(venv.python), "-c", runner, *map(str, NOTEBOOKS)])
+    done = _run(command, cwd=work, env=venv.env)
     print(done.stdout)
+    print("network:", "loopback only" if offline else "as it is")
     ran = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("RAN")]
     assert ran == [n.name for n in NOTEBOOKS]
-    for key, value in (line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("PREFIX", "ROLLKIT"))):
-        if key == "PREFIX":
-            assert Path(value).resolve() == venv.resolve()
-        else:
-            assert Path(value).resolve().is_relative_to(venv.resolve())  # installed, not the checkout
-    print("network:", "loopback only" if offline else "as it is")
+    found = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("PREFIX", "ROLLKIT")))
+    assert Path(found["PREFIX"]).resolve() == venv.path.resolve()
+    packages = {Path(line.split(" ", 1)[1]).resolve().parent for line in done.stdout.splitlines()
+                if line.startswith("ROLLKIT")}
+    assert len(packages) == 1, packages  # every notebook's kernel imported the same rollkit
+    return str(packages.pop())
+
+
+@slow_venv
+def test_binder_install_runs_every_notebook_offline(notebooks_venv: _Venv) -> None:
+    """A fresh venv with exactly Binder's requirements runs every notebook
+    top to bottom, with no network but loopback."""
+    if notebooks_venv.holds != "binder":
+        _binder_install(notebooks_venv)
+    package = _run_every_notebook(notebooks_venv, "binder-run")
+    assert Path(package).is_relative_to(notebooks_venv.path.resolve())  # installed, not the checkout
+
+
+@slow_venv
+def test_the_readme_notebook_install_runs_every_notebook_offline(notebooks_venv: _Venv) -> None:
+    """The README's notebook install, as written, gives the environment
+    Binder's gives (nothing but rollkit itself changes), and every notebook
+    runs top to bottom on it, rollkit imported from the checkout."""
+    before = notebooks_venv.frozen()
+    command = shlex.split(_readme_notebook_install())
+    assert command[:2] == ["pip", "install"]
+    notebooks_venv.pip(*command[1:], "-q", "--no-compile")
+    notebooks_venv.holds = "readme"
+    after = notebooks_venv.frozen()
+    assert {name: (before.get(name), after.get(name)) for name in before.keys() | after.keys()
+            if before.get(name) != after.get(name)} == {}
+    package = _run_every_notebook(notebooks_venv, "readme-run")
+    assert Path(package) == (ROOT / "rollkit").resolve()  # the editable install: the checkout's own
 
 
 def _readme_notebook_snippet() -> str:
@@ -162,11 +233,20 @@ def _readme_notebook_snippet() -> str:
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
+@pytest.fixture(scope="module")
+def default_venv(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A fresh venv for the default install (`pip install -e .` and nothing
+    else), shared by the two tests that make that install: the second
+    finds the dependencies there. Removed when the module's tests are done."""
+    root = tmp_path_factory.mktemp("default-venv")
+    yield _Venv(root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @slow_venv
-def test_the_default_install_runs_the_readme_notebook_snippet(tmp_path: Path) -> None:
-    venv, env = _fresh_venv(tmp_path)
-    python = venv / "bin" / "python"
-    _run([str(python), "-m", "pip", "install", "-q", "-e", str(ROOT)], cwd=tmp_path, env=env)
+def test_the_default_install_runs_the_readme_notebook_snippet(default_venv: _Venv) -> None:
+    venv, env, python, tmp_path = default_venv.path, default_venv.env, default_venv.python, default_venv.root
+    default_venv.pip("install", "-q", "--no-compile", "-e", str(ROOT), cwd=tmp_path)
     snippet = _readme_notebook_snippet()
     assert "ro.panel()" in snippet and "rk.plots.rewards(traces)" in snippet
     # What the cell made, so the test checks values, not only that nothing raised.
@@ -213,12 +293,13 @@ def _readme_shell_block(heading: str) -> str:
 
 
 @slow_venv
-def test_a_newcomer_runs_the_quick_start_and_run_many_blocks_in_a_fresh_venv(tmp_path: Path) -> None:
+def test_a_newcomer_runs_the_quick_start_and_run_many_blocks_in_a_fresh_venv(default_venv: _Venv) -> None:
     """The README's shell blocks as a stranger runs them: the Quick start's
     install-and-demo line from the clone, then every line of "Run many" in a
-    scratch folder, in a fresh virtual environment with nothing else in it;
-    and the CLI's help pages print without a traceback."""
-    venv, env = _fresh_venv(tmp_path)
+    scratch folder, in a fresh virtual environment with nothing else in it
+    (the default install's: the same install); and the CLI's help pages
+    print without a traceback."""
+    venv, env, tmp_path = default_venv.path, default_venv.env, default_venv.root
     quick_start = _readme_shell_block("Quick start").splitlines()[0].split("#", 1)[0].strip()
     assert quick_start == "pip install -e . && rollkit demo"
     demo = _run(["bash", "-c", f"set -euo pipefail\n{quick_start}"], cwd=ROOT, env=env)

@@ -107,3 +107,77 @@ def test_the_benchmarks_page_is_generated_from_the_committed_measurements() -> N
         record = json.loads(path.read_text())
         assert {"date", "machine", "load", "results", "script"} <= set(record), path.name
         assert record["results"] and all({"name", "value", "unit"} <= set(r) for r in record["results"]), path.name
+
+
+def _benchmark_scripts() -> list[Path]:
+    return [p for p in sorted((ROOT / "benchmarks").glob("*.py")) if not p.name.startswith("_")]
+
+
+def test_every_benchmark_script_writes_its_numbers_through_the_one_writer() -> None:
+    """The page can only table what a script writes: every script in
+    benchmarks/ records its numbers in _common.Results, takes --json PATH
+    (json_option on its parser, or json_path of argv) and saves them, and
+    names the option in its docstring's run line."""
+    import ast
+
+    missing = []
+    for script in _benchmark_scripts():
+        source = script.read_text()
+        tree = ast.parse(source)
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                    and node.module == "_common" for alias in node.names}
+        called = {node.func.attr for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  and isinstance(node.func, ast.Attribute)}
+        if "Results" not in imported or not imported & {"json_option", "json_path"}:
+            missing.append(f"{script.name}: does not import Results and json_option/json_path from _common")
+        if "save" not in called or not called & {"add", "add_record"}:
+            missing.append(f"{script.name}: adds no number to its Results or never saves them")
+        if "--json PATH" not in (ast.get_docstring(tree) or ""):
+            missing.append(f"{script.name}: its docstring's run line does not name --json PATH")
+    assert missing == [], "\n".join(missing)
+
+
+def test_a_benchmark_run_with_json_writes_a_record_the_page_tables(tmp_path: Path) -> None:
+    """A real (tiny) run of benchmarks/frames_eager.py --json: the record has
+    the options it ran with, the machine, the load and the date, one row per
+    frame with its unit, and the page's table shows each row and the command."""
+    import json
+
+    out = tmp_path / "frames_eager.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "frames_eager.py"), "--traces", "24",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert record["script"] == "frames_eager.py" and record["machine"]["cores"] == os.cpu_count()
+    assert record["options"] == ["--traces", "24"]  # the sizes it ran with, not where it wrote
+    assert len(record["load"]["before"]) == 3 and record["date"].endswith("+00:00")
+    assert [r["name"] for r in record["results"]] == [f"rk.frames.{kind}(24 traces)" for kind in
+                                                      ("rollouts", "turns", "calls", "phases", "signals")]
+    assert all(r["unit"] == "s" and r["value"] > 0 for r in record["results"])
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import benchmarks_page
+    finally:
+        sys.path.pop(0)
+    table = "\n".join(benchmarks_page._table(record))
+    assert all(f"| {r['name']} | " in table for r in record["results"])
+    assert "Run as `python benchmarks/frames_eager.py --traces 24`." in table
+
+
+def test_a_record_s_units_come_from_its_keys() -> None:
+    """What a fresh process printed as JSON keeps its units on the page:
+    seconds, MB, rates per second and per CPU second, ratios, counts."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from _common import Results
+    finally:
+        sys.path.pop(0)
+    results = Results("x.py", "a test")
+    results.add_record("export", {"wall_s": 1.5, "peak_mb_build": 90, "rows_per_s": 10, "json_rows_per_cpu_s": 3,
+                                  "ratio_cpu": 2.0, "rows": 5, "first_open": 0.2, "refused": True, "error": "no",
+                                  "native": {"cpu_s": 0.5}}, bare="s")
+    assert [(r["name"], r["unit"]) for r in results.rows] == [
+        ("export: wall_s", "s"), ("export: peak_mb_build", "MB"), ("export: rows_per_s", "/s"),
+        ("export: json_rows_per_cpu_s", "/CPU s"), ("export: ratio_cpu", "x"), ("export: rows", ""),
+        ("export: first_open", "s"), ("export, native: cpu_s", "s")]
