@@ -7,7 +7,7 @@ of them, and prints the bytes each took, what the rollouts take beside the
 fixed part (plotly.js, the page script), and the seconds. The baseline is
 the run's own traces.jsonl, measured in the same run.
 
-    python benchmarks/export_size.py [N]      # N defaults to 1000
+    python benchmarks/export_size.py [N] [--json PATH]      # N defaults to 1000
 
 It asserts nothing."""
 
@@ -19,12 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import Results, json_path
+
 
 def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def main(n: int) -> None:
+def main(n: int, json: str | None) -> None:
     import rollkit as rk
     from rollkit.examples.arithmetic import arithmetic_tasks, demo_agent
     from rollkit.notebook.export import export
@@ -42,6 +44,12 @@ def main(n: int) -> None:
         per_1000 = (large - small) / (n - n // 4) * 1000
         print(f"{n} rollouts: export {large / 1e6:.1f} MB in {seconds:.1f} s; {n // 4}: {small / 1e6:.1f} MB")
         print(f"per 1,000 rollouts: {per_1000 / 1e6:.1f} MB (fixed part {(small - per_1000 * (n // 4) / 1000) / 1e6:.1f} MB)")
+        results = Results("export_size.py", f"rollkit view --export of {n:,} arithmetic demo rollouts")
+        results.add(f"export of {n:,} rollouts", large / 1e6, "MB")
+        results.add(f"export of {n:,} rollouts, time", seconds, "s")
+        results.add("export per 1,000 rollouts", per_1000 / 1e6, "MB", baseline=traces / n * 1000 / 1e6,
+                    baseline_name="the run's traces.jsonl per 1,000")
+        results.save(json)
         print(f"baseline, the run's traces.jsonl: {traces / 1e6:.2f} MB ({traces / n * 1000 / 1e6:.2f} MB per 1,000);"
               f" export / traces = {per_1000 / (traces / n * 1000):.1f}")
     finally:
@@ -49,4 +57,5 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1000)
+    sizes = [arg for arg in sys.argv[1:] if arg.isdigit()]
+    main(int(sizes[0]) if sizes else 1000, json_path(sys.argv))

@@ -629,9 +629,8 @@ class Engine:
     def part_file(self, text: memoryview) -> Iterator[str]:
         """A path to a file holding `text` (_part_file), in a memfd an
         earlier part of the build gave back where there is one: writing
-        over its pages cost half of writing new ones (0.022 s against
-        0.056 s of CPU for 111 MB; the kernel zeroes and maps each new
-        page), and a build's parts are of a size."""
+        over its pages costs less than writing new ones (the kernel zeroes
+        and maps each new page), and a build's parts are of a size."""
         if not _MEMFD:
             with _part_file(text) as path:
                 yield path
@@ -670,11 +669,12 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     con = engine.connection()
     try:
         _read(con, lines, ordinal, tables, engine)
-        # The lines that are not traces, and the types of two times (one pass over the part).
-        broken, *flags = con.execute(
-            f"select count(*) filter (where {_BROKEN}), bool_and(coalesce(len(t.segments), 0) = 0), "
-            "bool_and(len(list_filter(range(1, coalesce(len(t.segments), 0)), "
-            "lambda i: t.segments[i].\"end\" is not null)) = 0) from p").fetchall()[0]
+        # The lines that are not traces, and the types of two times (one pass over the
+        # part); the time flags only where the fields read hold the segments.
+        timed = "segments" in _fields(tables)
+        times = (", bool_and(coalesce(len(t.segments), 0) = 0), bool_and(len(list_filter(range(1, "
+                 "coalesce(len(t.segments), 0)), lambda i: t.segments[i].\"end\" is not null)) = 0)") if timed else ""
+        broken, *flags = con.execute(f"select count(*) filter (where {_BROKEN}){times} from p").fetchall()[0]
         if broken:
             raise NativeUnfit(f"{broken} lines lack a field the tables need")
         kinds = _free_types(con, tables)
