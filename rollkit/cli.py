@@ -665,6 +665,7 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float, export_to: P
     the runs list, the runs' charts and grids and the rollouts' pages that
     opens from disk (file://) with no server. --where and --limit (per run)
     choose the rollouts; a run too large to take whole needs one of them.
+    DIR must exist then, and so must the folder that holds --export's DIR.
 
     A DIR that does not exist yet, in a folder that does, is waited for (a
     run may be about to start there): the terminal and the page say so. A
@@ -731,11 +732,14 @@ def _export_view(folders: tuple[Path, ...], out: Path, where: str | None, limit:
     from .core.errors import UsageError
     from .core.store import save
 
+    parent = out.absolute().parent
+    if not parent.is_dir():  # a mistyped path: --export makes its last folder only
+        raise click.BadParameter(f"the folder {parent} that would hold {out} does not exist; make it first, "
+                                 "or export into a folder that exists", param_hint="--export")
     files = {}
     for folder in folders:
         _refuse_run_folder_file(folder, "view")
-        if not folder.exists():
-            raise click.UsageError(f"{folder} does not exist: --export writes runs that are there")
+        _must_exist(folder, "DIR", "--export writes runs that are there")
         if not folder.is_dir():
             files[folder] = _check_trace_file(folder)
     home = Path(tempfile.mkdtemp(prefix="rollkit-export-"))
