@@ -7,24 +7,26 @@ of them, and prints the bytes each took, what the rollouts take beside the
 fixed part (plotly.js, the page script), and the seconds. The baseline is
 the run's own traces.jsonl, measured in the same run.
 
-    python benchmarks/export_size.py [N]      # N defaults to 1000
+    python benchmarks/export_size.py [N] [--json PATH]      # N defaults to 1000
 
 It asserts nothing."""
 
 from __future__ import annotations
 
+import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import Results, json_option
 
 
 def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def main(n: int) -> None:
+def main(n: int, json_to: str | None) -> None:
     import rollkit as rk
     from rollkit.examples.arithmetic import arithmetic_tasks, demo_agent
     from rollkit.notebook.export import export
@@ -44,9 +46,19 @@ def main(n: int) -> None:
         print(f"per 1,000 rollouts: {per_1000 / 1e6:.1f} MB (fixed part {(small - per_1000 * (n // 4) / 1000) / 1e6:.1f} MB)")
         print(f"baseline, the run's traces.jsonl: {traces / 1e6:.2f} MB ({traces / n * 1000 / 1e6:.2f} MB per 1,000);"
               f" export / traces = {per_1000 / (traces / n * 1000):.1f}")
+        results = Results("export_size.py", f"a static export of {n:,} demo rollouts (rollkit view --export)")
+        results.add(f"export of {n:,} rollouts", large / 1e6, "MB")
+        results.add(f"writing the export of {n:,} rollouts", seconds, "s")
+        results.add("export per 1,000 rollouts", per_1000 / 1e6, "MB", traces / n * 1000 / 1e6,
+                    "their traces.jsonl")
+        results.save(json_to)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1000)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("n", type=int, nargs="?", default=1000, help="demo rollouts to export")
+    json_option(parser)
+    args = parser.parse_args()
+    main(args.n, args.json)
