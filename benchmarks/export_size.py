@@ -13,20 +13,20 @@ It asserts nothing."""
 
 from __future__ import annotations
 
+import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import Results, json_path
+from _common import Results, json_option
 
 
 def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def main(n: int, json: str | None) -> None:
+def main(n: int, json_to: str | None) -> None:
     import rollkit as rk
     from rollkit.examples.arithmetic import arithmetic_tasks, demo_agent
     from rollkit.notebook.export import export
@@ -44,18 +44,21 @@ def main(n: int, json: str | None) -> None:
         per_1000 = (large - small) / (n - n // 4) * 1000
         print(f"{n} rollouts: export {large / 1e6:.1f} MB in {seconds:.1f} s; {n // 4}: {small / 1e6:.1f} MB")
         print(f"per 1,000 rollouts: {per_1000 / 1e6:.1f} MB (fixed part {(small - per_1000 * (n // 4) / 1000) / 1e6:.1f} MB)")
-        results = Results("export_size.py", f"rollkit view --export of {n:,} arithmetic demo rollouts")
-        results.add(f"export of {n:,} rollouts", large / 1e6, "MB")
-        results.add(f"export of {n:,} rollouts, time", seconds, "s")
-        results.add("export per 1,000 rollouts", per_1000 / 1e6, "MB", baseline=traces / n * 1000 / 1e6,
-                    baseline_name="the run's traces.jsonl per 1,000")
-        results.save(json)
         print(f"baseline, the run's traces.jsonl: {traces / 1e6:.2f} MB ({traces / n * 1000 / 1e6:.2f} MB per 1,000);"
               f" export / traces = {per_1000 / (traces / n * 1000):.1f}")
+        results = Results("export_size.py", f"a static export of {n:,} demo rollouts (rollkit view --export)")
+        results.add(f"export of {n:,} rollouts", large / 1e6, "MB")
+        results.add(f"writing the export of {n:,} rollouts", seconds, "s")
+        results.add("export per 1,000 rollouts", per_1000 / 1e6, "MB", traces / n * 1000 / 1e6,
+                    "their traces.jsonl")
+        results.save(json_to)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    sizes = [arg for arg in sys.argv[1:] if arg.isdigit()]
-    main(int(sizes[0]) if sizes else 1000, json_path(sys.argv))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("n", type=int, nargs="?", default=1000, help="demo rollouts to export")
+    json_option(parser)
+    args = parser.parse_args()
+    main(args.n, args.json)

@@ -15,12 +15,13 @@ Printed: samples per second on the single-turn part, and overhead per turn
 both tools, and their ratios. Each figure is the best of `--rounds` runs,
 after a warm-up run, with interpreter start-up and imports excluded.
 
-inspect-ai runs in its own virtual environment, so rollkit's dependencies
-stay clean: by default `~/.cache/rollkit-bench/inspect-venv` (or
+The rollkit side runs in this process; the inspect-ai side runs this same
+file in another process (`--inspect-side`), so nothing here imports rollkit
+or inspect-ai at module level. That process is this interpreter when it has
+inspect-ai (rollkit's `inspect` extra installs it), else a virtual
+environment of its own: `~/.cache/rollkit-bench/inspect-venv` (or
 $ROLLKIT_BENCH_VENV), created and filled with `pip install inspect-ai` on
-first use. The rollkit side runs in this process; the inspect-ai side runs
-this same file under the venv's python (`--inspect-side`), so nothing here
-imports rollkit or inspect-ai at module level.
+first use.
 
 Run: python benchmarks/peers.py [--samples 300] [--conversations 5]
      [--turns 20] [--concurrency 16] [--rounds 3] [--json PATH]
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -164,7 +166,7 @@ def inspect_side(args: argparse.Namespace) -> dict:
         for round_ in range(args.rounds):
             run = _inspect_run(args.samples, args.conversations, args.turns, args.concurrency, os.path.join(tmp, f"r{round_}"))
             best = _best(best, run)
-    return best
+    return best | {"version": importlib.metadata.version("inspect-ai")}
 
 
 # ---- driver ---------------------------------------------------------------------
@@ -193,8 +195,15 @@ def ensure_inspect_venv() -> Path:
     return python
 
 
+def _inspect_python() -> str:
+    """This interpreter when it has inspect-ai, else the venv's (made once)."""
+    import importlib.util
+
+    return sys.executable if importlib.util.find_spec("inspect_ai") else str(ensure_inspect_venv())
+
+
 def _run_inspect(args: argparse.Namespace) -> dict:
-    python = ensure_inspect_venv()
+    python = _inspect_python()
     command = [
         str(python), __file__, "--inspect-side", "--samples", str(args.samples), "--conversations",
         str(args.conversations), "--turns", str(args.turns), "--concurrency", str(args.concurrency),
@@ -221,7 +230,7 @@ def _report(args: argparse.Namespace, ours: dict, peer: dict) -> None:
     print(f"{'rollkit':12}{our_rate:>12.1f}{our_turn:>13.3f} ms")
     print(f"{'inspect-ai':12}{peer_rate:>12.1f}{peer_turn:>13.3f} ms")
     print(f"ratio: rollkit {our_rate / peer_rate:.1f}x the samples/s; {peer_turn / our_turn:.1f}x less overhead per turn")
-    results = Results("peers.py", f"the same workload in rollkit and in inspect-ai ({args.samples} single-turn samples, "
+    results = Results("peers.py", f"the same workload in rollkit and in inspect-ai {peer['version']} ({args.samples} single-turn samples, "
                       f"{args.conversations} x {args.turns}-turn conversations, instant model, concurrency "
                       f"{args.concurrency}, best of {args.rounds})")
     results.add("single-turn samples, rollkit", our_rate, "samples/s", peer_rate, "inspect-ai")

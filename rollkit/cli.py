@@ -189,6 +189,19 @@ _LIMIT_OPTIONS = {"max_turns": "a turn limit: give a whole number >= 0",
                   "max_cost_usd": "a dollar limit: give a number of dollars >= 0"}
 
 
+def _check_pairs(**missing: Any) -> None:
+    """`rollkit eval` options given without the one they need: each true
+    value names its option (a string: as the user wrote it)."""
+    needs = {"resume": ("--resume", "--out DIR, the run folder to continue"),
+             "max_user_turns": ("--max-user-turns", "--user: only a conversation has user turns"),
+             "cost_cap": ("--cost-cap", "--max-cost-usd DOLLARS, the limit it holds")}
+    for name, given in missing.items():
+        if given:
+            option, need = needs[name]
+            said = given if isinstance(given, str) else option
+            raise click.BadParameter(f"{said} needs {need}", param_hint=option)
+
+
 def _limits(**given: Any) -> Any:
     """RolloutLimits from the options; a bad value names its option only."""
     from .core.agent import RolloutLimits
@@ -214,11 +227,12 @@ def _price(text: str) -> dict[str, float]:
     return dict(zip(("input", "output", "cache_read"), numbers))
 
 
-def _set_price(model: Any, rates: dict[str, float] | None, max_cost_usd: float | None) -> None:
+def _set_price(model: Any, rates: dict[str, float] | None, max_cost_usd: float | None, cost_cap: str) -> None:
     """Give the model the price of --price; refuse --max-cost-usd over a
-    model without a price before any rollout starts (each would fail)."""
+    model without a price, and a hard cap over one without an output limit,
+    before any rollout starts (each would fail)."""
     from .core.errors import UsageError
-    from .core.prices import prices, require_price
+    from .core.prices import output_bound, prices, require_price
 
     if rates is not None:
         prices({model.name: rates})
@@ -230,6 +244,27 @@ def _set_price(model: Any, rates: dict[str, float] | None, max_cost_usd: float |
         raise click.BadParameter(f"a dollar limit needs a price for model {model.name!r}, and it has none; "
                                  "give one with --price INPUT,OUTPUT (dollars per million tokens)",
                                  param_hint="--max-cost-usd") from None
+    if cost_cap == "hard" and output_bound(model) is None:
+        raise click.BadParameter(f"a hard cap needs the most output tokens a call of model {model.name!r} may "
+                                 "produce, and it is unknown; give it with --max-tokens N", param_hint="--cost-cap")
+
+
+def _cap_output(model: Any, max_tokens: int | None) -> None:
+    """--max-tokens: sent as max_tokens with each call of an OpenAI-compatible
+    model; a scripted (toy) model cuts its replies there. Both then report it
+    as their output limit, which a hard cap prices each call by."""
+    from .core.models import ScriptedModel
+    from .programs.openai_model import OpenAIModel
+
+    if max_tokens is None:
+        return
+    if isinstance(model, OpenAIModel):
+        model.params["max_tokens"] = max_tokens
+    elif isinstance(model, ScriptedModel):
+        model.max_tokens = max_tokens
+    else:
+        raise click.BadParameter(f"model {model.name!r} ({type(model).__name__}) takes no output limit from the "
+                                 "command line; set one in Python (its output_limit())", param_hint="--max-tokens")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -296,6 +331,13 @@ def demo(n_tasks: int, repeats: int, concurrency: int, out: Path | None, progres
 @click.option("--max-cost-usd", type=float, default=None, metavar="DOLLARS",
               help="Dollar limit per rollout, checked before each model call (stop condition max_cost_usd); "
                    "needs a price for --model: the public table's, or --price.")
+@click.option("--cost-cap", type=click.Choice(["soft", "hard"]), default=None,
+              help="How --max-cost-usd holds (RolloutLimits(cost_cap=...)): soft (default) lets the call that "
+                   "crosses it run; hard also refuses a call whose worst case (--max-tokens of output at the "
+                   "model's price) could cross it.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None, metavar="N",
+              help="The most output tokens per model call: sent as max_tokens (a toy model cuts its reply "
+                   "there); the bound --cost-cap hard prices each call by.")
 @click.option("--price", default=None, metavar="INPUT,OUTPUT[,CACHE_READ]",
               help="Dollars per million tokens for --model (wins over the public table), e.g. --price 2.5,10,1.25.")
 @click.option("--agent-timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
@@ -319,6 +361,8 @@ def eval_command(
     max_turns: int,
     max_total_tokens: int | None,
     max_cost_usd: float | None,
+    cost_cap: str | None,
+    max_tokens: int | None,
     price: str | None,
     agent_timeout: float | None,
     otel: str | None,
@@ -337,17 +381,16 @@ def eval_command(
       rollkit eval rollkit.examples:arithmetic_tasks -m toy-calculator -n 3 --out runs/arith --resume
       rollkit eval rollkit.examples:arithmetic_tasks -m toy-careful -n 3 --out runs/careful
       rollkit eval my_tasks:TASKS -m openai/gpt-4o-mini --max-cost-usd 0.05 --out runs/gpt
+      rollkit eval my_tasks:TASKS -m openai/gpt-4o-mini --max-cost-usd 0.05 --cost-cap hard --max-tokens 1024
       rollkit eval my_tasks:TASKS -m openai/my-model --price 0.5,1.5 --otel http://127.0.0.1:6006/v1/traces
     """
     from .core.agent import Agent
 
-    if resume and out is None:
-        raise click.BadParameter("--resume needs --out DIR, the run folder to continue", param_hint="--resume")
-    if max_user_turns is not None and not user_spec:
-        raise click.BadParameter("--max-user-turns needs --user: only a conversation has user turns", param_hint="--max-user-turns")
+    _check_pairs(resume=resume and out is None, max_user_turns=max_user_turns is not None and not user_spec,
+                 cost_cap=cost_cap is not None and max_cost_usd is None and f"--cost-cap {cost_cap}")
     _check_model(model)
     limits = _limits(max_turns=max_turns, max_user_turns=max_user_turns, max_total_tokens=max_total_tokens,
-                     max_cost_usd=max_cost_usd)
+                     max_cost_usd=max_cost_usd, cost_cap=cost_cap or "soft")
     rates = _price(price) if price is not None else None
     task_list = _load_tasks(tasks)
     user = _load_user(user_spec) if user_spec else None
@@ -355,7 +398,8 @@ def eval_command(
         agent = Agent(model=model, limits=limits, timeouts={"agent": agent_timeout})
     except (ValueError, TypeError) as exc:  # a known model that cannot be built as named
         raise click.BadParameter(str(exc), param_hint="--model") from None
-    _set_price(agent.model, rates, max_cost_usd)
+    _cap_output(agent.model, max_tokens)
+    _set_price(agent.model, rates, max_cost_usd, cost_cap or "soft")
     result = _run(
         agent, task_list, repeats=repeats, concurrency=concurrency, out=out, resume=resume,
         backend=_backend(backend, ray_address), progress=progress, user=user, otel=otel,
@@ -621,6 +665,7 @@ def view_command(folders: tuple[Path, ...], port: int, poll: float, export_to: P
     the runs list, the runs' charts and grids and the rollouts' pages that
     opens from disk (file://) with no server. --where and --limit (per run)
     choose the rollouts; a run too large to take whole needs one of them.
+    DIR must exist then, and so must the folder that holds --export's DIR.
 
     A DIR that does not exist yet, in a folder that does, is waited for (a
     run may be about to start there): the terminal and the page say so. A
@@ -687,11 +732,14 @@ def _export_view(folders: tuple[Path, ...], out: Path, where: str | None, limit:
     from .core.errors import UsageError
     from .core.store import save
 
+    parent = out.absolute().parent
+    if not parent.is_dir():  # a mistyped path: --export makes its last folder only
+        raise click.BadParameter(f"the folder {parent} that would hold {out} does not exist; make it first, "
+                                 "or export into a folder that exists", param_hint="--export")
     files = {}
     for folder in folders:
         _refuse_run_folder_file(folder, "view")
-        if not folder.exists():
-            raise click.UsageError(f"{folder} does not exist: --export writes runs that are there")
+        _must_exist(folder, "DIR", "--export writes runs that are there")
         if not folder.is_dir():
             files[folder] = _check_trace_file(folder)
     home = Path(tempfile.mkdtemp(prefix="rollkit-export-"))

@@ -3,6 +3,7 @@ demo, eval (with resume), show, --help, and each mistake's message."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -257,6 +258,65 @@ def test_eval_refuses_a_dollar_limit_over_a_model_without_a_price_before_running
     assert not (tmp_path / "run").exists()  # nothing ran
     bad = rollkit_cli("eval", "rollkit.examples:arithmetic_tasks", "-m", "toy-calculator", "--price", "2.5")
     assert bad.returncode == 2 and "Invalid value for --price: '2.5' is not a price" in bad.stderr
+
+
+def _capped_run(tmp_path: Path, cap: str) -> list[rk.Trace]:
+    # The toy's first reply is 7 output tokens ($0.014 at $2000 per million),
+    # so a second call's worst case (10 output tokens, $0.02) could cross $0.02.
+    out = tmp_path / cap
+    done = rollkit_cli("eval", "rollkit.examples:arithmetic_tasks", "-m", "toy-calculator", "--price", "1,2000",
+                       "--max-tokens", "10", "--max-cost-usd", "0.02", "--cost-cap", cap, "--out", str(out),
+                       "--no-progress")
+    assert done.returncode == 0, done.stderr
+    return rk.load(out / "traces.jsonl")
+
+
+def test_L12_eval_takes_the_hard_cost_cap_and_an_output_limit_as_rk_evaluate_does(tmp_path):
+    """--cost-cap hard with --max-tokens refuses the call whose worst case
+    could cross --max-cost-usd; soft (the default) lets it run and cross."""
+    soft, hard = _capped_run(tmp_path, "soft"), _capped_run(tmp_path, "hard")
+    assert {t.stop_condition for t in soft} == {None} and max(t.cost_usd for t in soft) > 0.02
+    assert {t.stop_condition for t in hard} == {"max_cost_usd"} and max(t.cost_usd for t in hard) <= 0.02
+    assert [len(t.model_calls) for t in hard] == [1] * len(hard)
+    assert hard[0].warnings[0].startswith("max_cost_usd (hard cap): a call was refused: it could cost up to $0.0200 "
+                                          "(10 output tokens after a prompt of about ")
+    agent = json.loads((tmp_path / "hard" / "manifest.json").read_text())["agent"]
+    assert agent["limits"]["cost_cap"] == "hard" and agent["limits"]["max_cost_usd"] == 0.02
+    assert "cost_cap" not in json.loads((tmp_path / "soft" / "manifest.json").read_text())["agent"]["limits"]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--cost-cap", "hard"], "Invalid value for --cost-cap: --cost-cap hard needs --max-cost-usd DOLLARS, the limit "
+                             "it holds"),
+    (["--cost-cap", "soft"], "Invalid value for --cost-cap: --cost-cap soft needs --max-cost-usd DOLLARS"),
+    (["--price", "1,2", "--max-cost-usd", "1", "--cost-cap", "hard"],
+     "Invalid value for --cost-cap: a hard cap needs the most output tokens a call of model 'toy-calculator' may "
+     "produce, and it is unknown; give it with --max-tokens N"),
+    (["--cost-cap", "firm"], "Invalid value for '--cost-cap': 'firm' is not one of 'soft', 'hard'."),
+    (["--max-tokens", "0"], "Invalid value for '--max-tokens': 0 is not in the range x>=1."),
+])
+def test_eval_refuses_a_bad_cost_cap_or_output_limit_naming_the_flag(tmp_path, args, says):
+    done = rollkit_cli("eval", "rollkit.examples:arithmetic_tasks", "-m", "toy-calculator", *args,
+                       "--out", str(tmp_path / "run"), "--no-progress")
+    assert done.returncode == 2
+    assert says in done.stderr.replace("\n", " ")
+    assert not (tmp_path / "run").exists()  # refused before any rollout
+
+
+async def test_eval_sends_max_tokens_to_an_openai_compatible_model(monkeypatch):
+    from fake_provider import FakeProvider
+
+    fake = await FakeProvider().start()
+    try:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "none")
+        done = await asyncio.to_thread(
+            rollkit_cli, "eval", "evaluate_helpers:TASKS", "-m", "openai/gpt-4o-mini", "--price", "1,2",
+            "--max-cost-usd", "1", "--cost-cap", "hard", "--max-tokens", "64", "--max-turns", "1", "--no-progress")
+    finally:
+        await fake.stop()
+    assert done.returncode == 0, done.stderr
+    assert fake.requests and {body["max_tokens"] for body in fake.requests} == {64}
 
 
 class _Collector:

@@ -226,6 +226,23 @@ def test_a_path_that_does_not_exist_is_named_with_exit_status_2(tmp_path: Path, 
     assert code == 2 and line.startswith(f"Error: {name} {missing} does not exist; ")
 
 
+def test_view_export_into_a_folder_whose_parent_does_not_exist_is_an_error(tmp_path: Path, run_folder: Path) -> None:
+    """An output path is made, but only its last folder: a mistyped parent is named, exit 2, nothing written."""
+    pytest.importorskip("voila")
+    run = run_folder
+    out = tmp_path / "shar" / "a"
+    code, line = _error("view", str(run), "--export", str(out))
+    assert code == 2
+    assert line == (f"Error: Invalid value for --export: the folder {out.parent} that would hold {out} does not exist; "
+                    "make it first, or export into a folder that exists")
+    assert not out.parent.exists()
+    missing = tmp_path / "runs" / "typo"  # the runs to export must be there: waiting is only for the live page
+    code, line = _error("view", str(missing), "--export", str(tmp_path / "out"))
+    assert code == 2
+    assert line == (f"Error: DIR {missing} does not exist (nor does its folder {missing.parent}); "
+                    "--export writes runs that are there")
+
+
 def test_view_of_a_folder_whose_parent_does_not_exist_is_an_error(tmp_path: Path) -> None:
     pytest.importorskip("voila")
     missing = tmp_path / "nowhere" / "run"

@@ -150,3 +150,17 @@ def test_the_providers_own_endpoint_is_no_estimate():
     assert card is not None and card.estimate is False
     assert prices.rate_card("gpt-4o", ("gpt-4o", None)).estimate is False
     assert prices.rate_card("gpt-4o", ("gpt-4o", "http://127.0.0.1:9/v1")).estimate is True
+
+
+async def test_a_scripted_models_max_tokens_cuts_a_text_reply_and_refuses_a_tool_call_that_does_not_fit():
+    model = rk.ScriptedModel(["one two three four five", rk.ScriptedModel.call("add", a=1, b=2)], max_tokens=3)
+    assert model.output_limit() == 3 and rk.ScriptedModel([]).output_limit() is None
+    cut = await model.complete(rk.Request(messages=[]))
+    assert (cut.message.content, cut.usage.output_tokens, cut.finish_reason) == ("one two", 3, "length")
+    roomy = await model.complete(rk.Request(messages=[], params={"max_tokens": 9}))  # the call's own wins
+    assert (roomy.message.content, roomy.finish_reason) == ("one two three four five", "stop")
+    asked = rk.Request(messages=[rk.AssistantMessage(content="x")])
+    with pytest.raises(rk.ProviderError, match=r"a tool call of \d+ tokens does not fit max_tokens=3; raise max_tokens"):
+        await model.complete(asked)
+    with pytest.raises(ValueError, match="ScriptedModel max_tokens must be a whole number >= 1, or None; got 0"):
+        rk.ScriptedModel([], max_tokens=0)

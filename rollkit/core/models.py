@@ -137,6 +137,12 @@ class ScriptedModel(Model):
     over the request's messages, `output_tokens` the cost of the reply.
 
     `delay` seconds are awaited before each reply, to stand in for latency.
+
+    `max_tokens` is the most output tokens a reply may have when the request
+    sends no `max_tokens` of its own (its `output_limit()`, which a hard
+    dollar cap prices a call by): as a provider would, a longer text reply
+    is cut to fit (finish_reason "length"); a tool call that does not fit
+    is a ProviderError, since a cut call would not be one.
     """
 
     def __init__(
@@ -145,6 +151,7 @@ class ScriptedModel(Model):
         *,
         name: str = "scripted",
         delay: float = 0.0,
+        max_tokens: int | None = None,
     ) -> None:
         if isinstance(replies, (str, AssistantMessage, Response)):
             replies = [replies]
@@ -153,6 +160,13 @@ class ScriptedModel(Model):
         self.replies = replies
         self.name = name
         self.delay = seconds("ScriptedModel", "delay", delay)
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                       or max_tokens < 1):
+            raise ValueError(f"ScriptedModel max_tokens must be a whole number >= 1, or None; got {max_tokens!r}")
+        self.max_tokens = max_tokens
+
+    def output_limit(self) -> int | None:
+        return self.max_tokens
 
     def price_ref(self) -> None:
         # Deterministic and free to run, but not free as a model: its cost is
@@ -203,12 +217,26 @@ class ScriptedModel(Model):
             turn = sum(1 for m in request.messages if m.role == "assistant")
             calls = [c.model_copy(update={"id": f"call_{turn}_{j}"}) for j, c in enumerate(message.tool_calls)]
             message = message.model_copy(update={"tool_calls": calls})
+        message, cut = self._fit(message, request)
         usage = Usage.model_construct(
             input_tokens=sum(count_tokens(m) for m in request.messages),
             output_tokens=count_tokens(message),
         )
-        finish = "tool_calls" if message.tool_calls else "stop"
+        finish = "tool_calls" if message.tool_calls else "length" if cut else "stop"
         return Response.model_construct(message=message, usage=usage, finish_reason=finish, model=self.name)
+
+
+    def _fit(self, message: AssistantMessage, request: Request) -> tuple[AssistantMessage, bool]:
+        """The reply within the call's `max_tokens` (else the model's), and whether it was cut."""
+        asked = request.params.get("max_tokens") if request.params else None
+        bound = asked if isinstance(asked, int) and not isinstance(asked, bool) else self.max_tokens
+        if bound is None or count_tokens(message) <= bound:
+            return message, False
+        if message.tool_calls:
+            raise ProviderError(f"ScriptedModel {self.name!r}: a tool call of {count_tokens(message)} tokens does "
+                                f"not fit max_tokens={bound}; raise max_tokens", status=400)
+        words = (message.content or "").split()[:max(bound - 1, 0)]
+        return message.model_copy(update={"content": " ".join(words)}), True
 
 
 def _echo(request: Request) -> str:
