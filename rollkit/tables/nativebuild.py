@@ -629,9 +629,14 @@ class Engine:
     def part_file(self, text: memoryview) -> Iterator[str]:
         """A path to a file holding `text` (_part_file), in a memfd an
         earlier part of the build gave back where there is one: writing
-        over its pages cost half of writing new ones (0.022 s against
-        0.056 s of CPU for 111 MB; the kernel zeroes and maps each new
-        page), and a build's parts are of a size."""
+        over its pages costs about half of writing new ones (the kernel
+        allocates and maps each new page), and a build's parts are of a
+        size. A build's first parts (a first open's two side by side) pay
+        for new pages however they are filled: the size set first
+        (ftruncate or fallocate), sendfile or splice from the trace file
+        cost as much as one pwrite or more (copy_file_range cannot cross
+        into a memfd), and DuckDB reads no byte range of the trace file
+        itself."""
         if not _MEMFD:
             with _part_file(text) as path:
                 yield path
