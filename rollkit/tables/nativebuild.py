@@ -629,8 +629,14 @@ class Engine:
     def part_file(self, text: memoryview) -> Iterator[str]:
         """A path to a file holding `text` (_part_file), in a memfd an
         earlier part of the build gave back where there is one: writing
-        over its pages costs less than writing new ones (the kernel zeroes
-        and maps each new page), and a build's parts are of a size."""
+        over its pages costs about half of writing new ones (the kernel
+        allocates and maps each new page), and a build's parts are of a
+        size. A build's first parts (a first open's two side by side) pay
+        for new pages however they are filled: the size set first
+        (ftruncate or fallocate), sendfile or splice from the trace file
+        cost as much as one pwrite or more (copy_file_range cannot cross
+        into a memfd), and DuckDB reads no byte range of the trace file
+        itself."""
         if not _MEMFD:
             with _part_file(text) as path:
                 yield path
@@ -652,6 +658,14 @@ class Engine:
         os.close(fd)
 
 
+# Whether the rollouts' agent and wait times are integers, as the Python
+# build infers them: no rollout of the part has segments; none has a
+# segment past its first that ends. Asked only with the rollouts: a first
+# search reads the messages' fields, without the segments.
+_TIME_FLAGS = ("bool_and(coalesce(len(t.segments), 0) = 0), bool_and(len(list_filter(range(1, "
+               "coalesce(len(t.segments), 0)), lambda i: t.segments[i].\"end\" is not null)) = 0)")
+
+
 def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns: dict[str, tuple[str, ...]],
                   types: dict[str, str], tables: tuple[str, ...], engine: Engine | None = None) -> Iterator[tuple[str, Any]]:
     """`tables` of a part, one after the other (name, Arrow table, before
@@ -669,12 +683,9 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     con = engine.connection()
     try:
         _read(con, lines, ordinal, tables, engine)
-        # The lines that are not traces, and the types of two times (one pass over the
-        # part); the time flags only where the fields read hold the segments.
-        timed = "segments" in _fields(tables)
-        times = (", bool_and(coalesce(len(t.segments), 0) = 0), bool_and(len(list_filter(range(1, "
-                 "coalesce(len(t.segments), 0)), lambda i: t.segments[i].\"end\" is not null)) = 0)") if timed else ""
-        broken, *flags = con.execute(f"select count(*) filter (where {_BROKEN}){times} from p").fetchall()[0]
+        # The lines that are not traces, and the types of two times (one pass over the part).
+        times = _TIME_FLAGS if "rollouts" in tables else "false, false"
+        broken, *flags = con.execute(f"select count(*) filter (where {_BROKEN}), {times} from p").fetchall()[0]
         if broken:
             raise NativeUnfit(f"{broken} lines lack a field the tables need")
         kinds = _free_types(con, tables)
@@ -683,8 +694,6 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
             signals = _Signals.of_part(con) if _first(tables) else _Signals.of_maps(sorted(row[0] for row in con.execute(
                 "select distinct k from (select 'reward.' || unnest(map_keys(t.rewards)) as k from p union all "
                 "select 'metric.' || unnest(map_keys(t.metrics)) as k from p)").fetchall()))
-        else:
-            flags = [False, False]
         queries = _queries(_expressions(kinds, signals), signals)
         for table in tables:
             arrow = _fetch_arrow(con.sql(queries[table]))
