@@ -89,16 +89,15 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     assert theirs[0]["metrics"] == {"reply_words": 7.0, "tool_replies": 1.0}
     assert theirs[1]["stop"] == mine[1]["stop"] == "italy_after_one_reply" and mine[1]["turns"] == 1
     assert mine[1]["state"]["notes"] == ["capital of Italy: Rome"] and mine[2]["state"] is None
-    # Each fork rebuilt its task from the saved trace and was scored by it. The toolsets'
-    # state does not cross a fork (a prefix carries no trace.info but example_id): the
-    # notes reward, which reads it, is 0 on the forks that wrote notes before the fork point.
+    # Each fork rebuilt its task from the saved trace and was scored by it, its toolsets'
+    # state as it stood after the fork's turn (recorded per turn): the notes France and
+    # Italy wrote on turn 1 are there, so the notes reward reads them.
     forked = _per_task(forks_out)
-    assert {idx: row["rewards"]["correct"] for idx, row in forked.items()} == {0: [1.0, 0.75], 1: [0.0, 0.75],
-                                                                                2: [0.0, 0.75]}
-    assert [forked[idx]["turns"] for idx in (0, 1, 2)] == [2, 1, 1] and forked[0]["rewards"]["noted"] == [0.0, 0.25]
-    # Italy's fork stands where the stop ended it (rollkit's condition; which @vf.stop fired is
-    # in the original's trace.info, which a prefix does not carry).
-    assert forked[1]["stop"] == "verifiers_stop"
+    assert {idx: row["rewards"] for idx, row in forked.items()} == {idx: row["rewards"] for idx, row in theirs.items()}
+    assert [forked[idx]["turns"] for idx in (0, 1, 2)] == [2, 1, 1]
+    assert forked[0]["state"] == mine[0]["state"] and forked[0]["state"]["notes"] == ["capital of France: Paris"]
+    # Italy's fork stands where the stop ended it, and says which @vf.stop fired.
+    assert forked[1]["stop"] == "italy_after_one_reply"
     # Both sent the task's system prompt and the toolset's tools under verifiers' prefixed names.
     for body in requests:
         assert body["messages"][0] == {"role": "system", "content": "You answer geography questions. "

@@ -17,7 +17,9 @@ rollout whose state is the rollout's `trace.state`, pulled before and pushed
 after each call; here the toolset object runs in the rollout's process, its
 `setup()` and `setup_task(data)` at open, and the state round-trips the same
 way through `trace.info["verifiers_state"]`, so it lives as long as the
-rollout and is saved with it.
+rollout and is saved with it; it is recorded per turn
+(`Trace.record_turn_info`), so a fork after turn k, or a replay, starts from
+the state as it stood after turn k.
 
 Scoring: every metric, then every reward of the task (`Task.hooks`, config-
 plugged functions included), is called as `Task.score` calls it (verifiers'
@@ -135,7 +137,7 @@ class VerifiersToolset(Toolset):
                 call_state.reset(token)
             if stateful and adapter.dump_json(state) != before:
                 merged = {**self.trace.info.get(STATE_KEY, {}), **adapter.dump_python(state, mode="json")}
-                self.trace.record_info({STATE_KEY: merged})
+                self.trace.record_turn_info({STATE_KEY: merged})
             return result
 
         return call
@@ -187,7 +189,7 @@ class VerifiersTask(Task):
             if not isinstance(result, bool):
                 raise TaskError(f"@vf.stop {fn.__name__!r} must return bool, got {type(result).__name__}")
             if result:
-                ctx.trace.record_info(verifiers_stop=fn.__name__)  # the hook's `trace` is a read-only view
+                ctx.trace.record_turn_info({"verifiers_stop": fn.__name__})  # the hook's `trace` is a read-only view
                 return True
         return False
 
