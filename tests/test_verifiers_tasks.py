@@ -12,7 +12,8 @@ metrics, a system prompt and a toolset whose state the second reward reads:
 state channel, its scoring) and `rk.evaluate` must give the same per-task
 rewards, weights and metrics, exactly. Then bad input (tests/byo_verifiers_broken.py
 and verifiers' own `vf-init` template, unmodified), each failure on its
-own task or trace while the rest of the run goes on.
+own task or trace while the rest of the run goes on. The forks of the saved
+run and the tasks stepped by hand in the notebook facade give the same.
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
         ours = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"),
                                  "verifiers:byo_verifiers_taskset", provider.url, str(tmp_path / "run")], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # By hand: each task opened in the notebook facade, a person's seat answering turn by turn.
+        by_hand = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"), "--by-hand",
+                                    "verifiers:byo_verifiers_taskset"], env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
         ours_out, ours_err = ours.communicate(timeout=240)
         # While verifiers still runs: the saved traces forked after their first turn, in a new process.
         forks = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"), "--fork",
@@ -68,10 +73,12 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
                                  stderr=subprocess.PIPE, text=True)
         native_out, native_err = native.communicate(timeout=240)
         forks_out, forks_err = forks.communicate(timeout=240)
+        hand_out, hand_err = by_hand.communicate(timeout=240)
         requests = provider.requests
     assert native.returncode == 0, native_err[-3000:]
     assert ours.returncode == 0, ours_err[-3000:]
     assert forks.returncode == 0, forks_err[-3000:]
+    assert by_hand.returncode == 0, hand_err[-3000:]
     theirs, mine = _per_task(native_out), _per_task(ours_out)
     assert sorted(theirs) == sorted(mine) == [0, 1, 2]
     for idx, row in theirs.items():
@@ -98,6 +105,13 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     assert forked[0]["state"] == mine[0]["state"] and forked[0]["state"]["notes"] == ["capital of France: Paris"]
     # Italy's fork stands where the stop ended it, and says which @vf.stop fired.
     assert forked[1]["stop"] == "italy_after_one_reply"
+    # Stepped by hand, each task gets what rk.evaluate gave it; France's notes were
+    # there when its second turn was asked for.
+    stepped = _per_task(hand_out)
+    for idx, row in stepped.items():
+        assert {k: row[k] for k in ("rewards", "metrics", "state", "stop", "turns")} == \
+            {k: mine[idx][k] for k in ("rewards", "metrics", "state", "stop", "turns")}, idx
+    assert [row["asked"] for row in stepped.values()] == [[[0, None], [1, mine[0]["state"]]], [[0, None]], [[0, None]]]
     # Both sent the task's system prompt and the toolset's tools under verifiers' prefixed names.
     for body in requests:
         assert body["messages"][0] == {"role": "system", "content": "You answer geography questions. "
