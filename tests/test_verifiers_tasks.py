@@ -95,6 +95,8 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     assert theirs[2]["rewards"] == {"correct": [0.0, 0.75], "noted": [0.0, 0.25]}
     assert theirs[0]["metrics"] == {"reply_words": 7.0, "tool_replies": 1.0}
     assert theirs[1]["stop"] == mine[1]["stop"] == "italy_after_one_reply" and mine[1]["turns"] == 1
+    # Japan's reply names Kyoto: the response @vf.stop ends it there, in both.
+    assert theirs[2]["stop"] == mine[2]["stop"] == "no_kyoto" and mine[2]["turns"] == 1
     assert mine[1]["state"]["notes"] == ["capital of Italy: Rome"] and mine[2]["state"] is None
     # Each fork rebuilt its task from the saved trace and was scored by it, its toolsets'
     # state as it stood after the fork's turn (recorded per turn): the notes France and
@@ -140,6 +142,8 @@ def test_bad_input_a_failing_load_the_vf_init_template_a_raising_reward_a_runtim
     assert fine["rewards"] == {"judged": 0.0, "tests_pass": None} and fine["weights"]["judged"] == 2.0
     assert (fine["stop"], fine["verifiers_stop"], fine["turns"]) == ("verifiers_stop", "pinged", 1)
     assert fine["signal_errors"] == {"tests_pass": runtime_refusal} and fine["ok"] is True
+    assert fine["warnings"] == ["verifiers task ShakyTask's request @vf.stop functions ['never'] are not checked in "
+                                "rollkit (its trace and response stops are)"]
     assert (raises["stop"], raises["turns"]) == (None, 2)
     assert raises["rewards"] == {"judged": None, "tests_pass": None}
     assert raises["signal_errors"] == {"judged": "verifiers reward 'judged' raised ValueError: the judge could not "

@@ -42,7 +42,8 @@ def main() -> None:
     result = rk.evaluate(agent, rk.tasks_from(ShakyTaskset), progress=False)
     traces = [{"idx": t.info["source"]["idx"], "rewards": t.rewards, "weights": t.reward_weights, "ok": t.ok,
                "signal_errors": t.signal_errors, "errors": [e.message for e in t.errors],
-               "stop": t.stop_condition, "verifiers_stop": t.info.get("verifiers_stop"), "turns": t.num_turns} for t in result.traces]
+               "stop": t.stop_condition, "verifiers_stop": t.info.get("verifiers_stop"), "turns": t.num_turns,
+               "warnings": t.warnings} for t in result.traces]
     print(json.dumps({"load": _refusal(BrokenLoadTaskset), "template": _refusal(CapitalDemoTaskset),
                       "traces": sorted(traces, key=lambda t: t["idx"])}))
 

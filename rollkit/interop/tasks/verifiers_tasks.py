@@ -32,9 +32,10 @@ that needs a verifiers runtime (a sandbox: a `runtime` parameter without a
 default) is missing with an error naming it, and a task that overrides
 `setup`/`finalize` (they take a runtime) fails with an error naming it.
 The task's trace `@vf.stop`s are one rollkit stop, `verifiers_stop`, checked
-before each model call as verifiers checks them (the one that fired is
-`trace.info["verifiers_stop"]`); request/response stops are not checked, said
-as a warning on the trace.
+before each model call as verifiers checks them, its response stops another,
+`verifiers_response_stop`, checked on each reply (the one that fired is
+`trace.info["verifiers_stop"]`); request stops are not checked, said as a
+warning on the trace.
 
 This module only builds tasks; it imports verifiers on first use.
 """
@@ -52,7 +53,7 @@ from typing import Any
 from ...core._gcpause import paused
 from ...core.errors import TaskError, ToolsetError, Unavailable, UsageError
 from ...core.hooks import reward, stop
-from ...core.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from ...core.messages import AssistantMessage, Response, SystemMessage, ToolMessage, UserMessage
 from ...core.task import Task, TaskData
 from ...core.tools import Tool, Toolset
 from ...core.trace import Trace
@@ -170,28 +171,34 @@ class VerifiersTask(Task):
     async def setup(self, ctx: Any) -> None:
         ctx.trace.record_info(source=provenance(self.data))
         self._refuse_runtime_hook("setup")
-        _, unmapped = _stops(self._vtask)
+        _, _, unmapped = _stops(self._vtask)
         if unmapped:
-            ctx.trace.record_warning(f"verifiers task {type(self._vtask).__name__}'s request/response @vf.stop "
-                                     f"functions {unmapped} are not checked in rollkit (its trace stops are)")
+            ctx.trace.record_warning(f"verifiers task {type(self._vtask).__name__}'s request @vf.stop "
+                                     f"functions {unmapped} are not checked in rollkit (its trace and "
+                                     "response stops are)")
 
     @stop
     async def verifiers_stop(self, trace: Trace, ctx: Any) -> bool:
         """The task's trace @vf.stop functions, checked as verifiers checks
         them before each model call; the one that fired is `trace.info["verifiers_stop"]`."""
-        trace_stops, _ = _stops(self._vtask)
+        trace_stops, _, _ = _stops(self._vtask)
         if not trace_stops:
             return False
-        v, session = vf(), importlib.import_module("verifiers.v1.session")
-        built = verifiers_trace(trace, self._vtask)
-        for fn in trace_stops:
-            result = await session.call_hook(fn, {v.Trace: built})
-            if not isinstance(result, bool):
-                raise TaskError(f"@vf.stop {fn.__name__!r} must return bool, got {type(result).__name__}")
-            if result:
-                ctx.trace.record_turn_info({"verifiers_stop": fn.__name__})  # the hook's `trace` is a read-only view
-                return True
-        return False
+        # The hook's `trace` is a read-only view: the record goes on ctx.trace.
+        return await _first_fired(trace_stops, {vf().Trace: verifiers_trace(trace, self._vtask)}, ctx.trace)
+
+    @stop
+    async def verifiers_response_stop(self, response: Response, ctx: Any) -> bool:
+        """The task's response @vf.stop functions, checked on each reply as
+        verifiers checks them (before the reply is delivered)."""
+        _, response_stops, _ = _stops(self._vtask)
+        if not response_stops:
+            return False
+        v = vf()
+        built = v.Response(id=response.id or "", created=0, model=response.model or "",
+                           message=_vf_message(response.message), finish_reason=_finish(response.finish_reason))
+        available = {v.Response: built, v.Trace: verifiers_trace(ctx.trace, self._vtask)}
+        return await _first_fired(response_stops, available, ctx.trace)
 
     async def finalize(self, ctx: Any) -> None:
         self._refuse_runtime_hook("finalize")
@@ -210,15 +217,28 @@ class VerifiersTask(Task):
         return {}
 
 
-def _stops(vtask: Any) -> tuple[list[Any], list[str]]:
-    """The task's trace @vf.stop functions, and the names of the others
-    (request/response boundaries), as verifiers sorts them."""
+def _stops(vtask: Any) -> tuple[list[Any], list[Any], list[str]]:
+    """The task's trace and response @vf.stop functions, and the names of its
+    request ones, as verifiers sorts them."""
     v, session = vf(), importlib.import_module("verifiers.v1.session")
-    trace_stops, others = [], []
+    by_boundary: dict[Any, list[Any]] = {v.Trace: [], v.Response: [], v.Request: []}
     for fn in vtask.hooks("stop"):
-        boundary = session.hook_boundary(fn, allow_trace=True)
-        (trace_stops.append(fn) if boundary is v.Trace else others.append(fn.__name__))
-    return trace_stops, others
+        by_boundary[session.hook_boundary(fn, allow_trace=True)].append(fn)
+    return by_boundary[v.Trace], by_boundary[v.Response], [fn.__name__ for fn in by_boundary[v.Request]]
+
+
+async def _first_fired(stops: list[Any], available: dict[Any, Any], trace: Trace) -> bool:
+    """Call `stops` as verifiers calls them, in order; the first that fires is
+    recorded as `trace.info["verifiers_stop"]`."""
+    session = importlib.import_module("verifiers.v1.session")
+    for fn in stops:
+        result = await session.call_hook(fn, available)
+        if not isinstance(result, bool):
+            raise TaskError(f"@vf.stop {fn.__name__!r} must return bool, got {type(result).__name__}")
+        if result:
+            trace.record_turn_info({"verifiers_stop": fn.__name__})
+            return True
+    return False
 
 
 def _needs_runtime(fn: Any) -> bool:
@@ -256,6 +276,11 @@ async def score(vtask: Any, trace: Trace) -> None:
                     trace.record_signal(kind, str(key), _number(number), weight)
             else:
                 trace.record_signal(kind, name, _number(value), weight)
+
+
+def _finish(reason: str | None) -> str | None:
+    """A finish reason as verifiers types it (one it does not know is None)."""
+    return reason if reason in ("stop", "length", "tool_calls") else None
 
 
 def _number(value: Any) -> float | None:
