@@ -148,6 +148,12 @@ def test_bad_input_a_failing_load_the_vf_init_template_a_raising_reward_a_runtim
     assert raises["rewards"] == {"judged": None, "tests_pass": None}
     assert raises["signal_errors"] == {"judged": "verifiers reward 'judged' raised ValueError: the judge could not "
                                                  "parse the reply", "tests_pass": runtime_refusal}
+    # A config-plugged judge would call a hosted model: its reward is missing, saying which.
+    assert found["judge"]["rewards"] == {"reference": None, "judged": 0.0, "tests_pass": None}
+    assert found["judge"]["weights"]["reference"] == 0.5
+    assert found["judge"]["signal_errors"]["reference"] == (
+        "verifiers judge 'reference' of task ShakyTask would call judge model 'openai/gpt-6-luna' at "
+        "https://api.pinference.ai/api/v1; rollkit does not run verifiers judges, so this reward is missing")
     assert no_tools["ok"] is False and no_tools["errors"] == [
         "verifiers toolset 'shaky' of task 'ShakyTaskset:2' did not start: ConnectionError: the tool backend "
         "refused the connection"]

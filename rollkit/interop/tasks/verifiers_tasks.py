@@ -30,7 +30,9 @@ finish reason and time, the toolsets' state, and whether and why the rollout sto
 task's. A signal that raises is missing on that trace with its error; one
 that needs a verifiers runtime (a sandbox: a `runtime` parameter without a
 default) is missing with an error naming it, and a task that overrides
-`setup`/`finalize` (they take a runtime) fails with an error naming it.
+`setup`/`finalize` (they take a runtime) fails with an error naming it. A
+config-plugged judge (`TaskConfig.judges`) is a missing reward with an error
+naming the model it would call: rollkit does not call it.
 The task's trace `@vf.stop`s are one rollkit stop, `verifiers_stop`, checked
 before each model call as verifiers checks them, its response stops another,
 `verifiers_response_stop`, checked on each reply (the one that fired is
@@ -252,6 +254,7 @@ async def score(vtask: Any, trace: Trace) -> None:
     with its error."""
     invoke = vf().utils.decorators.invoke
     available = {"task": vtask.data, "trace": verifiers_trace(trace, vtask)}
+    _refuse_judges(vtask, trace)
     for kind in ("metric", "reward"):
         for fn in vtask.hooks(kind):
             name = fn.__name__
@@ -276,6 +279,18 @@ async def score(vtask: Any, trace: Trace) -> None:
                     trace.record_signal(kind, str(key), _number(number), weight)
             else:
                 trace.record_signal(kind, name, _number(value), weight)
+
+
+def _refuse_judges(vtask: Any, trace: Trace) -> None:
+    """The task's config-plugged judges, each a missing reward with an error:
+    a judge calls the model its config names (by default a hosted one, with
+    a key from the environment), which rollkit does not do on a task's behalf."""
+    for judge in vtask.plugged_judges():
+        name, config = judge.reward_name, judge.config
+        trace.record_signal("reward", name, None, float(config.weight))
+        trace.record_signal_error(name, f"verifiers judge {name!r} of task {type(vtask).__name__} would call judge "
+                                        f"model {config.model!r} at {config.base_url}; rollkit does not run "
+                                        "verifiers judges, so this reward is missing")
 
 
 def _finish(reason: str | None) -> str | None:
