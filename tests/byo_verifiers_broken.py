@@ -3,7 +3,8 @@
 `BrokenLoadTaskset` cannot read its rows. `ShakyTaskset` has three tasks:
 the first is stopped by its trace `@vf.stop` after its tool call and scores,
 the second's `judged` reward raises, the third's toolset does not start; every task also has a reward that needs a verifiers
-runtime (a sandbox), which rollkit refuses by name.
+runtime (a sandbox), which rollkit refuses by name, and a request `@vf.stop`,
+which rollkit does not check and says so on the trace.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class ShakyTask(vf.Task[ShakyData, vf.State, ShakyTaskConfig]):
     @vf.stop
     async def pinged(self, trace: vf.Trace) -> bool:
         return self.data.mood == "fine" and len(trace.assistant_messages) >= 1
+
+    @vf.stop
+    async def never(self, request: vf.Request) -> bool:
+        return False
 
     @vf.reward(weight=2.0)
     async def judged(self, trace: vf.Trace) -> float:

@@ -5,7 +5,7 @@ this module, which exports its Taskset in `__all__`): three capital-city
 questions under a system prompt, each with a stateful notes toolset (its
 state is the rollout's, synced by verifiers' state channel), a weighted
 reward that reads the reply, a second reward that reads the toolset's state,
-and two metrics; tests/byo_verifiers_replies.py is the scripted model both
+two metrics, a trace stop and a response stop; tests/byo_verifiers_replies.py is the scripted model both
 runs are answered by.
 Run as a module, it serves the toolset (verifiers starts tool servers with
 `python -m <the toolset class's module>`).
@@ -58,6 +58,11 @@ class CapitalTask(vf.Task[CapitalData, NotesState, CapitalTaskConfig]):
     async def italy_after_one_reply(self, trace: vf.Trace) -> bool:
         """Italy's rollout stops before its second model call (its tool call has run)."""
         return self.data.country == "Italy" and len(trace.assistant_messages) >= 1
+
+    @vf.stop
+    async def no_kyoto(self, response: vf.Response) -> bool:
+        """A reply that names Kyoto ends the rollout (Japan's, on its one turn)."""
+        return "Kyoto" in (response.message.content or "")
 
     @vf.reward(weight=0.75)
     async def correct(self, trace: vf.Trace) -> float:

@@ -280,3 +280,45 @@ async def test_a_rollout_is_built_from_the_agents_spec_which_says_what_it_runs()
         rk.Rollout(agent, rk.Task(rk.TaskData(prompt="hi")))
     with pytest.raises(TypeError, match="rk.fork needs agent=, the rk.Agent that runs the fork; got str"):
         await rk.fork(rollout.trace, 1, agent="gpt")
+
+
+class _Counter(rk.Toolset):
+    """A toolset with state across a rollout's calls, kept per turn on the trace."""
+
+    def __init__(self) -> None:
+        super().__init__([rk.Tool(self.tick)], name="counter")
+        self.trace: rk.Trace | None = None
+
+    async def start(self, ctx) -> None:
+        self.trace = ctx.trace
+
+    def tick(self) -> str:
+        """Count one more."""
+        count = self.trace.info.get("ticks", 0) + 1
+        self.trace.record_turn_info({"ticks": count})
+        return str(count)
+
+
+class _Counts(rk.Task):
+    def all_toolsets(self):
+        return [_Counter(), *super().all_toolsets()]
+
+    @rk.stop
+    def three(self, trace: rk.Trace) -> bool:
+        return trace.info.get("ticks") == 3
+
+
+async def test_a_fork_and_a_replay_see_the_info_recorded_per_turn_as_it_stood_then_not_at_the_end():
+    tick = rk.ScriptedModel.call("tick")
+    agent = rk.Agent(model=rk.ScriptedModel([tick, tick, tick, "done"]))
+    original = await agent.run(_Counts(prompt="count"))
+    assert (original.info["ticks"], original.stop_condition, original.num_turns) == (3, "three", 3)
+    fork = await rk.fork(original, 1, agent=agent, task=_Counts(prompt="count"))
+    assert fork.trace.info["ticks"] == 1 and fork.trace.info["by_turn"] == {"ticks": [[1, 1]]}
+    await fork.step()
+    trace = await fork.close()
+    # It went on from turn 1's count (not from none, nor the original's 3), so it stopped where the original did.
+    assert trace.info["by_turn"] == original.info["by_turn"] == {"ticks": [[1, 1], [2, 2], [3, 3]]}
+    assert (trace.stop_condition, trace.num_turns) == ("three", 3)
+    rows = rk.replay_hooks(original, _Counts)
+    assert rows[rows.hook == "three"].fired.tolist() == [False, False, False, True]  # before turns 1..3, then after

@@ -12,7 +12,8 @@ metrics, a system prompt and a toolset whose state the second reward reads:
 state channel, its scoring) and `rk.evaluate` must give the same per-task
 rewards, weights and metrics, exactly. Then bad input (tests/byo_verifiers_broken.py
 and verifiers' own `vf-init` template, unmodified), each failure on its
-own task or trace while the rest of the run goes on.
+own task or trace while the rest of the run goes on. The forks of the saved
+run and the tasks stepped by hand in the notebook facade give the same.
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
         ours = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"),
                                  "verifiers:byo_verifiers_taskset", provider.url, str(tmp_path / "run")], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # By hand: each task opened in the notebook facade, a person's seat answering turn by turn.
+        by_hand = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"), "--by-hand",
+                                    "verifiers:byo_verifiers_taskset"], env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
         ours_out, ours_err = ours.communicate(timeout=240)
         # While verifiers still runs: the saved traces forked after their first turn, in a new process.
         forks = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"), "--fork",
@@ -68,10 +73,12 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
                                  stderr=subprocess.PIPE, text=True)
         native_out, native_err = native.communicate(timeout=240)
         forks_out, forks_err = forks.communicate(timeout=240)
+        hand_out, hand_err = by_hand.communicate(timeout=240)
         requests = provider.requests
     assert native.returncode == 0, native_err[-3000:]
     assert ours.returncode == 0, ours_err[-3000:]
     assert forks.returncode == 0, forks_err[-3000:]
+    assert by_hand.returncode == 0, hand_err[-3000:]
     theirs, mine = _per_task(native_out), _per_task(ours_out)
     assert sorted(theirs) == sorted(mine) == [0, 1, 2]
     for idx, row in theirs.items():
@@ -88,17 +95,25 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     assert theirs[2]["rewards"] == {"correct": [0.0, 0.75], "noted": [0.0, 0.25]}
     assert theirs[0]["metrics"] == {"reply_words": 7.0, "tool_replies": 1.0}
     assert theirs[1]["stop"] == mine[1]["stop"] == "italy_after_one_reply" and mine[1]["turns"] == 1
+    # Japan's reply names Kyoto: the response @vf.stop ends it there, in both.
+    assert theirs[2]["stop"] == mine[2]["stop"] == "no_kyoto" and mine[2]["turns"] == 1
     assert mine[1]["state"]["notes"] == ["capital of Italy: Rome"] and mine[2]["state"] is None
-    # Each fork rebuilt its task from the saved trace and was scored by it. The toolsets'
-    # state does not cross a fork (a prefix carries no trace.info but example_id): the
-    # notes reward, which reads it, is 0 on the forks that wrote notes before the fork point.
+    # Each fork rebuilt its task from the saved trace and was scored by it, its toolsets'
+    # state as it stood after the fork's turn (recorded per turn): the notes France and
+    # Italy wrote on turn 1 are there, so the notes reward reads them.
     forked = _per_task(forks_out)
-    assert {idx: row["rewards"]["correct"] for idx, row in forked.items()} == {0: [1.0, 0.75], 1: [0.0, 0.75],
-                                                                                2: [0.0, 0.75]}
-    assert [forked[idx]["turns"] for idx in (0, 1, 2)] == [2, 1, 1] and forked[0]["rewards"]["noted"] == [0.0, 0.25]
-    # Italy's fork stands where the stop ended it (rollkit's condition; which @vf.stop fired is
-    # in the original's trace.info, which a prefix does not carry).
-    assert forked[1]["stop"] == "verifiers_stop"
+    assert {idx: row["rewards"] for idx, row in forked.items()} == {idx: row["rewards"] for idx, row in theirs.items()}
+    assert [forked[idx]["turns"] for idx in (0, 1, 2)] == [2, 1, 1]
+    assert forked[0]["state"] == mine[0]["state"] and forked[0]["state"]["notes"] == ["capital of France: Paris"]
+    # Italy's fork stands where the stop ended it, and says which @vf.stop fired.
+    assert forked[1]["stop"] == "italy_after_one_reply"
+    # Stepped by hand, each task gets what rk.evaluate gave it; France's notes were
+    # there when its second turn was asked for.
+    stepped = _per_task(hand_out)
+    for idx, row in stepped.items():
+        assert {k: row[k] for k in ("rewards", "metrics", "state", "stop", "turns")} == \
+            {k: mine[idx][k] for k in ("rewards", "metrics", "state", "stop", "turns")}, idx
+    assert [row["asked"] for row in stepped.values()] == [[[0, None], [1, mine[0]["state"]]], [[0, None]], [[0, None]]]
     # Both sent the task's system prompt and the toolset's tools under verifiers' prefixed names.
     for body in requests:
         assert body["messages"][0] == {"role": "system", "content": "You answer geography questions. "
@@ -127,10 +142,18 @@ def test_bad_input_a_failing_load_the_vf_init_template_a_raising_reward_a_runtim
     assert fine["rewards"] == {"judged": 0.0, "tests_pass": None} and fine["weights"]["judged"] == 2.0
     assert (fine["stop"], fine["verifiers_stop"], fine["turns"]) == ("verifiers_stop", "pinged", 1)
     assert fine["signal_errors"] == {"tests_pass": runtime_refusal} and fine["ok"] is True
+    assert fine["warnings"] == ["verifiers task ShakyTask's request @vf.stop functions ['never'] are not checked in "
+                                "rollkit (its trace and response stops are)"]
     assert (raises["stop"], raises["turns"]) == (None, 2)
     assert raises["rewards"] == {"judged": None, "tests_pass": None}
     assert raises["signal_errors"] == {"judged": "verifiers reward 'judged' raised ValueError: the judge could not "
                                                  "parse the reply", "tests_pass": runtime_refusal}
+    # A config-plugged judge would call a hosted model: its reward is missing, saying which.
+    assert found["judge"]["rewards"] == {"reference": None, "judged": 0.0, "tests_pass": None}
+    assert found["judge"]["weights"]["reference"] == 0.5
+    assert found["judge"]["signal_errors"]["reference"] == (
+        "verifiers judge 'reference' of task ShakyTask would call judge model 'openai/gpt-6-luna' at "
+        "https://api.pinference.ai/api/v1; rollkit does not run verifiers judges, so this reward is missing")
     assert no_tools["ok"] is False and no_tools["errors"] == [
         "verifiers toolset 'shaky' of task 'ShakyTaskset:2' did not start: ConnectionError: the tool backend "
         "refused the connection"]

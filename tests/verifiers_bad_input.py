@@ -42,9 +42,15 @@ def main() -> None:
     result = rk.evaluate(agent, rk.tasks_from(ShakyTaskset), progress=False)
     traces = [{"idx": t.info["source"]["idx"], "rewards": t.rewards, "weights": t.reward_weights, "ok": t.ok,
                "signal_errors": t.signal_errors, "errors": [e.message for e in t.errors],
-               "stop": t.stop_condition, "verifiers_stop": t.info.get("verifiers_stop"), "turns": t.num_turns} for t in result.traces]
+               "stop": t.stop_condition, "verifiers_stop": t.info.get("verifiers_stop"), "turns": t.num_turns,
+               "warnings": t.warnings} for t in result.traces]
+    # A config-plugged judge (verifiers' reference judge, which calls a hosted model).
+    judged = rk.evaluate(agent, rk.tasks_from(ShakyTaskset, task={"judges": [{"id": "reference", "weight": 0.5}]},
+                                              limit=1), progress=False).traces[0]
     print(json.dumps({"load": _refusal(BrokenLoadTaskset), "template": _refusal(CapitalDemoTaskset),
-                      "traces": sorted(traces, key=lambda t: t["idx"])}))
+                      "traces": sorted(traces, key=lambda t: t["idx"]),
+                      "judge": {"rewards": judged.rewards, "weights": judged.reward_weights,
+                                "signal_errors": judged.signal_errors}}))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,11 @@ per trace, as tests/verifiers_native_eval.py does: the task's idx, rewards
 state. `python verifiers_rollkit_eval.py --fork RUN BASE_URL` instead forks
 each trace of a saved run after its first turn, in this new process (the
 task rebuilt from the trace), and prints the same line for each fork.
+`python verifiers_rollkit_eval.py --by-hand SOURCE` opens each task in the
+notebook facade with a person's seat (`rk.HumanModel`), answers each turn
+as the scripted server would (tests/byo_verifiers_replies.py), noting the
+toolsets' state when each turn is asked for, closes, and prints the same
+line with those states (`asked`).
 """
 
 from __future__ import annotations
@@ -38,7 +43,31 @@ async def _forks(run: str, agent: rk.Agent) -> None:
         print(_line(await rollout.close()))
 
 
+async def _by_hand(source: str) -> None:
+    from byo_verifiers_replies import reply
+
+    for task in rk.tasks_from(source):
+        ro = rk.notebook.NotebookRollout(rk.Agent(model=rk.HumanModel()), task)
+        await ro.open_async()
+        asked: list = []
+
+        def play() -> None:
+            if ro.asked is None:
+                return
+            asked.append([ro.trace.num_turns, ro.trace.info.get("verifiers_state")])
+            answer = reply([m.model_dump() for m in ro.asked.messages])
+            ro.call(answer["tool"], **answer["arguments"]) if isinstance(answer, dict) else ro.answer(answer)
+
+        ro.watch(play)
+        await ro.step_async()
+        line = json.loads(_line(await ro.close_async()))
+        print(json.dumps({**line, "asked": asked}))
+
+
 def main() -> None:
+    if sys.argv[1] == "--by-hand":
+        asyncio.run(_by_hand(sys.argv[2]))
+        return
     fork = sys.argv[1] == "--fork"
     source, base_url, *out = sys.argv[2:] if fork else sys.argv[1:]
     agent = rk.Agent(rk.OpenAIModel("scripted", base_url=base_url, api_key=os.environ["SCRIPTED_KEY"]))

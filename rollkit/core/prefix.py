@@ -4,7 +4,9 @@
 deep-copies its record up to there into a `Prefix`: the messages up to turn
 k's reply (and the tool results that answered it), the model calls,
 rewrites, segments and user turns up to it, the agent time charged by then,
-and a stop that ended the exchange right after turn k. `task_of(trace)`
+a stop that ended the exchange right after turn k, and the info values
+recorded per turn (a toolset's state: `Trace.record_turn_info`) as they
+stood after turn k. `task_of(trace)`
 rebuilds a trace's task from its class and data. A `Rollout` installs a
 prefix when it opens (`rollout.start_from(prefix)`); opening the fork is
 the rollout's (`Rollout.fork`) and the agent's (`rk.fork`, rollkit.core.forks).
@@ -22,7 +24,7 @@ from .errors import UsageError
 from .messages import AssistantMessage, Message, ToolMessage
 from .session import LIMIT_STOPS
 from .task import Task
-from .trace import ModelCall, Rewrite, Segment, Trace, UserTurn
+from .trace import ModelCall, Rewrite, Segment, Trace, UserTurn, info_as_of
 
 __all__ = ["ForkError", "Prefix", "prefix_of", "task_of"]
 
@@ -135,7 +137,7 @@ def prefix_of(trace: Trace, turn: int) -> Prefix:
         agent_time=call.cum_agent_time,
         next_call=max(kept) + 1,
         stop_condition=stopped,
-        info={k: trace.info[k] for k in ("example_id",) if k in trace.info},
+        info={**{k: trace.info[k] for k in ("example_id",) if k in trace.info}, **info_as_of(trace.info, turn)},
     )
 
 

@@ -50,7 +50,7 @@ from .hooks import BoundHook, HookSet, bind, check_stop, collect_hooks, hook_spe
 from .messages import Request, Response, ToolMessage, opening_messages
 from .session import LIMIT_NAMES, active_limits
 from .task import Task
-from .trace import Trace
+from .trace import BY_TURN, Trace, info_as_of
 
 __all__ = ["replay", "REPLAY_COLUMNS"]
 
@@ -118,9 +118,14 @@ def _before(trace: Trace, turn: int, positions: list[int]) -> Trace:
         messages = [*messages[: previous + 1], *tail]
     # Before the attempted call: the calls up to the last turn (not the failed one being checked).
     calls = trace.model_calls[: positions[turn - 1] if recorded else (positions[-1] + 1 if positions else 0)]
-    # A shallow copy with two fields replaced: model_construct would build
+    # The info recorded per turn (a toolset's state) as it stood before this turn.
+    info = trace.info
+    if BY_TURN in info:
+        info = {k: v for k, v in info.items() if k not in info[BY_TURN] and k != BY_TURN}
+        info.update(info_as_of(trace.info, turn - 1))
+    # A shallow copy with three fields replaced: model_construct would build
     # every default again (slow in pydantic), and nothing here is mutated.
-    view = trace.model_copy(update={"messages": messages, "model_calls": calls})
+    view = trace.model_copy(update={"messages": messages, "model_calls": calls, "info": info})
     return view
 
 

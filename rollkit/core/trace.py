@@ -23,6 +23,7 @@ plug points (how the notebook layer draws a trace).
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 import uuid
@@ -41,7 +42,7 @@ from .outcome import Outcome
 from . import totals
 
 __all__ = ["Trace", "Span", "ModelCall", "Segment", "Rewrite", "ErrorInfo", "TaskRef", "UserTurn", "PHASES",
-           "SCHEMA_VERSION", "mended_times"]
+           "SCHEMA_VERSION", "BY_TURN", "info_as_of", "mended_times"]
 
 PHASES = ("boot", "setup", "agent", "finalize", "scoring")
 
@@ -58,6 +59,19 @@ _USER_TRACES: dict[int, list[Trace]] = {}
 # calls may keep their token ids and logprobs (`ModelCall.tokens`) and
 # keep their dollars (`cost_usd`, `cum_cost_usd`; left out when unknown).
 SCHEMA_VERSION = 4
+
+BY_TURN = "by_turn"  # info key: values recorded per turn (Trace.record_turn_info)
+
+
+def info_as_of(info: dict[str, Any], turn: int) -> dict[str, Any]:
+    """The values of `info` recorded per turn (`Trace.record_turn_info`) as
+    they stood after turn `turn`, with their history up to then; a value
+    first recorded later is absent."""
+    kept = {key: [s for s in stamps if s[0] <= turn] for key, stamps in info.get(BY_TURN, {}).items()}
+    kept = {key: stamps for key, stamps in kept.items() if stamps}
+    if not kept:
+        return {}
+    return {**{key: copy.deepcopy(stamps[-1][1]) for key, stamps in kept.items()}, BY_TURN: kept}
 
 
 class _Record(BaseModel):
@@ -572,6 +586,20 @@ class Trace(_Record):
     def record_info(self, values: dict[str, Any] | None = None, /, **more: Any) -> None:
         """Add to `info` (what the run or its source said besides the rest)."""
         self.info.update(values or {}, **more)
+
+    def record_turn_info(self, values: dict[str, Any]) -> None:
+        """Add to `info` values that change as the rollout goes (a toolset's
+        state, which stop fired) and that a fork or a replay takes as they
+        stood after its turn: each is also kept in `info[BY_TURN]`, stamped
+        with the turns committed now (see `info_as_of`). The history is
+        replaced, not changed in place: forks of one prefix share it."""
+        turn = self.num_turns
+        history = dict(self.info.get(BY_TURN, {}))
+        for key, value in values.items():
+            kept = [stamp for stamp in history.get(key, []) if stamp[0] < turn]
+            history[key] = [*kept, [turn, copy.deepcopy(value)]]
+        self.info.update(values)
+        self.info[BY_TURN] = history
 
     def forget_info(self, *keys: str) -> None:
         """Drop keys of `info` (a note kept only while a report is built)."""

@@ -17,7 +17,9 @@ rollout whose state is the rollout's `trace.state`, pulled before and pushed
 after each call; here the toolset object runs in the rollout's process, its
 `setup()` and `setup_task(data)` at open, and the state round-trips the same
 way through `trace.info["verifiers_state"]`, so it lives as long as the
-rollout and is saved with it.
+rollout and is saved with it; it is recorded per turn
+(`Trace.record_turn_info`), so a fork after turn k, or a replay, starts from
+the state as it stood after turn k.
 
 Scoring: every metric, then every reward of the task (`Task.hooks`, config-
 plugged functions included), is called as `Task.score` calls it (verifiers'
@@ -28,11 +30,14 @@ finish reason and time, the toolsets' state, and whether and why the rollout sto
 task's. A signal that raises is missing on that trace with its error; one
 that needs a verifiers runtime (a sandbox: a `runtime` parameter without a
 default) is missing with an error naming it, and a task that overrides
-`setup`/`finalize` (they take a runtime) fails with an error naming it.
+`setup`/`finalize` (they take a runtime) fails with an error naming it. A
+config-plugged judge (`TaskConfig.judges`) is a missing reward with an error
+naming the model it would call: rollkit does not call it.
 The task's trace `@vf.stop`s are one rollkit stop, `verifiers_stop`, checked
-before each model call as verifiers checks them (the one that fired is
-`trace.info["verifiers_stop"]`); request/response stops are not checked, said
-as a warning on the trace.
+before each model call as verifiers checks them, its response stops another,
+`verifiers_response_stop`, checked on each reply (the one that fired is
+`trace.info["verifiers_stop"]`); request stops are not checked, said as a
+warning on the trace.
 
 This module only builds tasks; it imports verifiers on first use.
 """
@@ -50,7 +55,7 @@ from typing import Any
 from ...core._gcpause import paused
 from ...core.errors import TaskError, ToolsetError, Unavailable, UsageError
 from ...core.hooks import reward, stop
-from ...core.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from ...core.messages import AssistantMessage, Response, SystemMessage, ToolMessage, UserMessage
 from ...core.task import Task, TaskData
 from ...core.tools import Tool, Toolset
 from ...core.trace import Trace
@@ -135,7 +140,7 @@ class VerifiersToolset(Toolset):
                 call_state.reset(token)
             if stateful and adapter.dump_json(state) != before:
                 merged = {**self.trace.info.get(STATE_KEY, {}), **adapter.dump_python(state, mode="json")}
-                self.trace.record_info({STATE_KEY: merged})
+                self.trace.record_turn_info({STATE_KEY: merged})
             return result
 
         return call
@@ -168,28 +173,34 @@ class VerifiersTask(Task):
     async def setup(self, ctx: Any) -> None:
         ctx.trace.record_info(source=provenance(self.data))
         self._refuse_runtime_hook("setup")
-        _, unmapped = _stops(self._vtask)
+        _, _, unmapped = _stops(self._vtask)
         if unmapped:
-            ctx.trace.record_warning(f"verifiers task {type(self._vtask).__name__}'s request/response @vf.stop "
-                                     f"functions {unmapped} are not checked in rollkit (its trace stops are)")
+            ctx.trace.record_warning(f"verifiers task {type(self._vtask).__name__}'s request @vf.stop "
+                                     f"functions {unmapped} are not checked in rollkit (its trace and "
+                                     "response stops are)")
 
     @stop
     async def verifiers_stop(self, trace: Trace, ctx: Any) -> bool:
         """The task's trace @vf.stop functions, checked as verifiers checks
         them before each model call; the one that fired is `trace.info["verifiers_stop"]`."""
-        trace_stops, _ = _stops(self._vtask)
+        trace_stops, _, _ = _stops(self._vtask)
         if not trace_stops:
             return False
-        v, session = vf(), importlib.import_module("verifiers.v1.session")
-        built = verifiers_trace(trace, self._vtask)
-        for fn in trace_stops:
-            result = await session.call_hook(fn, {v.Trace: built})
-            if not isinstance(result, bool):
-                raise TaskError(f"@vf.stop {fn.__name__!r} must return bool, got {type(result).__name__}")
-            if result:
-                ctx.trace.record_info(verifiers_stop=fn.__name__)  # the hook's `trace` is a read-only view
-                return True
-        return False
+        # The hook's `trace` is a read-only view: the record goes on ctx.trace.
+        return await _first_fired(trace_stops, {vf().Trace: verifiers_trace(trace, self._vtask)}, ctx.trace)
+
+    @stop
+    async def verifiers_response_stop(self, response: Response, ctx: Any) -> bool:
+        """The task's response @vf.stop functions, checked on each reply as
+        verifiers checks them (before the reply is delivered)."""
+        _, response_stops, _ = _stops(self._vtask)
+        if not response_stops:
+            return False
+        v = vf()
+        built = v.Response(id=response.id or "", created=0, model=response.model or "",
+                           message=_vf_message(response.message), finish_reason=_finish(response.finish_reason))
+        available = {v.Response: built, v.Trace: verifiers_trace(ctx.trace, self._vtask)}
+        return await _first_fired(response_stops, available, ctx.trace)
 
     async def finalize(self, ctx: Any) -> None:
         self._refuse_runtime_hook("finalize")
@@ -208,15 +219,28 @@ class VerifiersTask(Task):
         return {}
 
 
-def _stops(vtask: Any) -> tuple[list[Any], list[str]]:
-    """The task's trace @vf.stop functions, and the names of the others
-    (request/response boundaries), as verifiers sorts them."""
+def _stops(vtask: Any) -> tuple[list[Any], list[Any], list[str]]:
+    """The task's trace and response @vf.stop functions, and the names of its
+    request ones, as verifiers sorts them."""
     v, session = vf(), importlib.import_module("verifiers.v1.session")
-    trace_stops, others = [], []
+    by_boundary: dict[Any, list[Any]] = {v.Trace: [], v.Response: [], v.Request: []}
     for fn in vtask.hooks("stop"):
-        boundary = session.hook_boundary(fn, allow_trace=True)
-        (trace_stops.append(fn) if boundary is v.Trace else others.append(fn.__name__))
-    return trace_stops, others
+        by_boundary[session.hook_boundary(fn, allow_trace=True)].append(fn)
+    return by_boundary[v.Trace], by_boundary[v.Response], [fn.__name__ for fn in by_boundary[v.Request]]
+
+
+async def _first_fired(stops: list[Any], available: dict[Any, Any], trace: Trace) -> bool:
+    """Call `stops` as verifiers calls them, in order; the first that fires is
+    recorded as `trace.info["verifiers_stop"]`."""
+    session = importlib.import_module("verifiers.v1.session")
+    for fn in stops:
+        result = await session.call_hook(fn, available)
+        if not isinstance(result, bool):
+            raise TaskError(f"@vf.stop {fn.__name__!r} must return bool, got {type(result).__name__}")
+        if result:
+            trace.record_turn_info({"verifiers_stop": fn.__name__})
+            return True
+    return False
 
 
 def _needs_runtime(fn: Any) -> bool:
@@ -230,6 +254,7 @@ async def score(vtask: Any, trace: Trace) -> None:
     with its error."""
     invoke = vf().utils.decorators.invoke
     available = {"task": vtask.data, "trace": verifiers_trace(trace, vtask)}
+    _refuse_judges(vtask, trace)
     for kind in ("metric", "reward"):
         for fn in vtask.hooks(kind):
             name = fn.__name__
@@ -254,6 +279,23 @@ async def score(vtask: Any, trace: Trace) -> None:
                     trace.record_signal(kind, str(key), _number(number), weight)
             else:
                 trace.record_signal(kind, name, _number(value), weight)
+
+
+def _refuse_judges(vtask: Any, trace: Trace) -> None:
+    """The task's config-plugged judges, each a missing reward with an error:
+    a judge calls the model its config names (by default a hosted one, with
+    a key from the environment), which rollkit does not do on a task's behalf."""
+    for judge in vtask.plugged_judges():
+        name, config = judge.reward_name, judge.config
+        trace.record_signal("reward", name, None, float(config.weight))
+        trace.record_signal_error(name, f"verifiers judge {name!r} of task {type(vtask).__name__} would call judge "
+                                        f"model {config.model!r} at {config.base_url}; rollkit does not run "
+                                        "verifiers judges, so this reward is missing")
+
+
+def _finish(reason: str | None) -> str | None:
+    """A finish reason as verifiers types it (one it does not know is None)."""
+    return reason if reason in ("stop", "length", "tool_calls") else None
 
 
 def _number(value: Any) -> float | None:
