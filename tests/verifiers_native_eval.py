@@ -17,15 +17,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
 
 async def _prepare_here(self, script, env=None, *, activate=True):  # noqa: ANN001 - verifiers' signature
+    # The subprocess runtime's scripts folder is on this machine. Rollouts run
+    # side by side (and other vf-eval processes share the folder): a script is
+    # written once, whole, under a name of its own and renamed into place, so
+    # no rollout runs a file another is still writing.
     data = script.encode() if isinstance(script, str) else script
-    path = f"{self.scripts_dir}/{hashlib.sha256(data).hexdigest()}.py"
-    await self.write(path, data)
-    return [sys.executable, path]
+    path = Path(self.scripts_dir) / f"{hashlib.sha256(data).hexdigest()}.py"
+    if not path.is_file() or path.read_bytes() != data:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writing = path.with_name(f"{path.name}.{os.getpid()}.{id(data)}")
+        writing.write_bytes(data)
+        os.replace(writing, path)
+    return [sys.executable, str(path)]
 
 
 def main() -> None:
