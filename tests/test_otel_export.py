@@ -693,6 +693,25 @@ def test_a_silent_or_refusing_collector_costs_ten_rollouts_at_most_the_export_ti
     assert took < otel._TIMEOUT + otel._END_GRACE + 8, took
 
 
+def test_a_silent_collector_that_never_answered_costs_the_runs_end_about_a_second_not_the_export_timeout():
+    # An exporter with a long export timeout (30 s): the end would wait it
+    # and more for the batch in flight; while no export has come back it
+    # waits _FIRST_ANSWER (1 s) at most, then drops the batch and says so.
+    listener = _silent_listener()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces"
+    exporter = OtelExporter(url, timeout=30)
+    try:
+        started = time.monotonic()
+        with pytest.warns(UserWarning, match=r"90 of 90 spans were not taken .*90 of them never sent .*wait of 1 s"):
+            result = rk.evaluate(demo_agent(), arithmetic_tasks(10), progress=False, otel=exporter)
+        took = time.monotonic() - started
+    finally:
+        exporter.close(0)
+        listener.close()
+    assert [t.ok for t in result.traces] == [True] * 10
+    assert took < otel._FIRST_ANSWER + 8, took  # the export timeout plus the grace would be 31 s
+
+
 def test_rk_export_to_a_silent_collector_is_a_clear_error_within_its_timeout():
     traces = rk.evaluate(demo_agent(), arithmetic_tasks(3), progress=False).traces
     listener = _silent_listener()

@@ -85,6 +85,10 @@ _TIMEOUT = 5.0
 # timeout: a healthy collector gets the last batches, a dead one costs the
 # end of the run at most `timeout + _END_GRACE` seconds.
 _END_GRACE = 1.0
+# What a live run's end waits, at most, while no export has come back yet
+# (a collector that accepts connections and never answers): a healthy one
+# on the same network answers one batch well within it.
+_FIRST_ANSWER = 1.0
 # Seconds a batch waits for more rollouts before it leaves (unless it is
 # full, or a flush or the run's end comes first): without it a fast run's
 # sending thread posts a request per rollout or two, each ~1 ms of CPU
@@ -299,6 +303,8 @@ class OtelExporter:
         self._epoch = 0
         self._stuck = False  # the last wait ran out (the thread may be in an export still)
         self._last_failed = False  # the last export that ended was not taken
+        self._answered = False  # an export has ended (taken or not): the collector answers
+        self._waited: float | None = None  # what the last flush waited at most
         # A batch export (`write`) sends nothing more once a batch failed: the rest count as failed.
         self.fail_fast = False
         self._closed = False
@@ -330,14 +336,18 @@ class OtelExporter:
 
     def flush(self, wait: float | None = None) -> OtelSent:
         """Wait until what is queued is sent, at most `wait` seconds (None:
-        as long as that takes; and not at all, when a wait is given, if the
-        last export was not taken: a dead collector costs nothing more);
-        what is still queued or being sent then is dropped and counted.
-        What was sent so far."""
+        as long as that takes). When a wait is given: not at all if the
+        last export was not taken (a dead collector costs nothing more), and
+        at most `_FIRST_ANSWER` seconds if no export has ended yet (a silent
+        one costs a short run about that). What is still queued or being
+        sent then is dropped and counted. What was sent so far."""
         if self._thread is not None:
             drained = threading.Event()
             self._jobs.put(drained)
-            self._stuck = not drained.wait(0 if wait is not None and self._last_failed else wait)
+            if wait is not None:
+                wait = 0 if self._last_failed else wait if self._answered else min(wait, _FIRST_ANSWER)
+            self._waited = wait
+            self._stuck = not drained.wait(wait)
             if self._stuck:
                 with self._room:
                     self._epoch += 1
@@ -430,6 +440,7 @@ class OtelExporter:
             self._said.said = f"{type(exc).__name__}: {exc}"
         with self._room:
             self._last_failed = not ok
+            self._answered = True
             if epoch == self._epoch:
                 self._in_flight = 0
                 if not ok:
@@ -475,8 +486,9 @@ class _LiveSink(RunSink):
     to send. Given a URL it makes its exporter when the run begins and
     closes it at the end; given an `OtelExporter` it flushes it at the end
     and leaves it open. The end waits for what is queued at most the
-    exporter's timeout plus `_END_GRACE` seconds (6 s by default), and not
-    at all when the collector's last export failed; spans not taken
+    exporter's timeout plus `_END_GRACE` seconds (6 s by default), at most
+    `_FIRST_ANSWER` (1 s) while no export has come back, and not at all
+    when the collector's last export failed; spans not taken
     (refused, timed out, dropped) are one warning then, never the run's
     error."""
 
@@ -500,7 +512,7 @@ class _LiveSink(RunSink):
         sent = exporter.close(wait) if exporter is not self.given else exporter.flush(wait)
         if sent.failed:
             dropped = f"; {sent.dropped} of them never sent (the queue was full or the end's wait of " \
-                      f"{wait:g} s ran out)" if sent.dropped else ""
+                      f"{exporter._waited or 0:g} s ran out)" if sent.dropped else ""
             warnings.warn(f"rollkit: {sent.failed} of {sent.spans} spans were not taken by "
                           f"{sent.endpoint or 'the span exporter'} ({sent.reason or 'no reason given'}){dropped}",
                           stacklevel=2)
