@@ -6,13 +6,15 @@ tool call, five phases; 9 spans each) are sent four ways, so the cost
 splits into its parts:
 
 - spans only: built through the SDK into its `InMemorySpanExporter` (what
-  rollkit's mapping and the SDK's span objects cost);
-- OTLP encoding alone: those finished spans encoded to OTLP protobuf in
-  batches of 512, as the OTLP exporter does before it sends (timed apart
-  from building them);
-- OTLP/HTTP: through the SDK's OTLP exporter to a sink on 127.0.0.1 (a
-  `http.server` that reads each request and answers 200, like a collector
-  that keeps nothing);
+  rollkit's mapping and the SDK's span objects cost: the `span_exporter=` path);
+- OTLP encoding alone: those finished spans encoded to OTLP protobuf by the
+  SDK's encoder in batches of 512, as the OTLP exporter does before it
+  sends (timed apart from building them; an endpoint is no longer sent
+  spans this way: rollkit writes the protobuf itself, so the next line
+  costing less than these two is that difference);
+- OTLP/HTTP: to a sink on 127.0.0.1 (a `http.server` that reads each
+  request and answers 200, like a collector that keeps nothing), the spans
+  written as OTLP protobuf by rollkit and posted by the OTLP exporter's client;
 - OTLP/HTTP with `content=True` (messages, tool arguments and results).
 
 Best of a few runs; the machine may be shared, so compare the lines.

@@ -11,7 +11,10 @@ a warmer heap):
 - folder-tables: the same without the live tables (TraceLog(tables=False):
   the JSON lines alone, their tables built by the first open);
 - folder+otel: and `otel=` a collector on 127.0.0.1 in this process (an
-  `http.server` thread that reads each request and answers 200);
+  `http.server` thread that reads each request and answers 200: its work
+  shares this process's GIL, so it counts against the run);
+- folder+otel-proc: the same collector in a process of its own, as a
+  user's collector is (what the spans cost the run itself);
 - folder+silent: and `otel=` a listener on 127.0.0.1 that accepts
   connections and never answers (a hung collector);
 - prices: no folder, the model priced with `rk.prices` (each call's cost
@@ -24,7 +27,7 @@ shares the machine; a collector that stalls the run shows in wall time), plus wh
 pandas was imported by the end (the run's path should never import it).
 
     PYTHONPATH=. python benchmarks/overhead.py [--tasks 2000] [--rounds 3] [--concurrency 32] [--json PATH]
-        [--settings none,folder,folder-tables,folder+otel,folder+silent,prices]
+        [--settings none,folder,folder-tables,folder+otel,folder+otel-proc,folder+silent,prices]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import gc
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -50,7 +54,7 @@ from rollkit.runs import evaluation
 from rollkit.tables.livetables import TraceLog
 from _common import Results, json_option
 
-SETTINGS = ("none", "folder", "folder-tables", "folder+otel", "folder+silent", "prices")
+SETTINGS = ("none", "folder", "folder-tables", "folder+otel", "folder+otel-proc", "folder+silent", "prices")
 
 
 class _Taker(BaseHTTPRequestHandler):
@@ -67,25 +71,43 @@ class _Taker(BaseHTTPRequestHandler):
         pass
 
 
+# The same collector run by a process of its own; it prints its port, then serves until killed.
+_COLLECTOR_PROCESS = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from overhead import _Taker, ThreadingHTTPServer
+server = ThreadingHTTPServer(("127.0.0.1", 0), _Taker)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
 class _Collectors:
-    """The two collectors on 127.0.0.1: one that takes spans, one that never answers."""
+    """The collectors on 127.0.0.1: one that takes spans in this process, the
+    same in a process of its own, and one that never answers."""
 
     def __init__(self) -> None:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Taker)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+        self.process = subprocess.Popen([sys.executable, "-c", _COLLECTOR_PROCESS], stdout=subprocess.PIPE, text=True)
+        self.process_port = int(self.process.stdout.readline())  # type: ignore[union-attr]
         self.silent = socket.socket()
         self.silent.bind(("127.0.0.1", 0))
         self.silent.listen(1024)  # connections complete in the backlog; nothing ever reads them
 
     def url(self, which: str) -> str:
-        port = self.server.server_address[1] if which == "otel" else self.silent.getsockname()[1]
+        port = {"otel": self.server.server_address[1], "otel-proc": self.process_port,
+                "silent": self.silent.getsockname()[1]}[which]
         return f"http://127.0.0.1:{port}/v1/traces"
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join()
+        self.process.kill()
+        self.process.wait()
+        self.process.stdout.close()  # type: ignore[union-attr]
         self.silent.close()
 
 
@@ -96,7 +118,7 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurr
     options: dict[str, Any] = {"progress": False, "concurrency": concurrency}
     if setting.startswith("folder"):
         options["out"] = root / f"run-{time.monotonic_ns()}"
-    if setting in ("folder+otel", "folder+silent"):
+    if setting in ("folder+otel", "folder+otel-proc", "folder+silent"):
         options["otel"] = collectors.url(setting.split("+")[1])
     if setting == "prices":
         rk.prices({agent.model.name: {"input": 1.0, "output": 2.0}})

@@ -461,6 +461,83 @@ def test_span_count_is_what_emit_makes_for_every_kind_of_rollout():
         assert sent.spans == otel.span_count(trace) == len(memory.get_finished_spans()), trace.task.key
 
 
+class _Keeper(BaseHTTPRequestHandler):
+    """A collector on 127.0.0.1 that keeps each request's body and answers 200."""
+
+    bodies: list[bytes]
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _without_ids(request: Any) -> tuple[list[dict[str, Any]], list[list[int | None]]]:
+    """A decoded OTLP request's spans with their random ids taken out, and
+    each rollout's tree as the index of each span's parent."""
+    from google.protobuf.json_format import MessageToDict
+
+    spans, trees = [], {}
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                tree = trees.setdefault(span.trace_id, {})
+                tree[span.span_id] = (len(tree), tree.get(span.parent_span_id, (None,))[0])
+                whole = MessageToDict(resource_spans)
+                whole.pop("scopeSpans")
+                spans.append({**MessageToDict(span), "resource": whole,
+                              "scope": MessageToDict(scope_spans.scope), "schema": scope_spans.schema_url})
+    for span in spans:
+        for key in ("traceId", "spanId", "parentSpanId"):
+            span.pop(key, None)
+    return spans, [[parent for _, parent in tree.values()] for tree in trees.values()]
+
+
+def test_what_an_endpoint_receives_is_what_the_sdks_own_encoder_makes_of_the_same_spans():
+    # The spans sent to an endpoint are written as OTLP protobuf by rollkit
+    # (not the SDK's span objects and encoder: ~1 ms a rollout); over every
+    # kind of rollout, content on, and every attribute type, the request a
+    # collector decodes must be the one the SDK makes, ids aside.
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from rollkit.core.outcome import Outcome
+    from rollkit.examples import support_agent, support_tasks, toy_customer
+
+    traces = [*rk.evaluate(demo_agent(), arithmetic_tasks(2), progress=False).traces,
+              *rk.evaluate(support_agent(), support_tasks(2), user=toy_customer(), progress=False).traces]
+    cut = traces[0].model_copy(deep=True)
+    Outcome("aborted", scored=False, phase="agent").record(cut)
+    traces.append(cut)
+    options = {"content": True, "resource_attributes": {"note": "é ✓ 🙂", "offset": -3, "big": 2**40,
+                                                        "flags": [True, False], "scale": 0.5}}
+    _Keeper.bodies = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Keeper)
+    serving = threading.Thread(target=server.serve_forever)
+    serving.start()
+    try:
+        sent = rk.export(traces, format="otel", endpoint=f"http://127.0.0.1:{server.server_address[1]}/v1/traces",
+                         **options)
+    finally:
+        server.shutdown()
+        server.server_close()
+        serving.join()
+    memory = InMemorySpanExporter()
+    rk.export(traces, format="otel", span_exporter=memory, **options)
+    received = [ExportTraceServiceRequest.FromString(body) for body in _Keeper.bodies]
+    got = [_without_ids(r) for r in received]
+    spans, trees = [s for g in got for s in g[0]], [t for g in got for t in g[1]]
+    want_spans, want_trees = _without_ids(encode_spans(memory.get_finished_spans()))
+    assert sent.spans == len(spans) == len(want_spans) == sum(otel.span_count(t) for t in traces)
+    assert spans == want_spans
+    assert trees == want_trees and len(trees) == len(traces)
+    assert any(s.get("status", {}).get("code") == "STATUS_CODE_ERROR" for s in spans)
+    assert any(a["key"] == "gen_ai.tool.name" for s in spans for a in s["attributes"])
+
+
 def test_the_tracer_names_the_pinned_semantic_conventions_and_spans_keep_no_none():
     memory = InMemorySpanExporter()
     trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0]
@@ -614,6 +691,25 @@ def test_a_silent_or_refusing_collector_costs_ten_rollouts_at_most_the_export_ti
     # One export's timeout (5 s) and the end's grace (1 s) at most, plus a
     # loaded machine's margin; before issue 44: 70-101 s.
     assert took < otel._TIMEOUT + otel._END_GRACE + 8, took
+
+
+def test_a_silent_collector_that_never_answered_costs_the_runs_end_about_a_second_not_the_export_timeout():
+    # An exporter with a long export timeout (30 s): the end would wait it
+    # and more for the batch in flight; while no export has come back it
+    # waits _FIRST_ANSWER (1 s) at most, then drops the batch and says so.
+    listener = _silent_listener()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces"
+    exporter = OtelExporter(url, timeout=30)
+    try:
+        started = time.monotonic()
+        with pytest.warns(UserWarning, match=r"90 of 90 spans were not taken .*90 of them never sent .*wait of 1 s"):
+            result = rk.evaluate(demo_agent(), arithmetic_tasks(10), progress=False, otel=exporter)
+        took = time.monotonic() - started
+    finally:
+        exporter.close(0)
+        listener.close()
+    assert [t.ok for t in result.traces] == [True] * 10
+    assert took < otel._FIRST_ANSWER + 8, took  # the export timeout plus the grace would be 31 s
 
 
 def test_rk_export_to_a_silent_collector_is_a_clear_error_within_its_timeout():

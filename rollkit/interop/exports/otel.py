@@ -2,10 +2,12 @@
 
 What this module owns: turning a finished trace into spans named and
 attributed by the OpenTelemetry GenAI semantic conventions (the version
-pinned in `SEMCONV_VERSION`), and sending them through the OpenTelemetry
-SDK's OTLP/HTTP exporter. `rk.export(traces, format="otel", endpoint=...)`
-sends a batch (`write`); `rk.evaluate(..., otel=URL)` sends each rollout
-as it finishes (`live_sink`).
+pinned in `SEMCONV_VERSION`), and sending them to a collector over
+OTLP/HTTP: the spans are written as OTLP protobuf here and posted by the
+OpenTelemetry OTLP/HTTP exporter's client (its retries, headers, log), or
+made as SDK spans for a `span_exporter=` the caller gives.
+`rk.export(traces, format="otel", endpoint=...)` sends a batch (`write`);
+`rk.evaluate(..., otel=URL)` sends each rollout as it finishes (`live_sink`).
 
 One rollout is one trace:
 
@@ -21,8 +23,9 @@ the end of its segment) and says so (`rollkit.timing = "inferred"`).
 Message and tool content is left out unless `content=True`.
 
 The SDK is imported when an exporter is made, never by `import rollkit`.
-Each exporter has a TracerProvider of its own (the process's global one,
-which the user's own tracing may own, is never touched), gives every span
+Each exporter has a TracerProvider of its own (its resource, and the
+tracer of a `span_exporter=`'s spans; the process's global one, which the
+user's own tracing may own, is never touched), gives every span
 its recorded start and end, and sends from one background thread, the
 way the SDK's batch span processor does: rollouts wait in a bounded queue
 (a full one drops and counts them), leave in batches of up to 512 spans,
@@ -37,6 +40,8 @@ import base64
 import json
 import logging
 import queue
+import random
+import struct
 import threading
 import time
 import warnings
@@ -80,6 +85,15 @@ _TIMEOUT = 5.0
 # timeout: a healthy collector gets the last batches, a dead one costs the
 # end of the run at most `timeout + _END_GRACE` seconds.
 _END_GRACE = 1.0
+# What a live run's end waits, at most, while no export has come back yet
+# (a collector that accepts connections and never answers): a healthy one
+# on the same network answers one batch well within it.
+_FIRST_ANSWER = 1.0
+# Seconds a batch waits for more rollouts before it leaves (unless it is
+# full, or a flush or the run's end comes first): without it a fast run's
+# sending thread posts a request per rollout or two, each ~1 ms of CPU
+# under the run's GIL.
+_LINGER = 0.5
 _EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.http"
 _COMMON_LOGGER = "opentelemetry.exporter.otlp.common"
 
@@ -271,6 +285,7 @@ class OtelExporter:
         self._provider.add_span_processor(self._collector)
         self._tracer = self._provider.get_tracer("rollkit", schema_url=SCHEMA_URL)
         self._api = sdk.api
+        self._resource_pb: bytes | None = None
         self.content = bool(content)
         self.provider = provider
         self._thread_name = f"rollkit-otel-{id(self):x}"
@@ -288,6 +303,8 @@ class OtelExporter:
         self._epoch = 0
         self._stuck = False  # the last wait ran out (the thread may be in an export still)
         self._last_failed = False  # the last export that ended was not taken
+        self._answered = False  # an export has ended (taken or not): the collector answers
+        self._waited: float | None = None  # what the last flush waited at most
         # A batch export (`write`) sends nothing more once a batch failed: the rest count as failed.
         self.fail_fast = False
         self._closed = False
@@ -319,14 +336,18 @@ class OtelExporter:
 
     def flush(self, wait: float | None = None) -> OtelSent:
         """Wait until what is queued is sent, at most `wait` seconds (None:
-        as long as that takes; and not at all, when a wait is given, if the
-        last export was not taken: a dead collector costs nothing more);
-        what is still queued or being sent then is dropped and counted.
-        What was sent so far."""
+        as long as that takes). When a wait is given: not at all if the
+        last export was not taken (a dead collector costs nothing more), and
+        at most `_FIRST_ANSWER` seconds if no export has ended yet (a silent
+        one costs a short run about that). What is still queued or being
+        sent then is dropped and counted. What was sent so far."""
         if self._thread is not None:
             drained = threading.Event()
             self._jobs.put(drained)
-            self._stuck = not drained.wait(0 if wait is not None and self._last_failed else wait)
+            if wait is not None:
+                wait = 0 if self._last_failed else wait if self._answered else min(wait, _FIRST_ANSWER)
+            self._waited = wait
+            self._stuck = not drained.wait(wait)
             if self._stuck:
                 with self._room:
                     self._epoch += 1
@@ -384,9 +405,10 @@ class OtelExporter:
                 job.set()
                 continue
             batch, spans = [job], job[1]
-            while spans < _BATCH_SPANS:  # what else is queued already joins the batch
+            until = time.monotonic() + _LINGER
+            while spans < _BATCH_SPANS:  # what is queued by then joins the batch
                 try:
-                    job = self._jobs.get_nowait()
+                    job = self._jobs.get(timeout=max(0.0, until - time.monotonic()))
                 except queue.Empty:
                     break
                 if not isinstance(job, tuple):
@@ -411,22 +433,51 @@ class OtelExporter:
         try:
             if self.fail_fast and self.failed:
                 raise _NotSent
-            for trace, _, _ in batch:
-                _Spans(self, trace).emit()
-            made, self._collector.spans = self._collector.spans, []
-            result = self._exporter.export(made)
-            ok = getattr(result, "name", str(result)) == "SUCCESS"
+            ok = self._export([_Spans(self, trace).emit() for trace, _, _ in batch])
         except _NotSent:
             pass
         except Exception as exc:  # noqa: BLE001  whatever the exporter raises: its batch is lost, and why is said
-            self._collector.spans = []
             self._said.said = f"{type(exc).__name__}: {exc}"
         with self._room:
             self._last_failed = not ok
+            self._answered = True
             if epoch == self._epoch:
                 self._in_flight = 0
                 if not ok:
                     self.failed += spans
+
+
+    def _export(self, rollouts: list[list[_Span]]) -> bool:
+        """Send the batch's spans; whether the endpoint took them. To an
+        endpoint the spans are encoded straight into OTLP protobuf and
+        posted by the OTLP exporter's own HTTP client (its retries, backoff,
+        headers, compression and log); a `span_exporter=` gets SDK spans."""
+        client = getattr(self._exporter, "_client", None) if self._owns_exporter else None
+        if client is None or not callable(getattr(client, "export", None)):
+            result = self._exporter.export(self._sdk_spans(rollouts))
+            return getattr(result, "name", str(result)) == "SUCCESS"
+        return bool(client.export(_otlp_request(self._resource(), rollouts)).success)
+
+    def _sdk_spans(self, rollouts: list[list[_Span]]) -> list[Any]:
+        """The SDK's spans of the batch, made through this exporter's tracer."""
+        api, tracer = self._api, self._tracer
+        for spans in rollouts:
+            made: dict[int, Any] = {}
+            for span in spans:
+                context = None if span.parent is None else api.set_span_in_context(made[id(span.parent)])
+                opened = tracer.start_span(span.name, context=context, kind=getattr(api.SpanKind, span.kind),
+                                           attributes=span.attributes, start_time=span.start)
+                if span.status is not None:
+                    opened.set_status(api.Status(api.StatusCode.ERROR, span.status))
+                opened.end(end_time=span.end)
+                made[id(span)] = opened
+        spans, self._collector.spans = self._collector.spans, []
+        return spans
+
+    def _resource(self) -> bytes:
+        if self._resource_pb is None:
+            self._resource_pb = _resource(self._provider.resource)
+        return self._resource_pb
 
 
 class _LiveSink(RunSink):
@@ -435,8 +486,9 @@ class _LiveSink(RunSink):
     to send. Given a URL it makes its exporter when the run begins and
     closes it at the end; given an `OtelExporter` it flushes it at the end
     and leaves it open. The end waits for what is queued at most the
-    exporter's timeout plus `_END_GRACE` seconds (6 s by default), and not
-    at all when the collector's last export failed; spans not taken
+    exporter's timeout plus `_END_GRACE` seconds (6 s by default), at most
+    `_FIRST_ANSWER` (1 s) while no export has come back, and not at all
+    when the collector's last export failed; spans not taken
     (refused, timed out, dropped) are one warning then, never the run's
     error."""
 
@@ -460,7 +512,7 @@ class _LiveSink(RunSink):
         sent = exporter.close(wait) if exporter is not self.given else exporter.flush(wait)
         if sent.failed:
             dropped = f"; {sent.dropped} of them never sent (the queue was full or the end's wait of " \
-                      f"{wait:g} s ran out)" if sent.dropped else ""
+                      f"{exporter._waited or 0:g} s ran out)" if sent.dropped else ""
             warnings.warn(f"rollkit: {sent.failed} of {sent.spans} spans were not taken by "
                           f"{sent.endpoint or 'the span exporter'} ({sent.reason or 'no reason given'}){dropped}",
                           stacklevel=2)
@@ -493,6 +545,18 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
+class _Span:
+    """One span as rollkit makes it: plain data, turned into OTLP protobuf
+    (or SDK spans, for a `span_exporter=`) by the sending thread. Times in
+    ns; `status` the error's description, None when the span did not fail."""
+
+    __slots__ = ("name", "kind", "parent", "start", "end", "attributes", "status", "id")
+
+    def __init__(self, name: str, kind: str, parent: _Span | None, start: int, attributes: dict[str, Any]) -> None:
+        self.name, self.kind, self.parent, self.start, self.end = name, kind, parent, start, start
+        self.attributes, self.status, self.id = attributes, None, b""
+
+
 def _set(attributes: dict[str, Any], key: str, value: Any) -> None:
     """OTel attributes hold no None: a missing value is left out, never 0."""
     if value is not None:
@@ -506,13 +570,11 @@ class _Spans:
     def __init__(self, exporter: OtelExporter, trace: Trace) -> None:
         self.exporter = exporter
         self.trace = trace
-        self.api = exporter._api
-        self.tracer = exporter._tracer
         self.model = str(trace.agent.get("model") or "unknown")
         self.provider = self._provider()
-        self.made = 0
+        self.made: list[_Span] = []
 
-    def emit(self) -> int:
+    def emit(self) -> list[_Span]:
         trace = self.trace
         start, end = _bounds(trace)
         name = str(trace.agent.get("name") or self.model)
@@ -522,25 +584,24 @@ class _Spans:
             self._fail(root, error.type, error.message)
         elif outcome.kind == "aborted":  # cut short with no error of its own (Ctrl-C, a cancelled run)
             self._fail(root, "aborted", f"the rollout was aborted in {outcome.phase or 'between segments'}")
-        inside = self.api.set_span_in_context(root)
-        under = self._phases(inside, end)
+        under = self._phases(root, end)
         tool_results = {m.tool_call_id: m for m in trace.messages if isinstance(m, ToolMessage)}
         calls = trace.model_calls
         for i, call in enumerate(calls):
             self._chat(under, call)
             if call.committed and call.reply is not None and call.reply.tool_calls:
                 self._tools(under, call, _tool_window_end(trace, calls, i, end), tool_results)
-        root.end(end_time=_ns(end))
+        root.end = _ns(end)
         return self.made
 
-    def _open(self, name: str, context: Any, start: float, attributes: dict[str, Any], kind: str) -> Any:
-        self.made += 1
-        return self.tracer.start_span(name, context=context, kind=getattr(self.api.SpanKind, kind),
-                                      attributes=attributes, start_time=_ns(start))
+    def _open(self, name: str, parent: _Span | None, start: float, attributes: dict[str, Any], kind: str) -> _Span:
+        span = _Span(name, kind, parent, _ns(start), attributes)
+        self.made.append(span)
+        return span
 
-    def _fail(self, span: Any, error_type: str, message: str) -> None:
-        span.set_attribute("error.type", error_type)
-        span.set_status(self.api.Status(self.api.StatusCode.ERROR, f"{error_type}: {message}"))
+    def _fail(self, span: _Span, error_type: str, message: str) -> None:
+        span.attributes["error.type"] = error_type
+        span.status = f"{error_type}: {message}"
 
     def _provider(self) -> str:
         agent = self.trace.agent
@@ -581,7 +642,7 @@ class _Spans:
                 _set(a, f"rollkit.{kind}.{signal}", value)
         return a
 
-    def _phases(self, inside: Any, end: float) -> Any:
+    def _phases(self, inside: _Span, end: float) -> _Span:
         """One span per phase, under the root; the context model calls and
         tools go under (the agent phase's, or the root's when a trace has
         no agent phase: an import, a rollout cut before it)."""
@@ -598,12 +659,12 @@ class _Spans:
             opened = self._open(phase, inside, span.start, attributes, "INTERNAL")
             if phase in failed_in:
                 self._fail(opened, failed_in[phase].type, failed_in[phase].message)
-            opened.end(end_time=_ns(span.end if span.end is not None else max(end, span.start)))
+            opened.end = _ns(span.end if span.end is not None else max(end, span.start))
             if phase == "agent":
-                under = self.api.set_span_in_context(opened)
+                under = opened
         return under
 
-    def _chat(self, under: Any, call: ModelCall) -> None:
+    def _chat(self, under: _Span, call: ModelCall) -> None:
         a: dict[str, Any] = {
             "gen_ai.operation.name": "chat", "gen_ai.provider.name": self.provider,
             "gen_ai.request.model": self.model, "gen_ai.conversation.id": self.trace.id,
@@ -629,9 +690,9 @@ class _Spans:
         span = self._open(f"chat {self.model}", under, call.start, a, "CLIENT")
         if call.error is not None:
             self._fail(span, call.error.type, call.error.message)
-        span.end(end_time=_ns(call.end))
+        span.end = _ns(call.end)
 
-    def _tools(self, under: Any, call: ModelCall, until: float, results: dict[str, ToolMessage]) -> None:
+    def _tools(self, under: _Span, call: ModelCall, until: float, results: dict[str, ToolMessage]) -> None:
         for tool_call in call.reply.tool_calls:  # type: ignore[union-attr]
             result = results.get(tool_call.id)
             if result is None:
@@ -644,7 +705,7 @@ class _Spans:
             if self.exporter.content:
                 a["gen_ai.tool.call.arguments"] = tool_call.arguments
                 a["gen_ai.tool.call.result"] = result.content
-            self._open(f"execute_tool {tool_call.name}", under, call.end, a, "INTERNAL").end(end_time=_ns(until))
+            self._open(f"execute_tool {tool_call.name}", under, call.end, a, "INTERNAL").end = _ns(until)
 
 
 def _openinference_llm(model: str, call: ModelCall) -> dict[str, Any]:
@@ -665,6 +726,105 @@ def _openinference_llm(model: str, call: ModelCall) -> dict[str, Any]:
     _set(a, "llm.token_count.completion_details.reasoning", usage.reasoning_tokens)
     _set(a, "llm.cost.total", call.cost_usd)
     return a
+
+
+# ---- OTLP protobuf, written straight from rollkit's spans ----------------------------
+# The OTLP trace request in protobuf's wire format, written by hand: the
+# SDK's span objects and its encoder cost the sending thread (and so the
+# run, through the GIL) about 1 ms a rollout; this writes the same message
+# (field numbers of opentelemetry-proto's trace.proto and common.proto).
+
+
+_BYTES = tuple(bytes((i,)) for i in range(256))
+
+
+def _varint(n: int) -> bytes:
+    if 0 <= n < 0x80:
+        return _BYTES[n]
+    if n < 0:
+        n += 1 << 64  # an int64 as protobuf writes it
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """A length-delimited field (`tag` is field number << 3 | 2, one byte)."""
+    size = len(payload)
+    return _BYTES[tag] + (_BYTES[size] if size < 0x80 else _varint(size)) + payload
+
+
+def _text(tag: int, text: str) -> bytes:
+    return _field(tag, text.encode("utf-8", "surrogatepass"))
+
+
+@cache
+def _key(key: str) -> bytes:
+    return _text(0x0A, key)  # KeyValue.key
+
+
+def _any(value: Any) -> bytes | None:
+    """An attribute value as an encoded AnyValue; None for a type OTel
+    attributes do not hold (the SDK drops those too)."""
+    if isinstance(value, bool):
+        return b"\x10\x01" if value else b"\x10\x00"
+    if isinstance(value, str):
+        return _text(0x0A, value)
+    if isinstance(value, int):
+        return b"\x18" + _varint(value) if -(1 << 63) <= value < 1 << 63 else None
+    if isinstance(value, float):
+        return b"\x21" + struct.pack("<d", value)
+    if isinstance(value, (list, tuple)):
+        items = [_any(v) for v in value]
+        return _field(0x2A, b"".join(_field(0x0A, v) for v in items if v is not None))  # ArrayValue.values
+    return None
+
+
+def _attributes(tag: int, attributes: Mapping[str, Any]) -> bytes:
+    out = []
+    for key, value in attributes.items():
+        encoded = _any(value)
+        if encoded is not None:
+            out.append(_field(tag, _key(key) + _field(0x12, encoded)))
+    return b"".join(out)
+
+
+def _resource(resource: Any) -> bytes:
+    """A ResourceSpans' resource and schema URL fields, from the SDK's Resource."""
+    return _field(0x0A, _attributes(0x0A, resource.attributes)) + \
+        (_text(0x1A, resource.schema_url) if resource.schema_url else b"")
+
+
+def _span(span: _Span, trace_id: bytes) -> bytes:
+    status = b"" if span.status is None else _text(0x12, span.status) + b"\x18\x02"  # STATUS_CODE_ERROR
+    return b"".join((
+        _field(0x0A, trace_id), _field(0x12, span.id),
+        _field(0x22, span.parent.id) if span.parent is not None else b"",
+        _text(0x2A, span.name), b"\x30", _varint(_KINDS[span.kind]),
+        b"\x39", struct.pack("<Q", span.start), b"\x41", struct.pack("<Q", span.end),
+        _attributes(0x4A, span.attributes), _field(0x7A, status),
+        b"\x85\x01", struct.pack("<I", 0x100),  # flags: the parent context is known to be local
+    ))
+
+
+_KINDS = {"INTERNAL": 1, "CLIENT": 3}
+
+
+def _otlp_request(resource: bytes, rollouts: list[list[_Span]]) -> bytes:
+    """One OTLP/HTTP export request of the rollouts' spans, serialized: a
+    fresh random trace id per rollout and span id per span, as the SDK's
+    id generator makes them."""
+    spans = []
+    for made in rollouts:
+        trace_id = random.getrandbits(128).to_bytes(16, "big")
+        for span in made:
+            span.id = random.getrandbits(64).to_bytes(8, "big")
+            spans.append(_field(0x12, _span(span, trace_id)))  # ScopeSpans.spans
+    scope = _field(0x0A, _text(0x0A, "rollkit")) + b"".join(spans) + _text(0x1A, SCHEMA_URL)
+    return _field(0x0A, resource + _field(0x12, scope))  # ExportTraceServiceRequest.resource_spans
 
 
 def _bounds(trace: Trace) -> tuple[float, float]:
