@@ -1,7 +1,7 @@
 """Benchmark: a reply whose top_logprobs make it tens of MB (issue 48), through
 OpenAIModel and its `max_logprobs` bound, in a fresh process.
 
-A fake provider on 127.0.0.1 (tests/fake_provider.py, the real protocol)
+A fake provider on 127.0.0.1 (tests/helpers/fake_provider.py, the real protocol)
 answers --tokens tokens with --top alternatives each; the rollout's call is
 refused (ProviderError naming the limit) and nothing of the logprobs is kept.
 Prints the answer's size, the wall time, whether the call was refused, and
@@ -20,7 +20,7 @@ from _common import Results, in_fresh_python, json_option
 _RUN = r'''
 import asyncio, json, sys, time
 sys.path.insert(0, "tests")
-from fake_provider import FakeProvider
+from helpers.fake_provider import FakeProvider
 import rollkit as rk
 from rollkit.programs.openai_model import OpenAIModel
 tokens, top = int(sys.argv[1]), int(sys.argv[2])

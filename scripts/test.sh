@@ -52,7 +52,7 @@ fi
 # as Run All does under both ipykernel majors: a venv that sees this
 # environment's packages and differs only by ipykernel<7, cached like the npm
 # tools (a test session builds it itself when it is missing).
-python -c 'import sys; sys.path.insert(0, "tests"); import kernel_helpers; print("ipykernel 6 kernel:", kernel_helpers.ipykernel6_python())'
+python -c 'import sys; sys.path.insert(0, "tests"); from helpers import kernel_helpers; print("ipykernel 6 kernel:", kernel_helpers.ipykernel6_python())'
 
 # The tools' own readers the fidelity oracle compares rk.load with
 # (tests/test_fidelity.py): each in a venv of its own, where it cannot live

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scripted_provider import text
+from helpers.scripted_provider import text
 
 __all__ = ["QUESTIONS", "reply"]
 

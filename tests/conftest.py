@@ -101,8 +101,8 @@ def _no_nest_asyncio_in_the_test_process():
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
-    """The fault suite's counts (tests/fault_report.py), whatever the outcome."""
-    from fault_report import LINES
+    """The fault suite's counts (tests/helpers/fault_report.py), whatever the outcome."""
+    from helpers.fault_report import LINES
 
     if LINES:
         terminalreporter.section("fault suite")

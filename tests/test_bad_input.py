@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from evaluate_helpers import HERE, said_agent, said_tasks
+from helpers.evaluate_helpers import HERE, said_agent, said_tasks
 
 import rollkit as rk
 from rollkit.programs.guard import ServerLimits
@@ -75,7 +75,7 @@ def test_an_out_folder_under_a_file_is_refused_naming_the_file(tmp_path):
 
 def test_rollkit_eval_with_an_unwritable_out_prints_one_error_line():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "rollkit", "eval", "evaluate_helpers:TASKS", "-m", "echo",
+    done = subprocess.run([sys.executable, "-m", "rollkit", "eval", "helpers.evaluate_helpers:TASKS", "-m", "echo",
                            "--out", UNWRITABLE, "--no-progress"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 1
     assert done.stderr.strip() == (

@@ -26,7 +26,7 @@ import pytest
 playwright_sync = pytest.importorskip("playwright.sync_api")
 pytest.importorskip("jupyterlab")
 
-from kernel_helpers import ROOT, kernel_env  # noqa: E402
+from helpers.kernel_helpers import ROOT, kernel_env  # noqa: E402
 from test_browser import CHROMIUM, _free_port, _page, _Server  # noqa: E402
 
 pytestmark = [

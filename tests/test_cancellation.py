@@ -12,13 +12,13 @@ import sys
 
 import pytest
 
-from fault_report import report
+from helpers.fault_report import report
 
 import rollkit as rk
 from rollkit.core.cancellation import finish
 from rollkit.runs.runner import run_rollout
 
-from conftest_programs import PROGRAMS, exited, listening_ports, other_tasks, processes_marked, zombies
+from helpers.processes import PROGRAMS, exited, listening_ports, other_tasks, processes_marked, zombies
 
 pytestmark = pytest.mark.faults  # part of the fault suite (tests/test_faults.py)
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from evaluate_helpers import HERE, BrokenSetup, said_agent, said_tasks
+from helpers.evaluate_helpers import HERE, BrokenSetup, said_agent, said_tasks
 
 import rollkit as rk
 from rollkit.runs.evaluation import best_of_n
@@ -39,7 +39,7 @@ def test_demo_runs_the_example_set_with_progress_and_summary(tmp_path):
 
 def test_eval_writes_a_run_folder_and_show_summarizes_it(tmp_path):
     out = tmp_path / "run"
-    done = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "echo", "-n", "2", "--out", str(out), "--no-progress")
+    done = rollkit_cli("eval", "helpers.evaluate_helpers:TASKS", "-m", "echo", "-n", "2", "--out", str(out), "--no-progress")
     assert done.returncode == 0, done.stderr
     assert "rollouts: 8 over 4 tasks" in done.stdout
     traces = rk.load(out)
@@ -57,12 +57,12 @@ def test_eval_writes_a_run_folder_and_show_summarizes_it(tmp_path):
 
 def test_eval_resume_runs_only_what_is_missing(tmp_path):
     out = tmp_path / "run"
-    first = rollkit_cli("eval", "evaluate_helpers:make_tasks", "-m", "echo", "--out", str(out), "--no-progress")
+    first = rollkit_cli("eval", "helpers.evaluate_helpers:make_tasks", "-m", "echo", "--out", str(out), "--no-progress")
     assert first.returncode == 0, first.stderr
-    again = rollkit_cli("eval", "evaluate_helpers:make_tasks", "-m", "echo", "--out", str(out), "--no-progress")
+    again = rollkit_cli("eval", "helpers.evaluate_helpers:make_tasks", "-m", "echo", "--out", str(out), "--no-progress")
     assert again.returncode == 1
     assert "already holds a run" in again.stderr and "--resume" in again.stderr
-    more = rollkit_cli("eval", "evaluate_helpers:make_tasks", "-m", "echo", "-n", "2", "--out", str(out), "--resume", "--no-progress")
+    more = rollkit_cli("eval", "helpers.evaluate_helpers:make_tasks", "-m", "echo", "-n", "2", "--out", str(out), "--resume", "--no-progress")
     assert more.returncode == 0, more.stderr
     ids = [t.info["rollout_id"] for t in rk.load(out)]
     assert ids[:3] == ["made-0#0", "made-1#0", "made-2#0"]
@@ -92,10 +92,10 @@ def test_help_explains_every_command():
     ("spec", "message"),
     [
         ("no_such_module_xyz:TASKS", "cannot import module 'no_such_module_xyz' (for task set 'no_such_module_xyz:TASKS'): ModuleNotFoundError"),
-        ("evaluate_helpers:MISSING", "module 'evaluate_helpers' has no attribute 'MISSING' (for task set 'evaluate_helpers:MISSING')"),
-        ("evaluate_helpers:EMPTY", "task set evaluate_helpers:EMPTY (module 'evaluate_helpers', attribute 'EMPTY') is empty"),
-        ("evaluate_helpers:NOT_TASKS", "evaluate_helpers:NOT_TASKS[0] is an int, not an rk.Task"),
-        ("evaluate_helpers", "'evaluate_helpers' is not MODULE:ATTRIBUTE"),
+        ("helpers.evaluate_helpers:MISSING", "module 'helpers.evaluate_helpers' has no attribute 'MISSING' (for task set 'helpers.evaluate_helpers:MISSING')"),
+        ("helpers.evaluate_helpers:EMPTY", "task set helpers.evaluate_helpers:EMPTY (module 'helpers.evaluate_helpers', attribute 'EMPTY') is empty"),
+        ("helpers.evaluate_helpers:NOT_TASKS", "helpers.evaluate_helpers:NOT_TASKS[0] is an int, not an rk.Task"),
+        ("helpers.evaluate_helpers", "'helpers.evaluate_helpers' is not MODULE:ATTRIBUTE"),
     ],
 )
 def test_eval_names_the_module_and_attribute_of_a_bad_task_set(spec, message):
@@ -106,14 +106,14 @@ def test_eval_names_the_module_and_attribute_of_a_bad_task_set(spec, message):
 
 
 def test_eval_unknown_model_and_bad_numbers_are_clear_errors(tmp_path):
-    done = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "gpt-nonsense", "--no-progress")
+    done = rollkit_cli("eval", "helpers.evaluate_helpers:TASKS", "-m", "gpt-nonsense", "--no-progress")
     assert done.returncode == 2
     assert "Error: Invalid value for --model: unknown model 'gpt-nonsense'; use one of: echo, " in done.stderr
-    zero = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "echo", "-c", "0", "--no-progress")
+    zero = rollkit_cli("eval", "helpers.evaluate_helpers:TASKS", "-m", "echo", "-c", "0", "--no-progress")
     assert zero.returncode == 1 and "concurrency must be a whole number >= 1" in zero.stderr
-    none = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "echo", "-n", "0", "--no-progress")
+    none = rollkit_cli("eval", "helpers.evaluate_helpers:TASKS", "-m", "echo", "-n", "0", "--no-progress")
     assert none.returncode == 1 and "repeats must be a whole number >= 1" in none.stderr
-    resume = rollkit_cli("eval", "evaluate_helpers:TASKS", "-m", "echo", "--resume")
+    resume = rollkit_cli("eval", "helpers.evaluate_helpers:TASKS", "-m", "echo", "--resume")
     assert resume.returncode == 2 and "--resume needs --out DIR" in resume.stderr
 
 
@@ -156,7 +156,7 @@ def test_ctrl_c_keeps_finished_traces_and_resume_finishes_the_run(tmp_path):
         "ROLLKIT_TEST_GATE": "block",
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
-    command = [sys.executable, "-m", "rollkit", "eval", "evaluate_helpers:GATED", "-m", "echo", "-c", "2",
+    command = [sys.executable, "-m", "rollkit", "eval", "helpers.evaluate_helpers:GATED", "-m", "echo", "-c", "2",
                "--out", str(out), "--no-progress"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -175,7 +175,7 @@ def test_ctrl_c_keeps_finished_traces_and_resume_finishes_the_run(tmp_path):
     assert f"interrupted; the finished traces are in {out}, continue with --resume" in stderr
     assert sorted(t.info["rollout_id"] for t in rk.load(out)) == ["gated-0#0", "gated-1#0", "gated-3#0", "gated-4#0"]
 
-    resumed = rollkit_cli("eval", "evaluate_helpers:GATED", "-m", "echo", "-c", "2", "--out", str(out), "--resume", "--no-progress")
+    resumed = rollkit_cli("eval", "helpers.evaluate_helpers:GATED", "-m", "echo", "-c", "2", "--out", str(out), "--resume", "--no-progress")
     assert resumed.returncode == 0, resumed.stderr
     assert sorted(t.info["rollout_id"] for t in rk.load(out)) == [f"gated-{i}#0" for i in range(6)]
 
@@ -204,7 +204,7 @@ def test_show_of_a_damaged_manifest_or_groups_file_names_the_file(tmp_path):
 
 def test_eval_resume_of_a_new_folder_says_it_starts_a_new_run(tmp_path):
     out = tmp_path / "fresh"
-    done = rollkit_cli("eval", "evaluate_helpers:make_tasks", "-m", "echo", "--out", str(out), "--resume", "--no-progress")
+    done = rollkit_cli("eval", "helpers.evaluate_helpers:make_tasks", "-m", "echo", "--out", str(out), "--resume", "--no-progress")
     assert done.returncode == 0, done.stderr
     assert f"nothing to resume in {out}: starting a new run" in done.stderr
     assert sorted(t.info["rollout_id"] for t in rk.load(out)) == ["made-0#0", "made-1#0", "made-2#0"]
@@ -222,7 +222,7 @@ def test_eval_keeps_the_traceback_of_a_bug_rather_than_calling_it_bad_input(monk
         raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
 
     monkeypatch.setattr(rollkit.runs.evaluation, "evaluate", buggy)
-    done = CliRunner().invoke(cli, ["eval", "evaluate_helpers:TASKS", "-m", "echo", "--no-progress"])
+    done = CliRunner().invoke(cli, ["eval", "helpers.evaluate_helpers:TASKS", "-m", "echo", "--no-progress"])
     assert isinstance(done.exception, TypeError)
     assert "Error:" not in done.output
 
@@ -304,14 +304,14 @@ def test_eval_refuses_a_bad_cost_cap_or_output_limit_naming_the_flag(tmp_path, a
 
 
 async def test_eval_sends_max_tokens_to_an_openai_compatible_model(monkeypatch):
-    from fake_provider import FakeProvider
+    from helpers.fake_provider import FakeProvider
 
     fake = await FakeProvider().start()
     try:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
         monkeypatch.setenv("OPENAI_API_KEY", "none")
         done = await asyncio.to_thread(
-            rollkit_cli, "eval", "evaluate_helpers:TASKS", "-m", "openai/gpt-4o-mini", "--price", "1,2",
+            rollkit_cli, "eval", "helpers.evaluate_helpers:TASKS", "-m", "openai/gpt-4o-mini", "--price", "1,2",
             "--max-cost-usd", "1", "--cost-cap", "hard", "--max-tokens", "64", "--max-turns", "1", "--no-progress")
     finally:
         await fake.stop()

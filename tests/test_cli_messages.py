@@ -77,13 +77,13 @@ def test_a_missing_attribute_lists_the_modules_exports_and_the_close_one() -> No
 
 
 def test_a_module_without_all_offers_what_it_defined_not_what_it_imported() -> None:
-    _, line = _error("eval", "evaluate_helpers:TASK", "-m", "echo")  # tests/ is on sys.path
-    assert "did you mean evaluate_helpers:TASKS? It has: " in line
+    _, line = _error("eval", "helpers.evaluate_helpers:TASK", "-m", "echo")  # tests/ is on sys.path
+    assert "did you mean helpers.evaluate_helpers:TASKS? It has: " in line
     shown, more = line.split("It has: ")[1].rsplit(" and ", 1)
     names = shown.split(", ")
     assert len(names) == 20 and more.endswith(" more")  # the first 20, alphabetically
     assert "GATED" in names and "NOT_TASKS" in names and "BadHook" in names
-    import evaluate_helpers
+    from helpers import evaluate_helpers
     from rollkit.cli import _public_names
 
     every = _public_names(evaluate_helpers)
@@ -99,7 +99,7 @@ def test_no_close_attribute_means_no_guess() -> None:
 
 @pytest.mark.parametrize(("spec", "said"), [
     ("rollkit.examples:demo_agent", "rollkit.examples:demo_agent is an Agent, not a list of rk.Task"),
-    ("evaluate_helpers:NOT_TASKS", "evaluate_helpers:NOT_TASKS[0] is an int, not an rk.Task"),
+    ("helpers.evaluate_helpers:NOT_TASKS", "helpers.evaluate_helpers:NOT_TASKS[0] is an int, not an rk.Task"),
 ])
 def test_what_a_task_set_is_instead_reads_right(spec: str, said: str) -> None:
     _, line = _error("eval", spec, "-m", "echo")
@@ -107,14 +107,14 @@ def test_what_a_task_set_is_instead_reads_right(spec: str, said: str) -> None:
 
 
 def test_a_user_that_is_not_one_reads_right() -> None:
-    _, line = _error("eval", "rollkit.examples:arithmetic_tasks", "-m", "echo", "--user", "evaluate_helpers:HERE")
-    assert line == ("Error: evaluate_helpers:HERE is a PosixPath, not an rk.User or a function of the task "
+    _, line = _error("eval", "rollkit.examples:arithmetic_tasks", "-m", "echo", "--user", "helpers.evaluate_helpers:HERE")
+    assert line == ("Error: helpers.evaluate_helpers:HERE is a PosixPath, not an rk.User or a function of the task "
                     "that makes one")
 
 
 @pytest.fixture
 def run_folder(tmp_path: Path) -> Path:
-    from evaluate_helpers import said_agent, said_tasks
+    from helpers.evaluate_helpers import said_agent, said_tasks
 
     out = tmp_path / "run"
     rk.evaluate(said_agent(), said_tasks(2), out=out, progress=False)

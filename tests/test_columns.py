@@ -21,7 +21,7 @@ from rollkit.examples.bigrun import big_run, cached_big_run
 from rollkit.notebook.runbrowser import RunBrowser
 from rollkit.tables.lazyrun import highlight, open_run
 
-from conftest_notebook import assorted_traces
+from helpers.sample_traces import assorted_traces
 
 FRAMES = ("rollouts", "turns", "calls", "phases", "signals")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fake_provider import FakeProvider
+from helpers.fake_provider import FakeProvider
 
 import rollkit as rk
 from rollkit import frames

@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from fake_provider import FakeProvider
+from helpers.fake_provider import FakeProvider
 
 import rollkit as rk
 from rollkit import frames

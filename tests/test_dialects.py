@@ -22,7 +22,7 @@ from rollkit.core.models import count_tokens
 from rollkit.programs import interception
 from rollkit.programs.openai_model import OpenAIModel
 
-from fake_provider import FakeProvider
+from helpers.fake_provider import FakeProvider
 
 ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
 RESPONSES_TOOL = {"type": "function", "name": "add", "description": "Add two numbers.", "parameters": ADD}

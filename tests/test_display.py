@@ -14,7 +14,7 @@ from rollkit.examples import arithmetic_tasks, demo_agent
 from rollkit.notebook.display import status_html
 from rollkit.notebook import TraceBrowser, chat_html, trace_html
 
-from conftest_notebook import assorted_traces
+from helpers.sample_traces import assorted_traces
 
 SCRIPT = "<script>alert('x')</script>"
 

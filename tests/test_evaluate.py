@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from evaluate_helpers import BadHook, BrokenSetup, Said, said_agent, said_tasks
+from helpers.evaluate_helpers import BadHook, BrokenSetup, Said, said_agent, said_tasks
 
 import rollkit as rk
 from rollkit.runs.evaluation import (
@@ -330,7 +330,7 @@ def test_evaluate_in_a_running_loop_is_awaited_even_where_nest_asyncio_allows_re
 import asyncio, sys
 sys.path.insert(0, sys.argv[1])
 import nest_asyncio, rollkit as rk
-from evaluate_helpers import said_agent, said_tasks
+from helpers.evaluate_helpers import said_agent, said_tasks
 
 async def notebook_cell():
     nest_asyncio.apply(asyncio.get_running_loop())  # what some libraries do in Jupyter
@@ -341,7 +341,7 @@ async def notebook_cell():
 
 asyncio.run(notebook_cell())
 """
-    from evaluate_helpers import HERE
+    from helpers.evaluate_helpers import HERE
 
     done = subprocess.run([sys.executable, "-c", code, str(HERE)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -3,7 +3,7 @@
 preparation (`trl.data_utils`, and SFTTrainer's tokenization, the
 tokenizer's `apply_chat_template(..., return_assistant_tokens_mask=True)`)
 over every exported file, loaded by Hugging Face `datasets`, with a real
-tokenizer built here (tests/chat_tokenizer.py). Rollouts run through the
+tokenizer built here (tests/helpers/chat_tokenizer.py). Rollouts run through the
 real lifecycle with a model that samples through that tokenizer, as vLLM
 would, so the trace's token ids are the template's. Also: the sampling
 parameters a call was sent with are on the trace (through OpenAIModel and
@@ -29,7 +29,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 
-from chat_tokenizer import TemplateModel, build_tokenizer  # noqa: E402
+from helpers.chat_tokenizer import TemplateModel, build_tokenizer  # noqa: E402
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -387,7 +387,7 @@ _PROGRAM = textwrap.dedent('''
 async def test_each_call_records_the_sampling_parameters_it_was_sent_with(tmp_path):
     """As sent upstream: the host model's defaults under a program's own
     (through the interception server); none set, nothing written."""
-    from fake_provider import FakeProvider
+    from helpers.fake_provider import FakeProvider
 
     from rollkit.programs.openai_model import OpenAIModel, close_pools
 

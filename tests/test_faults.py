@@ -16,7 +16,7 @@ hurt that was not hit, nothing left behind.
 
 The server-abuse, interrupt, cancellation and bad-input tests belong to the
 suite too (marked `faults` in their own files). The counts land in the test
-report's summary (`fault suite:` lines, tests/fault_report.py).
+report's summary (`fault suite:` lines, tests/helpers/fault_report.py).
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from evaluate_helpers import HERE, ToolSaid, gated_program_agent, said_tasks, start_gated
-from fake_provider import FakeProvider
-from fault_report import report
+from helpers.evaluate_helpers import HERE, ToolSaid, gated_program_agent, said_tasks, start_gated
+from helpers.fake_provider import FakeProvider
+from helpers.fault_report import report
 
 import rollkit as rk
 from rollkit.core.outcome import Outcome
 
-from conftest_programs import exited, listening_ports, other_tasks, processes_in, processes_marked
+from helpers.processes import exited, listening_ports, other_tasks, processes_in, processes_marked
 
 pytestmark = pytest.mark.faults
 

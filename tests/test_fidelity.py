@@ -246,7 +246,7 @@ REAL_INSPECT = sorted((FIXTURES / "inspect" / "real").iterdir())
                                   *REAL_INSPECT], ids=lambda p: p.name)
 def test_every_real_inspect_log_reads_as_inspects_own_reader_reads_it(path):
     pytest.importorskip("inspect_ai")
-    from oracle_inspect import differences
+    from helpers.oracle_inspect import differences
 
     assert differences(path) == []
 
@@ -283,7 +283,7 @@ def test_the_inspect_oracle_names_each_class_it_guards():
     """The oracle can fail: each known class of wrong value, put back into a
     correct trace, is reported by name."""
     pytest.importorskip("inspect_ai")
-    from oracle_inspect import differences
+    from helpers.oracle_inspect import differences
 
     # 1, 2: reasoning merged into the text (an OpenAI reasoning reply: an empty reasoning part, then the text)
     gpt5 = _real("gpt-5_popularity_HdSV")

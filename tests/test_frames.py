@@ -13,7 +13,7 @@ import rollkit as rk
 from rollkit import frames
 from rollkit.examples import arithmetic_tasks, demo_agent
 
-from conftest_notebook import assorted_traces
+from helpers.sample_traces import assorted_traces
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 import rollkit as rk
 from rollkit.programs import interception
 
-from conftest_programs import listening_ports
+from helpers.processes import listening_ports
 
 
 class SDKHarness(interception.InterceptedHarness):

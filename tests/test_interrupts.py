@@ -1,6 +1,6 @@
 """Interrupting a real run from outside: Ctrl-C (once or twice), SIGTERM,
 SIGINT sent to a run a script started in the background (which inherits
-SIGINT as ignored), and SIGKILL. Each run is `python evaluate_helpers.py`
+SIGINT as ignored), and SIGKILL. Each run is `python helpers/evaluate_helpers.py`
 in its own process, its rollouts real programs (tests/programs/plain.py)
 that each leave a grandchild behind; after each interruption no program, no
 grandchild and no working folder may remain, every finished trace is kept,
@@ -18,12 +18,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from evaluate_helpers import ToolSaid, gated_program_agent, said_tasks, sigkill, start_gated, wait_blocked
-from fault_report import report
+from helpers.evaluate_helpers import ToolSaid, gated_program_agent, said_tasks, sigkill, start_gated, wait_blocked
+from helpers.fault_report import report
 
 import rollkit as rk
 
-from conftest_programs import exited, processes_marked
+from helpers.processes import exited, processes_marked
 
 pytestmark = pytest.mark.faults  # part of the fault suite (tests/test_faults.py)
 

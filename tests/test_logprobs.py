@@ -1,4 +1,4 @@
-"""Token ids and logprobs: the fake provider (tests/fake_provider.py, a real
+"""Token ids and logprobs: the fake provider (tests/helpers/fake_provider.py, a real
 aiohttp server on 127.0.0.1) answering in vLLM's documented chat-completions
 response shape (`choices[].logprobs.content[]` with token/logprob/bytes/
 top_logprobs, `choices[].token_ids`, top-level `prompt_token_ids`; tokens
@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from fake_provider import FakeProvider
+from helpers.fake_provider import FakeProvider
 
 import rollkit as rk
 from rollkit.core.errors import UsageError

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from fake_provider import FakeProvider
+from helpers.fake_provider import FakeProvider
 
 import rollkit as rk
 from rollkit.programs.openai_model import MAX_LOGPROBS, OpenAIModel

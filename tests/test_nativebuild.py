@@ -22,7 +22,7 @@ from rollkit.tables import columns
 from rollkit.tables.columns import TABLES, TableSet, json_source
 from rollkit.tables.lazyrun import open_run
 
-from conftest_notebook import assorted_traces
+from helpers.sample_traces import assorted_traces
 from test_columns import _rewritten_trace
 
 FIXTURES = Path(__file__).parent / "fixtures"

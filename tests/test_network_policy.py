@@ -13,7 +13,7 @@ import pytest
 
 from rollkit.core._network_policy import Decision, canonical_host
 
-from fault_report import report
+from helpers.fault_report import report
 
 # Each spelling of 10.1.2.3, and of the IPv6 address fd00::1234.
 SPELLINGS_OF_10_1_2_3 = [

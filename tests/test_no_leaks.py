@@ -13,7 +13,7 @@ import pytest
 
 import rollkit as rk
 
-from conftest_programs import AGENT, exited, listening_ports, other_tasks, processes_in, zombies
+from helpers.processes import AGENT, exited, listening_ports, other_tasks, processes_in, zombies
 
 
 class Echo(rk.Task):

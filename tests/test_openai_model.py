@@ -1,5 +1,5 @@
 """OpenAIModel against a fake provider speaking the real chat-completions
-protocol over real HTTP (tests/fake_provider.py)."""
+protocol over real HTTP (tests/helpers/fake_provider.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import rollkit as rk
 from rollkit.core.models import resolve_model
 from rollkit.programs.openai_model import ContextLengthExceeded, OpenAIModel, close_pools
 
-from fake_provider import FakeProvider
+from helpers.fake_provider import FakeProvider
 
 
 @pytest.fixture

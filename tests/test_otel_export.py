@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from conftest import prompt_task
-from conftest_programs import listening_sockets
+from helpers.processes import listening_sockets
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent

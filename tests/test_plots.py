@@ -13,7 +13,7 @@ from rollkit.core.clock import FakeClock
 from rollkit import frames, plots
 from rollkit.examples import arithmetic_tasks, demo_agent
 
-from conftest_notebook import assorted_traces
+from helpers.sample_traces import assorted_traces
 
 
 async def _two_segments() -> rk.Trace:

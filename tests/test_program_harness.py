@@ -17,7 +17,7 @@ import pytest
 
 import rollkit as rk
 
-from conftest_programs import AGENT, PROGRAMS, escaping_program, exited, gone, kill_marked, other_tasks, processes_marked
+from helpers.processes import AGENT, PROGRAMS, escaping_program, exited, gone, kill_marked, other_tasks, processes_marked
 
 PLAIN = [sys.executable, str(PROGRAMS / "plain.py")]  # stdlib only: starts in milliseconds
 ADD_THEN_ANSWER = [rk.ScriptedModel.call("add", a=2, b=3), "it is 5"]

@@ -14,7 +14,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the rollkit[ray] extra")
 
-from evaluate_helpers import (  # noqa: E402
+from helpers.evaluate_helpers import (  # noqa: E402
     HERE,
     BadHook,
     BrokenSetup,
@@ -151,7 +151,7 @@ def test_unreachable_ray_address_is_refused_before_anything_is_written(tmp_path)
 def test_cli_unreachable_ray_address_is_a_clear_error():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
-        [sys.executable, "-m", "rollkit", "eval", "evaluate_helpers:TASKS", "-m", "echo",
+        [sys.executable, "-m", "rollkit", "eval", "helpers.evaluate_helpers:TASKS", "-m", "echo",
          "--backend", "ray", "--ray-address", "127.0.0.1:1", "--no-progress"],
         capture_output=True, text=True, env=env, timeout=120,
     )

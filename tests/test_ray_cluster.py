@@ -18,7 +18,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the rollkit[ray] extra")
 
-from evaluate_helpers import HERE, Gate, NodeReportingHarness, said_agent, said_tasks  # noqa: E402
+from helpers.evaluate_helpers import HERE, Gate, NodeReportingHarness, said_agent, said_tasks  # noqa: E402
 
 from rollkit.runs.evaluation import evaluate_async, load_run  # noqa: E402
 from rollkit.runs.ray_backend import RayBackend  # noqa: E402

@@ -28,7 +28,7 @@ import pytest
 
 pytest.importorskip("jupyter_client")
 
-from kernel_helpers import ROOT, Kernel, kernel_env  # noqa: E402
+from helpers.kernel_helpers import ROOT, Kernel, kernel_env  # noqa: E402
 
 README = ROOT / "README.md"
 

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from evaluate_helpers import gated_agent, said_agent, said_tasks, sigkill, start_gated, wait_blocked
+from helpers.evaluate_helpers import gated_agent, said_agent, said_tasks, sigkill, start_gated, wait_blocked
 from test_livetables import _complete_and_fresh, _markers
 
 import rollkit as rk

@@ -13,7 +13,7 @@ checks the generator reaches every field of `Trace`.
 inspect: rollkit -> inspect (`.eval` and `.json`) -> rollkit, and rollkit ->
 rollkit JSON lines -> rollkit, give equal traces, outcome included; the
 inspect logs rollkit writes are read whole by inspect's own reader and agree
-with it field by field (tests/oracle_inspect.py). These traces are built
+with it field by field (tests/helpers/oracle_inspect.py). These traces are built
 through the importers' builder and the trace's recorder, with every field
 an inspect log has a place for: messages of every role with content parts
 (text, reasoning with its summary, signature and redaction, images, a part
@@ -301,7 +301,7 @@ def _held(trace: rk.Trace) -> dict[str, Any]:
 @given(traces=st.lists(_traces(), min_size=1, max_size=3, unique_by=lambda t: t.id))
 def test_rollkit_to_inspect_to_rollkit_gives_the_traces_back(traces, tmp_path_factory):
     pytest.importorskip("inspect_ai")
-    from oracle_inspect import differences
+    from helpers.oracle_inspect import differences
 
     for n, trace in enumerate(traces):
         trace.task.key = f"{trace.task.key}-{n}"  # one sample per trace

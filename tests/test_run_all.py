@@ -27,7 +27,7 @@ import pytest
 
 pytest.importorskip("jupyter_client")
 
-from kernel_helpers import Kernel, ipykernel6_python, kernel_env, outputs  # noqa: E402
+from helpers.kernel_helpers import Kernel, ipykernel6_python, kernel_env, outputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -1,7 +1,7 @@
 """The escape corpus of SandboxRuntime: each attempt is made by a program
 inside the sandbox (tests/programs/sandbox_probe.py, copied into the working
 folder as a task's setup would), and each count lands in the fault suite's
-summary (tests/fault_report.py). Every count must be 0.
+summary (tests/helpers/fault_report.py). Every count must be 0.
 
 Every address used is on this machine: test servers listen on the host's
 loopback, which is outside the sandbox's network namespace; the names
@@ -24,8 +24,8 @@ import rollkit as rk
 from rollkit.programs.sandbox_runtime import SandboxRuntime, _unusable
 from rollkit.programs.subprocess_runtime import SubprocessRuntime
 
-from conftest_programs import PROGRAMS, exited, gone, kill_marked, processes_marked
-from fault_report import report
+from helpers.processes import PROGRAMS, exited, gone, kill_marked, processes_marked
+from helpers.fault_report import report
 
 _WHY = _unusable("bwrap")
 pytestmark = [pytest.mark.faults, pytest.mark.skipif(_WHY is not None, reason=f"no sandboxes here: {_WHY}")]

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from rollkit.core._network_policy import Decision
 from rollkit.programs.sandbox_proxy import MAX_HEAD, MAX_HEADERS, FilteringProxy, Relay
 
-from fault_report import report
+from helpers.fault_report import report
 
 ALLOWED = "allowed.rollkit.test"
 FUZZ_EXAMPLES = 600

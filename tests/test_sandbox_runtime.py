@@ -21,7 +21,7 @@ from rollkit.examples import answer_file_tasks, toy_shell_model
 from rollkit.programs import harnesses
 from rollkit.programs.sandbox_runtime import SandboxRuntime, _unusable
 
-from conftest_programs import exited, processes_marked
+from helpers.processes import exited, processes_marked
 
 _WHY = _unusable("bwrap")
 needs_bwrap = pytest.mark.skipif(_WHY is not None, reason=f"no sandboxes here: {_WHY}")

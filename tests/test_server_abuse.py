@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import fault_report
+from helpers import fault_report
 import pytest
 
 import rollkit as rk
@@ -284,11 +284,11 @@ async def test_mcp_server_refuses_a_deep_body_and_a_body_that_never_arrives(tool
 
 
 def _abuse(mode: str, attempts: int, limit: int, tmp_path: Path) -> tuple[dict, Path]:
-    """Run `abuse_helpers.py MODE ATTEMPTS LIMIT` with a temporary folder of
+    """Run `helpers/abuse_helpers.py MODE ATTEMPTS LIMIT` with a temporary folder of
     its own; its report, and that folder (to check nothing is left there)."""
     temp = tmp_path / "tmp"
     temp.mkdir()
-    result = subprocess.run([sys.executable, str(HERE / "abuse_helpers.py"), mode, str(attempts), str(limit)],
+    result = subprocess.run([sys.executable, str(HERE / "helpers" / "abuse_helpers.py"), mode, str(attempts), str(limit)],
                             capture_output=True, text=True, timeout=600, env={**os.environ, "TMPDIR": str(temp)})
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1]), temp
@@ -398,7 +398,7 @@ async def test_a_working_folder_whose_removal_failed_is_kept_watched_until_it_is
     was forgotten (left on disk for good). Now it stays watched: the next
     removal retries it, and if none comes, the watchdog removes it when the
     process ends."""
-    from conftest_programs import exited
+    from helpers.processes import exited
 
     temp = tmp_path / "tmp"
     temp.mkdir()

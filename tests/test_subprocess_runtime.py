@@ -14,7 +14,7 @@ import pytest
 import rollkit as rk
 from rollkit.programs.subprocess_runtime import SubprocessRuntime
 
-from conftest_programs import escaping_program, exited, gone, kill_marked, processes_in, processes_marked
+from helpers.processes import escaping_program, exited, gone, kill_marked, processes_in, processes_marked
 
 # A shell that leaves a grandchild behind, tells its pid, then waits on it.
 SPAWNER = ["sh", "-c", "sleep 300 & echo $! > child.pid; echo ready; wait"]

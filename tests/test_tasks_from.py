@@ -1,6 +1,6 @@
 """rk.tasks_from: inspect-ai tasks and reasoning-gym datasets as rollkit tasks.
 
-The proofs run the same deterministic replies (tests/scripted_provider.py, a
+The proofs run the same deterministic replies (tests/helpers/scripted_provider.py, a
 keyless OpenAI-compatible server on 127.0.0.1) through each framework
 natively and through rollkit, and compare the per-sample scores exactly:
 inspect's own `eval` (its openai provider pointed at the server) against
@@ -29,10 +29,10 @@ pytest.importorskip("inspect_ai")
 reasoning_gym = pytest.importorskip("reasoning_gym")
 
 sys.path.insert(0, str(Path(__file__).parent))
-import byo_inspect_tasks as byo  # noqa: E402
-from scripted_provider import ScriptedProvider  # noqa: E402
+from helpers import byo_inspect_tasks as byo  # noqa: E402
+from helpers.scripted_provider import ScriptedProvider  # noqa: E402
 
-TASKS_FILE = Path(__file__).parent / "byo_inspect_tasks.py"
+TASKS_FILE = Path(__file__).parent / "helpers" / "byo_inspect_tasks.py"
 
 
 def _scripted_agent() -> rk.Agent:

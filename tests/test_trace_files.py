@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from fault_report import report
+from helpers.fault_report import report
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent

@@ -16,7 +16,7 @@ import subprocess
 from collections import Counter
 
 import pytest
-from evaluate_helpers import HERE, chat_agent, chat_user, said_tasks, sigkill, start_gated, wait_blocked
+from helpers.evaluate_helpers import HERE, chat_agent, chat_user, said_tasks, sigkill, start_gated, wait_blocked
 
 import rollkit as rk
 from conftest import ticking
@@ -386,17 +386,17 @@ def test_cli_eval_with_a_user(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         ["rollkit", "eval", "rollkit.examples:support_tasks", "-m", "toy-support", "--user",
-         "users_helpers:CUSTOMER", "--max-user-turns", "1", "--no-progress"],
+         "helpers.users_helpers:CUSTOMER", "--max-user-turns", "1", "--no-progress"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert "stopped: max_user_turns" in done.stdout  # the cap refused the customer's second turn
     bad = subprocess.run(
-        ["rollkit", "eval", "rollkit.examples:support_tasks", "-m", "toy-support", "--user", "users_helpers:NOT_A_USER"],
+        ["rollkit", "eval", "rollkit.examples:support_tasks", "-m", "toy-support", "--user", "helpers.users_helpers:NOT_A_USER"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
     )
     assert bad.returncode == 1
-    assert "Error: users_helpers:NOT_A_USER is an int, not an rk.User or a function of the task that makes one" in bad.stderr
+    assert "Error: helpers.users_helpers:NOT_A_USER is an int, not an rk.User or a function of the task that makes one" in bad.stderr
     cap_alone = subprocess.run(
         ["rollkit", "eval", "rollkit.examples:support_tasks", "-m", "toy-support", "--max-user-turns", "2"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,

@@ -5,7 +5,7 @@ interpreter: the proofs run it in the venvs scripts/test.sh builds under
 ~/.cache/rollkit-oracles (verifiers alone, for its own evaluation; verifiers
 with rollkit on PYTHONPATH, for rollkit's), each as a subprocess, both
 answered by one scripted, keyless OpenAI-compatible server on 127.0.0.1
-(tests/scripted_provider.py, tests/byo_verifiers_replies.py). The capitals
+(tests/helpers/scripted_provider.py, tests/byo_verifiers_replies.py). The capitals
 taskset (tests/byo_verifiers_taskset.py) has two weighted rewards, two
 metrics, a system prompt and a toolset whose state the second reward reads:
 `vf-eval` with verifiers' own `null` chat harness (its MCP tool servers, its
@@ -35,7 +35,7 @@ WITH_ROLLKIT = ORACLES / "rollkit-verifiers" / "bin" / "python"  # verifiers 0.4
 
 sys.path.insert(0, str(HERE))
 from byo_verifiers_replies import reply  # noqa: E402
-from scripted_provider import ScriptedProvider  # noqa: E402
+from helpers.scripted_provider import ScriptedProvider  # noqa: E402
 
 needs_oracles = pytest.mark.skipif(
     not (VERIFIERS.exists() and WITH_ROLLKIT.exists()),

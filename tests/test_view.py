@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from evaluate_helpers import HERE
-from fault_report import report
+from helpers.evaluate_helpers import HERE
+from helpers.fault_report import report
 from test_browser import CHROMIUM, _page
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
@@ -41,7 +41,7 @@ import asyncio, sys
 from pathlib import Path
 
 import rollkit as rk
-from evaluate_helpers import said_tasks
+from helpers.evaluate_helpers import said_tasks
 
 out, gate = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -234,7 +234,7 @@ def test_view_url_carries_a_token_and_a_rebound_host_reaches_neither_page_nor_ke
 async def test_view_killed_by_any_signal_takes_voila_its_kernel_and_its_folder(tmp_path: Path, sig: int) -> None:
     """Before: SIGHUP or SIGKILL of the command left Voila and its kernel
     serving and its temporary folder behind."""
-    from conftest_programs import exited
+    from helpers.processes import exited
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -301,7 +301,7 @@ async def test_view_started_as_a_background_job_stops_on_a_signal_and_keeps_its_
     had replaced the inherited SIG_IGN before the command looked for it),
     and the token was on Voila's command line, readable by any local user
     in /proc/PID/cmdline."""
-    from conftest_programs import exited
+    from helpers.processes import exited
 
     folder, tmp = tmp_path / "run", tmp_path / "tmp"
     folder.mkdir()

@@ -1,5 +1,5 @@
 """A flooding agent program for the relay-cap test (standard library only),
-run inside a SandboxRuntime by tests/abuse_helpers.py.
+run inside a SandboxRuntime by tests/helpers/abuse_helpers.py.
 
 It opens `argv[1]` connections at once to each relay of its sandbox: the
 proxy (HTTP_PROXY), the interception server (OPENAI_BASE_URL) and its MCP

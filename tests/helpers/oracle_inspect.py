@@ -268,7 +268,7 @@ def differences(path: Path, traces: list[rk.Trace] | None = None) -> list[str]:
     return found
 
 
-if __name__ == "__main__":  # python tests/oracle_inspect.py LOG...: print the differences
+if __name__ == "__main__":  # python tests/helpers/oracle_inspect.py LOG...: print the differences
     import sys
 
     total = 0

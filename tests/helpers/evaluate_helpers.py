@@ -1,8 +1,8 @@
 """Task sets, agents and a runner script for the batch-evaluation tests.
 
 Importable from tests (pytest puts tests/ on sys.path) and from subprocesses
-started with tests/ on PYTHONPATH: `rollkit eval evaluate_helpers:TASKS ...`
-and `python evaluate_helpers.py run OUT` (the kill/interrupt tests) use it.
+started with tests/ on PYTHONPATH: `rollkit eval helpers.evaluate_helpers:TASKS ...`
+and `python helpers/evaluate_helpers.py run OUT` (the kill/interrupt tests) use it.
 
 Gated runs: with ROLLKIT_TEST_GATE=block, the model never answers tasks whose
 index is 2 mod 3 and prints `blocked <task key>#<n>` when it starts waiting,
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import rollkit as rk
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: on PYTHONPATH for subprocesses
 
 
 class Said(rk.Task):
@@ -199,13 +199,13 @@ def chat_agent() -> rk.Agent:
 
 def start_gated(mode: str, out: Path, *extra: str, env: dict[str, str] | None = None,
                 shell_job: bool = False) -> subprocess.Popen[str]:
-    """`python evaluate_helpers.py MODE OUT [EXTRA...]` with the gate closed.
+    """`python helpers/evaluate_helpers.py MODE OUT [EXTRA...]` with the gate closed.
     `shell_job=True` starts it as a `&` job of a non-interactive shell, which
     starts it with SIGINT ignored; its pid is then in OUT's sibling
     `<OUT>.pid` once the shell has started it."""
     env = {**os.environ, "ROLLKIT_TEST_GATE": "block", **(env or {}),
            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    argv = [sys.executable, str(HERE / "evaluate_helpers.py"), mode, str(out), *extra]
+    argv = [sys.executable, str(HERE / "helpers" / "evaluate_helpers.py"), mode, str(out), *extra]
     if shell_job:
         argv = ["sh", "-c", f'"$@" & echo $! > {shlex.quote(str(out))}.pid; wait $!', "sh", *argv]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -239,7 +239,7 @@ def sigkill(proc: subprocess.Popen[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """`python evaluate_helpers.py run OUT`: a gated run of 6 tasks x 2
+    """`python helpers/evaluate_helpers.py run OUT`: a gated run of 6 tasks x 2
     repeats at concurrency 4 into OUT; prints `aborted <rollout id>` for every
     rollout aborted by an interrupt, `interrupted` on Ctrl-C.
     `run-users OUT`: the same with a model playing the user (chat_user).
@@ -249,7 +249,7 @@ def main(argv: list[str]) -> int:
     moment to interrupt by them)."""
     modes = {"run": 2, "run-users": 2, "run-programs": 3}
     if not argv or modes.get(argv[0]) != len(argv):
-        print("usage: evaluate_helpers.py run|run-users OUT | run-programs OUT MARKER", file=sys.stderr)
+        print("usage: helpers/evaluate_helpers.py run|run-users OUT | run-programs OUT MARKER", file=sys.stderr)
         return 2
     if argv[0] == "run-users":
         rk.evaluate(chat_agent(), said_tasks(6), repeats=2, concurrency=4, out=argv[1], progress=False, user=chat_user())

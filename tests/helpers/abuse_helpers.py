@@ -1,4 +1,4 @@
-"""`python abuse_helpers.py hog N LIMIT` and `python abuse_helpers.py flood N
+"""`python helpers/abuse_helpers.py hog N LIMIT` and `python helpers/abuse_helpers.py flood N
 LIMIT`: the file-descriptor exhaustion cases of tests/test_server_abuse.py,
 in a process of its own whose descriptor limit is lowered to LIMIT (the test
 process keeps its own).
@@ -33,7 +33,7 @@ from pathlib import Path
 import rollkit as rk
 from rollkit.programs import interception
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 PYTHON = sys.executable
 
 
@@ -136,7 +136,7 @@ async def flood(n: int) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] not in ("hog", "flood"):
-        print("usage: abuse_helpers.py hog|flood N LIMIT", file=sys.stderr)
+        print("usage: helpers/abuse_helpers.py hog|flood N LIMIT", file=sys.stderr)
         return 2
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (int(argv[2]), hard))

@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-PROGRAMS = Path(__file__).parent / "programs"
+PROGRAMS = Path(__file__).parents[1] / "programs"
 AGENT = [sys.executable, str(PROGRAMS / "agent.py")]
 
 

@@ -2,7 +2,7 @@
 
 For proofs against other frameworks that run their own event loop
 (inspect-ai's `eval`, a plain `openai` client): the server cannot live in the
-test's loop, as tests/fake_provider.py does, so it is the standard library's
+test's loop, as tests/helpers/fake_provider.py does, so it is the standard library's
 threaded HTTP server. `reply(messages)` decides each answer from the request's
 messages alone (a string, or {"tool": name, "arguments": {...}} for a tool
 call), so the same conversation gets the same reply whoever asks; a

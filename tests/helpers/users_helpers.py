@@ -1,4 +1,4 @@
-"""Users for `rollkit eval --user users_helpers:NAME` in the tests."""
+"""Users for `rollkit eval --user helpers.users_helpers:NAME` in the tests."""
 
 from rollkit.examples import toy_customer
 

@@ -19,7 +19,7 @@ from typing import Any
 import jupyter_client
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("ROLLKIT_CACHE", Path.home() / ".cache" / "rollkit"))
 # A hang fails with the cells still waiting named, before pytest-timeout's 300 s.
 HANG_GUARD_S = 120
