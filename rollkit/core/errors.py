@@ -26,7 +26,8 @@ that raises them, and name their base here):
     │   ├── RunFolderError         (also ValueError; tables.runfolder) a folder that holds another run
     │   ├── CompareError           (also ValueError; analysis.compare)
     │   ├── TurnValueError         (also ValueError; runs.turnvalues)
-    │   └── ABTestError            (also ValueError; runs.ab)
+    │   ├── ABTestError            (also ValueError; runs.ab)
+    │   └── ExportTooLarge         (notebook.export) a run too large to export whole without --where or --limit
     ├── TraceFileError             (also ValueError; core._safe_read) a file that is not a trace
     └── Unavailable                a part rollkit needs is not installed or not reachable
         ├── HarnessUnavailable     (also RuntimeError; programs.harnesses) the agent program
