@@ -193,6 +193,17 @@ def test_a_verifiers_source_is_recognised_without_importing_verifiers_and_its_ab
     assert "verifiers" not in sys.modules
 
 
+def test_a_judge_endpoint_is_checked_before_the_taskset_loads_and_never_takes_a_key():
+    with pytest.raises(rk.UsageError, match=r"judge= takes a mapping like .*, not a str"):
+        rk.tasks_from("verifiers:byo_verifiers_taskset", judge="http://127.0.0.1:8000/v1")
+    with pytest.raises(rk.UsageError) as refused:
+        rk.tasks_from("verifiers:byo_verifiers_taskset", judge={"base_url": "http://127.0.0.1:8000/v1", "api_key": "k"})
+    assert str(refused.value) == (
+        "judge= takes ['base_url', 'model', 'api_key_var', 'headers_from_env', 'timeout'] (base_url and model "
+        "required; a key only through api_key_var, the environment variable holding it): missing ['model'], "
+        "unknown ['api_key']")
+
+
 def _installed(name: str) -> bool:
     import importlib.util
 
