@@ -1,7 +1,9 @@
 """The scripted model of the verifiers proofs (tests/test_verifiers_tasks.py),
 free of verifiers so the test process can serve it: on the capitals taskset
 (tests/byo_verifiers_taskset.py) it writes the capital into the notes, then
-answers, except on Japan, where it answers wrong without notes.
+answers, except on Japan, where it answers wrong without notes. As the
+judge of verifiers' reference judge (its prompt holds "Reference answer:"),
+it says "yes" when the graded response contains the reference answer.
 """
 
 from __future__ import annotations
@@ -16,8 +18,14 @@ __all__ = ["QUESTIONS", "reply"]
 QUESTIONS = [("France", "Paris"), ("Italy", "Rome"), ("Japan", "Tokyo")]
 
 
+def _fenced(prompt: str, heading: str) -> str:
+    return prompt.split(f"{heading}\n```\n", 1)[1].split("\n```", 1)[0]
+
+
 def reply(messages: list[dict[str, Any]]) -> Any:
     question = next(text(m.get("content")) for m in messages if m["role"] == "user")
+    if "Reference answer:" in question:
+        return "yes" if _fenced(question, "Reference answer:") in _fenced(question, "Response:") else "no"
     country = question.rsplit(" ", 1)[-1].rstrip("?")
     capital = dict(QUESTIONS)[country]
     if country == "Japan":

@@ -10,7 +10,9 @@ taskset (tests/byo_verifiers_taskset.py) has two weighted rewards, two
 metrics, a system prompt and a toolset whose state the second reward reads:
 `vf-eval` with verifiers' own `null` chat harness (its MCP tool servers, its
 state channel, its scoring) and `rk.evaluate` must give the same per-task
-rewards, weights and metrics, exactly. Then bad input (tests/byo_verifiers_broken.py
+rewards, weights and metrics, exactly; both with verifiers' reference judge
+plugged into the tasks' config and aimed at the same scripted server (model
+"judge"), which grades France's answer right and Japan's wrong. Then bad input (tests/byo_verifiers_broken.py
 and verifiers' own `vf-init` template, unmodified), each failure on its
 own task or trace while the rest of the run goes on. The forks of the saved
 run and the tasks stepped by hand in the notebook facade give the same.
@@ -52,14 +54,22 @@ def _per_task(stdout: str) -> dict[int, dict]:
     return {row["idx"]: row for row in rows}
 
 
+def _fenced(body: dict, heading: str) -> str:
+    """The fenced block under `heading` in a judge request's prompt."""
+    return body["messages"][0]["content"].split(f"{heading}\n```\n", 1)[1].split("\n```", 1)[0]
+
+
 @needs_oracles
 def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_and_a_system_prompt(tmp_path):
     with ScriptedProvider(reply) as provider:
         env = _env(provider.secret)
+        judges = json.dumps([{"id": "reference", "weight": 0.5, "base_url": provider.url, "model": "judge",
+                              "api_key_var": "SCRIPTED_KEY"}])
         native = subprocess.Popen([str(VERIFIERS), str(HERE / "verifiers_native_eval.py"), "byo_verifiers_taskset",
-                                   provider.url, str(tmp_path / "native")], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
-        ours = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"),
+                                   provider.url, str(tmp_path / "native"), "--env.taskset.task.judges", judges], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # rollkit names the same judge endpoint with rk.tasks_from(..., judge=...).
+        ours = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"), "--judge",
                                  "verifiers:byo_verifiers_taskset", provider.url, str(tmp_path / "run")], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # By hand: each task opened in the notebook facade, a person's seat answering turn by turn.
@@ -90,9 +100,11 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
         assert mine[idx]["stop"] == row["stop"] or (mine[idx]["stop"], row["stop"]) == (None, "agent_completed")
     # The values themselves: the notes reward reads the toolset's state, kept across the rollout's
     # calls; Italy's trace stop ends it before its second call (its tool call has run).
-    assert theirs[0]["rewards"] == {"correct": [1.0, 0.75], "noted": [1.0, 0.25]}
-    assert theirs[1]["rewards"] == {"correct": [0.0, 0.75], "noted": [1.0, 0.25]}
-    assert theirs[2]["rewards"] == {"correct": [0.0, 0.75], "noted": [0.0, 0.25]}
+    # The judge graded France's reply right and Japan's wrong; Italy's last reply is its tool
+    # call, an empty response the reference judge scores 0 without asking.
+    assert theirs[0]["rewards"] == {"correct": [1.0, 0.75], "noted": [1.0, 0.25], "reference": [1.0, 0.5]}
+    assert theirs[1]["rewards"] == {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "reference": [0.0, 0.5]}
+    assert theirs[2]["rewards"] == {"correct": [0.0, 0.75], "noted": [0.0, 0.25], "reference": [0.0, 0.5]}
     assert theirs[0]["metrics"] == {"reply_words": 7.0, "tool_replies": 1.0}
     assert theirs[1]["stop"] == mine[1]["stop"] == "italy_after_one_reply" and mine[1]["turns"] == 1
     # Japan's reply names Kyoto: the response @vf.stop ends it there, in both.
@@ -108,12 +120,21 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     # Italy's fork stands where the stop ended it, and says which @vf.stop fired.
     assert forked[1]["stop"] == "italy_after_one_reply"
     # Stepped by hand, each task gets what rk.evaluate gave it; France's notes were
-    # there when its second turn was asked for.
+    # there when its second turn was asked for (no judge is plugged there).
     stepped = _per_task(hand_out)
     for idx, row in stepped.items():
+        assert mine[idx]["rewards"].pop("reference") == theirs[idx]["rewards"]["reference"]
         assert {k: row[k] for k in ("rewards", "metrics", "state", "stop", "turns")} == \
             {k: mine[idx][k] for k in ("rewards", "metrics", "state", "stop", "turns")}, idx
     assert [row["asked"] for row in stepped.values()] == [[[0, None], [1, mine[0]["state"]]], [[0, None]], [[0, None]]]
+    # The judge was asked by verifiers, by rollkit and by the forks (which rebuilt the judge
+    # endpoint from the saved task) on France's and Japan's replies, in verifiers' own prompt.
+    judged = [body for body in requests if body["model"] == "judge"]
+    requests = [body for body in requests if body["model"] != "judge"]
+    graded = sorted((_fenced(body, "Reference answer:"), _fenced(body, "Response:"), len(body["messages"]))
+                    for body in judged)
+    assert graded == 3 * [("Paris", 'The capital is Paris. ("noted (1 lines)")', 1)] + \
+        3 * [("Tokyo", "I think it is Kyoto.", 1)]
     # Both sent the task's system prompt and the toolset's tools under verifiers' prefixed names.
     for body in requests:
         assert body["messages"][0] == {"role": "system", "content": "You answer geography questions. "
@@ -153,7 +174,8 @@ def test_bad_input_a_failing_load_the_vf_init_template_a_raising_reward_a_runtim
     assert found["judge"]["weights"]["reference"] == 0.5
     assert found["judge"]["signal_errors"]["reference"] == (
         "verifiers judge 'reference' of task ShakyTask would call judge model 'openai/gpt-6-luna' at "
-        "https://api.pinference.ai/api/v1; rollkit does not run verifiers judges, so this reward is missing")
+        "https://api.pinference.ai/api/v1; rollkit calls a judge only at an endpoint you name, so this reward is "
+        "missing: pass rk.tasks_from(..., judge={'base_url': URL, 'model': NAME, 'api_key_var': ENV_VAR})")
     assert no_tools["ok"] is False and no_tools["errors"] == [
         "verifiers toolset 'shaky' of task 'ShakyTaskset:2' did not start: ConnectionError: the tool backend "
         "refused the connection"]
@@ -169,6 +191,17 @@ def test_a_verifiers_source_is_recognised_without_importing_verifiers_and_its_ab
     with pytest.raises(rk.Unavailable, match=r"pip install 'rollkit\[verifiers\]'"):
         rk.tasks_from("verifiers:byo_verifiers_taskset")
     assert "verifiers" not in sys.modules
+
+
+def test_a_judge_endpoint_is_checked_before_the_taskset_loads_and_never_takes_a_key():
+    with pytest.raises(rk.UsageError, match=r"judge= takes a mapping like .*, not a str"):
+        rk.tasks_from("verifiers:byo_verifiers_taskset", judge="http://127.0.0.1:8000/v1")
+    with pytest.raises(rk.UsageError) as refused:
+        rk.tasks_from("verifiers:byo_verifiers_taskset", judge={"base_url": "http://127.0.0.1:8000/v1", "api_key": "k"})
+    assert str(refused.value) == (
+        "judge= takes ['base_url', 'model', 'api_key_var', 'headers_from_env', 'timeout'] (base_url and model "
+        "required; a key only through api_key_var, the environment variable holding it): missing ['model'], "
+        "unknown ['api_key']")
 
 
 def _installed(name: str) -> bool:

@@ -13,7 +13,9 @@ task rebuilt from the trace), and prints the same line for each fork.
 notebook facade with a person's seat (`rk.HumanModel`), answers each turn
 as the scripted server would (tests/byo_verifiers_replies.py), noting the
 toolsets' state when each turn is asked for, closes, and prints the same
-line with those states (`asked`).
+line with those states (`asked`). `--judge SOURCE BASE_URL` plugs
+verifiers' reference judge into each task's config and names BASE_URL (model
+"judge", its key in SCRIPTED_KEY) as the judge's endpoint.
 """
 
 from __future__ import annotations
@@ -68,13 +70,15 @@ def main() -> None:
     if sys.argv[1] == "--by-hand":
         asyncio.run(_by_hand(sys.argv[2]))
         return
-    fork = sys.argv[1] == "--fork"
-    source, base_url, *out = sys.argv[2:] if fork else sys.argv[1:]
+    fork, judged = sys.argv[1] == "--fork", sys.argv[1] == "--judge"
+    source, base_url, *out = sys.argv[2:] if fork or judged else sys.argv[1:]
     agent = rk.Agent(rk.OpenAIModel("scripted", base_url=base_url, api_key=os.environ["SCRIPTED_KEY"]))
     if fork:
         asyncio.run(_forks(source, agent))
         return
-    result = rk.evaluate(agent, rk.tasks_from(source), progress=False, out=out[0] if out else None)
+    options = {"task": {"judges": [{"id": "reference", "weight": 0.5}]},
+               "judge": {"base_url": base_url, "model": "judge", "api_key_var": "SCRIPTED_KEY"}} if judged else {}
+    result = rk.evaluate(agent, rk.tasks_from(source, **options), progress=False, out=out[0] if out else None)
     for trace in result.traces:
         print(_line(trace))
 

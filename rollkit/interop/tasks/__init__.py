@@ -11,7 +11,8 @@ own do, scored by that framework's own scorer code:
   `"reasoning_gym:NAME"` with `size=`, `seed=` and the dataset's config, or a
   dataset object;
 - verifiers v1 (rollkit.interop.tasks.verifiers_tasks): a `vf.Taskset`, a
-  Taskset class (with `config=` or its fields), or `"verifiers:TASKSET_ID"`.
+  Taskset class (with `config=` or its fields), or `"verifiers:TASKSET_ID"`;
+  `judge=` names the endpoint its config-plugged judges call.
 
 Which adapter takes a source is decided here, from the source's shape alone
 (a string's prefix or file suffix, the module an object's class comes from),

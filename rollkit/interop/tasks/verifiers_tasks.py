@@ -31,8 +31,11 @@ task's. A signal that raises is missing on that trace with its error; one
 that needs a verifiers runtime (a sandbox: a `runtime` parameter without a
 default) is missing with an error naming it, and a task that overrides
 `setup`/`finalize` (they take a runtime) fails with an error naming it. A
-config-plugged judge (`TaskConfig.judges`) is a missing reward with an error
-naming the model it would call: rollkit does not call it.
+config-plugged judge (`TaskConfig.judges`) runs, as verifiers runs it, against
+the OpenAI-compatible endpoint `judge=` names (its base_url, model and the
+environment variable holding its key, in verifiers' own client config, saved
+with the task); without `judge=` its reward is missing with an error naming
+the model it would call (by default a hosted one) and how to name one.
 The task's trace `@vf.stop`s are one rollkit stop, `verifiers_stop`, checked
 before each model call as verifiers checks them, its response stops another,
 `verifiers_response_stop`, checked on each reply (the one that fired is
@@ -61,7 +64,7 @@ from ...core.tools import Tool, Toolset
 from ...core.trace import Trace
 from .tasklist import TaskList
 
-__all__ = ["VerifiersData", "VerifiersTask", "build", "verifiers_trace"]
+__all__ = ["VerifiersData", "VerifiersTask", "build", "judge_endpoint", "verifiers_trace"]
 
 STATE_KEY = "verifiers_state"  # trace.info key of the toolsets' shared state
 
@@ -85,6 +88,7 @@ class VerifiersData(TaskData):
     config: dict[str, Any] = {}
     idx: int
     row: dict[str, Any] = {}
+    judge: dict[str, Any] = {}
     framework: str = "verifiers"
     framework_version: str = ""
 
@@ -215,7 +219,7 @@ class VerifiersTask(Task):
     async def verifiers_scores(self, trace: Trace) -> dict[str, float | None]:
         """The task's metrics and rewards, by their names and weights (recorded
         on the trace directly, as verifiers records them)."""
-        await score(self._vtask, trace)
+        await score(self._vtask, trace, self.data.judge)
         return {}
 
 
@@ -248,49 +252,87 @@ def _needs_runtime(fn: Any) -> bool:
     return param is not None and param.default is inspect.Parameter.empty
 
 
-async def score(vtask: Any, trace: Trace) -> None:
-    """Each of `vtask`'s metrics, then rewards, called as `Task.score` calls
-    them, recorded on `trace`; one that raises or needs a runtime is missing
-    with its error."""
-    invoke = vf().utils.decorators.invoke
+async def score(vtask: Any, trace: Trace, judge: Mapping[str, Any] | None = None) -> None:
+    """Each of `vtask`'s metrics, then rewards, then config-plugged judges,
+    called as `Task.score` calls them, recorded on `trace`; one that raises
+    or needs a runtime is missing with its error. The judges run against the
+    endpoint `judge` names (see `judge_endpoint`), or are refused without one."""
     available = {"task": vtask.data, "trace": verifiers_trace(trace, vtask)}
-    _refuse_judges(vtask, trace)
     for kind in ("metric", "reward"):
         for fn in vtask.hooks(kind):
-            name = fn.__name__
             weight = float(getattr(fn, "_vf_weight", 1.0)) if kind == "reward" else None
-            trace.record_signal(kind, name, None, weight)
-            if _needs_runtime(fn):
-                trace.record_signal_error(name, f"verifiers {kind} {name!r} of task {type(vtask).__name__} needs "
-                                                "a verifiers runtime (a sandbox), which rollkit does not provide")
-                continue
-            try:
-                value = invoke(fn, available)
-                if not inspect.isawaitable(value):  # verifiers gathers them: a plain value fails there too
-                    raise TypeError(f"it returned {type(value).__name__}, not an awaitable; verifiers awaits "
-                                    "every scoring function (make it async)")
-                value = await value
-            except Exception as exc:
-                trace.record_signal_error(name, f"verifiers {kind} {name!r} raised {type(exc).__name__}: {exc}")
-                continue
-            if isinstance(value, Mapping):
-                trace.drop_signal(kind, name)
-                for key, number in value.items():
-                    trace.record_signal(kind, str(key), _number(number), weight)
-            else:
-                trace.record_signal(kind, name, _number(value), weight)
+            await _record(kind, fn.__name__, fn, weight, vtask, available, trace)
+    for plugged in vtask.plugged_judges():
+        name, weight = plugged.reward_name, float(plugged.config.weight)
+        if not judge:
+            trace.record_signal("reward", name, None, weight)
+            trace.record_signal_error(name, _judge_refusal(vtask, name, plugged.config))
+            continue
+        named = vf().utils.loaders.load_judge(_aimed(plugged.config, judge))
+        await _record("reward", name, named.score, weight, vtask, available, trace, what="judge")
 
 
-def _refuse_judges(vtask: Any, trace: Trace) -> None:
-    """The task's config-plugged judges, each a missing reward with an error:
-    a judge calls the model its config names (by default a hosted one, with
-    a key from the environment), which rollkit does not do on a task's behalf."""
-    for judge in vtask.plugged_judges():
-        name, config = judge.reward_name, judge.config
-        trace.record_signal("reward", name, None, float(config.weight))
-        trace.record_signal_error(name, f"verifiers judge {name!r} of task {type(vtask).__name__} would call judge "
-                                        f"model {config.model!r} at {config.base_url}; rollkit does not run "
-                                        "verifiers judges, so this reward is missing")
+async def _record(kind: str, name: str, fn: Any, weight: float | None, vtask: Any, available: dict[str, Any],
+                  trace: Trace, what: str | None = None) -> None:
+    """One scoring function called as verifiers' `invoke` calls it, its value
+    (or each value of the mapping it returns) recorded under `name`."""
+    what = what or kind
+    trace.record_signal(kind, name, None, weight)
+    if _needs_runtime(fn):
+        trace.record_signal_error(name, f"verifiers {what} {name!r} of task {type(vtask).__name__} needs "
+                                        "a verifiers runtime (a sandbox), which rollkit does not provide")
+        return
+    try:
+        value = vf().utils.decorators.invoke(fn, available)
+        if not inspect.isawaitable(value):  # verifiers gathers them: a plain value fails there too
+            raise TypeError(f"it returned {type(value).__name__}, not an awaitable; verifiers awaits "
+                            "every scoring function (make it async)")
+        value = await value
+    except Exception as exc:
+        trace.record_signal_error(name, f"verifiers {what} {name!r} raised {type(exc).__name__}: {exc}")
+        return
+    if isinstance(value, Mapping):
+        trace.drop_signal(kind, name)
+        for key, number in value.items():
+            trace.record_signal(kind, str(key), _number(number), weight)
+    else:
+        trace.record_signal(kind, name, _number(value), weight)
+
+
+# The client fields of verifiers' JudgeConfig (its BaseClientConfig) that
+# `judge=` may set: where to call and which environment variable holds the
+# key, never a key itself (the endpoint is saved with each task's data).
+JUDGE_FIELDS = ("base_url", "model", "api_key_var", "headers_from_env", "timeout")
+
+
+def judge_endpoint(judge: Any) -> dict[str, Any]:
+    """`judge=` checked: a mapping with `base_url` and `model` (an OpenAI-
+    compatible endpoint), optionally `api_key_var` (the environment variable
+    verifiers reads the key from; none given, it sends no key),
+    `headers_from_env` and `timeout`, as verifiers' judge config names them."""
+    if judge is None:
+        return {}
+    if not isinstance(judge, Mapping):
+        raise UsageError(f"judge= takes a mapping like {{'base_url': 'http://127.0.0.1:8000/v1', 'model': "
+                         f"'NAME', 'api_key_var': 'ENV_VAR'}}, not a {type(judge).__name__}")
+    unknown = sorted(set(judge) - set(JUDGE_FIELDS))
+    missing = [k for k in ("base_url", "model") if not judge.get(k)]
+    if unknown or missing:
+        raise UsageError(f"judge= takes {list(JUDGE_FIELDS)} (base_url and model required; a key only through "
+                         f"api_key_var, the environment variable holding it): missing {missing}, unknown {unknown}")
+    return {"api_key_var": "", **judge}
+
+
+def _aimed(config: Any, judge: Mapping[str, Any]) -> Any:
+    """The plugged judge's config aimed at the endpoint `judge` names, validated
+    by its own type (so its prompt, choices and weight stay the task's)."""
+    return type(config).model_validate({**config.model_dump(), **judge})
+
+
+def _judge_refusal(vtask: Any, name: str, config: Any) -> str:
+    return (f"verifiers judge {name!r} of task {type(vtask).__name__} would call judge model {config.model!r} at "
+            f"{config.base_url}; rollkit calls a judge only at an endpoint you name, so this reward is missing: "
+            "pass rk.tasks_from(..., judge={'base_url': URL, 'model': NAME, 'api_key_var': ENV_VAR})")
 
 
 def _finish(reason: str | None) -> str | None:
@@ -445,10 +487,13 @@ def _source_of(source: Any, config: Any, fields: dict[str, Any]) -> tuple[str, A
     return ref, _construct(cls, config, ref)
 
 
-def build(source: Any, *, config: Any = None, limit: int | None = None, **fields: Any) -> TaskList:
+def build(source: Any, *, config: Any = None, limit: int | None = None, judge: Any = None,
+          **fields: Any) -> TaskList:
     """The tasks of a verifiers v1 taskset (see the module's docstring).
     `config` is the taskset's config object, or give its fields as options;
-    `limit` takes the first tasks (needed for an infinite taskset)."""
+    `limit` takes the first tasks (needed for an infinite taskset); `judge`
+    is the endpoint the task's config-plugged judges call (`judge_endpoint`)."""
+    endpoint = judge_endpoint(judge)
     ref, taskset = _source_of(source, config, fields)
     if limit is not None:
         taskset = taskset.take(limit)
@@ -462,11 +507,11 @@ def build(source: Any, *, config: Any = None, limit: int | None = None, **fields
         tasks = []
         for vtask in _iterate(taskset, ref):
             known[vtask.data.idx] = vtask
-            tasks.append(VerifiersTask(_data(vtask, ref, settings, version), vtask=vtask))
+            tasks.append(VerifiersTask(_data(vtask, ref, settings, version, endpoint), vtask=vtask))
     return TaskList(tasks)
 
 
-def _data(vtask: Any, ref: str, settings: dict[str, Any], version: str) -> VerifiersData:
+def _data(vtask: Any, ref: str, settings: dict[str, Any], version: str, judge: dict[str, Any]) -> VerifiersData:
     row = vtask.data
     name = ref.removeprefix("verifiers:").rsplit(":", 1)[-1]
     system, prompt = row.system_prompt, row.prompt
@@ -480,7 +525,7 @@ def _data(vtask: Any, ref: str, settings: dict[str, Any], version: str) -> Verif
         prompt = users[0].content if isinstance(users[0].content, str) else row.prompt_text
     return VerifiersData(id=f"{name}:{row.id if row.id is not None else row.idx}", prompt=prompt,
                          system_prompt=system, taskset=ref, config=settings, idx=row.idx,
-                         row=row.model_dump(mode="json", exclude_none=True), framework_version=version)
+                         row=row.model_dump(mode="json", exclude_none=True), judge=judge, framework_version=version)
 
 
 def _version() -> str:
