@@ -34,9 +34,10 @@ benchmarks/bigrun.py measures the open): nan or inf in other spellings
 deeper than rk.load's parser goes (200 arrays or objects); the native
 build reads such a line, the Python build and rk.load refuse it. Neither
 build checks a line against the trace schema as rk.load does (pydantic
-costs many builds): a value the tables read as text or do not read (a role
-"systemx", a number where text belongs) is read where rk.load refuses the
-line, and an integer field given 2.5 is 2 in both builds (int(), and
+costs many builds), save a message's role, which both check where they
+read the messages (_BAD_ROLE, in the pass that finds a broken line): a
+value the tables read as text or do not read (a number where text
+belongs) is read where rk.load refuses the line, and an integer field given 2.5 is 2 in both builds (int(), and
 DuckDB's reader), where rk.load refuses it (tests/test_hostile_lines.py
 holds these as expected failures).
 
@@ -57,6 +58,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from ..core._dependencies import duckdb, np, pa, pc
+from ..core.messages import ROLES
 from ..core.trace import UNTIMED
 
 __all__ = ["native_tables", "NativeUnfit", "Engine", "LIGHT_TABLES"]
@@ -167,6 +169,9 @@ _BROKEN = " or ".join((
     *(f"(t.phases.{p} is not null and t.phases.{p}.start is null)" for p in _PHASE_NAMES),
     "(coalesce(len(t.errors), 0) > 0 and (t.errors[1].type is null or t.errors[1].message is null))",
 ))
+# A message whose role is no trace's (ROLES): checked where the messages are read, in the same pass.
+_BAD_ROLE = ("coalesce(list_bool_or(list_transform(t.messages, lambda m: m is null or m.role is null or m.role "
+             f"not in ({', '.join(repr(r) for r in ROLES)}))), false)")
 
 
 def _free_types(con: Any, tables: tuple[str, ...]) -> dict[tuple[str, str], str | None]:
@@ -685,9 +690,10 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
         _read(con, lines, ordinal, tables, engine)
         # The lines that are not traces, and the types of two times (one pass over the part).
         times = _TIME_FLAGS if "rollouts" in tables else "false, false"
-        broken, *flags = con.execute(f"select count(*) filter (where {_BROKEN}), {times} from p").fetchall()[0]
+        refused = f"{_BROKEN} or {_BAD_ROLE}" if "messages" in _fields(tables) else _BROKEN
+        broken, *flags = con.execute(f"select count(*) filter (where {refused}), {times} from p").fetchall()[0]
         if broken:
-            raise NativeUnfit(f"{broken} lines lack a field the tables need")
+            raise NativeUnfit(f"{broken} lines lack a field the tables need, or hold a role no message has")
         kinds = _free_types(con, tables)
         signals = _Signals.of_maps([])
         if "rollouts" in tables:  # the reward and metric columns

@@ -46,6 +46,7 @@ from typing import Any
 
 from ..core._dependencies import pa, pd
 from ..core._sums import sum_in_order
+from ..core.messages import ROLES
 from ..core.outcome import MissingSignal, Outcome
 from ..core.totals import record_cost, record_reward, token_totals
 from ..core.trace import PHASES, UNTIMED
@@ -404,6 +405,8 @@ def _message_rows(messages_out: list[tuple[Any, ...]], trace_id: str, key: str, 
     """A row per message: its text, the tool calls it made, the tool it answers for."""
     for index, message in enumerate(messages):
         role = message.get("role")
+        if role not in ROLES:  # no trace's: the line is read as rk.load reads it, and refused
+            raise ValueError(f"a message's role is {role!r}")
         content = message.get("content")
         if content.__class__ is not str:
             content = _text(content)
