@@ -30,6 +30,7 @@ __all__ = [
     "ToolMessage",
     "ToolCall",
     "Message",
+    "ROLES",
     "TextPart",
     "ReasoningPart",
     "ImagePart",
@@ -254,6 +255,9 @@ Message = Annotated[
     Union[SystemMessage, UserMessage, AssistantMessage, ToolMessage],
     Field(discriminator="role"),
 ]
+# The roles a Message has (its union's discriminator): readers that skip
+# pydantic (rollkit.tables) refuse any other, as loading does.
+ROLES = tuple(m.model_fields["role"].default for m in (SystemMessage, UserMessage, AssistantMessage, ToolMessage))
 
 
 class Usage(_Data):

@@ -34,11 +34,17 @@ benchmarks/bigrun.py measures the open): nan or inf in other spellings
 deeper than rk.load's parser goes (200 arrays or objects); the native
 build reads such a line, the Python build and rk.load refuse it. Neither
 build checks a line against the trace schema as rk.load does (pydantic
-costs many builds): a value the tables read as text or do not read (a role
-"systemx", a number where text belongs) is read where rk.load refuses the
-line, and an integer field given 2.5 is 2 in both builds (int(), and
-DuckDB's reader), where rk.load refuses it (tests/test_hostile_lines.py
-holds these as expected failures).
+costs many builds), save a message's role, which both check where they
+read the messages (_BAD_ROLE, in the pass that finds a broken line), and
+a call's integer fields: DuckDB's reader and int() make 2.5 2, so the
+native build reads them as reals and checks them before typing them
+(_fractions), the Python build checks them (rows), and both refuse 2.5 as
+rk.load does. A value the tables read as text or do not read (a number
+where text belongs) is read where rk.load refuses the line, and a null
+where a call's number belongs (cum_agent_time) is read as the missing
+key's default natively (DuckDB's reader tells them apart in no column
+type) where rk.load refuses it (tests/test_hostile_lines.py holds these
+as expected failures).
 
 Adding a column: the trace field to `_TRACE_FIELDS` (when it is new), and
 the column's SQL to its table's `_EXPRESSIONS` (the test checks each
@@ -57,6 +63,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from ..core._dependencies import duckdb, np, pa, pc
+from ..core.messages import ROLES
 from ..core.trace import UNTIMED
 
 __all__ = ["native_tables", "NativeUnfit", "Engine", "LIGHT_TABLES"]
@@ -167,6 +174,9 @@ _BROKEN = " or ".join((
     *(f"(t.phases.{p} is not null and t.phases.{p}.start is null)" for p in _PHASE_NAMES),
     "(coalesce(len(t.errors), 0) > 0 and (t.errors[1].type is null or t.errors[1].message is null))",
 ))
+# A message whose role is no trace's (ROLES): checked where the messages are read, in the same pass.
+_BAD_ROLE = ("coalesce(list_bool_or(list_transform(t.messages, lambda m: m is null or m.role is null or m.role "
+             f"not in ({', '.join(repr(r) for r in ROLES)}))), false)")
 
 
 def _free_types(con: Any, tables: tuple[str, ...]) -> dict[tuple[str, str], str | None]:
@@ -559,17 +569,38 @@ def _fields(tables: tuple[str, ...]) -> dict[str, Any]:
     return _LIGHT_FIELDS if set(tables) <= set(LIGHT_TABLES) else _TRACE_FIELDS
 
 
-def _columns(tables: tuple[str, ...]) -> dict[str, str]:
-    """read_json's columns: each top-level field of the structure with its DuckDB type."""
-    return {name: _duck_type(kind) for name, kind in _fields(tables).items()}
+def _columns(tables: tuple[str, ...], read: bool = False) -> dict[str, str]:
+    """read_json's columns: each top-level field of the structure with its
+    DuckDB type; `read`: as read, an integer as a real (_fractions)."""
+    return {name: _duck_type(kind, read) for name, kind in _fields(tables).items()}
 
 
-def _duck_type(kind: Any) -> str:
+def _duck_type(kind: Any, read: bool = False) -> str:
     if isinstance(kind, str):
-        return kind
+        return "DOUBLE" if read and kind == "BIGINT" else kind
     if isinstance(kind, list):
-        return _duck_type(kind[0]) + "[]"
-    return "STRUCT(" + ", ".join(f"{_quoted(name)} {_duck_type(k)}" for name, k in kind.items()) + ")"
+        return _duck_type(kind[0], read) + "[]"
+    return "STRUCT(" + ", ".join(f"{_quoted(name)} {_duck_type(k, read)}" for name, k in kind.items()) + ")"
+
+
+# A real that is no integer, or one a double may not hold exactly (past 2**53).
+_FRACTION = "({x} <> trunc({x}) or abs({x}) > 9007199254740992)"
+
+
+def _fractions(kind: Any, x: str, depth: int = 0) -> list[str]:
+    """SQL true where an integer field of `x` (read as a real: _columns) holds
+    a value no integer field of a trace takes (2.5): DuckDB's reader would
+    make it 2, rk.load refuses it, the Python build (rows) too."""
+    if kind == "BIGINT":  # (not a call's token ids: neither build reads them as numbers)
+        return [_FRACTION.format(x=x)]
+    if isinstance(kind, list):
+        each = f"e{depth}"
+        inner = _fractions(kind[0], each, depth + 1)
+        return [f"coalesce(list_bool_or(list_transform({x}, lambda {each}: {' or '.join(inner)})), false)"] if inner \
+            else []
+    if isinstance(kind, dict):
+        return [check for name, k in kind.items() for check in _fractions(k, f"{x}.{_quoted(name)}", depth)]
+    return []
 
 
 class Engine:
@@ -685,9 +716,10 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
         _read(con, lines, ordinal, tables, engine)
         # The lines that are not traces, and the types of two times (one pass over the part).
         times = _TIME_FLAGS if "rollouts" in tables else "false, false"
-        broken, *flags = con.execute(f"select count(*) filter (where {_BROKEN}), {times} from p").fetchall()[0]
+        refused = f"{_BROKEN} or {_BAD_ROLE}" if "messages" in _fields(tables) else _BROKEN
+        broken, *flags = con.execute(f"select count(*) filter (where {refused}), {times} from p").fetchall()[0]
         if broken:
-            raise NativeUnfit(f"{broken} lines lack a field the tables need")
+            raise NativeUnfit(f"{broken} lines lack a field the tables need, or hold a role no message has")
         kinds = _free_types(con, tables)
         signals = _Signals.of_maps([])
         if "rollouts" in tables:  # the reward and metric columns
@@ -722,13 +754,19 @@ def _read(con: Any, lines: Any, ordinal: int, tables: tuple[str, ...], engine: E
     _check_strict(con, lines)
     bounds = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:lines.offset + count + 1]
     with engine.part_file(memoryview(lines.buffers()[2])[int(bounds[0]):int(bounds[-1])]) as path:
-        parsed = con.read_json(path, format="newline_delimited", records="true", columns=_columns(tables))
+        parsed = con.read_json(path, format="newline_delimited", records="true", columns=_columns(tables, True))
         # `parsed` is read by name (DuckDB's replacement scan): a view would be the
         # database's, shared by the parts built side by side. The reader keeps the
         # lines' order and makes a row of each (none is blank): a row's rowid is its
         # line's place (a positional join with the lines' places read the part on one thread).
-        con.execute("create temp table parsed_lines as select parsed as t from parsed")
-    made = con.execute("select count(*) from parsed_lines").fetchall()[0][0]
+        # Integers are read as reals (DuckDB's reader makes 2.5 2), checked, then typed.
+        fractions = " or ".join(_fractions(_fields(tables), "parsed")) or "false"
+        typed = "STRUCT(" + ", ".join(f"{_quoted(n)} {k}" for n, k in _columns(tables).items()) + ")"
+        con.execute(f"create temp table parsed_lines as select parsed::{typed} as t, {fractions} as _fraction "
+                    "from parsed")
+    made, fraction = con.execute("select count(*), bool_or(_fraction) from parsed_lines").fetchall()[0]
+    if fraction:
+        raise NativeUnfit("an integer field holds a fraction")
     if made != count:
         raise NativeUnfit(f"{made} rows read from {count} lines")
     # _offset and _length: the rollouts' own, set from `offsets` and `lengths` when they are fetched.

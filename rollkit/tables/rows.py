@@ -46,6 +46,7 @@ from typing import Any
 
 from ..core._dependencies import pa, pd
 from ..core._sums import sum_in_order
+from ..core.messages import ROLES
 from ..core.outcome import MissingSignal, Outcome
 from ..core.totals import record_cost, record_reward, token_totals
 from ..core.trace import PHASES, UNTIMED
@@ -296,12 +297,28 @@ def _latency(call: dict[str, Any]) -> float:
     return _NAN if call.get("timing_issue") == UNTIMED else float(call["end"]) - float(call["start"])
 
 
+# A call's integer fields, and its usage's: int() makes 2.5 2, where rk.load refuses the line.
+_CALL_INTEGERS = ("index", "segment", "new_input_tokens", "cum_turns", "cum_input_tokens", "cum_output_tokens",
+                  "cum_total_tokens", "request_messages")
+_USAGE_INTEGERS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
+def _integral(call: dict[str, Any]) -> None:
+    """Raise ValueError (the line is then read as rk.load reads it, and
+    refused) where an integer field of `call` holds a fraction."""
+    usage = call.get("usage") or {}
+    for value in (*map(call.get, _CALL_INTEGERS), *map(usage.get, _USAGE_INTEGERS)):
+        if value.__class__ is float and not value.is_integer():
+            raise ValueError(f"a call's integer field holds {value}")
+
+
 def _unreported(calls: list[dict[str, Any]]) -> tuple[bool, bool]:
     """Whether a turn did not report its input, its output tokens (what
     _call_rows finds, and the fields it must find in each call)."""
     unreported_in = unreported_out = False
     for call in calls:
         int(call["index"]), int(call["segment"])  # a call without them is not a trace's: the line is named
+        _integral(call)
         if call.get("committed"):
             usage = call.get("usage") or {}
             unreported_in = unreported_in or _count(usage.get("input_tokens")) is None
@@ -342,6 +359,7 @@ def _call_rows(table: dict[str, list[tuple[Any, ...]]], built: frozenset[str], i
     calls_out, turns_out = table["calls"], table["turns"]
     with_calls, with_turns = "calls" in built, "turns" in built
     for call in calls:
+        _integral(call)
         usage = call.get("usage") or {}
         err = call.get("error")
         c_start, c_end = float(call["start"]), float(call["end"])
@@ -404,6 +422,8 @@ def _message_rows(messages_out: list[tuple[Any, ...]], trace_id: str, key: str, 
     """A row per message: its text, the tool calls it made, the tool it answers for."""
     for index, message in enumerate(messages):
         role = message.get("role")
+        if role not in ROLES:  # no trace's: the line is read as rk.load reads it, and refused
+            raise ValueError(f"a message's role is {role!r}")
         content = message.get("content")
         if content.__class__ is not str:
             content = _text(content)
