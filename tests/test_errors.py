@@ -191,7 +191,7 @@ async def test_interaction_turn_after_the_end_says_why():
 
 # Exceptions that never reach a caller: raised and caught inside rollkit.
 _INTERNAL = {
-    "rollkit.core._safe_read.TooDeep": "read as a TraceFileError naming the file before it leaves _safe_read",
+    "rollkit.core.safe_read.TooDeep": "read as a TraceFileError naming the file before it leaves safe_read",
     "rollkit.core.cancellation.Overrun": "a deadline's signal inside the rollout; recorded as the boundary's error",
     "rollkit.programs.dialects._base.WireError": "answered to the program as an HTTP 400 in its own dialect",
     "rollkit.programs.sandbox_proxy.ProxyRefusal": "answered to the sandboxed program in HTTP; never leaves the proxy",

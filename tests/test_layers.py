@@ -362,9 +362,10 @@ if __name__ == "__main__":
 
 
 def _private_names_imported(path: Path, source: str) -> list[str]:
-    """`from X import _name` in `path` where `_name` is a private name of
-    module X (not a private module of a package, `from . import _loop`, whose
-    names are that package's own machinery)."""
+    """`from X import _name` in `path`, where `_name` is a private name of
+    module X or a private module of package X, and `import ... as _alias`:
+    a private module another module reads is public in its package, and a
+    local alias needs no underscore to stay out of `__all__`."""
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rsplit(".", 1)[0]
     found = []
     for node in ast.walk(ast.parse(source)):
@@ -376,8 +377,10 @@ def _private_names_imported(path: Path, source: str) -> list[str]:
         else:
             module = node.module or ""
         for alias in node.names:
-            if alias.name.startswith("_") and not alias.name.startswith("__") and not _exists(f"{module}.{alias.name}"):
-                found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {module}.{alias.name}")
+            private = alias.name.startswith("_") and not alias.name.startswith("__")
+            if private or (alias.asname or "").startswith("_"):
+                found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {module}.{alias.name}"
+                             + (f" as {alias.asname}" if alias.asname else ""))
     return found
 
 
@@ -389,6 +392,9 @@ def test_no_private_name_is_imported_across_modules() -> None:
 
 def test_the_private_name_check_can_fail() -> None:
     path = ROOT / "tables" / "columns.py"
-    old = "from .rows import TABLES, _Rows\nfrom ..core.store import _sniff\nfrom . import rows\nfrom ..notebook import _loop\n"
+    old = ("from .rows import TABLES, _Rows\nfrom ..core.store import _sniff\nfrom . import rows\n"
+           "from ..notebook import _loop\nfrom ..analysis.compare import compare as _compare\n")
     assert _private_names_imported(path, old) == ["rollkit/tables/columns.py:1 rollkit.tables.rows._Rows",
-                                                  "rollkit/tables/columns.py:2 rollkit.core.store._sniff"]
+                                                  "rollkit/tables/columns.py:2 rollkit.core.store._sniff",
+                                                  "rollkit/tables/columns.py:4 rollkit.notebook._loop",
+                                                  "rollkit/tables/columns.py:5 rollkit.analysis.compare.compare as _compare"]

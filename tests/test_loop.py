@@ -1,4 +1,4 @@
-"""rollkit's own loop (rollkit.notebook._loop) under the notebook facade.
+"""rollkit's own loop (rollkit.notebook.sync_loop) under the notebook facade.
 
 A rollout opened by the sync facade lives on rollkit's loop thread; these
 tests call it the ways a kernel does, from this test's running loop (the
@@ -16,7 +16,7 @@ import pytest
 
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks
-from rollkit.notebook import _loop
+from rollkit.notebook import sync_loop
 
 
 def _threads_seen() -> tuple[list[str], rk.ScriptedModel]:
@@ -106,19 +106,19 @@ def test_a_sync_call_from_rollkits_own_loop_is_refused_not_deadlocked() -> None:
     async def outer() -> str:
         coro = inner()
         try:
-            _loop.run(coro)
+            sync_loop.run(coro)
         except RuntimeError as exc:
             return str(exc)
         return "ran"
 
-    assert _loop.run(outer()).startswith("a synchronous rollkit call was made on the event loop it would have to wait for")
-    assert _loop.run(inner()) == 1  # the loop is still fine
+    assert sync_loop.run(outer()).startswith("a synchronous rollkit call was made on the event loop it would have to wait for")
+    assert sync_loop.run(inner()) == 1  # the loop is still fine
 
 
 def test_schedule_with_no_loop_running_runs_to_the_end_and_keeps_the_error() -> None:
     async def fails() -> None:
         raise ValueError("bad")
 
-    future = _loop.schedule(fails())
+    future = sync_loop.schedule(fails())
     assert future.done()
     assert isinstance(future.exception(), ValueError) and str(future.exception()) == "bad"

@@ -122,10 +122,10 @@ def test_interrupting_a_blocking_step_cancels_it_and_leaves_nothing_running(kern
         kernel.wait([step])
         assert kernel.replies[step]["content"]["ename"] == "KeyboardInterrupt"
         content, outputs = kernel.run(
-            "from rollkit.notebook import _loop\n"
+            "from rollkit.notebook import sync_loop\n"
             "async def others():\n"
             "    return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]\n"
-            "print(ro.busy, _loop.run(others()))\n"
+            "print(ro.busy, sync_loop.run(others()))\n"
             "print(ro.status)\n"
             "trace = ro.close()\n"
             "print(ro.status.kind, trace.errors[0].type)\n"

@@ -189,9 +189,9 @@ def test_hostile_special_files_are_refused_before_reading(tmp_path, kind):
 
 @pytest.mark.faults
 def test_hostile_line_longer_than_the_bound_is_refused_unread_and_skip_skips_it(tmp_path, monkeypatch):
-    from rollkit.core import _safe_read
+    from rollkit.core import safe_read
 
-    monkeypatch.setattr(_safe_read, "MAX_LINE", 4096)  # the bound itself is 64 MiB; the file stays small
+    monkeypatch.setattr(safe_read, "MAX_LINE", 4096)  # the bound itself is 64 MiB; the file stays small
     path = _verifiers(tmp_path, _VERIFIERS_LINE, dict(_VERIFIERS_LINE, prompt=[{"role": "user", "content": "x" * 10_000}]),
                       _VERIFIERS_LINE)
     with pytest.raises(rk.TraceFileError) as caught:
@@ -206,20 +206,20 @@ def test_lines_read_a_block_at_a_time_are_the_lines_of_the_file(tmp_path, monkey
     """Lines cut by block edges, a byte-order mark, an empty line, lines
     past the bound (inside one block and across several) and a last line
     without its newline: what readline would give, one by one."""
-    from rollkit.core import _safe_read
+    from rollkit.core import safe_read
 
-    monkeypatch.setattr(_safe_read, "MAX_LINE", 40)
-    monkeypatch.setattr(_safe_read, "_BLOCK", block)
+    monkeypatch.setattr(safe_read, "MAX_LINE", 40)
+    monkeypatch.setattr(safe_read, "_BLOCK", block)
     body = [b"short", b"", b"a" * 40, b"b" * 41, b"c" * 39, b"d" * 200, b"e" * 10, b"f" * 45]
     path = tmp_path / "t.jsonl"
-    path.write_bytes(_safe_read.BOM + b"\n".join(body))  # "f"*45, the last, has no newline and is too long
+    path.write_bytes(safe_read.BOM + b"\n".join(body))  # "f"*45, the last, has no newline and is too long
     expected = [(1, b"short\n"), (2, b"\n"), (3, b"a" * 40 + b"\n"), (4, None), (5, b"c" * 39 + b"\n"), (6, None),
                 (7, b"e" * 10 + b"\n"), (8, None)]
-    assert list(_safe_read.lines(path)) == expected
+    assert list(safe_read.lines(path)) == expected
     path.write_bytes(b"\n".join(body[:-1]) + b"\ntorn")
-    assert list(_safe_read.lines(path))[-2:] == [(7, b"e" * 10 + b"\n"), (8, b"torn")]
+    assert list(safe_read.lines(path))[-2:] == [(7, b"e" * 10 + b"\n"), (8, b"torn")]
     # Every batch's bytes hold its lines, so a scan of them finds what is in any line.
-    for batch_bytes, batch in _safe_read.line_batches(path):
+    for batch_bytes, batch in safe_read.line_batches(path):
         assert all(line is None or line.rstrip(b"\n") in batch_bytes for _, line in batch)
 
 
@@ -228,21 +228,21 @@ def test_hostile_eval_zip_bomb_is_refused_before_inflating(tmp_path):
     """Before: a 4 MB .eval whose member inflates to 4 GB reached MemoryError."""
     import zipfile
 
-    from rollkit.core import _safe_read
+    from rollkit.core import safe_read
 
     path = tmp_path / "bomb.eval"
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("header.json", "{}")
         with archive.open("samples/1_epoch_1.json", "w", force_zip64=True) as member:
             chunk = b"0" * (1 << 20)
-            for _ in range(_safe_read.MAX_MEMBER // len(chunk) + 1):
+            for _ in range(safe_read.MAX_MEMBER // len(chunk) + 1):
                 member.write(chunk)
     assert path.stat().st_size < 2 * 2**20
     pytest.importorskip("inspect_ai")
     with pytest.raises(rk.TraceFileError) as caught:
         rk.load(path)
     assert str(caught.value) == (f"{path}: zip member 'samples/1_epoch_1.json' decompresses to 257 MiB, more than the "
-                                 "256 MiB a member may be (rollkit.core._safe_read.MAX_MEMBER)")
+                                 "256 MiB a member may be (rollkit.core.safe_read.MAX_MEMBER)")
 
 
 async def test_hostile_byte_order_mark_is_accepted(tmp_path):
@@ -467,7 +467,7 @@ print(json.dumps({"said": said, "peak_mib": peak / 1024}))
 @pytest.mark.faults
 @pytest.mark.parametrize("shape", list(HOSTILE_SHAPES))
 def test_hostile_shape_is_refused_naming_the_file_under_300_mb(tmp_path, shape):
-    """Issue 31, item 4: every sniffer reads through _safe_read's bounds; the
+    """Issue 31, item 4: every sniffer reads through safe_read's bounds; the
     peak is the loading process's own, a fresh interpreter's."""
     path = tmp_path / "hostile.json"
     _write_shape(path, *HOSTILE_SHAPES[shape])
@@ -479,18 +479,18 @@ def test_hostile_shape_is_refused_naming_the_file_under_300_mb(tmp_path, shape):
     assert result["said"] is not None and result["said"].startswith(f"{path}: "), result
     assert any(bound in result["said"] for bound in (
         "more than the 64 MiB a JSON document may be", "is longer than the 64 MiB a line may be",
-        "more than the 192 MiB one record or document may (rollkit.core._safe_read.MAX_PARSED)")), result
+        "more than the 192 MiB one record or document may (rollkit.core.safe_read.MAX_PARSED)")), result
     assert result["peak_mib"] < 300, result
 
 
 def test_a_memory_error_while_recognising_a_file_is_not_swallowed(tmp_path, monkeypatch):
     """Before: store.sniff_format caught every exception, MemoryError included, and went on to the next format."""
-    from rollkit.interop.formats import _parse
+    from rollkit.interop.formats import docparse
 
     def exhausted(path):
         raise MemoryError("no memory left")
 
-    monkeypatch.setattr(_parse, "document", exhausted)
+    monkeypatch.setattr(docparse, "document", exhausted)
     path = tmp_path / "doc.json"
     path.write_text('{"history": []}')
     with pytest.raises(MemoryError, match="no memory left"):
@@ -505,11 +505,11 @@ def test_a_fifo_beside_a_verifiers_file_as_its_metadata_is_not_read(tmp_path):
 
 
 def test_a_json_lines_file_larger_than_a_document_may_be_is_still_recognised(tmp_path, monkeypatch):
-    from rollkit.core import _safe_read
+    from rollkit.core import safe_read
 
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(_VERIFIERS_LINE) + "\n" for _ in range(20)))
-    monkeypatch.setattr(_safe_read, "MAX_DOCUMENT", path.stat().st_size // 4)
+    monkeypatch.setattr(safe_read, "MAX_DOCUMENT", path.stat().st_size // 4)
     assert [t.info.get("format") for t in rk.load(path)] == ["verifiers"] * 20
 
 

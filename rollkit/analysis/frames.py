@@ -64,7 +64,7 @@ from ..core._gcpause import paused
 from ..core.outcome import MissingSignal
 from ..core.store import check_traces, load
 from ..core.trace import Trace
-from .compare import Comparison, compare as _compare
+from .compare import Comparison, compare as compare_traces
 from ..tables.lazyrun import LazyRun, open_run
 from ..tables.rows import (BRANCH_COLUMNS, CALL_COLUMNS, COMPARE_COLUMNS, MESSAGE_COLUMNS, PHASE_COLUMNS, ROLLOUT_COLUMNS,
                    SIGNAL_COLUMNS, TURN_COLUMNS, USER_TURN_COLUMNS, INFO_IDS, TableRows, arrow_table,
@@ -296,7 +296,7 @@ def compare(a: Any, b: Any = None, **options: Any) -> Any:
     "missing in B", "missing in both", "only in A", "only in B"). `a` is a
     `Comparison`, or two runs and the options of `rk.compare`. Missing
     values are NaN and keep their row."""
-    comparison = a if isinstance(a, Comparison) else _compare(a, b, **options)
+    comparison = a if isinstance(a, Comparison) else compare_traces(a, b, **options)
     columns: dict[str, list[Any]] = {name: [] for name in COMPARE_COLUMNS}
     for row in comparison.rows:
         for name in COMPARE_COLUMNS:

@@ -28,7 +28,7 @@ that raises them, and name their base here):
     │   ├── TurnValueError         (also ValueError; runs.turnvalues)
     │   ├── ABTestError            (also ValueError; runs.ab)
     │   └── ExportTooLarge         (notebook.export) a run too large to export whole without --where or --limit
-    ├── TraceFileError             (also ValueError; core._safe_read) a file that is not a trace
+    ├── TraceFileError             (also ValueError; core.safe_read) a file that is not a trace
     └── Unavailable                a part rollkit needs is not installed or not reachable
         ├── HarnessUnavailable     (also RuntimeError; programs.harnesses) the agent program
         └── RayUnavailable         (also ConnectionError; runs.ray_backend) the Ray cluster

@@ -31,9 +31,9 @@ from typing import Any
 
 import pydantic
 
-from . import _safe_read
+from . import safe_read
 from ._gcpause import paused
-from ._safe_read import TraceFileError  # defined there, where every reader raises it
+from .safe_read import TraceFileError  # defined there, where every reader raises it
 from .outcome import MissingSignal
 from .trace import SCHEMA_VERSION, Trace
 
@@ -166,16 +166,16 @@ _ROLLKIT_KEYS = frozenset({"id", "task", "model_calls", "phases", "schema_versio
 def _sniff_rollkit(path: Path) -> bool:
     """A rollkit trace file: its first line opens as rollkit writes one, or
     is a JSON object holding every field a trace line always holds (read
-    within _safe_read's bounds: a longer line is refused, naming the file)."""
-    if _ROLLKIT_HEAD.match(_safe_read.read_head(path, _HEAD)) is not None:
+    within safe_read's bounds: a longer line is refused, naming the file)."""
+    if _ROLLKIT_HEAD.match(safe_read.read_head(path, _HEAD)) is not None:
         return True
-    first = _safe_read.first_line(path)
+    first = safe_read.first_line(path)
     # Every other format's file passes through here first: parse only a line
     # that names the fields (a compact JSON document of another tool's would
     # otherwise be parsed twice, here and by its own sniffer).
     if first is None or not all(b'"%s"' % key.encode() in first[1] for key in _ROLLKIT_KEYS):
         return False
-    if _safe_read.too_costly(first[1]) is not None:
+    if safe_read.too_costly(first[1]) is not None:
         return False
     try:
         record = json.loads(first[1])
@@ -185,14 +185,14 @@ def _sniff_rollkit(path: Path) -> bool:
 
 
 def sniff_format(path: Path) -> TraceFormat:
-    head = _safe_read.read_head(path, _HEAD)
+    head = safe_read.read_head(path, _HEAD)
     for fmt in _FORMATS.values():
         if (fmt.sniff is not None or fmt.sniff_file is not None) and fmt.read is not None:
             try:
                 if fmt.sniff_file(path) if fmt.sniff_file is not None else fmt.sniff(head):  # type: ignore[misc]
                     return fmt
             except (TraceFileError, MemoryError, RecursionError):
-                raise  # the file passed a bound (_safe_read) while being recognised: refused, naming it
+                raise  # the file passed a bound (safe_read) while being recognised: refused, naming it
             except ImportError:
                 raise  # a reader that cannot load (its module is imported on first use) is a broken install, not a non-match
             except Exception:  # a sniffer that trips over odd bytes just does not claim the file
@@ -216,7 +216,7 @@ def load(path: str | os.PathLike[str], *, errors: str = "raise", format: str | N
     path = resolve_path(path)
     if not path.exists():
         raise FileNotFoundError(f"no trace file at {path}")
-    _safe_read.check_regular(path)  # a FIFO or a device would block or never end
+    safe_read.check_regular(path)  # a FIFO or a device would block or never end
     if fmt is None:
         fmt = sniff_format(path)
     # Loading makes many objects and frees none; the cyclic collector would
@@ -233,7 +233,7 @@ def load(path: str | os.PathLike[str], *, errors: str = "raise", format: str | N
         raise TraceFileError(f"{path}: is not a {fmt.name} trace file (field {field}: {message})",
                              path=path, field=field) from None
     except (RecursionError, OverflowError, ValueError) as exc:  # never a bare crash out of a hostile file
-        what = _safe_read.DEEP if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
+        what = safe_read.DEEP if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"
         raise TraceFileError(f"{path}: cannot be read as {fmt.name} ({what})", path=path) from None
 
 
@@ -479,8 +479,8 @@ def _unsafe(path: Path, number: int, line: bytes | None, finite: bool = False) -
     field; None when it is neither. `finite`: the caller saw no NaN or
     Infinity anywhere near the line."""
     if line is None:
-        return _safe_read.too_long(path, number).reason, None
-    many = _safe_read.too_costly(line)
+        return safe_read.too_long(path, number).reason, None
+    many = safe_read.too_costly(line)
     if many is not None:
         return f"{path}: line {number} {many}", None
     if not finite and (b"NaN" in line or b"Infinity" in line) and (field := _non_finite(line)) is not None:
@@ -503,8 +503,8 @@ def _read_rollkit(path: Path, errors: str) -> list[Trace]:
 
     # (store.load pauses the cyclic collector around every format's read)
     # A block at a time, so the file's bytes are never all in memory at once
-    # (and a line is bounded: rollkit.core._safe_read).
-    for block, batch in _safe_read.line_batches(path):
+    # (and a line is bounded: rollkit.core.safe_read).
+    for block, batch in safe_read.line_batches(path):
         finite = b"NaN" not in block and b"Infinity" not in block
         for number, line in batch:
             if line is not None and not line.strip():

@@ -10,7 +10,7 @@
     rk.plots.rewards(traces)             # plotly figures (rollkit.notebook.plots)
 
 What this layer owns: the synchronous facade over the async core
-(`stepping`, over a loop of its own in a thread: `_loop`), the rollout panel and
+(`stepping`, over a loop of its own in a thread: `sync_loop`), the rollout panel and
 agent's seat (`panel`, `seat`: they type against the facade's protocol in
 `_view` and never reach the core), the trace browser, the run monitor and the
 page of `rollkit view` (`viewpage`; its list of runs, `runslist`) (ipywidgets), HTML of traces (`display`, standard library

@@ -40,7 +40,7 @@ import ipywidgets as widgets
 from ..core.trace import Trace
 from ..runs.live import Finished, FolderFollower, RunState
 from .browser import TraceBrowser
-from ._loop import kernel_loop
+from .sync_loop import kernel_loop
 from .display import STYLE, error_html
 
 __all__ = ["RunMonitor", "MAX_LANES"]

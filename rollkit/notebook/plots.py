@@ -52,7 +52,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..analysis import frames as _frames
+from ..analysis import frames as frame_tables
 from ..core.events import Event
 from ..core.session import LIMIT_STOPS
 from ..core.trace import PHASES, Trace
@@ -116,7 +116,7 @@ def _text(value: Any) -> str:
 def _traces(data: Any) -> list[Trace]:
     if isinstance(data, Trace):
         return [data]
-    return _frames.trace_list(data)
+    return frame_tables.trace_list(data)
 
 
 # ---- budget burn ---------------------------------------------------------------
@@ -406,8 +406,8 @@ def _rollout_frame(data: Any) -> pd.DataFrame:
             raise ValueError("pass traces, or the frame rk.frames.rollouts(traces) made")
         return data
     if isinstance(data, (str, os.PathLike, LazyRun)):
-        return _frames.rollouts(data)  # a run's path or lazy run: from its tables, no Trace built
-    return _frames.rollouts(_traces(data))
+        return frame_tables.rollouts(data)  # a run's path or lazy run: from its tables, no Trace built
+    return frame_tables.rollouts(_traces(data))
 
 
 def phase_durations(data: Any, *, by: str = "id") -> go.Figure:
@@ -484,7 +484,7 @@ def branches(data: Any) -> go.Figure:
     shares with its parent grey, its own turns coloured by reward (grey when
     missing), the reward and stop written at the end. `data` is traces or
     that frame."""
-    frame = data if isinstance(data, pd.DataFrame) else _frames.branches(_traces(data))
+    frame = data if isinstance(data, pd.DataFrame) else frame_tables.branches(_traces(data))
     if "split_turn" not in frame.columns:
         raise ValueError("pass traces, or the frame rk.frames.branches(traces) made")
     fig = go.Figure()
@@ -613,9 +613,9 @@ def compare(a: Any, b: Any = None, *, signal: str | None = None, **options: Any)
     `reward`): points above the diagonal are tasks where B did better; tasks
     with the same two values share a point, sized and labelled by their count. `a`
     is a `Comparison`, or two runs and the options of `rk.compare`."""
-    from ..analysis.compare import Comparison, compare as _compare
+    from ..analysis.compare import Comparison, compare as compare_traces
 
-    comparison = a if isinstance(a, Comparison) else _compare(a, b, **options)
+    comparison = a if isinstance(a, Comparison) else compare_traces(a, b, **options)
     compared = [s for s in comparison.signals if s.diff is not None]
     if signal is None:
         signal = compared[0].signal if compared else comparison.signals[0].signal
@@ -681,9 +681,9 @@ def forest(a: Any, b: Any = None, **options: Any) -> go.Figure:
     compared signal, B - A with its bootstrap 95% interval (the dotted line is
     no difference), and beside each row B's wins / ties / losses over the
     pairs. `a` is a `Comparison`, or two runs and the options of `rk.compare`."""
-    from ..analysis.compare import Comparison, compare as _compare
+    from ..analysis.compare import Comparison, compare as compare_traces
 
-    comparison = a if isinstance(a, Comparison) else _compare(a, b, **options)
+    comparison = a if isinstance(a, Comparison) else compare_traces(a, b, **options)
     compared = [s for s in comparison.signals if s.diff is not None]
     fig = go.Figure(_forest_points(compared))
     fig.add_vline(x=0, line={"dash": "dot", "color": "#888"})

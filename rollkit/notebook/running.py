@@ -19,10 +19,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from ..runs import ab as _ab
-from ..runs import evaluation as _evaluation
+from ..runs import ab as runs_ab
+from ..runs import evaluation as runs_evaluation
 from ..core._dependencies import ipython_display
-from . import _loop
+from . import sync_loop
 
 __all__ = ["evaluate", "evaluate_async", "ab_test", "ab_test_async"]
 
@@ -52,21 +52,21 @@ def _show_run_monitor(pending: Any) -> None:
     ipython_display.display(RunMonitor(pending))
 
 
-@_with_monitor(_evaluation.evaluate_async)
+@_with_monitor(runs_evaluation.evaluate_async)
 def evaluate_async(agent: Any, tasks: Any, *, monitor: bool = False, **options: Any) -> Any:
     if monitor:
         options["progress"] = False
-    pending = _evaluation.evaluate_async(agent, tasks, **options)  # checks the arguments first
+    pending = runs_evaluation.evaluate_async(agent, tasks, **options)  # checks the arguments first
     if monitor:
         _show_run_monitor(pending)
     return pending
 
 
-@_with_monitor(_evaluation.evaluate)
+@_with_monitor(runs_evaluation.evaluate)
 def evaluate(agent: Any, tasks: Any, *, monitor: bool = False, **options: Any) -> Any:
-    if not monitor or _loop.running_loop() is not None:  # in a loop the runs layer refuses (naming evaluate_async) before anything is shown
-        return _evaluation.evaluate(agent, tasks, **options)
-    return _evaluation.run_to_end(evaluate_async(agent, tasks, monitor=True, **options))
+    if not monitor or sync_loop.running_loop() is not None:  # in a loop the runs layer refuses (naming evaluate_async) before anything is shown
+        return runs_evaluation.evaluate(agent, tasks, **options)
+    return runs_evaluation.run_to_end(evaluate_async(agent, tasks, monitor=True, **options))
 
 
 def _ab_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -92,11 +92,11 @@ def _ab_options(options: dict[str, Any]) -> dict[str, Any]:
     return {**options, "on_start": start, "on_pair": pair}
 
 
-@_with_monitor(_ab.ab_test)
+@_with_monitor(runs_ab.ab_test)
 def ab_test(a: Any, b: Any, tasks: Any, *, monitor: bool = False, **options: Any) -> Any:
-    return _ab.ab_test(a, b, tasks, **(_ab_options(options) if monitor else options))
+    return runs_ab.ab_test(a, b, tasks, **(_ab_options(options) if monitor else options))
 
 
-@_with_monitor(_ab.ab_test_async)
+@_with_monitor(runs_ab.ab_test_async)
 async def ab_test_async(a: Any, b: Any, tasks: Any, *, monitor: bool = False, **options: Any) -> Any:
-    return await _ab.ab_test_async(a, b, tasks, **(_ab_options(options) if monitor else options))
+    return await runs_ab.ab_test_async(a, b, tasks, **(_ab_options(options) if monitor else options))

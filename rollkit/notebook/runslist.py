@@ -39,7 +39,7 @@ import ipywidgets as widgets
 from ..runs.live import FolderFollower, RunState
 from ..tables.runfolder import MANIFEST, TRACES, runs_in
 from ..analysis.stats import run_cost, t_critical
-from ._loop import kernel_loop
+from .sync_loop import kernel_loop
 from .display import STYLE
 
 __all__ = ["RunsList", "RunRow"]

@@ -9,7 +9,7 @@ Each has an async twin named with `_async` (`await ro.step_async(...)`, as
 panel does, code can do without it.
 
 A rollout lives on one event loop, its home: rollkit's own loop thread when
-it was opened by `rk.notebook.open` / `ro.open()` (rollkit.notebook._loop),
+it was opened by `rk.notebook.open` / `ro.open()` (rollkit.notebook.sync_loop),
 the awaiting loop when it was opened by `await ro.open_async()`. Every form runs
 its work there, whoever calls it: a sync call blocks its thread until that
 work ends, an async one awaits it from its own loop, a `*_soon` one returns a
@@ -44,7 +44,7 @@ from ..core.human import HumanModel, check_reply
 from ..core.messages import AssistantMessage, to_messages
 from ..core.rollout import RolloutState
 from ..core.trace import Trace
-from . import _loop
+from . import sync_loop
 from ._view import Status
 from .display import chat_html
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from ..core.rollout import Rollout
     from ..core.runtime import Runtime
     from ..core.task import Task
-    from .panel import RolloutPanel  # the facade builds the panel; the panel knows only ._view
+    from .panel import RolloutPanel  # the facade builds the panel; the panel knows only the view module
 
 __all__ = ["NotebookRollout", "RolloutEnded", "Status", "StepResult", "open"]
 
@@ -109,7 +109,7 @@ class NotebookRollout:
         self._home: asyncio.AbstractEventLoop | None = None
         self._watchers: list[Callable[[], Any]] = []
         # The loop of the thread that built this (the kernel's), where views redraw.
-        self._view: asyncio.AbstractEventLoop | None = _loop.running_loop()
+        self._view: asyncio.AbstractEventLoop | None = sync_loop.running_loop()
         self.last_error: BaseException | None = None
         # The person in the agent's seat: a HumanModel with nobody else to
         # ask is answered here (ro.answer, or the panel's agent seat).
@@ -280,7 +280,7 @@ class NotebookRollout:
 
     def _to_view(self, callback: Callable[..., Any], *args: Any) -> None:
         view = self._view
-        if view is None or view is _loop.running_loop():
+        if view is None or view is sync_loop.running_loop():
             callback(*args)
             return
         try:
@@ -350,12 +350,12 @@ class NotebookRollout:
             raise RolloutStateError(f"rollout {self.id} is already opened; open a new one with rk.notebook.open(agent, task)")
         if self._home is None:
             self._home = asyncio.get_running_loop()
-        return await _loop.on(self._home, self._guarded("open", self.rollout.open()))
+        return await sync_loop.on(self._home, self._guarded("open", self.rollout.open()))
 
     async def step_async(self, message: Any = None) -> StepResult:
         """Run one segment on `message` (the user's words, or None)."""
         self._check_step(message)
-        return await _loop.on(self._home, self._run_step(message))
+        return await sync_loop.on(self._home, self._run_step(message))
 
     async def _run_step(self, message: Any) -> StepResult:
         before = len(self.trace.messages)
@@ -375,7 +375,7 @@ class NotebookRollout:
             return self.trace
         if self.busy:
             raise RolloutBusy(f"rollout {self.id} is busy ({self._action}); wait for it (await ro.wait()) or abort it")
-        return await _loop.on(self._home, self._close())
+        return await sync_loop.on(self._home, self._close())
 
     async def _close(self) -> Trace:
         return await self._guarded("close", self.rollout.close())
@@ -383,7 +383,7 @@ class NotebookRollout:
     async def abort_async(self) -> Trace:
         """Free everything without finalizing or scoring; cancels a running
         step first. Idempotent."""
-        return await _loop.on(self._home, self._abort())
+        return await sync_loop.on(self._home, self._abort())
 
     async def _abort(self) -> Trace:
         # The core cancels a running step and waits for it to end
@@ -399,7 +399,7 @@ class NotebookRollout:
             if inflight is None or inflight.done():
                 return
             try:
-                await asyncio.shield(_loop.awaitable(inflight))
+                await asyncio.shield(sync_loop.awaitable(inflight))
             except asyncio.CancelledError:
                 if not inflight.cancelled():
                     raise  # it is this wait that was cancelled
@@ -408,7 +408,7 @@ class NotebookRollout:
 
     # ---- synchronous forms ---------------------------------------------------
     def open(self) -> bool:
-        return _loop.run(self.open_async(), self._home)
+        return sync_loop.run(self.open_async(), self._home)
 
     def step(self, message: Any = None) -> StepResult:
         """Run one segment and return what it did (true while the exchange can go on)."""
@@ -420,13 +420,13 @@ class NotebookRollout:
                 "forever; start it with ro.step_soon() and answer with ro.answer(...) / ro.call(...), "
                 "or use ro.panel(seat='agent')"
             )
-        return _loop.run(self.step_async(message), self._home)
+        return sync_loop.run(self.step_async(message), self._home)
 
     def close(self) -> Trace:
-        return _loop.run(self.close_async(), self._home)
+        return sync_loop.run(self.close_async(), self._home)
 
     def abort(self) -> Trace:
-        return _loop.run(self.abort_async(), self._home)
+        return sync_loop.run(self.abort_async(), self._home)
 
     # ---- the old async spellings, one more release ------------------------------
 
@@ -436,7 +436,7 @@ class NotebookRollout:
         # click in between must not start a second step.
         self._action = action
         self.last_error = None
-        future = _loop.schedule(coro, self._home)
+        future = sync_loop.schedule(coro, self._home)
         self._inflight = future
         if future.done():
             self._settle(action, future)
@@ -514,7 +514,7 @@ class NotebookRollout:
         if problem is not None:
             raise ValueError(problem)
         waiting = pending[1]
-        if waiting.get_loop() is _loop.running_loop():
+        if waiting.get_loop() is sync_loop.running_loop():
             waiting.set_result(reply)
         else:  # a widget callback on the kernel's thread answers a rollout on rollkit's
             waiting.get_loop().call_soon_threadsafe(_answer, waiting, reply)
@@ -530,7 +530,7 @@ class NotebookRollout:
         pass another `agent`. This rollout is not touched."""
         if self.busy:
             raise RolloutBusy(f"rollout {self.id} is busy ({self._action}); wait for it before forking")
-        return await _loop.on(self._home, self._fork(turn, agent))
+        return await sync_loop.on(self._home, self._fork(turn, agent))
 
     async def _fork(self, turn: int, agent: Agent | None) -> NotebookRollout:
         seated: list[NotebookRollout] = []
@@ -554,7 +554,7 @@ class NotebookRollout:
 
     def fork(self, turn: int, *, agent: Agent | None = None) -> NotebookRollout:
         """`ro.fork(2)`: the synchronous form of `fork_async`."""
-        return _loop.run(self.fork_async(turn, agent=agent), self._home)
+        return sync_loop.run(self.fork_async(turn, agent=agent), self._home)
 
 
     def fork_soon(self, turn: int) -> Any:
@@ -562,7 +562,7 @@ class NotebookRollout:
         NotebookRollout); what the panel's "Fork here" calls."""
         if self.busy:
             raise RolloutBusy(f"rollout {self.id} is busy ({self._action}); wait for it before forking")
-        return _loop.schedule(self._fork(turn, None), self._home)
+        return sync_loop.schedule(self._fork(turn, None), self._home)
 
     # ---- views ------------------------------------------------------------------
     def panel(self, *, chart: bool = True, seat: str = "user") -> RolloutPanel:
@@ -613,12 +613,11 @@ def open(agent: Agent, task: Task, runtime: Runtime | None = None) -> NotebookRo
     then `ro.step()`, `ro.step("user text")`, `ro.close()`. Works in a cell,
     a script, or inside a running loop. If opening failed, `ro.status` says
     why (the failure is on `ro.trace`)."""
-    from ..core.agent import Agent as _Agent
-    from ..core.task import Task as _Task
+    from ..core import agent as agents, task as tasks
 
-    if not isinstance(agent, _Agent):
+    if not isinstance(agent, agents.Agent):
         raise TypeError(f"rk.notebook.open needs an rk.Agent first, got {type(agent).__name__}")
-    if not isinstance(task, _Task):
+    if not isinstance(task, tasks.Task):
         raise TypeError(f"rk.notebook.open needs an rk.Task second, got {type(task).__name__}")
     ro = NotebookRollout(agent, task, runtime)
     ro.open()

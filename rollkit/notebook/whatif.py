@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..core.replay import REPLAY_COLUMNS, replay
 from ..core.trace import Trace
-from . import _loop
+from . import sync_loop
 from ..analysis.frames import trace_list
 
 __all__ = ["replay_hooks", "replay_hooks_async"]
@@ -35,4 +35,4 @@ def replay_hooks(traces: Iterable[Trace] | Trace, hooks: Any = (), *, limits: An
     """Replay `hooks` (a Task subclass, a Task, or @rk.stop / @rk.intercept
     functions) and `limits` over recorded traces, with no model calls; see
     rollkit.core.replay for what each row means."""
-    return _loop.run(replay_hooks_async(traces, hooks, limits=limits))
+    return sync_loop.run(replay_hooks_async(traces, hooks, limits=limits))

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core._cache_folder import user_cache_folder
-from ..core._safe_read import BOM
+from ..core.safe_read import BOM
 from ..core._gcpause import paused
 from ..core._dependencies import duckdb, load, np, pa, pq, tqdm_auto
 from .rows import TABLES, TABLE_COLUMNS, TABLE_TYPES, TableRows, large_strings, python_tables, trace_rows

@@ -14,7 +14,7 @@ tool's record (and, where one exists, writing it):
 Importing this package registers them in the core's format table (each
 module is imported when its format is first sniffed, read or written)
 (`rollkit.core.store.register_format`), so `rk.load(path)` recognises them
-by parsing their content (`_parse`, not by a key in the first bytes) and `rk.save(traces, path, format=...)` writes them. The modules
+by parsing their content (`docparse`, not by a key in the first bytes) and `rk.save(traces, path, format=...)` writes them. The modules
 import only the standard library and the core, never `rollkit.notebook` or
 `rollkit.examples`; inspect-ai is imported when an inspect log is read or
 written.

@@ -31,7 +31,7 @@ from ...core.messages import (AssistantMessage, Message, Response, SystemMessage
                               Usage, UserMessage, split_parts, unvalidated)
 import pydantic
 
-from ...core import _safe_read
+from ...core import safe_read
 from ...core._sums import sum_in_order
 from ...core.outcome import Outcome
 from ...core.store import NOT_IN_SOURCE, TraceFileError
@@ -73,7 +73,7 @@ def converting(where: Where) -> Iterator[None]:
         field = ".".join(str(part) for part in first.get("loc") or ()) or None
         raise where.error(field, f"is refused: {first['msg']}") from None
     except RecursionError:
-        raise where.error(None, _safe_read.DEEP) from None
+        raise where.error(None, safe_read.DEEP) from None
 
 
 @dataclass
@@ -95,19 +95,19 @@ def read_json(path: Path, where: Where) -> Any:
     """The JSON document at `path`, or a TraceFileError saying why not
     (not UTF-8, cut short, not JSON). A document its sniffer already parsed
     is not parsed again."""
-    from ._parse import take_document
+    from .docparse import take_document
 
     kept = take_document(path)
     if kept is not None:
         return kept
-    data = _safe_read.read_document(path)
+    data = safe_read.read_document(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as bad:
         raise where.error(None, f"is not valid UTF-8 (byte 0x{data[bad.start]:02x} at offset {bad.start})") from None
     try:
-        return _safe_read.loads(text)
-    except _safe_read.TooDeep as exc:
+        return safe_read.loads(text)
+    except safe_read.TooDeep as exc:
         raise where.error(None, str(exc)) from None
     except json.JSONDecodeError as exc:
         # An unterminated string runs to the end of the file by definition.

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...core.store import SKIP_HINT, TraceFileError
 from ...core.trace import Trace
-from ...core import _safe_read
+from ...core import safe_read
 from ._build import Where, converting
 
 __all__ = ["each_line"]
@@ -30,20 +30,20 @@ def each_line(path: Path, errors: str, kind: str, convert: Callable[[Any, Where,
     the importer read beside the file that every line draws on: a trace made
     from that alone gets its id from it."""
     traces = []
-    for number, raw in _safe_read.lines(path):  # regular files only, each line bounded
+    for number, raw in safe_read.lines(path):  # regular files only, each line bounded
         where = Where(path, f"line {number}", line=number,
                       read=None if raw is None else beside + raw.rstrip(b"\r\n"))
         try:
             if raw is None:
-                raise _safe_read.too_long(path, number)
+                raise safe_read.too_long(path, number)
             if not raw.strip():
                 continue
             try:
-                record = _safe_read.loads(raw.decode("utf-8"))
+                record = safe_read.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as bad:
                 raise where.error(None, f"is not valid UTF-8 (byte 0x{raw[bad.start]:02x} at column "
                                         f"{bad.start + 1})") from None
-            except _safe_read.TooDeep as exc:
+            except safe_read.TooDeep as exc:
                 raise where.error(None, str(exc)) from None
             except json.JSONDecodeError as exc:
                 if not raw.endswith(b"\n"):

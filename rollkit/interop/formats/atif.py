@@ -39,7 +39,7 @@ from ...core.messages import (AssistantMessage, SystemMessage, TokenLogprobs, To
                               UserMessage)
 from ...core.outcome import Outcome
 from ...core.trace import TaskRef, Trace
-from . import _parse
+from . import docparse
 from .census import noted
 from ._build import Call, Where, build, number, read_json
 
@@ -55,9 +55,9 @@ def _is_trajectory(value: Any) -> bool:
 
 def sniff(path: Path) -> bool:
     try:
-        return _is_trajectory(_parse.document(path))
+        return _is_trajectory(docparse.document(path))
     except ValueError:  # JSON lines: one trajectory a line
-        return _is_trajectory(_parse.first_record(path))
+        return _is_trajectory(docparse.first_record(path))
 
 
 def _seconds(value: Any, where: Where, field_path: str) -> float | None:
@@ -250,7 +250,7 @@ def read(path: Path, errors: str) -> list[Trace]:
         from ._jsonl import each_line
 
         try:
-            first = _parse.first_record(path)
+            first = docparse.first_record(path)
         except ValueError:
             raise not_one from None
         if not _is_trajectory(first):

@@ -52,8 +52,8 @@ from typing import Any
 
 from ...core.messages import Usage
 from ...core.trace import ErrorInfo, TaskRef, Trace
-from ...core import _safe_read
-from . import _parse
+from ...core import safe_read
+from . import docparse
 from .census import merged_notes, noted
 from ._inspect_api import log_api, off_loop
 from ._build import Call, Where, build, messages as to_messages, number, outcome_kept
@@ -68,13 +68,13 @@ def sniff(path: Path) -> bool:
     """An .eval zip, or a .json log: opening as inspect writes one, or (its
     keys in another order: jq -S sorts them) a document holding an `eval`
     record beside its `version` and `status`."""
-    head = _safe_read.read_head(path, 64 * 1024)
+    head = safe_read.read_head(path, 64 * 1024)
     if head.startswith(b"PK\x03\x04"):  # a zip: inspect's .eval holds header.json, samples/, _journal/
         return b"_journal/" in head or b"header.json" in head or b"samples/" in head
     if _JSON_HEAD.match(head) is not None:
         return True
     try:
-        document = _parse.document(path)
+        document = docparse.document(path)
     except ValueError:
         return False
     return (isinstance(document, dict) and isinstance(document.get("eval"), dict)
@@ -429,7 +429,7 @@ _ZSTD = 93  # the zip compression method inspect writes (zstandard)
 
 def _member(archive: Any, path: Path, info: Any) -> bytes:
     """A zip member's bytes, never inflated past the size its directory
-    declares (which `_safe_read.check_zip` bounded). Python's reader keeps
+    declares (which `safe_read.check_zip` bounded). Python's reader keeps
     to that for stored and deflated members; for a zstandard member (the
     zipfile_zstd patch inflates all of it at once) the compressed bytes are
     read here and inflated through a stream cut at the declared size, and
@@ -487,17 +487,17 @@ def _read_directly(path: Path, api: Any, zipped: bool) -> tuple[Any, list[_Field
             names = {info.filename: info for info in archive.infolist()}  # a re-logged member: the last, as inspect
             if "header.json" not in names:
                 raise _NotPlain("no header: a log still being written")
-            header = _safe_read.loads(_member(archive, path, names["header.json"]))
+            header = safe_read.loads(_member(archive, path, names["header.json"]))
             as_written = copy.deepcopy(header)  # inspect's model migrates what it validates, in place
             log = _header(header, api, inspect_ai_constants.get_deserializing_context)
             _note_header(log, as_written)
             # One member at a time, each parsed and read before the next (never all the JSON at once).
-            samples = [_raw_sample(_safe_read.loads(_member(archive, path, info)), models, name)
+            samples = [_raw_sample(safe_read.loads(_member(archive, path, info)), models, name)
                        for name, info in names.items() if name.startswith("samples/") and name.endswith(".json")]
         # inspect's order: by epoch, then id (numbers zero-filled so they sort as numbers)
         samples.sort(key=lambda s: (s.epoch, s.id if isinstance(s.id, str) else str(s.id).zfill(20)))
         return log, samples
-    document = _safe_read.loads(_safe_read.read_document(path))
+    document = safe_read.loads(safe_read.read_document(path))
     if not isinstance(document, dict) or not isinstance(document.get("samples") or [], list):
         raise _NotPlain("a document of another shape")
     raw = document.pop("samples", None) or []
@@ -532,15 +532,15 @@ def read(path: Path, errors: str) -> list[Trace]:
     with open(path, "rb") as f:
         zipped = f.read(4) == b"PK\x03\x04"
     if zipped:
-        _safe_read.check_zip(path)  # member and total decompressed sizes bounded before inspect inflates any
+        safe_read.check_zip(path)  # member and total decompressed sizes bounded before inspect inflates any
     else:
-        _safe_read.check_document(path)  # inspect reads the whole JSON log at once
+        safe_read.check_document(path)  # inspect reads the whole JSON log at once
     try:
         log, samples = _read_directly(path, api, zipped)
         return [_trace(log, sample, path, {"name": "rollkit"}) for sample in samples]
     except (TraceFileError, MemoryError):  # the conversion's refusal (a score it cannot read), as through inspect's reader
         raise
-    except _safe_read.TooDeep as exc:  # past a bound: inspect's reader would parse it unbounded
+    except safe_read.TooDeep as exc:  # past a bound: inspect's reader would parse it unbounded
         raise TraceFileError(f"{path}: {exc}", path=path) from None
     except _NotPlain as exc:  # a shape the direct reader leaves to inspect's
         reader = {"name": "inspect-ai", "why": str(exc)}
@@ -579,11 +579,11 @@ def _note_raw(path: Path, zipped: bool, log: Any) -> str | None:
 
             with zipfile.ZipFile(path) as archive:
                 names = {info.filename: info for info in archive.infolist()}
-                header = _safe_read.loads(_member(archive, path, names["header.json"])) if "header.json" in names else {}
-                raws = [(name, _safe_read.loads(_member(archive, path, info))) for name, info in names.items()
+                header = safe_read.loads(_member(archive, path, names["header.json"])) if "header.json" in names else {}
+                raws = [(name, safe_read.loads(_member(archive, path, info))) for name, info in names.items()
                         if name.startswith("samples/") and name.endswith(".json")]
         else:
-            header = _safe_read.loads(_safe_read.read_document(path))
+            header = safe_read.loads(safe_read.read_document(path))
             raws = list(enumerate(header.get("samples") or [] if isinstance(header, dict) else []))
     except Exception as exc:  # noqa: BLE001  no notes, and the reason recorded
         return f"no census notes: {_refusal(exc)[1]}"
@@ -619,10 +619,10 @@ def _each_sample_alone(path: Path, api: Any, zipped: bool, reader: dict[str, str
         import zipfile_zstd  # noqa: F401
 
         with zipfile.ZipFile(path) as archive:
-            raws = [_safe_read.loads(_member(archive, path, info)) for info in archive.infolist()
+            raws = [safe_read.loads(_member(archive, path, info)) for info in archive.infolist()
                     if info.filename.startswith("samples/") and info.filename.endswith(".json")]
     else:
-        raws = (_safe_read.loads(_safe_read.read_document(path)) or {}).get("samples") or []
+        raws = (safe_read.loads(safe_read.read_document(path)) or {}).get("samples") or []
     traces = []
     for at, raw in enumerate(raws):
         try:

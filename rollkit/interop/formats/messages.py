@@ -25,7 +25,7 @@ from typing import Any
 from ...core.messages import SystemMessage, UserMessage
 from ...core.task import TaskData
 from ...core.trace import TaskRef, Trace
-from ...core import _safe_read
+from ...core import safe_read
 from ._build import Where, build, converting, messages as to_messages, number, read_json
 from ._jsonl import each_line
 
@@ -64,7 +64,7 @@ def _trace(record: Any, where: Where, index: int) -> Trace:
 
 
 def read(path: Path, errors: str) -> list[Trace]:
-    first = _safe_read.read_head(path, 4096).lstrip()[:1]
+    first = safe_read.read_head(path, 4096).lstrip()[:1]
     if first == b"[":  # one JSON document: a list of transcripts, or one list of messages
         document = read_json(path, Where(path, "the file"))
         one = not document or (isinstance(document[0], dict) and "role" in document[0])

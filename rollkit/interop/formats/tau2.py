@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.trace import ErrorInfo, TaskRef, Trace
-from . import _parse
+from . import docparse
 from ._usage import usage_of
 from .census import merged_notes, noted
 from ._build import Call, Where, build, converting, message, number, read_json, thinking_text
@@ -45,7 +45,7 @@ _ERRORS = {"agent_error": ("agent_error", "harness"), "user_error": ("user_error
 def sniff(path: Path) -> bool:
     """Results holding their simulations, or a results.json whose
     simulations are files in the simulations/ folder beside it."""
-    document = _parse.document(path)
+    document = docparse.document(path)
     if not isinstance(document, dict):
         return False
     if isinstance(document.get("simulations"), list):

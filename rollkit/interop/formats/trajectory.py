@@ -29,7 +29,7 @@ from typing import Any
 
 from ...core.messages import Usage
 from ...core.trace import ErrorInfo, TaskRef, Trace
-from . import _parse
+from . import docparse
 from ._usage import usage_of
 from .census import noted
 from ._build import Call, Where, build, converting, messages as to_messages, read_json
@@ -51,7 +51,7 @@ _LIMITS = {"LimitsExceeded", "TimeExceeded", "RepeatedFormatError", "exit_cost",
 def sniff(path: Path) -> bool:
     """A JSON object holding a conversation as `history` (SWE-agent) or as
     `messages` beside mini-swe-agent's `info` / `trajectory_format`."""
-    document = _parse.document(path)
+    document = docparse.document(path)
     if not isinstance(document, dict):
         return False
     if isinstance(document.get("history"), list):

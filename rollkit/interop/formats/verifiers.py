@@ -42,13 +42,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ...core import _safe_read
+from ...core import safe_read
 from ...core.messages import AssistantMessage, Usage, UserMessage
 from ...core.trace import ErrorInfo, TaskRef, Trace
 from ._build import Call, Where, build, messages as to_messages, number
 from ._jsonl import each_line
 from .census import census_of, merged_notes, noted, unknown
-from ._parse import first_record
+from .docparse import first_record
 
 __all__ = ["sniff", "read", "sniff_v1", "read_v1"]
 
@@ -165,7 +165,7 @@ def _metadata(path: Path) -> dict[str, Any]:
     if not beside.exists():
         return {}
     try:  # bounded as the results are: a FIFO or a link to /dev/zero here hung or filled memory
-        data = _safe_read.loads(_safe_read.read_document(beside).decode("utf-8"))
+        data = safe_read.loads(safe_read.read_document(beside).decode("utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

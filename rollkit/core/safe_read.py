@@ -24,7 +24,7 @@ file (and the line):
   times its size once parsed) is
   refused; a document whose size alone says so (`MAX_DOCUMENT`) is
   refused before it is read. Format sniffers read through the same bounds
-  (rollkit.interop.formats._parse): recognising a file costs no more than
+  (rollkit.interop.formats.docparse): recognising a file costs no more than
   reading it;
 - a UTF-8 byte-order mark at the start of a file is dropped.
 
@@ -117,7 +117,7 @@ def check_document(path: Path) -> None:
     info = check_regular(path)
     if info.st_size > MAX_DOCUMENT:
         raise _error(path, f"is {_mib(info.st_size)}, more than the {_mib(MAX_DOCUMENT)} a JSON document "
-                           "may be (rollkit.core._safe_read.MAX_DOCUMENT: parsing holds it three times over); "
+                           "may be (rollkit.core.safe_read.MAX_DOCUMENT: parsing holds it three times over); "
                            "split it")
 
 
@@ -222,7 +222,7 @@ def line_batches(path: Path) -> Iterator[tuple[bytes, list[tuple[int, bytes | No
 
 def too_long(path: Path, number: int) -> Exception:
     return _error(path, f"line {number} is longer than the {_mib(MAX_LINE)} a line may be "
-                        "(rollkit.core._safe_read.MAX_LINE)", line=number)
+                        "(rollkit.core.safe_read.MAX_LINE)", line=number)
 
 
 class TooDeep(ValueError):
@@ -260,7 +260,7 @@ def too_costly(text: str | bytes) -> str | None:
     many = text.count(opening[0]) + text.count(opening[1])  # type: ignore[arg-type]
     return (f"would take about {_mib(cost)} of memory to parse ({many:,} arrays or objects in "
             f"{_mib(len(text))}), more than the {_mib(MAX_PARSED)} one record or document may "
-            "(rollkit.core._safe_read.MAX_PARSED)")
+            "(rollkit.core.safe_read.MAX_PARSED)")
 
 
 def loads(text: str | bytes) -> Any:
@@ -287,8 +287,8 @@ def check_zip(path: Path) -> None:
     for member in members:
         if member.file_size > MAX_MEMBER:
             raise _error(path, f"zip member {member.filename!r} decompresses to {_mib(member.file_size)}, more than "
-                               f"the {_mib(MAX_MEMBER)} a member may be (rollkit.core._safe_read.MAX_MEMBER)")
+                               f"the {_mib(MAX_MEMBER)} a member may be (rollkit.core.safe_read.MAX_MEMBER)")
         total += member.file_size
     if total > MAX_UNZIPPED:
         raise _error(path, f"decompresses to {_mib(total)} in all, more than the {_mib(MAX_UNZIPPED)} a zip may be "
-                           "(rollkit.core._safe_read.MAX_UNZIPPED)")
+                           "(rollkit.core.safe_read.MAX_UNZIPPED)")

@@ -10,7 +10,7 @@ file's size and modification time, handed over once), so recognising a file
 costs no second parse. Reads nothing but the file it is given; decides no
 format itself.
 
-Both read through rollkit.core._safe_read's bounds (a regular file, the
+Both read through rollkit.core.safe_read's bounds (a regular file, the
 line and document sizes, nesting, the memory a parse may take): a file
 that passes them is refused there with a `TraceFileError` naming it, not
 parsed here first. A file that is merely not this shape raises ValueError
@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ...core import _safe_read
+from ...core import safe_read
 
 __all__ = ["document", "first_record", "take_document"]
 
@@ -50,7 +50,7 @@ def document(path: Path) -> Any:
     try:
         parsed = _document(path)
     except ValueError as exc:
-        if isinstance(exc, _safe_read.TraceFileError):
+        if isinstance(exc, safe_read.TraceFileError):
             raise
         _kept = (key, _NotOne(str(exc)))
         raise
@@ -60,7 +60,7 @@ def document(path: Path) -> Any:
 
 def _first_object_line(path: Path) -> tuple[int, bytes]:
     """The number and bytes of the first line that is not blank, if it opens a JSON object."""
-    first = _safe_read.first_line(path)
+    first = safe_read.first_line(path)
     if first is None:
         raise ValueError("an empty file")
     if first[1].lstrip()[:1] != b"{":
@@ -73,7 +73,7 @@ def _document(path: Path) -> Any:
     try:
         value = _loads(path, line, number)
     except json.JSONDecodeError:  # the document goes on past its first line
-        data = _safe_read.read_document(path)
+        data = safe_read.read_document(path)
         return _loads(path, data, None)
     if _rest_is_blank(path, number):
         return value  # a document on one line
@@ -81,7 +81,7 @@ def _document(path: Path) -> Any:
 
 
 def _rest_is_blank(path: Path, number: int) -> bool:
-    for later, line in _safe_read.lines(path):
+    for later, line in safe_read.lines(path):
         if later > number and (line is None or line.strip()):
             return False
     return True
@@ -90,10 +90,10 @@ def _rest_is_blank(path: Path, number: int) -> bool:
 def _loads(path: Path, data: bytes, number: int | None) -> Any:
     """`data` parsed within the bounds; past one, a TraceFileError naming the file (and line)."""
     try:
-        return _safe_read.loads(data.decode("utf-8"))
-    except _safe_read.TooDeep as exc:
+        return safe_read.loads(data.decode("utf-8"))
+    except safe_read.TooDeep as exc:
         where = f"{path}: line {number}" if number is not None else str(path)
-        raise _safe_read.TraceFileError(f"{where} {exc}", path=path, line=number) from None
+        raise safe_read.TraceFileError(f"{where} {exc}", path=path, line=number) from None
 
 
 class _NotOne:
