@@ -1,17 +1,21 @@
 """A verifiers v1 taskset for the proofs in tests/test_verifiers_tasks.py.
 
 An installed-style taskset package (the id "byo_verifiers_taskset" imports
-this module, which exports its Taskset in `__all__`): three capital-city
+this module, which exports its Taskset in `__all__`): four capital-city
 questions under a system prompt, each with a stateful notes toolset (its
 state is the rollout's, synced by verifiers' state channel), a weighted
 reward that reads the reply, a second reward that reads the toolset's state,
-two metrics, a trace stop and a response stop; tests/byo_verifiers_replies.py is the scripted model both
-runs are answered by.
+three metrics (one reads tool calls, token counts and timing),
+a trace, a response and a request stop; tests/byo_verifiers_replies.py is
+the scripted model both runs are answered by.
 Run as a module, it serves the toolset (verifiers starts tool servers with
 `python -m <the toolset class's module>`).
 """
 
 from __future__ import annotations
+
+import json
+import zlib
 
 import verifiers.v1 as vf
 from byo_verifiers_replies import QUESTIONS
@@ -64,6 +68,12 @@ class CapitalTask(vf.Task[CapitalData, NotesState, CapitalTaskConfig]):
         """A reply that names Kyoto ends the rollout (Japan's, on its one turn)."""
         return "Kyoto" in (response.message.content or "")
 
+    @vf.stop
+    async def spain_noted(self, request: vf.Request) -> bool:
+        """Spain's rollout stops before the model sees its tool's result (the tool has run)."""
+        return self.data.country == "Spain" and any(
+            isinstance(m, vf.ToolMessage) and m.content for m in request.messages)
+
     @vf.reward(weight=0.75)
     async def correct(self, trace: vf.Trace) -> float:
         return float(self.data.answer.lower() in trace.last_reply.lower())
@@ -80,9 +90,37 @@ class CapitalTask(vf.Task[CapitalData, NotesState, CapitalTaskConfig]):
     async def tool_replies(self, trace: vf.Trace) -> float:
         return float(len(trace.tool_messages))
 
+    @vf.metric
+    async def trace_facts(self, trace: vf.Trace) -> dict[str, float]:
+        """What else a signal may read of the trace: tool calls and the tools offered,
+        token counts, the calls, timing (as present or ordered: times differ between runs)."""
+        timing, calls = trace.timing, trace.calls
+        stamps = [node.timestamp for node in trace.nodes]
+        return {
+            "tool_calls": float(sum(len(m.tool_calls or []) for m in trace.assistant_messages)),
+            "tools_crc": float(zlib.crc32(json.dumps([t.model_dump() for t in trace.tools], sort_keys=True).encode())),
+            "root_tools": float(len(trace.nodes[0].tools) if trace.nodes else -1),
+            "input_tokens": float(trace.num_input_tokens), "output_tokens": float(trace.num_output_tokens),
+            "total_tokens": float(trace.num_total_tokens),
+            "prompt_tokens": float(trace.usage.prompt_tokens if trace.usage else -1),
+            "calls": float(len(calls)), "turns": float(trace.num_turns), "nodes": float(len(trace.nodes)),
+            "calls_named": float(all(c.model == "scripted" for c in calls)),
+            "calls_finished": float(sum(c.finish_reason == "tool_calls" for c in calls)),
+            "calls_timed": float(all(0 < c.time.start <= c.time.end for c in calls)),
+            "nodes_stamped": float(all(0 < a <= b for a, b in zip(stamps, stamps[1:]))),
+            "agent_timed": float(0 < timing.agent.start <= timing.agent.end),
+            "setup_before_agent": float(0 < timing.setup.start <= timing.setup.end <= timing.agent.start),
+            "start_first": float(0 < timing.start <= timing.setup.start),
+            "scoring_started": float(timing.scoring.start >= timing.agent.end > 0),
+            "scoring_ended": float(timing.scoring.end > 0),
+            "model_split": float(timing.agent.model.duration > 0),
+            "completed": float(trace.is_completed), "ok": float(trace.ok),
+            "truncated": float(trace.is_truncated),
+        }
+
 
 class CapitalsConfig(vf.TasksetConfig):
-    num_tasks: int = 3
+    num_tasks: int = 4
     task: CapitalTaskConfig = CapitalTaskConfig()
 
 

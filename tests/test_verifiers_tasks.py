@@ -6,8 +6,10 @@ interpreter: the proofs run it in the venvs scripts/test.sh builds under
 with rollkit on PYTHONPATH, for rollkit's), each as a subprocess, both
 answered by one scripted, keyless OpenAI-compatible server on 127.0.0.1
 (tests/helpers/scripted_provider.py, tests/byo_verifiers_replies.py). The capitals
-taskset (tests/byo_verifiers_taskset.py) has two weighted rewards, two
-metrics, a system prompt and a toolset whose state the second reward reads:
+taskset (tests/byo_verifiers_taskset.py) has two weighted rewards, three
+metrics (one reads the trace's tool calls, tools, token counts, calls and
+timing), a trace, a response and a request stop, a system prompt and a
+toolset whose state the second reward reads:
 `vf-eval` with verifiers' own `null` chat harness (its MCP tool servers, its
 state channel, its scoring) and `rk.evaluate` must give the same per-task
 rewards, weights and metrics, exactly; both with verifiers' reference judge
@@ -54,6 +56,14 @@ def _per_task(stdout: str) -> dict[int, dict]:
     return {row["idx"]: row for row in rows}
 
 
+# The capitals taskset's trace_facts metric on Italy's trace: one call, which called a tool.
+FACTS = {"tool_calls": 1.0, "tools_crc": 2231086697.0, "root_tools": 2.0, "input_tokens": 17.0,
+         "output_tokens": 3.0, "total_tokens": 20.0, "prompt_tokens": 17.0, "calls": 1.0, "turns": 1.0,
+         "nodes": 3.0, "calls_named": 1.0, "calls_finished": 1.0, "calls_timed": 1.0, "nodes_stamped": 1.0,
+         "agent_timed": 1.0, "setup_before_agent": 1.0, "start_first": 1.0, "scoring_started": 1.0,
+         "scoring_ended": 0.0, "model_split": 0.0, "completed": 1.0, "ok": 0.0, "truncated": 0.0}
+
+
 def _fenced(body: dict, heading: str) -> str:
     """The fenced block under `heading` in a judge request's prompt."""
     return body["messages"][0]["content"].split(f"{heading}\n```\n", 1)[1].split("\n```", 1)[0]
@@ -90,13 +100,13 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     assert forks.returncode == 0, forks_err[-3000:]
     assert by_hand.returncode == 0, hand_err[-3000:]
     theirs, mine = _per_task(native_out), _per_task(ours_out)
-    assert sorted(theirs) == sorted(mine) == [0, 1, 2]
+    assert sorted(theirs) == sorted(mine) == [0, 1, 2, 3]
     for idx, row in theirs.items():
         assert row["errors"] == [] and mine[idx]["errors"] == [] and mine[idx]["signal_errors"] == {}
         assert mine[idx]["rewards"] == row["rewards"], idx
         # rollkit adds its harness's own metric (tool_call_success_rate) beside the task's.
         assert {k: v for k, v in mine[idx]["metrics"].items() if k in row["metrics"]} == row["metrics"], idx
-        assert set(row["metrics"]) == {"reply_words", "tool_replies"}
+        assert set(row["metrics"]) == {"reply_words", "tool_replies", *FACTS}
         assert mine[idx]["stop"] == row["stop"] or (mine[idx]["stop"], row["stop"]) == (None, "agent_completed")
     # The values themselves: the notes reward reads the toolset's state, kept across the rollout's
     # calls; Italy's trace stop ends it before its second call (its tool call has run).
@@ -105,28 +115,48 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     assert theirs[0]["rewards"] == {"correct": [1.0, 0.75], "noted": [1.0, 0.25], "reference": [1.0, 0.5]}
     assert theirs[1]["rewards"] == {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "reference": [0.0, 0.5]}
     assert theirs[2]["rewards"] == {"correct": [0.0, 0.75], "noted": [0.0, 0.25], "reference": [0.0, 0.5]}
-    assert theirs[0]["metrics"] == {"reply_words": 7.0, "tool_replies": 1.0}
+    # Spain's request stop fires before its second call, on the tool's result (the tool has run).
+    assert theirs[3]["rewards"] == {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "reference": [0.0, 0.5]}
+    # What the facts metric read of verifiers' own trace, which rollkit's matched above: the
+    # tool call and the two tools offered (their schemas as verifiers' MCP server advertises
+    # them), the scripted server's token counts, the calls and their times, the phases'
+    # times, and the trace as it stands while scored (completed, not yet ok; the agent's
+    # model/harness split and the scoring's end are not set until after scoring).
+    assert theirs[0]["metrics"] == {"reply_words": 7.0, "tool_replies": 1.0, **FACTS, "prompt_tokens": 37.0,
+                                    "output_tokens": 6.0, "total_tokens": 23.0, "calls": 2.0, "turns": 2.0,
+                                    "nodes": 5.0}
+    assert theirs[1]["metrics"] == {"reply_words": 0.0, "tool_replies": 0.0, **FACTS}
+    # Spain's tool result, which its stopped request carried, is on the trace (a node not sampled).
+    assert {k: theirs[3]["metrics"][k] for k in ("calls", "turns", "nodes", "tool_replies")} == \
+        {"calls": 1.0, "turns": 1.0, "nodes": 4.0, "tool_replies": 1.0}
     assert theirs[1]["stop"] == mine[1]["stop"] == "italy_after_one_reply" and mine[1]["turns"] == 1
     # Japan's reply names Kyoto: the response @vf.stop ends it there, in both.
     assert theirs[2]["stop"] == mine[2]["stop"] == "no_kyoto" and mine[2]["turns"] == 1
     assert mine[1]["state"]["notes"] == ["capital of Italy: Rome"] and mine[2]["state"] is None
+    assert theirs[3]["stop"] == mine[3]["stop"] == "spain_noted" and mine[3]["turns"] == 1
+    assert mine[3]["state"]["notes"] == ["capital of Spain: Madrid"]
     # Each fork rebuilt its task from the saved trace and was scored by it, its toolsets'
     # state as it stood after the fork's turn (recorded per turn): the notes France and
     # Italy wrote on turn 1 are there, so the notes reward reads them.
     forked = _per_task(forks_out)
     assert {idx: row["rewards"] for idx, row in forked.items()} == {idx: row["rewards"] for idx, row in theirs.items()}
-    assert [forked[idx]["turns"] for idx in (0, 1, 2)] == [2, 1, 1]
+    assert [forked[idx]["turns"] for idx in (0, 1, 2, 3)] == [2, 1, 1, 1]
     assert forked[0]["state"] == mine[0]["state"] and forked[0]["state"]["notes"] == ["capital of France: Paris"]
     # Italy's fork stands where the stop ended it, and says which @vf.stop fired.
-    assert forked[1]["stop"] == "italy_after_one_reply"
+    assert (forked[1]["stop"], forked[3]["stop"]) == ("italy_after_one_reply", "spain_noted")
     # Stepped by hand, each task gets what rk.evaluate gave it; France's notes were
     # there when its second turn was asked for (no judge is plugged there).
     stepped = _per_task(hand_out)
     for idx, row in stepped.items():
         assert mine[idx]["rewards"].pop("reference") == theirs[idx]["rewards"]["reference"]
+        # A person's seat is not the model "scripted", and counts its tokens its own way.
+        for metrics in (row["metrics"], mine[idx]["metrics"]):
+            for fact in ("calls_named", "input_tokens", "output_tokens", "total_tokens", "prompt_tokens"):
+                metrics.pop(fact)
         assert {k: row[k] for k in ("rewards", "metrics", "state", "stop", "turns")} == \
             {k: mine[idx][k] for k in ("rewards", "metrics", "state", "stop", "turns")}, idx
-    assert [row["asked"] for row in stepped.values()] == [[[0, None], [1, mine[0]["state"]]], [[0, None]], [[0, None]]]
+    assert [row["asked"] for row in stepped.values()] == [[[0, None], [1, mine[0]["state"]]], [[0, None]], [[0, None]],
+                                                          [[0, None]]]
     # The judge was asked by verifiers, by rollkit and by the forks (which rebuilt the judge
     # endpoint from the saved task) on France's and Japan's replies, in verifiers' own prompt.
     judged = [body for body in requests if body["model"] == "judge"]
@@ -140,10 +170,11 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
         assert body["messages"][0] == {"role": "system", "content": "You answer geography questions. "
                                                                     "Write your answer in the notes first."}
         assert sorted(t["function"]["name"] for t in body["tools"]) == ["notes_count", "notes_write"]
-    # France: a tool call, then the answer; Italy: the tool call (then its stop); Japan: the
-    # answer; twice. Then France's fork asks for its answer again (Italy's stops again,
-    # Japan's has no turn left).
-    assert len(requests) == 2 * (2 + 1 + 1) + 1
+    assert len({json.dumps(body["tools"], sort_keys=True) for body in requests}) == 1
+    # France: a tool call, then the answer; Italy and Spain: the tool call (then their stops);
+    # Japan: the answer; twice. Then France's fork asks for its answer again (Italy's and
+    # Spain's stop again, Japan's has no turn left).
+    assert len(requests) == 2 * (2 + 1 + 1 + 1) + 1
 
 
 @needs_oracles
@@ -163,8 +194,7 @@ def test_bad_input_a_failing_load_the_vf_init_template_a_raising_reward_a_runtim
     assert fine["rewards"] == {"judged": 0.0, "tests_pass": None} and fine["weights"]["judged"] == 2.0
     assert (fine["stop"], fine["verifiers_stop"], fine["turns"]) == ("verifiers_stop", "pinged", 1)
     assert fine["signal_errors"] == {"tests_pass": runtime_refusal} and fine["ok"] is True
-    assert fine["warnings"] == ["verifiers task ShakyTask's request @vf.stop functions ['never'] are not checked in "
-                                "rollkit (its trace and response stops are)"]
+    assert fine["warnings"] == []  # its request @vf.stop ('never') is checked, and never fires
     assert (raises["stop"], raises["turns"]) == (None, 2)
     assert raises["rewards"] == {"judged": None, "tests_pass": None}
     assert raises["signal_errors"] == {"judged": "verifiers reward 'judged' raised ValueError: the judge could not "
@@ -237,4 +267,5 @@ def test_a_fresh_venv_with_the_verifiers_extra_gets_a_working_pair(tmp_path):
     rewards = {idx: row["rewards"] for idx, row in _per_task(done.stdout).items()}
     assert rewards == {0: {"correct": [1.0, 0.75], "noted": [1.0, 0.25]},
                        1: {"correct": [0.0, 0.75], "noted": [1.0, 0.25]},
-                       2: {"correct": [0.0, 0.75], "noted": [0.0, 0.25]}}
+                       2: {"correct": [0.0, 0.75], "noted": [0.0, 0.25]},
+                       3: {"correct": [0.0, 0.75], "noted": [1.0, 0.25]}}

@@ -24,9 +24,16 @@ the state as it stood after turn k.
 Scoring: every metric, then every reward of the task (`Task.hooks`, config-
 plugged functions included), is called as `Task.score` calls it (verifiers'
 `invoke` hands each the parameters it names of task and trace), on a
-`vf.Trace` built from the rollkit trace: the conversation as its message
-chain (which replies the model sampled), the model calls with their usage,
-finish reason and time, the toolsets' state, and whether and why the rollout stopped. Names and weights are the
+`vf.Trace` built from the rollkit trace as verifiers' trace stands while it
+scores: the conversation as its message graph (which replies the model
+sampled, each node stamped when its turn committed, the tools offered on its
+root), `trace.tools` (the tools the requests offered, as verifiers' chat
+dialect reads them, recorded per turn as `trace.info["verifiers_tools"]`),
+the model calls with their model, sampling, usage, finish reason and time,
+`trace.timing` from rollkit's phases (the same five; scoring not yet ended,
+the agent's model/harness split not yet made, as verifiers makes them after
+scoring), the toolsets' state, and the stop that ended it (completed, not yet
+`ok`: verifiers sets that after scoring). Names and weights are the
 task's. A signal that raises is missing on that trace with its error; one
 that needs a verifiers runtime (a sandbox: a `runtime` parameter without a
 default) is missing with an error naming it, and a task that overrides
@@ -36,11 +43,14 @@ the OpenAI-compatible endpoint `judge=` names (its base_url, model and the
 environment variable holding its key, in verifiers' own client config, saved
 with the task); without `judge=` its reward is missing with an error naming
 the model it would call (by default a hosted one) and how to name one.
-The task's trace `@vf.stop`s are one rollkit stop, `verifiers_stop`, checked
-before each model call as verifiers checks them, its response stops another,
-`verifiers_response_stop`, checked on each reply (the one that fired is
-`trace.info["verifiers_stop"]`); request stops are not checked, said as a
-warning on the trace.
+The task's @vf.stops map onto rollkit's stops by their boundary, checked
+where verifiers checks them: trace stops before each model call
+(`verifiers_stop`), request stops on each request, cut after each new tool
+result, and at the tool gate, on each tool call of a reply before it runs
+(`verifiers_request_stop`; a stopped request's messages the trace does not
+hold are kept as `trace.info["verifiers_unsent"]`, as verifiers commits them),
+response stops on each reply (`verifiers_response_stop`); the one that
+fired is `trace.info["verifiers_stop"]`.
 
 This module only builds tasks; it imports verifiers on first use.
 """
@@ -58,7 +68,7 @@ from typing import Any
 from ...core._gcpause import paused
 from ...core.errors import TaskError, ToolsetError, Unavailable, UsageError
 from ...core.hooks import reward, stop
-from ...core.messages import AssistantMessage, Response, SystemMessage, ToolMessage, UserMessage
+from ...core.messages import AssistantMessage, Request, Response, SystemMessage, ToolMessage, UserMessage
 from ...core.task import Task, TaskData
 from ...core.tools import Tool, Toolset
 from ...core.trace import Trace
@@ -67,6 +77,8 @@ from .tasklist import TaskList
 __all__ = ["VerifiersData", "VerifiersTask", "build", "judge_endpoint", "verifiers_trace"]
 
 STATE_KEY = "verifiers_state"  # trace.info key of the toolsets' shared state
+TOOLS_KEY = "verifiers_tools"  # trace.info key of the tools the requests offered (verifiers' trace.tools)
+UNSENT_KEY = "verifiers_unsent"  # trace.info key of a stopped request's messages the trace does not hold
 
 # Tasksets loaded in this process, by (source, config as JSON), and their tasks by idx.
 _TASKSETS: dict[tuple[str, str], tuple[Any, dict[int, Any]]] = {}
@@ -104,8 +116,12 @@ class VerifiersToolset(Toolset):
         tools = []
         for fn in vf().utils.decorators.discover_decorated(server, "tool"):
             raw = getattr(fn, "tool_name", None) or fn.__name__
-            tools.append(Tool(self._stateful(fn), name=f"{prefix}_{raw}" if prefix else raw,
-                              description=(fn.__doc__ or "").strip() or None))
+            tool = Tool(self._stateful(fn), name=f"{prefix}_{raw}" if prefix else raw,
+                        description=(fn.__doc__ or "").strip() or None)
+            # The model sees the input schema verifiers' MCP server advertises (mcp's own
+            # build of it, titled), not rollkit's: a new dict, the compiled one is shared.
+            tool.spec = {**tool.spec, "function": {**tool.spec["function"], "parameters": _advertised(fn, raw)}}
+            tools.append(tool)
         super().__init__(tools, name=prefix or type(server).__name__)
 
     async def start(self, ctx: Any) -> None:
@@ -150,6 +166,12 @@ class VerifiersToolset(Toolset):
         return call
 
 
+def _advertised(fn: Any, name: str) -> dict[str, Any]:
+    """The input schema verifiers' tool server advertises for `fn` (it
+    registers each tool with the MCP server's `add_tool`, which builds it so)."""
+    return importlib.import_module("mcp.server.mcpserver.tools.base").Tool.from_function(fn, name=name).parameters
+
+
 class VerifiersTask(Task):
     """A verifiers v1 task, prompted by its row and scored by its own rewards and metrics."""
 
@@ -157,6 +179,8 @@ class VerifiersTask(Task):
 
     def __init__(self, data: VerifiersData | None = None, /, *, vtask: Any = None, **fields: Any) -> None:
         super().__init__(data, **fields)
+        # Each rollout's last request, by trace id, for the tool gate on its reply.
+        self._sent: dict[str, list[Any]] = {}
         self._vtask = vtask if vtask is not None else task_at(self.data.taskset, self.data.config, self.data.idx)
 
     @property
@@ -177,11 +201,6 @@ class VerifiersTask(Task):
     async def setup(self, ctx: Any) -> None:
         ctx.trace.record_info(source=provenance(self.data))
         self._refuse_runtime_hook("setup")
-        _, _, unmapped = _stops(self._vtask)
-        if unmapped:
-            ctx.trace.record_warning(f"verifiers task {type(self._vtask).__name__}'s request @vf.stop "
-                                     f"functions {unmapped} are not checked in rollkit (its trace and "
-                                     "response stops are)")
 
     @stop
     async def verifiers_stop(self, trace: Trace, ctx: Any) -> bool:
@@ -197,14 +216,55 @@ class VerifiersTask(Task):
     async def verifiers_response_stop(self, response: Response, ctx: Any) -> bool:
         """The task's response @vf.stop functions, checked on each reply as
         verifiers checks them (before the reply is delivered)."""
-        _, response_stops, _ = _stops(self._vtask)
-        if not response_stops:
+        _, response_stops, request_stops = _stops(self._vtask)
+        sent = self._sent.pop(ctx.trace.id, [])
+        if not (response_stops or request_stops):
             return False
         v = vf()
-        built = v.Response(id=response.id or "", created=0, model=response.model or "",
-                           message=_vf_message(response.message), finish_reason=_finish(response.finish_reason))
-        available = {v.Response: built, v.Trace: verifiers_trace(ctx.trace, self._vtask)}
-        return await _first_fired(response_stops, available, ctx.trace)
+        reply = _vf_message(response.message)
+        built = v.Response(id=response.id or "", created=0, model=response.model or "", message=reply,
+                           finish_reason=_finish(response.finish_reason))
+        seen = verifiers_trace(ctx.trace, self._vtask)
+        if await _first_fired(response_stops, {v.Response: built, v.Trace: seen}, ctx.trace):
+            return True
+        # verifiers' tool gate: before the harness runs a tool call, the request stops see
+        # the branch with that call and an empty result for it (one call at a time).
+        tools = _vf_tools(ctx.trace.info.get(TOOLS_KEY, []))
+        for call in reply.tool_calls or [] if request_stops else []:
+            probe = v.ToolMessage(tool_call_id=call.id, content="", name=call.name)
+            gate = v.Request(messages=[*sent, reply, probe], tools=tools or None)
+            if await _first_fired(request_stops, {v.Request: gate, v.Trace: seen}, ctx.trace):
+                return True
+        return False
+
+    @stop
+    async def verifiers_request_stop(self, request: Request, ctx: Any) -> bool:
+        """The task's request @vf.stop functions, checked before each model call
+        as verifiers checks them: on the request cut after each new tool result,
+        then whole. The tools the request offers are recorded per turn
+        (`trace.info["verifiers_tools"]`, verifiers' `trace.tools`); when a stop
+        fires, the request's messages the trace does not hold yet are kept
+        (`info["verifiers_unsent"]`), as verifiers commits them as nodes."""
+        v, trace = vf(), ctx.trace
+        tools = [tool.model_dump(mode="json", exclude_none=True)
+                 for tool in _parse_tools(request.tools)]
+        known = _merged_tools(trace.info.get(TOOLS_KEY, []), tools)
+        if known != trace.info.get(TOOLS_KEY, []):
+            trace.record_turn_info({TOOLS_KEY: known})
+        _, _, request_stops = _stops(self._vtask)
+        if not request_stops:
+            return False
+        messages = [_vf_message(m) for m in request.messages]
+        self._sent[trace.id] = messages
+        held = len(trace.messages) if list(request.messages[:len(trace.messages)]) == trace.messages else 0
+        ends = [i + 1 for i in range(held, len(messages)) if isinstance(messages[i], v.ToolMessage)]
+        seen = verifiers_trace(trace, self._vtask)
+        for end in ends if ends and ends[-1] == len(messages) else [*ends, len(messages)]:
+            cut = v.Request(messages=messages[:end], tools=_vf_tools(tools) or None)
+            if await _first_fired(request_stops, {v.Request: cut, v.Trace: seen}, trace):
+                trace.record_turn_info({UNSENT_KEY: [m.model_dump(mode="json") for m in messages[held:]]})
+                return True
+        return False
 
     async def finalize(self, ctx: Any) -> None:
         self._refuse_runtime_hook("finalize")
@@ -219,18 +279,34 @@ class VerifiersTask(Task):
     async def verifiers_scores(self, trace: Trace) -> dict[str, float | None]:
         """The task's metrics and rewards, by their names and weights (recorded
         on the trace directly, as verifiers records them)."""
+        self._sent.pop(trace.id, None)
         await score(self._vtask, trace, self.data.judge)
         return {}
 
 
-def _stops(vtask: Any) -> tuple[list[Any], list[Any], list[str]]:
-    """The task's trace and response @vf.stop functions, and the names of its
-    request ones, as verifiers sorts them."""
+def _stops(vtask: Any) -> tuple[list[Any], list[Any], list[Any]]:
+    """The task's trace, response and request @vf.stop functions, as verifiers sorts them."""
     v, session = vf(), importlib.import_module("verifiers.v1.session")
     by_boundary: dict[Any, list[Any]] = {v.Trace: [], v.Response: [], v.Request: []}
     for fn in vtask.hooks("stop"):
         by_boundary[session.hook_boundary(fn, allow_trace=True)].append(fn)
-    return by_boundary[v.Trace], by_boundary[v.Response], [fn.__name__ for fn in by_boundary[v.Request]]
+    return by_boundary[v.Trace], by_boundary[v.Response], by_boundary[v.Request]
+
+
+def _parse_tools(specs: list[dict[str, Any]]) -> list[Any]:
+    """A request's tool declarations as verifiers' chat dialect reads them."""
+    return importlib.import_module("verifiers.v1.dialects.chat").parse_tools(specs) or []
+
+
+def _vf_tools(dumped: list[dict[str, Any]]) -> list[Any]:
+    return [vf().Tool.model_validate(tool) for tool in dumped]
+
+
+def _merged_tools(known: list[dict[str, Any]], offered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tools seen across requests, the latest definition winning for each
+    identity (namespace, name, type), as verifiers keeps `trace.tools`."""
+    merged = {(t.get("namespace"), t["name"], t.get("type", "function")): t for t in [*known, *offered]}
+    return list(merged.values())
 
 
 async def _first_fired(stops: list[Any], available: dict[Any, Any], trace: Trace) -> bool:
@@ -257,7 +333,7 @@ async def score(vtask: Any, trace: Trace, judge: Mapping[str, Any] | None = None
     called as `Task.score` calls them, recorded on `trace`; one that raises
     or needs a runtime is missing with its error. The judges run against the
     endpoint `judge` names (see `judge_endpoint`), or are refused without one."""
-    available = {"task": vtask.data, "trace": verifiers_trace(trace, vtask)}
+    available = {"task": vtask.data, "trace": verifiers_trace(trace, vtask, scoring=True)}
     for kind in ("metric", "reward"):
         for fn in vtask.hooks(kind):
             weight = float(getattr(fn, "_vf_weight", 1.0)) if kind == "reward" else None
@@ -357,36 +433,82 @@ def _vf_message(message: Any) -> Any:
     return v.AssistantMessage(content=message.content, reasoning_content=message.reasoning, tool_calls=calls or None)
 
 
-def _vf_calls(trace: Trace) -> list[Any]:
-    """The committed model calls, each tied to the reply node it produced."""
+def _vf_calls(trace: Trace, stamps: list[float]) -> list[Any]:
+    """The model calls, each committed one tied to the reply node it produced,
+    as verifiers records them at intercept time (the model requested, its
+    sampling settings, usage with cache reads split out, finish reason, time).
+    `stamps` gets each node's time: when the call that brought it in ended."""
     v = vf()
     replies = iter(trace.sampled)
     calls = []
     for call in trace.model_calls:
         node = next(replies, None) if call.committed else None
+        if node is not None:
+            stamps.extend(call.end for _ in range(len(stamps), node + 1))
         usage = call.usage
         counted = usage.input_tokens is not None and usage.output_tokens is not None
         calls.append(v.ModelCall(
-            node=node, model=trace.agent.get("model"), finish_reason=call.finish_reason,
+            node=node, model=trace.agent.get("model"), finish_reason=_finish(call.finish_reason),
+            sampling=v.Sampling.model_validate(call.sampling or {}),
             usage=v.Usage(prompt_tokens=usage.input_tokens - (usage.cache_read_tokens or 0),
                           completion_tokens=usage.output_tokens, cached_input_tokens=usage.cache_read_tokens,
                           reasoning_tokens=usage.reasoning_tokens) if counted else None,
-            time=v.TimeSpan(start=call.start, end=call.end)))
+            time=v.TimeSpan(start=call.start, end=call.end),
+            error=v.Error(type=call.error.type, message=call.error.message) if call.error else None))
     return calls
 
 
-def verifiers_trace(trace: Trace, vtask: Any) -> Any:
-    """The `vf.Trace` verifiers would hold for this rollout, built from the
-    rollkit trace (see the module's docstring for what it carries)."""
+def _timing(trace: Trace) -> Any:
+    """rollkit's phase spans as verifiers' `Timing` (the same five phases; an
+    open span has no end yet). The agent's model/harness split stays zero, as
+    verifiers splits it only after scoring."""
+    v = vf()
+    spans = {name: v.TimeSpan(start=span.start, end=span.end or 0.0) for name, span in trace.phases.items()}
+    none = v.TimeSpan()
+    agent = spans.get("agent", none)
+    starts = [span.start for span in trace.phases.values()]
+    return v.Timing(start=min(starts) if starts else 0.0, boot=spans.get("boot", none),
+                    setup=spans.get("setup", none), agent=v.AgentSpan(start=agent.start, end=agent.end),
+                    finalize=spans.get("finalize", none), scoring=spans.get("scoring", none))
+
+
+def _nodes(trace: Trace, stamps: list[float]) -> list[Any]:
+    """The conversation as verifiers' message graph: one branch, the tools
+    offered on its root, the replies marked sampled, each node stamped when
+    it was committed; then a stopped request's unsent messages."""
     v = vf()
     sampled = set(trace.sampled)
-    nodes = [v.MessageNode(parent=i - 1 if i else None, message=_vf_message(m), sampled=i in sampled)
-             for i, m in enumerate(trace.messages)]
+    tools = _vf_tools(trace.info.get(TOOLS_KEY, []))
+    unsent = [v.UserMessage.model_validate(m) if m["role"] == "user" else
+              v.ToolMessage.model_validate(m) if m["role"] == "tool" else v.AssistantMessage.model_validate(m)
+              for m in trace.info.get(UNSENT_KEY, [])]
+    messages = [*(_vf_message(m) for m in trace.messages), *unsent]
+    last = trace.model_calls[-1].end if trace.model_calls else 0.0
+    return [v.MessageNode(parent=i - 1 if i else None, message=message, sampled=i in sampled,
+                          tools=tools if i == 0 else [], timestamp=stamps[i] if i < len(stamps) else last)
+            for i, message in enumerate(messages)]
+
+
+def verifiers_trace(trace: Trace, vtask: Any, *, scoring: bool = False) -> Any:
+    """The `vf.Trace` verifiers would hold for this rollout, built from the
+    rollkit trace (see the module's docstring for what it carries). While
+    `scoring`, it stands as verifiers' does when it scores: completed, the
+    stop that ended it named (`agent_completed` when none did), and not yet
+    marked ok (verifiers sets `ok` after scoring)."""
+    v = vf()
+    stamps: list[float] = []
+    calls = _vf_calls(trace, stamps)
+    condition = trace.stop_condition
+    if condition in ("verifiers_stop", "verifiers_response_stop", "verifiers_request_stop"):
+        condition = trace.info.get("verifiers_stop", condition)
+    if scoring and condition is None and not trace.errors:
+        condition = "agent_completed"
     state_type = v.state.state_cls(type(vtask))
     built = v.Trace(task=v.TraceTask(type=type(vtask).__name__, data=vtask.data, key=vtask.key, hash=vtask.hash),
-                    agent=v.AgentInfo(config=v.AgentConfig()), nodes=nodes, calls=_vf_calls(trace),
-                    is_completed=trace.completed, ok=bool(trace.ok), stop_condition=trace.stop_condition,
-                    errors=[v.Error(type=e.type, message=e.message) for e in trace.errors])
+                    agent=v.AgentInfo(config=v.AgentConfig()), tools=_vf_tools(trace.info.get(TOOLS_KEY, [])),
+                    nodes=_nodes(trace, stamps), calls=calls, timing=_timing(trace),
+                    is_completed=scoring or trace.completed, ok=bool(trace.ok) and not scoring,
+                    stop_condition=condition, errors=[v.Error(type=e.type, message=e.message) for e in trace.errors])
     built.state = state_type.model_validate(trace.info.get(STATE_KEY, {}))
     return built
 
