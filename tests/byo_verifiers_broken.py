@@ -3,8 +3,9 @@
 `BrokenLoadTaskset` cannot read its rows. `ShakyTaskset` has three tasks:
 the first is stopped by its trace `@vf.stop` after its tool call and scores,
 the second's `judged` reward raises, the third's toolset does not start; every task also has a reward that needs a verifiers
-runtime (a sandbox), which rollkit refuses by name, and a request `@vf.stop`,
-which rollkit does not check and says so on the trace.
+runtime (a sandbox), which rollkit refuses by name, a reward that builds its
+judge's client itself (which judge= cannot aim), refused by name, and a
+request `@vf.stop` that never fires.
 """
 
 from __future__ import annotations
@@ -62,6 +63,12 @@ class ShakyTask(vf.Task[ShakyData, vf.State, ShakyTaskConfig]):
     @vf.reward
     async def tests_pass(self, trace: vf.Trace, runtime: vf.Runtime) -> float:
         return 1.0
+
+    @vf.reward(weight=0.5)
+    async def own_judge(self, trace: vf.Trace) -> float:
+        """A judge whose client the reward builds itself: a hosted model, unless refused."""
+        judge = vf.Judge(vf.JudgeConfig(model="openai/gpt-6-luna"))
+        return float((await judge.complete(f"Is {trace.last_reply!r} right? yes/no")).text == "yes")
 
 
 class ShakyConfig(vf.TasksetConfig):

@@ -5,6 +5,7 @@ this module, which exports its Taskset in `__all__`): four capital-city
 questions under a system prompt, each with a stateful notes toolset (its
 state is the rollout's, synced by verifiers' state channel), a weighted
 reward that reads the reply, a second reward that reads the toolset's state,
+a third that builds its own judge from the judge config in the task's config,
 three metrics (one reads tool calls, token counts and timing),
 a trace, a response and a request stop; tests/byo_verifiers_replies.py is
 the scripted model both runs are answered by.
@@ -49,8 +50,18 @@ class CapitalData(vf.TaskData):
     answer: str
 
 
+class CapitalJudge(vf.Judge[bool]):
+    """A judge the task's own reward builds, from the judge config in the task's config."""
+
+    prompt = "Reference answer:\n```\n{answer}\n```\nResponse:\n```\n{response}\n```\nIs the response right?"
+
+    def parse(self, response: vf.JudgeResponse[bool]) -> bool:
+        return response.text.strip().lower() == "yes"
+
+
 class CapitalTaskConfig(vf.TaskConfig):
     tools: vf.ToolsetConfig = vf.ToolsetConfig()
+    judge: vf.JudgeConfig = vf.JudgeConfig()
 
 
 class CapitalTask(vf.Task[CapitalData, NotesState, CapitalTaskConfig]):
@@ -81,6 +92,14 @@ class CapitalTask(vf.Task[CapitalData, NotesState, CapitalTaskConfig]):
     @vf.reward(weight=0.25)
     async def noted(self, trace: vf.Trace) -> float:
         return float(any(self.data.answer in line for line in trace.state.notes))
+
+    @vf.reward(weight=0.1)
+    async def self_judged(self, trace: vf.Trace) -> float:
+        if not trace.last_reply:
+            return 0.0  # nothing to grade, as verifiers' reference judge skips it
+        verdict = await CapitalJudge(self.config.judge).evaluate(trace=trace, answer=self.data.answer,
+                                                                 response=trace.last_reply)
+        return float(verdict.parsed)
 
     @vf.metric
     async def reply_words(self, trace: vf.Trace) -> float:

@@ -64,6 +64,19 @@ FACTS = {"tool_calls": 1.0, "tools_crc": 2231086697.0, "root_tools": 2.0, "input
          "scoring_ended": 0.0, "model_split": 0.0, "completed": 1.0, "ok": 0.0, "truncated": 0.0}
 
 
+UNNAMED = ("verifiers reward 'self_judged' of task CapitalTask calls the judge in its config's 'judge' (judge "
+           "model 'openai/gpt-6-luna' at https://api.pinference.ai/api/v1); rollkit calls a judge only at an "
+           "endpoint you name, so this reward is missing: pass rk.tasks_from(..., judge={'base_url': URL, "
+           "'model': NAME, 'api_key_var': ENV_VAR})")
+
+
+def _judge_options(url: str) -> list[str]:
+    """vf-eval's options aiming the judge config in the capitals task's config (which
+    its self_judged reward builds its judge from) at the scripted server."""
+    return ["--env.taskset.task.judge.base-url", url, "--env.taskset.task.judge.model", "judge",
+            "--env.taskset.task.judge.api-key-var", "SCRIPTED_KEY"]
+
+
 def _fenced(body: dict, heading: str) -> str:
     """The fenced block under `heading` in a judge request's prompt."""
     return body["messages"][0]["content"].split(f"{heading}\n```\n", 1)[1].split("\n```", 1)[0]
@@ -76,7 +89,8 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
         judges = json.dumps([{"id": "reference", "weight": 0.5, "base_url": provider.url, "model": "judge",
                               "api_key_var": "SCRIPTED_KEY"}])
         native = subprocess.Popen([str(VERIFIERS), str(HERE / "verifiers_native_eval.py"), "byo_verifiers_taskset",
-                                   provider.url, str(tmp_path / "native"), "--env.taskset.task.judges", judges], env=env,
+                                   provider.url, str(tmp_path / "native"), "--env.taskset.task.judges", judges,
+                                   *_judge_options(provider.url)], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # rollkit names the same judge endpoint with rk.tasks_from(..., judge=...).
         ours = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"), "--judge",
@@ -112,11 +126,16 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     # calls; Italy's trace stop ends it before its second call (its tool call has run).
     # The judge graded France's reply right and Japan's wrong; Italy's last reply is its tool
     # call, an empty response the reference judge scores 0 without asking.
-    assert theirs[0]["rewards"] == {"correct": [1.0, 0.75], "noted": [1.0, 0.25], "reference": [1.0, 0.5]}
-    assert theirs[1]["rewards"] == {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "reference": [0.0, 0.5]}
-    assert theirs[2]["rewards"] == {"correct": [0.0, 0.75], "noted": [0.0, 0.25], "reference": [0.0, 0.5]}
+    # The self_judged reward builds its own judge from the task's config, aimed at the same server.
+    assert theirs[0]["rewards"] == {"correct": [1.0, 0.75], "noted": [1.0, 0.25], "reference": [1.0, 0.5],
+                                    "self_judged": [1.0, 0.1]}
+    assert theirs[1]["rewards"] == {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "reference": [0.0, 0.5],
+                                    "self_judged": [0.0, 0.1]}
+    assert theirs[2]["rewards"] == {"correct": [0.0, 0.75], "noted": [0.0, 0.25], "reference": [0.0, 0.5],
+                                    "self_judged": [0.0, 0.1]}
     # Spain's request stop fires before its second call, on the tool's result (the tool has run).
-    assert theirs[3]["rewards"] == {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "reference": [0.0, 0.5]}
+    assert theirs[3]["rewards"] == {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "reference": [0.0, 0.5],
+                                    "self_judged": [0.0, 0.1]}
     # What the facts metric read of verifiers' own trace, which rollkit's matched above: the
     # tool call and the two tools offered (their schemas as verifiers' MCP server advertises
     # them), the scripted server's token counts, the calls and their times, the phases'
@@ -149,6 +168,12 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     stepped = _per_task(hand_out)
     for idx, row in stepped.items():
         assert mine[idx]["rewards"].pop("reference") == theirs[idx]["rewards"]["reference"]
+        # No judge= named there: the judge the task's reward builds from its config is not called
+        # where it would be (France's and Japan's replies; Italy's and Spain's are empty: no judge).
+        assert mine[idx]["rewards"].pop("self_judged") == theirs[idx]["rewards"]["self_judged"]
+        judged_here = row["rewards"].pop("self_judged")
+        assert (judged_here, row["signal_errors"]) == ((None, {"self_judged": UNNAMED}) if idx in (0, 2) else
+                                                       ([0.0, 0.1], {})), idx
         # A person's seat is not the model "scripted", and counts its tokens its own way.
         for metrics in (row["metrics"], mine[idx]["metrics"]):
             for fact in ("calls_named", "input_tokens", "output_tokens", "total_tokens", "prompt_tokens"):
@@ -157,14 +182,16 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
             {k: mine[idx][k] for k in ("rewards", "metrics", "state", "stop", "turns")}, idx
     assert [row["asked"] for row in stepped.values()] == [[[0, None], [1, mine[0]["state"]]], [[0, None]], [[0, None]],
                                                           [[0, None]]]
-    # The judge was asked by verifiers, by rollkit and by the forks (which rebuilt the judge
-    # endpoint from the saved task) on France's and Japan's replies, in verifiers' own prompt.
+    # The judges (verifiers' reference judge, plugged, and the task's own) were asked by verifiers,
+    # by rollkit and by the forks (which rebuilt the judge endpoint from the saved task) on
+    # France's and Japan's replies.
     judged = [body for body in requests if body["model"] == "judge"]
     requests = [body for body in requests if body["model"] != "judge"]
     graded = sorted((_fenced(body, "Reference answer:"), _fenced(body, "Response:"), len(body["messages"]))
                     for body in judged)
-    assert graded == 3 * [("Paris", 'The capital is Paris. ("noted (1 lines)")', 1)] + \
-        3 * [("Tokyo", "I think it is Kyoto.", 1)]
+    assert graded == 2 * 3 * [("Paris", 'The capital is Paris. ("noted (1 lines)")', 1)] + \
+        2 * 3 * [("Tokyo", "I think it is Kyoto.", 1)]
+    assert sum("Is the response right?" in body["messages"][0]["content"] for body in judged) == 6
     # Both sent the task's system prompt and the toolset's tools under verifiers' prefixed names.
     for body in requests:
         assert body["messages"][0] == {"role": "system", "content": "You answer geography questions. "
@@ -190,17 +217,24 @@ def test_bad_input_a_failing_load_the_vf_init_template_a_raising_reward_a_runtim
     fine, raises, no_tools = found["traces"]
     runtime_refusal = ("verifiers reward 'tests_pass' of task ShakyTask needs a verifiers runtime (a sandbox), "
                        "which rollkit does not provide")
+    own_judge_refusal = (
+        "verifiers reward 'own_judge' of task ShakyTask builds its judge's client in the reward itself "
+        "(vf.JudgeConfig(...)), which judge= cannot aim; rollkit calls a judge only at an endpoint you name, so "
+        "this reward is missing: read the judge's config from the task's config (a JudgeConfig field, e.g. "
+        "Judge(self.config.judge)), which rk.tasks_from(..., judge={...}) aims")
+    refused = {"tests_pass": runtime_refusal, "own_judge": own_judge_refusal}
     # The fine task's trace @vf.stop ends it after its tool call, before the answer "done".
-    assert fine["rewards"] == {"judged": 0.0, "tests_pass": None} and fine["weights"]["judged"] == 2.0
+    assert fine["rewards"] == {"judged": 0.0, "tests_pass": None, "own_judge": None}
+    assert fine["weights"]["judged"] == 2.0
     assert (fine["stop"], fine["verifiers_stop"], fine["turns"]) == ("verifiers_stop", "pinged", 1)
-    assert fine["signal_errors"] == {"tests_pass": runtime_refusal} and fine["ok"] is True
+    assert fine["signal_errors"] == refused and fine["ok"] is True
     assert fine["warnings"] == []  # its request @vf.stop ('never') is checked, and never fires
     assert (raises["stop"], raises["turns"]) == (None, 2)
-    assert raises["rewards"] == {"judged": None, "tests_pass": None}
+    assert raises["rewards"] == {"judged": None, "tests_pass": None, "own_judge": None}
     assert raises["signal_errors"] == {"judged": "verifiers reward 'judged' raised ValueError: the judge could not "
-                                                 "parse the reply", "tests_pass": runtime_refusal}
+                                                 "parse the reply", **refused}
     # A config-plugged judge would call a hosted model: its reward is missing, saying which.
-    assert found["judge"]["rewards"] == {"reference": None, "judged": 0.0, "tests_pass": None}
+    assert found["judge"]["rewards"] == {"reference": None, "judged": 0.0, "tests_pass": None, "own_judge": None}
     assert found["judge"]["weights"]["reference"] == 0.5
     assert found["judge"]["signal_errors"]["reference"] == (
         "verifiers judge 'reference' of task ShakyTask would call judge model 'openai/gpt-6-luna' at "
@@ -265,7 +299,7 @@ def test_a_fresh_venv_with_the_verifiers_extra_gets_a_working_pair(tmp_path):
                               capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rewards = {idx: row["rewards"] for idx, row in _per_task(done.stdout).items()}
-    assert rewards == {0: {"correct": [1.0, 0.75], "noted": [1.0, 0.25]},
-                       1: {"correct": [0.0, 0.75], "noted": [1.0, 0.25]},
-                       2: {"correct": [0.0, 0.75], "noted": [0.0, 0.25]},
-                       3: {"correct": [0.0, 0.75], "noted": [1.0, 0.25]}}
+    assert rewards == {0: {"correct": [1.0, 0.75], "noted": [1.0, 0.25], "self_judged": None},
+                       1: {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "self_judged": None},
+                       2: {"correct": [0.0, 0.75], "noted": [0.0, 0.25], "self_judged": None},
+                       3: {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "self_judged": None}}

@@ -42,7 +42,15 @@ config-plugged judge (`TaskConfig.judges`) runs, as verifiers runs it, against
 the OpenAI-compatible endpoint `judge=` names (its base_url, model and the
 environment variable holding its key, in verifiers' own client config, saved
 with the task); without `judge=` its reward is missing with an error naming
-the model it would call (by default a hosted one) and how to name one.
+the model it would call (by default a hosted one) and how to name one. A
+judge the task's own reward builds from a judge config in the task's config
+(`Judge(self.config.judge)`) is aimed the same way: the reward sees a copy of
+the task whose config's judge fields are aimed, or, none named, stand-ins
+that make the reward missing with that error when it uses one. A reward
+whose source builds a judge's client itself (`JudgeConfig(...)`, or a
+`Judge` given no config: a hosted model) cannot be aimed without changing
+verifiers for every rollout of the process, so it is missing with an error
+naming it and saying to read the judge from the task's config.
 The task's @vf.stops map onto rollkit's stops by their boundary, checked
 where verifiers checks them: trace stops before each model call
 (`verifiers_stop`), request stops on each request, cut after each new tool
@@ -57,11 +65,13 @@ This module only builds tasks; it imports verifiers on first use.
 
 from __future__ import annotations
 
+import ast
 import copy
 import functools
 import importlib
 import inspect
 import json
+import textwrap
 from collections.abc import Mapping
 from typing import Any
 
@@ -332,10 +342,13 @@ async def score(vtask: Any, trace: Trace, judge: Mapping[str, Any] | None = None
     """Each of `vtask`'s metrics, then rewards, then config-plugged judges,
     called as `Task.score` calls them, recorded on `trace`; one that raises
     or needs a runtime is missing with its error. The judges run against the
-    endpoint `judge` names (see `judge_endpoint`), or are refused without one."""
+    endpoint `judge` names (see `judge_endpoint`), or are refused without one:
+    the plugged ones, and those the task's own rewards build from a judge
+    config in the task's config (`scoring_task`)."""
     available = {"task": vtask.data, "trace": verifiers_trace(trace, vtask, scoring=True)}
+    scored = scoring_task(vtask, judge)
     for kind in ("metric", "reward"):
-        for fn in vtask.hooks(kind):
+        for fn in scored.hooks(kind):
             weight = float(getattr(fn, "_vf_weight", 1.0)) if kind == "reward" else None
             await _record(kind, fn.__name__, fn, weight, vtask, available, trace)
     for plugged in vtask.plugged_judges():
@@ -354,9 +367,9 @@ async def _record(kind: str, name: str, fn: Any, weight: float | None, vtask: An
     (or each value of the mapping it returns) recorded under `name`."""
     what = what or kind
     trace.record_signal(kind, name, None, weight)
-    if _needs_runtime(fn):
-        trace.record_signal_error(name, f"verifiers {what} {name!r} of task {type(vtask).__name__} needs "
-                                        "a verifiers runtime (a sandbox), which rollkit does not provide")
+    refusal = _refusal(fn, f"verifiers {what} {name!r} of task {type(vtask).__name__}")
+    if refusal:
+        trace.record_signal_error(name, refusal)
         return
     try:
         value = vf().utils.decorators.invoke(fn, available)
@@ -365,7 +378,9 @@ async def _record(kind: str, name: str, fn: Any, weight: float | None, vtask: An
                             "every scoring function (make it async)")
         value = await value
     except Exception as exc:
-        trace.record_signal_error(name, f"verifiers {what} {name!r} raised {type(exc).__name__}: {exc}")
+        unnamed = _cause(exc, JudgeNotNamed)
+        trace.record_signal_error(name, f"verifiers {what} {name!r} of task {type(vtask).__name__} {unnamed}"
+                                  if unnamed else f"verifiers {what} {name!r} raised {type(exc).__name__}: {exc}")
         return
     if isinstance(value, Mapping):
         trace.drop_signal(kind, name)
@@ -373,6 +388,99 @@ async def _record(kind: str, name: str, fn: Any, weight: float | None, vtask: An
             trace.record_signal(kind, str(key), _number(number), weight)
     else:
         trace.record_signal(kind, name, _number(value), weight)
+
+
+def _refusal(fn: Any, what: str) -> str | None:
+    """Why `fn` cannot be scored here, before it is called: it needs a
+    verifiers runtime, or it builds a judge whose endpoint judge= cannot aim."""
+    if _needs_runtime(fn):
+        return f"{what} needs a verifiers runtime (a sandbox), which rollkit does not provide"
+    built = own_judge(getattr(fn, "__func__", fn))
+    if built:
+        return (f"{what} builds its judge's client in the reward itself ({built}(...)), which judge= cannot "
+                f"aim; {JUDGE_ONLY_NAMED}: read the judge's config from the task's config (a JudgeConfig field, "
+                "e.g. Judge(self.config.judge)), which rk.tasks_from(..., judge={...}) aims")
+    return None
+
+
+def _cause(exc: BaseException | None, kind: type[BaseException]) -> BaseException | None:
+    """`exc` or the first of its causes or contexts that is a `kind`."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, kind):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+class JudgeNotNamed(Exception):
+    """A reward used a judge config of the task's config while no judge= was named."""
+
+
+class UnnamedJudge:
+    """Stands, while scoring, for a judge config in the task's config when no
+    judge= is named: any use of it (building a Judge with it reads it) raises
+    `JudgeNotNamed`, so the reward is missing with an error naming the field."""
+
+    def __init__(self, field: str, config: Any) -> None:
+        self.__dict__["_why"] = (f"calls the judge in its config's {field!r} (judge model {config.model!r} at "
+                                 f"{config.base_url}); {JUDGE_ONLY_NAMED}: pass rk.tasks_from(..., "
+                                 "judge={'base_url': URL, 'model': NAME, 'api_key_var': ENV_VAR})")
+
+    def __getattr__(self, name: str) -> Any:
+        raise JudgeNotNamed(self.__dict__["_why"])
+
+    def __bool__(self) -> bool:
+        raise JudgeNotNamed(self.__dict__["_why"])
+
+
+def scoring_task(vtask: Any, judge: Mapping[str, Any] | None) -> Any:
+    """`vtask` as its rewards are called: each judge config among its config's
+    fields (a `JudgeConfig`, other than the plugged `judges`) aimed at the
+    endpoint `judge` names, or, none named, an `UnnamedJudge` in its place. A
+    shallow copy: the task the rollout holds keeps its own config."""
+    judge_config = importlib.import_module("verifiers.v1.configs.judge").JudgeConfig
+    config = vtask.config
+    fields = [name for name in type(config).model_fields
+              if name != "judges" and isinstance(getattr(config, name), judge_config)]
+    if not fields:
+        return vtask
+    clone = copy.copy(vtask)
+    clone.config = config.model_copy(update={
+        name: _aimed(getattr(config, name), judge) if judge else UnnamedJudge(name, getattr(config, name))
+        for name in fields})
+    return clone
+
+
+@functools.lru_cache(maxsize=256)
+def own_judge(fn: Any) -> str | None:
+    """The judge client `fn` builds from nothing the task's config holds, as
+    written in its source: a call of a client config type (`JudgeConfig(...)`)
+    or of a `Judge` given no config (which takes the default, a hosted model)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    client_config = importlib.import_module("verifiers.v1.configs.client").BaseClientConfig
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        called = _resolved(node.func, getattr(fn, "__globals__", {}))
+        if not isinstance(called, type):
+            continue
+        unconfigured = not node.args and not any(k.arg == "config" for k in node.keywords)
+        if issubclass(called, client_config) or (issubclass(called, vf().Judge) and unconfigured):
+            return ast.unparse(node.func)
+    return None
+
+
+def _resolved(node: ast.expr, names: dict[str, Any]) -> Any:
+    """What a name or dotted attribute in a function's source names in its module."""
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.Attribute):
+        return getattr(_resolved(node.value, names), node.attr, None)
+    return None
 
 
 # The client fields of verifiers' JudgeConfig (its BaseClientConfig) that
@@ -405,9 +513,12 @@ def _aimed(config: Any, judge: Mapping[str, Any]) -> Any:
     return type(config).model_validate({**config.model_dump(), **judge})
 
 
+JUDGE_ONLY_NAMED = "rollkit calls a judge only at an endpoint you name, so this reward is missing"
+
+
 def _judge_refusal(vtask: Any, name: str, config: Any) -> str:
     return (f"verifiers judge {name!r} of task {type(vtask).__name__} would call judge model {config.model!r} at "
-            f"{config.base_url}; rollkit calls a judge only at an endpoint you name, so this reward is missing: "
+            f"{config.base_url}; {JUDGE_ONLY_NAMED}: "
             "pass rk.tasks_from(..., judge={'base_url': URL, 'model': NAME, 'api_key_var': ENV_VAR})")
 
 
