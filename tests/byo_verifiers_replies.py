@@ -15,7 +15,7 @@ from helpers.scripted_provider import text
 
 __all__ = ["QUESTIONS", "reply"]
 
-QUESTIONS = [("France", "Paris"), ("Italy", "Rome"), ("Japan", "Tokyo"), ("Spain", "Madrid")]
+QUESTIONS = [("France", "Paris"), ("Italy", "Rome"), ("Japan", "Tokyo"), ("Spain", "Madrid"), ("Germany", "Berlin")]
 
 
 def _fenced(prompt: str, heading: str) -> str:

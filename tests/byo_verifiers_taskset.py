@@ -1,14 +1,14 @@
 """A verifiers v1 taskset for the proofs in tests/test_verifiers_tasks.py.
 
 An installed-style taskset package (the id "byo_verifiers_taskset" imports
-this module, which exports its Taskset in `__all__`): four capital-city
+this module, which exports its Taskset in `__all__`): five capital-city
 questions under a system prompt, each with a stateful notes toolset (its
 state is the rollout's, synced by verifiers' state channel), a weighted
 reward that reads the reply, a second reward that reads the toolset's state,
 a third that builds its own judge from the judge config in the task's config,
-three metrics (one reads tool calls, token counts and timing),
-a trace, a response and a request stop; tests/byo_verifiers_replies.py is
-the scripted model both runs are answered by.
+three metrics (one reads tool calls, token counts and timing), a trace, a
+response and two request stops (one at verifiers' tool gate);
+tests/byo_verifiers_replies.py is the scripted model both runs are answered by.
 Run as a module, it serves the toolset (verifiers starts tool servers with
 `python -m <the toolset class's module>`).
 """
@@ -85,6 +85,11 @@ class CapitalTask(vf.Task[CapitalData, NotesState, CapitalTaskConfig]):
         return self.data.country == "Spain" and any(
             isinstance(m, vf.ToolMessage) and m.content for m in request.messages)
 
+    @vf.stop
+    async def germany_no_tools(self, request: vf.Request) -> bool:
+        """Germany's rollout stops at verifiers' tool gate: its tool call never runs."""
+        return self.data.country == "Germany" and any(isinstance(m, vf.ToolMessage) for m in request.messages)
+
     @vf.reward(weight=0.75)
     async def correct(self, trace: vf.Trace) -> float:
         return float(self.data.answer.lower() in trace.last_reply.lower())
@@ -139,7 +144,7 @@ class CapitalTask(vf.Task[CapitalData, NotesState, CapitalTaskConfig]):
 
 
 class CapitalsConfig(vf.TasksetConfig):
-    num_tasks: int = 4
+    num_tasks: int = 5
     task: CapitalTaskConfig = CapitalTaskConfig()
 
 

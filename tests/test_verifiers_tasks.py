@@ -114,7 +114,7 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     assert forks.returncode == 0, forks_err[-3000:]
     assert by_hand.returncode == 0, hand_err[-3000:]
     theirs, mine = _per_task(native_out), _per_task(ours_out)
-    assert sorted(theirs) == sorted(mine) == [0, 1, 2, 3]
+    assert sorted(theirs) == sorted(mine) == [0, 1, 2, 3, 4]
     for idx, row in theirs.items():
         assert row["errors"] == [] and mine[idx]["errors"] == [] and mine[idx]["signal_errors"] == {}
         assert mine[idx]["rewards"] == row["rewards"], idx
@@ -148,21 +148,27 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
     # Spain's tool result, which its stopped request carried, is on the trace (a node not sampled).
     assert {k: theirs[3]["metrics"][k] for k in ("calls", "turns", "nodes", "tool_replies")} == \
         {"calls": 1.0, "turns": 1.0, "nodes": 4.0, "tool_replies": 1.0}
+    # Germany's request stop fires at the tool gate, on its tool call with an empty result:
+    # the tool never runs (nothing noted) and no result is on the trace.
+    assert theirs[4]["rewards"] == {**theirs[3]["rewards"], "noted": [0.0, 0.25]}
+    assert theirs[4]["metrics"] == {"reply_words": 0.0, "tool_replies": 0.0, **FACTS}
     assert theirs[1]["stop"] == mine[1]["stop"] == "italy_after_one_reply" and mine[1]["turns"] == 1
     # Japan's reply names Kyoto: the response @vf.stop ends it there, in both.
     assert theirs[2]["stop"] == mine[2]["stop"] == "no_kyoto" and mine[2]["turns"] == 1
     assert mine[1]["state"]["notes"] == ["capital of Italy: Rome"] and mine[2]["state"] is None
     assert theirs[3]["stop"] == mine[3]["stop"] == "spain_noted" and mine[3]["turns"] == 1
     assert mine[3]["state"]["notes"] == ["capital of Spain: Madrid"]
+    assert theirs[4]["stop"] == mine[4]["stop"] == "germany_no_tools" and mine[4]["turns"] == 1
+    assert mine[4]["state"] is None
     # Each fork rebuilt its task from the saved trace and was scored by it, its toolsets'
     # state as it stood after the fork's turn (recorded per turn): the notes France and
     # Italy wrote on turn 1 are there, so the notes reward reads them.
     forked = _per_task(forks_out)
     assert {idx: row["rewards"] for idx, row in forked.items()} == {idx: row["rewards"] for idx, row in theirs.items()}
-    assert [forked[idx]["turns"] for idx in (0, 1, 2, 3)] == [2, 1, 1, 1]
+    assert [forked[idx]["turns"] for idx in (0, 1, 2, 3, 4)] == [2, 1, 1, 1, 1]
     assert forked[0]["state"] == mine[0]["state"] and forked[0]["state"]["notes"] == ["capital of France: Paris"]
     # Italy's fork stands where the stop ended it, and says which @vf.stop fired.
-    assert (forked[1]["stop"], forked[3]["stop"]) == ("italy_after_one_reply", "spain_noted")
+    assert [forked[idx]["stop"] for idx in (1, 3, 4)] == ["italy_after_one_reply", "spain_noted", "germany_no_tools"]
     # Stepped by hand, each task gets what rk.evaluate gave it; France's notes were
     # there when its second turn was asked for (no judge is plugged there).
     stepped = _per_task(hand_out)
@@ -180,8 +186,7 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
                 metrics.pop(fact)
         assert {k: row[k] for k in ("rewards", "metrics", "state", "stop", "turns")} == \
             {k: mine[idx][k] for k in ("rewards", "metrics", "state", "stop", "turns")}, idx
-    assert [row["asked"] for row in stepped.values()] == [[[0, None], [1, mine[0]["state"]]], [[0, None]], [[0, None]],
-                                                          [[0, None]]]
+    assert [row["asked"] for row in stepped.values()] == [[[0, None], [1, mine[0]["state"]]], *4 * [[[0, None]]]]
     # The judges (verifiers' reference judge, plugged, and the task's own) were asked by verifiers,
     # by rollkit and by the forks (which rebuilt the judge endpoint from the saved task) on
     # France's and Japan's replies.
@@ -198,10 +203,10 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
                                                                     "Write your answer in the notes first."}
         assert sorted(t["function"]["name"] for t in body["tools"]) == ["notes_count", "notes_write"]
     assert len({json.dumps(body["tools"], sort_keys=True) for body in requests}) == 1
-    # France: a tool call, then the answer; Italy and Spain: the tool call (then their stops);
-    # Japan: the answer; twice. Then France's fork asks for its answer again (Italy's and
-    # Spain's stop again, Japan's has no turn left).
-    assert len(requests) == 2 * (2 + 1 + 1 + 1) + 1
+    # France: a tool call, then the answer; Italy, Spain and Germany: the tool call (then their
+    # stops); Japan: the answer; twice. Then France's fork asks for its answer again (the
+    # others' forks stop again or have no turn left).
+    assert len(requests) == 2 * (2 + 1 + 1 + 1 + 1) + 1
 
 
 @needs_oracles
@@ -300,6 +305,7 @@ def test_a_fresh_venv_with_the_verifiers_extra_gets_a_working_pair(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     rewards = {idx: row["rewards"] for idx, row in _per_task(done.stdout).items()}
     assert rewards == {0: {"correct": [1.0, 0.75], "noted": [1.0, 0.25], "self_judged": None},
-                       1: {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "self_judged": None},
+                       1: {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "self_judged": [0.0, 0.1]},
                        2: {"correct": [0.0, 0.75], "noted": [0.0, 0.25], "self_judged": None},
-                       3: {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "self_judged": None}}
+                       3: {"correct": [0.0, 0.75], "noted": [1.0, 0.25], "self_judged": [0.0, 0.1]},
+                       4: {"correct": [0.0, 0.75], "noted": [0.0, 0.25], "self_judged": [0.0, 0.1]}}
