@@ -86,9 +86,11 @@ class CapitalTask(vf.Task[CapitalData, NotesState, CapitalTaskConfig]):
             isinstance(m, vf.ToolMessage) and m.content for m in request.messages)
 
     @vf.stop
-    async def germany_no_tools(self, request: vf.Request) -> bool:
-        """Germany's rollout stops at verifiers' tool gate: its tool call never runs."""
-        return self.data.country == "Germany" and any(isinstance(m, vf.ToolMessage) for m in request.messages)
+    async def germany_no_tools(self, request: vf.Request, trace: vf.Trace) -> bool:
+        """Germany's rollout stops at verifiers' tool gate (where the trace holds the reply
+        with the call): its tool call never runs."""
+        return self.data.country == "Germany" and len(trace.assistant_messages) == 1 and any(
+            isinstance(m, vf.ToolMessage) for m in request.messages)
 
     @vf.reward(weight=0.75)
     async def correct(self, trace: vf.Trace) -> float:

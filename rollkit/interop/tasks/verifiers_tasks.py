@@ -238,8 +238,12 @@ class VerifiersTask(Task):
         if await _first_fired(response_stops, {v.Response: built, v.Trace: seen}, ctx.trace):
             return True
         # verifiers' tool gate: before the harness runs a tool call, the request stops see
-        # the branch with that call and an empty result for it (one call at a time).
+        # the branch with that call and an empty result for it (one call at a time), and
+        # the trace with the turn committed (the request's new messages, then the reply).
         tools = _vf_tools(ctx.trace.info.get(TOOLS_KEY, []))
+        for message in sent[len(ctx.trace.messages):] if request_stops else []:
+            seen.nodes.append(v.MessageNode(parent=len(seen.nodes) - 1, message=message))
+        seen.nodes.append(v.MessageNode(parent=len(seen.nodes) - 1, message=reply, sampled=True))
         for call in reply.tool_calls or [] if request_stops else []:
             probe = v.ToolMessage(tool_call_id=call.id, content="", name=call.name)
             gate = v.Request(messages=[*sent, reply, probe], tools=tools or None)
