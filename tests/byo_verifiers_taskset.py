@@ -131,6 +131,8 @@ class CapitalTask(vf.Task[CapitalData, NotesState, CapitalTaskConfig]):
             "prompt_tokens": float(trace.usage.prompt_tokens if trace.usage else -1),
             "calls": float(len(calls)), "turns": float(trace.num_turns), "nodes": float(len(trace.nodes)),
             "calls_named": float(all(c.model == "scripted" for c in calls)),
+            "agent_named": float(trace.agent.config.model == "scripted"),
+            "max_turns": float(trace.agent.config.max_turns or -1),
             "calls_finished": float(sum(c.finish_reason == "tool_calls" for c in calls)),
             "calls_timed": float(all(0 < c.time.start <= c.time.end for c in calls)),
             "nodes_stamped": float(all(0 < a <= b for a, b in zip(stamps, stamps[1:]))),

@@ -59,8 +59,8 @@ def _per_task(stdout: str) -> dict[int, dict]:
 # The capitals taskset's trace_facts metric on Italy's trace: one call, which called a tool.
 FACTS = {"tool_calls": 1.0, "tools_crc": 2231086697.0, "root_tools": 2.0, "input_tokens": 17.0,
          "output_tokens": 3.0, "total_tokens": 20.0, "prompt_tokens": 17.0, "calls": 1.0, "turns": 1.0,
-         "nodes": 3.0, "calls_named": 1.0, "calls_finished": 1.0, "calls_timed": 1.0, "nodes_stamped": 1.0,
-         "agent_timed": 1.0, "setup_before_agent": 1.0, "start_first": 1.0, "scoring_started": 1.0,
+         "nodes": 3.0, "calls_named": 1.0, "agent_named": 1.0, "max_turns": 9.0, "calls_finished": 1.0,
+         "calls_timed": 1.0, "nodes_stamped": 1.0, "agent_timed": 1.0, "setup_before_agent": 1.0, "start_first": 1.0, "scoring_started": 1.0,
          "scoring_ended": 0.0, "model_split": 0.0, "completed": 1.0, "ok": 0.0, "truncated": 0.0}
 
 
@@ -90,7 +90,7 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
                               "api_key_var": "SCRIPTED_KEY"}])
         native = subprocess.Popen([str(VERIFIERS), str(HERE / "verifiers_native_eval.py"), "byo_verifiers_taskset",
                                    provider.url, str(tmp_path / "native"), "--env.taskset.task.judges", judges,
-                                   *_judge_options(provider.url)], env=env,
+                                   *_judge_options(provider.url), "--env.agent.max-turns", "9"], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # rollkit names the same judge endpoint with rk.tasks_from(..., judge=...).
         ours = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"), "--judge",
@@ -180,9 +180,10 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
         judged_here = row["rewards"].pop("self_judged")
         assert (judged_here, row["signal_errors"]) == ((None, {"self_judged": UNNAMED}) if idx in (0, 2) else
                                                        ([0.0, 0.1], {})), idx
-        # A person's seat is not the model "scripted", and counts its tokens its own way.
+        # A person's seat is not the model "scripted", counts its tokens its own way and is
+        # given no turn limit.
         for metrics in (row["metrics"], mine[idx]["metrics"]):
-            for fact in ("calls_named", "input_tokens", "output_tokens", "total_tokens", "prompt_tokens"):
+            for fact in ("calls_named", "agent_named", "max_turns", "input_tokens", "output_tokens", "total_tokens", "prompt_tokens"):
                 metrics.pop(fact)
         assert {k: row[k] for k in ("rewards", "metrics", "state", "stop", "turns")} == \
             {k: mine[idx][k] for k in ("rewards", "metrics", "state", "stop", "turns")}, idx

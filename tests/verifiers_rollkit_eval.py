@@ -72,7 +72,9 @@ def main() -> None:
         return
     fork, judged = sys.argv[1] == "--fork", sys.argv[1] == "--judge"
     source, base_url, *out = sys.argv[2:] if fork or judged else sys.argv[1:]
-    agent = rk.Agent(rk.OpenAIModel("scripted", base_url=base_url, api_key=os.environ["SCRIPTED_KEY"]))
+    # The turn limit vf-eval is given too (--env.agent.max-turns 9), which its trace records.
+    agent = rk.Agent(rk.OpenAIModel("scripted", base_url=base_url, api_key=os.environ["SCRIPTED_KEY"]),
+                     limits={"max_turns": 9})
     if fork:
         asyncio.run(_forks(source, agent))
         return

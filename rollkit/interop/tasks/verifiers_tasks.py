@@ -604,6 +604,14 @@ def _nodes(trace: Trace, stamps: list[float]) -> list[Any]:
             for i, message in enumerate(messages)]
 
 
+def _agent_config(trace: Trace) -> Any:
+    """The agent's config as verifiers records it on a trace, where rollkit's
+    trace says the same: the model and the turn and token limits of the run."""
+    limits = {name: trace.limits[name] for name in ("max_turns", "max_input_tokens", "max_output_tokens",
+                                                     "max_total_tokens") if trace.limits.get(name) is not None}
+    return vf().AgentConfig(model=trace.agent.get("model"), **limits)
+
+
 def verifiers_trace(trace: Trace, vtask: Any, *, scoring: bool = False) -> Any:
     """The `vf.Trace` verifiers would hold for this rollout, built from the
     rollkit trace (see the module's docstring for what it carries). While
@@ -620,7 +628,7 @@ def verifiers_trace(trace: Trace, vtask: Any, *, scoring: bool = False) -> Any:
         condition = "agent_completed"
     state_type = v.state.state_cls(type(vtask))
     built = v.Trace(task=v.TraceTask(type=type(vtask).__name__, data=vtask.data, key=vtask.key, hash=vtask.hash),
-                    agent=v.AgentInfo(config=v.AgentConfig()), tools=_vf_tools(trace.info.get(TOOLS_KEY, [])),
+                    agent=v.AgentInfo(config=_agent_config(trace)), tools=_vf_tools(trace.info.get(TOOLS_KEY, [])),
                     nodes=_nodes(trace, stamps), calls=calls, timing=_timing(trace),
                     is_completed=scoring or trace.completed, ok=bool(trace.ok) and not scoring,
                     stop_condition=condition, errors=[v.Error(type=e.type, message=e.message) for e in trace.errors])
