@@ -5,18 +5,21 @@ interpreter: the proofs run it in the venvs scripts/test.sh builds under
 ~/.cache/rollkit-oracles (verifiers alone, for its own evaluation; verifiers
 with rollkit on PYTHONPATH, for rollkit's), each as a subprocess, both
 answered by one scripted, keyless OpenAI-compatible server on 127.0.0.1
-(tests/helpers/scripted_provider.py, tests/byo_verifiers_replies.py). The capitals
-taskset (tests/byo_verifiers_taskset.py) has two weighted rewards, three
-metrics (one reads the trace's tool calls, tools, token counts, calls and
-timing), a trace, a response and a request stop, a system prompt and a
-toolset whose state the second reward reads:
-`vf-eval` with verifiers' own `null` chat harness (its MCP tool servers, its
-state channel, its scoring) and `rk.evaluate` must give the same per-task
-rewards, weights and metrics, exactly; both with verifiers' reference judge
-plugged into the tasks' config and aimed at the same scripted server (model
-"judge"), which grades France's answer right and Japan's wrong. Then bad input (tests/byo_verifiers_broken.py
-and verifiers' own `vf-init` template, unmodified), each failure on its
-own task or trace while the rest of the run goes on. The forks of the saved
+(tests/helpers/scripted_provider.py, tests/byo_verifiers_replies.py). The
+capitals taskset (tests/byo_verifiers_taskset.py: five tasks) has three
+weighted rewards (one builds its own judge from the judge config in the
+task's config), three metrics (one reads the trace's tool calls, tools, token
+counts, calls, agent config and timing), a trace, a response and two request
+stops (one at verifiers' tool gate), a system prompt and a toolset whose
+state the second reward reads: `vf-eval` with verifiers' own `null` chat
+harness (its MCP tool servers, its state channel, its scoring) and
+`rk.evaluate` must give the same per-task rewards, weights and metrics,
+exactly; both with verifiers' reference judge plugged into the tasks' config
+and the task's own judge config, aimed at the same scripted server (model
+"judge"), which grades France's answer right and Japan's wrong. Then bad
+input (tests/byo_verifiers_broken.py and verifiers' own `vf-init` template,
+unmodified), each failure on its own task or trace while the rest of the run
+goes on. The forks of the saved
 run and the tasks stepped by hand in the notebook facade give the same.
 """
 

@@ -30,6 +30,7 @@ sampled, each node stamped when its turn committed, the tools offered on its
 root), `trace.tools` (the tools the requests offered, as verifiers' chat
 dialect reads them, recorded per turn as `trace.info["verifiers_tools"]`),
 the model calls with their model, sampling, usage, finish reason and time,
+the agent's model and turn/token limits,
 `trace.timing` from rollkit's phases (the same five; scoring not yet ended,
 the agent's model/harness split not yet made, as verifiers makes them after
 scoring), the toolsets' state, and the stop that ended it (completed, not yet
