@@ -433,7 +433,7 @@ class OtelExporter:
         try:
             if self.fail_fast and self.failed:
                 raise _NotSent
-            ok = self._export([_Spans(self, trace).emit() for trace, _, _ in batch])
+            ok = self._export([trace for trace, _, _ in batch])
         except _NotSent:
             pass
         except Exception as exc:  # noqa: BLE001  whatever the exporter raises: its batch is lost, and why is said
@@ -447,16 +447,19 @@ class OtelExporter:
                     self.failed += spans
 
 
-    def _export(self, rollouts: list[list[_Span]]) -> bool:
+    def _export(self, traces: list[Trace]) -> bool:
         """Send the batch's spans; whether the endpoint took them. To an
-        endpoint the spans are encoded straight into OTLP protobuf and
-        posted by the OTLP exporter's own HTTP client (its retries, backoff,
-        headers, compression and log); a `span_exporter=` gets SDK spans."""
+        endpoint each rollout's spans are encoded straight into OTLP
+        protobuf as soon as they are made (the batch then holds bytes, not
+        span objects the garbage collector would walk) and posted by the
+        OTLP exporter's own HTTP client (its retries, backoff, headers,
+        compression and log); a `span_exporter=` gets SDK spans."""
         client = getattr(self._exporter, "_client", None) if self._owns_exporter else None
         if client is None or not callable(getattr(client, "export", None)):
-            result = self._exporter.export(self._sdk_spans(rollouts))
+            result = self._exporter.export(self._sdk_spans([_Spans(self, trace).emit() for trace in traces]))
             return getattr(result, "name", str(result)) == "SUCCESS"
-        return bool(client.export(_otlp_request(self._resource(), rollouts)).success)
+        spans = b"".join(_rollout_spans(_Spans(self, trace).emit()) for trace in traces)
+        return bool(client.export(_otlp_request(self._resource(), spans)).success)
 
     def _sdk_spans(self, rollouts: list[list[_Span]]) -> list[Any]:
         """The SDK's spans of the batch, made through this exporter's tracer."""
@@ -677,7 +680,7 @@ class _Spans:
         _set(a, "gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens)
         _set(a, "gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)
         if call.finish_reason is not None:
-            a["gen_ai.response.finish_reasons"] = [call.finish_reason]
+            a["gen_ai.response.finish_reasons"] = (call.finish_reason,)
         if call.committed:
             a["gen_ai.response.model"] = call.response_model or self.model
         _set(a, "gen_ai.response.id", call.response_id)
@@ -783,12 +786,39 @@ def _any(value: Any) -> bytes | None:
     return None
 
 
+# Encoded attributes (KeyValue fields) by (tag, key, type, value): most of
+# a run's attributes repeat from span to span (the operation, provider and
+# model, a rollout's id on each of its spans, the flags), and looking one
+# up costs a tenth of encoding it. Emptied when full, so the values seen
+# once (ids, times, rewards) cannot grow it without bound.
+_PAIRS: dict[tuple[int, str, type, Any], bytes] = {}
+_PAIRS_MOST = 8192
+
+
 def _attributes(tag: int, attributes: Mapping[str, Any]) -> bytes:
     out = []
+    pairs = _PAIRS
     for key, value in attributes.items():
-        encoded = _any(value)
-        if encoded is not None:
-            out.append(_field(tag, _key(key) + _field(0x12, encoded)))
+        kind = type(value)
+        if kind is list or kind is tuple:
+            value = tuple(value)
+            kind = str if all(type(v) is str for v in value) else float
+        if kind is float:  # rarely repeated, and -0.0 would find 0.0's bytes: encoded each time
+            encoded = _any(value)
+            if encoded is not None:
+                out.append(_field(tag, _key(key) + _field(0x12, encoded)))
+            continue
+        known = (tag, key, kind, value)
+        pair = pairs.get(known)
+        if pair is None:
+            encoded = _any(value)
+            if encoded is None:
+                continue
+            pair = _field(tag, _key(key) + _field(0x12, encoded))
+            if len(pairs) >= _PAIRS_MOST:
+                pairs.clear()
+            pairs[known] = pair
+        out.append(pair)
     return b"".join(out)
 
 
@@ -813,17 +843,21 @@ def _span(span: _Span, trace_id: bytes) -> bytes:
 _KINDS = {"INTERNAL": 1, "CLIENT": 3}
 
 
-def _otlp_request(resource: bytes, rollouts: list[list[_Span]]) -> bytes:
-    """One OTLP/HTTP export request of the rollouts' spans, serialized: a
-    fresh random trace id per rollout and span id per span, as the SDK's
-    id generator makes them."""
+def _rollout_spans(made: list[_Span]) -> bytes:
+    """One rollout's spans as ScopeSpans.spans fields: a fresh random trace
+    id for the rollout and span id per span, as the SDK's id generator
+    makes them."""
+    trace_id = random.getrandbits(128).to_bytes(16, "big")
     spans = []
-    for made in rollouts:
-        trace_id = random.getrandbits(128).to_bytes(16, "big")
-        for span in made:
-            span.id = random.getrandbits(64).to_bytes(8, "big")
-            spans.append(_field(0x12, _span(span, trace_id)))  # ScopeSpans.spans
-    scope = _field(0x0A, _text(0x0A, "rollkit")) + b"".join(spans) + _text(0x1A, SCHEMA_URL)
+    for span in made:
+        span.id = random.getrandbits(64).to_bytes(8, "big")
+        spans.append(_field(0x12, _span(span, trace_id)))
+    return b"".join(spans)
+
+
+def _otlp_request(resource: bytes, spans: bytes) -> bytes:
+    """One OTLP/HTTP export request of encoded spans (`_rollout_spans`), serialized."""
+    scope = _field(0x0A, _text(0x0A, "rollkit")) + spans + _text(0x1A, SCHEMA_URL)
     return _field(0x0A, resource + _field(0x12, scope))  # ExportTraceServiceRequest.resource_spans
 
 
