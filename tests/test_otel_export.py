@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -672,13 +673,50 @@ def _silent_listener() -> socket.socket:
     return listener
 
 
-@pytest.mark.parametrize("collector", ["silent", "refused"])
-def test_a_silent_or_refusing_collector_costs_ten_rollouts_at_most_the_export_timeout(collector):
-    listener = _silent_listener()
-    port = listener.getsockname()[1]
+class _Misbehaving:
+    """A collector on 127.0.0.1 that takes each connection, then either
+    answers 200 only after `slow` seconds (or once told to end) or resets
+    it (an RST once the request has come). Ended by `close`, by its handle."""
+
+    def __init__(self, how: str, slow: float = 5.0) -> None:
+        self.how, self.slow, self.done = how, slow, threading.Event()
+        self.listener = _silent_listener()
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1/traces"
+        self.connections: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # the listener was shut down: the end
+                return
+            self.connections.append(connection)
+            connection.recv(1 << 16)
+            if self.how == "reset":
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                connection.close()
+            elif not self.done.wait(self.slow):
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    def close(self) -> None:
+        self.done.set()
+        self.listener.shutdown(socket.SHUT_RDWR)
+        self.thread.join()
+        self.listener.close()
+        for connection in self.connections:
+            connection.close()
+
+
+@pytest.mark.parametrize("collector", ["silent", "refused", "slow", "reset"])
+def test_a_silent_refusing_slow_or_resetting_collector_costs_ten_rollouts_at_most_the_export_timeout(collector):
+    # slow: answers each export after 5 s (the export timeout); reset: an RST for each.
+    listener = _silent_listener() if collector in ("silent", "refused") else _Misbehaving(collector)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces" if collector in ("silent", "refused") \
+        else listener.url
     if collector == "refused":
         listener.close()  # nobody listens there now
-    url = f"http://127.0.0.1:{port}/v1/traces"
     try:
         started = time.monotonic()
         with pytest.warns(UserWarning, match=rf"90 of 90 spans were not taken by {url}") as said:
@@ -712,13 +750,18 @@ def test_a_silent_collector_that_never_answered_costs_the_runs_end_about_a_secon
     assert took < otel._FIRST_ANSWER + 8, took  # the export timeout plus the grace would be 31 s
 
 
-def test_rk_export_to_a_silent_collector_is_a_clear_error_within_its_timeout():
+@pytest.mark.parametrize(("collector", "why"), [
+    ("silent", "timeout"), ("slow", "timeout"), ("reset", "reset by peer|aborted"), ("refused", "refused")])
+def test_rk_export_to_a_dead_collector_is_a_clear_error_within_its_timeout(collector, why):
     traces = rk.evaluate(demo_agent(), arithmetic_tasks(3), progress=False).traces
-    listener = _silent_listener()
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces"
+    listener = _silent_listener() if collector in ("silent", "refused") else _Misbehaving(collector, slow=30)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces" if collector in ("silent", "refused") \
+        else listener.url
+    if collector == "refused":
+        listener.close()
     try:
         started = time.monotonic()
-        with pytest.raises(rk.Unavailable, match=rf"{url} did not take 27 of 27 spans \(.*timeout.*is the collector "
+        with pytest.raises(rk.Unavailable, match=rf"{url} did not take 27 of 27 spans \(.*({why}).*is the collector "
                                                  "running"):
             rk.export(traces, format="otel", endpoint=url)
         assert time.monotonic() - started < otel._TIMEOUT + 8

@@ -41,6 +41,7 @@ import json
 import logging
 import queue
 import random
+import re
 import struct
 import threading
 import time
@@ -226,6 +227,14 @@ class _LastWord(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.threadName == self.thread_name:
             self.said = record.getMessage()
+
+
+def _why(error: BaseException) -> str:
+    """What a failed connection says, short: the system's own words where
+    the HTTP client's message holds them ("[Errno 111] Connection refused")."""
+    text = str(error)
+    errno = re.findall(r"\[Errno -?\d+\] [^'\")\]]+", text)
+    return errno[-1] if errno else f"{type(error).__name__}: {text[:300]}"
 
 
 _STOP = object()  # the sending thread's last job
@@ -459,7 +468,12 @@ class OtelExporter:
             result = self._exporter.export(self._sdk_spans([_Spans(self, trace).emit() for trace in traces]))
             return getattr(result, "name", str(result)) == "SUCCESS"
         spans = b"".join(_rollout_spans(_Spans(self, trace).emit()) for trace in traces)
-        return bool(client.export(_otlp_request(self._resource(), spans)).success)
+        answer = client.export(_otlp_request(self._resource(), spans))
+        said, error = self._said.said, getattr(answer, "error", None)
+        if not answer.success and error is not None and said is not None and "max retries" in said:
+            # Its last word ("due to timeout, max retries or shutdown") hides why: the last try's error says it.
+            self._said.said = f"{said.rstrip('.')}; the last try: {_why(error)}"
+        return bool(answer.success)
 
     def _sdk_spans(self, rollouts: list[list[_Span]]) -> list[Any]:
         """The SDK's spans of the batch, made through this exporter's tracer."""
