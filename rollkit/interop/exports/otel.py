@@ -558,6 +558,9 @@ def span_count(trace: Trace) -> int:
 # ---- one rollout's spans ----------------------------------------------------------
 
 
+_PHASE_ORDER = {phase: i for i, phase in enumerate(PHASES)}
+
+
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
@@ -595,8 +598,8 @@ class _Spans:
         trace = self.trace
         start, end = _bounds(trace)
         name = str(trace.agent.get("name") or self.model)
-        root = self._open(f"invoke_agent {name}", None, start, self._root_attributes(name), "INTERNAL")
         error, outcome = trace.error, trace.outcome
+        root = self._open(f"invoke_agent {name}", None, start, self._root_attributes(name, outcome.kind), "INTERNAL")
         if error is not None:
             self._fail(root, error.type, error.message)
         elif outcome.kind == "aborted":  # cut short with no error of its own (Ctrl-C, a cancelled run)
@@ -628,13 +631,13 @@ class _Spans:
             return str(agent["provider"])
         return "openai" if agent.get("base_url") else "rollkit"
 
-    def _root_attributes(self, name: str) -> dict[str, Any]:
+    def _root_attributes(self, name: str, outcome: str) -> dict[str, Any]:
         trace = self.trace
         a: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": self.provider,
             "gen_ai.agent.name": name, "gen_ai.request.model": self.model, "gen_ai.conversation.id": trace.id,
             "rollkit.trace.id": trace.id, "rollkit.task.key": trace.task.key,
-            "rollkit.task.type": trace.task.type, "rollkit.outcome": trace.outcome.kind,
+            "rollkit.task.type": trace.task.type, "rollkit.outcome": outcome,
             "rollkit.turns": trace.num_turns, "openinference.span.kind": "AGENT",
         }
         inputs = [c.usage.input_tokens for c in trace.model_calls if c.usage.input_tokens is not None]
@@ -668,7 +671,7 @@ class _Spans:
         for error in trace.errors:
             failed_in.setdefault(error.phase, error)
         under = inside
-        for phase in sorted(trace.phases, key=lambda p: (PHASES.index(p) if p in PHASES else len(PHASES), p)):
+        for phase in sorted(trace.phases, key=lambda p: (_PHASE_ORDER.get(p, len(PHASES)), p)):
             span = trace.phases[phase]
             attributes: dict[str, Any] = {"rollkit.phase": phase}
             if span.end is None:
