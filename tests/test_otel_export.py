@@ -18,6 +18,7 @@ expose), and the test checks it listens on 127.0.0.1 alone.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import struct
@@ -808,3 +809,26 @@ def test_the_warning_never_holds_a_credential_from_any_part_of_the_url_or_the_he
     assert f"18 of 18 spans were not taken by {shown} (" in warning
     assert "code: 401, reason: refused Basic *** *** at /v1/traces?api_key=***&tag=***)" in warning  # echoes masked
     assert not [s for s in secrets if s in warning] and "user-secret" not in repr(exporter)
+
+
+def test_the_otlp_exporters_own_log_never_holds_a_credential(caplog):
+    # The OTLP client logs each retry with the endpoint's URL, query and all:
+    # a user's logging (here pytest's, on the root logger) must see it masked.
+    listener = _silent_listener()
+    port = listener.getsockname()[1]
+    listener.close()  # refused: the client logs a retry, then gives up
+    url = f"http://user-secret:pw-secret@127.0.0.1:{port}/v1/traces?api_key=query-secret"
+    headers = {"X-Key": "key-secret"}
+    trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0]
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(rk.Unavailable):
+            rk.export(trace, format="otel", endpoint=url, headers=headers, timeout=2)
+        exporter = OtelExporter(url, headers=headers, timeout=2)
+        try:
+            with pytest.warns(UserWarning, match="spans were not taken"):
+                rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False, otel=exporter)
+        finally:
+            exporter.close(0)
+    said = [r for r in caplog.records if r.name.startswith("opentelemetry.exporter")]
+    assert any("Max retries exceeded with url: /v1/traces?api_key=***" in r.getMessage() for r in said), said
+    assert not [s for s in ("user-secret", "pw-secret", "query-secret", "key-secret") if s in caplog.text]

@@ -229,6 +229,31 @@ class _LastWord(logging.Handler):
             self.said = record.getMessage()
 
 
+class _Masked(logging.Filter):
+    """The OTLP exporter's own log records from one exporter's sending
+    thread, with the credentials masked before any handler sees them (the
+    user's logging too): its messages hold the endpoint's URL, query and all."""
+
+    def __init__(self, thread_name: str, secrets: tuple[str, ...]) -> None:
+        super().__init__()
+        self.thread_name, self.secrets = thread_name, secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.threadName == self.thread_name and self.secrets:
+            record.msg, record.args = _scrubbed(record.getMessage(), self.secrets), None
+            if record.exc_info:
+                record.exc_text = _scrubbed(logging.Formatter().formatException(record.exc_info), self.secrets)
+                record.exc_info = None
+        return True
+
+
+def _exporter_loggers() -> list[logging.Logger]:
+    """The OTLP exporter's loggers, each module's own (a logger's filters
+    see only the records made on it, not its children's)."""
+    names = [n for n in list(logging.root.manager.loggerDict) if n.startswith((_EXPORTER_LOGGER, _COMMON_LOGGER))]
+    return [logging.getLogger(n) for n in sorted({*names, _EXPORTER_LOGGER, _COMMON_LOGGER})]
+
+
 def _why(error: BaseException) -> str:
     """What a failed connection says, short: the system's own words where
     the HTTP client's message holds them ("[Errno 111] Connection refused")."""
@@ -301,6 +326,9 @@ class OtelExporter:
         self._said = _LastWord(self._thread_name)
         for name in (_EXPORTER_LOGGER, _COMMON_LOGGER):
             logging.getLogger(name).addHandler(self._said)
+        self._masked, self._masking = _Masked(self._thread_name, self._secrets), _exporter_loggers()
+        for logger in self._masking:
+            logger.addFilter(self._masked)
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._room = threading.Condition()
         self._queued = self._in_flight = 0  # spans of the rollouts queued, of the batch being sent
@@ -395,6 +423,8 @@ class OtelExporter:
     def _let_go_of_the_log(self) -> None:
         for name in (_EXPORTER_LOGGER, _COMMON_LOGGER):
             logging.getLogger(name).removeHandler(self._said)
+        for logger in self._masking:
+            logger.removeFilter(self._masked)
 
     def __repr__(self) -> str:
         where = _shown(self.endpoint) or type(self._exporter).__name__
