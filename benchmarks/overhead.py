@@ -18,7 +18,13 @@ a warmer heap):
 - folder+silent: and `otel=` a listener on 127.0.0.1 that accepts
   connections and never answers (a hung collector);
 - prices: no folder, the model priced with `rk.prices` (each call's cost
-  computed).
+  computed);
+- everything: all a user can turn on at once: the folder, spans to the
+  collector in a process of its own, prices, each call's token ids and
+  logprobs recorded (the same toy model answering with them, as
+  `OpenAIModel(logprobs=True)` records an endpoint's), a judge
+  (`Agent(judges=[...])`), a subscriber to the agent's events, and the
+  progress bar (drawn to a closed-off stream).
 
 Printed: rollouts/s of each setting (the best of its rounds, the machine
 being shared; the median beside it) and its ratio to `none`, by wall time
@@ -27,14 +33,23 @@ shares the machine; a collector that stalls the run shows in wall time), plus wh
 pandas was imported by the end (the run's path should never import it).
 
     PYTHONPATH=. python benchmarks/overhead.py [--tasks 2000] [--rounds 3] [--concurrency 32] [--json PATH]
-        [--settings none,folder,folder-tables,folder+otel,folder+otel-proc,folder+silent,prices]
+        [--settings none,folder,folder-tables,folder+otel,folder+otel-proc,folder+silent,prices,everything]
+    PYTHONPATH=. python benchmarks/overhead.py --sandbox 8 [--rounds 3]
+
+`--sandbox N` measures something else: N rollouts of a program run in a
+bubblewrap sandbox (`rk.SandboxRuntime`, three model calls each) with
+nothing on and with everything on, as wall time (the programs' CPU is
+theirs); skipped with the reason where bubblewrap cannot run.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import functools
 import gc
+import os
 import shutil
 import socket
 import statistics
@@ -49,12 +64,16 @@ from pathlib import Path
 from typing import Any
 
 import rollkit as rk
+from rollkit.core.messages import AssistantMessage, Response, TokenLogprobs, Usage
+from rollkit.core.models import ScriptedModel
 from rollkit.examples import arithmetic_tasks, demo_agent
+from rollkit.examples.arithmetic import toy_calculator_model
 from rollkit.runs import evaluation
 from rollkit.tables.livetables import TraceLog
 from _common import Results, json_option
 
-SETTINGS = ("none", "folder", "folder-tables", "folder+otel", "folder+otel-proc", "folder+silent", "prices")
+SETTINGS = ("none", "folder", "folder-tables", "folder+otel", "folder+otel-proc", "folder+silent", "prices",
+            "everything")
 
 
 class _Taker(BaseHTTPRequestHandler):
@@ -111,31 +130,134 @@ class _Collectors:
         self.silent.close()
 
 
-def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurrency: int) -> tuple[float, float]:
+def _with_tokens(toy: ScriptedModel) -> ScriptedModel:
+    """The toy model answering as an endpoint asked for token ids and
+    logprobs does: each reply with its prompt's and its own ids, logprobs
+    and token texts (as many as the reply's words), and an id."""
+    async def reply(request: Any) -> Response:
+        answer = (await toy.complete(request)).message
+        size = max(1, len((answer.content or "").split()) + sum(len(c.arguments.split()) for c in answer.tool_calls))
+        prompt = sum(len((getattr(m, "content", None) or "").split()) + 1 for m in request.messages)
+        tokens = TokenLogprobs(prompt_ids=list(range(prompt)), ids=list(range(size)), logprobs=[-0.25] * size,
+                               text=["t"] * size)
+        return Response(message=AssistantMessage(content=answer.content, tool_calls=answer.tool_calls),
+                        usage=Usage(input_tokens=prompt, output_tokens=size), tokens=tokens, id="chatcmpl-1",
+                        model=toy.name)
+    return ScriptedModel(reply, name=toy.name)
+
+
+@rk.metric
+def _turns(trace: rk.Trace) -> float:
+    """A judge: every trace scored once more."""
+    return float(trace.num_turns)
+
+
+def _agent(setting: str) -> Any:
+    if setting != "everything":
+        return demo_agent()
+    agent = demo_agent(model=_with_tokens(toy_calculator_model()), judges=[_turns])
+    agent.subscribe(lambda *event: None)
+    return agent
+
+
+# The sandboxed program: three chat-completions calls through rollkit's
+# server, stdlib only (the program's own start-up stays small beside the sandbox's).
+_PROGRAM = """
+import json, os, urllib.request
+for i in range(3):
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": f"call {i}"}]}).encode()
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body, headers={
+        "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=60).read()
+"""
+
+
+def _sandboxed_agent(setting: str) -> Any:
+    """A program in a bubblewrap sandbox (SandboxRuntime) making three model
+    calls; in `everything`, the same with all a user can turn on (see `_agent`)."""
+    model = rk.ScriptedModel(lambda request: "ok", name="toy-program")
+    everything = setting == "everything"
+    agent = rk.Agent(model=_with_tokens(model) if everything else model, runtime=rk.SandboxRuntime,
+                     harness=rk.ProgramHarness([sys.executable, "-c", _PROGRAM]), judges=[_turns] if everything else ())
+    if everything:
+        agent.subscribe(lambda *event: None)
+    return agent
+
+
+def _why_no_sandbox() -> str | None:
+    """Why a bubblewrap sandbox cannot start here (the runtime's own words), or None."""
+    async def start() -> None:
+        runtime = rk.SandboxRuntime()
+        try:
+            await runtime.start()
+        finally:
+            await runtime.stop()
+    try:
+        asyncio.run(start())
+    except rk.SandboxError as exc:
+        return str(exc)
+    return None
+
+
+def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurrency: int,
+         make_agent: Any = _agent) -> tuple[float, float]:
     """One evaluation in `setting`; its wall and CPU seconds (the CPU of
     every thread of this process: on a shared machine the steadier one)."""
-    agent = demo_agent()
-    options: dict[str, Any] = {"progress": False, "concurrency": concurrency}
-    if setting.startswith("folder"):
+    agent = make_agent(setting)
+    everything = setting == "everything"
+    options: dict[str, Any] = {"progress": everything, "concurrency": concurrency}
+    if setting.startswith("folder") or everything:
         options["out"] = root / f"run-{time.monotonic_ns()}"
-    if setting in ("folder+otel", "folder+otel-proc", "folder+silent"):
-        options["otel"] = collectors.url(setting.split("+")[1])
-    if setting == "prices":
+    if setting in ("folder+otel", "folder+otel-proc", "folder+silent") or everything:
+        options["otel"] = collectors.url("otel-proc" if everything else setting.split("+")[1])
+    if setting in ("prices", "everything"):
         rk.prices({agent.model.name: {"input": 1.0, "output": 2.0}})
     evaluation.TraceLog = functools.partial(TraceLog, tables=setting != "folder-tables")
     gc.collect()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), open(os.devnull, "w") as bar, contextlib.redirect_stderr(bar):
             warnings.simplefilter("ignore")  # the silent collector's warning at the end
             t, c = time.perf_counter(), time.process_time()
             rk.evaluate(agent, tasks, **options)
             return time.perf_counter() - t, time.process_time() - c
     finally:
         evaluation.TraceLog = TraceLog
-        if setting == "prices":
+        if setting in ("prices", "everything"):
             rk.prices({agent.model.name: None})
         if "out" in options:
             shutil.rmtree(options["out"])
+
+
+def _measure(settings: list[str], tasks: list, rounds: int, concurrency: int, make_agent: Any = _agent,
+             warm: int = 50) -> dict[str, list[tuple[float, float]]]:
+    """Each setting's (wall, CPU) seconds per round: a warm-up of each
+    first (imports, the price table, the SDK; not counted), then the rounds,
+    the settings taking turns and the order rotating from round to round."""
+    root = Path(tempfile.mkdtemp(prefix="rollkit-overhead-"))
+    collectors = _Collectors()
+    times: dict[str, list[tuple[float, float]]] = {s: [] for s in settings}
+    try:
+        for s in settings:
+            _run(s, tasks[:warm], root, collectors, concurrency, make_agent)
+        for r in range(rounds):
+            for s in settings[r % len(settings):] + settings[:r % len(settings)]:
+                times[s].append(_run(s, tasks, root, collectors, concurrency, make_agent))
+    finally:
+        collectors.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return times
+
+
+def _report(times: dict[str, list[tuple[float, float]]], rollouts: int, results: Results) -> None:
+    settings = list(times)
+    for label, which in (("wall", 0), ("cpu", 1)):
+        base = rollouts / min(t[which] for t in times[settings[0]])
+        for s in settings:
+            spent = [t[which] for t in times[s]]
+            best, median = rollouts / min(spent), rollouts / statistics.median(spent)
+            print(f"{label:4} {s:14} {best:8.1f} rollouts/s (median {median:8.1f})  "
+                  f"ratio to {settings[0]}: {best / base:.3f}")
+            results.add(f"{s} ({label} time, best of {len(spent)})", best, "rollouts/s", base, settings[0])
 
 
 def main() -> None:
@@ -145,37 +267,40 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--settings", default=",".join(SETTINGS),
                         help=f"comma separated, the first is the baseline (default {','.join(SETTINGS)})")
+    parser.add_argument("--sandbox", type=int, default=0, metavar="N",
+                        help="instead: N rollouts of a sandboxed program, none against everything")
     json_option(parser)
     args = parser.parse_args()
+    if args.sandbox:
+        return _sandbox(args)
     results = Results("overhead.py", f"what a setting a user turns on costs rk.evaluate: {args.tasks:,} demo rollouts "
                       f"x {args.rounds} rounds, concurrency {args.concurrency}")
     settings = args.settings.split(",")
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
         parser.error(f"unknown settings {unknown}; the settings are {', '.join(SETTINGS)}")
-    tasks = arithmetic_tasks(args.tasks)
-    root = Path(tempfile.mkdtemp(prefix="rollkit-overhead-"))
-    collectors = _Collectors()
-    times: dict[str, list[tuple[float, float]]] = {s: [] for s in settings}
-    try:
-        for s in settings:  # a warm-up of each (imports, the price table, the SDK): not counted
-            _run(s, tasks[:50], root, collectors, args.concurrency)
-        for r in range(args.rounds):
-            for s in settings[r % len(settings):] + settings[:r % len(settings)]:
-                times[s].append(_run(s, tasks, root, collectors, args.concurrency))
-    finally:
-        collectors.close()
-        shutil.rmtree(root, ignore_errors=True)
+    times = _measure(settings, arithmetic_tasks(args.tasks), args.rounds, args.concurrency)
     print(f"{args.tasks} rollouts x {args.rounds} rounds, concurrency {args.concurrency}, python {sys.version.split()[0]}")
-    for label, which in (("wall", 0), ("cpu", 1)):
-        base = args.tasks / min(t[which] for t in times[settings[0]])
-        for s in settings:
-            spent = [t[which] for t in times[s]]
-            best, median = args.tasks / min(spent), args.tasks / statistics.median(spent)
-            print(f"{label:4} {s:14} {best:8.0f} rollouts/s (median {median:6.0f})  "
-                  f"ratio to {settings[0]}: {best / base:.3f}")
-            results.add(f"{s} ({label} time, best of {args.rounds})", best, "rollouts/s", base, settings[0])
+    _report(times, args.tasks, results)
     print(f"pandas imported by the end: {'pandas' in sys.modules}")
+    results.save(args.json)
+
+
+def _sandbox(args: argparse.Namespace) -> None:
+    """`--sandbox N`: N rollouts of a program in a bubblewrap sandbox (three
+    model calls each), with nothing on and with everything on; skipped,
+    saying why, where bubblewrap cannot run. CPU is this process's only
+    (the programs run in their own), so wall time is the one to read."""
+    why = _why_no_sandbox()
+    if why is not None:
+        print(f"sandbox mode skipped: {why}")
+        return
+    results = Results("overhead.py", f"everything on against nothing on, {args.sandbox} rollouts of a sandboxed "
+                      f"program x {args.rounds} rounds, concurrency {args.concurrency}")
+    tasks = [rk.Task(prompt=f"go {i}") for i in range(args.sandbox)]
+    times = _measure(["none", "everything"], tasks, args.rounds, args.concurrency, _sandboxed_agent, warm=1)
+    print(f"{args.sandbox} sandboxed rollouts x {args.rounds} rounds, concurrency {args.concurrency}")
+    _report(times, args.sandbox, results)
     results.save(args.json)
 
 

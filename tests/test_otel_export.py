@@ -18,8 +18,10 @@ expose), and the test checks it listens on 127.0.0.1 alone.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -672,13 +674,50 @@ def _silent_listener() -> socket.socket:
     return listener
 
 
-@pytest.mark.parametrize("collector", ["silent", "refused"])
-def test_a_silent_or_refusing_collector_costs_ten_rollouts_at_most_the_export_timeout(collector):
-    listener = _silent_listener()
-    port = listener.getsockname()[1]
+class _Misbehaving:
+    """A collector on 127.0.0.1 that takes each connection, then either
+    answers 200 only after `slow` seconds (or once told to end) or resets
+    it (an RST once the request has come). Ended by `close`, by its handle."""
+
+    def __init__(self, how: str, slow: float = 5.0) -> None:
+        self.how, self.slow, self.done = how, slow, threading.Event()
+        self.listener = _silent_listener()
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1/traces"
+        self.connections: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # the listener was shut down: the end
+                return
+            self.connections.append(connection)
+            connection.recv(1 << 16)
+            if self.how == "reset":
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                connection.close()
+            elif not self.done.wait(self.slow):
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    def close(self) -> None:
+        self.done.set()
+        self.listener.shutdown(socket.SHUT_RDWR)
+        self.thread.join()
+        self.listener.close()
+        for connection in self.connections:
+            connection.close()
+
+
+@pytest.mark.parametrize("collector", ["silent", "refused", "slow", "reset"])
+def test_a_silent_refusing_slow_or_resetting_collector_costs_ten_rollouts_at_most_the_export_timeout(collector):
+    # slow: answers each export after 5 s (the export timeout); reset: an RST for each.
+    listener = _silent_listener() if collector in ("silent", "refused") else _Misbehaving(collector)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces" if collector in ("silent", "refused") \
+        else listener.url
     if collector == "refused":
         listener.close()  # nobody listens there now
-    url = f"http://127.0.0.1:{port}/v1/traces"
     try:
         started = time.monotonic()
         with pytest.warns(UserWarning, match=rf"90 of 90 spans were not taken by {url}") as said:
@@ -712,13 +751,18 @@ def test_a_silent_collector_that_never_answered_costs_the_runs_end_about_a_secon
     assert took < otel._FIRST_ANSWER + 8, took  # the export timeout plus the grace would be 31 s
 
 
-def test_rk_export_to_a_silent_collector_is_a_clear_error_within_its_timeout():
+@pytest.mark.parametrize(("collector", "why"), [
+    ("silent", "timeout"), ("slow", "timeout"), ("reset", "reset by peer|aborted"), ("refused", "refused")])
+def test_rk_export_to_a_dead_collector_is_a_clear_error_within_its_timeout(collector, why):
     traces = rk.evaluate(demo_agent(), arithmetic_tasks(3), progress=False).traces
-    listener = _silent_listener()
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces"
+    listener = _silent_listener() if collector in ("silent", "refused") else _Misbehaving(collector, slow=30)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces" if collector in ("silent", "refused") \
+        else listener.url
+    if collector == "refused":
+        listener.close()
     try:
         started = time.monotonic()
-        with pytest.raises(rk.Unavailable, match=rf"{url} did not take 27 of 27 spans \(.*timeout.*is the collector "
+        with pytest.raises(rk.Unavailable, match=rf"{url} did not take 27 of 27 spans \(.*({why}).*is the collector "
                                                  "running"):
             rk.export(traces, format="otel", endpoint=url)
         assert time.monotonic() - started < otel._TIMEOUT + 8
@@ -765,3 +809,26 @@ def test_the_warning_never_holds_a_credential_from_any_part_of_the_url_or_the_he
     assert f"18 of 18 spans were not taken by {shown} (" in warning
     assert "code: 401, reason: refused Basic *** *** at /v1/traces?api_key=***&tag=***)" in warning  # echoes masked
     assert not [s for s in secrets if s in warning] and "user-secret" not in repr(exporter)
+
+
+def test_the_otlp_exporters_own_log_never_holds_a_credential(caplog):
+    # The OTLP client logs each retry with the endpoint's URL, query and all:
+    # a user's logging (here pytest's, on the root logger) must see it masked.
+    listener = _silent_listener()
+    port = listener.getsockname()[1]
+    listener.close()  # refused: the client logs a retry, then gives up
+    url = f"http://user-secret:pw-secret@127.0.0.1:{port}/v1/traces?api_key=query-secret"
+    headers = {"X-Key": "key-secret"}
+    trace = rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False).traces[0]
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(rk.Unavailable):
+            rk.export(trace, format="otel", endpoint=url, headers=headers, timeout=2)
+        exporter = OtelExporter(url, headers=headers, timeout=2)
+        try:
+            with pytest.warns(UserWarning, match="spans were not taken"):
+                rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False, otel=exporter)
+        finally:
+            exporter.close(0)
+    said = [r for r in caplog.records if r.name.startswith("opentelemetry.exporter")]
+    assert any("Max retries exceeded with url: /v1/traces?api_key=***" in r.getMessage() for r in said), said
+    assert not [s for s in ("user-secret", "pw-secret", "query-secret", "key-secret") if s in caplog.text]

@@ -20,7 +20,20 @@ that first walk alone is a visible pause. Objects other code made just before
 are moved too: a cycle among them is collected by the next full collection
 instead of a younger one, later but never lost. Not done while anything is
 frozen (gc.get_freeze_count()): that would unfreeze what a caller froze on
-purpose (before forking workers). Nothing else here.
+purpose (before forking workers).
+
+`older_heap_left_alone()` is for a long block that keeps most of what it
+makes (an evaluation: every finished trace is kept for its result): each
+full collection walks the whole heap, and one comes each time the old
+generation has grown by a quarter, so a run that starts with a big heap
+(modules, a notebook's loaded traces) pays for walking it again and again.
+The objects there when the block starts are frozen (gc.freeze: out of
+every collection) until it ends (gc.unfreeze: back in the oldest
+generation); what the block makes is collected as ever. A cycle among the
+older objects that dies during the block is freed at the first full
+collection after it, so what it can hold up is bounded by the heap it
+started with. Nested or concurrent blocks share one freeze; not done
+while anything else is frozen. Nothing else here.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["paused"]
+__all__ = ["paused", "older_heap_left_alone"]
 
 _lock = threading.Lock()
 _depth = 0
@@ -61,3 +74,29 @@ def paused(*, keep: bool = False) -> Iterator[None]:
                     gc.freeze()
                     gc.unfreeze()
                 gc.enable()
+
+
+_frozen_lock = threading.Lock()
+_frozen_depth = 0
+_froze = False
+
+
+@contextmanager
+def older_heap_left_alone() -> Iterator[None]:
+    """Run the block with the objects that exist when it starts left out
+    of the cyclic collector's walks (see the module)."""
+    global _frozen_depth, _froze
+    with _frozen_lock:
+        if _frozen_depth == 0:
+            _froze = gc.isenabled() and gc.get_freeze_count() == 0
+            if _froze:
+                gc.freeze()
+        _frozen_depth += 1
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _frozen_depth -= 1
+            if _frozen_depth == 0 and _froze:
+                _froze = False
+                gc.unfreeze()

@@ -51,6 +51,7 @@ from ..core.task import Task
 from ..core.trace import PHASES, Trace
 from ..core.users import User
 from ..core._dependencies import pandas, tqdm_auto
+from ..core._gcpause import older_heap_left_alone
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -639,7 +640,9 @@ async def execute_plan(plan: _Plan) -> EvalResult:
     if plan.out is not None:
         plan.folder = prepare_folder(plan.out, plan.manifest, plan.resume)
         plan.manifest = plan.folder.manifest
-    with run_rates():  # each model's price looked up once for the run, not at each rollout's open
+    # Each model's price looked up once for the run, not at each rollout's
+    # open; the heap the run starts with left out of its full collections.
+    with run_rates(), older_heap_left_alone():
         return await _Run(plan).execute()
 
 

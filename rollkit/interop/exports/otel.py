@@ -41,6 +41,7 @@ import json
 import logging
 import queue
 import random
+import re
 import struct
 import threading
 import time
@@ -228,6 +229,39 @@ class _LastWord(logging.Handler):
             self.said = record.getMessage()
 
 
+class _Masked(logging.Filter):
+    """The OTLP exporter's own log records from one exporter's sending
+    thread, with the credentials masked before any handler sees them (the
+    user's logging too): its messages hold the endpoint's URL, query and all."""
+
+    def __init__(self, thread_name: str, secrets: tuple[str, ...]) -> None:
+        super().__init__()
+        self.thread_name, self.secrets = thread_name, secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.threadName == self.thread_name and self.secrets:
+            record.msg, record.args = _scrubbed(record.getMessage(), self.secrets), None
+            if record.exc_info:
+                record.exc_text = _scrubbed(logging.Formatter().formatException(record.exc_info), self.secrets)
+                record.exc_info = None
+        return True
+
+
+def _exporter_loggers() -> list[logging.Logger]:
+    """The OTLP exporter's loggers, each module's own (a logger's filters
+    see only the records made on it, not its children's)."""
+    names = [n for n in list(logging.root.manager.loggerDict) if n.startswith((_EXPORTER_LOGGER, _COMMON_LOGGER))]
+    return [logging.getLogger(n) for n in sorted({*names, _EXPORTER_LOGGER, _COMMON_LOGGER})]
+
+
+def _why(error: BaseException) -> str:
+    """What a failed connection says, short: the system's own words where
+    the HTTP client's message holds them ("[Errno 111] Connection refused")."""
+    text = str(error)
+    errno = re.findall(r"\[Errno -?\d+\] [^'\")\]]+", text)
+    return errno[-1] if errno else f"{type(error).__name__}: {text[:300]}"
+
+
 _STOP = object()  # the sending thread's last job
 
 
@@ -292,6 +326,9 @@ class OtelExporter:
         self._said = _LastWord(self._thread_name)
         for name in (_EXPORTER_LOGGER, _COMMON_LOGGER):
             logging.getLogger(name).addHandler(self._said)
+        self._masked, self._masking = _Masked(self._thread_name, self._secrets), _exporter_loggers()
+        for logger in self._masking:
+            logger.addFilter(self._masked)
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._room = threading.Condition()
         self._queued = self._in_flight = 0  # spans of the rollouts queued, of the batch being sent
@@ -386,6 +423,8 @@ class OtelExporter:
     def _let_go_of_the_log(self) -> None:
         for name in (_EXPORTER_LOGGER, _COMMON_LOGGER):
             logging.getLogger(name).removeHandler(self._said)
+        for logger in self._masking:
+            logger.removeFilter(self._masked)
 
     def __repr__(self) -> str:
         where = _shown(self.endpoint) or type(self._exporter).__name__
@@ -433,7 +472,7 @@ class OtelExporter:
         try:
             if self.fail_fast and self.failed:
                 raise _NotSent
-            ok = self._export([_Spans(self, trace).emit() for trace, _, _ in batch])
+            ok = self._export([trace for trace, _, _ in batch])
         except _NotSent:
             pass
         except Exception as exc:  # noqa: BLE001  whatever the exporter raises: its batch is lost, and why is said
@@ -447,16 +486,24 @@ class OtelExporter:
                     self.failed += spans
 
 
-    def _export(self, rollouts: list[list[_Span]]) -> bool:
+    def _export(self, traces: list[Trace]) -> bool:
         """Send the batch's spans; whether the endpoint took them. To an
-        endpoint the spans are encoded straight into OTLP protobuf and
-        posted by the OTLP exporter's own HTTP client (its retries, backoff,
-        headers, compression and log); a `span_exporter=` gets SDK spans."""
+        endpoint each rollout's spans are encoded straight into OTLP
+        protobuf as soon as they are made (the batch then holds bytes, not
+        span objects the garbage collector would walk) and posted by the
+        OTLP exporter's own HTTP client (its retries, backoff, headers,
+        compression and log); a `span_exporter=` gets SDK spans."""
         client = getattr(self._exporter, "_client", None) if self._owns_exporter else None
         if client is None or not callable(getattr(client, "export", None)):
-            result = self._exporter.export(self._sdk_spans(rollouts))
+            result = self._exporter.export(self._sdk_spans([_Spans(self, trace).emit() for trace in traces]))
             return getattr(result, "name", str(result)) == "SUCCESS"
-        return bool(client.export(_otlp_request(self._resource(), rollouts)).success)
+        spans = b"".join(_rollout_spans(_Spans(self, trace).emit()) for trace in traces)
+        answer = client.export(_otlp_request(self._resource(), spans))
+        said, error = self._said.said, getattr(answer, "error", None)
+        if not answer.success and error is not None and said is not None and "max retries" in said:
+            # Its last word ("due to timeout, max retries or shutdown") hides why: the last try's error says it.
+            self._said.said = f"{said.rstrip('.')}; the last try: {_why(error)}"
+        return bool(answer.success)
 
     def _sdk_spans(self, rollouts: list[list[_Span]]) -> list[Any]:
         """The SDK's spans of the batch, made through this exporter's tracer."""
@@ -541,6 +588,9 @@ def span_count(trace: Trace) -> int:
 # ---- one rollout's spans ----------------------------------------------------------
 
 
+_PHASE_ORDER = {phase: i for i, phase in enumerate(PHASES)}
+
+
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
@@ -578,8 +628,8 @@ class _Spans:
         trace = self.trace
         start, end = _bounds(trace)
         name = str(trace.agent.get("name") or self.model)
-        root = self._open(f"invoke_agent {name}", None, start, self._root_attributes(name), "INTERNAL")
         error, outcome = trace.error, trace.outcome
+        root = self._open(f"invoke_agent {name}", None, start, self._root_attributes(name, outcome.kind), "INTERNAL")
         if error is not None:
             self._fail(root, error.type, error.message)
         elif outcome.kind == "aborted":  # cut short with no error of its own (Ctrl-C, a cancelled run)
@@ -611,13 +661,13 @@ class _Spans:
             return str(agent["provider"])
         return "openai" if agent.get("base_url") else "rollkit"
 
-    def _root_attributes(self, name: str) -> dict[str, Any]:
+    def _root_attributes(self, name: str, outcome: str) -> dict[str, Any]:
         trace = self.trace
         a: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": self.provider,
             "gen_ai.agent.name": name, "gen_ai.request.model": self.model, "gen_ai.conversation.id": trace.id,
             "rollkit.trace.id": trace.id, "rollkit.task.key": trace.task.key,
-            "rollkit.task.type": trace.task.type, "rollkit.outcome": trace.outcome.kind,
+            "rollkit.task.type": trace.task.type, "rollkit.outcome": outcome,
             "rollkit.turns": trace.num_turns, "openinference.span.kind": "AGENT",
         }
         inputs = [c.usage.input_tokens for c in trace.model_calls if c.usage.input_tokens is not None]
@@ -651,7 +701,7 @@ class _Spans:
         for error in trace.errors:
             failed_in.setdefault(error.phase, error)
         under = inside
-        for phase in sorted(trace.phases, key=lambda p: (PHASES.index(p) if p in PHASES else len(PHASES), p)):
+        for phase in sorted(trace.phases, key=lambda p: (_PHASE_ORDER.get(p, len(PHASES)), p)):
             span = trace.phases[phase]
             attributes: dict[str, Any] = {"rollkit.phase": phase}
             if span.end is None:
@@ -677,7 +727,7 @@ class _Spans:
         _set(a, "gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens)
         _set(a, "gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)
         if call.finish_reason is not None:
-            a["gen_ai.response.finish_reasons"] = [call.finish_reason]
+            a["gen_ai.response.finish_reasons"] = (call.finish_reason,)
         if call.committed:
             a["gen_ai.response.model"] = call.response_model or self.model
         _set(a, "gen_ai.response.id", call.response_id)
@@ -783,12 +833,39 @@ def _any(value: Any) -> bytes | None:
     return None
 
 
+# Encoded attributes (KeyValue fields) by (tag, key, type, value): most of
+# a run's attributes repeat from span to span (the operation, provider and
+# model, a rollout's id on each of its spans, the flags), and looking one
+# up costs a tenth of encoding it. Emptied when full, so the values seen
+# once (ids, times, rewards) cannot grow it without bound.
+_PAIRS: dict[tuple[int, str, type, Any], bytes] = {}
+_PAIRS_MOST = 8192
+
+
 def _attributes(tag: int, attributes: Mapping[str, Any]) -> bytes:
     out = []
+    pairs = _PAIRS
     for key, value in attributes.items():
-        encoded = _any(value)
-        if encoded is not None:
-            out.append(_field(tag, _key(key) + _field(0x12, encoded)))
+        kind = type(value)
+        if kind is list or kind is tuple:
+            value = tuple(value)
+            kind = str if all(type(v) is str for v in value) else float
+        if kind is float:  # rarely repeated, and -0.0 would find 0.0's bytes: encoded each time
+            encoded = _any(value)
+            if encoded is not None:
+                out.append(_field(tag, _key(key) + _field(0x12, encoded)))
+            continue
+        known = (tag, key, kind, value)
+        pair = pairs.get(known)
+        if pair is None:
+            encoded = _any(value)
+            if encoded is None:
+                continue
+            pair = _field(tag, _key(key) + _field(0x12, encoded))
+            if len(pairs) >= _PAIRS_MOST:
+                pairs.clear()
+            pairs[known] = pair
+        out.append(pair)
     return b"".join(out)
 
 
@@ -813,17 +890,21 @@ def _span(span: _Span, trace_id: bytes) -> bytes:
 _KINDS = {"INTERNAL": 1, "CLIENT": 3}
 
 
-def _otlp_request(resource: bytes, rollouts: list[list[_Span]]) -> bytes:
-    """One OTLP/HTTP export request of the rollouts' spans, serialized: a
-    fresh random trace id per rollout and span id per span, as the SDK's
-    id generator makes them."""
+def _rollout_spans(made: list[_Span]) -> bytes:
+    """One rollout's spans as ScopeSpans.spans fields: a fresh random trace
+    id for the rollout and span id per span, as the SDK's id generator
+    makes them."""
+    trace_id = random.getrandbits(128).to_bytes(16, "big")
     spans = []
-    for made in rollouts:
-        trace_id = random.getrandbits(128).to_bytes(16, "big")
-        for span in made:
-            span.id = random.getrandbits(64).to_bytes(8, "big")
-            spans.append(_field(0x12, _span(span, trace_id)))  # ScopeSpans.spans
-    scope = _field(0x0A, _text(0x0A, "rollkit")) + b"".join(spans) + _text(0x1A, SCHEMA_URL)
+    for span in made:
+        span.id = random.getrandbits(64).to_bytes(8, "big")
+        spans.append(_field(0x12, _span(span, trace_id)))
+    return b"".join(spans)
+
+
+def _otlp_request(resource: bytes, spans: bytes) -> bytes:
+    """One OTLP/HTTP export request of encoded spans (`_rollout_spans`), serialized."""
+    scope = _field(0x0A, _text(0x0A, "rollkit")) + spans + _text(0x1A, SCHEMA_URL)
     return _field(0x0A, resource + _field(0x12, scope))  # ExportTraceServiceRequest.resource_spans
 
 
