@@ -28,7 +28,9 @@ it imports), and each venv is removed by its fixture once.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -41,6 +43,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BINDER = ROOT / "binder"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+# The notebooks with a verifiers section: its cells skip their work where verifiers is
+# missing (the main test environment), and run for real on the notebooks' install.
+VERIFIERS_NOTEBOOKS = [n for n in NOTEBOOKS if "import verifiers.v1 as vf" in n.read_text()]
 
 # A fresh virtual environment installs from the registry: slower than any other test.
 def slow_venv(test):  # type: ignore[no-untyped-def]
@@ -103,9 +108,45 @@ def test_the_readme_and_binder_give_the_notebooks_the_same_install() -> None:
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert set(extras["notebooks"]) >= {"rollkit[inspect]", "rollkit[reasoning-gym]", "rollkit[lab]"}
+    assert set(extras["notebooks"]) >= {"rollkit[inspect]", "rollkit[reasoning-gym]", "rollkit[verifiers]",
+                                        "rollkit[lab]"}
     uses_inspect = [n.name for n in NOTEBOOKS if "inspect" in n.read_text()]
     assert uses_inspect, "no notebook reads an inspect log any more: drop the extra"
+    assert [n.name for n in VERIFIERS_NOTEBOOKS] == ["09_bring_your_own_tasks.ipynb"]
+
+
+def _stdout(notebook: dict) -> str:
+    """What a notebook's code cells printed, in order."""
+    return "".join("".join(o.get("text", "")) for c in notebook["cells"] if c["cell_type"] == "code"
+                   for o in c.get("outputs", []) if o.get("output_type") == "stream")
+
+
+def _code(notebook: dict) -> list[str]:
+    return ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+
+
+def test_a_verifiers_section_says_how_to_install_it_where_verifiers_is_missing() -> None:
+    """Where verifiers is missing (the main test environment runs the
+    notebooks so: nbval and tests/test_run_all.py prove every cell still
+    runs), the section's first cell says how to get it."""
+    for path in VERIFIERS_NOTEBOOKS:
+        guard = next(code for code in _code(json.loads(path.read_text())) if "import verifiers.v1 as vf" in code)
+        assert "except ImportError:\n    vf = None\n" in guard
+        assert 'pip install "rollkit[verifiers]"' in guard, guard
+
+
+def _verifiers_section_ran(work: Path) -> None:
+    """The verifiers section of each notebook that has one ran for real in
+    `work` (where the runner saved the executed notebooks): its outputs are
+    ones only a run with verifiers prints, the scores verifiers' functions gave."""
+    for path in VERIFIERS_NOTEBOOKS:
+        printed = _stdout(json.loads((work / path.name).read_text()))
+        assert "This section needs verifiers" not in printed
+        assert re.search(r"^verifiers 0\.4\.\d+$", printed, re.M), printed[-3000:]
+        assert ("rewards: {'correct': 1.0, 'showed_work': 1.0} weights: {'correct': 0.8, 'showed_work': 0.2} "
+                "-> reward 1.0") in printed, printed[-3000:]
+        assert "scratchpad: ['2 + 3 = 5']" in printed
+        assert re.search(r"^reward\.showed_work +1\.000 +4/4 +0\.000 +4/4 ", printed, re.M), printed[-3000:]
 
 
 def _offline(command: list[str]) -> tuple[list[str], bool]:
@@ -183,6 +224,7 @@ def _run_every_notebook(venv: _Venv, name: str) -> str:
             nbclient.NotebookClient(nb, timeout=600, startup_timeout=300, kernel_name="python3",
                                     resources={{"metadata": {{"path": {str(work)!r}}}}}).execute()
             print(nb.cells[-1].outputs[0]["text"].strip())
+            nbformat.write(nb, path.rsplit("/", 1)[-1])  # read back by the test
             print("RAN", path.rsplit("/", 1)[-1], f"{{time.monotonic() - started:.1f}}")
         """
     )
@@ -197,6 +239,7 @@ def _run_every_notebook(venv: _Venv, name: str) -> str:
     packages = {Path(line.split(" ", 1)[1]).resolve().parent for line in done.stdout.splitlines()
                 if line.startswith("ROLLKIT")}
     assert len(packages) == 1, packages  # every notebook's kernel imported the same rollkit
+    _verifiers_section_ran(work)
     return str(packages.pop())
 
 

@@ -87,3 +87,23 @@ def test_the_measured_figure_check_can_fail() -> None:
     source = "".join(f"# {text}\n" for text in measured + settings)
     assert [hit.split(": ", 1)[1] for hit in _measured_figures_of(source)] == [f"# {t}" for t in measured]
 
+
+
+def _stray_helpers(names: list[str]) -> list[str]:
+    """Python modules directly in tests/ that are neither a test module nor conftest.py."""
+    return [name for name in names if re.fullmatch(r"tests/[^/]+\.py", name)
+            and not re.fullmatch(r"tests/(test_\w+|conftest)\.py", name)]
+
+
+def test_the_tests_folder_holds_only_tests_its_helpers_live_in_tests_helpers() -> None:
+    """What the tests share that is not a test lives in tests/helpers/:
+    six verifiers helpers were added beside the tests after the others had
+    moved there, as nothing said where one goes."""
+    found = _stray_helpers(_tracked())
+    assert not found, f"modules in tests/ that are not tests (move them into tests/helpers/): {found}"
+
+
+def test_the_stray_helper_check_can_fail() -> None:
+    names = ["tests/test_trace.py", "tests/conftest.py", "tests/helpers/fake_provider.py",
+             "tests/programs/echo.py", "tests/byo_verifiers_taskset.py", "tests/oracle.py"]
+    assert _stray_helpers(names) == ["tests/byo_verifiers_taskset.py", "tests/oracle.py"]

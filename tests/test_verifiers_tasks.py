@@ -5,8 +5,8 @@ interpreter: the proofs run it in the venvs scripts/test.sh builds under
 ~/.cache/rollkit-oracles (verifiers alone, for its own evaluation; verifiers
 with rollkit on PYTHONPATH, for rollkit's), each as a subprocess, both
 answered by one scripted, keyless OpenAI-compatible server on 127.0.0.1
-(tests/helpers/scripted_provider.py, tests/byo_verifiers_replies.py). The
-capitals taskset (tests/byo_verifiers_taskset.py: five tasks) has three
+(tests/helpers/scripted_provider.py, tests/helpers/byo_verifiers_replies.py). The
+capitals taskset (tests/helpers/byo_verifiers_taskset.py: five tasks) has three
 weighted rewards (one builds its own judge from the judge config in the
 task's config), three metrics (one reads the trace's tool calls, tools, token
 counts, calls, agent config and timing), a trace, a response and two request
@@ -17,7 +17,7 @@ harness (its MCP tool servers, its state channel, its scoring) and
 exactly; both with verifiers' reference judge plugged into the tasks' config
 and the task's own judge config, aimed at the same scripted server (model
 "judge"), which grades France's answer right and Japan's wrong. Then bad
-input (tests/byo_verifiers_broken.py and verifiers' own `vf-init` template,
+input (tests/helpers/byo_verifiers_broken.py and verifiers' own `vf-init` template,
 unmodified), each failure on its own task or trace while the rest of the run
 goes on. The forks of the saved
 run and the tasks stepped by hand in the notebook facade give the same.
@@ -36,12 +36,18 @@ import pytest
 import rollkit as rk
 
 HERE = Path(__file__).parent
+# The helpers the proofs run as scripts, and the taskset packages they load. A
+# verifiers taskset id is a top-level module name (its loader looks the id up
+# under verifiers.v1.tasksets first, which fails on a dotted name), so the
+# subprocesses get this folder on PYTHONPATH, as an installed taskset's
+# package would be on sys.path.
+HELPERS = HERE / "helpers"
 ORACLES = Path.home() / ".cache" / "rollkit-oracles"
 VERIFIERS = ORACLES / "verifiers" / "bin" / "python"  # verifiers 0.4.0 alone
 WITH_ROLLKIT = ORACLES / "rollkit-verifiers" / "bin" / "python"  # verifiers 0.4.0, rollkit from PYTHONPATH
 
 sys.path.insert(0, str(HERE))
-from byo_verifiers_replies import reply  # noqa: E402
+from helpers.byo_verifiers_replies import reply  # noqa: E402
 from helpers.scripted_provider import ScriptedProvider  # noqa: E402
 
 needs_oracles = pytest.mark.skipif(
@@ -51,7 +57,7 @@ needs_oracles = pytest.mark.skipif(
 
 def _env(secret: str) -> dict[str, str]:
     root = str(HERE.parent)
-    return {**os.environ, "SCRIPTED_KEY": secret, "PYTHONPATH": os.pathsep.join([root, str(HERE)])}
+    return {**os.environ, "SCRIPTED_KEY": secret, "PYTHONPATH": os.pathsep.join([root, str(HERE), str(HELPERS)])}
 
 
 def _per_task(stdout: str) -> dict[int, dict]:
@@ -91,21 +97,21 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
         env = _env(provider.secret)
         judges = json.dumps([{"id": "reference", "weight": 0.5, "base_url": provider.url, "model": "judge",
                               "api_key_var": "SCRIPTED_KEY"}])
-        native = subprocess.Popen([str(VERIFIERS), str(HERE / "verifiers_native_eval.py"), "byo_verifiers_taskset",
+        native = subprocess.Popen([str(VERIFIERS), str(HELPERS / "verifiers_native_eval.py"), "byo_verifiers_taskset",
                                    provider.url, str(tmp_path / "native"), "--env.taskset.task.judges", judges,
                                    *_judge_options(provider.url), "--env.agent.max-turns", "9"], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # rollkit names the same judge endpoint with rk.tasks_from(..., judge=...).
-        ours = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"), "--judge",
+        ours = subprocess.Popen([str(WITH_ROLLKIT), str(HELPERS / "verifiers_rollkit_eval.py"), "--judge",
                                  "verifiers:byo_verifiers_taskset", provider.url, str(tmp_path / "run")], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # By hand: each task opened in the notebook facade, a person's seat answering turn by turn.
-        by_hand = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"), "--by-hand",
+        by_hand = subprocess.Popen([str(WITH_ROLLKIT), str(HELPERS / "verifiers_rollkit_eval.py"), "--by-hand",
                                     "verifiers:byo_verifiers_taskset"], env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         ours_out, ours_err = ours.communicate(timeout=240)
         # While verifiers still runs: the saved traces forked after their first turn, in a new process.
-        forks = subprocess.Popen([str(WITH_ROLLKIT), str(HERE / "verifiers_rollkit_eval.py"), "--fork",
+        forks = subprocess.Popen([str(WITH_ROLLKIT), str(HELPERS / "verifiers_rollkit_eval.py"), "--fork",
                                   str(tmp_path / "run"), provider.url], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         native_out, native_err = native.communicate(timeout=240)
@@ -215,12 +221,12 @@ def test_rewards_weights_and_metrics_are_verifiers_own_with_a_stateful_toolset_a
 
 @needs_oracles
 def test_bad_input_a_failing_load_the_vf_init_template_a_raising_reward_a_runtime_reward_a_dead_toolset(tmp_path):
-    done = subprocess.run([str(WITH_ROLLKIT), str(HERE / "verifiers_bad_input.py"), str(tmp_path)],
+    done = subprocess.run([str(WITH_ROLLKIT), str(HELPERS / "verifiers_bad_input.py"), str(tmp_path)],
                           env=_env(""), capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
-    assert found["load"] == ("verifiers taskset 'byo_verifiers_broken:BrokenLoadTaskset' failed to load its tasks "
-                             "(after 0): FileNotFoundError: rows.jsonl is missing")
+    assert found["load"] == ("verifiers taskset 'helpers.byo_verifiers_broken:BrokenLoadTaskset' failed to load its "
+                             "tasks (after 0): FileNotFoundError: rows.jsonl is missing")
     assert found["template"].startswith("verifiers taskset 'capital_demo.taskset:CapitalDemoTaskset' failed to "
                                         "load its tasks (after 0): NotImplementedError: Return this taskset's tasks")
     fine, raises, no_tools = found["traces"]
@@ -302,9 +308,10 @@ def test_a_fresh_venv_with_the_verifiers_extra_gets_a_working_pair(tmp_path):
                               cwd=tmp_path, timeout=300)
     mcp, verifiers, where = versions.stdout.split()
     assert (mcp, verifiers) == ("2.0.0", "0.4.0") and Path(where).is_relative_to(venv)
+    path = os.pathsep.join([str(HERE), str(HELPERS)])  # the helpers, not this checkout's rollkit
     with ScriptedProvider(reply) as provider:
-        done = subprocess.run([python, str(HERE / "verifiers_rollkit_eval.py"), "verifiers:byo_verifiers_taskset",
-                               provider.url], env={**env, "SCRIPTED_KEY": provider.secret, "PYTHONPATH": str(HERE)},
+        done = subprocess.run([python, str(HELPERS / "verifiers_rollkit_eval.py"), "verifiers:byo_verifiers_taskset",
+                               provider.url], env={**env, "SCRIPTED_KEY": provider.secret, "PYTHONPATH": path},
                               capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rewards = {idx: row["rewards"] for idx, row in _per_task(done.stdout).items()}

@@ -1,6 +1,6 @@
 """verifiers' own evaluation of a taskset, for tests/test_verifiers_tasks.py.
 
-Run with a verifiers 0.4 interpreter: `python verifiers_native_eval.py
+Run with a verifiers 0.4 interpreter: `python tests/helpers/verifiers_native_eval.py
 TASKSET_ID BASE_URL OUT_DIR [vf-eval options...]`, with the model's key in
 SCRIPTED_KEY. It runs `vf-eval` (verifiers.v1.cli.eval.main) as is, with its
 `null` harness (verifiers' own chat loop program, its MCP client and tool

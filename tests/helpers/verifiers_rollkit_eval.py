@@ -1,17 +1,17 @@
 """rollkit's evaluation of a verifiers taskset, for tests/test_verifiers_tasks.py.
 
 Run with an interpreter that has rollkit and verifiers 0.4: `python
-verifiers_rollkit_eval.py SOURCE BASE_URL [OUT]` (the model's key in
+tests/helpers/verifiers_rollkit_eval.py SOURCE BASE_URL [OUT]` (the model's key in
 SCRIPTED_KEY) runs `rk.evaluate` on `rk.tasks_from(SOURCE)` with
 `rk.OpenAIModel` (saving the run in OUT when given) and prints one JSON line
-per trace, as tests/verifiers_native_eval.py does: the task's idx, rewards
+per trace, as tests/helpers/verifiers_native_eval.py does: the task's idx, rewards
 {name: [score, weight]}, metrics, signal errors, errors and the toolsets'
-state. `python verifiers_rollkit_eval.py --fork RUN BASE_URL` instead forks
+state. `python tests/helpers/verifiers_rollkit_eval.py --fork RUN BASE_URL` instead forks
 each trace of a saved run after its first turn, in this new process (the
 task rebuilt from the trace), and prints the same line for each fork.
-`python verifiers_rollkit_eval.py --by-hand SOURCE` opens each task in the
+`python tests/helpers/verifiers_rollkit_eval.py --by-hand SOURCE` opens each task in the
 notebook facade with a person's seat (`rk.HumanModel`), answers each turn
-as the scripted server would (tests/byo_verifiers_replies.py), noting the
+as the scripted server would (tests/helpers/byo_verifiers_replies.py), noting the
 toolsets' state when each turn is asked for, closes, and prints the same
 line with those states (`asked`). `--judge SOURCE BASE_URL` plugs
 verifiers' reference judge into each task's config and names BASE_URL (model
@@ -46,7 +46,7 @@ async def _forks(run: str, agent: rk.Agent) -> None:
 
 
 async def _by_hand(source: str) -> None:
-    from byo_verifiers_replies import reply
+    from helpers.byo_verifiers_replies import reply
 
     for task in rk.tasks_from(source):
         ro = rk.notebook.NotebookRollout(rk.Agent(model=rk.HumanModel()), task)

@@ -1,6 +1,6 @@
 """The scripted model of the verifiers proofs (tests/test_verifiers_tasks.py),
 free of verifiers so the test process can serve it: on the capitals taskset
-(tests/byo_verifiers_taskset.py) it writes the capital into the notes, then
+(tests/helpers/byo_verifiers_taskset.py) it writes the capital into the notes, then
 answers, except on Japan, where it answers wrong without notes. As the
 judge of verifiers' reference judge (its prompt holds "Reference answer:"),
 it says "yes" when the graded response contains the reference answer.

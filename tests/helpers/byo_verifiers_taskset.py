@@ -1,14 +1,16 @@
 """A verifiers v1 taskset for the proofs in tests/test_verifiers_tasks.py.
 
 An installed-style taskset package (the id "byo_verifiers_taskset" imports
-this module, which exports its Taskset in `__all__`): five capital-city
+this module, which exports its Taskset in `__all__`; the tests put
+tests/helpers/ on their subprocesses' PYTHONPATH, since verifiers takes an
+id as a top-level module name): five capital-city
 questions under a system prompt, each with a stateful notes toolset (its
 state is the rollout's, synced by verifiers' state channel), a weighted
 reward that reads the reply, a second reward that reads the toolset's state,
 a third that builds its own judge from the judge config in the task's config,
 three metrics (one reads tool calls, token counts and timing), a trace, a
 response and two request stops (one at verifiers' tool gate);
-tests/byo_verifiers_replies.py is the scripted model both runs are answered by.
+tests/helpers/byo_verifiers_replies.py is the scripted model both runs are answered by.
 Run as a module, it serves the toolset (verifiers starts tool servers with
 `python -m <the toolset class's module>`).
 """
@@ -19,7 +21,7 @@ import json
 import zlib
 
 import verifiers.v1 as vf
-from byo_verifiers_replies import QUESTIONS
+from helpers.byo_verifiers_replies import QUESTIONS
 
 __all__ = ["CapitalsTaskset"]
 

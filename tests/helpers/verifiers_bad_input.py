@@ -25,7 +25,7 @@ def _refusal(source: object) -> str:
 
 
 def main() -> None:
-    from byo_verifiers_broken import BrokenLoadTaskset, ShakyTaskset
+    from helpers.byo_verifiers_broken import BrokenLoadTaskset, ShakyTaskset
     from verifiers.v1.cli.init import scaffold
     from verifiers.v1.configs.cli.init import InitConfig
 
