@@ -421,13 +421,19 @@ def test_null_where_the_schema_wants_a_number(tmp_path, records):
     _agree(source)
 
 
-@pytest.mark.xfail(strict=True, reason="not done (issue 47): a first open reads the rollouts' fields alone, so it "
-                                       "names line 2; rk.load names line 1 (found by the generated test)")
-def test_two_bad_lines_the_first_named(tmp_path, records):
+@pytest.mark.parametrize("forced", [False, True])
+def test_two_bad_lines_the_first_named(tmp_path, records, forced):
+    # A first open reads the rollouts' fields alone: line 1, bad in a call's
+    # cum_agent_time only, passes it, line 2 does not; rk.load names line 1,
+    # and so does the build on its way to the error (columns._first_refused).
+    # The first open alone (forced natively, or in Python), then _agree's builds.
     source = tmp_path / "traces.jsonl"
     source.write_bytes(_dump(records[0], (), ("text", ("model_calls", 0, "cum_agent_time"), b'"abc"')) + b"\n"
                        + _dump(records[1], (), ("text", ("model_calls", 0, "start"), b"NaN")) + b"\n")
-    _agree(source)
+    with _native(forced), pytest.raises(rk.TraceFileError) as refused:
+        TableSet(source, cache=tmp_path / "cache", progress=False)
+    assert f"{source}: line 1 " in str(refused.value) and "model_calls.0.cum_agent_time" in str(refused.value)
+    assert _agree(source)[1] == str(refused.value)
 
 
 @pytest.mark.parametrize("role", [b'"systemx"', b"null", b"3"])
