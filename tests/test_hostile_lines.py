@@ -422,6 +422,20 @@ def test_null_where_the_schema_wants_a_number(tmp_path, records, where):
     assert outcome[0] == "refused" and f"{source}: line 1 " in outcome[1] and ".".join(map(str, where)) in outcome[1]
 
 
+def test_running_totals_left_out_are_read_natively_as_their_defaults(tmp_path, records):
+    # A missing key is the schema's default to every reader; _doubt doubts
+    # it with a null (DuckDB's reader reads them alike), Python reads the
+    # line again and the part stays native.
+    calls = [{k: v for k, v in c.items() if k not in nativebuild._NOT_NULL} for c in records[0]["model_calls"]]
+    source = tmp_path / "traces.jsonl"
+    source.write_bytes(_dump(dict(records[0], model_calls=calls), (), ("none", None)) + b"\n")
+    calls_table = _agree(source)[1]["calls"]
+    assert calls_table["cum_turns"] == calls_table["cum_agent_time"] == [0, 0]
+    with _native(True):
+        TableSet(source, cache=tmp_path / "cache", progress=False)
+    assert [json.loads(p.read_text())["build"] for p in (tmp_path / "cache").glob("part-*.json")] == ["native"]
+
+
 @pytest.mark.parametrize("where", [("model_calls", 0, "start"), ("model_calls", 1, "cum_agent_time"),
                                    ("phases", "agent", "end"), ("segments", 0, "charged"), ("phases", "boot", "start"),
                                    ("model_calls", 0, "cum_turns"), ("model_calls", 1, "new_input_tokens")])
