@@ -780,10 +780,10 @@ def _read(con: Any, lines: Any, ordinal: int, tables: tuple[str, ...], engine: E
     memory, _part_file), not json_transform over the lines: that keeps the
     first of a key written twice, which this reader refuses in every object
     it reads, as it refuses a value it cannot cast (a line longer than its
-    16 MB too): the part goes to the Python build, which reads such a line
-    as rk.load does."""
+    16 MB too), and a line that is not UTF-8: the part goes to the Python
+    build, which reads such a line as rk.load does. `lines` need not be
+    valid UTF-8."""
     count = len(lines)
-    _check_strict(con, lines)
     bounds = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:lines.offset + count + 1]
     with engine.part_file(memoryview(lines.buffers()[2])[int(bounds[0]):int(bounds[-1])]) as path:
         parsed = con.read_json(path, format="newline_delimited", records="true", columns=_columns(tables, True))
@@ -801,6 +801,8 @@ def _read(con: Any, lines: Any, ordinal: int, tables: tuple[str, ...], engine: E
         raise NativeUnfit("an integer field holds a fraction")
     if made != count:
         raise NativeUnfit(f"{made} rows read from {count} lines")
+    # Read as text only now: the reader refused a line that is not UTF-8 (no check of its own before).
+    _check_strict(con, lines)
     _check_doubtful(lines, doubtful or [])
     # _offset and _length: the rollouts' own, set from `offsets` and `lengths` when they are fetched.
     con.execute(f"create temp view p as select rowid + {int(ordinal)} as _ordinal, null::BIGINT as _offset, "
