@@ -321,8 +321,10 @@ def _rollout_columns(kinds: dict[tuple[str, str], str | None], signals: _Signals
         "segments": "coalesce(len(t.segments), 0)",
         "agent_time": agent_time, "model_time": model_time,
         "harness_time": f"case when {_UNTIMED_CALL} then null::DOUBLE else greatest({_ZERO}, {agent_time} - {model_time}) end",
-        "wait_time": _sum(f"list_transform({pairs}, lambda i: greatest({_ZERO}, "
-                          "t.segments[i + 1].start - t.segments[i].\"end\"))"),
+        # (a trace of one segment waited for nothing: its lambdas are not run)
+        "wait_time": f"case when coalesce(len(t.segments), 0) < 2 then {_ZERO} else "
+                     + _sum(f"list_transform({pairs}, lambda i: greatest({_ZERO}, "
+                            "t.segments[i + 1].start - t.segments[i].\"end\"))") + " end",
         **{f"phase.{p}": f"t.phases.{p}.\"end\" - t.phases.{p}.start" for p in _PHASE_NAMES},
         "start": f"least({', '.join(s + '.start' for s in spans)})",
         "end": f"greatest({', '.join(s + '.end' for s in spans)})",
