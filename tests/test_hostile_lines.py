@@ -4,9 +4,9 @@ makes them (a small file) or the native one (a big file; forced here on a
 small one: _NATIVE_MIN_BYTES), and rk.load reads the same traces, or all
 three refuse with the same error naming the file and the line. The lines
 are generated (hypothesis): a key written twice at any level, first or
-last; NaN, Infinity, a number past a double's range, a number written as a
+last; NaN, Infinity (nan, -INF...), a number past a double's range, a number written as a
 string, an object, a list or a boolean where a number belongs, a fraction
-or text where an integer belongs; nesting;
+or text (or null) where an integer belongs; nesting;
 invalid UTF-8, a NUL byte (raw or escaped), a lone surrogate; a BOM, CRLF
 line ends, a blank line in the middle, a last line without its newline or
 cut short. The same for the tables a run writes as it goes
@@ -104,10 +104,10 @@ def _typed_numbers(structure: dict, at: tuple = (), kinds: tuple = ("DOUBLE", "D
 _TYPED = _typed_numbers(nativebuild._TRACE_FIELDS) - {("segments", "start"), ("segments", "end")}  # read between two
 
 
-# The integers the tables read, and what is written there otherwise (not
-# null: test_null_where_the_schema_wants_a_number).
+# The integers the tables read, and what is written there otherwise.
 _INTEGERS = _typed_numbers(nativebuild._TRACE_FIELDS, kinds=("BIGINT",))
-_NOT_INTEGERS = [b"2.5", b"-0.5", b'"2.5"', b'"7"', b"2.0", b"1e400", b'"abc"', b"[1]", b'{"v": 1}']
+_NOT_INTEGERS = [b"2.5", b"-0.5", b'"2.5"', b'"7"', b"2.0", b"1e400", b'"abc"', b"[1]", b'{"v": 1}', b"null",
+                 b"nan", b"-INF"]
 
 
 def _read(path: tuple) -> bool:
@@ -141,7 +141,7 @@ def _valid_with(record: dict[str, Any], path: tuple, key: Any, value: Any) -> bo
 
 
 _NUMBERS = [b"NaN", b"Infinity", b"-Infinity", b'"1.5"', b'"abc"', b'{"v": 1}', b"[1]", b"true",
-            b"null", b"2.5", b"7", b"1e400", b"-1e400", b"1e-400"]
+            b"null", b"2.5", b"7", b"1e400", b"-1e400", b"1e-400", b"nan", b"-INF", b"iNfInItY"]
 _INSIDE = [b"\xff", b"\xc3", b"\x00", b"\\u0000", b"\\ud800", b"\\udc00x", b"\\ud83d\\ude00", b"\xe2\x82\xac"]
 
 
@@ -411,10 +411,11 @@ def test_a_whole_number_in_an_integer_field_is_read(tmp_path, records, text):
     assert _agree(source)[1]["calls"]["cum_turns"][0] == int(float(text))
 
 
-@pytest.mark.parametrize("where", [("model_calls", 0, name) for name in nativebuild._NOT_NULL])
+@pytest.mark.parametrize("where", [(items, 0, name) for items, names in nativebuild._NOT_NULL.items() for name in names])
 def test_null_where_the_schema_wants_a_number(tmp_path, records, where):
     # DuckDB's reader makes null what it makes a missing key (the default:
-    # 0); rk.load and the Python build refuse it, so the native build reads
+    # 0); rk.load and the Python build refuse it (a call's running totals,
+    # a segment's start and charge), so the native build reads
     # such a line again (nativebuild._doubt) and leaves the part to Python.
     source = tmp_path / "traces.jsonl"
     source.write_bytes(_dump(records[0], (), ("text", where, b"null")) + b"\n")
@@ -426,7 +427,8 @@ def test_running_totals_left_out_are_read_natively_as_their_defaults(tmp_path, r
     # A missing key is the schema's default to every reader; _doubt doubts
     # it with a null (DuckDB's reader reads them alike), Python reads the
     # line again and the part stays native.
-    calls = [{k: v for k, v in c.items() if k not in nativebuild._NOT_NULL} for c in records[0]["model_calls"]]
+    calls = [{k: v for k, v in c.items() if k not in nativebuild._NOT_NULL["model_calls"]}
+             for c in records[0]["model_calls"]]
     source = tmp_path / "traces.jsonl"
     source.write_bytes(_dump(dict(records[0], model_calls=calls), (), ("none", None)) + b"\n")
     calls_table = _agree(source)[1]["calls"]
@@ -434,6 +436,16 @@ def test_running_totals_left_out_are_read_natively_as_their_defaults(tmp_path, r
     with _native(True):
         TableSet(source, cache=tmp_path / "cache", progress=False)
     assert [json.loads(p.read_text())["build"] for p in (tmp_path / "cache").glob("part-*.json")] == ["native"]
+
+
+def test_null_weight_is_refused_where_a_reward_may_be_null(tmp_path, records):
+    # A trace's reward or metric may be None, its weight not (core.trace):
+    # DuckDB reads both nulls as missing (a weight of 1.0).
+    name = next(iter(records[0]["reward_weights"]))
+    for at, table in ((("reward_weights", name), "refused"), (("rewards", name), "tables")):
+        source = tmp_path / f"{at[0]}.jsonl"
+        source.write_bytes(_dump(records[0], (), ("text", at, b"null")) + b"\n")
+        assert _agree(source)[0] == table
 
 
 @pytest.mark.parametrize("where", [("model_calls", 0, "start"), ("model_calls", 1, "cum_agent_time"),

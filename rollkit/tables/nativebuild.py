@@ -387,12 +387,14 @@ class _Signals:
     def of_part(cls, con: Any) -> _Signals:
         """The reader of a part whose three maps are JSON (`t`, in table p).
         Raises NativeUnfit where Python reads them otherwise: a key twice
-        (a dict keeps the last; DuckDB's struct the first, its MAP none) or
-        a value that is not an object (Python fails on one)."""
+        (a dict keeps the last; DuckDB's struct the first, its MAP none), a
+        value that is not an object (Python fails on one), or a weight that
+        may be null (a weight has none, a reward or metric may)."""
         # The part's distinct key lists (a handful: a run's traces share their signals' names).
         shapes = con.execute(
             "select distinct json_keys(t.rewards), json_keys(t.reward_weights), json_keys(t.metrics), "
-            "coalesce(ascii(t.rewards) <> 123 or ascii(t.reward_weights) <> 123 or ascii(t.metrics) <> 123, false) "
+            "coalesce(ascii(t.rewards) <> 123 or ascii(t.reward_weights) <> 123 or ascii(t.metrics) <> 123 "
+            "or contains(t.reward_weights, 'null'), false) "
             "from p").fetchall()
         if any(odd or any(keys and len(set(keys)) < len(keys) for keys in lists) for *lists, odd in shapes):
             raise NativeUnfit("a part's rewards, weights or metrics are not each an object of distinct keys")
@@ -593,11 +595,13 @@ def _duck_type(kind: Any, read: bool = False) -> str:
 
 # A real that is no integer, or one a double may not hold exactly (past 2**53; NaN and infinity too).
 _FRACTION = "({x} <> trunc({x}) or abs({x}) > 9007199254740992)"
-# A call's numbers the trace schema gives a default and no null
-# (core.trace.ModelCall): DuckDB's reader makes a null what it makes a
-# missing key, in every column type; rk.load refuses the null.
-_NOT_NULL = ("new_input_tokens", "cum_turns", "cum_input_tokens", "cum_output_tokens", "cum_total_tokens",
-             "cum_agent_time")
+# The numbers of a call and of a segment the tables read that the trace
+# schema takes no null for (core.trace.ModelCall, Segment; a call's index,
+# segment and times _BROKEN finds): DuckDB's reader makes a null what it
+# makes a missing key, in every column type (the default); rk.load refuses the null.
+_NOT_NULL = {"model_calls": ("new_input_tokens", "cum_turns", "cum_input_tokens", "cum_output_tokens",
+                             "cum_total_tokens", "cum_agent_time"),
+             "segments": ("charged",)}
 
 
 def _doubt(kind: Any, x: str, depth: int = 0, name: str = "") -> str:
@@ -609,7 +613,7 @@ def _doubt(kind: Any, x: str, depth: int = 0, name: str = "") -> str:
     not finite (NaN, nan, -INF: DuckDB's parser takes every spelling; JSON
     none, but 1e400, infinity to both), a null (or a missing key) in a
     field of _NOT_NULL; else 0."""
-    fractions, odd, lists = _doubts(kind, x, depth, name)
+    fractions, odd, lists = _doubts(kind, x, depth, name)  # `name`: the list `x` is an item of
     case = (f"case when {' or '.join(fractions) or 'false'} then 2 when {' or '.join(odd) or 'false'} then 1 else 0 end"
             if fractions or odd else None)
     return f"greatest({', '.join(filter(None, (case, *lists)))})" if case or lists else "0"
@@ -619,21 +623,25 @@ def _doubts(kind: Any, x: str, depth: int, name: str) -> tuple[list[str], list[s
     """_doubt's conditions over `x`: a fraction (2), a doubtful value (1), and each list's code."""
     if isinstance(kind, list):
         each = f"e{depth}"
-        inner = _doubt(kind[0], each, depth + 1, name)
+        inner = _doubt(kind[0], each, depth + 1, name)  # (its fields' names, `name` their list's)
         return [], [], [] if inner == "0" else [f"coalesce(list_max(list_transform({x}, lambda {each}: {inner})), 0)"]
     if isinstance(kind, dict):
         found: tuple[list[str], list[str], list[str]] = ([], [], [])
         for n, k in kind.items():
-            for mine, theirs in zip(found, _doubts(k, f"{x}.{_quoted(n)}", depth, n)):
+            # A field of a list's item: checked against its list's _NOT_NULL (only there a null says something).
+            field = f"{name}.{n}" if name in _NOT_NULL else n
+            for mine, theirs in zip(found, _doubts(k, f"{x}.{_quoted(n)}", depth, field)):
                 mine.extend(theirs)
         return found
-    odd = [f"{x} is null"] if name in _NOT_NULL else []
+    owner, _, field = name.rpartition(".")
+    odd = [f"{x} is null"] if field in _NOT_NULL.get(owner, ()) else []
     if kind == "BIGINT":  # (not a call's token ids: neither build reads them as numbers)
         return [_FRACTION.format(x=x)], odd, []
     if kind == "DOUBLE":
         return [], [*odd, f"not isfinite({x})"], []
     if isinstance(kind, str) and kind.startswith("MAP(VARCHAR, DOUBLE"):
-        return [], [f"list_bool_or(list_transform(map_values({x}), lambda v: not isfinite(v)))"], []
+        weight_null = " or v is null" if name == "reward_weights" else ""  # (a reward or metric may be None)
+        return [], [f"list_bool_or(list_transform(map_values({x}), lambda v: not isfinite(v){weight_null}))"], []
     return [], odd, []
 
 
@@ -881,16 +889,20 @@ def _check_doubtful(lines: Any, rows: list[int]) -> None:
 def _not_as_parsed(line: str, record: Any = None) -> bool:
     """Whether rk.load reads `line` (parsed: `record`, None: not yet)
     otherwise than DuckDB's parser: Python's json refuses it (NaN, nan,
-    -inf...), or a call holds null in a field of _NOT_NULL. (1e400 is JSON:
-    infinity to both.)"""
+    -inf...), a call or a segment holds null in a field of _NOT_NULL, or a
+    weight is null. (1e400 is JSON: infinity to both.)"""
     if record is None:
         try:
             record = json.loads(line, parse_constant=_not_json)
         except (ValueError, RecursionError):
             return True
-    calls = record.get("model_calls") if isinstance(record, dict) else None
-    return isinstance(calls, list) and any(isinstance(c, dict) and any(k in c and c[k] is None for k in _NOT_NULL)
-                                           for c in calls)
+    if not isinstance(record, dict):
+        return False
+    weights = record.get("reward_weights")
+    return any(isinstance(items, list) and any(isinstance(item, dict) and any(item.get(k, 0) is None for k in keys)
+                                               for item in items)
+               for items, keys in ((record.get(name), keys) for name, keys in _NOT_NULL.items())) \
+        or (isinstance(weights, dict) and None in weights.values())
 
 
 def _not_json(constant: str) -> None:
