@@ -4,9 +4,9 @@ makes them (a small file) or the native one (a big file; forced here on a
 small one: _NATIVE_MIN_BYTES), and rk.load reads the same traces, or all
 three refuse with the same error naming the file and the line. The lines
 are generated (hypothesis): a key written twice at any level, first or
-last; NaN, Infinity, a number past a double's range, a number written as a
+last; NaN, Infinity (nan, -INF...), a number past a double's range, a number written as a
 string, an object, a list or a boolean where a number belongs, a fraction
-or text where an integer belongs; nesting;
+or text (or null) where an integer belongs; nesting;
 invalid UTF-8, a NUL byte (raw or escaped), a lone surrogate; a BOM, CRLF
 line ends, a blank line in the middle, a last line without its newline or
 cut short. The same for the tables a run writes as it goes
@@ -104,10 +104,10 @@ def _typed_numbers(structure: dict, at: tuple = (), kinds: tuple = ("DOUBLE", "D
 _TYPED = _typed_numbers(nativebuild._TRACE_FIELDS) - {("segments", "start"), ("segments", "end")}  # read between two
 
 
-# The integers the tables read, and what is written there otherwise (not
-# null: test_null_where_the_schema_wants_a_number).
+# The integers the tables read, and what is written there otherwise.
 _INTEGERS = _typed_numbers(nativebuild._TRACE_FIELDS, kinds=("BIGINT",))
-_NOT_INTEGERS = [b"2.5", b"-0.5", b'"2.5"', b'"7"', b"2.0", b"1e400", b'"abc"', b"[1]", b'{"v": 1}']
+_NOT_INTEGERS = [b"2.5", b"-0.5", b'"2.5"', b'"7"', b"2.0", b"1e400", b'"abc"', b"[1]", b'{"v": 1}', b"null",
+                 b"nan", b"-INF"]
 
 
 def _read(path: tuple) -> bool:
@@ -141,7 +141,7 @@ def _valid_with(record: dict[str, Any], path: tuple, key: Any, value: Any) -> bo
 
 
 _NUMBERS = [b"NaN", b"Infinity", b"-Infinity", b'"1.5"', b'"abc"', b'{"v": 1}', b"[1]", b"true",
-            b"null", b"2.5", b"7", b"1e400", b"-1e400", b"1e-400"]
+            b"null", b"2.5", b"7", b"1e400", b"-1e400", b"1e-400", b"nan", b"-INF", b"iNfInItY"]
 _INSIDE = [b"\xff", b"\xc3", b"\x00", b"\\u0000", b"\\ud800", b"\\udc00x", b"\\ud83d\\ude00", b"\xe2\x82\xac"]
 
 
@@ -378,7 +378,6 @@ _UNCAUGHT = {
                                                                      b"[" * 5000 + b"]" * 5000)),
     "nan": lambda r: _dump(r, (), ("text", ("task", "data", "answer"), b"nan")),
     "-inf": lambda r: _dump(r, (), ("text", ("task", "data", "answer"), b"-inf")),
-    "NAN in a field the tables read": lambda r: _dump(r, (), ("text", ("model_calls", 0, "start"), b"NAN")),
     "a trailing comma": lambda r: _dump(r, (), ("text", ("task", "data"), json.dumps(r["task"]["data"]).encode()[:-1]
                                                 + b",}")),
 }
@@ -412,22 +411,71 @@ def test_a_whole_number_in_an_integer_field_is_read(tmp_path, records, text):
     assert _agree(source)[1]["calls"]["cum_turns"][0] == int(float(text))
 
 
-@pytest.mark.xfail(strict=True, reason="not done (issue 47): null where the schema wants a number (a call's "
-                                       "cum_agent_time): rk.load and the Python build refuse it, the native build "
-                                       "cannot tell it from a missing key (0.0); found by the generated test")
-def test_null_where_the_schema_wants_a_number(tmp_path, records):
+@pytest.mark.parametrize("where", [(items, 0, name) for items, names in nativebuild._NOT_NULL.items() for name in names])
+def test_null_where_the_schema_wants_a_number(tmp_path, records, where):
+    # DuckDB's reader makes null what it makes a missing key (the default:
+    # 0); rk.load and the Python build refuse it (a call's running totals,
+    # a segment's start and charge), so the native build reads
+    # such a line again (nativebuild._doubt) and leaves the part to Python.
     source = tmp_path / "traces.jsonl"
-    source.write_bytes(_dump(records[0], (), ("text", ("model_calls", 0, "cum_agent_time"), b"null")) + b"\n")
-    _agree(source)
+    source.write_bytes(_dump(records[0], (), ("text", where, b"null")) + b"\n")
+    outcome = _agree(source)
+    assert outcome[0] == "refused" and f"{source}: line 1 " in outcome[1] and ".".join(map(str, where)) in outcome[1]
 
 
-@pytest.mark.xfail(strict=True, reason="not done (issue 47): a first open reads the rollouts' fields alone, so it "
-                                       "names line 2; rk.load names line 1 (found by the generated test)")
-def test_two_bad_lines_the_first_named(tmp_path, records):
+def test_running_totals_left_out_are_read_natively_as_their_defaults(tmp_path, records):
+    # A missing key is the schema's default to every reader; _doubt doubts
+    # it with a null (DuckDB's reader reads them alike), Python reads the
+    # line again and the part stays native.
+    calls = [{k: v for k, v in c.items() if k not in nativebuild._NOT_NULL["model_calls"]}
+             for c in records[0]["model_calls"]]
+    source = tmp_path / "traces.jsonl"
+    source.write_bytes(_dump(dict(records[0], model_calls=calls), (), ("none", None)) + b"\n")
+    calls_table = _agree(source)[1]["calls"]
+    assert calls_table["cum_turns"] == calls_table["cum_agent_time"] == [0, 0]
+    with _native(True):
+        TableSet(source, cache=tmp_path / "cache", progress=False)
+    assert [json.loads(p.read_text())["build"] for p in (tmp_path / "cache").glob("part-*.json")] == ["native"]
+
+
+def test_null_weight_is_refused_where_a_reward_may_be_null(tmp_path, records):
+    # A trace's reward or metric may be None, its weight not (core.trace):
+    # DuckDB reads both nulls as missing (a weight of 1.0).
+    name = next(iter(records[0]["reward_weights"]))
+    for at, table in ((("reward_weights", name), "refused"), (("rewards", name), "tables")):
+        source = tmp_path / f"{at[0]}.jsonl"
+        source.write_bytes(_dump(records[0], (), ("text", at, b"null")) + b"\n")
+        assert _agree(source)[0] == table
+
+
+@pytest.mark.parametrize("where", [("model_calls", 0, "start"), ("model_calls", 1, "cum_agent_time"),
+                                   ("phases", "agent", "end"), ("segments", 0, "charged"), ("phases", "boot", "start"),
+                                   ("model_calls", 0, "cum_turns"), ("model_calls", 1, "new_input_tokens")])
+@pytest.mark.parametrize("text", [b"NAN", b"nan", b"-inf", b"INFINITY", b"-Infinity"])
+def test_a_number_json_does_not_have_in_a_field_the_tables_read(tmp_path, records, where, text):
+    # DuckDB's parser reads every spelling of NaN and infinity; a real the
+    # tables read that is not finite has its line read again by Python's json.
+    assert where in dict(_paths(records[0]))
+    source = tmp_path / "traces.jsonl"
+    source.write_bytes(_dump(records[1], (), ("none", None)) + b"\n" + _dump(records[0], (), ("text", where, text))
+                       + b"\n")
+    outcome = _agree(source)
+    assert outcome[0] == "refused" and f"{source}: line 2 " in outcome[1], outcome
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_two_bad_lines_the_first_named(tmp_path, records, forced):
+    # A first open reads the rollouts' fields alone: line 1, bad in a call's
+    # cum_agent_time only, passes it, line 2 does not; rk.load names line 1,
+    # and so does the build on its way to the error (columns._first_refused).
+    # The first open alone (forced natively, or in Python), then _agree's builds.
     source = tmp_path / "traces.jsonl"
     source.write_bytes(_dump(records[0], (), ("text", ("model_calls", 0, "cum_agent_time"), b'"abc"')) + b"\n"
                        + _dump(records[1], (), ("text", ("model_calls", 0, "start"), b"NaN")) + b"\n")
-    _agree(source)
+    with _native(forced), pytest.raises(rk.TraceFileError) as refused:
+        TableSet(source, cache=tmp_path / "cache", progress=False)
+    assert f"{source}: line 1 " in str(refused.value) and "model_calls.0.cum_agent_time" in str(refused.value)
+    assert _agree(source)[1] == str(refused.value)
 
 
 @pytest.mark.parametrize("role", [b'"systemx"', b"null", b"3"])

@@ -25,26 +25,32 @@ DuckDB's parser reads otherwise, so a part holding any of these goes to the
 Python build (NativeUnfit, or DuckDB's error): its reader refuses a key
 twice in an object the tables read (json_transform would keep the first)
 and a value it cannot cast (a reward written as an object); NaN and
-Infinity are looked for in the lines' text (_check_strict). Infinity less
+Infinity are looked for in the lines' text (_check_strict), and a line
+whose fields the tables read hold a real that is not finite (nan, -INF:
+DuckDB's parser takes every spelling) or a null where a call's number
+belongs (cum_agent_time: DuckDB's reader tells a null from a missing key
+in no column type) is read again by Python's json (_doubt, in the pass
+that types the integers) and, when rk.load reads it otherwise, left to the
+Python build. Infinity less
 infinity (a time of 1e400) is NaN, missing in both builds' tables
 (_nan_as_null, as the Python build's from_pandas makes it). Not looked for
 (each a pass over the bytes that costs more than the first open may;
 benchmarks/bigrun.py measures the open): nan or inf in other spellings
-(DuckDB reads nan, NAN, inf, INFINITY, ...), a trailing comma, and nesting
-deeper than rk.load's parser goes (200 arrays or objects); the native
-build reads such a line, the Python build and rk.load refuse it. Neither
+in a field the tables do not read (or read as JSON text), a trailing
+comma, and nesting deeper than rk.load's parser goes (200 arrays or
+objects); the native build reads such a line, the Python build and
+rk.load refuse it. Neither
 build checks a line against the trace schema as rk.load does (pydantic
 costs many builds), save a message's role, which both check where they
 read the messages (_BAD_ROLE, in the pass that finds a broken line), and
 a call's integer fields: DuckDB's reader and int() make 2.5 2, so the
 native build reads them as reals and checks them before typing them
-(_fractions), the Python build checks them (rows), and both refuse 2.5 as
+(_doubt), the Python build checks them (rows), and both refuse 2.5 as
 rk.load does. A value the tables read as text or do not read (a number
-where text belongs) is read where rk.load refuses the line, and a null
-where a call's number belongs (cum_agent_time) is read as the missing
-key's default natively (DuckDB's reader tells them apart in no column
-type) where rk.load refuses it (tests/test_hostile_lines.py holds these
-as expected failures).
+where text belongs) is read where rk.load refuses the line; what is not
+caught, tests/test_hostile_lines.py holds as expected failures. A build
+refusing a line names the first line rk.load refuses before it, if any
+(rollkit.tables.columns): a first open reads the rollouts' fields alone.
 
 Adding a column: the trace field to `_TRACE_FIELDS` (when it is new), and
 the column's SQL to its table's `_EXPRESSIONS` (the test checks each
@@ -315,8 +321,10 @@ def _rollout_columns(kinds: dict[tuple[str, str], str | None], signals: _Signals
         "segments": "coalesce(len(t.segments), 0)",
         "agent_time": agent_time, "model_time": model_time,
         "harness_time": f"case when {_UNTIMED_CALL} then null::DOUBLE else greatest({_ZERO}, {agent_time} - {model_time}) end",
-        "wait_time": _sum(f"list_transform({pairs}, lambda i: greatest({_ZERO}, "
-                          "t.segments[i + 1].start - t.segments[i].\"end\"))"),
+        # (a trace of one segment waited for nothing: its lambdas are not run)
+        "wait_time": f"case when coalesce(len(t.segments), 0) < 2 then {_ZERO} else "
+                     + _sum(f"list_transform({pairs}, lambda i: greatest({_ZERO}, "
+                            "t.segments[i + 1].start - t.segments[i].\"end\"))") + " end",
         **{f"phase.{p}": f"t.phases.{p}.\"end\" - t.phases.{p}.start" for p in _PHASE_NAMES},
         "start": f"least({', '.join(s + '.start' for s in spans)})",
         "end": f"greatest({', '.join(s + '.end' for s in spans)})",
@@ -379,12 +387,14 @@ class _Signals:
     def of_part(cls, con: Any) -> _Signals:
         """The reader of a part whose three maps are JSON (`t`, in table p).
         Raises NativeUnfit where Python reads them otherwise: a key twice
-        (a dict keeps the last; DuckDB's struct the first, its MAP none) or
-        a value that is not an object (Python fails on one)."""
+        (a dict keeps the last; DuckDB's struct the first, its MAP none), a
+        value that is not an object (Python fails on one), or a weight that
+        may be null (a weight has none, a reward or metric may)."""
         # The part's distinct key lists (a handful: a run's traces share their signals' names).
         shapes = con.execute(
             "select distinct json_keys(t.rewards), json_keys(t.reward_weights), json_keys(t.metrics), "
-            "coalesce(ascii(t.rewards) <> 123 or ascii(t.reward_weights) <> 123 or ascii(t.metrics) <> 123, false) "
+            "coalesce(ascii(t.rewards) <> 123 or ascii(t.reward_weights) <> 123 or ascii(t.metrics) <> 123 "
+            "or contains(t.reward_weights, 'null'), false) "
             "from p").fetchall()
         if any(odd or any(keys and len(set(keys)) < len(keys) for keys in lists) for *lists, odd in shapes):
             raise NativeUnfit("a part's rewards, weights or metrics are not each an object of distinct keys")
@@ -571,7 +581,7 @@ def _fields(tables: tuple[str, ...]) -> dict[str, Any]:
 
 def _columns(tables: tuple[str, ...], read: bool = False) -> dict[str, str]:
     """read_json's columns: each top-level field of the structure with its
-    DuckDB type; `read`: as read, an integer as a real (_fractions)."""
+    DuckDB type; `read`: as read, an integer as a real (_doubt)."""
     return {name: _duck_type(kind, read) for name, kind in _fields(tables).items()}
 
 
@@ -583,24 +593,56 @@ def _duck_type(kind: Any, read: bool = False) -> str:
     return "STRUCT(" + ", ".join(f"{_quoted(name)} {_duck_type(k, read)}" for name, k in kind.items()) + ")"
 
 
-# A real that is no integer, or one a double may not hold exactly (past 2**53).
+# A real that is no integer, or one a double may not hold exactly (past 2**53; NaN and infinity too).
 _FRACTION = "({x} <> trunc({x}) or abs({x}) > 9007199254740992)"
+# The numbers of a call and of a segment the tables read that the trace
+# schema takes no null for (core.trace.ModelCall, Segment; a call's index,
+# segment and times _BROKEN finds): DuckDB's reader makes a null what it
+# makes a missing key, in every column type (the default); rk.load refuses the null.
+_NOT_NULL = {"model_calls": ("new_input_tokens", "cum_turns", "cum_input_tokens", "cum_output_tokens",
+                             "cum_total_tokens", "cum_agent_time"),
+             "segments": ("charged",)}
 
 
-def _fractions(kind: Any, x: str, depth: int = 0) -> list[str]:
-    """SQL true where an integer field of `x` (read as a real: _columns) holds
-    a value no integer field of a trace takes (2.5): DuckDB's reader would
-    make it 2, rk.load refuses it, the Python build (rows) too."""
-    if kind == "BIGINT":  # (not a call's token ids: neither build reads them as numbers)
-        return [_FRACTION.format(x=x)]
+def _doubt(kind: Any, x: str, depth: int = 0, name: str = "") -> str:
+    """SQL of what the fields of `x` the tables read (as read: _columns)
+    say of its line: 2 where an integer field holds a value no integer
+    field of a trace takes (2.5: DuckDB's reader would make it 2; rk.load
+    and the Python build refuse it); 1 where a line may read otherwise in
+    rk.load, for Python to read it again (_check_doubtful): a real that is
+    not finite (NaN, nan, -INF: DuckDB's parser takes every spelling; JSON
+    none, but 1e400, infinity to both), a null (or a missing key) in a
+    field of _NOT_NULL; else 0."""
+    fractions, odd, lists = _doubts(kind, x, depth, name)  # `name`: the list `x` is an item of
+    case = (f"case when {' or '.join(fractions) or 'false'} then 2 when {' or '.join(odd) or 'false'} then 1 else 0 end"
+            if fractions or odd else None)
+    return f"greatest({', '.join(filter(None, (case, *lists)))})" if case or lists else "0"
+
+
+def _doubts(kind: Any, x: str, depth: int, name: str) -> tuple[list[str], list[str], list[str]]:
+    """_doubt's conditions over `x`: a fraction (2), a doubtful value (1), and each list's code."""
     if isinstance(kind, list):
         each = f"e{depth}"
-        inner = _fractions(kind[0], each, depth + 1)
-        return [f"coalesce(list_bool_or(list_transform({x}, lambda {each}: {' or '.join(inner)})), false)"] if inner \
-            else []
+        inner = _doubt(kind[0], each, depth + 1, name)  # (its fields' names, `name` their list's)
+        return [], [], [] if inner == "0" else [f"coalesce(list_max(list_transform({x}, lambda {each}: {inner})), 0)"]
     if isinstance(kind, dict):
-        return [check for name, k in kind.items() for check in _fractions(k, f"{x}.{_quoted(name)}", depth)]
-    return []
+        found: tuple[list[str], list[str], list[str]] = ([], [], [])
+        for n, k in kind.items():
+            # A field of a list's item: checked against its list's _NOT_NULL (only there a null says something).
+            field = f"{name}.{n}" if name in _NOT_NULL else n
+            for mine, theirs in zip(found, _doubts(k, f"{x}.{_quoted(n)}", depth, field)):
+                mine.extend(theirs)
+        return found
+    owner, _, field = name.rpartition(".")
+    odd = [f"{x} is null"] if field in _NOT_NULL.get(owner, ()) else []
+    if kind == "BIGINT":  # (not a call's token ids: neither build reads them as numbers)
+        return [_FRACTION.format(x=x)], odd, []
+    if kind == "DOUBLE":
+        return [], [*odd, f"not isfinite({x})"], []
+    if isinstance(kind, str) and kind.startswith("MAP(VARCHAR, DOUBLE"):
+        weight_null = " or v is null" if name == "reward_weights" else ""  # (a reward or metric may be None)
+        return [], [f"list_bool_or(list_transform(map_values({x}), lambda v: not isfinite(v){weight_null}))"], []
+    return [], odd, []
 
 
 class Engine:
@@ -748,10 +790,10 @@ def _read(con: Any, lines: Any, ordinal: int, tables: tuple[str, ...], engine: E
     memory, _part_file), not json_transform over the lines: that keeps the
     first of a key written twice, which this reader refuses in every object
     it reads, as it refuses a value it cannot cast (a line longer than its
-    16 MB too): the part goes to the Python build, which reads such a line
-    as rk.load does."""
+    16 MB too), and a line that is not UTF-8: the part goes to the Python
+    build, which reads such a line as rk.load does. `lines` need not be
+    valid UTF-8."""
     count = len(lines)
-    _check_strict(con, lines)
     bounds = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:lines.offset + count + 1]
     with engine.part_file(memoryview(lines.buffers()[2])[int(bounds[0]):int(bounds[-1])]) as path:
         parsed = con.read_json(path, format="newline_delimited", records="true", columns=_columns(tables, True))
@@ -759,16 +801,19 @@ def _read(con: Any, lines: Any, ordinal: int, tables: tuple[str, ...], engine: E
         # database's, shared by the parts built side by side. The reader keeps the
         # lines' order and makes a row of each (none is blank): a row's rowid is its
         # line's place (a positional join with the lines' places read the part on one thread).
-        # Integers are read as reals (DuckDB's reader makes 2.5 2), checked, then typed.
-        fractions = " or ".join(_fractions(_fields(tables), "parsed")) or "false"
+        # Integers are read as reals (DuckDB's reader makes 2.5 2), checked (_doubt), then typed.
         typed = "STRUCT(" + ", ".join(f"{_quoted(n)} {k}" for n, k in _columns(tables).items()) + ")"
-        con.execute(f"create temp table parsed_lines as select parsed::{typed} as t, {fractions} as _fraction "
-                    "from parsed")
-    made, fraction = con.execute("select count(*), bool_or(_fraction) from parsed_lines").fetchall()[0]
-    if fraction:
+        con.execute(f"create temp table parsed_lines as select parsed::{typed} as t, "
+                    f"{_doubt(_fields(tables), 'parsed')} as _doubt from parsed")
+    made, doubt, doubtful = con.execute("select count(*), max(_doubt), list(rowid) filter (where _doubt = 1) "
+                                        "from parsed_lines").fetchall()[0]
+    if doubt == 2:
         raise NativeUnfit("an integer field holds a fraction")
     if made != count:
         raise NativeUnfit(f"{made} rows read from {count} lines")
+    # Read as text only now: the reader refused a line that is not UTF-8 (no check of its own before).
+    _check_strict(con, lines)
+    _check_doubtful(lines, doubtful or [])
     # _offset and _length: the rollouts' own, set from `offsets` and `lengths` when they are fetched.
     con.execute(f"create temp view p as select rowid + {int(ordinal)} as _ordinal, null::BIGINT as _offset, "
                 "null::BIGINT as _length, t from parsed_lines")
@@ -807,9 +852,10 @@ def _write_all(fd: int, text: memoryview) -> None:
 # looked for in the lines' text: NaN and Infinity. A line holding one of
 # these words is parsed again, by Python's json; if it refuses it, the
 # Python build reads the part, and names the line as rk.load does. Not
-# looked for (DuckDB reads them too): nan or inf in other spellings (their
-# letters are in most lines) and a comma before a closing bracket (looking
-# for four patterns cost a sizeable share of a part's build).
+# looked for in the text (DuckDB reads them too): nan or inf in other
+# spellings (their letters are in most lines; in a real the tables read,
+# _doubt finds them) and a comma before a closing bracket (looking for
+# four patterns cost a sizeable share of a part's build).
 _LENIENT = ("NaN", "Infinity")
 
 
@@ -818,10 +864,45 @@ def _check_strict(con: Any, lines: Any) -> None:
     texts = pa.table({"line": lines})  # read by name below (DuckDB's replacement scan)
     test = " or ".join(f"contains(line, {_literal(text)})" for text in _LENIENT)
     for (line,) in con.execute(f"select line from texts where {test}").fetchall():
+        if _not_as_parsed(line):
+            raise NativeUnfit("a line holds NaN or Infinity, which JSON does not have")
+
+
+def _check_doubtful(lines: Any, rows: list[int]) -> None:
+    """Raise NativeUnfit when a line _doubt doubted (`rows`: their places in
+    the part) reads otherwise in rk.load. Parsed with orjson first: a part
+    of lines written without a call's running totals has every line doubted."""
+    try:
+        import orjson
+    except ImportError:
+        orjson = None
+    for row in rows:
+        line = lines[row].as_py()
         try:
-            json.loads(line, parse_constant=_not_json)
-        except ValueError:
-            raise NativeUnfit("a line holds NaN or Infinity, which JSON does not have") from None
+            record = orjson.loads(line) if orjson is not None else None
+        except ValueError:  # (orjson refuses 1e400, which JSON has)
+            record = None
+        if _not_as_parsed(line, record):
+            raise NativeUnfit("a line holds a number JSON does not have, or null where a call's number belongs")
+
+
+def _not_as_parsed(line: str, record: Any = None) -> bool:
+    """Whether rk.load reads `line` (parsed: `record`, None: not yet)
+    otherwise than DuckDB's parser: Python's json refuses it (NaN, nan,
+    -inf...), a call or a segment holds null in a field of _NOT_NULL, or a
+    weight is null. (1e400 is JSON: infinity to both.)"""
+    if record is None:
+        try:
+            record = json.loads(line, parse_constant=_not_json)
+        except (ValueError, RecursionError):
+            return True
+    if not isinstance(record, dict):
+        return False
+    weights = record.get("reward_weights")
+    return any(isinstance(items, list) and any(isinstance(item, dict) and any(item.get(k, 0) is None for k in keys)
+                                               for item in items)
+               for items, keys in ((record.get(name), keys) for name, keys in _NOT_NULL.items())) \
+        or (isinstance(weights, dict) and None in weights.values())
 
 
 def _not_json(constant: str) -> None:
