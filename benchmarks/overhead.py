@@ -10,6 +10,8 @@ a warmer heap):
 - folder: `out=DIR` (traces.jsonl, live.jsonl, the live tables);
 - folder-tables: the same without the live tables (TraceLog(tables=False):
   the JSON lines alone, their tables built by the first open);
+- folder-waited: the live tables, the run's end waiting for their last
+  part (as before the end handed it over and returned);
 - folder+otel: and `otel=` a collector on 127.0.0.1 in this process (an
   `http.server` thread that reads each request and answers 200: its work
   shares this process's GIL, so it counts against the run);
@@ -22,12 +24,14 @@ a warmer heap):
 
 Printed: rollouts/s of each setting (the best of its rounds, the machine
 being shared; the median beside it) and its ratio to `none`, by wall time
-and by the process's CPU time (every thread's: steadier when other work
-shares the machine; a collector that stalls the run shows in wall time), plus whether
-pandas was imported by the end (the run's path should never import it).
+until `rk.evaluate` returns and by the process's CPU time (every thread's:
+steadier when other work shares the machine; a collector that stalls the
+run shows in wall time) until the tables' last part, which a run's end
+does not wait for, is written too; plus whether pandas was imported by the
+end (the run's path should never import it).
 
     PYTHONPATH=. python benchmarks/overhead.py [--tasks 2000] [--rounds 3] [--concurrency 32] [--json PATH]
-        [--settings none,folder,folder-tables,folder+otel,folder+otel-proc,folder+silent,prices]
+        [--settings none,folder,folder-tables,folder-waited,folder+otel,folder+otel-proc,folder+silent,prices]
 """
 
 from __future__ import annotations
@@ -51,10 +55,19 @@ from typing import Any
 import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
 from rollkit.runs import evaluation
+from rollkit.tables.columns import settle
 from rollkit.tables.livetables import TraceLog
 from _common import Results, json_option
 
-SETTINGS = ("none", "folder", "folder-tables", "folder+otel", "folder+otel-proc", "folder+silent", "prices")
+SETTINGS = ("none", "folder", "folder-tables", "folder-waited", "folder+otel", "folder+otel-proc", "folder+silent",
+            "prices")
+
+
+class _Waited(TraceLog):
+    """A trace log whose close waits for its last part, whatever it is asked."""
+
+    def close(self, *, wait: bool = True) -> None:
+        super().close(wait=True)
 
 
 class _Taker(BaseHTTPRequestHandler):
@@ -122,14 +135,17 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurr
         options["otel"] = collectors.url(setting.split("+")[1])
     if setting == "prices":
         rk.prices({agent.model.name: {"input": 1.0, "output": 2.0}})
-    evaluation.TraceLog = functools.partial(TraceLog, tables=setting != "folder-tables")
+    tables = functools.partial(TraceLog, tables=setting != "folder-tables")
+    evaluation.TraceLog = _Waited if setting == "folder-waited" else tables
     gc.collect()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the silent collector's warning at the end
             t, c = time.perf_counter(), time.process_time()
             rk.evaluate(agent, tasks, **options)
-            return time.perf_counter() - t, time.process_time() - c
+            wall = time.perf_counter() - t
+            settle()  # the tables' last part, built after the run returned: its CPU is the run's
+            return wall, time.process_time() - c
     finally:
         evaluation.TraceLog = TraceLog
         if setting == "prices":
