@@ -24,11 +24,11 @@ a warmer heap):
 
 Printed: rollouts/s of each setting (the best of its rounds, the machine
 being shared; the median beside it) and its ratio to `none`, by wall time
-until `rk.evaluate` returns and by the process's CPU time (every thread's:
-steadier when other work shares the machine; a collector that stalls the
-run shows in wall time) until the tables' last part, which a run's end
-does not wait for, is written too; plus whether pandas was imported by the
-end (the run's path should never import it).
+and by the process's CPU time (every thread's: steadier when other work
+shares the machine; a collector that stalls the run shows in wall time)
+until `rk.evaluate` returns, and by CPU time until the tables' last part,
+which a run's end does not wait for, is written too (cpu+tables); plus
+whether pandas was imported by the end (the run's path should never import it).
 
     PYTHONPATH=. python benchmarks/overhead.py [--tasks 2000] [--rounds 3] [--concurrency 32] [--json PATH]
         [--settings none,folder,folder-tables,folder-waited,folder+otel,folder+otel-proc,folder+silent,prices]
@@ -124,9 +124,11 @@ class _Collectors:
         self.silent.close()
 
 
-def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurrency: int) -> tuple[float, float]:
-    """One evaluation in `setting`; its wall and CPU seconds (the CPU of
-    every thread of this process: on a shared machine the steadier one)."""
+def _run(setting: str, tasks: list, root: Path, collectors: _Collectors,
+         concurrency: int) -> tuple[float, float, float]:
+    """One evaluation in `setting`; its wall and CPU seconds until it
+    returned (the CPU of every thread of this process: on a shared machine
+    the steadier one), and its CPU seconds with its tables' last part written."""
     agent = demo_agent()
     options: dict[str, Any] = {"progress": False, "concurrency": concurrency}
     if setting.startswith("folder"):
@@ -143,9 +145,9 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurr
             warnings.simplefilter("ignore")  # the silent collector's warning at the end
             t, c = time.perf_counter(), time.process_time()
             rk.evaluate(agent, tasks, **options)
-            wall = time.perf_counter() - t
-            settle()  # the tables' last part, built after the run returned: its CPU is the run's
-            return wall, time.process_time() - c
+            wall, cpu = time.perf_counter() - t, time.process_time() - c
+            settle()  # the tables' last part, built after the run returned: its CPU is the run's too
+            return wall, cpu, time.process_time() - c
     finally:
         evaluation.TraceLog = TraceLog
         if setting == "prices":
@@ -172,7 +174,7 @@ def main() -> None:
     tasks = arithmetic_tasks(args.tasks)
     root = Path(tempfile.mkdtemp(prefix="rollkit-overhead-"))
     collectors = _Collectors()
-    times: dict[str, list[tuple[float, float]]] = {s: [] for s in settings}
+    times: dict[str, list[tuple[float, float, float]]] = {s: [] for s in settings}
     try:
         for s in settings:  # a warm-up of each (imports, the price table, the SDK): not counted
             _run(s, tasks[:50], root, collectors, args.concurrency)
@@ -183,12 +185,12 @@ def main() -> None:
         collectors.close()
         shutil.rmtree(root, ignore_errors=True)
     print(f"{args.tasks} rollouts x {args.rounds} rounds, concurrency {args.concurrency}, python {sys.version.split()[0]}")
-    for label, which in (("wall", 0), ("cpu", 1)):
+    for label, which in (("wall", 0), ("cpu", 1), ("cpu+tables", 2)):
         base = args.tasks / min(t[which] for t in times[settings[0]])
         for s in settings:
             spent = [t[which] for t in times[s]]
             best, median = args.tasks / min(spent), args.tasks / statistics.median(spent)
-            print(f"{label:4} {s:14} {best:8.0f} rollouts/s (median {median:6.0f})  "
+            print(f"{label:10} {s:14} {best:8.0f} rollouts/s (median {median:6.0f})  "
                   f"ratio to {settings[0]}: {best / base:.3f}")
             results.add(f"{s} ({label} time, best of {args.rounds})", best, "rollouts/s", base, settings[0])
     print(f"pandas imported by the end: {'pandas' in sys.modules}")

@@ -8,6 +8,7 @@ or a kill, and one a reader opened while it ran."""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import subprocess
@@ -269,12 +270,41 @@ def test_a_run_returns_before_its_last_part_is_built_and_an_open_here_waits_for_
 
 
 def test_an_interpreter_that_exits_right_after_a_run_writes_its_last_part_first(tmp_path):
+    # The last part is held back until the interpreter is exiting (an exit
+    # hook registered after the run's runs first): it is built then, whole.
     code = (
-        "import rollkit as rk\n"
+        "import atexit, threading, rollkit as rk\n"
         "from rollkit.examples import arithmetic_tasks, demo_agent\n"
+        "from rollkit.tables.columns import TableSet\n"
+        "release, add = threading.Event(), TableSet.add\n"
+        "TableSet.add = lambda self, *args: (release.wait(60), add(self, *args))[1]\n"
         f"rk.evaluate(demo_agent(), arithmetic_tasks(30), out={str(tmp_path / 'run')!r}, progress=False)\n"
+        "atexit.register(release.set)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
     source = tmp_path / "run" / "traces.jsonl"
     assert [(p["start"], p["end"], p["lines"]) for p in _markers(source)] == [(0, source.stat().st_size, 30)]
+
+
+def test_a_folder_run_serializes_each_trace_once(tmp_path, monkeypatch):
+    # A trace's JSON is its largest cost in a run with a folder: made once,
+    # for its line, and never again for the live file, the tables or a watcher.
+    made = collections.Counter()
+    dump_json, dump = rk.Trace.model_dump_json, rk.Trace.model_dump
+
+    def counted_json(self, **options):
+        made["json", self.id] += 1
+        return dump_json(self, **options)
+
+    def counted(self, **options):
+        made["dict", self.id] += 1
+        return dump(self, **options)
+
+    monkeypatch.setattr(rk.Trace, "model_dump_json", counted_json)
+    monkeypatch.setattr(rk.Trace, "model_dump", counted)
+    result = rk.evaluate(demo_agent(), arithmetic_tasks(6), repeats=2, out=tmp_path / "run", progress=False)
+    assert len(result.traces) == 12
+    assert made == collections.Counter({("json", t.id): 1 for t in result.traces})
+    lines = (tmp_path / "run" / "traces.jsonl").read_bytes().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [t.id for t in result.traces]
