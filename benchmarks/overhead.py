@@ -190,7 +190,7 @@ def main() -> None:
         for s in settings:
             spent = [t[which] for t in times[s]]
             best, median = args.tasks / min(spent), args.tasks / statistics.median(spent)
-            print(f"{label:10} {s:14} {best:8.0f} rollouts/s (median {median:6.0f})  "
+            print(f"{label:10} {s:16} {best:8.0f} rollouts/s (median {median:6.0f})  "
                   f"ratio to {settings[0]}: {best / base:.3f}")
             results.add(f"{s} ({label} time, best of {args.rounds})", best, "rollouts/s", base, settings[0])
     print(f"pandas imported by the end: {'pandas' in sys.modules}")
