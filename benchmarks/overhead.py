@@ -20,7 +20,14 @@ a warmer heap):
 - folder+silent: and `otel=` a listener on 127.0.0.1 that accepts
   connections and never answers (a hung collector);
 - prices: no folder, the model priced with `rk.prices` (each call's cost
-  computed).
+  computed);
+- folder-no-live, folder-no-dump, folder-bare: where a folder's cost goes,
+  by taking one part away (each without the live tables, so against
+  folder-tables): the live file's lines not written (its writer a sink
+  that does nothing; the rollouts' events still reach it), each trace's
+  line not serialized (the same line, serialized once before the run,
+  written for every rollout), or both (what is left: the trace line's
+  write and flush, the events, the folder's files).
 
 Printed: rollouts/s of each setting (the best of its rounds, the machine
 being shared; the median beside it) and its ratio to `none`, by wall time
@@ -29,9 +36,13 @@ shares the machine; a collector that stalls the run shows in wall time)
 until `rk.evaluate` returns, and by CPU time until the tables' last part,
 which a run's end does not wait for, is written too (cpu+tables); plus
 whether pandas was imported by the end (the run's path should never import it).
+Beside each ratio, what the setting adds to a rollout, in CPU (or wall)
+microseconds, against the first setting. The three settings that take a
+part away run only when named.
 
     PYTHONPATH=. python benchmarks/overhead.py [--tasks 2000] [--rounds 3] [--concurrency 32] [--json PATH]
         [--settings none,folder,folder-tables,folder-waited,folder+otel,folder+otel-proc,folder+silent,prices]
+    PYTHONPATH=. python benchmarks/overhead.py --settings none,folder-tables,folder-no-live,folder-no-dump,folder-bare
 """
 
 from __future__ import annotations
@@ -56,11 +67,32 @@ import rollkit as rk
 from rollkit.examples import arithmetic_tasks, demo_agent
 from rollkit.runs import evaluation
 from rollkit.tables.columns import settle
+from rollkit.core.events import RunSink
+from rollkit.runs.live import LiveWriter
 from rollkit.tables.livetables import TraceLog
 from _common import Results, json_option
 
 SETTINGS = ("none", "folder", "folder-tables", "folder-waited", "folder+otel", "folder+otel-proc", "folder+silent",
-            "prices")
+            "prices", "folder-no-live", "folder-no-dump", "folder-bare")
+DEFAULT = SETTINGS[:8]
+_TAKEN_AWAY = ("folder-tables", "folder-no-live", "folder-no-dump", "folder-bare")  # the live tables off
+
+
+class _Unserialized(TraceLog):
+    """A trace log that writes one line serialized before the run for every
+    trace (what the lines cost without their serialization)."""
+
+    line = b""
+
+    def append(self, trace: Any) -> None:
+        self.write(self.line)
+
+
+class _Unwritten(RunSink):
+    """In place of the live file's writer: hears every event, writes nothing."""
+
+    def __init__(self, path: Path) -> None:
+        pass
 
 
 class _Waited(TraceLog):
@@ -137,8 +169,10 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors,
         options["otel"] = collectors.url(setting.split("+")[1])
     if setting == "prices":
         rk.prices({agent.model.name: {"input": 1.0, "output": 2.0}})
-    tables = functools.partial(TraceLog, tables=setting != "folder-tables")
-    evaluation.TraceLog = _Waited if setting == "folder-waited" else tables
+    log = _Waited if setting == "folder-waited" else _Unserialized if setting in ("folder-no-dump", "folder-bare") else TraceLog
+    evaluation.TraceLog = functools.partial(log, tables=setting not in _TAKEN_AWAY)
+    if setting in ("folder-no-live", "folder-bare"):
+        evaluation.LiveWriter = _Unwritten
     gc.collect()
     try:
         with warnings.catch_warnings():
@@ -149,7 +183,7 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors,
             settle()  # the tables' last part, built after the run returned: its CPU is the run's too
             return wall, cpu, time.process_time() - c
     finally:
-        evaluation.TraceLog = TraceLog
+        evaluation.TraceLog, evaluation.LiveWriter = TraceLog, LiveWriter
         if setting == "prices":
             rk.prices({agent.model.name: None})
         if "out" in options:
@@ -161,8 +195,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--settings", default=",".join(SETTINGS),
-                        help=f"comma separated, the first is the baseline (default {','.join(SETTINGS)})")
+    parser.add_argument("--settings", default=",".join(DEFAULT),
+                        help=f"comma separated, the first is the baseline (default {','.join(DEFAULT)}; "
+                             f"also {','.join(SETTINGS[len(DEFAULT):])})")
     json_option(parser)
     args = parser.parse_args()
     results = Results("overhead.py", f"what a setting a user turns on costs rk.evaluate: {args.tasks:,} demo rollouts "
@@ -172,6 +207,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown settings {unknown}; the settings are {', '.join(SETTINGS)}")
     tasks = arithmetic_tasks(args.tasks)
+    _Unserialized.line = rk.evaluate(demo_agent(), tasks[:1], progress=False).traces[0].model_dump_json().encode() + b"\n"
     root = Path(tempfile.mkdtemp(prefix="rollkit-overhead-"))
     collectors = _Collectors()
     times: dict[str, list[tuple[float, float, float]]] = {s: [] for s in settings}
@@ -191,7 +227,7 @@ def main() -> None:
             spent = [t[which] for t in times[s]]
             best, median = args.tasks / min(spent), args.tasks / statistics.median(spent)
             print(f"{label:10} {s:16} {best:8.0f} rollouts/s (median {median:6.0f})  "
-                  f"ratio to {settings[0]}: {best / base:.3f}")
+                  f"ratio to {settings[0]}: {best / base:.3f}  {1e6 / best - 1e6 / base:+6.0f} us/rollout")
             results.add(f"{s} ({label} time, best of {args.rounds})", best, "rollouts/s", base, settings[0])
     print(f"pandas imported by the end: {'pandas' in sys.modules}")
     results.save(args.json)
