@@ -10,6 +10,8 @@ a warmer heap):
 - folder: `out=DIR` (traces.jsonl, live.jsonl, the live tables);
 - folder-tables: the same without the live tables (TraceLog(tables=False):
   the JSON lines alone, their tables built by the first open);
+- folder-waited: the live tables, the run's end waiting for their last
+  part (as before the end handed it over and returned);
 - folder+otel: and `otel=` a collector on 127.0.0.1 in this process (an
   `http.server` thread that reads each request and answers 200: its work
   shares this process's GIL, so it counts against the run);
@@ -25,15 +27,28 @@ a warmer heap):
   `OpenAIModel(logprobs=True)` records an endpoint's), a judge
   (`Agent(judges=[...])`), a subscriber to the agent's events, and the
   progress bar (drawn to a closed-off stream).
+- folder-no-live, folder-no-dump, folder-bare: where a folder's cost goes,
+  by taking one part away (each without the live tables, so against
+  folder-tables): the live file's lines not written (its writer a sink
+  that does nothing; the rollouts' events still reach it), each trace's
+  line not serialized (the same line, serialized once before the run,
+  written for every rollout), or both (what is left: the trace line's
+  write and flush, the events, the folder's files).
 
 Printed: rollouts/s of each setting (the best of its rounds, the machine
 being shared; the median beside it) and its ratio to `none`, by wall time
 and by the process's CPU time (every thread's: steadier when other work
-shares the machine; a collector that stalls the run shows in wall time), plus whether
-pandas was imported by the end (the run's path should never import it).
+shares the machine; a collector that stalls the run shows in wall time)
+until `rk.evaluate` returns, and by CPU time until the tables' last part,
+which a run's end does not wait for, is written too (cpu+tables); plus
+whether pandas was imported by the end (the run's path should never import it).
+Beside each ratio, what the setting adds to a rollout, in CPU (or wall)
+microseconds, against the first setting. The three settings that take a
+part away run only when named.
 
     PYTHONPATH=. python benchmarks/overhead.py [--tasks 2000] [--rounds 3] [--concurrency 32] [--json PATH]
-        [--settings none,folder,folder-tables,folder+otel,folder+otel-proc,folder+silent,prices,everything]
+        [--settings none,folder,folder-tables,folder-waited,folder+otel,folder+otel-proc,folder+silent,prices,everything]
+    PYTHONPATH=. python benchmarks/overhead.py --settings none,folder-tables,folder-no-live,folder-no-dump,folder-bare
     PYTHONPATH=. python benchmarks/overhead.py --sandbox 8 [--rounds 3]
 
 `--sandbox N` measures something else: N rollouts of a program run in a
@@ -69,11 +84,40 @@ from rollkit.core.models import ScriptedModel
 from rollkit.examples import arithmetic_tasks, demo_agent
 from rollkit.examples.arithmetic import toy_calculator_model
 from rollkit.runs import evaluation
+from rollkit.tables.columns import settle
+from rollkit.core.events import RunSink
+from rollkit.runs.live import LiveWriter
 from rollkit.tables.livetables import TraceLog
 from _common import Results, json_option
 
-SETTINGS = ("none", "folder", "folder-tables", "folder+otel", "folder+otel-proc", "folder+silent", "prices",
-            "everything")
+SETTINGS = ("none", "folder", "folder-tables", "folder-waited", "folder+otel", "folder+otel-proc", "folder+silent",
+            "prices", "everything", "folder-no-live", "folder-no-dump", "folder-bare")
+DEFAULT = SETTINGS[:9]
+_TAKEN_AWAY = ("folder-tables", "folder-no-live", "folder-no-dump", "folder-bare")  # the live tables off
+
+
+class _Unserialized(TraceLog):
+    """A trace log that writes one line serialized before the run for every
+    trace (what the lines cost without their serialization)."""
+
+    line = b""
+
+    def append(self, trace: Any) -> None:
+        self.write(self.line)
+
+
+class _Unwritten(RunSink):
+    """In place of the live file's writer: hears every event, writes nothing."""
+
+    def __init__(self, path: Path) -> None:
+        pass
+
+
+class _Waited(TraceLog):
+    """A trace log whose close waits for its last part, whatever it is asked."""
+
+    def close(self, *, wait: bool = True) -> None:
+        super().close(wait=True)
 
 
 class _Taker(BaseHTTPRequestHandler):
@@ -200,9 +244,10 @@ def _why_no_sandbox() -> str | None:
 
 
 def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurrency: int,
-         make_agent: Any = _agent) -> tuple[float, float]:
-    """One evaluation in `setting`; its wall and CPU seconds (the CPU of
-    every thread of this process: on a shared machine the steadier one)."""
+         make_agent: Any = _agent) -> tuple[float, float, float]:
+    """One evaluation in `setting`; its wall and CPU seconds until it
+    returned (the CPU of every thread of this process: on a shared machine
+    the steadier one), and its CPU seconds with its tables' last part written."""
     agent = make_agent(setting)
     everything = setting == "everything"
     options: dict[str, Any] = {"progress": everything, "concurrency": concurrency}
@@ -212,16 +257,21 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurr
         options["otel"] = collectors.url("otel-proc" if everything else setting.split("+")[1])
     if setting in ("prices", "everything"):
         rk.prices({agent.model.name: {"input": 1.0, "output": 2.0}})
-    evaluation.TraceLog = functools.partial(TraceLog, tables=setting != "folder-tables")
+    log = _Waited if setting == "folder-waited" else _Unserialized if setting in ("folder-no-dump", "folder-bare") else TraceLog
+    evaluation.TraceLog = functools.partial(log, tables=setting not in _TAKEN_AWAY)
+    if setting in ("folder-no-live", "folder-bare"):
+        evaluation.LiveWriter = _Unwritten
     gc.collect()
     try:
         with warnings.catch_warnings(), open(os.devnull, "w") as bar, contextlib.redirect_stderr(bar):
             warnings.simplefilter("ignore")  # the silent collector's warning at the end
             t, c = time.perf_counter(), time.process_time()
             rk.evaluate(agent, tasks, **options)
-            return time.perf_counter() - t, time.process_time() - c
+            wall, cpu = time.perf_counter() - t, time.process_time() - c
+            settle()  # the tables' last part, built after the run returned: its CPU is the run's too
+            return wall, cpu, time.process_time() - c
     finally:
-        evaluation.TraceLog = TraceLog
+        evaluation.TraceLog, evaluation.LiveWriter = TraceLog, LiveWriter
         if setting in ("prices", "everything"):
             rk.prices({agent.model.name: None})
         if "out" in options:
@@ -229,13 +279,13 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurr
 
 
 def _measure(settings: list[str], tasks: list, rounds: int, concurrency: int, make_agent: Any = _agent,
-             warm: int = 50) -> dict[str, list[tuple[float, float]]]:
-    """Each setting's (wall, CPU) seconds per round: a warm-up of each
+             warm: int = 50) -> dict[str, list[tuple[float, float, float]]]:
+    """Each setting's (wall, CPU, CPU with the tables) seconds per round: a warm-up of each
     first (imports, the price table, the SDK; not counted), then the rounds,
     the settings taking turns and the order rotating from round to round."""
     root = Path(tempfile.mkdtemp(prefix="rollkit-overhead-"))
     collectors = _Collectors()
-    times: dict[str, list[tuple[float, float]]] = {s: [] for s in settings}
+    times: dict[str, list[tuple[float, float, float]]] = {s: [] for s in settings}
     try:
         for s in settings:
             _run(s, tasks[:warm], root, collectors, concurrency, make_agent)
@@ -248,15 +298,18 @@ def _measure(settings: list[str], tasks: list, rounds: int, concurrency: int, ma
     return times
 
 
-def _report(times: dict[str, list[tuple[float, float]]], rollouts: int, results: Results) -> None:
+def _report(times: dict[str, list[tuple[float, ...]]], rollouts: int, results: Results) -> None:
+    """Each setting's rollouts/s by each clock the rounds kept, its ratio to
+    the first setting, and what it adds to a rollout in microseconds."""
     settings = list(times)
-    for label, which in (("wall", 0), ("cpu", 1)):
+    clocks = ("wall", "cpu", "cpu+tables")[:len(times[settings[0]][0])]
+    for which, label in enumerate(clocks):
         base = rollouts / min(t[which] for t in times[settings[0]])
         for s in settings:
             spent = [t[which] for t in times[s]]
             best, median = rollouts / min(spent), rollouts / statistics.median(spent)
-            print(f"{label:4} {s:14} {best:8.1f} rollouts/s (median {median:8.1f})  "
-                  f"ratio to {settings[0]}: {best / base:.3f}")
+            print(f"{label:10} {s:16} {best:8.1f} rollouts/s (median {median:8.1f})  "
+                  f"ratio to {settings[0]}: {best / base:.3f}  {1e6 / best - 1e6 / base:+6.0f} us/rollout")
             results.add(f"{s} ({label} time, best of {len(spent)})", best, "rollouts/s", base, settings[0])
 
 
@@ -265,8 +318,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--settings", default=",".join(SETTINGS),
-                        help=f"comma separated, the first is the baseline (default {','.join(SETTINGS)})")
+    parser.add_argument("--settings", default=",".join(DEFAULT),
+                        help=f"comma separated, the first is the baseline (default {','.join(DEFAULT)}; "
+                             f"also {','.join(SETTINGS[len(DEFAULT):])})")
     parser.add_argument("--sandbox", type=int, default=0, metavar="N",
                         help="instead: N rollouts of a sandboxed program, none against everything")
     json_option(parser)
@@ -279,7 +333,9 @@ def main() -> None:
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
         parser.error(f"unknown settings {unknown}; the settings are {', '.join(SETTINGS)}")
-    times = _measure(settings, arithmetic_tasks(args.tasks), args.rounds, args.concurrency)
+    tasks = arithmetic_tasks(args.tasks)
+    _Unserialized.line = rk.evaluate(demo_agent(), tasks[:1], progress=False).traces[0].model_dump_json().encode() + b"\n"
+    times = _measure(settings, tasks, args.rounds, args.concurrency)
     print(f"{args.tasks} rollouts x {args.rounds} rounds, concurrency {args.concurrency}, python {sys.version.split()[0]}")
     _report(times, args.tasks, results)
     print(f"pandas imported by the end: {'pandas' in sys.modules}")

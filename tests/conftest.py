@@ -6,6 +6,7 @@ import asyncio
 import atexit
 import math
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -43,6 +44,17 @@ def _big_runs_in_the_session_temp_folder(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ROLLKIT_BIG_RUN_CACHE", str(tmp_path_factory.mktemp("big-runs")))
         yield
+
+
+@pytest.fixture(autouse=True)
+def _tables_settled_when_a_test_ends():
+    """A run returns before its tables' last part is written (rollkit.tables.
+    livetables): the thread writing it ends with the test that ran it, not
+    in a later test or after its temporary folder is gone."""
+    yield
+    columns = sys.modules.get("rollkit.tables.columns")
+    if columns is not None:
+        columns.settle()
 
 
 class Recorder:

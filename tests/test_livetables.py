@@ -8,10 +8,12 @@ or a kill, and one a reader opened while it ran."""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -36,6 +38,7 @@ def small_parts(monkeypatch):
 
 
 def _markers(source: Path) -> list[dict]:
+    columns.settle(source)  # a run returns before its last part is written; a reader here waits for it
     cache = source.parent / columns.CACHE_DIR / source.name
     return [json.loads(p.read_text()) for p in sorted(cache.glob("part-*.json"))]
 
@@ -185,6 +188,7 @@ def test_tables_that_cannot_be_written_leave_the_run_whole_and_are_built_on_open
     monkeypatch.setattr(TableSet, "add", disk_full)
     with caplog.at_level(logging.WARNING, logger="rollkit"):
         rk.evaluate(demo_agent(), arithmetic_tasks(6), out=tmp_path / "run", progress=False)
+        columns.settle()  # the last part fails after the run returned
     source = tmp_path / "run" / "traces.jsonl"
     warned = [r.getMessage() for r in caplog.records if "not written as the run goes" in r.getMessage()]
     assert warned == [f"the tables of {source} are not written as the run goes (OSError: [Errno 28] No space left "
@@ -229,6 +233,7 @@ def test_a_run_builds_its_parts_off_the_event_loop_and_never_imports_pandas(tmp_
         "    return add(self, *args)\n"
         "columns.TableSet.add = spy\n"
         f"rk.evaluate(demo_agent(), arithmetic_tasks(120), out={str(tmp_path / 'run')!r}, progress=False)\n"
+        "columns.settle()\n"  # the last part is built after the run returned
         "print(sorted(set(threads)), len(threads), 'pandas' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -236,3 +241,70 @@ def test_a_run_builds_its_parts_off_the_event_loop_and_never_imports_pandas(tmp_
     assert done.stdout.split("\n")[-2] == "['rollkit-tables traces.jsonl'] 3 False"
     assert sum(p["lines"] for p in _markers(tmp_path / "run" / "traces.jsonl")) == 120
     assert {p["build"] for p in _markers(tmp_path / "run" / "traces.jsonl")} == {"native"}
+
+
+def test_a_run_returns_before_its_last_part_is_built_and_an_open_here_waits_for_it(tmp_path, monkeypatch):
+    # The run's end hands its last part to the log's thread and returns: the
+    # part is held back here until the open, so a run whose end waited for
+    # it would find it written (after the hold times out) and fail below.
+    release, threads = threading.Event(), []
+    add, settle = TableSet.add, columns.settle
+
+    def held(self, *args):
+        threads.append(threading.current_thread().name)
+        release.wait(60)
+        return add(self, *args)
+
+    def release_then_settle(source=None):
+        release.set()
+        settle(source)
+
+    monkeypatch.setattr(TableSet, "add", held)
+    monkeypatch.setattr(columns, "settle", release_then_settle)
+    rk.evaluate(demo_agent(), arithmetic_tasks(7), out=tmp_path / "run", progress=False)
+    source = tmp_path / "run" / "traces.jsonl"
+    assert not release.is_set() and not list((tmp_path / "run" / columns.CACHE_DIR).rglob("part-*"))
+    assert len(open_run(tmp_path / "run")) == 7  # waited for the thread, which wrote the part
+    assert threads == ["rollkit-tables traces.jsonl"]
+    _complete_and_fresh(source, tmp_path / "fresh")
+
+
+def test_an_interpreter_that_exits_right_after_a_run_writes_its_last_part_first(tmp_path):
+    # The last part is held back until the interpreter is exiting (an exit
+    # hook registered after the run's runs first): it is built then, whole.
+    code = (
+        "import atexit, threading, rollkit as rk\n"
+        "from rollkit.examples import arithmetic_tasks, demo_agent\n"
+        "from rollkit.tables.columns import TableSet\n"
+        "release, add = threading.Event(), TableSet.add\n"
+        "TableSet.add = lambda self, *args: (release.wait(60), add(self, *args))[1]\n"
+        f"rk.evaluate(demo_agent(), arithmetic_tasks(30), out={str(tmp_path / 'run')!r}, progress=False)\n"
+        "atexit.register(release.set)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+    source = tmp_path / "run" / "traces.jsonl"
+    assert [(p["start"], p["end"], p["lines"]) for p in _markers(source)] == [(0, source.stat().st_size, 30)]
+
+
+def test_a_folder_run_serializes_each_trace_once(tmp_path, monkeypatch):
+    # A trace's JSON is its largest cost in a run with a folder: made once,
+    # for its line, and never again for the live file, the tables or a watcher.
+    made = collections.Counter()
+    dump_json, dump = rk.Trace.model_dump_json, rk.Trace.model_dump
+
+    def counted_json(self, **options):
+        made["json", self.id] += 1
+        return dump_json(self, **options)
+
+    def counted(self, **options):
+        made["dict", self.id] += 1
+        return dump(self, **options)
+
+    monkeypatch.setattr(rk.Trace, "model_dump_json", counted_json)
+    monkeypatch.setattr(rk.Trace, "model_dump", counted)
+    result = rk.evaluate(demo_agent(), arithmetic_tasks(6), repeats=2, out=tmp_path / "run", progress=False)
+    assert len(result.traces) == 12
+    assert made == collections.Counter({("json", t.id): 1 for t in result.traces})
+    lines = (tmp_path / "run" / "traces.jsonl").read_bytes().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [t.id for t in result.traces]

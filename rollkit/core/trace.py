@@ -375,16 +375,19 @@ class Trace(_Record):
         last = self._last_turn()
         return 0 if last is None else last.cum_turns
 
-    def _unreported(self, count: str) -> bool:
-        """Whether a turn did not report its `count` ("input_tokens"): the total is then unknown."""
-        return any(call.committed and getattr(call.usage, count) is None for call in self.model_calls)
-
     def _token_totals(self) -> tuple[int | None, int | None, int | None]:
-        """(input, output, total) tokens by the one rule (rollkit.core.totals)."""
-        last = self._last_turn()
+        """(input, output, total) tokens by the one rule (rollkit.core.totals),
+        from one pass over the calls: a live run asks at every turn."""
+        last = None
+        unreported_input = unreported_output = False
+        for call in self.model_calls:
+            if call.committed:
+                last, usage = call, call.usage
+                unreported_input = unreported_input or usage.input_tokens is None
+                unreported_output = unreported_output or usage.output_tokens is None
         return totals.token_totals(None if last is None else (last.cum_input_tokens, last.cum_output_tokens,
-                                                       last.cum_total_tokens),
-                            self._unreported("input_tokens"), self._unreported("output_tokens"))
+                                                              last.cum_total_tokens),
+                                   unreported_input, unreported_output)
 
     @property
     def num_input_tokens(self) -> int | None:

@@ -289,7 +289,7 @@ class _Test:
             if workers:
                 await asyncio.wait(workers)
             for file in self.files.values():
-                file.close()
+                file.close(wait=False)  # an open of an arm's file waits for its last part
             if self.log is not None:
                 self._log({"kind": "end", "decision": self.decided, "pairs": self.sequence.n, "reason": ended})
                 self.log.close()

@@ -621,7 +621,10 @@ class _Run:
             finally:  # a sink that fails at the end still leaves the workers stopped and the files closed
                 if started:
                     await asyncio.shield(plan.backend.stop())
-                for file in (self.trace_file, self.group_file, self.user_file):
+                if self.trace_file is not None:
+                    # its last part builds on while the run returns (an open of the run waits for it)
+                    self.trace_file.close(wait=False)
+                for file in (self.group_file, self.user_file):
                     if file is not None:
                         file.close()
         return EvalResult(self.traces, latest(self.groups), out=folder.path if folder else None, manifest=plan.manifest,

@@ -65,21 +65,27 @@ def _clock() -> float:
     return time.time()
 
 
+# A string as JSON, as json.dumps writes it (ASCII), without its per-call set-up.
+_quoted = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
+
 class LiveWriter(RunSink):
     """Writes live.jsonl for one execution of a run (see the module docstring).
-    Lines are built by hand (the ids once per rollout by json.dumps): this
+    Lines are built by hand (the ids quoted once per rollout) and written
+    in one write per flush: this
     runs for every event of every rollout, in the run's own process."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = _clock) -> None:
         self.path = path
         self._file = open(path, "w", encoding="utf-8")
+        self._lines: list[str] = []  # written by the next flush, in one write
         self._clock = clock
         self._ids: dict[str, str] = {}
         self._flushed = clock()
         self._timer: asyncio.TimerHandle | None = None
 
     def _write(self, line: str, now: float, flush: bool = False) -> None:
-        self._file.write(line)
+        self._lines.append(line)
         if flush or now - self._flushed >= FLUSH_EVERY:
             self._flush()
         elif self._timer is None:
@@ -97,7 +103,9 @@ class LiveWriter(RunSink):
 
     def _flush(self) -> None:
         if not self._file.closed:
+            self._file.write("".join(self._lines))
             self._file.flush()
+        self._lines.clear()
         self._flushed = self._clock()
 
     def begin(self, info: dict[str, Any]) -> None:
@@ -106,7 +114,7 @@ class LiveWriter(RunSink):
 
     def started(self, rollout_id: str) -> None:
         now = self._clock()
-        quoted = self._ids[rollout_id] = json.dumps(rollout_id)
+        quoted = self._ids[rollout_id] = _quoted(rollout_id)
         self._write(f'{{"e":"start","r":{quoted},"t":{now:.3f}}}\n', now)
 
     def phase(self, rollout_id: str, phase: str) -> None:

@@ -71,7 +71,7 @@ from ..core._gcpause import paused
 from ..core._dependencies import duckdb, load, np, pa, pq, tqdm_auto
 from .rows import TABLES, TABLE_COLUMNS, TABLE_TYPES, TableRows, large_strings, python_tables, trace_rows
 
-__all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source"]
+__all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source", "finishing", "settle"]
 
 CACHE_DIR = ".rollkit"
 # The store's layout version: a part written by another version is rebuilt.
@@ -182,6 +182,40 @@ def _part_name(start: int, end: int) -> str:
     return f"part-{start:014d}-{end:014d}"
 
 
+# Threads still writing a source's last parts after its writer returned
+# (rollkit.tables.livetables: a run's end does not wait for them), by the
+# source's resolved path. Opening the source's tables in this process waits
+# for them first: it then finds the parts written, and two builders never
+# write one source's parts at once.
+_finishing: dict[Path, list[threading.Thread]] = {}
+_finishing_lock = threading.Lock()
+
+
+def finishing(source: Path, thread: threading.Thread) -> None:
+    """Say that `thread` is writing the last parts of `source`'s tables:
+    `settle` (and every TableSet of `source` opened in this process) waits for it."""
+    with _finishing_lock:
+        _finishing.setdefault(source.resolve(), []).append(thread)
+
+
+def settle(source: Path | None = None) -> None:
+    """Wait until the threads writing `source`'s last parts (every
+    source's, for None) are done. A thread never waits for itself."""
+    with _finishing_lock:
+        if source is None:
+            threads = [t for ts in _finishing.values() for t in ts]
+        else:
+            threads = list(_finishing.get(source.resolve(), ()))
+    for thread in threads:
+        if thread is not threading.current_thread():
+            thread.join()
+    with _finishing_lock:
+        for key in list(_finishing):
+            _finishing[key] = [t for t in _finishing[key] if t.is_alive()]
+            if not _finishing[key]:
+                del _finishing[key]
+
+
 class TableSet:
     """The tables of one rollkit JSON lines file: the valid parts (Parquet
     files per byte range of the source: the rollouts' always, the other five
@@ -190,6 +224,8 @@ class TableSet:
     it first."""
 
     def __init__(self, source: Path, *, cache: Path | None = None, progress: bool | None = None) -> None:
+        if _finishing:
+            settle(source)
         self.source = source
         self.progress = progress
         self.folder = cache or _cache_folder(source)

@@ -16,9 +16,12 @@ build's Arrow conversion imports pandas (pyarrow looks for it on every
 heap slower for the rest of the process. A batch is handed over every
 `_LINES` lines, `_BYTES` of lines or `_SECONDS` after its first line,
 whichever comes first, and at close (an exception or an interrupt
-included; its caller closes the log in a `finally`), which waits for the
-thread to build what it was given: a run that ends has its tables, so its
-first `rk.open_run` builds nothing. A process killed outright loses only
+included; its caller closes the log in a `finally`). A run's end
+(`close(wait=False)`) does not wait for that last part: the run returns
+while the thread builds it, and whatever opens the file's tables in this
+process (rollkit.tables.columns.settle), a resume's log included, waits for
+it first, as the interpreter's exit does: a run that ends has its tables,
+so its first `rk.open_run` builds nothing. A process killed outright loses only
 what the thread had not written yet: the tables cover a prefix of the
 file and the next open (or a resume's log) builds the rest from the JSON
 lines, the source of truth, as for any file that grew.
@@ -37,6 +40,7 @@ say which files a run writes).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -136,13 +140,16 @@ class TraceLog:
         if self._builder is not None:
             self._builder.wait()
 
-    def close(self) -> None:
-        """The last part, built before this returns, then the file closed
-        (the file is closed even when the part fails)."""
+    def close(self, *, wait: bool = True) -> None:
+        """The last part handed over and the file closed (even when the part
+        fails); `wait=False` returns while the thread still builds it, for
+        a run's end (rollkit.tables.columns.settle, and any TableSet of
+        this file opened in this process, waits for it; so does the
+        interpreter's exit)."""
         try:
             self.flush()
             if self._builder is not None:
-                self._builder.stop()
+                self._builder.stop(wait)
         finally:
             self.file.close()
 
@@ -182,11 +189,19 @@ class _Builder:
             self._jobs.put(done)
             done.wait()
 
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._jobs.put(None)
-            self._thread.join()
-            self._thread = None
+    def stop(self, wait: bool = True) -> None:
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._jobs.put(None)
+        if wait:
+            thread.join()
+            return
+        from .columns import finishing, settle
+
+        finishing(self.path, thread)
+        if not _at_exit:
+            _at_exit.append(atexit.register(settle))
 
     def _run(self) -> None:
         engine = _engine()
@@ -207,6 +222,7 @@ class _Builder:
             _give_up(self.path, exc)
 
 
+_at_exit: list[Any] = []  # settle registered to run at the interpreter's exit (once)
 _engine_lock = threading.Lock()
 _engines: list[Any] = []
 
