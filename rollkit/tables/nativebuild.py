@@ -228,6 +228,13 @@ def _why(error: str) -> tuple[str, str]:
     return why, text
 
 
+# Trace.cost_usd: the source's total, else the last call's running total.
+_TRACE_COST = ("coalesce(t.info.cost_usd, case when coalesce(len(t.model_calls), 0) = 0 then 0.0::DOUBLE "
+               "else t.model_calls[-1].cum_cost_usd end)")
+# A trace's first phase start (a phase's offset is from it).
+_T0 = f"least({', '.join(f't.phases.{p}.start' for p in _PHASE_NAMES)})"
+
+
 def _expressions(kinds: dict[tuple[str, str], str | None], signals: _Signals,
                  messages: bool = True) -> dict[str, dict[str, str]]:
     """Each table's columns as SQL over a trace `t` (rollouts), a call `c`
@@ -235,10 +242,7 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signals: _Signals,
     `s` (phases), a signal entry `e` (signals), a message `m` and its
     number `n` (messages); `_ordinal`, `_offset`, `_length` are the line's."""
     spans = [f"t.phases.{p}" for p in _PHASE_NAMES]
-    # Trace.cost_usd: the source's total, else the last call's running total.
-    cost = ("coalesce(t.info.cost_usd, case when coalesce(len(t.model_calls), 0) = 0 then 0.0::DOUBLE "
-            "else t.model_calls[-1].cum_cost_usd end)")
-    rollouts = _rollout_columns(kinds, signals, spans, cost)
+    rollouts = _rollout_columns(kinds, signals, spans, _TRACE_COST)
     totals = {"cum_turns": "coalesce(c.cum_turns, 0)", "cum_input_tokens": "coalesce(c.cum_input_tokens, 0)",
               "cum_output_tokens": "coalesce(c.cum_output_tokens, 0)",
               "cum_total_tokens": "coalesce(c.cum_total_tokens, 0)",
@@ -252,11 +256,10 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signals: _Signals,
         "dialect": "c.dialect", "cost_usd": "c.cost_usd", **totals,
         **{name: _free(name, kinds[("turns", name)]) for name in _NAN_FREE}, "_ordinal": "_ordinal",
     }
-    t0 = f"least({', '.join(s + '.start' for s in spans)})"
-    phases = {
+    phases = {  # _t0 and _cost: the trace's, once per trace (_queries)
         **_ids(kinds, "phases"), "task_key": "t.task.key", "phase": "s.phase", "start": "s.s", "end": "s.e",
-        "duration": "s.e - s.s", "offset": f"s.s - {t0}", "ok": _free("ok", kinds[("phases", "ok")]),
-        "cost_usd": f"case when s.phase = 'agent' then {cost} else 0.0::DOUBLE end", "_ordinal": "_ordinal",
+        "duration": "s.e - s.s", "offset": "s.s - _t0", "ok": _free("ok", kinds[("phases", "ok")]),
+        "cost_usd": "case when s.phase = 'agent' then _cost else 0.0::DOUBLE end", "_ordinal": "_ordinal",
     }
     why, text = _why("map_extract_value(t.signal_errors, e.key)")
     signals = {
@@ -501,7 +504,7 @@ def _queries(exprs: dict[str, dict[str, str]], signals: _Signals) -> dict[str, s
     spans = "[" + ", ".join(f"struct_pack(phase := '{p}', s := t.phases.{p}.start, e := t.phases.{p}.\"end\", "
                             f"present := t.phases.{p} is not null)" for p in _PHASE_NAMES) + "]"
 
-    def each(table: str, rows: str, element: dict[str, str] | None = None) -> str:
+    def each(table: str, rows: str, element: dict[str, str] | None = None, source: str = "p") -> str:
         # The trace's own columns once per trace, beside the unnested rows
         # (a column in a row's struct is computed once per row).
         columns = exprs[table]
@@ -510,14 +513,15 @@ def _queries(exprs: dict[str, dict[str, str]], signals: _Signals) -> dict[str, s
         rows = rows.format(row=packed, marker=_pack({n: sql for n, sql in (element or {}).items() if n not in own}))
         inner = ", ".join(f"{sql} as {_quoted(n)}" for n, sql in own.items())
         outer = ", ".join(_quoted(n) if n in own else f"r.{_quoted(n)}" for n in columns)
-        return f"select {outer} from (select {inner}, unnest({rows}) as r from p)"
+        return f"select {outer} from (select {inner}, unnest({rows}) as r from {source})"
 
     return {
         "rollouts": f"select {', '.join(f'{sql} as {_quoted(n)}' for n, sql in exprs['rollouts'].items())} "
                     f"from (select *, {_COMMITTED} as cm, {signals.columns} from p)",
         "calls": each("calls", "list_transform(t.model_calls, lambda c: {row})"),
         "turns": each("turns", f"list_transform({_COMMITTED}, lambda c, n: {{row}})"),
-        "phases": each("phases", f"list_transform(list_filter({spans}, lambda s: s.present), lambda s: {{row}})"),
+        "phases": each("phases", f"list_transform(list_filter({spans}, lambda s: s.present), lambda s: {{row}})",
+                       source=f"(select *, {_T0} as _t0, {_TRACE_COST} as _cost from p)"),
         "signals": each("signals", f"case when {_SCORED} then list_transform({entries}, lambda e: {{row}}) "
                                    "else [{marker}] end", marker),
         "messages": each("messages", "list_transform(t.messages, lambda m, n: {row})"),
@@ -556,6 +560,12 @@ _LIGHT_FIELDS: dict[str, Any] = {
     "model_calls": [{k: v for k, v in _TRACE_FIELDS["model_calls"][0].items() if k in _TURN_CALL_FIELDS}],
 }
 LIGHT_TABLES = ("rollouts", "turns", "phases", "signals")
+# The same without what only the rollouts read (the agent, where a task came
+# from, the segments, how the run ended): a later ask, which has the rollouts.
+_LIGHT_ALONE_FIELDS: dict[str, Any] = {
+    **{k: v for k, v in _LIGHT_FIELDS.items() if k not in ("agent", "segments", "completed", "stop_condition")},
+    "info": {k: _TRACE_FIELDS["info"][k] for k in (*_IDS_FREE, "cost_usd")},
+}
 # What the calls table reads (a first ask of the calls): every call field,
 # and of the messages only what a committed call's reply is read from (the
 # message after its request: its role, text, reasoning and tool names), no
@@ -592,7 +602,9 @@ def _fields(tables: tuple[str, ...]) -> dict[str, Any]:
         return _MESSAGE_FIELDS
     if set(tables) <= {"calls"}:
         return _CALL_FIELDS
-    return _LIGHT_FIELDS if set(tables) <= set(LIGHT_TABLES) else _TRACE_FIELDS
+    if set(tables) <= set(LIGHT_TABLES):
+        return _LIGHT_FIELDS if "rollouts" in tables else _LIGHT_ALONE_FIELDS
+    return _TRACE_FIELDS
 
 
 def _columns(fields: dict[str, Any], read: bool = False) -> dict[str, str]:
@@ -730,7 +742,8 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     array, one trace a line), their first ordinal and each line's byte
     offset and length. The rollouts alone are parsed from the fields they
     read (_ROLLOUT_FIELDS), LIGHT_TABLES from those without text
-    (_LIGHT_FIELDS), the messages alone from theirs (_MESSAGE_FIELDS), the
+    (_LIGHT_FIELDS; without the rollouts' own, _LIGHT_ALONE_FIELDS), the
+    messages alone from theirs (_MESSAGE_FIELDS), the
     calls alone from theirs (_CALL_FIELDS, without the messages where no
     call's reply is one: _CALL_FIELDS_ALONE), any others from all
     (_TRACE_FIELDS). `engine`:
