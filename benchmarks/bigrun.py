@@ -38,7 +38,7 @@ rollouts), then, each step in a fresh process so its peak memory is its own:
 
 Run: PYTHONPATH=. python benchmarks/bigrun.py [--n 100000,1000000] [--n20 100000] [--keep DIR] [--no-steps] [--repeats 3]
      [--no-live] [--run-tasks 1000] [--run-concurrency 1,256] [--load 0] [--inspect 0]
-     [--first-asks] [--evaluated DIR,DIR] [--json PATH]
+     [--first-asks] [--asks turns,calls] [--evaluated DIR,DIR] [--json PATH]
 Prints one line per number. Mind the machine: the 1M step takes minutes.
 """
 
@@ -271,8 +271,8 @@ with tempfile.TemporaryDirectory() as tmp:
 _ASKS = ("turns", "calls", "phases", "signals", "messages", "search")
 
 
-def _first_asks(folder: Path, label: str, fresh: bool) -> None:
-    """Each of _ASKS's first ask from the same tables: a first open's
+def _first_asks(folder: Path, label: str, fresh: bool, asks: tuple[str, ...] = _ASKS) -> None:
+    """Each of `asks`'s first ask from the same tables: a first open's
     (`fresh`: rollouts only, built here) or the folder's as they are."""
     cache = folder / ".rollkit"
     if fresh:
@@ -281,7 +281,7 @@ def _first_asks(folder: Path, label: str, fresh: bool) -> None:
     kept = Path(tempfile.mkdtemp(prefix="rk-asks-")) / "kept"
     shutil.copytree(cache, kept)
     try:
-        for ask in _ASKS:
+        for ask in asks:
             shutil.rmtree(cache)
             shutil.copytree(kept, cache)
             _shown(f"{label} first ask of {ask} (fresh process)", in_fresh_python(_FIRST_ASK, str(folder), ask))
@@ -318,6 +318,8 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, default=None, help="keep the generated runs here")
     parser.add_argument("--first-asks", action="store_true",
                         help="each other table's first ask and the first search, each in a fresh process")
+    parser.add_argument("--asks", type=lambda text: tuple(text.split(",")), default=_ASKS,
+                        help=f"which first asks (with --first-asks; comma separated, of {','.join(_ASKS)})")
     parser.add_argument("--evaluated", type=lambda text: [Path(x) for x in text.split(",")], default=[],
                         help="run folders rk.evaluate wrote: their first asks (with --first-asks)")
     json_option(parser)
@@ -358,11 +360,11 @@ def main() -> None:
             if n <= args.compare_max:
                 _shown(f"{label} {n:,} Python build vs native build (same process)", in_fresh_python(_COMPARE, str(folder)))
             if args.first_asks:
-                _first_asks(folder, f"{label} {n:,}", fresh=True)
+                _first_asks(folder, f"{label} {n:,}", fresh=True, asks=args.asks)
             if not args.no_steps:
                 _shown(f"{label} {n:,} steps (warm)", in_fresh_python(_STEPS, str(folder), 'Cleo has 33'))
         for folder in args.evaluated if args.first_asks else ():
-            _first_asks(folder, f"{folder.name} (made by rk.evaluate)", fresh=False)
+            _first_asks(folder, f"{folder.name} (made by rk.evaluate)", fresh=False, asks=args.asks)
         if args.load:
             folder = root / f"load-{args.load}"
             big_run(args.load, folder)

@@ -212,7 +212,9 @@ def test_a_run_writes_its_rollouts_table_and_the_others_are_built_when_first_ask
     assert {tuple(p["tables"]) for p in _markers(target)} == {("rollouts",)}
     assert len(open_run(target).turns()) == 20  # the tables without text
     assert {tuple(p["tables"]) for p in _markers(target)} == {("rollouts", "turns", "phases", "signals")}
-    assert len(open_run(target).calls()) == 20  # the rest
+    assert len(open_run(target).calls()) == 20  # the calls alone
+    assert {tuple(p["tables"]) for p in _markers(target)} == {("rollouts", "turns", "calls", "phases", "signals")}
+    assert len(open_run(target).messages()) > 20
     assert {tuple(p["tables"]) for p in _markers(target)} == {TABLES}
     _same_as_a_fresh_build(target, tmp_path / "fresh")
 

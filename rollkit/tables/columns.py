@@ -25,7 +25,7 @@ rollouts frame reads; a part's other five are built when a table is first
 asked for (`files[table]`), from the part's byte range once it is checked
 to be the bytes the part was cut from, and its marker lists what it has:
 the turns, phases and signals together (they read no text), the messages
-alone (a search), the calls with every table still lacking. A part of 8 MB or more (or the
+alone (a search), the calls alone. A part of 8 MB or more (or the
 parts a later ask builds, when they hold 8 MB together)
 is built by DuckDB's JSON parser (rollkit.tables.nativebuild); a smaller one,
 and one DuckDB must not read, by the Python build (rollkit.tables.rows' row
@@ -505,11 +505,11 @@ class TableSet:
 def _built_with(table: str) -> tuple[str, ...]:
     """The tables a part lacking `table` gets when it is asked for: the
     light tables (nativebuild.LIGHT_TABLES: turns, phases, signals, read
-    without any text) together; the messages (a search) alone, from their
-    own fields; the calls, which read every field, with every other."""
+    without any text) together; the messages (a search) alone, and the
+    calls alone, each from its own fields."""
     from .nativebuild import LIGHT_TABLES
 
-    return LIGHT_TABLES if table in LIGHT_TABLES else ("messages",) if table == "messages" else TABLES
+    return LIGHT_TABLES if table in LIGHT_TABLES else (table,)
 
 
 def _builds(*labels: str) -> str:

@@ -15,7 +15,10 @@ The rollouts alone (a first open) are parsed from the fields they read
 parsing the JSON, and a message's text is most of a line. The turns, phases
 and signals (a later ask for one of them) are parsed from the fields
 without text (`_LIGHT_FIELDS`), the messages alone (a first search) from
-theirs (`_MESSAGE_FIELDS`), the calls from all.
+theirs (`_MESSAGE_FIELDS`), the calls alone (their first ask) from theirs
+(`_CALL_FIELDS`: of the messages only what a reply is read from, and not
+even that in a part where no call's reply is a message), any other set
+from all.
 
 One reading of a line, rk.load's (rollkit.core.store.record_of_line): JSON
 as RFC 8259 has it, read as Python reads it: of a key written twice in one
@@ -63,6 +66,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -230,21 +234,26 @@ def _why(error: str) -> tuple[str, str]:
     return why, text
 
 
-def _expressions(kinds: dict[tuple[str, str], str | None], signals: _Signals) -> dict[str, dict[str, str]]:
+# Trace.cost_usd: the source's total, else the last call's running total.
+_TRACE_COST = ("coalesce(t.info.cost_usd, case when coalesce(len(t.model_calls), 0) = 0 then 0.0::DOUBLE "
+               "else t.model_calls[-1].cum_cost_usd end)")
+# A trace's first phase start (a phase's offset is from it).
+_T0 = f"least({', '.join(f't.phases.{p}.start' for p in _PHASE_NAMES)})"
+
+
+def _expressions(kinds: dict[tuple[str, str], str | None], signals: _Signals,
+                 messages: bool = True) -> dict[str, dict[str, str]]:
     """Each table's columns as SQL over a trace `t` (rollouts), a call `c`
     (calls), a committed call `c` and its turn number `n` (turns), a span
     `s` (phases), a signal entry `e` (signals), a message `m` and its
     number `n` (messages); `_ordinal`, `_offset`, `_length` are the line's."""
     spans = [f"t.phases.{p}" for p in _PHASE_NAMES]
-    # Trace.cost_usd: the source's total, else the last call's running total.
-    cost = ("coalesce(t.info.cost_usd, case when coalesce(len(t.model_calls), 0) = 0 then 0.0::DOUBLE "
-            "else t.model_calls[-1].cum_cost_usd end)")
-    rollouts = _rollout_columns(kinds, signals, spans, cost)
+    rollouts = _rollout_columns(kinds, signals, spans, _TRACE_COST)
     totals = {"cum_turns": "coalesce(c.cum_turns, 0)", "cum_input_tokens": "coalesce(c.cum_input_tokens, 0)",
               "cum_output_tokens": "coalesce(c.cum_output_tokens, 0)",
               "cum_total_tokens": "coalesce(c.cum_total_tokens, 0)",
               "cum_agent_time": "coalesce(c.cum_agent_time, 0.0::DOUBLE)", "cum_cost_usd": "c.cum_cost_usd"}
-    calls = _call_columns(kinds, totals)
+    calls = _call_columns(kinds, totals, messages)
     turns = {
         **_ids(kinds, "turns"), "task_key": "t.task.key", "turn": "n", "call": "c.index", "segment": "c.segment",
         "start": "c.start", "end": "c.\"end\"", "latency": _LATENCY,
@@ -253,11 +262,10 @@ def _expressions(kinds: dict[tuple[str, str], str | None], signals: _Signals) ->
         "dialect": "c.dialect", "cost_usd": "c.cost_usd", **totals,
         **{name: _free(name, kinds[("turns", name)]) for name in _NAN_FREE}, "_ordinal": "_ordinal",
     }
-    t0 = f"least({', '.join(s + '.start' for s in spans)})"
-    phases = {
+    phases = {  # _t0 and _cost: the trace's, once per trace (_queries)
         **_ids(kinds, "phases"), "task_key": "t.task.key", "phase": "s.phase", "start": "s.s", "end": "s.e",
-        "duration": "s.e - s.s", "offset": f"s.s - {t0}", "ok": _free("ok", kinds[("phases", "ok")]),
-        "cost_usd": f"case when s.phase = 'agent' then {cost} else 0.0::DOUBLE end", "_ordinal": "_ordinal",
+        "duration": "s.e - s.s", "offset": "s.s - _t0", "ok": _free("ok", kinds[("phases", "ok")]),
+        "cost_usd": "case when s.phase = 'agent' then _cost else 0.0::DOUBLE end", "_ordinal": "_ordinal",
     }
     why, text = _why("map_extract_value(t.signal_errors, e.key)")
     signals = {
@@ -443,13 +451,19 @@ def _struct_fits(keys: list[str]) -> bool:
     return all(keys) and len({k.lower() for k in keys}) == len(keys)
 
 
-def _call_columns(kinds: dict[tuple[str, str], str | None], totals: dict[str, str]) -> dict[str, str]:
-    """The calls table over a call `c` of a trace `t`."""
+# A call whose reply may be the message after its request (rows._reply), and a part that has one.
+_MAY_FOLLOW = "(coalesce(c.committed, false) and c.request_messages is not null and c.request is null)"
+_FOLLOWS = f"coalesce(list_bool_or(list_transform(t.model_calls, lambda c: {_MAY_FOLLOW})), false)"
+
+
+def _call_columns(kinds: dict[tuple[str, str], str | None], totals: dict[str, str],
+                  messages: bool = True) -> dict[str, str]:
+    """The calls table over a call `c` of a trace `t` (`messages`: whether
+    `t` holds them; where it does not, no call's reply is one: _checked)."""
     # A call's reply: its own, or the message after its request (rows._reply).
-    follows = ("(coalesce(c.committed, false) and c.request_messages is not null and c.request is null "
-               "and c.request_messages < coalesce(len(t.messages), 0) "
-               "and t.messages[c.request_messages + 1].role = 'assistant')")
-    next_message = "t.messages[c.request_messages + 1]"
+    follows = (f"({_MAY_FOLLOW} and c.request_messages < coalesce(len(t.messages), 0) "
+               "and t.messages[c.request_messages + 1].role = 'assistant')") if messages else "false"
+    next_message = "t.messages[c.request_messages + 1]" if messages else "c.reply"
     reply_names = "array_to_string(list_transform({r}.tool_calls, lambda k: k.name), ', ')"
     lp_sum = ("case when len(c.tokens.logprobs) > 0 then 0.0::DOUBLE + list_reduce(c.tokens.logprobs::DOUBLE[], "
               "lambda a, b: a + b) end")
@@ -500,7 +514,7 @@ def _queries(exprs: dict[str, dict[str, str]], signals: _Signals) -> dict[str, s
     spans = "[" + ", ".join(f"struct_pack(phase := '{p}', s := t.phases.{p}.start, e := t.phases.{p}.\"end\", "
                             f"present := t.phases.{p} is not null)" for p in _PHASE_NAMES) + "]"
 
-    def each(table: str, rows: str, element: dict[str, str] | None = None) -> str:
+    def each(table: str, rows: str, element: dict[str, str] | None = None, source: str = "p") -> str:
         # The trace's own columns once per trace, beside the unnested rows
         # (a column in a row's struct is computed once per row).
         columns = exprs[table]
@@ -509,14 +523,15 @@ def _queries(exprs: dict[str, dict[str, str]], signals: _Signals) -> dict[str, s
         rows = rows.format(row=packed, marker=_pack({n: sql for n, sql in (element or {}).items() if n not in own}))
         inner = ", ".join(f"{sql} as {_quoted(n)}" for n, sql in own.items())
         outer = ", ".join(_quoted(n) if n in own else f"r.{_quoted(n)}" for n in columns)
-        return f"select {outer} from (select {inner}, unnest({rows}) as r from p)"
+        return f"select {outer} from (select {inner}, unnest({rows}) as r from {source})"
 
     return {
         "rollouts": f"select {', '.join(f'{sql} as {_quoted(n)}' for n, sql in exprs['rollouts'].items())} "
                     f"from (select *, {_COMMITTED} as cm, {signals.columns} from p)",
         "calls": each("calls", "list_transform(t.model_calls, lambda c: {row})"),
         "turns": each("turns", f"list_transform({_COMMITTED}, lambda c, n: {{row}})"),
-        "phases": each("phases", f"list_transform(list_filter({spans}, lambda s: s.present), lambda s: {{row}})"),
+        "phases": each("phases", f"list_transform(list_filter({spans}, lambda s: s.present), lambda s: {{row}})",
+                       source=f"(select *, {_T0} as _t0, {_TRACE_COST} as _cost from p)"),
         "signals": each("signals", f"case when {_SCORED} then list_transform({entries}, lambda e: {{row}}) "
                                    "else [{marker}] end", marker),
         "messages": each("messages", "list_transform(t.messages, lambda m, n: {row})"),
@@ -555,6 +570,25 @@ _LIGHT_FIELDS: dict[str, Any] = {
     "model_calls": [{k: v for k, v in _TRACE_FIELDS["model_calls"][0].items() if k in _TURN_CALL_FIELDS}],
 }
 LIGHT_TABLES = ("rollouts", "turns", "phases", "signals")
+# The same without what only the rollouts read (the agent, where a task came
+# from, the segments, how the run ended): a later ask, which has the rollouts.
+_LIGHT_ALONE_FIELDS: dict[str, Any] = {
+    **{k: v for k, v in _LIGHT_FIELDS.items() if k not in ("agent", "segments", "completed", "stop_condition")},
+    "info": {k: _TRACE_FIELDS["info"][k] for k in (*_IDS_FREE, "cost_usd")},
+}
+# What the calls table reads (a first ask of the calls): every call field,
+# and of the messages only what a committed call's reply is read from (the
+# message after its request: its role, text, reasoning and tool names), no
+# tool call's arguments, no limits, rewards or signal errors.
+_CALL_FIELDS: dict[str, Any] = {
+    **{k: _TRACE_FIELDS[k] for k in ("id", "task", "phases", "errors")},
+    "info": {k: _TRACE_FIELDS["info"][k] for k in _IDS_FREE},
+    "messages": [{k: v for k, v in _TRACE_FIELDS["messages"][0].items() if k in ("role", "content", "reasoning")}
+                 | {"tool_calls": [{"name": "VARCHAR"}]}],
+    "model_calls": _TRACE_FIELDS["model_calls"],
+}
+# The calls' fields of a part where no call's reply is a message (_may_follow).
+_CALL_FIELDS_ALONE = {k: v for k, v in _CALL_FIELDS.items() if k != "messages"}
 # What the messages table reads (a first search), and what tells a line that is no trace (_BROKEN).
 _MESSAGE_FIELDS: dict[str, Any] = {
     **{k: _TRACE_FIELDS[k] for k in ("id", "task", "messages", "phases", "errors")},
@@ -570,19 +604,23 @@ def _first(tables: tuple[str, ...]) -> bool:
 
 def _fields(tables: tuple[str, ...]) -> dict[str, Any]:
     """The trace fields `tables` read: the rollouts' own (a first open), the
-    messages' alone, the light tables' (LIGHT_TABLES: no text), else every
-    field the tables read."""
+    messages' alone, the calls' alone, the light tables' (LIGHT_TABLES: no
+    text), else every field the tables read."""
     if _first(tables):
         return _ROLLOUT_FIELDS
     if set(tables) <= {"messages"}:
         return _MESSAGE_FIELDS
-    return _LIGHT_FIELDS if set(tables) <= set(LIGHT_TABLES) else _TRACE_FIELDS
+    if set(tables) <= {"calls"}:
+        return _CALL_FIELDS
+    if set(tables) <= set(LIGHT_TABLES):
+        return _LIGHT_FIELDS if "rollouts" in tables else _LIGHT_ALONE_FIELDS
+    return _TRACE_FIELDS
 
 
-def _columns(tables: tuple[str, ...], read: bool = False) -> dict[str, str]:
-    """read_json's columns: each top-level field of the structure with its
+def _columns(fields: dict[str, Any], read: bool = False) -> dict[str, str]:
+    """read_json's columns: each top-level field of `fields` with its
     DuckDB type; `read`: as read, an integer as a real (_doubt)."""
-    return {name: _duck_type(kind, read) for name, kind in _fields(tables).items()}
+    return {name: _duck_type(kind, read) for name, kind in fields.items()}
 
 
 def _duck_type(kind: Any, read: bool = False) -> str:
@@ -746,8 +784,11 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     array, one trace a line), their first ordinal and each line's byte
     offset and length. The rollouts alone are parsed from the fields they
     read (_ROLLOUT_FIELDS), LIGHT_TABLES from those without text
-    (_LIGHT_FIELDS), the messages alone from theirs (_MESSAGE_FIELDS), any
-    others from all (_TRACE_FIELDS). `engine`:
+    (_LIGHT_FIELDS; without the rollouts' own, _LIGHT_ALONE_FIELDS), the
+    messages alone from theirs (_MESSAGE_FIELDS), the
+    calls alone from theirs (_CALL_FIELDS, without the messages where no
+    call's reply is one: _CALL_FIELDS_ALONE), any others from all
+    (_TRACE_FIELDS). `engine`:
     the build's DuckDB (None: one of its own, on every core).
     Raises NativeUnfit, or DuckDB's error, when the Python build must do it."""
     count = len(lines)
@@ -755,20 +796,23 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     engine = engine or Engine()
     con = engine.connection()
     try:
-        _read(con, lines, ordinal, tables, engine)
-        # The lines that are not traces, and the types of two times (one pass over the part).
-        times = _TIME_FLAGS if "rollouts" in tables else "false, false"
-        refused = f"{_BROKEN} or {_BAD_ROLE}" if "messages" in _fields(tables) else _BROKEN
-        broken, *flags = con.execute(f"select count(*) filter (where {refused}), {times} from p").fetchall()[0]
-        if broken:
-            raise NativeUnfit(f"{broken} lines lack a field the tables need, or hold a role no message has")
+        fields = _fields(tables)
+        if fields is _CALL_FIELDS and not _may_follow(lines):
+            fields = _CALL_FIELDS_ALONE
+        _read(con, lines, ordinal, fields, engine)
+        flags = _checked(con, tables, fields)
+        if flags is None:  # a call's reply is a message after all (a key the text test missed): read them too
+            con.execute("drop view p; drop table parsed_lines")
+            fields = _CALL_FIELDS
+            _read(con, lines, ordinal, fields, engine)
+            flags = _checked(con, tables, fields)
         kinds = _free_types(con, tables)
         signals = _Signals.of_maps([])
         if "rollouts" in tables:  # the reward and metric columns
             signals = _Signals.of_part(con) if _first(tables) else _Signals.of_maps(sorted(row[0] for row in con.execute(
                 "select distinct k from (select 'reward.' || unnest(map_keys(t.rewards)) as k from p union all "
                 "select 'metric.' || unnest(map_keys(t.metrics)) as k from p)").fetchall()))
-        queries = _queries(_expressions(kinds, signals), signals)
+        queries = _queries(_expressions(kinds, signals, "messages" in fields), signals)
         for table in tables:
             arrow = _fetch_arrow(con.sql(queries[table]))
             if table == "rollouts":  # a row a line, in order
@@ -782,9 +826,38 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
             engine.close()
 
 
-def _read(con: Any, lines: Any, ordinal: int, tables: tuple[str, ...], engine: Engine) -> None:
+def _checked(con: Any, tables: tuple[str, ...], fields: dict[str, Any]) -> list[bool] | None:
+    """Raise NativeUnfit where a line is no trace (or holds a role no
+    message has, where the messages table is made); the rollouts' two time
+    flags (_TIME_FLAGS); None where the calls were read without the
+    messages (_CALL_FIELDS_ALONE) and a call's reply is one of them. One
+    pass over the part."""
+    times = _TIME_FLAGS if "rollouts" in tables else "false, false"
+    refused = f"{_BROKEN} or {_BAD_ROLE}" if "messages" in tables else _BROKEN
+    follows = f"bool_or({_FOLLOWS})" if fields is _CALL_FIELDS_ALONE else "false"
+    broken, *flags, follow = con.execute(f"select count(*) filter (where {refused}), {times}, {follows} "
+                                         "from p").fetchall()[0]
+    if broken:
+        raise NativeUnfit(f"{broken} lines lack a field the tables need, or hold a role no message has")
+    return None if follow else flags
+
+
+_NUMBERED_REQUEST = re.compile(rb'"request_messages":\s*[-0-9]')
+
+
+def _may_follow(lines: Any) -> bool:
+    """Whether a line of the part may hold a call whose reply is the message
+    after its request: one that gives a call's `request_messages` as a
+    number. Where none does, the calls are read without the messages, most
+    of a line's text; _checked makes sure from the values (a name written
+    with an escape is read again, with the messages). Python's re over the
+    part's bytes: DuckDB's contains and Arrow's count_substring took longer."""
+    return _NUMBERED_REQUEST.search(memoryview(lines.buffers()[2])) is not None
+
+
+def _read(con: Any, lines: Any, ordinal: int, fields: dict[str, Any], engine: Engine) -> None:
     """The part's lines parsed into view p: each line's `_ordinal` and its
-    fields as the struct `t` (`_offset` and `_length` null: native_tables
+    `fields` as the struct `t` (`_offset` and `_length` null: native_tables
     sets the rollouts'). DuckDB's
     newline-delimited reader parses them from a file of their bytes (in
     memory, _part_file), not json_transform over the lines: that keeps the
@@ -796,15 +869,15 @@ def _read(con: Any, lines: Any, ordinal: int, tables: tuple[str, ...], engine: E
     count = len(lines)
     bounds = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:lines.offset + count + 1]
     with engine.part_file(memoryview(lines.buffers()[2])[int(bounds[0]):int(bounds[-1])]) as path:
-        parsed = con.read_json(path, format="newline_delimited", records="true", columns=_columns(tables, True))
+        parsed = con.read_json(path, format="newline_delimited", records="true", columns=_columns(fields, True))
         # `parsed` is read by name (DuckDB's replacement scan): a view would be the
         # database's, shared by the parts built side by side. The reader keeps the
         # lines' order and makes a row of each (none is blank): a row's rowid is its
         # line's place (a positional join with the lines' places read the part on one thread).
         # Integers are read as reals (DuckDB's reader makes 2.5 2), checked (_doubt), then typed.
-        typed = "STRUCT(" + ", ".join(f"{_quoted(n)} {k}" for n, k in _columns(tables).items()) + ")"
+        typed = "STRUCT(" + ", ".join(f"{_quoted(n)} {k}" for n, k in _columns(fields).items()) + ")"
         con.execute(f"create temp table parsed_lines as select parsed::{typed} as t, "
-                    f"{_doubt(_fields(tables), 'parsed')} as _doubt from parsed")
+                    f"{_doubt(fields, 'parsed')} as _doubt from parsed")
     made, doubt, doubtful = con.execute("select count(*), max(_doubt), list(rowid) filter (where _doubt = 1) "
                                         "from parsed_lines").fetchall()[0]
     if doubt == 2:
