@@ -38,7 +38,7 @@ from .core import (
     AgentUser, ForkError, RecordedUser, ScriptedUser, User, UserReply, UserStop, UserTurn, converse, fork,
     similarity, HumanModel, TokenLogprobs,
 )
-from .core._lazy import lazy_names
+from .core.lazy import lazy_names
 from . import programs, tables, analysis, interop, runs, notebook, examples  # noqa: E402,F401 - each registers what its layer provides
 
 # Names whose modules pull in heavy dependencies: imported on first use.

@@ -1,4 +1,4 @@
-"""The machine's own addresses are host-local (rollkit.core._network_policy):
+"""The machine's own addresses are host-local (rollkit.core.network_policy):
 the decision given the host's addresses refuses each of them in every
 spelling unless an entry names it alone, and in a network namespace this test
 makes (a veth interface with its own IPv4, IPv6 and link-local addresses),
@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from rollkit.core._network_policy import Decision, canonical_host, host_addresses
+from rollkit.core.network_policy import Decision, canonical_host, host_addresses
 
 HOST = [ipaddress.ip_address(a) for a in ("192.0.2.2", "fd00::2", "fe80::fc:ff:fe00:1")]
 SPELLINGS = {
@@ -64,7 +64,7 @@ def test_host_addresses_reads_this_machines_interfaces():
 _INSIDE = textwrap.dedent("""
     import asyncio, json, socket, sys
     sys.path.insert(0, sys.argv[1])
-    from rollkit.core._network_policy import Decision, host_addresses
+    from rollkit.core.network_policy import Decision, host_addresses
     from rollkit.programs.sandbox_proxy import FilteringProxy, Relay
 
     async def ask(proxy, line):

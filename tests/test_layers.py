@@ -363,8 +363,9 @@ if __name__ == "__main__":
 
 def _private_names_imported(path: Path, source: str) -> list[str]:
     """`from X import _name` in `path`, where `_name` is a private name of
-    module X or a private module of package X, and `import ... as _alias`:
-    a private module another module reads is public in its package, and a
+    module X or a private module of package X, `from X._module import ...`
+    outside the package `_module` belongs to, and `import ... as _alias`:
+    a private module another package reads is public in its package, and a
     local alias needs no underscore to stay out of `__all__`."""
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rsplit(".", 1)[0]
     found = []
@@ -376,12 +377,28 @@ def _private_names_imported(path: Path, source: str) -> list[str]:
             module = ".".join(base + ([node.module] if node.module else []))
         else:
             module = node.module or ""
+        outside = _private_module_outside(module, package)
+        if outside:
+            found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {module} (private to {outside})")
         for alias in node.names:
             private = alias.name.startswith("_") and not alias.name.startswith("__")
             if private or (alias.asname or "").startswith("_"):
                 found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {module}.{alias.name}"
                              + (f" as {alias.asname}" if alias.asname else ""))
     return found
+
+
+def _private_module_outside(module: str, package: str) -> str | None:
+    """The package a private module in `module`'s path belongs to, when the
+    importing `package` is not inside it (a `_module` is its package's
+    own: its siblings may read it, nobody else), else None. rollkit's own
+    modules only: another library's private modules are its business."""
+    parts = module.split(".") if module.startswith("rollkit.") else []
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            owner = ".".join(parts[:i])
+            return None if package == owner or package.startswith(owner + ".") else owner
+    return None
 
 
 def test_no_private_name_is_imported_across_modules() -> None:
@@ -394,6 +411,9 @@ def test_the_private_name_check_can_fail() -> None:
     path = ROOT / "tables" / "columns.py"
     old = ("from .rows import TABLES, _Rows\nfrom ..core.store import _sniff\nfrom . import rows\n"
            "from ..notebook import _loop\nfrom ..analysis.compare import compare as _compare\n")
+    outside = "from ..core._gcpause import paused\nfrom ._census_tables import TABLES\n"
+    assert _private_names_imported(path, outside) == [
+        "rollkit/tables/columns.py:1 rollkit.core._gcpause (private to rollkit.core)"]
     assert _private_names_imported(path, old) == ["rollkit/tables/columns.py:1 rollkit.tables.rows._Rows",
                                                   "rollkit/tables/columns.py:2 rollkit.core.store._sniff",
                                                   "rollkit/tables/columns.py:4 rollkit.notebook._loop",

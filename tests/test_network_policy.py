@@ -1,4 +1,4 @@
-"""The network policy's decision alone (rollkit.core._network_policy), for
+"""The network policy's decision alone (rollkit.core.network_policy), for
 addresses no test may send traffic to: private ranges blocked or allowed in
 every spelling, names in every case. Nothing here opens a connection; names
 resolve only through the runtime's hosts map given to the decision.
@@ -11,7 +11,7 @@ import ipaddress
 
 import pytest
 
-from rollkit.core._network_policy import Decision, canonical_host
+from rollkit.core.network_policy import Decision, canonical_host
 
 from helpers.fault_report import report
 

@@ -1,5 +1,5 @@
 """An evaluation leaves the heap it started with out of its full collections
-(rollkit.core._gcpause.older_heap_left_alone): what existed before is frozen for
+(rollkit.core.gcpause.older_heap_left_alone): what existed before is frozen for
 the run and back in the oldest generation after it, a cycle among it that dies
 during the run is freed after it, and a freeze the caller made is left alone."""
 
@@ -10,7 +10,7 @@ import gc
 import weakref
 
 import rollkit as rk
-from rollkit.core._gcpause import older_heap_left_alone
+from rollkit.core.gcpause import older_heap_left_alone
 from rollkit.examples import arithmetic_tasks, demo_agent
 
 

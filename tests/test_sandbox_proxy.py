@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rollkit.core._network_policy import Decision
+from rollkit.core.network_policy import Decision
 from rollkit.programs.sandbox_proxy import MAX_HEAD, MAX_HEADERS, FilteringProxy, Relay
 
 from helpers.fault_report import report

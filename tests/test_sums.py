@@ -1,5 +1,5 @@
 """A trace's sums of floats are the same float on every Python: the reward,
-agent and model time add left to right (core._sums.sum_in_order), as the
+agent and model time add left to right (core.sums.sum_in_order), as the
 tables DuckDB builds do, whatever the builtin sum() does (Python 3.12's
 compensates each float's rounding, so 3.11 and 3.13 gave different
 rewards, and the tables agreed with one of them)."""
@@ -15,7 +15,7 @@ import operator
 import pyarrow.parquet as pq
 
 import rollkit as rk
-from rollkit.core._sums import sum_in_order
+from rollkit.core.sums import sum_in_order
 from rollkit.examples.bigrun import big_run
 from rollkit.tables import columns
 from rollkit.tables.columns import TableSet

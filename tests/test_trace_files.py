@@ -328,13 +328,13 @@ def test_rollkit_view_reads_a_trace_file_once_and_its_page_loads_the_copy_handed
 
 
 async def test_loading_leaves_the_garbage_collector_as_it_found_it(tmp_path):
-    """rk.load pauses the cyclic collector while it builds (rollkit.core._gcpause)
+    """rk.load pauses the cyclic collector while it builds (rollkit.core.gcpause)
     and puts it back as it was: on stays on, off stays off, also after a
     bad line raised, and a pause nested in another ends with the outer one."""
     import gc
     import threading
 
-    from rollkit.core._gcpause import paused
+    from rollkit.core.gcpause import paused
 
     path = rk.save(await _traces(2), tmp_path / "t.jsonl")
     bad = tmp_path / "bad.jsonl"

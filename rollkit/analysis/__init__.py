@@ -12,7 +12,7 @@ room), reads no other tool's format, and never imports the notebook.
 
 from __future__ import annotations
 
-from ..core._lazy import lazy_names
+from ..core.lazy import lazy_names
 
 _LAZY = {
     "compare": (".compare", "compare"),

@@ -58,9 +58,9 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..core._dependencies import pd
+from ..core.dependencies import pd
 from ..core.forecast import as_columns, forecast as forecast_rows
-from ..core._gcpause import paused
+from ..core.gcpause import paused
 from ..core.outcome import MissingSignal
 from ..core.store import check_traces, load
 from ..core.trace import Trace
@@ -111,7 +111,7 @@ def trace_list(traces: Iterable[Trace] | str | os.PathLike[str]) -> list[Trace]:
 
 
 def _no_gc(build: Callable[..., Any]) -> Callable[..., Any]:
-    """Build with the cyclic collector paused (rollkit.core._gcpause): a
+    """Build with the cyclic collector paused (rollkit.core.gcpause): a
     frame makes millions of objects and frees none, so a collection would
     only walk them again."""
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from ..core.prices import dollars
 from typing import Any
-from ..core._dependencies import np
+from ..core.dependencies import np
 
 __all__ = ["run_cost", "RunCost", "mean_interval", "wilson_interval", "bootstrap_interval", "sign_flip_test", "t_critical", "EXACT_LIMIT", "TEST_NAME"]
 

@@ -21,7 +21,7 @@ import json
 from typing import Annotated, Any, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, field_validator
-from ._sums import sum_in_order
+from .sums import sum_in_order
 
 __all__ = [
     "SystemMessage",

@@ -19,7 +19,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._sums import sum_in_order
+from .sums import sum_in_order
 from .errors import UsageError
 from .messages import AssistantMessage, Message, ToolMessage
 from .session import LIMIT_STOPS

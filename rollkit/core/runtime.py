@@ -29,7 +29,7 @@ class NetworkPolicy(BaseModel):
     kept reachable, whatever is blocked. Each entry is `*` (every host), a
     host name (`*.example.org` or `.example.org` for a domain), an address
     or a network (`10.0.0.0/8`); addresses are compared in one canonical
-    spelling (rollkit.core._network_policy), and one that names no host is
+    spelling (rollkit.core.network_policy), and one that names no host is
     refused here."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -40,7 +40,7 @@ class NetworkPolicy(BaseModel):
     @field_validator("allow", "block")
     @classmethod
     def _hosts(cls, entries: list[str]) -> list[str]:
-        from ._network_policy import Rule
+        from .network_policy import Rule
 
         for entry in entries:
             Rule(entry)  # a ValueError naming the entry

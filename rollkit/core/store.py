@@ -32,7 +32,7 @@ from typing import Any
 import pydantic
 
 from . import safe_read
-from ._gcpause import paused
+from .gcpause import paused
 from .safe_read import TraceFileError  # defined there, where every reader raises it
 from .outcome import MissingSignal
 from .trace import SCHEMA_VERSION, Trace
@@ -222,7 +222,7 @@ def load(path: str | os.PathLike[str], *, errors: str = "raise", format: str | N
     # Loading makes many objects and frees none; the cyclic collector would
     # walk the growing heap again and again (a third to half of reading a
     # big file, in every format): it is paused, scoped, and what was loaded
-    # is made old at the end rather than walked as young (_gcpause).
+    # is made old at the end rather than walked as young (gcpause).
     try:
         with paused(keep=True):
             return fmt.read(path, errors)  # type: ignore[misc]

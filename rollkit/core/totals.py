@@ -22,7 +22,7 @@ call these; the native SQL build (rollkit.tables.nativebuild) cannot call
 Python, so tests/test_totals_parity.py holds its columns to these rules
 over every fixture.
 
-It imports nothing of rollkit but `_sums`; it reads values and returns
+It imports nothing of rollkit but `sums`; it reads values and returns
 numbers, nothing else.
 """
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._sums import sum_in_order
+from .sums import sum_in_order
 
 __all__ = ["scored_reward", "record_reward", "token_totals", "record_token_totals", "cost_total", "record_cost"]
 

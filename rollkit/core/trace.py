@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ErrorInfo  # defined with the error model; kept importable from here
-from ._sums import sum_in_order
+from .sums import sum_in_order
 from .plugins import plugged
 from .prices import dollars
 from .messages import (AssistantMessage, Message, Response, TokenLogprobs, ToolMessage, Usage, is_absent, text_of,

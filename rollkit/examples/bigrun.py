@@ -21,7 +21,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from ..core._cache_folder import user_cache_folder
+from ..core.cache_folder import user_cache_folder
 
 __all__ = ["big_run", "cached_big_run"]
 

@@ -18,7 +18,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from ..core._dependencies import (
+from ..core.dependencies import (
     inspect_ai,
     inspect_ai_dataset,
     inspect_ai_model,

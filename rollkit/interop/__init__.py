@@ -15,7 +15,7 @@ imported when its format or tasks are first used.
 
 from __future__ import annotations
 
-from ..core._lazy import lazy_names
+from ..core.lazy import lazy_names
 from . import formats  # noqa: F401 - registers the trace formats rk.load and rk.save know
 
 _LAZY = {

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core._lazy import lazy_names
+from ..core.lazy import lazy_names
 from ..core.plugins import plug
-from ..core._dependencies import ipython_display
+from ..core.dependencies import ipython_display
 
 _LAZY = {
     "NotebookRollout": (".stepping", "NotebookRollout"),

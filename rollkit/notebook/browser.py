@@ -19,7 +19,7 @@ import ipywidgets as widgets
 from ..core.trace import Trace
 from ..tables.lazyrun import Hits, LazyRun
 from .display import trace_html
-from ..core._dependencies import ipython_display
+from ..core.dependencies import ipython_display
 
 __all__ = ["TraceBrowser"]
 

@@ -838,4 +838,4 @@ class LiveRewards:
 
 # Where a rollout went wrong and whether B beats A: drawn in .decide, named here too.
 from .decide import ab, drop_turns, turn_values  # noqa: E402
-from ..core._dependencies import ipython_display, np
+from ..core.dependencies import ipython_display, np

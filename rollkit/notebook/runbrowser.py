@@ -32,7 +32,7 @@ from ..core.trace import Trace
 from ..tables.filters import check_expression, run_filtered
 from ..tables.lazyrun import Hits, LazyRun, highlight, open_run
 from .display import trace_html
-from ..core._dependencies import ipython_display, pa
+from ..core.dependencies import ipython_display, pa
 
 __all__ = ["RunBrowser", "RunGrid", "matches_html"]
 

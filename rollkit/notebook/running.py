@@ -21,7 +21,7 @@ from typing import Any
 
 from ..runs import ab as runs_ab
 from ..runs import evaluation as runs_evaluation
-from ..core._dependencies import ipython_display
+from ..core.dependencies import ipython_display
 from . import sync_loop
 
 __all__ = ["evaluate", "evaluate_async", "ab_test", "ab_test_async"]

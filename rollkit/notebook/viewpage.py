@@ -52,7 +52,7 @@ from ..core.trace import Trace
 from .browser import TraceBrowser
 from .display import STYLE, error_html, trace_html
 from .monitor import RunMonitor
-from ..core._dependencies import pa, pc
+from ..core.dependencies import pa, pc
 
 __all__ = ["view", "RunCharts", "CompareView", "Address", "MAX_FLIPS", "named_paths", "summary_html",
            "comparison_html", "costs_html", "flips",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core._lazy import lazy_names
+from ..core.lazy import lazy_names
 
 from ..core.models import register_model
 

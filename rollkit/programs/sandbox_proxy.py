@@ -2,7 +2,7 @@
 
 What it owns: reading one proxy request from a sandboxed program (CONNECT
 or an absolute-form plain HTTP request), parsing it strictly, asking the
-network policy's `Decision` (rollkit.core._network_policy) and either
+network policy's `Decision` (rollkit.core.network_policy) and either
 refusing in HTTP or splicing the connection to the destination; `Relay`,
 the per-relay connection cap; `splice`, the two-way copy of a tunnel.
 
@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core._network_policy import Decision, canonical_host
+from ..core.network_policy import Decision, canonical_host
 
 __all__ = ["FilteringProxy", "answer", "ProxyRefusal", "ProxyRequest", "Relay", "parse_request", "splice",
            "MAX_HEAD", "MAX_LINE", "MAX_HEADERS", "METHODS"]

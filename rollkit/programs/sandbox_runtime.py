@@ -67,7 +67,7 @@ What it enforces, exactly (each program gets its own sandbox):
   addresses (loopback, 0.0.0.0/8, link-local, unspecified, multicast, and
   every address of the machine's interfaces, read when the sandbox starts)
   are refused unless an allow entry names them. Hosts are compared and connected
-  to in one canonical spelling (rollkit.core._network_policy), so
+  to in one canonical spelling (rollkit.core.network_policy), so
   `::ffff:127.0.0.1`, `0x7f.1` or `LOCALHOST.` is refused as 127.0.0.1 is. A
   program that ignores the proxy reaches nothing.
   Each relay (the proxy, each bridged route) holds at most
@@ -104,8 +104,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core._cache_folder import user_cache_folder
-from ..core._network_policy import Decision, host_addresses
+from ..core.cache_folder import user_cache_folder
+from ..core.network_policy import Decision, host_addresses
 from ..core.checks import whole
 from ..core.errors import SandboxError
 from ..core.runtime import NetworkPolicy

@@ -18,7 +18,7 @@ notebook layer's wrapper of `evaluate`. The names below load on first use
 
 from __future__ import annotations
 
-from ..core._lazy import lazy_names
+from ..core.lazy import lazy_names
 from .. import interop  # noqa: F401 - registers the trace formats rk.load and rk.save know
 
 _LAZY = {

@@ -62,7 +62,7 @@ from .interrupts import run_sync
 from ..tables.livetables import TraceLog
 from .runner import run_rollout
 from .sequential import METHOD, ConfidenceSequence, decision, simulate
-from ..core._dependencies import np, pandas
+from ..core.dependencies import np, pandas
 
 if TYPE_CHECKING:
     import pandas

@@ -50,8 +50,8 @@ from ..core.store import append_trace
 from ..core.task import Task
 from ..core.trace import PHASES, Trace
 from ..core.users import User
-from ..core._dependencies import pandas, tqdm_auto
-from ..core._gcpause import older_heap_left_alone
+from ..core.dependencies import pandas, tqdm_auto
+from ..core.gcpause import older_heap_left_alone
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas

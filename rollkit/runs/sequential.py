@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
-from ..core._dependencies import np
+from ..core.dependencies import np
 
 __all__ = ["ConfidenceSequence", "decision", "simulate", "METHOD"]
 

@@ -48,7 +48,7 @@ from ..core.trace import Trace
 from . import interrupts
 from .evaluation import EvalResult, execute_plan, plan_run
 from ..analysis.stats import wilson_interval
-from ..core._dependencies import pa, pandas, pq
+from ..core.dependencies import pa, pandas, pq
 
 if TYPE_CHECKING:
     import pandas

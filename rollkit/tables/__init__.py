@@ -15,7 +15,7 @@ load on first use (pyarrow and DuckDB stay unloaded until a table is read).
 
 from __future__ import annotations
 
-from ..core._lazy import lazy_names
+from ..core.lazy import lazy_names
 
 _LAZY = {
     "open_run": (".lazyrun", "open_run"),

@@ -65,10 +65,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..core._cache_folder import user_cache_folder
+from ..core.cache_folder import user_cache_folder
 from ..core.safe_read import BOM
-from ..core._gcpause import paused
-from ..core._dependencies import duckdb, load, np, pa, pq, tqdm_auto
+from ..core.gcpause import paused
+from ..core.dependencies import duckdb, load, np, pa, pq, tqdm_auto
 from .rows import TABLES, TABLE_COLUMNS, TABLE_TYPES, TableRows, large_strings, python_tables, trace_rows
 
 __all__ = ["TABLES", "CACHE_DIR", "TableSet", "tables_for", "json_source", "finishing", "settle"]

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..core._dependencies import duckdb
+from ..core.dependencies import duckdb
 from ..core.errors import UsageError
 
 __all__ = ["FLAGS", "TABLES", "check_expression", "locked_connection", "run_filtered",

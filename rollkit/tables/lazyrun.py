@@ -25,7 +25,7 @@ from typing import Any
 from ..core.trace import Trace
 from . import filters, rows
 from .columns import TABLES, TableSet, footer, tables_for
-from ..core._dependencies import duckdb, pa, pc, pd, pq
+from ..core.dependencies import duckdb, pa, pc, pd, pq
 
 __all__ = ["LazyRun", "Hits", "open_run", "highlight"]
 

@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core._gcpause import paused
+from ..core.gcpause import paused
 from ..core.trace import Trace
 
 __all__ = ["TraceLog"]
@@ -248,6 +248,6 @@ def _give_up(path: Path, exc: BaseException) -> None:
 def _cache_errors() -> tuple[type[BaseException], ...]:
     """What writing the tables may raise that leaves the traces intact:
     the system's (a full disk, no permission) and Arrow's."""
-    from ..core._dependencies import pa
+    from ..core.dependencies import pa
 
     return (OSError, pa.ArrowException)

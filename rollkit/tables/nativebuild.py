@@ -72,7 +72,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from ..core._dependencies import duckdb, np, pa, pc
+from ..core.dependencies import duckdb, np, pa, pc
 from ..core.messages import ROLES
 from ..core.trace import UNTIMED
 
@@ -131,7 +131,7 @@ _UNTIMED_CALL = f"coalesce(list_bool_or(list_transform(t.model_calls, lambda c: 
 
 
 def _sum(values: str) -> str:
-    """A sum in list order from 0, as core._sums.sum_in_order adds (the same float, bit for bit)."""
+    """A sum in list order from 0, as core.sums.sum_in_order adds (the same float, bit for bit)."""
     return f"coalesce(list_reduce({values}, lambda a, x: a + x, {_ZERO}), {_ZERO})"
 
 

@@ -44,8 +44,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from ..core._dependencies import pa, pd
-from ..core._sums import sum_in_order
+from ..core.dependencies import pa, pd
+from ..core.sums import sum_in_order
 from ..core.messages import ROLES
 from ..core.outcome import MissingSignal, Outcome
 from ..core.totals import record_cost, record_reward, token_totals

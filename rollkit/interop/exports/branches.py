@@ -249,7 +249,7 @@ class RowFile:
             self._file = open(self.part, "w", encoding="utf-8")
 
     def _parquet(self, schema: Any) -> None:
-        from ...core._dependencies import pa, pq
+        from ...core.dependencies import pa, pq
 
         self._schema = schema
         # Arrow builds no JSON-typed column from Python objects: rows are
@@ -274,7 +274,7 @@ class RowFile:
         if self._file is not None:
             self._file.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
             return
-        from ...core._dependencies import pa
+        from ...core.dependencies import pa
 
         dumps = json.dumps
         for row in rows:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...core._gcpause import paused
+from ...core.gcpause import paused
 from ...core.errors import UsageError
 from . import ExportSource
 from .branches import (BRANCH_COLUMNS, RowFile, branch_columns, chat_messages, forked_at, own_start, records,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...core._gcpause import paused
+from ...core.gcpause import paused
 from ...core.errors import UsageError
 from . import ExportSource
 from .branches import (BRANCH_COLUMNS, RowFile, branch_columns, chat_messages, forked_at, own_start, records,

@@ -38,7 +38,7 @@ from typing import Any
 
 from ...core.errors import UsageError
 from ...core.trace import Trace
-from ...core._dependencies import pa
+from ...core.dependencies import pa
 from .branches import RowFile, group_of, template_identity, write_meta
 
 __all__ = ["write", "ROW_COLUMNS", "rows_of", "HOW_TO_RECORD"]

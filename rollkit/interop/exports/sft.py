@@ -43,14 +43,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...core._gcpause import paused
+from ...core.gcpause import paused
 from ...core.errors import UsageError
 from ...core.outcome import Outcome
 from ...core.totals import record_cost, record_reward, record_token_totals
 from . import ExportSource
 from .branches import (BRANCH_COLUMNS, branch_columns, RowFile, chat_messages, forked_at, holds_forks, number, own_start, records,
                        template_identity, tools_value, write_meta)
-from ...core._dependencies import pa
+from ...core.dependencies import pa
 
 __all__ = ["write", "COLUMNS", "SUFFIXES", "training_row", "schema", "is_truncated"]
 

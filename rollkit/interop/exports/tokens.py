@@ -38,8 +38,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...core._dependencies import pa
-from ...core._gcpause import paused
+from ...core.dependencies import pa
+from ...core.gcpause import paused
 from ...core.errors import UsageError
 from . import ExportSource
 from .branches import (BRANCH_COLUMNS, RowFile, branch_columns, forked_at, group_rewards, records,

@@ -26,7 +26,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from ...core._lazy import lazy_names
+from ...core.lazy import lazy_names
 from ...core.store import TraceFormat, register_format
 
 _MODULES = ("atif", "inspect_log", "inspect_write", "messages", "tau2", "trajectory", "verifiers")

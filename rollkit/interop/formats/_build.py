@@ -32,7 +32,7 @@ from ...core.messages import (AssistantMessage, Message, Response, SystemMessage
 import pydantic
 
 from ...core import safe_read
-from ...core._sums import sum_in_order
+from ...core.sums import sum_in_order
 from ...core.outcome import Outcome
 from ...core.store import NOT_IN_SOURCE, TraceFileError
 from ...core.trace import UNTIMED, ErrorInfo, Segment, Span, TaskRef, Trace, UserTurn, mended_times

@@ -57,7 +57,7 @@ from . import docparse
 from .census import merged_notes, noted
 from ._inspect_api import log_api, off_loop
 from ._build import Call, Where, build, messages as to_messages, number, outcome_kept
-from ...core._dependencies import inspect_ai_constants, inspect_ai_log, inspect_ai_model, inspect_ai_scorer
+from ...core.dependencies import inspect_ai_constants, inspect_ai_log, inspect_ai_model, inspect_ai_scorer
 
 __all__ = ["sniff", "read"]
 

@@ -33,7 +33,7 @@ from ...core.messages import (AssistantMessage, ImagePart, ReasoningPart, System
 from ...core.trace import Trace
 from ._build import kept_outcome
 from ._inspect_api import log_api, off_loop
-from ...core._dependencies import inspect_ai_event, inspect_ai_log, inspect_ai_model, inspect_ai_scorer, inspect_ai_tool
+from ...core.dependencies import inspect_ai_event, inspect_ai_log, inspect_ai_model, inspect_ai_scorer, inspect_ai_tool
 
 __all__ = ["write", "chat_messages"]
 

@@ -61,8 +61,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ...core._gcpause import paused
-from ...core._dependencies import inspect_ai_model, inspect_ai_scorer, inspect_ai_solver
+from ...core.gcpause import paused
+from ...core.dependencies import inspect_ai_model, inspect_ai_scorer, inspect_ai_solver
 from ...core.errors import UsageError
 from ...core.hooks import reward, stop
 from ...core.messages import Request, Response, Usage
@@ -644,7 +644,7 @@ def build(source: Any, *, task_args: dict[str, Any] | None = None, pass_env: lis
     async def shape_all() -> list[Any]:
         return [await shape(task, sample, sample_id, steps) for sample, sample_id in zip(samples, ids)]
 
-    with paused():  # a bulk build that frees nothing (rollkit.core._gcpause)
+    with paused():  # a bulk build that frees nothing (rollkit.core.gcpause)
         states = run_coroutine(shape_all)
         tasks = _tasks(task, where, args, samples, ids, states, {"limits": limits, "pass_env": list(pass_env or ())})
     return TaskList(tasks, repeats=int(task.epochs or 1))

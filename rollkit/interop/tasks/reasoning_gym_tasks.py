@@ -20,8 +20,8 @@ import difflib
 import json
 from typing import Any
 
-from ...core._dependencies import reasoning_gym
-from ...core._gcpause import paused
+from ...core.dependencies import reasoning_gym
+from ...core.gcpause import paused
 from ...core.errors import UsageError
 from ...core.hooks import metric, reward
 from ...core.task import Task, TaskData
@@ -156,7 +156,7 @@ def build(source: Any, *, size: int = 500, seed: int = 0, system_prompt: str | N
         name, dataset = _name_of(source), source
     settings = dataclasses.asdict(dataset.config)
     _DATASETS.setdefault((name, _config_json(settings)), dataset)
-    with paused():  # a bulk build that frees nothing (rollkit.core._gcpause)
+    with paused():  # a bulk build that frees nothing (rollkit.core.gcpause)
         return TaskList(_tasks(name, dataset, settings, _system_prompt(system_prompt)))
 
 

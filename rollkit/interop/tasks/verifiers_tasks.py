@@ -76,7 +76,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from ...core._gcpause import paused
+from ...core.gcpause import paused
 from ...core.errors import TaskError, ToolsetError, Unavailable, UsageError
 from ...core.hooks import reward, stop
 from ...core.messages import AssistantMessage, Request, Response, SystemMessage, ToolMessage, UserMessage
@@ -749,7 +749,7 @@ def build(source: Any, *, config: Any = None, limit: int | None = None, judge: A
     _TASKSETS.setdefault((ref, _config_json(settings)), (taskset, {}))[1].clear()
     known = _TASKSETS[(ref, _config_json(settings))][1]
     version = _version()
-    with paused():  # a bulk build that frees nothing (rollkit.core._gcpause)
+    with paused():  # a bulk build that frees nothing (rollkit.core.gcpause)
         tasks = []
         for vtask in _iterate(taskset, ref):
             known[vtask.data.idx] = vtask

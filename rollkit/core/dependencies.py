@@ -3,7 +3,7 @@ imported on first use.
 
 A module that needs pyarrow, pandas, numpy, DuckDB, plotly, IPython, tqdm,
 inspect-ai or reasoning-gym imports its name from here at its top (`from
-..core._dependencies import pa`), so its dependencies read where a reader
+..core.dependencies import pa`), so its dependencies read where a reader
 looks for them, while `import rollkit` loads none of them: each name is a
 stand-in module that imports the real one when an attribute is first read
 (`pa.table(...)`), and then is that module's attributes. A missing optional
