@@ -8,6 +8,7 @@ that raises them, and name their base here):
     RollkitError
     ├── RolloutError               a failure a rollout records on its trace (L31)
     │   ├── TaskError              task code: setup, finalize, a reward, a metric, a hook
+    │   │   └── JudgeNotNamed      (interop.tasks.verifiers_tasks) a reward called its task's judge, no judge= named
     │   ├── HarnessError           the agent program, agent timeouts included
     │   ├── ProviderError          the model call
     │   │   └── ContextLengthExceeded  (programs.openai_model) the request did not fit the model's window

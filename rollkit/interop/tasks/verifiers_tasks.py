@@ -418,8 +418,9 @@ def _cause(exc: BaseException | None, kind: type[BaseException]) -> BaseExceptio
     return None
 
 
-class JudgeNotNamed(Exception):
-    """A reward used a judge config of the task's config while no judge= was named."""
+class JudgeNotNamed(TaskError):
+    """A reward used a judge config of the task's config while no judge= was named
+    (task code that broke: the reward is missing with this error)."""
 
 
 class UnnamedJudge:
