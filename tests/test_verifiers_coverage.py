@@ -1,7 +1,7 @@
 """Every part of a verifiers v1 task is mapped by rollkit or refused by name: none is dropped without a word.
 
 verifiers' own lists (each decorator kind its decorators module marks, the
-public attributes of Task and Taskset, the fields of TaskData, TaskConfig,
+public attributes of Task, Taskset and Toolset, the fields of TaskData, TaskConfig,
 TasksetConfig, the toolset configs and AgentConfig) are read in the venv with
 verifiers and rollkit (tests/helpers/verifiers_coverage_check.py, one
 subprocess): each must have an entry in rollkit's COVERAGE, so a part
@@ -59,9 +59,13 @@ REFUSALS = {
                                f"{SANDBOX}{TOOLSET_REMEDY}",
     "ToolsetConfig.runtime": "toolset 'notes' on runtime 'docker' (a runtime other than a local subprocess; "
                              f"{SANDBOX}{TOOLSET_REMEDY}",
+    "Toolset.register": "toolset 'notes' overrides register() (an override registers MCP handlers rollkit does "
+                        "not read (it takes the @vf.tool methods); declare its tools as @vf.tool methods of a "
+                        "vf.Toolset to run it here)",
 }
 CLASSES = {"@intercept": "InterceptTask", "Task.setup": "SetupTask", "Task.finalize": "FinalizeTask",
-           "Task.NEEDS_CONTAINER": "ContainerTask", "Task.runtime_env": "EnvTask", "Task.score": "ScoreTask"}
+           "Task.NEEDS_CONTAINER": "ContainerTask", "Task.runtime_env": "EnvTask", "Task.score": "ScoreTask",
+           "Toolset.register": "RawToolsTask"}
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,14 @@ class Notes(vf.Toolset[vf.ToolsetConfig]):
         return "nothing yet"
 
 
+class RawNotes(Notes):
+    """Registers a handler of its own, besides its @vf.tool methods."""
+
+    def register(self, mcp: object) -> None:
+        super().register(mcp)
+        mcp.add_tool(lambda: "raw", name="raw")
+
+
 class PlacedConfig(vf.TaskConfig):
     tools: vf.ToolsetConfig = vf.ToolsetConfig()
 
@@ -64,6 +72,12 @@ class ScoreTask(PlainTask):
         trace.record_reward("bonus", 1.0, 1.0)
 
 
+class RawToolsTask(PlainTask):
+    @classmethod
+    def toolsets(cls, config: PlacedConfig) -> list[vf.Toolset]:
+        return [RawNotes(config.tools)]
+
+
 _ROWS = {  # case: (task class, row fields, toolset config)
     "clean": (PlainTask, {}, {}),
     "@intercept": (InterceptTask, {}, {}),
@@ -85,6 +99,7 @@ _ROWS = {  # case: (task class, row fields, toolset config)
     "ToolsetConfig.url": (PlainTask, {}, {"url": "http://127.0.0.1:9/mcp"}),
     "ToolsetConfig.colocated": (PlainTask, {}, {"colocated": True}),
     "ToolsetConfig.runtime": (PlainTask, {}, {"runtime": {"type": "docker"}}),
+    "Toolset.register": (RawToolsTask, {}, {}),
 }
 ORDER = list(_ROWS)  # the cases by their tasks' idx
 # Entries a case of another name covers: defer_scoring() is how a task gets scoring_deferred.

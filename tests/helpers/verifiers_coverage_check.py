@@ -2,7 +2,7 @@
 
 Run with an interpreter that has rollkit and verifiers 0.4; prints one JSON
 document: `parts`, every part verifiers 0.4 defines (each decorator kind its
-decorators module marks, the public attributes of Task and Taskset, the
+decorators module marks, the public attributes of Task, Taskset and Toolset (with its ServerBase), the
 fields of TaskData, TaskConfig, TasksetConfig, the toolset configs and
 AgentConfig); `coverage`, rollkit's COVERAGE kinds; `cases`, which task of
 tests/helpers/byo_verifiers_unmapped.py carries each refused part; and
@@ -30,11 +30,12 @@ def _decorator_kinds() -> list[str]:
 
 def parts() -> list[str]:
     import verifiers.v1 as vf
+    from verifiers.v1.mcp.server import ServerBase
     from verifiers.v1.mcp.toolset import SharedToolsetConfig, ToolsetConfig
 
     found = set(_decorator_kinds())
-    for cls in (vf.Task, vf.Taskset):
-        found |= {f"{cls.__name__}.{name}" for name in vars(cls) if not name.startswith("_")}
+    for cls, label in ((vf.Task, "Task"), (vf.Taskset, "Taskset"), (ServerBase, "Toolset"), (vf.Toolset, "Toolset")):
+        found |= {f"{label}.{name}" for name in vars(cls) if not name.startswith("_")}
     for cls, label in ((vf.TaskData, "TaskData"), (vf.TaskConfig, "TaskConfig"), (vf.TasksetConfig, "TasksetConfig"),
                        (ToolsetConfig, "ToolsetConfig"), (SharedToolsetConfig, "ToolsetConfig"),
                        (vf.AgentConfig, "AgentConfig")):

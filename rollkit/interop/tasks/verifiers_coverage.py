@@ -1,8 +1,8 @@
 """What a verifiers v1 task or taskset can carry, and what rollkit does with each part.
 
 `COVERAGE` names every kind of thing verifiers 0.4 lets a `Task`, its
-`TaskData`, its `TaskConfig`, a `Taskset`, its `TasksetConfig` or a
-toolset's config carry, every decorator kind (`@vf.reward` ...), and the
+`TaskData`, its `TaskConfig`, a `Taskset`, its `TasksetConfig`, a toolset
+or a toolset's config carry, every decorator kind (`@vf.reward` ...), and the
 agent config fields of a verifiers run, each with what rollkit does with it:
 `mapped` (and where), `refused` (a task carrying it fails at open, naming
 it), `run` (the run's, not the task's: rollkit's agent, model and limits take
@@ -89,6 +89,15 @@ COVERAGE: dict[str, tuple[str, str]] = {
     "TasksetConfig.task": ("mapped", "the tasks' config, saved with each task"),
     "TasksetConfig.system_prompt": ("mapped", "applied when iterating, as verifiers applies it"),
     "TasksetConfig.id": ("mapped", "'verifiers:ID' loads the installed taskset"),
+    # A toolset (verifiers.v1.mcp: Toolset and its ServerBase).
+    "Toolset.TOOL_PREFIX": ("mapped", "the prefix of its tools' names, as verifiers' chat loop names them"),
+    "Toolset.server_name": ("mapped", "the prefix of its tools' names, and the toolset's name"),
+    "Toolset.setup": ("mapped", "called when the rollout's toolset starts"),
+    "Toolset.setup_task": ("mapped", "called with the task's row when the rollout's toolset starts (not shared)"),
+    "Toolset.state": ("mapped", "the rollout's trace.info['verifiers_state'], pulled and pushed per call"),
+    "Toolset.register": ("refused", "an override registers MCP handlers rollkit does not read (it takes the "
+                                    "@vf.tool methods)"),
+    "Toolset.run": ("inert", "serves the toolset standalone, outside a rollout"),
     # A toolset's config (verifiers.v1.mcp.toolset.ToolsetConfig, SharedToolsetConfig).
     "ToolsetConfig.colocated": ("refused", "runs the tool server in the agent's box; " + _SANDBOX),
     "ToolsetConfig.runtime": ("refused", "a runtime other than a local subprocess; " + _SANDBOX),
@@ -150,12 +159,18 @@ def _data_parts(data: Any) -> list[str]:
 
 
 def _toolset_parts(servers: list[Any]) -> list[str]:
-    """Toolset configs that put the tool server anywhere but a local process."""
+    """Toolsets that register their own handlers, or whose config puts the tool
+    server anywhere but a local process."""
     from verifiers.v1.runtimes import SubprocessConfig
+
+    from verifiers.v1 import Toolset
 
     found, remedy = [], "; give it a default vf.ToolsetConfig() to run it here"
     for server in servers:
         config, name = getattr(server, "config", None), getattr(server, "server_name", type(server).__name__)
+        if type(server).register is not Toolset.register:
+            found.append(f"toolset {name!r} overrides register() ({COVERAGE['Toolset.register'][1]}; declare its "
+                         "tools as @vf.tool methods of a vf.Toolset to run it here)")
         if getattr(config, "url", None):
             found.append(f"toolset {name!r} at url {config.url!r} ({COVERAGE['ToolsetConfig.url'][1]}{remedy})")
         if getattr(config, "colocated", False):
