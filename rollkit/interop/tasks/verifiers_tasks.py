@@ -37,8 +37,10 @@ scoring), the toolsets' state, and the stop that ended it (completed, not yet
 `ok`: verifiers sets that after scoring). Names and weights are the
 task's. A signal that raises is missing on that trace with its error; one
 that needs a verifiers runtime (a sandbox: a `runtime` parameter without a
-default) is missing with an error naming it, and a task that overrides
-`setup`/`finalize` (they take a runtime) fails with an error naming it. A
+default) is missing with an error naming it, and a task that carries what
+rollkit does not map (an `@vf.intercept`, a `setup`/`finalize` override, a
+container image ...: `verifiers_coverage.COVERAGE`) fails at open with an
+error naming each such part. A
 config-plugged judge (`TaskConfig.judges`) runs, as verifiers runs it, against
 the OpenAI-compatible endpoint `judge=` names (its base_url, model and the
 environment variable holding its key, in verifiers' own client config, saved
@@ -84,6 +86,7 @@ from ...core.task import Task, TaskData
 from ...core.tools import Tool, Toolset
 from ...core.trace import Trace
 from .tasklist import TaskList
+from .verifiers_coverage import unmapped
 
 __all__ = ["VerifiersData", "VerifiersTask", "build", "judge_endpoint", "verifiers_trace"]
 
@@ -210,8 +213,14 @@ class VerifiersTask(Task):
         return [*own, *shared, *super().all_toolsets()]
 
     async def setup(self, ctx: Any) -> None:
+        """Record where the task came from; refuse it, naming each part, when it
+        carries what rollkit does not map (`verifiers_coverage.unmapped`)."""
         ctx.trace.record_info(source=provenance(self.data))
-        self._refuse_runtime_hook("setup")
+        taskset, _tasks = loaded(self.data.taskset, self.data.config)
+        refused = unmapped(self._vtask, taskset)
+        if refused:
+            raise TaskError(f"verifiers task {type(self._vtask).__name__} {self.data.id!r} (idx {self.data.idx}) "
+                            f"carries what rollkit does not map, so it cannot run here: {'; '.join(refused)}")
 
     @stop
     async def verifiers_stop(self, trace: Trace, ctx: Any) -> bool:
@@ -280,15 +289,6 @@ class VerifiersTask(Task):
                 trace.record_turn_info({UNSENT_KEY: [m.model_dump(mode="json") for m in messages[held:]]})
                 return True
         return False
-
-    async def finalize(self, ctx: Any) -> None:
-        self._refuse_runtime_hook("finalize")
-
-    def _refuse_runtime_hook(self, hook: str) -> None:
-        if getattr(type(self._vtask), hook) is not getattr(vf().Task, hook):
-            raise TaskError(f"verifiers task {type(self._vtask).__name__} (idx {self.data.idx}) overrides {hook}"
-                            "(trace, runtime), which needs a verifiers runtime (a sandbox); rollkit does not "
-                            "provide one, so this task cannot run here")
 
     @reward
     async def verifiers_scores(self, trace: Trace) -> dict[str, float | None]:
