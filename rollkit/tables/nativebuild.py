@@ -875,7 +875,7 @@ def _read(con: Any, lines: Any, ordinal: int, fields: dict[str, Any], engine: En
         # lines' order and makes a row of each (none is blank): a row's rowid is its
         # line's place (a positional join with the lines' places read the part on one thread).
         # Integers are read as reals (DuckDB's reader makes 2.5 2), checked (_doubt), then typed.
-        typed = "STRUCT(" + ", ".join(f"{_quoted(n)} {k}" for n, k in _columns(fields).items()) + ")"
+        typed = _duck_type(fields)  # the struct of _columns(fields)
         con.execute(f"create temp table parsed_lines as select parsed::{typed} as t, "
                     f"{_doubt(fields, 'parsed')} as _doubt from parsed")
     made, doubt, doubtful = con.execute("select count(*), max(_doubt), list(rowid) filter (where _doubt = 1) "
@@ -945,6 +945,8 @@ def _check_doubtful(lines: Any, rows: list[int]) -> None:
     """Raise NativeUnfit when a line _doubt doubted (`rows`: their places in
     the part) reads otherwise in rk.load. Parsed with orjson first: a part
     of lines written without a call's running totals has every line doubted."""
+    if not rows:
+        return
     try:
         import orjson
     except ImportError:

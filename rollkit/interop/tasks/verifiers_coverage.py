@@ -145,12 +145,16 @@ def _task_parts(vtask: Any, base: type) -> list[str]:
     return found
 
 
+# The row fields COVERAGE refuses, in its order.
+_REFUSED_DATA = [key.split(".", 1)[1] for key, (kind, _) in COVERAGE.items()
+                 if key.startswith("TaskData.") and kind == "refused"]
+
+
 def _data_parts(data: Any) -> list[str]:
     """The task's row fields that need a verifiers runtime, where set."""
     defaults = type(data).model_fields
     found = []
-    for name in ("image", "workdir", "agent_user", "skills", "network_allow", "network_block", "artifacts",
-                 "timeout", "resources"):
+    for name in _REFUSED_DATA:
         if getattr(data, name) != defaults[name].get_default(call_default_factory=True):
             value = data.model_dump(mode="json", include={name})[name]
             found.append(f"data.{name} = {value!r} ({COVERAGE['TaskData.' + name][1]}; load the task without it "

@@ -250,11 +250,13 @@ class VerifiersTask(Task):
         # verifiers' tool gate: before the harness runs a tool call, the request stops see
         # the branch with that call and an empty result for it (one call at a time), and
         # the trace with the turn committed (the request's new messages, then the reply).
+        if not request_stops:
+            return False
         tools = _vf_tools(ctx.trace.info.get(TOOLS_KEY, []))
-        for message in sent[len(ctx.trace.messages):] if request_stops else []:
+        for message in sent[len(ctx.trace.messages):]:
             seen.nodes.append(v.MessageNode(parent=len(seen.nodes) - 1, message=message))
         seen.nodes.append(v.MessageNode(parent=len(seen.nodes) - 1, message=reply, sampled=True))
-        for call in reply.tool_calls or [] if request_stops else []:
+        for call in reply.tool_calls or []:
             probe = v.ToolMessage(tool_call_id=call.id, content="", name=call.name)
             gate = v.Request(messages=[*sent, reply, probe], tools=tools or None)
             if await _first_fired(request_stops, {v.Request: gate, v.Trace: seen}, ctx.trace):
@@ -430,8 +432,7 @@ class UnnamedJudge:
 
     def __init__(self, field: str, config: Any) -> None:
         self.__dict__["_why"] = (f"calls the judge in its config's {field!r} (judge model {config.model!r} at "
-                                 f"{config.base_url}); {JUDGE_ONLY_NAMED}: pass rk.tasks_from(..., "
-                                 "judge={'base_url': URL, 'model': NAME, 'api_key_var': ENV_VAR})")
+                                 f"{config.base_url}); {NAME_A_JUDGE}")
 
     def __getattr__(self, name: str) -> Any:
         raise JudgeNotNamed(self.__dict__["_why"])
@@ -520,12 +521,13 @@ def _aimed(config: Any, judge: Mapping[str, Any]) -> Any:
 
 
 JUDGE_ONLY_NAMED = "rollkit calls a judge only at an endpoint you name, so this reward is missing"
+NAME_A_JUDGE = (JUDGE_ONLY_NAMED + ": pass rk.tasks_from(..., judge={'base_url': URL, 'model': NAME, "
+                "'api_key_var': ENV_VAR})")
 
 
 def _judge_refusal(vtask: Any, name: str, config: Any) -> str:
     return (f"verifiers judge {name!r} of task {type(vtask).__name__} would call judge model {config.model!r} at "
-            f"{config.base_url}; {JUDGE_ONLY_NAMED}: "
-            "pass rk.tasks_from(..., judge={'base_url': URL, 'model': NAME, 'api_key_var': ENV_VAR})")
+            f"{config.base_url}; {NAME_A_JUDGE}")
 
 
 def _finish(reason: str | None) -> str | None:
