@@ -40,7 +40,9 @@ being shared; the median beside it) and its ratio to `none`, by wall time
 and by the process's CPU time (every thread's: steadier when other work
 shares the machine; a collector that stalls the run shows in wall time)
 until `rk.evaluate` returns, and by CPU time until the tables' last part,
-which a run's end does not wait for, is written too (cpu+tables); plus
+which a run's end does not wait for, is written too (cpu+tables), and that
+plus the CPU of the process's children (cpu+child: the span sender's, the
+run's total; /proc's clock ticks, 10 ms, so read it over many rollouts); plus
 whether pandas was imported by the end (the run's path should never import it).
 Beside each ratio, what the setting adds to a rollout, in CPU (or wall)
 microseconds, against the first setting. The three settings that take a
@@ -90,20 +92,23 @@ from rollkit.runs.live import LiveWriter
 from rollkit.tables.livetables import TraceLog
 from _common import Results, json_option
 
+_trace_line = evaluation.trace_line
 SETTINGS = ("none", "folder", "folder-tables", "folder-waited", "folder+otel", "folder+otel-proc", "folder+silent",
             "prices", "everything", "folder-no-live", "folder-no-dump", "folder-bare")
 DEFAULT = SETTINGS[:9]
 _TAKEN_AWAY = ("folder-tables", "folder-no-live", "folder-no-dump", "folder-bare")  # the live tables off
 
 
-class _Unserialized(TraceLog):
-    """A trace log that writes one line serialized before the run for every
-    trace (what the lines cost without their serialization)."""
+class _Unserialized:
+    """In place of the run's serializer of trace lines: one line serialized
+    before the run, given for every trace (what the lines cost without
+    their serialization)."""
 
     line = b""
 
-    def append(self, trace: Any) -> None:
-        self.write(self.line)
+    @classmethod
+    def trace_line(cls, trace: Any) -> bytes:
+        return cls.line
 
 
 class _Unwritten(RunSink):
@@ -243,11 +248,31 @@ def _why_no_sandbox() -> str | None:
     return None
 
 
+def _children_cpu(skip: int) -> float:
+    """CPU seconds of this process's children but `skip` (the collector):
+    those reaped, and those running (the span sender, reused from run to run)."""
+    times = os.times()
+    total = times.children_user + times.children_system
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == skip:
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
 def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurrency: int,
-         make_agent: Any = _agent) -> tuple[float, float, float]:
+         make_agent: Any = _agent) -> tuple[float, float, float, float]:
     """One evaluation in `setting`; its wall and CPU seconds until it
     returned (the CPU of every thread of this process: on a shared machine
-    the steadier one), and its CPU seconds with its tables' last part written."""
+    the steadier one), its CPU seconds with its tables' last part written,
+    and that plus its child processes' CPU (the span sender's: the run's
+    total CPU; the collector's is not counted)."""
     agent = make_agent(setting)
     everything = setting == "everything"
     options: dict[str, Any] = {"progress": everything, "concurrency": concurrency}
@@ -257,21 +282,25 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurr
         options["otel"] = collectors.url("otel-proc" if everything else setting.split("+")[1])
     if setting in ("prices", "everything"):
         rk.prices({agent.model.name: {"input": 1.0, "output": 2.0}})
-    log = _Waited if setting == "folder-waited" else _Unserialized if setting in ("folder-no-dump", "folder-bare") else TraceLog
+    log = _Waited if setting == "folder-waited" else TraceLog
     evaluation.TraceLog = functools.partial(log, tables=setting not in _TAKEN_AWAY)
+    if setting in ("folder-no-dump", "folder-bare"):
+        evaluation.trace_line = _Unserialized.trace_line
     if setting in ("folder-no-live", "folder-bare"):
         evaluation.LiveWriter = _Unwritten
     gc.collect()
     try:
         with warnings.catch_warnings(), open(os.devnull, "w") as bar, contextlib.redirect_stderr(bar):
             warnings.simplefilter("ignore")  # the silent collector's warning at the end
+            children = _children_cpu(collectors.process.pid)
             t, c = time.perf_counter(), time.process_time()
             rk.evaluate(agent, tasks, **options)
             wall, cpu = time.perf_counter() - t, time.process_time() - c
             settle()  # the tables' last part, built after the run returned: its CPU is the run's too
-            return wall, cpu, time.process_time() - c
+            tables = time.process_time() - c
+            return wall, cpu, tables, tables + _children_cpu(collectors.process.pid) - children
     finally:
-        evaluation.TraceLog, evaluation.LiveWriter = TraceLog, LiveWriter
+        evaluation.TraceLog, evaluation.LiveWriter, evaluation.trace_line = TraceLog, LiveWriter, _trace_line
         if setting in ("prices", "everything"):
             rk.prices({agent.model.name: None})
         if "out" in options:
@@ -279,13 +308,13 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurr
 
 
 def _measure(settings: list[str], tasks: list, rounds: int, concurrency: int, make_agent: Any = _agent,
-             warm: int = 50) -> dict[str, list[tuple[float, float, float]]]:
+             warm: int = 50) -> dict[str, list[tuple[float, ...]]]:
     """Each setting's (wall, CPU, CPU with the tables) seconds per round: a warm-up of each
     first (imports, the price table, the SDK; not counted), then the rounds,
     the settings taking turns and the order rotating from round to round."""
     root = Path(tempfile.mkdtemp(prefix="rollkit-overhead-"))
     collectors = _Collectors()
-    times: dict[str, list[tuple[float, float, float]]] = {s: [] for s in settings}
+    times: dict[str, list[tuple[float, ...]]] = {s: [] for s in settings}
     try:
         for s in settings:
             _run(s, tasks[:warm], root, collectors, concurrency, make_agent)
@@ -302,7 +331,7 @@ def _report(times: dict[str, list[tuple[float, ...]]], rollouts: int, results: R
     """Each setting's rollouts/s by each clock the rounds kept, its ratio to
     the first setting, and what it adds to a rollout in microseconds."""
     settings = list(times)
-    clocks = ("wall", "cpu", "cpu+tables")[:len(times[settings[0]][0])]
+    clocks = ("wall", "cpu", "cpu+tables", "cpu+child")[:len(times[settings[0]][0])]
     for which, label in enumerate(clocks):
         base = rollouts / min(t[which] for t in times[settings[0]])
         for s in settings:

@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 from conftest import prompt_task
+from helpers.otel_collectors import Keeper
 from helpers.processes import listening_sockets
 
 import rollkit as rk
@@ -463,21 +464,6 @@ def test_span_count_is_what_emit_makes_for_every_kind_of_rollout():
         assert sent.spans == otel.span_count(trace) == len(memory.get_finished_spans()), trace.task.key
 
 
-class _Keeper(BaseHTTPRequestHandler):
-    """A collector on 127.0.0.1 that keeps each request's body and answers 200."""
-
-    bodies: list[bytes]
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 def _without_ids(request: Any) -> tuple[list[dict[str, Any]], list[list[int | None]]]:
     """A decoded OTLP request's spans with their random ids taken out, and
     each rollout's tree as the index of each span's parent."""
@@ -516,8 +502,8 @@ def test_what_an_endpoint_receives_is_what_the_sdks_own_encoder_makes_of_the_sam
     traces.append(cut)
     options = {"content": True, "resource_attributes": {"note": "é ✓ 🙂", "offset": -3, "big": 2**40,
                                                         "flags": [True, False], "scale": 0.5}}
-    _Keeper.bodies = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Keeper)
+    Keeper.bodies = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Keeper)
     serving = threading.Thread(target=server.serve_forever)
     serving.start()
     try:
@@ -529,7 +515,7 @@ def test_what_an_endpoint_receives_is_what_the_sdks_own_encoder_makes_of_the_sam
         serving.join()
     memory = InMemorySpanExporter()
     rk.export(traces, format="otel", span_exporter=memory, **options)
-    received = [ExportTraceServiceRequest.FromString(body) for body in _Keeper.bodies]
+    received = [ExportTraceServiceRequest.FromString(body) for body in Keeper.bodies]
     got = [_without_ids(r) for r in received]
     spans, trees = [s for g in got for s in g[0]], [t for g in got for t in g[1]]
     want_spans, want_trees = _without_ids(encode_spans(memory.get_finished_spans()))

@@ -371,7 +371,7 @@ def plan_run(
     folder_path = Path(out) if out is not None else None
     plan = _Plan(agent, task_list, repeats, concurrency, backend, progress, scorers, manifest, folder_path, resume, user)
     if otel is not None:
-        from ..interop.exports.otel import live_sink
+        from ..interop.exports.otelprocess import live_sink
 
         plan.otel = live_sink(otel)
     return plan
@@ -387,6 +387,11 @@ def _backend(backend: Any) -> Any:
     if hasattr(backend, "start") and hasattr(backend, "run") and hasattr(backend, "stop"):
         return backend  # e.g. rollkit.runs.ray_backend.RayBackend(address=...)
     raise _BadValue(f"backend must be 'local', 'ray' or a rollkit.runs.ray_backend.RayBackend(...), got {backend!r}")
+
+
+def trace_line(trace: Trace) -> bytes:
+    """A finished trace's line in the run's traces.jsonl (rollkit.tables.livetables.TraceLog.append's)."""
+    return trace.model_dump_json().encode() + b"\n"
 
 
 def _rollout_info(task: Task, repeat: int, run_id: str) -> dict[str, Any]:
@@ -516,13 +521,17 @@ class _Run:
             for user_trace in trace.user_traces:
                 append_trace(user_trace, self.user_file)
         self.user_traces.extend(trace.user_traces)
+        line = None
         if self.trace_file is not None:
-            self.trace_file.append(trace)
+            line = trace_line(trace)
+            self.trace_file.write(line)
         self.traces.append(trace)
         self.by_example.setdefault(trace.info["example_id"], []).append(trace)
         self.progress.add(trace)
         for sink in self.sinks:
             sink.finished(trace)
+        if self.plan.otel is not None:  # given the line just written: its spans are made from it
+            self.plan.otel.finished(trace, line)  # type: ignore[call-arg]
 
     def _watch_run(self) -> None:
         """The live file (with a run folder) and the watchers in this process
@@ -534,13 +543,14 @@ class _Run:
             for trace in self.finished_before:
                 watcher.finished(trace)
         self.sinks.extend(plan.watchers)
-        if plan.otel is not None:  # after the replay above: what an earlier run finished was sent then
-            self.sinks.append(plan.otel)
-        if not self.sinks:
+        # OTel's sink hears begin, finished (with the trace's line) and end
+        # only: not in self.sinks, which every phase and turn is told to. Not
+        # given the replay above: what an earlier run finished was sent then.
+        if not self.sinks and plan.otel is None:
             return
         info = run_info(plan.run_id, len(self.todo) + len(self.finished_before), plan.agent.limits.model_dump(),
                         plan.agent.timeouts.agent)
-        for sink in self.sinks:
+        for sink in self.sinks if plan.otel is None else [*self.sinks, plan.otel]:
             sink.begin(info)
         if isinstance(plan.backend, _LocalBackend):
             plan.backend.watch = self._watch_rollout
@@ -616,7 +626,7 @@ class _Run:
         finally:
             self.progress.close()
             try:
-                for sink in self.sinks:
+                for sink in self.sinks if plan.otel is None else [*self.sinks, plan.otel]:
                     sink.end(status)
             finally:  # a sink that fails at the end still leaves the workers stopped and the files closed
                 if started:

@@ -7,7 +7,9 @@ OTLP/HTTP: the spans are written as OTLP protobuf here and posted by the
 OpenTelemetry OTLP/HTTP exporter's client (its retries, headers, log), or
 made as SDK spans for a `span_exporter=` the caller gives.
 `rk.export(traces, format="otel", endpoint=...)` sends a batch (`write`);
-`rk.evaluate(..., otel=URL)` sends each rollout as it finishes (`live_sink`).
+`rk.evaluate(..., otel=URL)` sends each rollout as it finishes, by an
+exporter in a process of its own (rollkit.interop.exports.otelprocess);
+`otel=OtelExporter(...)` by that exporter, in this process (`LiveSink`).
 
 One rollout is one trace:
 
@@ -30,7 +32,7 @@ its recorded start and end, and sends from one background thread, the
 way the SDK's batch span processor does: rollouts wait in a bounded queue
 (a full one drops and counts them), leave in batches of up to 512 spans,
 each export given a short timeout (5 s), so a live run's event loop never
-waits on the network, and its end waits a bounded time (see `_LiveSink`).
+waits on the network, and its end waits a bounded time (see `LiveSink`).
 This module reads traces only; it writes no trace and no file.
 """
 
@@ -58,7 +60,8 @@ from ...core.messages import AssistantMessage, Message, SystemMessage, ToolMessa
 from ...core.trace import PHASES, ModelCall, Trace
 from ...core.events import RunSink
 
-__all__ = ["OtelExporter", "OtelSent", "SEMCONV_VERSION", "live_sink", "span_count", "write"]
+__all__ = ["LIVE_END_WAIT", "LiveSink", "OtelExporter", "OtelSent", "SEMCONV_VERSION", "endpoint_url", "sdk", "shown",
+           "span_count", "warn_not_taken", "write"]
 
 # The GenAI semantic conventions these spans follow: semantic-conventions
 # v1.41.0, the last release that held the GenAI conventions before they
@@ -90,6 +93,8 @@ _END_GRACE = 1.0
 # (a collector that accepts connections and never answers): a healthy one
 # on the same network answers one batch well within it.
 _FIRST_ANSWER = 1.0
+# What a live run's end waits for its spans, at most, with the default export timeout.
+LIVE_END_WAIT = _TIMEOUT + _END_GRACE
 # Seconds a batch waits for more rollouts before it leaves (unless it is
 # full, or a flush or the run's end comes first): without it a fast run's
 # sending thread posts a request per rollout or two, and each post's CPU is
@@ -115,7 +120,7 @@ class OtelSent:
 
 
 @cache
-def _sdk() -> Any:
+def sdk() -> Any:
     """The OpenTelemetry SDK, imported on first use, and the span processor
     that hands ended spans to the exporter (defined here: its base class is
     the SDK's)."""
@@ -139,9 +144,9 @@ def _sdk() -> Any:
     class SDK:
         pass
 
-    sdk = SDK()
-    sdk.api, sdk.Resource, sdk.TracerProvider, sdk.Collector = api, Resource, TracerProvider, Collector
-    return sdk
+    kit = SDK()
+    kit.api, kit.Resource, kit.TracerProvider, kit.Collector = api, Resource, TracerProvider, Collector
+    return kit
 
 
 def _otlp_exporter(endpoint: str, headers: Mapping[str, str] | None, timeout: float) -> Any:
@@ -153,7 +158,7 @@ def _otlp_exporter(endpoint: str, headers: Mapping[str, str] | None, timeout: fl
     return OTLPSpanExporter(endpoint=endpoint, headers=dict(headers or {}), timeout=timeout)
 
 
-def _shown(url: str | None) -> str | None:
+def shown(url: str | None) -> str | None:
     """A URL as messages show it: a user name or password in it (basic
     auth some collectors take), each query value (an API key some take
     there) and a fragment replaced by ***."""
@@ -198,7 +203,7 @@ def _scrubbed(text: str | None, secrets: tuple[str, ...]) -> str | None:
     return text
 
 
-def _endpoint(endpoint: Any, owner: str) -> str:
+def endpoint_url(endpoint: Any, owner: str) -> str:
     """An OTLP/HTTP traces URL; a bare base URL gets the signal path
     `/v1/traces` as the OTLP specification adds it to a base endpoint."""
     if not isinstance(endpoint, str):
@@ -206,7 +211,7 @@ def _endpoint(endpoint: Any, owner: str) -> str:
                          f"'http://127.0.0.1:6006/v1/traces' (Phoenix), got {type(endpoint).__name__}")
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{owner}: endpoint {_shown(endpoint)!r} is not an http(s) URL; give the collector's "
+        raise UsageError(f"{owner}: endpoint {shown(endpoint)!r} is not an http(s) URL; give the collector's "
                          "OTLP/HTTP traces URL, e.g. 'http://127.0.0.1:6006/v1/traces' (Phoenix)")
     if parts.path in ("", "/"):
         parts = parts._replace(path="/v1/traces")
@@ -306,19 +311,19 @@ class OtelExporter:
                              "exactly one")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise UsageError(f"OtelExporter: timeout must be a number of seconds > 0, got {timeout!r}")
-        self.endpoint = None if endpoint is None else _endpoint(endpoint, "OtelExporter")
+        self.endpoint = None if endpoint is None else endpoint_url(endpoint, "OtelExporter")
         self.timeout = float(timeout)
         self._secrets = _secrets(self.endpoint, headers)
-        sdk = _sdk()
+        kit = sdk()
         # A span exporter the caller gave stays theirs: flushed into, never shut down.
         self._owns_exporter = span_exporter is None
         self._exporter = span_exporter if span_exporter is not None else _otlp_exporter(self.endpoint, headers, timeout)
-        resource = sdk.Resource.create({"service.name": service_name, **dict(resource_attributes or {})})
-        self._provider = sdk.TracerProvider(resource=resource, shutdown_on_exit=False)
-        self._collector = sdk.Collector()
+        resource = kit.Resource.create({"service.name": service_name, **dict(resource_attributes or {})})
+        self._provider = kit.TracerProvider(resource=resource, shutdown_on_exit=False)
+        self._collector = kit.Collector()
         self._provider.add_span_processor(self._collector)
         self._tracer = self._provider.get_tracer("rollkit", schema_url=SCHEMA_URL)
-        self._api = sdk.api
+        self._api = kit.api
         self._resource_pb: bytes | None = None
         self.content = bool(content)
         self.provider = provider
@@ -393,10 +398,15 @@ class OtelExporter:
         return self.sent
 
     @property
+    def waited(self) -> float:
+        """What the last flush waited at most, in seconds (0: none yet, or it did not wait)."""
+        return self._waited or 0
+
+    @property
     def sent(self) -> OtelSent:
         with self._room:
             failed = self.failed + self.dropped
-            return OtelSent(self.traces, self.spans, failed, _shown(self.endpoint),
+            return OtelSent(self.traces, self.spans, failed, shown(self.endpoint),
                             _scrubbed(self._said.said, self._secrets) if failed else None, self.dropped)
 
     def close(self, wait: float | None = None) -> OtelSent:
@@ -427,7 +437,7 @@ class OtelExporter:
             logger.removeFilter(self._masked)
 
     def __repr__(self) -> str:
-        where = _shown(self.endpoint) or type(self._exporter).__name__
+        where = shown(self.endpoint) or type(self._exporter).__name__
         return f"OtelExporter({where!r}, sent {self.traces} rollouts, {self.spans} spans)"
 
     # ---- the sending thread --------------------------------------------------------
@@ -527,12 +537,13 @@ class OtelExporter:
         return self._resource_pb
 
 
-class _LiveSink(RunSink):
+class LiveSink(RunSink):
     """A run's watcher (a rollkit.runs.live.RunSink) that queues each
     finished rollout on an `OtelExporter`; the other events carry nothing
-    to send. Given a URL it makes its exporter when the run begins and
-    closes it at the end; given an `OtelExporter` it flushes it at the end
-    and leaves it open. The end waits for what is queued at most the
+    to send (`line`, the trace's JSON line, is not needed here). Given a URL
+    it makes its exporter when the run begins and closes it at the end (the
+    span sender process runs it so); given an `OtelExporter` it flushes it
+    at the end and leaves it open. The end waits for what is queued at most the
     exporter's timeout plus `_END_GRACE` seconds (6 s by default), at most
     `_FIRST_ANSWER` (1 s) while no export has come back, and not at all
     when the collector's last export failed; spans not taken
@@ -547,7 +558,7 @@ class _LiveSink(RunSink):
         if self.exporter is None:
             self.exporter = OtelExporter(self.given)  # type: ignore[arg-type]
 
-    def finished(self, trace: Trace) -> None:
+    def finished(self, trace: Trace, line: bytes | None = None) -> None:
         if self.exporter is not None:
             self.exporter.send(trace)
 
@@ -558,22 +569,16 @@ class _LiveSink(RunSink):
         wait = exporter.timeout + _END_GRACE
         sent = exporter.close(wait) if exporter is not self.given else exporter.flush(wait)
         if sent.failed:
-            dropped = f"; {sent.dropped} of them never sent (the queue was full or the end's wait of " \
-                      f"{exporter._waited or 0:g} s ran out)" if sent.dropped else ""
-            warnings.warn(f"rollkit: {sent.failed} of {sent.spans} spans were not taken by "
-                          f"{sent.endpoint or 'the span exporter'} ({sent.reason or 'no reason given'}){dropped}",
-                          stacklevel=2)
+            warn_not_taken(sent, exporter.waited)
 
 
-def live_sink(otel: Any) -> _LiveSink:
-    """`rk.evaluate`'s `otel=` checked, as a run watcher (see `_LiveSink`)."""
-    if isinstance(otel, OtelExporter):
-        return _LiveSink(otel)
-    if isinstance(otel, str):
-        _sdk()  # not installed: say so before the run starts
-        return _LiveSink(_endpoint(otel, "rk.evaluate(otel=...)"))
-    raise UsageError(f"rk.evaluate: otel= takes the OTLP/HTTP URL of a trace collector (e.g. "
-                     f"'http://127.0.0.1:6006/v1/traces') or an OtelExporter, got {type(otel).__name__}")
+def warn_not_taken(sent: OtelSent, waited: float, more: str = "") -> None:
+    """A live run's one warning at its end: the spans not taken, by whom (credentials masked) and why."""
+    dropped = f"; {sent.dropped} of them never sent (the queue was full or the end's wait of " \
+              f"{waited:g} s ran out)" if sent.dropped else ""
+    warnings.warn(f"rollkit: {sent.failed} of {sent.spans} spans were not taken by "
+                  f"{sent.endpoint or 'the span exporter'} ({sent.reason or 'no reason given'}){dropped}{more}",
+                  stacklevel=3)
 
 
 def span_count(trace: Trace) -> int:
@@ -989,7 +994,7 @@ def write(source: Any, path: Path | None, *, endpoint: Any = None, headers: Mapp
         raise UsageError("rk.export(format='otel') needs endpoint=, the collector's OTLP/HTTP traces URL "
                          "(e.g. 'http://127.0.0.1:6006/v1/traces' for Phoenix)")
     if endpoint is not None:
-        endpoint = _endpoint(endpoint, "rk.export(format='otel')")
+        endpoint = endpoint_url(endpoint, "rk.export(format='otel')")
     exporter = OtelExporter(endpoint, headers=headers, service_name=service_name,
                             resource_attributes=resource_attributes, content=content, provider=provider,
                             timeout=timeout, span_exporter=span_exporter)
