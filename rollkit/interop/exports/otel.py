@@ -60,8 +60,8 @@ from ...core.messages import AssistantMessage, Message, SystemMessage, ToolMessa
 from ...core.trace import PHASES, ModelCall, Trace
 from ...core.events import RunSink
 
-__all__ = ["LIVE_END_WAIT", "LiveSink", "OtelExporter", "OtelSent", "SEMCONV_VERSION", "endpoint_url", "sdk", "shown",
-           "span_count", "warn_not_taken", "write"]
+__all__ = ["LIVE_END_WAIT", "LiveSink", "OtelExporter", "OtelSent", "SEMCONV_VERSION", "endpoint_url", "otlp_exporter_class", "sdk",
+           "shown", "span_count", "warn_not_taken", "write"]
 
 # The GenAI semantic conventions these spans follow: semantic-conventions
 # v1.41.0, the last release that held the GenAI conventions before they
@@ -149,13 +149,18 @@ def sdk() -> Any:
     return kit
 
 
-def _otlp_exporter(endpoint: str, headers: Mapping[str, str] | None, timeout: float) -> Any:
+def otlp_exporter_class() -> Any:
+    """The OTLP/HTTP span exporter's class, imported on first use."""
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError as exc:
         raise Unavailable(f"OpenTelemetry export needs the OTLP/HTTP exporter ({exc}); install it: "
                           "pip install opentelemetry-exporter-otlp-proto-http") from None
-    return OTLPSpanExporter(endpoint=endpoint, headers=dict(headers or {}), timeout=timeout)
+    return OTLPSpanExporter
+
+
+def _otlp_exporter(endpoint: str, headers: Mapping[str, str] | None, timeout: float) -> Any:
+    return otlp_exporter_class()(endpoint=endpoint, headers=dict(headers or {}), timeout=timeout)
 
 
 def shown(url: str | None) -> str | None:
