@@ -34,6 +34,9 @@ a warmer heap):
   line not serialized (the same line, serialized once before the run,
   written for every rollout), or both (what is left: the trace line's
   write and flush, the events, the folder's files).
+- otel-proc: no folder, spans to the collector in a process of its own
+  (each trace serialized for the span sender: against `none`, what spans
+  cost a run without a folder). Runs only when named.
 
 Printed: rollouts/s of each setting (the best of its rounds, the machine
 being shared; the median beside it) and its ratio to `none`, by wall time
@@ -46,11 +49,12 @@ run's total; /proc's clock ticks, 10 ms, so read it over many rollouts); plus
 whether pandas was imported by the end (the run's path should never import it).
 Beside each ratio, what the setting adds to a rollout, in CPU (or wall)
 microseconds, against the first setting. The three settings that take a
-part away run only when named.
+part away, and otel-proc, run only when named.
 
     PYTHONPATH=. python benchmarks/overhead.py [--tasks 2000] [--rounds 3] [--concurrency 32] [--json PATH]
         [--settings none,folder,folder-tables,folder-waited,folder+otel,folder+otel-proc,folder+silent,prices,everything]
     PYTHONPATH=. python benchmarks/overhead.py --settings none,folder-tables,folder-no-live,folder-no-dump,folder-bare
+    PYTHONPATH=. python benchmarks/overhead.py --settings none,otel-proc
     PYTHONPATH=. python benchmarks/overhead.py --sandbox 8 [--rounds 3]
 
 `--sandbox N` measures something else: N rollouts of a program run in a
@@ -94,7 +98,7 @@ from _common import Results, json_option
 
 _trace_line = evaluation.trace_line
 SETTINGS = ("none", "folder", "folder-tables", "folder-waited", "folder+otel", "folder+otel-proc", "folder+silent",
-            "prices", "everything", "folder-no-live", "folder-no-dump", "folder-bare")
+            "prices", "everything", "folder-no-live", "folder-no-dump", "folder-bare", "otel-proc")
 DEFAULT = SETTINGS[:9]
 _TAKEN_AWAY = ("folder-tables", "folder-no-live", "folder-no-dump", "folder-bare")  # the live tables off
 
@@ -278,8 +282,8 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurr
     options: dict[str, Any] = {"progress": everything, "concurrency": concurrency}
     if setting.startswith("folder") or everything:
         options["out"] = root / f"run-{time.monotonic_ns()}"
-    if setting in ("folder+otel", "folder+otel-proc", "folder+silent") or everything:
-        options["otel"] = collectors.url("otel-proc" if everything else setting.split("+")[1])
+    if setting in ("folder+otel", "folder+otel-proc", "folder+silent", "otel-proc") or everything:
+        options["otel"] = collectors.url("otel-proc" if everything else setting.split("+")[-1])
     if setting in ("prices", "everything"):
         rk.prices({agent.model.name: {"input": 1.0, "output": 2.0}})
     log = _Waited if setting == "folder-waited" else TraceLog
