@@ -201,3 +201,42 @@ def test_a_sender_that_stops_answering_costs_the_end_its_bound_and_is_ended(coll
     assert gone(process.pid) and process.popen.returncode == -signal.SIGKILL
     assert took < 1 + 8, took  # the bound (1 s here) plus a loaded machine's margin
 
+
+
+class _StopsTheSender(RunSink):
+    """A watcher that SIGSTOPs the span sender when the first rollout
+    finishes and lets it go on at the run's end (before the otel sink's
+    end: watchers are told first), so the lines meanwhile fill its pipe and
+    the backlog."""
+
+    def __init__(self) -> None:
+        self.pid = 0
+
+    def finished(self, trace: Any) -> None:
+        if not self.pid:
+            self.pid = otelprocess.sender().pid
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def end(self, status: str) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
+def test_what_the_backlog_cannot_take_is_dropped_counted_and_said_once_credentials_masked(collector, monkeypatch):
+    url, bodies = collector
+    monkeypatch.setattr(otelprocess, "_BACKLOG", 64 << 10)  # 64 KB: about 20 demo rollouts' lines
+    secret_url = url.replace("http://", "http://user:pass-secret@") + "?api_key=query-secret"
+    stopper = _StopsTheSender()
+    pending = rk.evaluate_async(demo_agent(), arithmetic_tasks(300), progress=False, otel=secret_url)
+    pending.attach(stopper)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        result = run_to_end(pending)
+    assert [t.ok for t in result.traces] == [True] * 300
+    [warning] = [str(w.message) for w in said if "span" in str(w.message)]
+    shown = otel.shown(secret_url)
+    unsent = int(warning.split("the spans of ")[1].split()[0])
+    assert warning == (f"rollkit: the spans of {unsent} of 300 rollouts were not sent to {shown}: the span "
+                       "sender's backlog of 0.0625 MB was full")
+    assert "pass-secret" not in warning and "query-secret" not in warning
+    received = len(_spans(bodies))
+    assert received == 9 * (300 - unsent) and 0 < unsent < 300  # every demo rollout is 9 spans

@@ -105,12 +105,14 @@ class SenderProcess:
         self.gone = False  # it takes nothing more: its pipe broke, or it was closed
         self.channels = itertools.count(1)
 
-    def put(self, kind: bytes, channel: int, payload: bytes) -> bool:
+    def put(self, kind: bytes, channel: int, payload: bytes, *, bounded: bool = True) -> bool:
         """Queue one frame and send what the pipe takes now; False (nothing
-        queued) when the child is gone or the backlog is full."""
+        queued) when the child is gone or, `bounded`, the backlog is full
+        (a channel's opening and end are not: they are small, and the end
+        must follow what was queued)."""
         size = _FRAME.size + len(payload)
         with self._lock:
-            if self.gone or self._backlog_bytes + size > _BACKLOG:
+            if self.gone or bounded and self._backlog_bytes + size > _BACKLOG:
                 return False
             self._backlog.append(_FRAME.pack(kind, channel, len(payload)))
             self._backlog.append(payload)
@@ -236,7 +238,7 @@ class ProcessSink(RunSink):
     def begin(self, info: dict[str, Any]) -> None:
         self.process = sender()
         self.channel = next(self.process.channels)
-        self.process.put(b"O", self.channel, json.dumps({"endpoint": self.endpoint}).encode())
+        self.process.put(b"O", self.channel, json.dumps({"endpoint": self.endpoint}).encode(), bounded=False)
 
     def finished(self, trace: Any, line: bytes | None = None) -> None:
         """One rollout; `line` its JSON line as the run wrote it (serialized here when the run has no file)."""
@@ -255,17 +257,21 @@ class ProcessSink(RunSink):
         wait = otel.LIVE_END_WAIT
         deadline = time.monotonic() + wait + _START_GRACE
         answer = None
-        if process.put(b"E", self.channel, json.dumps({"wait": wait}).encode()) and process.drain(deadline):
+        if process.put(b"E", self.channel, json.dumps({"wait": wait}).encode(), bounded=False) \
+                and process.drain(deadline):
             answer = process.answer(self.channel, deadline)
         if answer is None:
             return self._lost(process, wait + _START_GRACE)
         waited = answer.pop("waited")
         answer.pop("channel")
         sent = otel.OtelSent(**answer)
-        more = f"; {self.unsent} more rollouts never reached the span sender (its backlog of " \
-               f"{_BACKLOG >> 20} MB was full)" if self.unsent else ""
-        if sent.failed or self.unsent:
+        full = f"the span sender's backlog of {_BACKLOG / (1 << 20):g} MB was full"
+        if sent.failed:
+            more = f"; the spans of {self.unsent} more rollouts were never sent ({full})" if self.unsent else ""
             otel.warn_not_taken(sent, waited, more)
+        elif self.unsent:
+            warnings.warn(f"rollkit: the spans of {self.unsent} of {self.rollouts} rollouts were not sent to "
+                          f"{otel.shown(self.endpoint)}: {full}", stacklevel=3)
 
     def _lost(self, process: SenderProcess, waited: float) -> None:
         """The child died or did not answer: one warning (the collector's credentials masked); a
