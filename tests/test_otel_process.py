@@ -240,3 +240,32 @@ def test_what_the_backlog_cannot_take_is_dropped_counted_and_said_once_credentia
     assert "pass-secret" not in warning and "query-secret" not in warning
     received = len(_spans(bodies))
     assert received == 9 * (300 - unsent) and 0 < unsent < 300  # every demo rollout is 9 spans
+
+
+def _evaluate_in_a_fork(url: str, answers: Any) -> None:
+    result = rk.evaluate(demo_agent(), arithmetic_tasks(2), progress=False, otel=url)
+    answers.put((otelprocess.sender().pid, [t.ok for t in result.traces]))
+    otelprocess.stop()  # a multiprocessing child ends without running atexit
+
+
+def test_a_forked_process_starts_its_own_sender_and_leaves_its_parents_alone(collector):
+    import multiprocessing
+
+    url, bodies = collector
+    rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False, otel=url)
+    parents = otelprocess.sender().pid
+    fork = multiprocessing.get_context("fork")
+    answers = fork.Queue()
+    child = fork.Process(target=_evaluate_in_a_fork, args=(url, answers))
+    child.start()
+    forks_sender, oks = answers.get(timeout=120)
+    child.join(120)
+    assert child.exitcode == 0 and oks == [True, True]
+    assert forks_sender != parents and _wait_gone(forks_sender)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the parent's sender still answers: no warning
+        rk.evaluate(demo_agent(), arithmetic_tasks(1), progress=False, otel=url)
+    assert otelprocess.sender().pid == parents
+    assert len(_spans(bodies)) == 9 * (1 + 2 + 1)
+    answers.close()
+    answers.join_thread()

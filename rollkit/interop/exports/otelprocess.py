@@ -26,6 +26,8 @@ trace's JSON line, E ends it ({"wait": seconds}) and the child answers one
 JSON line on stdout: what the exporter sent (otel.OtelSent's fields) and
 what it waited. At the end of its stdin (the parent exited, or was killed)
 the child drops what it holds and exits: it never outlives its parent.
+A forked copy of the parent closes its copy of the pipes at once and starts
+its own sender if it needs one (two processes never share one).
 
 The child's environment holds what reaching a collector needs (PATH, HOME,
 locale, the OTLP exporter's OTEL_* settings, certificate and proxy
@@ -175,16 +177,20 @@ class SenderProcess:
             return "running"
         return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"ended with exit code {code}"
 
-    def close(self, wait: float = _EXIT_WAIT) -> None:
-        """End the child: the end of its stdin, then at most `wait` seconds, then SIGKILL; always reaped."""
-        with self._lock:
-            self.gone = True
-            self._backlog.clear()
+    def close_pipes(self) -> None:
+        """Close this process's ends of the child's pipes (the child then reads the end of its stdin)."""
         for pipe in (self.popen.stdin, self.popen.stdout):
             try:
                 pipe.close()  # type: ignore[union-attr]
             except OSError:  # a broken pipe's last flush
                 pass
+
+    def close(self, wait: float = _EXIT_WAIT) -> None:
+        """End the child: the end of its stdin, then at most `wait` seconds, then SIGKILL; always reaped."""
+        with self._lock:
+            self.gone = True
+            self._backlog.clear()
+        self.close_pipes()
         try:
             self.popen.wait(wait)
         except subprocess.TimeoutExpired:
@@ -212,6 +218,22 @@ def sender() -> SenderProcess:
 
 
 _started_once: list[bool] = []
+
+
+def _forked() -> None:
+    """In a forked copy of this process (os.register_at_fork): the parent's
+    sender stays the parent's. Its pipe's ends are closed here (the
+    parent's exit still ends it; two processes never write frames into one
+    pipe), and this process starts its own if it runs with otel=."""
+    global _process, _process_lock
+    _process_lock = threading.Lock()  # another thread may have held it at the fork
+    process, _process = _process, None
+    if process is not None:
+        process.gone = True
+        process.close_pipes()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def stop(wait: float = _EXIT_WAIT) -> None:
