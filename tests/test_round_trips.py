@@ -156,6 +156,39 @@ def test_rollkit_to_atif_to_rollkit_loses_nothing(trace: Trace, tmp_path_factory
     assert back.outcome == trace.outcome and back.info["format"] == "atif"
 
 
+@_SETTINGS
+@given(trace=traces())
+def test_a_traces_json_line_is_its_model_dump_json_byte_for_byte(trace: Trace) -> None:
+    # A run's lines are made by json_line, every other writer's by model_dump_json: one format.
+    assert trace.json_line() == trace.model_dump_json().encode() + b"\n"
+
+
+def test_the_json_line_of_every_fixtures_traces_is_their_model_dump_json() -> None:
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    files = [p for p in sorted(fixtures.rglob("*")) if p.is_file() and p.suffix != ".md" and p.name != "metadata.json"]
+    traces = [t for path in files for t in rk.load(path, errors="skip")]
+    assert len(files) >= 90 and len(traces) >= 90, (len(files), len(traces))
+    assert [t.json_line() for t in traces] == [t.model_dump_json().encode() + b"\n" for t in traces]
+
+
+def test_the_json_line_of_a_trace_whose_calls_share_prompt_ids_is_its_model_dump_json() -> None:
+    from rollkit.core.messages import TokenLogprobs
+    from rollkit.examples import arithmetic_tasks, demo_agent
+    from rollkit.examples.arithmetic import toy_calculator_model
+
+    toy = toy_calculator_model()
+
+    async def reply(request: Any) -> Response:
+        answer = (await toy.complete(request)).message
+        prompt = 10 * len(request.messages)  # each call's prompt ids start with the previous call's
+        tokens = TokenLogprobs(prompt_ids=list(range(prompt)), ids=[1, 2], logprobs=[-0.5, -0.25], text=["a", "b"])
+        return Response(message=answer, usage=Usage(input_tokens=prompt, output_tokens=2), tokens=tokens)
+
+    (trace,) = rk.evaluate(demo_agent(model=rk.ScriptedModel(reply, name="toy")), arithmetic_tasks(1), progress=False).traces
+    line = trace.json_line()
+    assert b'"prompt_shared":' in line and line == trace.model_dump_json().encode() + b"\n"
+
+
 def test_the_generator_reaches_every_field_of_a_trace() -> None:
     """A field added to `Trace` fails this until the generator above (and so
     the round trips) covers it."""
