@@ -23,6 +23,7 @@ the run folder format (rollkit.tables.runfolder does) or judge a group
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -394,6 +395,12 @@ def _rollout_info(task: Task, repeat: int, run_id: str) -> dict[str, Any]:
     return {"example_id": task.key, "repeat": repeat, "rollout_id": f"{task.key}#{repeat}", "run_id": run_id}
 
 
+def _progress_of(rollout: Any) -> tuple[str | None, int, int | None, float]:
+    """A rollout's phase and turn counts now, as the live file shows them."""
+    trace = rollout.trace
+    return rollout.phase, trace.num_turns, trace.num_total_tokens, rollout.agent_time
+
+
 class _LocalBackend:
     """Rollouts run as tasks on this event loop."""
 
@@ -483,6 +490,8 @@ class _Run:
         ]
         self.progress = _Progress(False, 0, [])  # the bar appears once the backend is up
         self.sinks: list[RunSink] = []  # the live file's writer and the watchers: see _watch_run
+        self.live: LiveWriter | None = None
+        self.hearing: list[RunSink] = []  # the sinks that hear each phase and turn (all but the live file's)
         self.trace_file: Any = None
         self.group_file: Any = None
         self.user_file: Any = None
@@ -529,13 +538,15 @@ class _Run:
         hear of each rollout's start, phases, turns and end."""
         plan = self.plan
         if plan.folder is not None:
-            self.sinks.append(LiveWriter(plan.folder.path / LIVE))
+            self.live = LiveWriter(plan.folder.path / LIVE)
+            self.sinks.append(self.live)
         for watcher in plan.watchers:
             for trace in self.finished_before:
                 watcher.finished(trace)
         self.sinks.extend(plan.watchers)
         if plan.otel is not None:  # after the replay above: what an earlier run finished was sent then
             self.sinks.append(plan.otel)
+        self.hearing = [sink for sink in self.sinks if sink is not self.live]
         if not self.sinks:
             return
         info = run_info(plan.run_id, len(self.todo) + len(self.finished_before), plan.agent.limits.model_dump(),
@@ -547,7 +558,13 @@ class _Run:
 
     def _watch_rollout(self, rollout: Any) -> None:
         rollout_id = rollout.trace.info["rollout_id"]
-        sinks = self.sinks
+        if self.live is not None:
+            # The live file reads the rollout's state when it writes (a few
+            # times a second), not at each event: no event is made for it.
+            self.live.follow(rollout_id, functools.partial(_progress_of, rollout))
+        sinks = self.hearing
+        if not sinks:
+            return
 
         def on_event(event: Any) -> None:
             kind = event.kind

@@ -6,7 +6,9 @@ is in flight. `LiveWriter` notes each event and writes, at most every
 `FLUSH_EVERY` seconds and at the latest `FLUSH_EVERY` after an event, one
 small line per change since the last write: a rollout's start, its latest
 phase, its latest turn counts (a phase or turn line's "t" is when it was
-written). A rollout that starts and ends between two writes has no line at
+written). A run in this process has it follow each rollout instead of
+telling it each phase and turn: a flush reads the phase and turn counts
+of the rollouts in flight, and repeats while any is followed. A rollout that starts and ends between two writes has no line at
 all; one whose "start" line is in the file gets its "end" line at once,
 flushed right after its trace line:
 
@@ -77,11 +79,13 @@ class _Noted:
     """What the live file knows of one rollout in flight: its state as the
     events left it, and what of it is in the file already."""
 
-    __slots__ = ("quoted", "start", "phase", "turn", "shown", "shown_phase", "shown_turn")
+    __slots__ = ("quoted", "start", "phase", "turn", "shown", "shown_phase", "shown_turn", "state")
 
     def __init__(self, quoted: str, start: float) -> None:
         self.quoted = quoted  # its id as JSON, quoted once
         self.start = start
+        # Where a followed rollout's phase and turn counts are read at each flush (LiveWriter.follow)
+        self.state: Callable[[], tuple[str | None, int, int | None, float]] | None = None
         self.phase: str | None = None
         self.turn: tuple[int, int | None, float] | None = None  # (turns, tokens, agent seconds)
         self.shown = False  # its "start" line is in the file
@@ -91,9 +95,9 @@ class _Noted:
 
 class LiveWriter(RunSink):
     """Writes live.jsonl for one execution of a run (see the module docstring).
-    It hears every event of every rollout, in the run's own process: an
-    event only notes the rollout's state; a flush writes what changed since
-    the last one, in one write. A rollout that starts and ends between two
+    It hears of every rollout in the run's own process: an event only notes
+    the rollout's state (a followed rollout's is read by the flush); a
+    flush writes what changed since the last one, in one write. A rollout that starts and ends between two
     flushes leaves no line (its trace line is the truth, and a follower
     would have shown it in flight for no time); one whose start is in the
     file gets its "end" line at once, flushed with its trace line."""
@@ -117,6 +121,8 @@ class LiveWriter(RunSink):
     def _timed_flush(self) -> None:
         self._timer = None
         self.flush()
+        if not self._file.closed and any(lane.state is not None for lane in self._lanes.values()):
+            self._soon()  # a followed rollout tells of no change: it is read again at the next flush
 
     def flush(self) -> None:
         """Write what changed in the rollouts in flight since the last flush
@@ -124,6 +130,8 @@ class LiveWriter(RunSink):
         now = self._clock()
         lines = []
         for lane in self._lanes.values():
+            if lane.state is not None:
+                self._read(lane)
             if not lane.shown:
                 lane.shown = True
                 lines.append(f'{{"e":"start","r":{lane.quoted},"t":{lane.start:.3f}}}\n')
@@ -137,6 +145,15 @@ class LiveWriter(RunSink):
         if lines:
             self._put("".join(lines))
 
+    @staticmethod
+    def _read(lane: _Noted) -> None:
+        """A followed rollout's phase and turn counts as they are now (a turn
+        line's agent seconds are those when it is written)."""
+        phase, turns, tokens, agent_time = lane.state()  # type: ignore[misc]
+        lane.phase = phase
+        if turns and (lane.turn is None or lane.turn[:2] != (turns, tokens)):
+            lane.turn = (turns, tokens, agent_time)
+
     def _put(self, text: str) -> None:
         if not self._file.closed:
             self._file.write(text)
@@ -149,6 +166,17 @@ class LiveWriter(RunSink):
         self._lanes[rollout_id] = _Noted(_quoted(rollout_id), self._clock())
         if self._timer is None:
             self._soon()
+
+    def follow(self, rollout_id: str, state: Callable[[], tuple[str | None, int, int | None, float]]) -> None:
+        """Read a started rollout's (phase, turns, total tokens, agent
+        seconds) from `state` at each flush instead of hearing its `phase`
+        and `turn` events (the run in this process does so: an event costs
+        each rollout, a flush only what is in flight)."""
+        lane = self._lanes.get(rollout_id)
+        if lane is not None:
+            lane.state = state
+            if self._timer is None:
+                self._soon()
 
     def phase(self, rollout_id: str, phase: str) -> None:
         self._lanes[rollout_id].phase = phase
