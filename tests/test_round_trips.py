@@ -363,3 +363,33 @@ def test_split_parts_keeps_reasoning_and_empty_parts_apart_from_the_text():
         "yes", "hmm", None)  # no more than the text and the reasoning say: no parts kept
     with pytest.raises(ValueError, match="1: should be a content part"):
         split_parts([{"type": "text", "text": "a"}, 3])
+
+
+def test_every_field_left_out_when_it_holds_nothing_is_judged_in_c_and_by_its_rule():
+    """A field written only when it holds something (`exclude_if`) is judged
+    for every record a run writes: each such field of every record class in
+    rollkit.core has a C predicate (a Python function's call would cost
+    every trace line; see messages.is_absent), its default is left out, and
+    is_absent leaves out None and [] and nothing else."""
+    import importlib
+    import pkgutil
+    import types
+
+    from pydantic import BaseModel
+
+    import rollkit.core
+    from rollkit.core.messages import is_absent
+
+    assert [is_absent(v) for v in (None, [], 0, 0.0, "", {}, False, [0], [[]])] == [True, True] + [False] * 7
+    judged = []
+    for module in pkgutil.iter_modules(rollkit.core.__path__):
+        for record in vars(importlib.import_module(f"rollkit.core.{module.name}")).values():
+            if not (isinstance(record, type) and issubclass(record, BaseModel) and record.__module__.startswith("rollkit.")):
+                continue
+            for name, field in record.model_fields.items():
+                if field.exclude_if is None:
+                    continue
+                judged.append(f"{record.__name__}.{name}")
+                assert not isinstance(field.exclude_if, (types.FunctionType, types.MethodType)), judged[-1]
+                assert field.exclude_if(field.get_default(call_default_factory=True)) is True, judged[-1]
+    assert {"ModelCall.tokens", "Usage.reasoning_tokens", "ReasoningPart.redacted", "RolloutLimits.cost_cap"} <= set(judged)
