@@ -30,7 +30,7 @@ a warmer heap):
 - folder-no-live, folder-no-dump, folder-bare: where a folder's cost goes,
   by taking one part away (each without the live tables, so against
   folder-tables): the live file's lines not written (its writer a sink
-  that does nothing; the rollouts' events still reach it), each trace's
+  that does nothing), each trace's
   line not serialized (the same line, serialized once before the run,
   written for every rollout), or both (what is left: the trace line's
   write and flush, the events, the folder's files).
@@ -119,6 +119,9 @@ class _Unwritten(RunSink):
     """In place of the live file's writer: hears every event, writes nothing."""
 
     def __init__(self, path: Path) -> None:
+        pass
+
+    def follow(self, rollout_id: str, state: Any) -> None:
         pass
 
 

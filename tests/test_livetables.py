@@ -293,11 +293,15 @@ def test_a_folder_run_serializes_each_trace_once(tmp_path, monkeypatch):
     # A trace's JSON is its largest cost in a run with a folder: made once,
     # for its line, and never again for the live file, the tables or a watcher.
     made = collections.Counter()
-    dump_json, dump = rk.Trace.model_dump_json, rk.Trace.model_dump
+    dump_json, dump, json_line = rk.Trace.model_dump_json, rk.Trace.model_dump, rk.Trace.json_line
 
     def counted_json(self, **options):
         made["json", self.id] += 1
         return dump_json(self, **options)
+
+    def counted_line(self):
+        made["json", self.id] += 1
+        return json_line(self)
 
     def counted(self, **options):
         made["dict", self.id] += 1
@@ -305,6 +309,7 @@ def test_a_folder_run_serializes_each_trace_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(rk.Trace, "model_dump_json", counted_json)
     monkeypatch.setattr(rk.Trace, "model_dump", counted)
+    monkeypatch.setattr(rk.Trace, "json_line", counted_line)
     result = rk.evaluate(demo_agent(), arithmetic_tasks(6), repeats=2, out=tmp_path / "run", progress=False)
     assert len(result.traces) == 12
     assert made == collections.Counter({("json", t.id): 1 for t in result.traces})

@@ -156,6 +156,39 @@ def test_rollkit_to_atif_to_rollkit_loses_nothing(trace: Trace, tmp_path_factory
     assert back.outcome == trace.outcome and back.info["format"] == "atif"
 
 
+@_SETTINGS
+@given(trace=traces())
+def test_a_traces_json_line_is_its_model_dump_json_byte_for_byte(trace: Trace) -> None:
+    # A run's lines are made by json_line, every other writer's by model_dump_json: one format.
+    assert trace.json_line() == trace.model_dump_json().encode() + b"\n"
+
+
+def test_the_json_line_of_every_fixtures_traces_is_their_model_dump_json() -> None:
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    files = [p for p in sorted(fixtures.rglob("*")) if p.is_file() and p.suffix != ".md" and p.name != "metadata.json"]
+    traces = [t for path in files for t in rk.load(path, errors="skip")]
+    assert len(files) >= 90 and len(traces) >= 90, (len(files), len(traces))
+    assert [t.json_line() for t in traces] == [t.model_dump_json().encode() + b"\n" for t in traces]
+
+
+def test_the_json_line_of_a_trace_whose_calls_share_prompt_ids_is_its_model_dump_json() -> None:
+    from rollkit.core.messages import TokenLogprobs
+    from rollkit.examples import arithmetic_tasks, demo_agent
+    from rollkit.examples.arithmetic import toy_calculator_model
+
+    toy = toy_calculator_model()
+
+    async def reply(request: Any) -> Response:
+        answer = (await toy.complete(request)).message
+        prompt = 10 * len(request.messages)  # each call's prompt ids start with the previous call's
+        tokens = TokenLogprobs(prompt_ids=list(range(prompt)), ids=[1, 2], logprobs=[-0.5, -0.25], text=["a", "b"])
+        return Response(message=answer, usage=Usage(input_tokens=prompt, output_tokens=2), tokens=tokens)
+
+    (trace,) = rk.evaluate(demo_agent(model=rk.ScriptedModel(reply, name="toy")), arithmetic_tasks(1), progress=False).traces
+    line = trace.json_line()
+    assert b'"prompt_shared":' in line and line == trace.model_dump_json().encode() + b"\n"
+
+
 def test_the_generator_reaches_every_field_of_a_trace() -> None:
     """A field added to `Trace` fails this until the generator above (and so
     the round trips) covers it."""
@@ -330,3 +363,33 @@ def test_split_parts_keeps_reasoning_and_empty_parts_apart_from_the_text():
         "yes", "hmm", None)  # no more than the text and the reasoning say: no parts kept
     with pytest.raises(ValueError, match="1: should be a content part"):
         split_parts([{"type": "text", "text": "a"}, 3])
+
+
+def test_every_field_left_out_when_it_holds_nothing_is_judged_in_c_and_by_its_rule():
+    """A field written only when it holds something (`exclude_if`) is judged
+    for every record a run writes: each such field of every record class in
+    rollkit.core has a C predicate (a Python function's call would cost
+    every trace line; see messages.is_absent), its default is left out, and
+    is_absent leaves out None and [] and nothing else."""
+    import importlib
+    import pkgutil
+    import types
+
+    from pydantic import BaseModel
+
+    import rollkit.core
+    from rollkit.core.messages import is_absent
+
+    assert [is_absent(v) for v in (None, [], 0, 0.0, "", {}, False, [0], [[]])] == [True, True] + [False] * 7
+    judged = []
+    for module in pkgutil.iter_modules(rollkit.core.__path__):
+        for record in vars(importlib.import_module(f"rollkit.core.{module.name}")).values():
+            if not (isinstance(record, type) and issubclass(record, BaseModel) and record.__module__.startswith("rollkit.")):
+                continue
+            for name, field in record.model_fields.items():
+                if field.exclude_if is None:
+                    continue
+                judged.append(f"{record.__name__}.{name}")
+                assert not isinstance(field.exclude_if, (types.FunctionType, types.MethodType)), judged[-1]
+                assert field.exclude_if(field.get_default(call_default_factory=True)) is True, judged[-1]
+    assert {"ModelCall.tokens", "Usage.reasoning_tokens", "ReasoningPart.redacted", "RolloutLimits.cost_cap"} <= set(judged)

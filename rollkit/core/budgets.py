@@ -9,6 +9,8 @@ module may use it (`rk.RolloutLimits` and `rollkit.core.agent` re-export it).
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -45,9 +47,9 @@ class RolloutLimits(BaseModel):
     max_user_turns: int | None = None
     # Dollars; soft by one turn like the token limits (L12). Left out of a
     # dump when unset, so traces without it read as before.
-    max_cost_usd: float | None = Field(default=None, exclude_if=lambda value: value is None)
+    max_cost_usd: float | None = Field(default=None, exclude_if=functools.partial(operator.is_, None))
     # "soft" (default) or "hard", see above; left out of a dump when soft.
-    cost_cap: Literal["soft", "hard"] = Field(default="soft", exclude_if=lambda value: value == "soft")
+    cost_cap: Literal["soft", "hard"] = Field(default="soft", exclude_if=functools.partial(operator.eq, "soft"))
 
     @field_validator("max_cost_usd", mode="before")
     @classmethod

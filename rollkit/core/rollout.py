@@ -98,6 +98,7 @@ class Rollout:
         self.owns_runtime = runtime is None
         self.runtime = runtime if runtime is not None else spec.make_runtime()
         self.events = EventBus()
+        self.phase: str | None = None  # the phase started last (what a watcher that polls shows)
         self.limits = spec.limits
         self.timeouts = spec.timeouts
         # Routing and shape checks happen here, at build time (L16, L17).
@@ -221,6 +222,7 @@ class Rollout:
 
     def _phase_start(self, name: str) -> None:
         self.trace.open_span(name, self._clock.time(), reopen=True)
+        self.phase = name
         self._emit("phase_start", phase=name)
 
     def _phase_end(self, name: str) -> None:

@@ -350,16 +350,27 @@ class Trace(_Record):
         loading puts that message back (`ModelCall` says so). Pass
         `exclude=` to choose what is left out yourself."""
         if "exclude" not in options:
-            messages = self.messages
-            shared = {}
-            for i, call in enumerate(self.model_calls):
-                count = call.request_messages
-                if (call.reply is not None and count is not None and call.committed and call.request is None
-                        and count < len(messages) and messages[count] is call.reply):
-                    shared[i] = {"reply"}
-            if shared:
-                options["exclude"] = {"model_calls": shared}
+            options["exclude"] = self._replies_shared()
         return super(Trace, self._shared_prompt_ids()).model_dump_json(**options)
+
+    def json_line(self) -> bytes:
+        """The trace's line in a JSON lines file: `model_dump_json()`'s text
+        in UTF-8 and a newline, serialized straight to bytes (a run with a
+        folder writes one per rollout)."""
+        written = self._shared_prompt_ids()
+        return written.__pydantic_serializer__.to_json(written, exclude=self._replies_shared()) + b"\n"
+
+    def _replies_shared(self) -> dict[str, Any] | None:
+        """What `model_dump_json` leaves out by default: the replies that
+        are the message right after their request."""
+        messages = self.messages
+        shared = {}
+        for i, call in enumerate(self.model_calls):
+            count = call.request_messages
+            if (call.reply is not None and count is not None and call.committed and call.request is None
+                    and count < len(messages) and messages[count] is call.reply):
+                shared[i] = {"reply"}
+        return {"model_calls": shared} if shared else None
 
     # ---- aggregates (L11 reads these by name) ---------------------------
     def _last_turn(self) -> ModelCall | None:

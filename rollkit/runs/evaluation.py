@@ -23,6 +23,7 @@ the run folder format (rollkit.tables.runfolder does) or judge a group
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -391,12 +392,18 @@ def _backend(backend: Any) -> Any:
 
 def trace_line(trace: Trace) -> bytes:
     """A finished trace's line in the run's traces.jsonl (rollkit.tables.livetables.TraceLog.append's)."""
-    return trace.model_dump_json().encode() + b"\n"
+    return trace.json_line()
 
 
 def _rollout_info(task: Task, repeat: int, run_id: str) -> dict[str, Any]:
     """The ids a trace of this (task, repeat) carries in `trace.info`."""
     return {"example_id": task.key, "repeat": repeat, "rollout_id": f"{task.key}#{repeat}", "run_id": run_id}
+
+
+def _progress_of(rollout: Any) -> tuple[str | None, int, int | None, float]:
+    """A rollout's phase and turn counts now, as the live file shows them."""
+    trace = rollout.trace
+    return rollout.phase, trace.num_turns, trace.num_total_tokens, rollout.agent_time
 
 
 class _LocalBackend:
@@ -488,6 +495,8 @@ class _Run:
         ]
         self.progress = _Progress(False, 0, [])  # the bar appears once the backend is up
         self.sinks: list[RunSink] = []  # the live file's writer and the watchers: see _watch_run
+        self.live: LiveWriter | None = None
+        self.hearing: list[RunSink] = []  # the sinks that hear each phase and turn (all but the live file's)
         self.trace_file: Any = None
         self.group_file: Any = None
         self.user_file: Any = None
@@ -538,7 +547,8 @@ class _Run:
         hear of each rollout's start, phases, turns and end."""
         plan = self.plan
         if plan.folder is not None:
-            self.sinks.append(LiveWriter(plan.folder.path / LIVE))
+            self.live = LiveWriter(plan.folder.path / LIVE)
+            self.sinks.append(self.live)
         for watcher in plan.watchers:
             for trace in self.finished_before:
                 watcher.finished(trace)
@@ -546,6 +556,7 @@ class _Run:
         # OTel's sink hears begin, finished (with the trace's line) and end
         # only: not in self.sinks, which every phase and turn is told to. Not
         # given the replay above: what an earlier run finished was sent then.
+        self.hearing = [sink for sink in self.sinks if sink is not self.live]
         if not self.sinks and plan.otel is None:
             return
         info = run_info(plan.run_id, len(self.todo) + len(self.finished_before), plan.agent.limits.model_dump(),
@@ -557,7 +568,13 @@ class _Run:
 
     def _watch_rollout(self, rollout: Any) -> None:
         rollout_id = rollout.trace.info["rollout_id"]
-        sinks = self.sinks
+        if self.live is not None:
+            # The live file reads the rollout's state when it writes (a few
+            # times a second), not at each event: no event is made for it.
+            self.live.follow(rollout_id, functools.partial(_progress_of, rollout))
+        sinks = self.hearing
+        if not sinks:
+            return
 
         def on_event(event: Any) -> None:
             kind = event.kind

@@ -2,9 +2,15 @@
 
 A run with a folder (`rk.evaluate(..., out=DIR)`, `rollkit eval --out DIR`)
 writes `DIR/live.jsonl` beside its traces, so another process can see what
-is in flight: one small line per event, written by `LiveWriter` and flushed
-at most every `FLUSH_EVERY` seconds and at the latest `FLUSH_EVERY` after a
-write (and at each rollout's end):
+is in flight. `LiveWriter` notes each event and writes, at most every
+`FLUSH_EVERY` seconds and at the latest `FLUSH_EVERY` after an event, one
+small line per change since the last write: a rollout's start, its latest
+phase, its latest turn counts (a phase or turn line's "t" is when it was
+written). A run in this process has it follow each rollout instead of
+telling it each phase and turn: a flush reads the phase and turn counts
+of the rollouts in flight, and repeats while any is followed. A rollout that starts and ends between two writes has no line at
+all; one whose "start" line is in the file gets its "end" line at once,
+flushed right after its trace line:
 
     {"e":"run","run_id":..,"total":..,"limits":{..},"agent_timeout":..,"pid":..,"host":..,"t":..}
     {"e":"start","r":"<rollout id>","t":..}
@@ -69,76 +75,129 @@ def _clock() -> float:
 _quoted = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
+class _Noted:
+    """What the live file knows of one rollout in flight: its state as the
+    events left it, and what of it is in the file already."""
+
+    __slots__ = ("quoted", "start", "phase", "turn", "shown", "shown_phase", "shown_turn", "state")
+
+    def __init__(self, quoted: str, start: float) -> None:
+        self.quoted = quoted  # its id as JSON, quoted once
+        self.start = start
+        # Where a followed rollout's phase and turn counts are read at each flush (LiveWriter.follow)
+        self.state: Callable[[], tuple[str | None, int, int | None, float]] | None = None
+        self.phase: str | None = None
+        self.turn: tuple[int, int | None, float] | None = None  # (turns, tokens, agent seconds)
+        self.shown = False  # its "start" line is in the file
+        self.shown_phase: str | None = None
+        self.shown_turn: tuple[int, int | None, float] | None = None
+
+
 class LiveWriter(RunSink):
     """Writes live.jsonl for one execution of a run (see the module docstring).
-    Lines are built by hand (the ids quoted once per rollout) and written
-    in one write per flush: this
-    runs for every event of every rollout, in the run's own process."""
+    It hears of every rollout in the run's own process: an event only notes
+    the rollout's state (a followed rollout's is read by the flush); a
+    flush writes what changed since the last one, in one write. A rollout that starts and ends between two
+    flushes leaves no line (its trace line is the truth, and a follower
+    would have shown it in flight for no time); one whose start is in the
+    file gets its "end" line at once, flushed with its trace line."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = _clock) -> None:
         self.path = path
         self._file = open(path, "w", encoding="utf-8")
-        self._lines: list[str] = []  # written by the next flush, in one write
         self._clock = clock
-        self._ids: dict[str, str] = {}
-        self._flushed = clock()
+        self._lanes: dict[str, _Noted] = {}  # the rollouts in flight, in the order they started
         self._timer: asyncio.TimerHandle | None = None
 
-    def _write(self, line: str, now: float, flush: bool = False) -> None:
-        self._lines.append(line)
-        if flush or now - self._flushed >= FLUSH_EVERY:
-            self._flush()
-        elif self._timer is None:
-            # Rollouts that then wait (on a model, a tool) write nothing more:
-            # what is buffered reaches the file within FLUSH_EVERY anyway. One
-            # timer at a time, never cancelled: it flushes whatever is there.
-            try:
-                self._timer = asyncio.get_running_loop().call_later(FLUSH_EVERY, self._timed_flush)
-            except RuntimeError:
-                self._flush()
+    def _soon(self) -> None:
+        """A flush within FLUSH_EVERY: one timer at a time, never cancelled
+        but at the end (rollouts that then wait on a model or a tool write
+        nothing more: what changed reaches the file anyway)."""
+        try:
+            self._timer = asyncio.get_running_loop().call_later(FLUSH_EVERY, self._timed_flush)
+        except RuntimeError:  # no loop runs (a caller outside a run): at once
+            self.flush()
 
     def _timed_flush(self) -> None:
         self._timer = None
-        self._flush()
+        self.flush()
+        if not self._file.closed and any(lane.state is not None for lane in self._lanes.values()):
+            self._soon()  # a followed rollout tells of no change: it is read again at the next flush
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Write what changed in the rollouts in flight since the last flush
+        (their start, their latest phase and turn counts), in one write."""
+        now = self._clock()
+        lines = []
+        for lane in self._lanes.values():
+            if lane.state is not None:
+                self._read(lane)
+            if not lane.shown:
+                lane.shown = True
+                lines.append(f'{{"e":"start","r":{lane.quoted},"t":{lane.start:.3f}}}\n')
+            if lane.phase != lane.shown_phase:
+                lane.shown_phase = lane.phase
+                lines.append(f'{{"e":"phase","r":{lane.quoted},"p":"{lane.phase}","t":{now:.3f}}}\n')
+            if lane.turn is not lane.shown_turn:
+                lane.shown_turn = turn = lane.turn
+                known = "null" if turn[1] is None else turn[1]  # a turn whose usage was not reported: the total is unknown
+                lines.append(f'{{"e":"turn","r":{lane.quoted},"n":{turn[0]},"k":{known},"a":{turn[2]:.3f},"t":{now:.3f}}}\n')
+        if lines:
+            self._put("".join(lines))
+
+    @staticmethod
+    def _read(lane: _Noted) -> None:
+        """A followed rollout's phase and turn counts as they are now (a turn
+        line's agent seconds are those when it is written)."""
+        phase, turns, tokens, agent_time = lane.state()  # type: ignore[misc]
+        lane.phase = phase
+        if turns and (lane.turn is None or lane.turn[:2] != (turns, tokens)):
+            lane.turn = (turns, tokens, agent_time)
+
+    def _put(self, text: str) -> None:
         if not self._file.closed:
-            self._file.write("".join(self._lines))
+            self._file.write(text)
             self._file.flush()
-        self._lines.clear()
-        self._flushed = self._clock()
 
     def begin(self, info: dict[str, Any]) -> None:
-        now = self._clock()
-        self._write(json.dumps({"e": "run", **info, "t": now}, default=str) + "\n", now, flush=True)
+        self._put(json.dumps({"e": "run", **info, "t": self._clock()}, default=str) + "\n")
 
     def started(self, rollout_id: str) -> None:
-        now = self._clock()
-        quoted = self._ids[rollout_id] = _quoted(rollout_id)
-        self._write(f'{{"e":"start","r":{quoted},"t":{now:.3f}}}\n', now)
+        self._lanes[rollout_id] = _Noted(_quoted(rollout_id), self._clock())
+        if self._timer is None:
+            self._soon()
+
+    def follow(self, rollout_id: str, state: Callable[[], tuple[str | None, int, int | None, float]]) -> None:
+        """Read a started rollout's (phase, turns, total tokens, agent
+        seconds) from `state` at each flush instead of hearing its `phase`
+        and `turn` events (the run in this process does so: an event costs
+        each rollout, a flush only what is in flight)."""
+        lane = self._lanes.get(rollout_id)
+        if lane is not None:
+            lane.state = state
+            if self._timer is None:
+                self._soon()
 
     def phase(self, rollout_id: str, phase: str) -> None:
-        now = self._clock()
-        self._write(f'{{"e":"phase","r":{self._ids[rollout_id]},"p":"{phase}","t":{now:.3f}}}\n', now)
+        self._lanes[rollout_id].phase = phase
+        if self._timer is None:
+            self._soon()
 
     def turn(self, rollout_id: str, turns: int, tokens: int | None, agent_time: float) -> None:
-        now = self._clock()
-        known = "null" if tokens is None else tokens  # a turn whose usage was not reported: the total is unknown
-        self._write(
-            f'{{"e":"turn","r":{self._ids[rollout_id]},"n":{turns},"k":{known},"a":{agent_time:.3f},"t":{now:.3f}}}\n', now
-        )
+        self._lanes[rollout_id].turn = (turns, tokens, agent_time)
+        if self._timer is None:
+            self._soon()
 
     def finished(self, trace: Trace) -> None:
-        now = self._clock()
-        rollout_id = trace.info.get("rollout_id", "")
-        quoted = self._ids.pop(rollout_id, None) or json.dumps(rollout_id)
-        # flushed with the trace line that was just written: the two agree on disk
-        self._write(f'{{"e":"end","r":{quoted},"t":{now:.3f}}}\n', now, flush=True)
+        lane = self._lanes.pop(trace.info.get("rollout_id", ""), None)
+        if lane is not None and lane.shown:
+            # flushed with the trace line that was just written: the two agree on disk
+            self._put(f'{{"e":"end","r":{lane.quoted},"t":{self._clock():.3f}}}\n')
 
     def end(self, status: str) -> None:
-        now = self._clock()
         if not self._file.closed:
-            self._write(json.dumps({"e": "final", "status": status, "t": now}) + "\n", now, flush=True)
+            self.flush()
+            self._put(json.dumps({"e": "final", "status": status, "t": self._clock()}) + "\n")
             self._file.close()
         if self._timer is not None:
             self._timer.cancel()

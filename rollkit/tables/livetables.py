@@ -78,7 +78,8 @@ class TraceLog:
                  progress: bool | None = None) -> None:
         self.path = Path(path)
         self.file = open(self.path, mode)
-        self.end = os.fstat(self.file.fileno()).st_size
+        self._fd = self.file.fileno()
+        self.end = os.fstat(self._fd).st_size
         self._builder: _Builder | None = None
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -110,12 +111,14 @@ class TraceLog:
 
     def append(self, trace: Trace) -> None:
         """Write one trace as one line, flushed; its rows go to the tables with the next part."""
-        self.write(trace.model_dump_json().encode() + b"\n")
+        self.write(trace.json_line())
 
     def write(self, line: bytes) -> None:
-        """Write one complete JSON line (ending in a newline), flushed."""
-        self.file.write(line)
-        self.file.flush()
+        """Write one complete JSON line (ending in a newline), flushed: one
+        system call (nothing is ever held in the file object's buffer)."""
+        written = os.write(self._fd, line)
+        while written < len(line):  # a short write (a signal, a disk filling up): the rest, or the error
+            written += os.write(self._fd, line[written:])
         self.end += len(line)
         if self._builder is None:
             return

@@ -268,7 +268,7 @@ class ProcessSink(RunSink):
         if process is None:
             return
         self.rollouts += 1
-        if not process.put(b"T", self.channel, trace.model_dump_json().encode() if line is None else line):
+        if not process.put(b"T", self.channel, trace.json_line() if line is None else line):
             self.unsent += 1
 
     def end(self, status: str) -> None:
