@@ -196,6 +196,9 @@ class VerifiersTask(Task):
         # Each rollout's last request, by trace id, for the tool gate on its reply.
         self._sent: dict[str, list[Any]] = {}
         self._vtask = vtask if vtask is not None else task_at(self.data.taskset, self.data.config, self.data.idx)
+        # What the verifiers task refuses depends only on it and its taskset,
+        # which this task keeps: found at the first setup, not at every rollout's.
+        self._refused: list[str] | None = None
 
     @property
     def name(self) -> str:
@@ -216,11 +219,12 @@ class VerifiersTask(Task):
         """Record where the task came from; refuse it, naming each part, when it
         carries what rollkit does not map (`verifiers_coverage.unmapped`)."""
         ctx.trace.record_info(source=provenance(self.data))
-        taskset, _tasks = loaded(self.data.taskset, self.data.config)
-        refused = unmapped(self._vtask, taskset)
-        if refused:
+        if self._refused is None:
+            taskset, _tasks = loaded(self.data.taskset, self.data.config)
+            self._refused = unmapped(self._vtask, taskset)
+        if self._refused:
             raise TaskError(f"verifiers task {type(self._vtask).__name__} {self.data.id!r} (idx {self.data.idx}) "
-                            f"carries what rollkit does not map, so it cannot run here: {'; '.join(refused)}")
+                            f"carries what rollkit does not map, so it cannot run here: {'; '.join(self._refused)}")
 
     @stop
     async def verifiers_stop(self, trace: Trace, ctx: Any) -> bool:
