@@ -60,7 +60,6 @@ theirs); skipped with the reason where bubblewrap cannot run.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import functools
 import gc
@@ -83,6 +82,7 @@ from rollkit.core.messages import AssistantMessage, Response, TokenLogprobs, Usa
 from rollkit.core.models import ScriptedModel
 from rollkit.examples import arithmetic_tasks, demo_agent
 from rollkit.examples.arithmetic import toy_calculator_model
+from rollkit.programs.sandbox_runtime import sandbox_unavailable
 from rollkit.runs import evaluation
 from rollkit.tables.columns import settle
 from rollkit.core.events import RunSink
@@ -228,21 +228,6 @@ def _sandboxed_agent(setting: str) -> Any:
     return agent
 
 
-def _why_no_sandbox() -> str | None:
-    """Why a bubblewrap sandbox cannot start here (the runtime's own words), or None."""
-    async def start() -> None:
-        runtime = rk.SandboxRuntime()
-        try:
-            await runtime.start()
-        finally:
-            await runtime.stop()
-    try:
-        asyncio.run(start())
-    except rk.SandboxError as exc:
-        return str(exc)
-    return None
-
-
 def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurrency: int,
          make_agent: Any = _agent) -> tuple[float, float, float]:
     """One evaluation in `setting`; its wall and CPU seconds until it
@@ -347,7 +332,7 @@ def _sandbox(args: argparse.Namespace) -> None:
     model calls each), with nothing on and with everything on; skipped,
     saying why, where bubblewrap cannot run. CPU is this process's only
     (the programs run in their own), so wall time is the one to read."""
-    why = _why_no_sandbox()
+    why = sandbox_unavailable()
     if why is not None:
         print(f"sandbox mode skipped: {why}")
         return
