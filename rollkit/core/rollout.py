@@ -469,8 +469,8 @@ class Rollout:
             )
         trace = self.trace
         if new:
-            trace.record_user_turn(UserTurn.model_construct(
-                index=len(trace.user_turns), segment=len(trace.segments), by=by, messages=list(new),
+            trace.record_user_turn(unvalidated(
+                UserTurn, index=len(trace.user_turns), segment=len(trace.segments), by=by, messages=list(new),
                 replying_to=trace.last_reply, similarity=None, diverged=None,
             ))
         if self._pending is not None:
