@@ -19,9 +19,9 @@ excluded.
 The models: rollkit's ScriptedModel and inspect-ai's built-in `mockllm/model`
 answer in-process. verifiers' harness is a program of its own that speaks
 HTTP to its relay, so its model is a scripted OpenAI-protocol server on
-127.0.0.1 in this process (tests/helpers/scripted_provider.py), idle but for
-verifiers' calls: its CPU time per call is taken off verifiers' time per
-turn. verifiers 0.4 (v1 tasksets, its `null` harness in the subprocess
+127.0.0.1 in this process (tests/helpers/scripted_provider.py): its CPU
+time per call (each connection's thread clocked) is taken off verifiers'
+time per turn. verifiers 0.4 (v1 tasksets, its `null` harness in the subprocess
 runtime, benchmarks/_peers_verifiers.py the taskset) relaunches that program
 on every user turn, so a third figure times a turn inside one running
 program: a tool-call loop, one conversation at a time. Its single-turn part
