@@ -24,8 +24,10 @@ time per call (each connection's thread clocked) is taken off verifiers'
 time per turn. verifiers 0.4 (v1 tasksets, its `null` harness in the subprocess
 runtime, benchmarks/_peers_verifiers.py the taskset) relaunches that program
 on every user turn, so a third figure times a turn inside one running
-program: a tool-call loop, one conversation at a time. Its single-turn part
-runs `--verifiers-samples` samples (each starts the program).
+conversation, each tool's conversations one at a time (model call start to
+the next's): rollkit's and inspect-ai's user turns, and for verifiers a
+tool-call loop in one chat program. Its single-turn part runs
+`--verifiers-samples` samples (each starts the program).
 
 The rollkit side runs in this process; each peer runs this same file in
 another process (`--inspect-side`, `--verifiers-side`), so nothing here
@@ -110,7 +112,7 @@ async def _rollkit_run(samples: int, conversations: int, turns: int, concurrency
     t2 = time.perf_counter()
     assert all(t.reward == 1.0 for t in result.traces), "rollkit single-turn samples should all score 1"
     assert all(t.num_turns == turns for t in chat.traces), "rollkit conversations should have every turn"
-    # The conversations again, one at a time, as verifiers' tool loop is timed (see _verifiers_run).
+    # The conversations again, one at a time: a turn's time inside one conversation, as the peers' are timed.
     alone = await evaluate_async(
         rk.Agent(model=model, harness=Conversation(turns)), talks, concurrency=1, out=folder / "alone", progress=False
     )
@@ -119,9 +121,11 @@ async def _rollkit_run(samples: int, conversations: int, turns: int, concurrency
 
 
 def _turn_to_turn(starts: list[list[float]]) -> float:
-    """The median over conversations of (last model call's start - first's) /
-    (calls - 1): a turn's time inside one running conversation."""
-    return statistics.median((s[-1] - s[0]) / (len(s) - 1) for s in starts)
+    """The median, over every conversation's model calls, of the time from a
+    call's start to the next one's: a turn's time inside one running
+    conversation (the median, as benchmarks/core.py's per-turn figure, so a
+    collector's pause in one turn does not count)."""
+    return statistics.median(b - a for s in starts for a, b in zip(s, s[1:]))
 
 
 def rollkit_side(args: argparse.Namespace) -> dict:
@@ -179,7 +183,11 @@ def _inspect_run(samples: int, conversations: int, turns: int, concurrency: int,
     assert log.status == "success" and chat.status == "success", (log.status, chat.status)
     accuracy = log.results.scores[0].metrics["accuracy"].value
     assert accuracy == 1.0, f"inspect-ai single-turn samples should all score 1, got {accuracy}"
-    return {"single_s": t1 - t0, "chat_s": t2 - t1, "turns": turns * conversations}
+    # The conversations again, one at a time, as rollkit's (see _rollkit_run).
+    [alone] = eval(talks, **(options | {"max_samples": 1, "max_connections": 1}))
+    starts = [[event.timestamp.timestamp() for event in sample.events if event.event == "model"] for sample in alone.samples]
+    assert all(len(s) == turns for s in starts), f"inspect-ai conversations should have {turns} model calls: {starts}"
+    return {"single_s": t1 - t0, "chat_s": t2 - t1, "turns": turns * conversations, "in_program_turn_s": _turn_to_turn(starts)}
 
 
 def inspect_side(args: argparse.Namespace) -> dict:
@@ -387,25 +395,30 @@ def _report(args: argparse.Namespace, ours: dict, inspect: dict | None, verifier
         results.add(f"overhead per conversation turn, {name}", turn, "ms", our_turn, "rollkit")
         ratios.append(f"ratio to {peer}: rollkit {our_rate / rate:.1f}x the samples/s; {turn / our_turn:.1f}x less "
                       "overhead per turn")
-    if verifiers:
-        _report_in_program(args, results, ours, verifiers)
+    _report_in_program(args, results, ours, {"inspect-ai": inspect, "verifiers": verifiers})
     for line in ratios:
         print(line)
     results.save(args.json)
 
 
-def _report_in_program(args: argparse.Namespace, results: Results, ours: dict, verifiers: dict) -> None:
-    """A turn inside one running conversation: verifiers' user turn relaunches
-    its chat program, so its conversation figure is mostly process starts;
-    this one is a tool-call loop in one chat program against rollkit's user
-    turns, each tool's conversations one at a time."""
-    name, server = f"verifiers {verifiers['version']}", verifiers["server_ms_per_call"]
-    ours_inside, inside = 1000.0 * ours["in_program_turn_s"], 1000.0 * verifiers["in_program_turn_s"] - server
+def _report_in_program(args: argparse.Namespace, results: Results, ours: dict, peers: dict[str, dict | None]) -> None:
+    """A turn inside one running conversation (model call start to the next
+    one's, each tool's conversations one at a time): verifiers' user turn
+    relaunches its chat program, so its conversation figure is mostly process
+    starts; its figure here is a tool-call loop in one chat program, against
+    rollkit's and inspect-ai's user turns."""
+    ours_inside = 1000.0 * ours["in_program_turn_s"]
+    said = [f"rollkit {ours_inside:.3f} ms (user turns)"]
+    for peer, run in peers.items():
+        if not run:
+            continue
+        inside = 1000.0 * run["in_program_turn_s"] - run.get("server_ms_per_call", 0.0)
+        how = "a tool-call loop in one chat program, server's CPU taken off" if peer == "verifiers" else "user turns"
+        said.append(f"{peer} {inside:.3f} ms ({how}): {inside / ours_inside:.1f}x")
+        results.add(f"a turn inside one running conversation, {peer} {run['version']} ({how})", inside, "ms",
+                    ours_inside, "rollkit, user turns")
     print(f"a turn inside one running conversation, {args.conversations} conversations one at a time (model call to "
-          f"model call): rollkit {ours_inside:.3f} ms (user turns), verifiers {inside:.3f} ms (a tool-call loop in one "
-          f"chat program, server's CPU taken off): {inside / ours_inside:.1f}x")
-    results.add(f"a turn inside one running conversation, {name} (a tool-call loop in one chat program)", inside, "ms",
-                ours_inside, "rollkit, user turns")
+          f"model call): " + "; ".join(said))
 
 
 def main() -> None:
