@@ -66,7 +66,6 @@ theirs); skipped with the reason where bubblewrap cannot run.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import functools
 import gc
@@ -89,6 +88,7 @@ from rollkit.core.messages import AssistantMessage, Response, TokenLogprobs, Usa
 from rollkit.core.models import ScriptedModel
 from rollkit.examples import arithmetic_tasks, demo_agent
 from rollkit.examples.arithmetic import toy_calculator_model
+from rollkit.programs.sandbox_runtime import sandbox_unavailable
 from rollkit.runs import evaluation
 from rollkit.tables.columns import settle
 from rollkit.core.events import RunSink
@@ -240,21 +240,6 @@ def _sandboxed_agent(setting: str) -> Any:
     return agent
 
 
-def _why_no_sandbox() -> str | None:
-    """Why a bubblewrap sandbox cannot start here (the runtime's own words), or None."""
-    async def start() -> None:
-        runtime = rk.SandboxRuntime()
-        try:
-            await runtime.start()
-        finally:
-            await runtime.stop()
-    try:
-        asyncio.run(start())
-    except rk.SandboxError as exc:
-        return str(exc)
-    return None
-
-
 def _children_cpu(skip: int) -> float:
     """CPU seconds of this process's children but `skip` (the collector):
     those reaped, and those running (the span sender, reused from run to run)."""
@@ -383,7 +368,7 @@ def _sandbox(args: argparse.Namespace) -> None:
     model calls each), with nothing on and with everything on; skipped,
     saying why, where bubblewrap cannot run. CPU is this process's only
     (the programs run in their own), so wall time is the one to read."""
-    why = _why_no_sandbox()
+    why = sandbox_unavailable()
     if why is not None:
         print(f"sandbox mode skipped: {why}")
         return

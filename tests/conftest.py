@@ -113,13 +113,14 @@ def _no_nest_asyncio_in_the_test_process():
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
-    """The fault suite's counts (tests/helpers/fault_report.py), whatever the outcome."""
-    from helpers.fault_report import LINES
+    """The fault suite's counts and the other sections tests report
+    (tests/helpers/fault_report.py), whatever the outcome."""
+    from helpers.fault_report import SECTIONS
 
-    if LINES:
-        terminalreporter.section("fault suite")
-        for line in LINES:
-            terminalreporter.write_line(f"fault suite: {line}")
+    for section, lines in SECTIONS.items():
+        terminalreporter.section(section)
+        for line in lines:
+            terminalreporter.write_line(f"{section}: {line}")
 
 
 def ticking(model: rk.ScriptedModel, clock: FakeClock, seconds: float) -> rk.ScriptedModel:

@@ -39,6 +39,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.fault_report import SECTIONS, report
 
 ROOT = Path(__file__).resolve().parent.parent
 BINDER = ROOT / "binder"
@@ -205,31 +206,58 @@ def notebooks_venv(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no
     shutil.rmtree(root, ignore_errors=True)
 
 
+# Runs each notebook given after the folder it works in (argv[1]) top to bottom,
+# with a last cell printing where its kernel ran and which rollkit it imported;
+# "RAN <notebook> <seconds>" after each, flushed, so a run cut short still says
+# what had run and how long it took.
+_RUNNER = textwrap.dedent(
+    """
+    import sys, time, nbclient, nbformat
+    work = sys.argv[1]
+    for path in sys.argv[2:]:
+        nb = nbformat.read(path, as_version=4)
+        # Prove where the kernel runs: this environment, and rollkit installed into it.
+        nb.cells.append(nbformat.v4.new_code_cell(
+            "import sys, rollkit; print('PREFIX', sys.prefix); print('ROLLKIT', rollkit.__file__)"))
+        started = time.monotonic()
+        nbclient.NotebookClient(nb, timeout=600, startup_timeout=300, kernel_name="python3",
+                                resources={"metadata": {"path": work}}).execute()
+        print(nb.cells[-1].outputs[0]["text"].strip())
+        nbformat.write(nb, path.rsplit("/", 1)[-1])  # read back by the test
+        print("RAN", path.rsplit("/", 1)[-1], f"{time.monotonic() - started:.1f}", flush=True)
+    """
+)
+
+
+def _report_times(name: str, printed: str | bytes | None, notebooks: list[Path]) -> list[str]:
+    """Each notebook's run time (from the runner's RAN lines) into the test
+    report's summary, section "notebook times", and the one it was running
+    when the run ended early: they show in every run of the suite, so a slow
+    notebook can be found without a failure. Returns the lines reported."""
+    text = printed.decode(errors="replace") if isinstance(printed, bytes) else printed or ""
+    ran = [line.split()[1:3] for line in text.splitlines() if line.startswith("RAN ")]
+    lines = [f"{name}: {notebook} {seconds} s" for notebook, seconds in ran]
+    if len(ran) < len(notebooks):
+        lines.append(f"{name}: {notebooks[len(ran)].name} did not finish")
+    for line in lines:
+        report(line, section="notebook times")
+    return lines
+
+
 def _run_every_notebook(venv: _Venv, name: str) -> str:
     """Every notebook top to bottom in `venv`'s kernel, with no network but
-    loopback where a namespace can be made; each ends with a cell printing
-    where its kernel ran and which rollkit it imported. Returns that
-    rollkit's folder."""
+    loopback where a namespace can be made (_RUNNER); each notebook's time goes
+    into the test report's summary. Returns the rollkit folder the kernels imported."""
     work = venv.root / name
     work.mkdir()
-    runner = textwrap.dedent(
-        f"""
-        import sys, time, nbclient, nbformat
-        for path in sys.argv[1:]:
-            nb = nbformat.read(path, as_version=4)
-            # Prove where the kernel runs: this environment, and rollkit installed into it.
-            nb.cells.append(nbformat.v4.new_code_cell(
-                "import sys, rollkit; print('PREFIX', sys.prefix); print('ROLLKIT', rollkit.__file__)"))
-            started = time.monotonic()
-            nbclient.NotebookClient(nb, timeout=600, startup_timeout=300, kernel_name="python3",
-                                    resources={{"metadata": {{"path": {str(work)!r}}}}}).execute()
-            print(nb.cells[-1].outputs[0]["text"].strip())
-            nbformat.write(nb, path.rsplit("/", 1)[-1])  # read back by the test
-            print("RAN", path.rsplit("/", 1)[-1], f"{{time.monotonic() - started:.1f}}")
-        """
-    )
-    command, offline = _offline([str(venv.python), "-c", runner, *map(str, NOTEBOOKS)])
-    done = _run(command, cwd=work, env=venv.env)
+    command, offline = _offline([str(venv.python), "-c", _RUNNER, str(work), *map(str, NOTEBOOKS)])
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=work, env=venv.env)
+    except subprocess.TimeoutExpired as exc:
+        _report_times(name, exc.stdout, NOTEBOOKS)
+        raise
+    _report_times(name, done.stdout, NOTEBOOKS)
+    assert done.returncode == 0, f"the notebooks failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     print(done.stdout)
     print("network:", "loopback only" if offline else "as it is")
     ran = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("RAN")]
@@ -241,6 +269,48 @@ def _run_every_notebook(venv: _Venv, name: str) -> str:
     assert len(packages) == 1, packages  # every notebook's kernel imported the same rollkit
     _verifiers_section_ran(work)
     return str(packages.pop())
+
+
+def test_each_notebooks_time_shows_in_the_summary_whatever_the_outcome(tmp_path: Path) -> None:
+    """The notebook runner of the two slow tests above, for real on two tiny
+    notebooks in this environment's kernel: each notebook's time lands in
+    the "notebook times" section the report's summary prints (conftest),
+    and a run cut short names the notebook it was in."""
+    import nbformat
+
+    from conftest import pytest_terminal_summary
+
+    books = []
+    for i in range(2):
+        books.append(tmp_path / f"tiny{i}.ipynb")
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"print({i})")]), books[-1])
+    done = subprocess.run([sys.executable, "-c", _RUNNER, str(tmp_path), *map(str, books)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before = list(SECTIONS.get("notebook times", []))
+    try:
+        lines = _report_times("run", done.stdout, books)
+        assert [re.fullmatch(r"run: (tiny\d\.ipynb) \d+\.\d s", line)[1] for line in lines] == ["tiny0.ipynb",
+                                                                                                 "tiny1.ipynb"]
+        cut = _report_times("cut", b"RAN tiny0.ipynb 1.5\n", books)  # a timed-out run's output is bytes
+        assert cut == ["cut: tiny0.ipynb 1.5 s", "cut: tiny1.ipynb did not finish"]
+
+        class Terminal:
+            printed: list[str] = []
+
+            def section(self, title: str) -> None:
+                self.printed.append(f"== {title} ==")
+
+            def write_line(self, line: str) -> None:
+                self.printed.append(line)
+
+        pytest_terminal_summary(Terminal())
+        shown = Terminal.printed[Terminal.printed.index("== notebook times =="):]
+        assert shown[1 + len(before):][:4] == [f"notebook times: {line}" for line in [*lines, *cut]]
+    finally:
+        SECTIONS["notebook times"] = before  # the tiny ones are not the suite's notebooks
+        if not before:
+            del SECTIONS["notebook times"]
 
 
 @slow_venv

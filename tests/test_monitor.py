@@ -496,12 +496,15 @@ def test_an_event_no_subscriber_wants_is_not_built():
     events.Event = Counted
     try:
         turns: list[str] = []
+        assert not bus.wants("turn")
         unsubscribe = bus.subscribe(lambda e: turns.append(e.kind), ["turn"])
+        assert (bus.wants("turn"), bus.wants("phase_start")) == (True, False)
         bus.emit("phase_start", "r", phase="boot")
         bus.emit("turn", "r", turn=1)
         assert (built, turns) == (["turn"], ["turn"])
         everything: list[str] = []
         bus.subscribe(lambda e: everything.append(e.kind))
+        assert bus.wants("phase_start")
         bus.emit("phase_start", "r", phase="agent")
         assert (everything, turns) == (["phase_start"], ["turn"])
         unsubscribe()

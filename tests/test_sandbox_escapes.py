@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 
 import rollkit as rk
-from rollkit.programs.sandbox_runtime import SandboxRuntime, _unusable
+from rollkit.programs.sandbox_runtime import SandboxRuntime, sandbox_unavailable
 from rollkit.programs.subprocess_runtime import SubprocessRuntime
 
 from helpers.processes import PROGRAMS, exited, gone, kill_marked, processes_marked
 from helpers.fault_report import report
 
-_WHY = _unusable("bwrap")
+_WHY = sandbox_unavailable("bwrap")
 pytestmark = [pytest.mark.faults, pytest.mark.skipif(_WHY is not None, reason=f"no sandboxes here: {_WHY}")]
 
 PROCESSES, TMP_BYTES, FILE_BYTES = 64, 8 << 20, 4 << 20

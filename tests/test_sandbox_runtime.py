@@ -19,11 +19,11 @@ import pytest
 import rollkit as rk
 from rollkit.examples import answer_file_tasks, toy_shell_model
 from rollkit.programs import harnesses
-from rollkit.programs.sandbox_runtime import SandboxRuntime, _unusable
+from rollkit.programs.sandbox_runtime import SandboxRuntime, sandbox_unavailable
 
 from helpers.processes import exited, processes_marked
 
-_WHY = _unusable("bwrap")
+_WHY = sandbox_unavailable("bwrap")
 needs_bwrap = pytest.mark.skipif(_WHY is not None, reason=f"no sandboxes here: {_WHY}")
 NPM = Path(os.environ.get("ROLLKIT_NPM_PREFIX", Path.home() / ".cache" / "rollkit" / "npm"))
 

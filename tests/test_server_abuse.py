@@ -317,9 +317,9 @@ def test_a_program_holding_connections_does_not_starve_a_new_rollout(attempts, l
 
 
 def _sandbox_missing() -> str | None:
-    from rollkit.programs.sandbox_runtime import _unusable
+    from rollkit.programs.sandbox_runtime import sandbox_unavailable
 
-    return _unusable("bwrap")
+    return sandbox_unavailable("bwrap")
 
 
 @pytest.mark.skipif(_sandbox_missing() is not None, reason=f"no sandboxes here: {_sandbox_missing()}")

@@ -16,7 +16,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .messages import Message, Request, Response, ToolCall, ToolMessage
+from .messages import Message, Request, Response, ToolCall, ToolMessage, unvalidated
 from .tools import Tool, ToolResult
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class RolloutContext:
         """Ask the model, through the rollout's interception point. Raises
         `Refused` (a clean stop) when a limit or a @stop refuses the call."""
         if not isinstance(request, Request):
-            request = Request.model_construct(messages=request, tools=self.tool_specs, model=None, params={})
+            request = unvalidated(Request, messages=request, tools=self.tool_specs, model=None, params={})
         return await self.session.complete(request)
 
     async def run_tool(self, call: ToolCall) -> ToolMessage:

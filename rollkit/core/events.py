@@ -84,6 +84,12 @@ class EventBus:
             wanted = wanted | kinds
         self._wanted = wanted
 
+    def wants(self, kind: str) -> bool:
+        """Whether some subscriber hears events of `kind` (else emitting one
+        does nothing: a caller may skip gathering its data)."""
+        wanted = self._wanted
+        return wanted is None or kind in wanted
+
     def emit(self, kind: str, rollout_id: str, **data: Any) -> None:
         wanted = self._wanted
         if wanted is not None and kind not in wanted:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .context import RolloutContext
 from .hooks import metric
-from .messages import Message, Request
+from .messages import Message, Request, unvalidated
 
 __all__ = ["Harness", "ChatHarness", "ToolCallRate"]
 
@@ -76,7 +76,7 @@ class ChatHarness(ToolCallRate, Harness):
         conversation = ctx.messages
         conversation.extend(messages)
         while True:
-            request = Request.model_construct(messages=conversation, tools=ctx.tool_specs, model=None, params={})
+            request = unvalidated(Request, messages=conversation, tools=ctx.tool_specs, model=None, params={})
             response = await ctx.complete(request)
             reply = response.message
             conversation.append(reply)

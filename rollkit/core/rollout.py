@@ -25,7 +25,7 @@ from .errors import (HarnessError, LifetimeError, Refused, RolloutBusy, RolloutE
                      TaskError, ToolsetError, crossing)
 from .events import EventBus
 from .hooks import HookSet, collect_hooks
-from .messages import Request, opening_messages, to_messages
+from .messages import Request, opening_messages, to_messages, unvalidated
 from .outcome import Outcome
 from .prefix import ForkError, Prefix, prefix_of
 from .prices import model_card, require_price
@@ -208,8 +208,12 @@ class Rollout:
         return self.events.subscribe(subscriber, kinds)
 
     def _emit(self, kind: str, **data: Any) -> None:
-        self.events.emit(kind, self.id, **data)
-        self.spec.events.emit(kind, self.id, **data)
+        # Asked first: a handful of events a turn, mostly heard by no one.
+        if self.events.wants(kind):
+            self.events.emit(kind, self.id, **data)
+        run_events = self.spec.events
+        if run_events.wants(kind):
+            run_events.emit(kind, self.id, **data)
 
     @property
     def agent_time(self) -> float:
@@ -421,11 +425,10 @@ class Rollout:
         await self._check_borrowed_runtime()
         new = self._take_messages(messages, by)
         self.trace.record_messages(new)
-        segment = Segment(
-            index=len(self.trace.segments),
-            start=self._clock.time(),
-            turns_before=self.trace.num_turns,
-            user_messages=sum(1 for m in new if m.role == "user"),
+        segment = unvalidated(
+            Segment, index=len(self.trace.segments), start=self._clock.time(), end=None,
+            turns_before=self.trace.num_turns, turns_added=0,
+            user_messages=sum(1 for m in new if m.role == "user"), charged=0.0, remaining=None,
         )
         self.trace.record_segment(segment)
         self._state = RolloutState.STEPPING
@@ -468,8 +471,8 @@ class Rollout:
             )
         trace = self.trace
         if new:
-            trace.record_user_turn(UserTurn.model_construct(
-                index=len(trace.user_turns), segment=len(trace.segments), by=by, messages=list(new),
+            trace.record_user_turn(unvalidated(
+                UserTurn, index=len(trace.user_turns), segment=len(trace.segments), by=by, messages=list(new),
                 replying_to=trace.last_reply, similarity=None, diverged=None,
             ))
         if self._pending is not None:

@@ -113,7 +113,7 @@ from . import guard, watchdog
 from .sandbox_proxy import FilteringProxy, Relay
 from .subprocess_runtime import Program, SubprocessRuntime
 
-__all__ = ["SandboxRuntime"]
+__all__ = ["SandboxRuntime", "sandbox_unavailable"]
 
 _INIT = Path(__file__).with_name("_sandbox_init.py")
 _INIT_SOURCE = Path(__file__).with_name("_sandbox_init.c")
@@ -185,9 +185,13 @@ def _as_ids(ids: tuple[int, int] | None) -> dict[str, Any]:
     return {} if ids is None else {"user": ids[0], "group": ids[1], "extra_groups": []}
 
 
-def _unusable(bwrap: str) -> str | None:
-    """Why `bwrap` cannot make sandboxes here, or None; asked once per
-    binary, as the user the sandboxes run as."""
+def sandbox_unavailable(bwrap: str = "bwrap") -> str | None:
+    """Why SandboxRuntime cannot start here with the bubblewrap binary `bwrap`
+    (not found, or it cannot make the namespaces a sandbox needs), in words
+    that say what to install or enable; None when it can. Asked once per
+    binary, as the user the sandboxes run as (a probe sandbox that runs
+    `true`); `SandboxRuntime.start` raises SandboxError with this reason, and
+    a caller that would rather skip than fail asks it first."""
     if bwrap in _checked:
         return _checked[bwrap]
     path = shutil.which(bwrap)
@@ -569,7 +573,7 @@ class SandboxRuntime(SubprocessRuntime):
 
     # ---- lifetime -----------------------------------------------------------
     async def _start(self) -> None:
-        why = await asyncio.to_thread(_unusable, self.bwrap)
+        why = await asyncio.to_thread(sandbox_unavailable, self.bwrap)
         if why is not None:
             raise SandboxError(f"SandboxRuntime cannot start: {why}")
         self._bwrap_path = shutil.which(self.bwrap)

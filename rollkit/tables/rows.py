@@ -303,10 +303,10 @@ _CALL_INTEGERS = ("index", "segment", "new_input_tokens", "cum_turns", "cum_inpu
 _USAGE_INTEGERS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
-def _integral(call: dict[str, Any]) -> None:
+def _integral(call: dict[str, Any], usage: dict[str, Any]) -> None:
     """Raise ValueError (the line is then read as rk.load reads it, and
-    refused) where an integer field of `call` holds a fraction."""
-    usage = call.get("usage") or {}
+    refused) where an integer field of `call` or of its `usage` (read once,
+    by the caller) holds a fraction."""
     for value in (*map(call.get, _CALL_INTEGERS), *map(usage.get, _USAGE_INTEGERS)):
         if value.__class__ is float and not value.is_integer():
             raise ValueError(f"a call's integer field holds {value}")
@@ -318,9 +318,9 @@ def _unreported(calls: list[dict[str, Any]]) -> tuple[bool, bool]:
     unreported_in = unreported_out = False
     for call in calls:
         int(call["index"]), int(call["segment"])  # a call without them is not a trace's: the line is named
-        _integral(call)
+        usage = call.get("usage") or {}
+        _integral(call, usage)
         if call.get("committed"):
-            usage = call.get("usage") or {}
             unreported_in = unreported_in or _count(usage.get("input_tokens")) is None
             unreported_out = unreported_out or _count(usage.get("output_tokens")) is None
     return unreported_in, unreported_out
@@ -359,8 +359,8 @@ def _call_rows(table: dict[str, list[tuple[Any, ...]]], built: frozenset[str], i
     calls_out, turns_out = table["calls"], table["turns"]
     with_calls, with_turns = "calls" in built, "turns" in built
     for call in calls:
-        _integral(call)
         usage = call.get("usage") or {}
+        _integral(call, usage)
         err = call.get("error")
         c_start, c_end = float(call["start"]), float(call["end"])
         latency = _latency(call)

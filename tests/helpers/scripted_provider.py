@@ -10,7 +10,9 @@ streamed request (`stream: true`, as verifiers' chat program sends) gets it
 as chunks. Every
 request must carry `Authorization: Bearer <secret>` (the per-test secret);
 others get 401. Use it as a context manager: it stops its server and thread
-on exit.
+on exit. `cpu_s` is the CPU time its connections took (each is served by a
+thread of its own), for a benchmark that takes the model's share off a
+peer's time (benchmarks/peers.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -57,6 +60,8 @@ class ScriptedProvider:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
+        self.cpu_s = 0.0
+        self._cpu_lock = threading.Lock()
 
     def __enter__(self) -> ScriptedProvider:
         provider = self
@@ -64,6 +69,13 @@ class ScriptedProvider:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
+
+            def handle(self) -> None:
+                try:
+                    super().handle()
+                finally:  # this connection's thread started with it: its clock is the connection's cost
+                    with provider._cpu_lock:
+                        provider.cpu_s += time.thread_time()
 
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
                 length = int(self.headers.get("content-length") or 0)

@@ -22,7 +22,10 @@ import sys
 from pathlib import Path
 
 
-async def _prepare_here(self, script, env=None, *, activate=True):  # noqa: ANN001 - verifiers' signature
+async def prepare_uv_script_here(self, script, env=None, *, activate=True):  # noqa: ANN001 - verifiers' signature
+    """`Runtime.prepare_uv_script` for an interpreter that already holds the
+    script's packages: the script is written to the runtime's scripts folder and
+    run by this interpreter (benchmarks/peers.py's verifiers side uses it too)."""
     # The subprocess runtime's scripts folder is on this machine. Rollouts run
     # side by side (and other vf-eval processes share the folder): a script is
     # written once, whole, under a name of its own and renamed into place, so
@@ -42,7 +45,7 @@ def main() -> None:
     from verifiers.v1.runtimes.base import Runtime
 
     taskset, base_url, out, *options = sys.argv[1:]
-    Runtime.prepare_uv_script = _prepare_here
+    Runtime.prepare_uv_script = prepare_uv_script_here
     vf_eval([taskset, "-m", "scripted", "--client.base-url", base_url, "--client.api-key-var", "SCRIPTED_KEY",
              "--env.agent.harness.id", "null", "--env.agent.runtime.type", "subprocess", "-o", out, "--no-push", *options])
     print()  # vf-eval leaves its last line open

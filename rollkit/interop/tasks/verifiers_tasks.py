@@ -196,6 +196,11 @@ class VerifiersTask(Task):
         # Each rollout's last request, by trace id, for the tool gate on its reply.
         self._sent: dict[str, list[Any]] = {}
         self._vtask = vtask if vtask is not None else task_at(self.data.taskset, self.data.config, self.data.idx)
+        # What the verifiers task refuses depends only on it and its taskset,
+        # which this task keeps: found at the first setup, not at every rollout's.
+        # Its stops by boundary likewise: built once, not three times a turn.
+        self._refused: list[str] | None = None
+        self._by_boundary: tuple[list[Any], list[Any], list[Any]] | None = None
 
     @property
     def name(self) -> str:
@@ -216,17 +221,24 @@ class VerifiersTask(Task):
         """Record where the task came from; refuse it, naming each part, when it
         carries what rollkit does not map (`verifiers_coverage.unmapped`)."""
         ctx.trace.record_info(source=provenance(self.data))
-        taskset, _tasks = loaded(self.data.taskset, self.data.config)
-        refused = unmapped(self._vtask, taskset)
-        if refused:
+        if self._refused is None:
+            taskset, _tasks = loaded(self.data.taskset, self.data.config)
+            self._refused = unmapped(self._vtask, taskset)
+        if self._refused:
             raise TaskError(f"verifiers task {type(self._vtask).__name__} {self.data.id!r} (idx {self.data.idx}) "
-                            f"carries what rollkit does not map, so it cannot run here: {'; '.join(refused)}")
+                            f"carries what rollkit does not map, so it cannot run here: {'; '.join(self._refused)}")
+
+    def _stops(self) -> tuple[list[Any], list[Any], list[Any]]:
+        """`_stops(self.vtask)`, built once (three stop hooks ask it every turn)."""
+        if self._by_boundary is None:
+            self._by_boundary = _stops(self._vtask)
+        return self._by_boundary
 
     @stop
     async def verifiers_stop(self, trace: Trace, ctx: Any) -> bool:
         """The task's trace @vf.stop functions, checked as verifiers checks
         them before each model call; the one that fired is `trace.info["verifiers_stop"]`."""
-        trace_stops, _, _ = _stops(self._vtask)
+        trace_stops, _, _ = self._stops()
         if not trace_stops:
             return False
         # The hook's `trace` is a read-only view: the record goes on ctx.trace.
@@ -236,7 +248,7 @@ class VerifiersTask(Task):
     async def verifiers_response_stop(self, response: Response, ctx: Any) -> bool:
         """The task's response @vf.stop functions, checked on each reply as
         verifiers checks them (before the reply is delivered)."""
-        _, response_stops, request_stops = _stops(self._vtask)
+        _, response_stops, request_stops = self._stops()
         sent = self._sent.pop(ctx.trace.id, [])
         if not (response_stops or request_stops):
             return False
@@ -277,7 +289,7 @@ class VerifiersTask(Task):
         known = _merged_tools(trace.info.get(TOOLS_KEY, []), tools)
         if known != trace.info.get(TOOLS_KEY, []):
             trace.record_turn_info({TOOLS_KEY: known})
-        _, _, request_stops = _stops(self._vtask)
+        _, _, request_stops = self._stops()
         if not request_stops:
             return False
         messages = [_vf_message(m) for m in request.messages]
