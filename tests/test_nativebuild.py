@@ -855,3 +855,26 @@ def test_a_later_ask_builds_its_table_alone_from_the_fields_its_columns_read(tmp
         inner = kind[0] if isinstance(kind, list) else kind
         if isinstance(inner, dict):
             assert {k for k in inner if not re.search(rf'\.("?){k}\1(?!\w)', query)} == set(), (table, name)
+
+
+async def test_the_calls_look_for_a_reply_that_is_a_message_in_a_part_s_first_lines_only(tmp_path, monkeypatch):
+    # A part's calls read the messages where its first lines (_FOLLOW_PROBE
+    # bytes) give a call's request length; a part whose first such call
+    # comes later is read without them, then again with them (the values
+    # tell): the Python build's calls either way.
+    from rollkit.tables import nativebuild
+
+    arithmetic = await rk.evaluate_async(demo_agent(), arithmetic_tasks(4), repeats=2, progress=False)
+    source = rk.save(arithmetic.traces, tmp_path / "plain" / "t.jsonl")
+    first = nativebuild._NUMBERED_REQUEST.search(source.read_bytes()).start()
+    read = []
+    real = nativebuild._read
+    monkeypatch.setattr(nativebuild, "_read", lambda con, lines, ordinal, fields, engine: (
+        read.append("messages" in fields), real(con, lines, ordinal, fields, engine))[1])
+    for probe, asked in ((first + 30, [True]), (first, [False, True])):
+        monkeypatch.setattr(nativebuild, "_FOLLOW_PROBE", probe)
+        read.clear()
+        native, builds = _build(source, tmp_path / f"native-{probe}", True, monkeypatch, ("rollouts", "calls"))
+        python, _ = _build(source, tmp_path / f"python-{probe}", False, monkeypatch, ("rollouts", "calls"))
+        assert builds == ["native"] and read[1:] == asked, (probe, read)
+        assert native["calls"][0].equals(python["calls"][0])

@@ -872,16 +872,22 @@ def _checked(con: Any, tables: tuple[str, ...], fields: dict[str, Any]) -> list[
 
 
 _NUMBERED_REQUEST = re.compile(rb'"request_messages":\s*[-0-9]')
+# How much of a part's text _may_follow looks at: a run's lines are alike, and
+# looking through a whole part where no call's reply is a message cost an
+# eighth of building its calls.
+_FOLLOW_PROBE = 1 << 20
 
 
 def _may_follow(lines: Any) -> bool:
-    """Whether a line of the part may hold a call whose reply is the message
-    after its request: one that gives a call's `request_messages` as a
-    number. Where none does, the calls are read without the messages, most
-    of a line's text; _checked makes sure from the values (a name written
-    with an escape is read again, with the messages). Python's re over the
-    part's bytes: DuckDB's contains and Arrow's count_substring took longer."""
-    return _NUMBERED_REQUEST.search(memoryview(lines.buffers()[2])) is not None
+    """Whether the part's first lines (_FOLLOW_PROBE bytes) hold a call whose
+    reply is the message after its request: one that gives a call's
+    `request_messages` as a number. Where none does, the calls are read
+    without the messages, most of a line's text; _checked makes sure from
+    the values (such a call further on, or a name written with an escape:
+    read again, with the messages). Python's re over the bytes: DuckDB's
+    contains and Arrow's count_substring took longer."""
+    text = memoryview(lines.buffers()[2])
+    return _NUMBERED_REQUEST.search(text[:_FOLLOW_PROBE]) is not None
 
 
 def _read(con: Any, lines: Any, ordinal: int, fields: dict[str, Any], engine: Engine) -> None:
