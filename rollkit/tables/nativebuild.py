@@ -539,10 +539,17 @@ def _queries(exprs: dict[str, dict[str, str]], signals: _Signals) -> dict[str, s
         outer = ", ".join(_quoted(n) if n in own else f"r.{_quoted(n)}" for n in columns)
         return f"select {outer} from (select {inner}, unnest({rows}) as r from {source})"
 
+    def unnested(table: str, items: str, each_one: str) -> str:
+        # Rows that are a list's items as they are: unnested, then the columns (no struct a row to unnest).
+        columns = exprs[table]
+        inner = ", ".join(f"{sql} as {_quoted(n)}" for n, sql in columns.items() if n in _PER_TRACE)
+        outer = ", ".join(_quoted(n) if n in _PER_TRACE else f"{sql} as {_quoted(n)}" for n, sql in columns.items())
+        return f"select {outer} from (select t, {inner}, unnest({items}) as {each_one} from p)"
+
     return {
         "rollouts": f"select {', '.join(f'{sql} as {_quoted(n)}' for n, sql in exprs['rollouts'].items())} "
                     f"from (select *, {_COMMITTED} as cm, {signals.columns} from p)",
-        "calls": each("calls", "list_transform(t.model_calls, lambda c: {row})"),
+        "calls": unnested("calls", "t.model_calls", "c"),
         "turns": each("turns", f"list_transform({_COMMITTED}, lambda c, n: {{row}})"),
         "phases": each("phases", f"list_transform(list_filter({spans}, lambda s: s.present), lambda s: {{row}})",
                        source=f"(select *, {_T0} as _t0, {_TRACE_COST} as _cost from p)"),
