@@ -210,9 +210,11 @@ def test_a_run_writes_its_rollouts_table_and_the_others_are_built_when_first_ask
         for line in source.read_bytes().splitlines(keepends=True):
             log.write(line)
     assert {tuple(p["tables"]) for p in _markers(target)} == {("rollouts",)}
-    assert len(open_run(target).turns()) == 20  # the tables without text
-    assert {tuple(p["tables"]) for p in _markers(target)} == {("rollouts", "turns", "phases", "signals")}
-    assert len(open_run(target).calls()) == 20  # the calls alone
+    assert len(open_run(target).turns()) == 20  # each alone
+    assert {tuple(p["tables"]) for p in _markers(target)} == {("rollouts", "turns")}
+    assert len(open_run(target).calls()) == 20
+    assert {tuple(p["tables"]) for p in _markers(target)} == {("rollouts", "turns", "calls")}
+    assert len(open_run(target).phases()) == 50 and len(open_run(target).signals()) == 30
     assert {tuple(p["tables"]) for p in _markers(target)} == {("rollouts", "turns", "calls", "phases", "signals")}
     assert len(open_run(target).messages()) > 20
     assert {tuple(p["tables"]) for p in _markers(target)} == {TABLES}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -35,9 +36,8 @@ def _native_at_any_size(monkeypatch):
 
 def _build(source: Path, cache: Path, native: bool, monkeypatch: pytest.MonkeyPatch,
            order: tuple[str, ...] = TABLES) -> tuple[dict, list[str]]:
-    """The tables of `source`, asked for in `order` (the turns first: the
-    tables without text are built from the fields without it, then the
-    rest; the calls first: all from every field)."""
+    """The tables of `source`, asked for in `order` (each built alone when
+    first asked for, from the fields it reads)."""
     monkeypatch.setattr(columns, "_NATIVE", native)
     cache.mkdir(parents=True)
     tables = TableSet(source, cache=cache, progress=False)
@@ -511,8 +511,7 @@ def _listed_tables(cache: Path) -> list[list[str]]:
 def test_a_first_open_builds_the_rollouts_and_the_others_when_first_asked_for(tmp_path, monkeypatch):
     # The first open is for the rollouts frame: the other five tables of a
     # part are built (natively, from the part's bytes) when first asked
-    # for, the three without text (turns, phases, signals) together, the
-    # messages and the calls each alone, and are then the Python build's, row for row.
+    # for, each alone, and are then the Python build's, row for row.
     monkeypatch.setattr(columns, "_BATCH", 7)
     folder = big_run(20, tmp_path / "run", turns=2, tasks=3)
     cache = folder / ".rollkit" / "traces.jsonl"
@@ -521,9 +520,11 @@ def test_a_first_open_builds_the_rollouts_and_the_others_when_first_asked_for(tm
     assert _listed_tables(cache) == [["rollouts"]] * 3
     assert not (cache / "turns").exists()
     assert len(run.turns()) == 40
-    assert _listed_tables(cache) == [["rollouts", "turns", "phases", "signals"]] * 3
-    assert not (cache / "messages").exists()
+    assert _listed_tables(cache) == [["rollouts", "turns"]] * 3
+    assert not (cache / "phases").exists() and not (cache / "messages").exists()
     assert len(run.search("How many")) == 20
+    assert _listed_tables(cache) == [["rollouts", "turns", "messages"]] * 3
+    assert len(run.phases()) == 100 and len(run.signals()) == 60
     assert _listed_tables(cache) == [["rollouts", "turns", "phases", "signals", "messages"]] * 3
     assert len(run.calls()) == 40
     assert _listed_tables(cache) == [list(TABLES)] * 3
@@ -549,7 +550,7 @@ def test_the_tables_without_text_are_built_without_reading_it(tmp_path, monkeypa
     source.write_bytes(b"".join(lines))
     cache = folder / ".rollkit" / "traces.jsonl"
     run = open_run(folder)
-    assert len(run.turns()) == 12
+    assert len(run.turns()) == 12 and len(run.phases()) == 30 and len(run.signals()) == 18
     assert [json.loads(p.read_text())["build"] for p in cache.glob("part-*.json")] == ["native"]
     assert len(run.calls()) == 12  # no call's reply is a message here: the calls read none
     assert [json.loads(p.read_text())["build"] for p in cache.glob("part-*.json")] == ["native"]
@@ -628,10 +629,10 @@ def test_sql_the_browser_and_export_build_only_the_tables_they_name(tmp_path):
     assert _listed_tables(cache) == [["rollouts"]]
     browser.where("id in (select id from turns where turn = 2)")
     assert "<b>20</b> of 20 rollouts" in browser.status.value
-    # the later build makes a part's tables without text at once, the calls and the messages each alone
-    assert sorted(_listed_tables(cache)[0]) == ["phases", "rollouts", "signals", "turns"]
+    # the later build makes the table named, alone
+    assert sorted(_listed_tables(cache)[0]) == ["rollouts", "turns"]
     assert run.sql("select count(*) as n from calls")["n"][0] == 40
-    assert sorted(_listed_tables(cache)[0]) == sorted(set(TABLES) - {"messages"})
+    assert sorted(_listed_tables(cache)[0]) == ["calls", "rollouts", "turns"]
 
 
 def test_a_run_opened_while_written_agrees_with_itself_after_a_later_table_catches_up(tmp_path):
@@ -674,7 +675,7 @@ def test_a_part_merged_away_while_completed_does_not_come_back(tmp_path, monkeyp
     monkeypatch.setattr(columns.TableSet, "_part", merged_meanwhile)
     assert len(run.turns()) == 40
     assert merges == [marker.name]
-    assert _listed_tables(cache) == [["rollouts", "turns", "phases", "signals"]]  # built again from the file, not a marker brought back
+    assert _listed_tables(cache) == [["rollouts", "turns"]]  # built again from the file, not a marker brought back
     assert len(run.rollouts()) == 20
 
 
@@ -783,7 +784,8 @@ def test_a_file_that_cannot_be_mapped_is_read_and_gives_the_same_tables(tmp_path
 
     monkeypatch.setattr(columns.mmap, "mmap", unmappable)
     read, builds = _build(source, tmp_path / "read", True, monkeypatch)
-    assert len(calls) == 1 and builds == ["native"] * 4
+    # (mapping tried by the first open, then by each of the five tables' later asks: each alone)
+    assert len(calls) == 1 + 5 and builds == ["native"] * 4
     for table in TABLES:
         assert [len(t) for t in read[table]] == [len(t) for t in mapped[table]]
         for a, b in zip(mapped[table], read[table]):
@@ -795,7 +797,7 @@ def test_a_file_that_cannot_be_mapped_is_read_and_gives_the_same_tables(tmp_path
     TableSet(grown, cache=tmp_path / "grown", progress=False)
     grown.write_bytes(b"".join(lines))
     again = TableSet(grown, cache=tmp_path / "grown", progress=False)
-    assert [p["start"] for p in again.parts][:2] == [0, len(b"".join(lines[:4]))] and len(calls) == 3
+    assert [p["start"] for p in again.parts][:2] == [0, len(b"".join(lines[:4]))] and len(calls) == 6 + 2
     for table in TABLES:
         rows = [row for f in again.files[table] for row in pq.read_table(f).to_pylist()]
         assert rows == [row for t in mapped[table] for row in t.to_pylist()], table
@@ -823,3 +825,56 @@ def test_only_complete_lines_are_mapped_so_a_torn_tail_cut_off_meanwhile_is_neve
         assert columns._complete_end(f, 0, source.stat().st_size) == complete
         assert columns._complete_end(f, complete, source.stat().st_size) == complete  # nothing complete after it
         assert columns._complete_end(f, 0, 0) == 0
+
+
+@pytest.mark.parametrize("table", ["turns", "phases", "signals", "calls", "messages"])
+def test_a_later_ask_builds_its_table_alone_from_the_fields_its_columns_read(tmp_path, monkeypatch, table):
+    # A later ask builds the table asked for and no other, reading the trace
+    # fields its query names and no other: what only the other tables read,
+    # and what tells a line that is no trace, the first open read and checked.
+    from rollkit.tables import nativebuild
+
+    read, queries = [], []
+    real_read, real_queries = nativebuild._read, nativebuild._queries
+    monkeypatch.setattr(nativebuild, "_read", lambda con, lines, ordinal, fields, engine: (
+        read.append(fields), real_read(con, lines, ordinal, fields, engine))[1])
+    monkeypatch.setattr(nativebuild, "_queries", lambda *a: (queries.append(real_queries(*a)), queries[-1])[1])
+    folder = big_run(12, tmp_path / "run", turns=2, tasks=3)
+    run = open_run(folder)
+    read.clear(), queries.clear()
+    assert len(getattr(run, table)()) > 0
+    assert _listed_tables(folder / ".rollkit" / "traces.jsonl") == [[t for t in TABLES if t in ("rollouts", table)]]
+    (fields,), (query,) = read, [q[table] for q in queries]
+    # (and the values typed per part, which a part holding none of leaves out of the query; whether a call's
+    # reply may be a message, which decides whether the calls read the messages)
+    query += " ".join(nativebuild._FREE[name] for name in nativebuild._FREE_IN.get(table, ()))
+    query += nativebuild._FOLLOWS if table == "calls" else ""
+    named = {name for name in nativebuild._TRACE_FIELDS if re.search(rf"\bt\.{name}\b", query)}
+    assert set(fields) == named, table
+    for name, kind in fields.items():  # and of a field's own fields (a call's), those the query names
+        inner = kind[0] if isinstance(kind, list) else kind
+        if isinstance(inner, dict):
+            assert {k for k in inner if not re.search(rf'\.("?){k}\1(?!\w)', query)} == set(), (table, name)
+
+
+async def test_the_calls_look_for_a_reply_that_is_a_message_in_a_part_s_first_lines_only(tmp_path, monkeypatch):
+    # A part's calls read the messages where its first lines (_FOLLOW_PROBE
+    # bytes) give a call's request length; a part whose first such call
+    # comes later is read without them, then again with them (the values
+    # tell): the Python build's calls either way.
+    from rollkit.tables import nativebuild
+
+    arithmetic = await rk.evaluate_async(demo_agent(), arithmetic_tasks(4), repeats=2, progress=False)
+    source = rk.save(arithmetic.traces, tmp_path / "plain" / "t.jsonl")
+    first = nativebuild._NUMBERED_REQUEST.search(source.read_bytes()).start()
+    read = []
+    real = nativebuild._read
+    monkeypatch.setattr(nativebuild, "_read", lambda con, lines, ordinal, fields, engine: (
+        read.append("messages" in fields), real(con, lines, ordinal, fields, engine))[1])
+    for probe, asked in ((first + 30, [True]), (first, [False, True])):
+        monkeypatch.setattr(nativebuild, "_FOLLOW_PROBE", probe)
+        read.clear()
+        native, builds = _build(source, tmp_path / f"native-{probe}", True, monkeypatch, ("rollouts", "calls"))
+        python, _ = _build(source, tmp_path / f"python-{probe}", False, monkeypatch, ("rollouts", "calls"))
+        assert builds == ["native"] and read[1:] == asked, (probe, read)
+        assert native["calls"][0].equals(python["calls"][0])

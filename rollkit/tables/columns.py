@@ -24,8 +24,7 @@ file (a first open) makes each part's rollouts table only, what the
 rollouts frame reads; a part's other five are built when a table is first
 asked for (`files[table]`), from the part's byte range once it is checked
 to be the bytes the part was cut from, and its marker lists what it has:
-the turns, phases and signals together (they read no text), the messages
-alone (a search), the calls alone. A part of 8 MB or more (or the
+each table alone, from the fields it reads (nativebuild._ALONE_FIELDS). A part of 8 MB or more (or the
 parts a later ask builds, when they hold 8 MB together)
 is built by DuckDB's JSON parser (rollkit.tables.nativebuild); a smaller one,
 and one DuckDB must not read, by the Python build (rollkit.tables.rows' row
@@ -53,6 +52,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import mmap
 import os
@@ -310,21 +310,17 @@ class TableSet:
             self.parts = parts
         lacking = [p for p in self.parts if table not in p["tables"]]
         size = sum(p["end"] - p["start"] for p in lacking)
-        group = _built_with(table)
         # Natively at any size when the parts together are worth it: they share the build's
         # database, whose fixed cost is then paid once (a live run's parts are small).
         build = functools.partial(self._part, native=size >= _NATIVE_MIN_BYTES)
         with paused(), _progress(self.source, size, self.progress) as bar, open(self.source, "rb") as f:
             def jobs() -> Generator[tuple[Any, int], None, None]:
-                ordinal = 0
-                for part in self.parts:
-                    if table not in part["tables"]:
-                        f.seek(part["start"])
-                        data = f.read(part["end"] - part["start"])
-                        starts, ends, lengths = _lines(data, _line_ends(data), part["start"])
-                        missing = tuple(t for t in group if t not in part["tables"])
-                        yield (build, data, starts, ends, lengths, part["start"], ordinal, missing, part), len(data)
-                    ordinal += part["lines"]
+                ordinals = itertools.accumulate((p["lines"] for p in self.parts), initial=0)
+                ordinal_of = {p["name"]: at for p, at in zip(self.parts, ordinals)}
+                for part, data in zip(lacking, _ranges(f, [(p["start"], p["end"]) for p in lacking])):
+                    starts, ends, lengths = _lines(data, _line_ends(data), part["start"])
+                    yield (build, data, starts, ends, lengths, part["start"], ordinal_of[part["name"]], (table,),
+                           part), len(data)
 
             # One part at a time on every core: all six tables of two parts at once held too much memory.
             for part, made in zip(lacking, _in_order(jobs(), bar, in_flight=1)):
@@ -502,16 +498,6 @@ class TableSet:
         return [{**meta, "name": name}]
 
 
-def _built_with(table: str) -> tuple[str, ...]:
-    """The tables a part lacking `table` gets when it is asked for: the
-    light tables (nativebuild.LIGHT_TABLES: turns, phases, signals, read
-    without any text) together; the messages (a search) alone, and the
-    calls alone, each from its own fields."""
-    from .nativebuild import LIGHT_TABLES
-
-    return LIGHT_TABLES if table in LIGHT_TABLES else (table,)
-
-
 def _builds(*labels: str) -> str:
     """The builds that made a part's tables ("native", "python", or both: "native+python")."""
     return "+".join(sorted({build for label in labels for build in label.split("+")}))
@@ -597,6 +583,32 @@ def _blocks(f: Any, start: int) -> Any:
             at += end
     finally:
         if mapped:
+            try:
+                source.close()
+            except BufferError:  # a part still being built holds a view: unmapped when it lets go
+                pass
+
+
+def _ranges(f: Any, ranges: list[tuple[int, int]]) -> Iterator[Any]:
+    """The bytes of each (start, end) range of the file, in order: views of
+    it mapped into memory, as _blocks maps it (reading them into buffers,
+    then into a part's memory file, cost twice the CPU), each range's pages
+    let go when the next is asked for; read where it cannot be mapped."""
+    end = max((stop for _, stop in ranges), default=0)
+    try:
+        source = mmap.mmap(f.fileno(), end, access=mmap.ACCESS_READ) if end else None
+    except (OSError, ValueError):  # (past the file's end: it shrank; the build reads what is there)
+        source = None
+    try:
+        for start, stop in ranges:
+            if source is None:
+                f.seek(start)
+                yield f.read(stop - start)
+            else:
+                yield memoryview(source)[start:stop]
+                _release(source, stop)
+    finally:
+        if source is not None:
             try:
                 source.close()
             except BufferError:  # a part still being built holds a view: unmapped when it lets go

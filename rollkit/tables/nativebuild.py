@@ -12,13 +12,13 @@ mix types the way only Python's inference reads, is built in Python, which
 also names a line that is not a trace.
 The rollouts alone (a first open) are parsed from the fields they read
 (`_ROLLOUT_FIELDS`): building DuckDB's nested rows costs several times
-parsing the JSON, and a message's text is most of a line. The turns, phases
-and signals (a later ask for one of them) are parsed from the fields
-without text (`_LIGHT_FIELDS`), the messages alone (a first search) from
-theirs (`_MESSAGE_FIELDS`), the calls alone (their first ask) from theirs
-(`_CALL_FIELDS`: of the messages only what a reply is read from, and not
-even that in a part where no call's reply is a message), any other set
-from all.
+parsing the JSON, and a message's text is most of a line. A later ask
+builds the one table asked for from the fields it reads: the turns, phases
+or signals (`_ALONE_FIELDS`), the messages (a first search:
+`_MESSAGE_FIELDS`), the calls (`_CALL_FIELDS`: of the messages only what a
+reply is read from, and not even that in a part where no call's reply is a
+message); the fields without text (`_LIGHT_FIELDS`) for the light tables
+asked for together, all for any other set.
 
 One reading of a line, rk.load's (rollkit.core.store.record_of_line): JSON
 as RFC 8259 has it, read as Python reads it: of a key written twice in one
@@ -176,14 +176,28 @@ _FAST_JSON_BITS = (
 
 
 # A line the Python build reads as not a trace (a required field missing):
-# it is the one to name the line.
-_BROKEN = " or ".join((
-    "t is null", "t.id is null", "t.task.key is null", "t.task.type is null",
-    "coalesce(list_bool_or(list_transform(t.model_calls, lambda c: c is null or c.index is null "
-    "or c.segment is null or c.start is null or c.\"end\" is null)), false)",
-    *(f"(t.phases.{p} is not null and t.phases.{p}.start is null)" for p in _PHASE_NAMES),
-    "(coalesce(len(t.errors), 0) > 0 and (t.errors[1].type is null or t.errors[1].message is null))",
-))
+# it is the one to name the line. Looked for in the fields a build reads
+# (_broken): a later ask's part had its rollouts built from the same bytes,
+# which looked for all of them.
+_CALL_NEEDS = ("index", "segment", "start", "end")
+
+
+def _broken(fields: dict[str, Any]) -> str:
+    """SQL: whether a line lacks a field a trace must have, of those in `fields`."""
+    calls = fields.get("model_calls", [{}])[0]
+    needed = " or ".join(f"c.{_quoted(k)} is null" for k in _CALL_NEEDS if k in calls)
+    errors = fields.get("errors", [{}])[0]
+    return " or ".join((
+        "t is null", "t.id is null",
+        *(f"t.task.{k} is null" for k in ("key", "type") if k in fields.get("task", {})),
+        *([f"coalesce(list_bool_or(list_transform(t.model_calls, lambda c: c is null{' or ' * bool(needed)}"
+           f"{needed})), false)"] if "model_calls" in fields else []),
+        *(f"(t.phases.{p} is not null and t.phases.{p}.start is null)" for p in fields.get("phases", {})),
+        *(["(coalesce(len(t.errors), 0) > 0 and (t.errors[1].type is null or t.errors[1].message is null))"]
+          if {"type", "message"} <= set(errors) else []),
+    ))
+
+
 # A message whose role is no trace's (ROLES): checked where the messages are read, in the same pass.
 _BAD_ROLE = ("coalesce(list_bool_or(list_transform(t.messages, lambda m: m is null or m.role is null or m.role "
              f"not in ({', '.join(repr(r) for r in ROLES)}))), false)")
@@ -525,10 +539,17 @@ def _queries(exprs: dict[str, dict[str, str]], signals: _Signals) -> dict[str, s
         outer = ", ".join(_quoted(n) if n in own else f"r.{_quoted(n)}" for n in columns)
         return f"select {outer} from (select {inner}, unnest({rows}) as r from {source})"
 
+    def unnested(table: str, items: str, each_one: str) -> str:
+        # Rows that are a list's items as they are: unnested, then the columns (no struct a row to unnest).
+        columns = exprs[table]
+        inner = ", ".join(f"{sql} as {_quoted(n)}" for n, sql in columns.items() if n in _PER_TRACE)
+        outer = ", ".join(_quoted(n) if n in _PER_TRACE else f"{sql} as {_quoted(n)}" for n, sql in columns.items())
+        return f"select {outer} from (select t, {inner}, unnest({items}) as {each_one} from p)"
+
     return {
         "rollouts": f"select {', '.join(f'{sql} as {_quoted(n)}' for n, sql in exprs['rollouts'].items())} "
                     f"from (select *, {_COMMITTED} as cm, {signals.columns} from p)",
-        "calls": each("calls", "list_transform(t.model_calls, lambda c: {row})"),
+        "calls": unnested("calls", "t.model_calls", "c"),
         "turns": each("turns", f"list_transform({_COMMITTED}, lambda c, n: {{row}})"),
         "phases": each("phases", f"list_transform(list_filter({spans}, lambda s: s.present), lambda s: {{row}})",
                        source=f"(select *, {_T0} as _t0, {_TRACE_COST} as _cost from p)"),
@@ -576,25 +597,36 @@ _LIGHT_ALONE_FIELDS: dict[str, Any] = {
     **{k: v for k, v in _LIGHT_FIELDS.items() if k not in ("agent", "segments", "completed", "stop_condition")},
     "info": {k: _TRACE_FIELDS["info"][k] for k in (*_IDS_FREE, "cost_usd")},
 }
+# What each of them reads alone (a later ask of one: the part has its
+# rollouts, so what only they read, and what tells a line that is no trace
+# the fields read here do not hold, were read and checked already).
+_TRACE_IDS: dict[str, Any] = {"id": "VARCHAR", "info": {k: _TRACE_FIELDS["info"][k] for k in _IDS_FREE},
+                              "task": {"key": "VARCHAR"}}
+_ALONE_FIELDS: dict[str, dict[str, Any]] = {
+    "turns": {**_TRACE_IDS, **{k: _TRACE_FIELDS[k] for k in ("limits", "timeouts")},
+              "model_calls": [{k: v for k, v in _LIGHT_FIELDS["model_calls"][0].items() if k != "usage"}
+                              | {"usage": {f"{k}_tokens": "BIGINT" for k in ("input", "output")}}]},
+    "phases": {**_TRACE_IDS, "info": {**_TRACE_IDS["info"], "cost_usd": "DOUBLE"}, "ok": "JSON",
+               "phases": _TRACE_FIELDS["phases"], "model_calls": [{"cum_cost_usd": "DOUBLE"}]},
+    "signals": {**_TRACE_IDS, "task": _TRACE_FIELDS["task"],
+                **{k: _TRACE_FIELDS[k] for k in ("rewards", "reward_weights", "metrics", "signal_errors", "aborted")},
+                "errors": [{"type": "VARCHAR", "message": "VARCHAR"}], "phases": {"scoring": _SPAN}},
+}
 # What the calls table reads (a first ask of the calls): every call field,
 # and of the messages only what a committed call's reply is read from (the
 # message after its request: its role, text, reasoning and tool names), no
 # tool call's arguments, no limits, rewards or signal errors.
 _CALL_FIELDS: dict[str, Any] = {
-    **{k: _TRACE_FIELDS[k] for k in ("id", "task", "phases", "errors")},
-    "info": {k: _TRACE_FIELDS["info"][k] for k in _IDS_FREE},
+    **_TRACE_IDS,
     "messages": [{k: v for k, v in _TRACE_FIELDS["messages"][0].items() if k in ("role", "content", "reasoning")}
                  | {"tool_calls": [{"name": "VARCHAR"}]}],
     "model_calls": _TRACE_FIELDS["model_calls"],
 }
 # The calls' fields of a part where no call's reply is a message (_may_follow).
 _CALL_FIELDS_ALONE = {k: v for k, v in _CALL_FIELDS.items() if k != "messages"}
-# What the messages table reads (a first search), and what tells a line that is no trace (_BROKEN).
-_MESSAGE_FIELDS: dict[str, Any] = {
-    **{k: _TRACE_FIELDS[k] for k in ("id", "task", "messages", "phases", "errors")},
-    "model_calls": [{k: v for k, v in _TRACE_FIELDS["model_calls"][0].items() if k in ("index", "segment", "start",
-                                                                                    "end")}],
-}
+# What the messages table reads (a first search).
+_MESSAGE_FIELDS: dict[str, Any] = {"id": "VARCHAR", "task": {"key": "VARCHAR"}, "messages": [
+    {k: v for k, v in _TRACE_FIELDS["messages"][0].items() if k != "reasoning"}]}
 
 
 def _first(tables: tuple[str, ...]) -> bool:
@@ -604,14 +636,17 @@ def _first(tables: tuple[str, ...]) -> bool:
 
 def _fields(tables: tuple[str, ...]) -> dict[str, Any]:
     """The trace fields `tables` read: the rollouts' own (a first open), the
-    messages' alone, the calls' alone, the light tables' (LIGHT_TABLES: no
-    text), else every field the tables read."""
+    messages' alone, the calls' alone, the turns', phases' or signals' alone
+    (_ALONE_FIELDS), the light tables' (LIGHT_TABLES: no text), else every
+    field the tables read."""
     if _first(tables):
         return _ROLLOUT_FIELDS
     if set(tables) <= {"messages"}:
         return _MESSAGE_FIELDS
     if set(tables) <= {"calls"}:
         return _CALL_FIELDS
+    if len(tables) == 1 and tables[0] in _ALONE_FIELDS:
+        return _ALONE_FIELDS[tables[0]]
     if set(tables) <= set(LIGHT_TABLES):
         return _LIGHT_FIELDS if "rollouts" in tables else _LIGHT_ALONE_FIELDS
     return _TRACE_FIELDS
@@ -783,7 +818,8 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
     the store's string and metadata touches), from `lines` (a pyarrow string
     array, one trace a line), their first ordinal and each line's byte
     offset and length. The rollouts alone are parsed from the fields they
-    read (_ROLLOUT_FIELDS), LIGHT_TABLES from those without text
+    read (_ROLLOUT_FIELDS), the turns, phases or signals alone from theirs
+    (_ALONE_FIELDS), LIGHT_TABLES together from those without text
     (_LIGHT_FIELDS; without the rollouts' own, _LIGHT_ALONE_FIELDS), the
     messages alone from theirs (_MESSAGE_FIELDS), the
     calls alone from theirs (_CALL_FIELDS, without the messages where no
@@ -833,7 +869,7 @@ def _checked(con: Any, tables: tuple[str, ...], fields: dict[str, Any]) -> list[
     messages (_CALL_FIELDS_ALONE) and a call's reply is one of them. One
     pass over the part."""
     times = _TIME_FLAGS if "rollouts" in tables else "false, false"
-    refused = f"{_BROKEN} or {_BAD_ROLE}" if "messages" in tables else _BROKEN
+    refused = f"{_broken(fields)} or {_BAD_ROLE}" if "messages" in tables else _broken(fields)
     follows = f"bool_or({_FOLLOWS})" if fields is _CALL_FIELDS_ALONE else "false"
     broken, *flags, follow = con.execute(f"select count(*) filter (where {refused}), {times}, {follows} "
                                          "from p").fetchall()[0]
@@ -843,16 +879,22 @@ def _checked(con: Any, tables: tuple[str, ...], fields: dict[str, Any]) -> list[
 
 
 _NUMBERED_REQUEST = re.compile(rb'"request_messages":\s*[-0-9]')
+# How much of a part's text _may_follow looks at: a run's lines are alike, and
+# looking through a whole part where no call's reply is a message cost an
+# eighth of building its calls.
+_FOLLOW_PROBE = 1 << 20
 
 
 def _may_follow(lines: Any) -> bool:
-    """Whether a line of the part may hold a call whose reply is the message
-    after its request: one that gives a call's `request_messages` as a
-    number. Where none does, the calls are read without the messages, most
-    of a line's text; _checked makes sure from the values (a name written
-    with an escape is read again, with the messages). Python's re over the
-    part's bytes: DuckDB's contains and Arrow's count_substring took longer."""
-    return _NUMBERED_REQUEST.search(memoryview(lines.buffers()[2])) is not None
+    """Whether the part's first lines (_FOLLOW_PROBE bytes) hold a call whose
+    reply is the message after its request: one that gives a call's
+    `request_messages` as a number. Where none does, the calls are read
+    without the messages, most of a line's text; _checked makes sure from
+    the values (such a call further on, or a name written with an escape:
+    read again, with the messages). Python's re over the bytes: DuckDB's
+    contains and Arrow's count_substring took longer."""
+    text = memoryview(lines.buffers()[2])
+    return _NUMBERED_REQUEST.search(text[:_FOLLOW_PROBE]) is not None
 
 
 def _read(con: Any, lines: Any, ordinal: int, fields: dict[str, Any], engine: Engine) -> None:
