@@ -69,7 +69,7 @@ _FRAME = struct.Struct(">cII")
 # 10,000 demo rollouts); past it a rollout is dropped, counted and said.
 _BACKLOG = 32 << 20
 # What the end waits for the child's answer beyond the exporter's own wait:
-# a child started by this run may still be importing (about 0.5 s).
+# a child started by this run may still be importing (its imports).
 _START_GRACE = 3.0
 # What the process's exit waits for the child to end, before killing it.
 _EXIT_WAIT = 2.0
