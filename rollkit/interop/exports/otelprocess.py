@@ -9,7 +9,7 @@ the run watcher that hands it each finished rollout's JSON line: the line
 the run already wrote to its traces.jsonl, or, without a folder, the same
 line serialized for it (cheaper than making the spans: benchmarks/overhead.py).
 Making and encoding a rollout's spans is Python under the GIL; in the run's
-process it cost each rollout of a fast run about 15% of its time.
+process it was a large share of a fast run's time (benchmarks/overhead.py).
 
 The run's side never waits: a line goes down a non-blocking pipe; what the
 pipe cannot take at once waits in a backlog in the run's process (at most
@@ -69,7 +69,7 @@ _FRAME = struct.Struct(">cII")
 # 10,000 demo rollouts); past it a rollout is dropped, counted and said.
 _BACKLOG = 32 << 20
 # What the end waits for the child's answer beyond the exporter's own wait:
-# a child started by this run may still be importing (its imports).
+# a child started by this run may still be importing its modules.
 _START_GRACE = 3.0
 # What the process's exit waits for the child to end, before killing it.
 _EXIT_WAIT = 2.0
