@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import threading
@@ -271,6 +272,26 @@ def test_a_run_returns_before_its_last_part_is_built_and_an_open_here_waits_for_
     assert len(open_run(tmp_path / "run")) == 7  # waited for the thread, which wrote the part
     assert threads == ["rollkit-tables traces.jsonl"]
     _complete_and_fresh(source, tmp_path / "fresh")
+
+
+def test_a_folder_removed_right_after_its_run_is_left_removed_without_a_warning(tmp_path, monkeypatch, caplog):
+    # A temporary folder removed as soon as rk.evaluate returns: its last part,
+    # still being built, finds the folder gone; it neither warns nor makes it again.
+    release = threading.Event()
+    add = TableSet.add
+
+    def held(self, *args):
+        release.wait(60)
+        return add(self, *args)
+
+    monkeypatch.setattr(TableSet, "add", held)
+    with caplog.at_level(logging.WARNING, logger="rollkit"):
+        rk.evaluate(demo_agent(), arithmetic_tasks(5), out=tmp_path / "run", progress=False)
+        shutil.rmtree(tmp_path / "run")
+        release.set()
+        columns.settle()
+    assert [r.getMessage() for r in caplog.records] == []
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_interpreter_that_exits_right_after_a_run_writes_its_last_part_first(tmp_path):

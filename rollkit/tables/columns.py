@@ -135,6 +135,8 @@ def _before(path: Path, end: int) -> str:
 def _cache_folder(source: Path) -> Path:
     """`.rollkit/<file name>/` beside the source, or the same under the user
     cache folder (keyed by the source's absolute path) when that is not writable."""
+    if not source.parent.is_dir():  # removed (a temporary folder): made again by nobody
+        raise FileNotFoundError(f"{source.parent} is gone: its tables are not written")
     beside = source.parent / CACHE_DIR / source.name
     try:
         beside.mkdir(parents=True, exist_ok=True)
@@ -447,7 +449,7 @@ class TableSet:
         for table, arrow in tables:
             arrow = large_strings(arrow).replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
             folder = self.folder / table
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(exist_ok=True)  # in the cache folder, never made again here (its run's folder may be gone)
             _atomic(lambda tmp: pq.write_table(arrow, tmp, compression="lz4"), folder / f"{name}.parquet")
             written.append(table)
         if built:

@@ -222,7 +222,8 @@ class _Builder:
                 self.tables.add(data, start, engine)
         except Exception as exc:  # noqa: BLE001  the tables are a cache: whatever fails, the traces are whole
             self.tables = _GAVE_UP
-            _give_up(self.path, exc)
+            if self.path.exists():  # else its folder was removed (a temporary one, after the run): nobody will open it
+                _give_up(self.path, exc)
 
 
 _at_exit: list[Any] = []  # settle registered to run at the interpreter's exit (once)
