@@ -639,7 +639,10 @@ _FRACTION = "({x} <> trunc({x}) or abs({x}) > 9007199254740992)"
 # makes a missing key, in every column type (the default); rk.load refuses the null.
 _NOT_NULL = {"model_calls": ("new_input_tokens", "cum_turns", "cum_input_tokens", "cum_output_tokens",
                              "cum_total_tokens", "cum_agent_time"),
-             "segments": ("charged",)}
+             "segments": ("charged", "start")}
+# Of those, the ones the schema has no default for: rk.load refuses them missing too
+# (a segment's start: the rollouts read it only between two segments, the check reads it in every one).
+_REQUIRED = {"segments": ("start",)}
 
 
 def _doubt(kind: Any, x: str, depth: int = 0, name: str = "") -> str:
@@ -964,8 +967,9 @@ def _check_doubtful(lines: Any, rows: list[int]) -> None:
 def _not_as_parsed(line: str, record: Any = None) -> bool:
     """Whether rk.load reads `line` (parsed: `record`, None: not yet)
     otherwise than DuckDB's parser: Python's json refuses it (NaN, nan,
-    -inf...), a call or a segment holds null in a field of _NOT_NULL, or a
-    weight is null. (1e400 is JSON: infinity to both.)"""
+    -inf...), a call or a segment is null, holds null in a field of
+    _NOT_NULL or lacks one of _REQUIRED, or a weight is null. (1e400 is
+    JSON: infinity to both.)"""
     if record is None:
         try:
             record = json.loads(line, parse_constant=_not_json)
@@ -974,10 +978,17 @@ def _not_as_parsed(line: str, record: Any = None) -> bool:
     if not isinstance(record, dict):
         return False
     weights = record.get("reward_weights")
-    return any(isinstance(items, list) and any(isinstance(item, dict) and any(item.get(k, 0) is None for k in keys)
-                                               for item in items)
-               for items, keys in ((record.get(name), keys) for name, keys in _NOT_NULL.items())) \
+    return any(isinstance(items, list) and any(_refused_item(item, keys, _REQUIRED.get(name, ())) for item in items)
+               for items, name, keys in ((record.get(name), name, keys) for name, keys in _NOT_NULL.items())) \
         or (isinstance(weights, dict) and None in weights.values())
+
+
+def _refused_item(item: Any, keys: tuple[str, ...], required: tuple[str, ...]) -> bool:
+    """Whether rk.load refuses a call or a segment for what _doubt looks at:
+    no object (null: DuckDB's reader makes it a null struct), a null in
+    `keys`, or one of `required` missing."""
+    return not isinstance(item, dict) or any(item.get(k, 0) is None for k in keys) \
+        or any(k not in item for k in required)
 
 
 def _not_json(constant: str) -> None:
