@@ -493,6 +493,17 @@ def test_two_bad_lines_the_first_named(tmp_path, records, forced):
     assert _agree(source)[1] == str(refused.value)
 
 
+def test_a_newer_rollkit_s_line_before_a_bad_one_is_not_named(tmp_path, records):
+    # On the way to the error the lines before are validated again without
+    # making their records (store.load_refuses); a line with a newer
+    # rollkit's fields loads (they are left out), so the bad one after it is named.
+    source = tmp_path / "traces.jsonl"
+    source.write_bytes(_dump(dict(records[0], from_a_newer_rollkit=1), (), ("none", None)) + b"\n"
+                       + _dump(records[1], (), ("text", ("model_calls", 0, "start"), b'"abc"')) + b"\n")
+    outcome = _agree(source)
+    assert outcome[0] == "refused" and f"{source}: line 2 " in outcome[1], outcome
+
+
 @pytest.mark.parametrize("role", [b'"systemx"', b"null", b"3"])
 def test_a_role_no_message_has_is_refused_alike(tmp_path, records, role):
     # Neither build checks a line against the trace schema (pydantic costs
