@@ -452,7 +452,7 @@ class TableSet:
             arrow = large_strings(arrow).replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
             folder = self.folder / table
             folder.mkdir(parents=True, exist_ok=True)
-            _atomic(lambda tmp: _write_parquet(arrow, tmp), folder / f"{name}.parquet")
+            _atomic(lambda tmp: pq.write_table(arrow, tmp, compression="lz4"), folder / f"{name}.parquet")
             written.append(table)
         if built:
             build = _builds(built["build"], build)
@@ -488,7 +488,7 @@ class TableSet:
         for table in common:
             merged = concat_parts([pq.read_table(self.folder / table / f"{p['name']}.parquet") for p in parts])
             merged = merged.replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
-            _atomic(lambda tmp: _write_parquet(merged, tmp), self.folder / table / f"{name}.parquet")
+            _atomic(lambda tmp: pq.write_table(merged, tmp, compression="lz4"), self.folder / table / f"{name}.parquet")
         meta = {"start": parts[0]["start"], "end": parts[-1]["end"], "lines": sum(p["lines"] for p in parts),
                 "head": _head(self.source, parts[-1]["end"]), "before": parts[-1]["before"],
                 "build": _builds(*(p.get("build", "python") for p in parts)),
@@ -877,14 +877,6 @@ def _first_refused(path: Path, number: int, raw: bytes) -> tuple[int, bytes | No
             if line is None or (line.strip() and load_refuses(line, finite)):
                 return at, line
     return number, raw
-
-
-def _write_parquet(table: Any, path: str) -> None:
-    """A part's table as Parquet: LZ4, without dictionary pages. Arrow's
-    writer tries a dictionary for every column before it falls back to
-    plain, and a part's numbers are mostly distinct: without them a part is
-    written faster and read back as fast, in a slightly larger file."""
-    pq.write_table(table, path, compression="lz4", use_dictionary=False)
 
 
 def _atomic(write: Any, target: Path) -> None:
