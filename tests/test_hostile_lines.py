@@ -101,7 +101,7 @@ def _typed_numbers(structure: dict, at: tuple = (), kinds: tuple = ("DOUBLE", "D
 # the tables do not read is checked by rk.load alone: the tables do not
 # check a line against the trace schema; free-typed values, e.g. limits,
 # are typed per part, so a run's small live parts may type them apart).
-_TYPED = _typed_numbers(nativebuild._TRACE_FIELDS) - {("segments", "start"), ("segments", "end")}  # read between two
+_TYPED = _typed_numbers(nativebuild._TRACE_FIELDS) - {("segments", "end")}  # read between two
 
 
 # The integers the tables read, and what is written there otherwise.
@@ -423,6 +423,21 @@ def test_null_where_the_schema_wants_a_number(tmp_path, records, where):
     assert outcome[0] == "refused" and f"{source}: line 1 " in outcome[1] and ".".join(map(str, where)) in outcome[1]
 
 
+@pytest.mark.parametrize("segment", ["start missing", "null", "start null in the second"])
+def test_a_segment_without_its_start_is_refused_alike(tmp_path, records, segment):
+    # The rollouts read a segment's start only where one follows another (the
+    # wait); the schema wants one in each, and rk.load refuses the line
+    # without it: both builds check every segment's (nativebuild._REQUIRED, rows).
+    first = records[0]["segments"][0]
+    segments = {"start missing": [{k: v for k, v in first.items() if k != "start"}], "null": [None],
+                "start null in the second": [first, dict(first, index=1, start=None)]}[segment]
+    source = tmp_path / "traces.jsonl"
+    source.write_bytes(_dump(records[1], (), ("none", None)) + b"\n"
+                       + _dump(dict(records[0], segments=segments), (), ("none", None)) + b"\n")
+    outcome = _agree(source)
+    assert outcome[0] == "refused" and f"{source}: line 2 " in outcome[1] and "segments." in outcome[1], outcome
+
+
 def test_running_totals_left_out_are_read_natively_as_their_defaults(tmp_path, records):
     # A missing key is the schema's default to every reader; _doubt doubts
     # it with a null (DuckDB's reader reads them alike), Python reads the
@@ -476,6 +491,17 @@ def test_two_bad_lines_the_first_named(tmp_path, records, forced):
         TableSet(source, cache=tmp_path / "cache", progress=False)
     assert f"{source}: line 1 " in str(refused.value) and "model_calls.0.cum_agent_time" in str(refused.value)
     assert _agree(source)[1] == str(refused.value)
+
+
+def test_a_newer_rollkit_s_line_before_a_bad_one_is_not_named(tmp_path, records):
+    # On the way to the error the lines before are validated again without
+    # making their records (store.load_refuses); a line with a newer
+    # rollkit's fields loads (they are left out), so the bad one after it is named.
+    source = tmp_path / "traces.jsonl"
+    source.write_bytes(_dump(dict(records[0], from_a_newer_rollkit=1), (), ("none", None)) + b"\n"
+                       + _dump(records[1], (), ("text", ("model_calls", 0, "start"), b'"abc"')) + b"\n")
+    outcome = _agree(source)
+    assert outcome[0] == "refused" and f"{source}: line 2 " in outcome[1], outcome
 
 
 @pytest.mark.parametrize("role", [b'"systemx"', b"null", b"3"])

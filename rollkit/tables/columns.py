@@ -855,10 +855,21 @@ def _as_loaded(path: Path, offset: int, raw: bytes) -> dict[str, Any]:
 
     record = record_of_line(raw)
     if record is None:
-        with open(path, "rb") as f:
-            number = f.read(offset).count(b"\n") + 1
-        raise line_error(path, *_first_refused(path, number, raw))
+        raise line_error(path, *_first_refused(path, _line_number(path, offset), raw))
     return record
+
+
+def _line_number(path: Path, offset: int) -> int:
+    """The number of the line at byte `offset` of `path` (the newlines before it counted a block at a time)."""
+    newlines = 0
+    with open(path, "rb") as f:
+        while offset > 0:
+            block = f.read(min(offset, 16 << 20))
+            if not block:
+                break
+            newlines += block.count(b"\n")
+            offset -= len(block)
+    return newlines + 1
 
 
 def _first_refused(path: Path, number: int, raw: bytes) -> tuple[int, bytes | None]:
@@ -867,15 +878,17 @@ def _first_refused(path: Path, number: int, raw: bytes) -> tuple[int, bytes | No
     (safe_read.line_batches). A build reads only the fields its tables
     need (a first open, the rollouts'), so a line before, bad in another
     field only, passed it; rk.load names that one, and so does the build.
-    Only on the way to an error: the lines before are read again."""
+    Only on the way to an error: the lines before are validated again
+    (store.load_refuses: no record made)."""
     from ..core.safe_read import line_batches
-    from ..core.store import record_of_line
+    from ..core.store import load_refuses
 
-    for _, batch in line_batches(path):
+    for block, batch in line_batches(path):
+        finite = b"NaN" not in block and b"Infinity" not in block
         for at, line in batch:
             if at >= number:
                 return number, raw
-            if line is None or (line.strip() and record_of_line(line) is None):
+            if line is None or (line.strip() and load_refuses(line, finite)):
                 return at, line
     return number, raw
 

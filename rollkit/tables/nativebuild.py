@@ -674,7 +674,10 @@ _FRACTION = "({x} <> trunc({x}) or abs({x}) > 9007199254740992)"
 # makes a missing key, in every column type (the default); rk.load refuses the null.
 _NOT_NULL = {"model_calls": ("new_input_tokens", "cum_turns", "cum_input_tokens", "cum_output_tokens",
                              "cum_total_tokens", "cum_agent_time"),
-             "segments": ("charged",)}
+             "segments": ("charged", "start")}
+# Of those, the ones the schema has no default for: rk.load refuses them missing too
+# (a segment's start: the rollouts read it only between two segments, the check reads it in every one).
+_REQUIRED = {"segments": ("start",)}
 
 
 def _doubt(kind: Any, x: str, depth: int = 0, name: str = "") -> str:
@@ -782,7 +785,11 @@ class Engine:
         (ftruncate or fallocate), sendfile or splice from the trace file
         cost as much as one pwrite or more (copy_file_range cannot cross
         into a memfd), and DuckDB reads no byte range of the trace file
-        itself."""
+        itself. Nor did a pipe save the copy's time: DuckDB reading the
+        part from a pipe a thread fills by splice from the trace file (no
+        copy, no new pages) cost a first open (two parts side by side) as
+        much CPU as the memfd did, a part alone less; nor does DuckDB read
+        a Python file object any faster (one read of it all, copied twice)."""
         if not _MEMFD:
             with _part_file(text) as path:
                 yield path
@@ -970,7 +977,10 @@ def _write_all(fd: int, text: memoryview) -> None:
 # looked for in the text (DuckDB reads them too): nan or inf in other
 # spellings (their letters are in most lines; in a real the tables read,
 # _doubt finds them) and a comma before a closing bracket (looking for
-# four patterns cost a sizeable share of a part's build).
+# four patterns cost a sizeable share of a part's build). Nor in Python,
+# where the bytes already are: bytes.find runs at memchr's speed only for
+# one byte; for two or three (',}', 'nan') it compares at most positions,
+# slower than DuckDB's contains, and a comma is in most of a line's bytes.
 _LENIENT = ("NaN", "Infinity")
 
 
@@ -1006,8 +1016,9 @@ def _check_doubtful(lines: Any, rows: list[int]) -> None:
 def _not_as_parsed(line: str, record: Any = None) -> bool:
     """Whether rk.load reads `line` (parsed: `record`, None: not yet)
     otherwise than DuckDB's parser: Python's json refuses it (NaN, nan,
-    -inf...), a call or a segment holds null in a field of _NOT_NULL, or a
-    weight is null. (1e400 is JSON: infinity to both.)"""
+    -inf...), a call or a segment is null, holds null in a field of
+    _NOT_NULL or lacks one of _REQUIRED, or a weight is null. (1e400 is
+    JSON: infinity to both.)"""
     if record is None:
         try:
             record = json.loads(line, parse_constant=_not_json)
@@ -1016,10 +1027,17 @@ def _not_as_parsed(line: str, record: Any = None) -> bool:
     if not isinstance(record, dict):
         return False
     weights = record.get("reward_weights")
-    return any(isinstance(items, list) and any(isinstance(item, dict) and any(item.get(k, 0) is None for k in keys)
-                                               for item in items)
-               for items, keys in ((record.get(name), keys) for name, keys in _NOT_NULL.items())) \
+    return any(isinstance(items, list) and any(_refused_item(item, keys, _REQUIRED.get(name, ())) for item in items)
+               for items, name, keys in ((record.get(name), name, keys) for name, keys in _NOT_NULL.items())) \
         or (isinstance(weights, dict) and None in weights.values())
+
+
+def _refused_item(item: Any, keys: tuple[str, ...], required: tuple[str, ...]) -> bool:
+    """Whether rk.load refuses a call or a segment for what _doubt looks at:
+    no object (null: DuckDB's reader makes it a null struct), a null in
+    `keys`, or one of `required` missing."""
+    return not isinstance(item, dict) or any(item.get(k, 0) is None for k in keys) \
+        or any(k not in item for k in required)
 
 
 def _not_json(constant: str) -> None:

@@ -242,8 +242,10 @@ def _rollout_row(rows: TableRows, t: dict[str, Any], ids: tuple[Any, ...], key: 
     durations, start, end, _ = _phase_spans(spans)
     agent_time = sum_in_order(float(seg.get("charged", 0.0)) for seg in segments)
     model_time = sum_in_order(_latency(c) for c in calls)
-    waited = sum_in_order(max(0.0, float(after["start"]) - float(before["end"]))
-                 for before, after in zip(segments, segments[1:]) if before.get("end") is not None)
+    # Every segment's start, read or not: a segment without one is no trace's (the line is named, as rk.load names it).
+    starts = [float(segment["start"]) for segment in segments]
+    waited = sum_in_order(max(0.0, start_after - float(before["end"]))
+                 for before, start_after in zip(segments, starts[1:]) if before.get("end") is not None)
     signal = signal_values(t)
     row_number = len(rows.rows["rollouts"])
     rows.rows["rollouts"].append((
