@@ -446,10 +446,12 @@ class TableSet:
         `built` already (the marker of the part they complete)."""
         name = _part_name(start, end)
         written = list(built["tables"]) if built else []
+        if not self.source.exists():  # removed (a temporary run folder, after its run): its cache is not made again
+            raise FileNotFoundError(f"{self.source} is gone: its tables are not written")
         for table, arrow in tables:
             arrow = large_strings(arrow).replace_schema_metadata({"rollkit.part": name, "rollkit.v": _VERSION})
             folder = self.folder / table
-            folder.mkdir(exist_ok=True)  # in the cache folder, never made again here (its run's folder may be gone)
+            folder.mkdir(parents=True, exist_ok=True)
             _atomic(lambda tmp: pq.write_table(arrow, tmp, compression="lz4"), folder / f"{name}.parquet")
             written.append(table)
         if built:
