@@ -1,8 +1,8 @@
 """What an ipywidgets `Output` shows, set as state, never captured.
 
 `show(output, *objects)` replaces what `output` shows with `objects`, each
-formatted as `display()` formats it (the kernel's display formatter), in
-one state update. rollkit's widgets fill their `Output` widgets only this
+as `display()` would show it (the object's own mime bundle, else the
+kernel's display formatter), in one state update. rollkit's widgets fill their `Output` widgets only this
 way, never with `with output:` or `output.clear_output()`, which capture.
 
 Why: a captured output is mirrored by a headless client. nbclient (and so
