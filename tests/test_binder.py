@@ -209,10 +209,20 @@ def notebooks_venv(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no
 # Runs each notebook given after the folder it works in (argv[1]) top to bottom,
 # with a last cell printing where its kernel ran and which rollkit it imported;
 # "RAN <notebook> <seconds>" after each, flushed, so a run cut short still says
-# what had run and how long it took.
+# what had run and how long it took. "MIRRORED <notebook> <n>" counts the
+# Output-widget states nbclient wrote back to the kernel while a cell ran:
+# each such write can hide the cell's reply until the timeout
+# (rollkit.notebook.outputs), so a notebook must make none.
 _RUNNER = textwrap.dedent(
     """
     import sys, time, nbclient, nbformat
+    from nbclient.output_widget import OutputWidget
+    mirrored = []
+    publish = OutputWidget._publish_msg
+    def counted(self, *args, **kwargs):
+        mirrored.append(args[0])
+        return publish(self, *args, **kwargs)
+    OutputWidget._publish_msg = counted
     work = sys.argv[1]
     for path in sys.argv[2:]:
         nb = nbformat.read(path, as_version=4)
@@ -224,6 +234,8 @@ _RUNNER = textwrap.dedent(
                                 resources={"metadata": {"path": work}}).execute()
         print(nb.cells[-1].outputs[0]["text"].strip())
         nbformat.write(nb, path.rsplit("/", 1)[-1])  # read back by the test
+        print("MIRRORED", path.rsplit("/", 1)[-1], len(mirrored))
+        mirrored.clear()
         print("RAN", path.rsplit("/", 1)[-1], f"{time.monotonic() - started:.1f}", flush=True)
     """
 )
@@ -262,6 +274,8 @@ def _run_every_notebook(venv: _Venv, name: str) -> str:
     print("network:", "loopback only" if offline else "as it is")
     ran = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("RAN")]
     assert ran == [n.name for n in NOTEBOOKS]
+    mirrored = [line for line in done.stdout.splitlines() if line.startswith("MIRRORED") and not line.endswith(" 0")]
+    assert mirrored == [], f"notebooks whose cells captured into an Output widget (a stall risk): {mirrored}"
     found = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("PREFIX", "ROLLKIT")))
     assert Path(found["PREFIX"]).resolve() == venv.path.resolve()
     packages = {Path(line.split(" ", 1)[1]).resolve().parent for line in done.stdout.splitlines()

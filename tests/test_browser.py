@@ -7,6 +7,8 @@ Playwright) works the panel, and the DOM must show what happened.
 - agent_seat.ipynb: play the agent (a HumanModel): a tool call with its
   argument left empty is refused in the form; pick the calculator, fill its
   argument, call it; answer in text; close; the reward shows in the status.
+- trace_browser_plots.ipynb: the picked trace's two plots draw, and follow
+  a row clicked in the table.
 
 Follows ../shared/notes/browser-testing.md: readiness is Voila's own "running
 at" line plus an open port (its /api answers 403 in this mode); every request
@@ -38,13 +40,14 @@ pytest.importorskip("voila")
 CHROMIUM = "/usr/bin/chromium"
 APPS = Path(__file__).parent / "browser_app"
 BUDGET_MS = 90_000  # first render takes ~8 s here; generous for a loaded machine
-# Voila's executor (nbclient over zmq.asyncio) now and then misses the wake-up
-# for a cell's execute_reply that has arrived (seen 2-4 times in 40 runs of
-# trace_browser.ipynb under load, with ipykernel 6 and 7 alike): it waits
-# until its cell timeout, finds the reply then and goes on without error.
-# Voila's default is no timeout, so the page waited forever. A cell of these
-# apps takes ~1 s (15 s on a loaded machine): one that truly runs past this
-# fails with Voila's "Cell execution timed out" in the page.
+# Voila's executor is nbclient: a cell that captured output into an Output
+# widget made it write that widget's state to the kernel on the shell channel
+# while it waited for the cell's reply, and that write could hide the reply
+# until the cell's timeout (rollkit.notebook.outputs; the trace browser did so
+# until its figures became state). Voila's default is no timeout, so such a
+# page waited forever; with one, a cell that truly runs past it fails with
+# Voila's "Cell execution timed out" in the page. A cell of these apps takes
+# ~1 s (15 s on a loaded machine).
 CELL_TIMEOUT_S = 40
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -269,3 +272,16 @@ def test_play_the_agent_in_the_browser_call_a_tool_answer_and_read_the_reward(vo
         expect(page.locator(".rk-transcript .rk-tool")).to_contain_text("42")  # the tool's result, on the trace
         page.locator("button.rk-close").click()
         expect(status).to_contain_text("closed: ok, reward 1.000")
+
+
+@pytest.mark.parametrize("voila", ["trace_browser_plots.ipynb"], indirect=True)
+def test_a_picked_traces_plots_draw_and_follow_a_click(voila: _Voila, tmp_path: Path) -> None:
+    """The trace browser's plots, set as its Output widget's state
+    (rollkit.notebook.outputs) rather than captured, draw in the page: the
+    pick made in the notebook's cell, then a row clicked in the table."""
+    expect = playwright_sync.expect
+    with _page(voila, tmp_path, "trace-browser-plots") as page:
+        titles = page.locator(".js-plotly-plot .gtitle")
+        expect(titles).to_have_text(["budget burn · arith-0-001", "phase timeline · arith-0-001"])
+        page.locator(".rk-trace-table select").select_option(index=4)
+        expect(titles).to_have_text(["budget burn · arith-0-004", "phase timeline · arith-0-004"])

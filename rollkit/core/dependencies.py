@@ -23,7 +23,7 @@ from .errors import Unavailable
 
 __all__ = ["duckdb", "go", "inspect_ai", "inspect_ai_constants", "inspect_ai_dataset", "inspect_ai_event",
            "inspect_ai_log", "inspect_ai_model", "inspect_ai_scorer", "inspect_ai_solver", "inspect_ai_tool",
-           "ipython_display", "load", "np", "pa", "pandas", "pc", "pd", "pq", "reasoning_gym", "tqdm_auto"]
+           "ipython", "ipython_display", "ipython_formatters", "load", "np", "pa", "pandas", "pc", "pd", "pq", "reasoning_gym", "tqdm_auto"]
 
 
 class _Deferred(types.ModuleType):
@@ -67,7 +67,9 @@ np = _Deferred("numpy")
 pd = pandas = _Deferred("pandas")
 duckdb = _Deferred("duckdb")
 go = _Deferred("plotly.graph_objects")
+ipython = _Deferred("IPython")
 ipython_display = _Deferred("IPython.display")
+ipython_formatters = _Deferred("IPython.core.formatters")
 tqdm_auto = _Deferred("tqdm.auto")
 inspect_ai = _Deferred("inspect_ai", "inspect")
 inspect_ai_constants = _Deferred("inspect_ai._util.constants", "inspect")

@@ -19,7 +19,7 @@ import ipywidgets as widgets
 from ..core.trace import Trace
 from ..tables.lazyrun import Hits, LazyRun
 from .display import trace_html
-from ..core.dependencies import ipython_display
+from .outputs import show
 
 __all__ = ["TraceBrowser"]
 
@@ -120,8 +120,8 @@ class TraceBrowser(widgets.VBox):
 
     def _on_pick(self, change: dict[str, Any]) -> None:
         index = change["new"]
-        self.figures.clear_output()
         if index is None:
+            show(self.figures)
             self.detail.value = ""
             return
         trace = self.traces[index]
@@ -129,6 +129,4 @@ class TraceBrowser(widgets.VBox):
         if self._plots:
             from .plots import budget_burn, phase_timeline
 
-            with self.figures:
-                ipython_display.display(budget_burn(trace))
-                ipython_display.display(phase_timeline(trace))
+            show(self.figures, budget_burn(trace), phase_timeline(trace))

@@ -32,7 +32,8 @@ from ..core.trace import Trace
 from ..tables.filters import check_expression, run_filtered
 from ..tables.lazyrun import Hits, LazyRun, highlight, open_run
 from .display import trace_html
-from ..core.dependencies import ipython_display, pa
+from .outputs import show
+from ..core.dependencies import pa
 
 __all__ = ["RunBrowser", "RunGrid", "matches_html"]
 
@@ -221,8 +222,8 @@ class RunBrowser(widgets.VBox):
 
     def _on_pick(self, change: dict[str, Any]) -> None:
         row = change["new"]
-        self.figures.clear_output()
         if row is None:
+            show(self.figures)
             self.detail.value = self.matches.value = ""
             return
         trace = self.run[row]
@@ -231,9 +232,7 @@ class RunBrowser(widgets.VBox):
         if self._plots:
             from .plots import budget_burn, phase_timeline
 
-            with self.figures:
-                ipython_display.display(budget_burn(trace))
-                ipython_display.display(phase_timeline(trace))
+            show(self.figures, budget_burn(trace), phase_timeline(trace))
 
 
 
