@@ -504,23 +504,34 @@ def test_a_fresh_process_imports_duckdb_beside_the_first_part_and_leaves_no_thre
     # In a process that has not imported DuckDB, a first open imports it on
     # a thread of its own while the first part's lines are found; the
     # build is native all the same, and the thread is over when it returns.
+    # Both DuckDB and pandas (for the frame) are imported by rollkit's
+    # stand-ins, with the collector paused (rollkit.core.dependencies), not
+    # by pyarrow's to_pandas on its own.
     import subprocess
     import sys
 
     folder = big_run(30, tmp_path / "run", tasks=3)
     code = (
         "import json, sys, threading\n"
+        "from rollkit.core import dependencies\n"
         "from rollkit.tables import columns\n"
         "from rollkit.tables.lazyrun import open_run\n"
         "columns._NATIVE_MIN_BYTES = 0\n"
+        "first, load = [], dependencies._Deferred._load\n"
+        "def spied(self):\n"
+        "    first.append(self.__name__) if self.__name__ not in sys.modules else None\n"
+        "    return load(self)\n"
+        "dependencies._Deferred._load = spied\n"
         "before = 'duckdb' in sys.modules\n"
         "run = open_run(sys.argv[1], progress=False)\n"
         "print(json.dumps({'before': before, 'after': 'duckdb' in sys.modules, 'rows': len(run.rollouts()),\n"
-        "                  'threads': sorted(t.name for t in threading.enumerate())}))\n")
+        "                  'threads': sorted(t.name for t in threading.enumerate()),\n"
+        "                  'imported': sorted({'duckdb', 'pandas'} & set(first))}))\n")
     done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.splitlines()[-1])
-    assert seen == {"before": False, "after": True, "rows": 30, "threads": ["MainThread"]}
+    assert seen == {"before": False, "after": True, "rows": 30, "threads": ["MainThread"],
+                    "imported": ["duckdb", "pandas"]}
     builds = [json.loads(p.read_text())["build"] for p in (folder / ".rollkit" / "traces.jsonl").glob("part-*.json")]
     assert builds == ["native"]
 
