@@ -349,6 +349,7 @@ def test_a_first_open_has_duckdb_parse_the_source_whole_and_copies_no_part(tmp_p
     # A part's bytes copied into a file in memory cost the kernel new pages;
     # the source, in the page cache, is parsed once for all the parts instead.
     monkeypatch.setattr(columns, "_BATCH", 4)
+    monkeypatch.setattr(columns, "_IN_FLIGHT", 5)  # (the whole parse holds the lines of the parts built at once)
     folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
     source = folder / "traces.jsonl"
     python, _ = _build(source, tmp_path / "python", False, monkeypatch)
@@ -360,11 +361,32 @@ def test_a_first_open_has_duckdb_parse_the_source_whole_and_copies_no_part(tmp_p
         assert a.equals(b)
 
 
+def test_the_whole_parse_holds_the_lines_of_the_parts_built_at_once_and_no_more(tmp_path, monkeypatch):
+    # Short lines make many parts of few bytes: the parsed rows held to the
+    # end of the open are those of the parts built side by side, as before;
+    # the later parts read their own bytes.
+    from rollkit.tables import nativebuild
+
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
+    source = folder / "traces.jsonl"
+    python, _ = _build(source, tmp_path / "python", False, monkeypatch)
+    made = _made(monkeypatch, os, "memfd_create")
+    held = _made(monkeypatch, nativebuild.Engine, "whole_rows")
+    native, builds = _build(source, tmp_path / "native", True, monkeypatch, ("rollouts",))
+    assert builds == ["native"] * 5
+    assert held == [columns._IN_FLIGHT * 4] * 5
+    assert 1 <= len(made) <= columns._IN_FLIGHT  # the last three parts, the memory files given back and reused
+    for a, b in zip(python["rollouts"], native["rollouts"]):
+        assert a.equals(b)
+
+
 def test_a_line_the_whole_parse_refuses_sends_its_own_part_alone_to_python(tmp_path, monkeypatch):
     # DuckDB refuses a key written twice (Python keeps the last): the whole
     # parse fails, each part parses its own bytes, and only the part holding
     # the line is built in Python, with the value rk.load reads.
     monkeypatch.setattr(columns, "_BATCH", 4)
+    monkeypatch.setattr(columns, "_IN_FLIGHT", 5)  # (the whole parse reaches the third part)
     folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
     source = folder / "traces.jsonl"
     lines = source.read_text().splitlines(keepends=True)

@@ -722,10 +722,11 @@ _IN_FLIGHT = 2
 def _whole_source(f: Any) -> str | None:
     """A path DuckDB reads the open file `f` by (Linux: through /proc, the
     same file however the path is moved over), for a first open to parse
-    it whole (nativebuild.Engine.whole_rows); None where that does not pay
-    or may fail: fewer bytes than a native part, more than the parts a
-    first open holds at once (the parsed lines are held until the open
-    ends), or a last line torn (a run still writing: DuckDB refuses it)."""
+    it whole (nativebuild.Engine.whole_rows: the lines of as many parts as
+    are built at once, at most); None where that does not pay or may fail:
+    fewer bytes than a native part, more than the parts a first open holds
+    at once (its later parts would read their own bytes all the same), or
+    a last line torn (a run still writing: DuckDB refuses it)."""
     size = os.fstat(f.fileno()).st_size
     if not _NATIVE or not _NATIVE_MIN_BYTES <= size <= _IN_FLIGHT * _PART_BYTES \
             or not os.path.isdir("/proc/self/fd") or _complete_end(f, 0, size) != size:
@@ -748,7 +749,8 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
     from .nativebuild import Engine
 
     in_flight = in_flight or _IN_FLIGHT
-    engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None, source=source)
+    engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None, source=source,
+                    source_rows=in_flight * _BATCH)
     importing = _import_duckdb_beside()
     try:
         return _side_by_side(jobs, bar, in_flight, engine) if in_flight > 1 else _one_by_one(jobs, bar, engine)

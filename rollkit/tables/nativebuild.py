@@ -732,14 +732,14 @@ class Engine:
     Ctrl-C ended the build keeps it open until it ends (DuckDB 1.3 leaves a
     query hanging when the database is closed under it)."""
 
-    def __init__(self, threads: int | None = None, source: str | None = None) -> None:
+    def __init__(self, threads: int | None = None, source: str | None = None, source_rows: int | None = None) -> None:
         self._threads = threads
         self._database: Any = None
         self._lent = 0
         self._closing = False
         self._lock = threading.Lock()
         self._files: list[int] = []  # memfds a part gave back, for the next (_part_file)
-        self._source = source
+        self._source, self._source_rows = source, source_rows
         self._reading = threading.Lock()
         self._whole: tuple[dict[str, Any], int] | None = None  # (fields, rows) of table `whole`, once read
 
@@ -781,13 +781,15 @@ class Engine:
     def whole_rows(self, con: Any, fields: dict[str, Any]) -> int:
         """How many lines of the source (a path: the file whose lines from
         its start are this build's parts, a first open's) table `whole`
-        holds parsed (_parsed) with `fields`; 0 where it holds none of
-        them. The first part to ask has DuckDB read the whole file, on
-        every core (the other parts wait: they read it too): a part's own
-        bytes copied into a file in memory cost the kernel new pages to
-        hold them, which the source in the page cache does not. Where
-        DuckDB refuses a line, none: each part reads its own bytes, and the
-        one holding the line is refused alone, as where there is no source."""
+        holds parsed (_parsed) with `fields`, its first `source_rows` at
+        most (the memory of as many parts as are built at once); 0 where
+        it holds none of them. The first part to ask has DuckDB read the
+        file, on every core (the other parts wait: they read it too): a
+        part's own bytes copied into a file in memory cost the kernel new
+        pages to hold them, which the source in the page cache does not.
+        Where DuckDB refuses a line, none: each part reads its own bytes,
+        and the one holding the line is refused alone, as where there is
+        no source; so do the parts past `source_rows`."""
         if self._source is None:
             return 0
         with self._reading:
@@ -795,7 +797,8 @@ class Engine:
                 self._whole = (fields, 0)
                 try:
                     con.execute("reset threads")  # (the parts' share, set back below: the others wait)
-                    con.execute(f"create table whole as {_parsed(self._source, fields)}")
+                    most = f" limit {int(self._source_rows)}" if self._source_rows else ""
+                    con.execute(f"create table whole as {_parsed(self._source, fields)}{most}")
                     self._whole = (fields, con.execute("select count(*) from whole").fetchall()[0][0])
                 except duckdb.Error:
                     con.execute("drop table if exists whole")
