@@ -746,11 +746,11 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
     map are let go at once, not when the traceback is (a notebook keeps
     the last one). `source`: the file the jobs' lines are, from its start
     (_whole_source), for DuckDB to parse at once."""
-    from .nativebuild import Engine
+    from .nativebuild import Engine, WholeSource
 
     in_flight = in_flight or _IN_FLIGHT
-    engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None, source=source,
-                    source_rows=in_flight * _BATCH)
+    engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None,
+                    source=WholeSource(source, in_flight * _BATCH, _cores()) if source else None)
     importing = _import_duckdb_beside()
     try:
         return _side_by_side(jobs, bar, in_flight, engine) if in_flight > 1 else _one_by_one(jobs, bar, engine)

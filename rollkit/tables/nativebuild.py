@@ -72,12 +72,12 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 from ..core.dependencies import duckdb, np, pa, pc
 from ..core.messages import ROLES
 from ..core.trace import UNTIMED
 
-__all__ = ["native_tables", "NativeUnfit", "Engine", "LIGHT_TABLES"]
+__all__ = ["native_tables", "NativeUnfit", "Engine", "WholeSource", "LIGHT_TABLES"]
 
 
 class NativeUnfit(Exception):
@@ -722,6 +722,17 @@ def _doubts(kind: Any, x: str, depth: int, name: str) -> tuple[list[str], list[s
     return [], odd, []
 
 
+class WholeSource(NamedTuple):
+    """A first open's trace file for DuckDB to parse at once
+    (Engine.whole_rows): a path it reads the file by, the most lines to
+    hold parsed (those of the parts built at once: the memory they held
+    each in a file of its own), and the threads to parse them on."""
+
+    path: str
+    rows: int
+    threads: int
+
+
 class Engine:
     """One in-memory DuckDB database for the parts of a build, opened when
     the first part asks for it: a database is costly to open and close,
@@ -732,14 +743,14 @@ class Engine:
     Ctrl-C ended the build keeps it open until it ends (DuckDB 1.3 leaves a
     query hanging when the database is closed under it)."""
 
-    def __init__(self, threads: int | None = None, source: str | None = None, source_rows: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, source: WholeSource | None = None) -> None:
         self._threads = threads
         self._database: Any = None
         self._lent = 0
         self._closing = False
         self._lock = threading.Lock()
         self._files: list[int] = []  # memfds a part gave back, for the next (_part_file)
-        self._source, self._source_rows = source, source_rows
+        self._source = source
         self._reading = threading.Lock()
         self._whole: tuple[dict[str, Any], int] | None = None  # (fields, rows) of table `whole`, once read
 
@@ -779,32 +790,30 @@ class Engine:
             os.close(fd)
 
     def whole_rows(self, con: Any, fields: dict[str, Any]) -> int:
-        """How many lines of the source (a path: the file whose lines from
-        its start are this build's parts, a first open's) table `whole`
-        holds parsed (_parsed) with `fields`, its first `source_rows` at
-        most (the memory of as many parts as are built at once); 0 where
-        it holds none of them. The first part to ask has DuckDB read the
-        file, on every core (the other parts wait: they read it too): a
-        part's own bytes copied into a file in memory cost the kernel new
-        pages to hold them, which the source in the page cache does not.
-        Where DuckDB refuses a line, none: each part reads its own bytes,
-        and the one holding the line is refused alone, as where there is
-        no source; so do the parts past `source_rows`."""
+        """How many lines of the source (WholeSource: the file whose lines
+        from its start are this build's parts, a first open's) table
+        `whole` holds parsed (_parsed) with `fields`, its first `rows` at
+        most; 0 where it holds none of them. The first part to ask has
+        DuckDB read the file, on the source's `threads` (the other parts
+        wait: they read it too): a part's own bytes copied into a file in
+        memory cost the kernel new pages to hold them, which the source in
+        the page cache does not. Where DuckDB refuses a line, none: each
+        part reads its own bytes, and the one holding the line is refused
+        alone, as where there is no source; so do the parts past `rows`."""
         if self._source is None:
             return 0
         with self._reading:
             if self._whole is None:
                 self._whole = (fields, 0)
                 try:
-                    con.execute("reset threads")  # (the parts' share, set back below: the others wait)
-                    most = f" limit {int(self._source_rows)}" if self._source_rows else ""
-                    con.execute(f"create table whole as {_parsed(self._source, fields)}{most}")
+                    con.execute(f"set threads = {int(self._source.threads)}")  # (set back below: the others wait)
+                    con.execute(f"create table whole as {_parsed(self._source.path, fields)} "
+                                f"limit {int(self._source.rows)}")
                     self._whole = (fields, con.execute("select count(*) from whole").fetchall()[0][0])
                 except duckdb.Error:
                     con.execute("drop table if exists whole")
                 finally:
-                    if self._threads:
-                        con.execute(f"set threads = {int(self._threads)}")
+                    con.execute(f"set threads = {int(self._threads)}" if self._threads else "reset threads")
         read, rows = self._whole
         return rows if read is fields else 0
 
