@@ -281,19 +281,24 @@ def test_a_value_types_from_its_first_characters_as_json_type_does():
     assert {exact for _, exact, _ in rows} == {0, 1, 2, 4, 8, 16}
 
 
+def _made(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list:
+    """What owner.name returns from now on, each call's result in a list."""
+    made: list = []
+    real = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(owner, name, counted)
+    return made
+
+
 def _databases_opened(monkeypatch: pytest.MonkeyPatch) -> list:
     """The DuckDB databases opened from now on (duckdb.connect counted)."""
     import duckdb
 
-    opened: list = []
-    connect = duckdb.connect
-
-    def counted(*args, **kwargs):
-        opened.append(connect(*args, **kwargs))
-        return opened[-1]
-
-    monkeypatch.setattr(duckdb, "connect", counted)
-    return opened
+    return _made(monkeypatch, duckdb, "connect")
 
 
 def test_the_parts_of_a_build_share_one_database_closed_when_it_ends(tmp_path, monkeypatch):
@@ -325,15 +330,9 @@ def test_the_parts_of_a_build_write_over_the_memory_files_earlier_parts_gave_bac
 
     if not nativebuild._MEMFD:
         pytest.skip("no memfd here: a temporary file per part")
-    made = []
-    real = os.memfd_create
-
-    def counted(name, flags=0):
-        made.append(real(name, flags))
-        return made[-1]
-
-    monkeypatch.setattr(os, "memfd_create", counted)
+    made = _made(monkeypatch, os, "memfd_create")
     monkeypatch.setattr(columns, "_BATCH", 4)
+    monkeypatch.setattr(columns, "_whole_source", lambda f: None)  # a run too big to parse whole
     folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
     run = open_run(folder, progress=False)
     assert len(run.rollouts()) == 18
@@ -344,6 +343,99 @@ def test_the_parts_of_a_build_write_over_the_memory_files_earlier_parts_gave_bac
     still_open = [fd for fd in made if os.path.exists(f"/proc/self/fd/{fd}")
                   and "rollkit-part" in os.readlink(f"/proc/self/fd/{fd}")]
     assert still_open == []
+
+
+def test_a_first_open_has_duckdb_parse_the_source_whole_and_copies_no_part(tmp_path, monkeypatch):
+    # A part's bytes copied into a file in memory cost the kernel new pages;
+    # the source, in the page cache, is parsed once for all the parts instead.
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    monkeypatch.setattr(columns, "_IN_FLIGHT", 5)  # (the whole parse holds the lines of the parts built at once)
+    folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
+    source = folder / "traces.jsonl"
+    python, _ = _build(source, tmp_path / "python", False, monkeypatch)
+    made = _made(monkeypatch, os, "memfd_create")
+    native, builds = _build(source, tmp_path / "native", True, monkeypatch, ("rollouts",))
+    assert builds == ["native"] * 5
+    assert made == []
+    for a, b in zip(python["rollouts"], native["rollouts"]):
+        assert a.equals(b)
+
+
+def test_the_whole_parse_holds_the_lines_of_the_parts_built_at_once_and_no_more(tmp_path, monkeypatch):
+    # Short lines make many parts of few bytes: the parsed rows held to the
+    # end of the open are those of the parts built side by side, as before;
+    # the later parts read their own bytes.
+    from rollkit.tables import nativebuild
+
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
+    source = folder / "traces.jsonl"
+    python, _ = _build(source, tmp_path / "python", False, monkeypatch)
+    made = _made(monkeypatch, os, "memfd_create")
+    held = _made(monkeypatch, nativebuild.Engine, "whole_rows")
+    native, builds = _build(source, tmp_path / "native", True, monkeypatch, ("rollouts",))
+    assert builds == ["native"] * 5
+    assert held == [columns._IN_FLIGHT * 4] * 5
+    assert 1 <= len(made) <= columns._IN_FLIGHT  # the last three parts, the memory files given back and reused
+    for a, b in zip(python["rollouts"], native["rollouts"]):
+        assert a.equals(b)
+
+
+def test_a_line_the_whole_parse_refuses_sends_its_own_part_alone_to_python(tmp_path, monkeypatch):
+    # DuckDB refuses a key written twice (Python keeps the last): the whole
+    # parse fails, each part parses its own bytes, and only the part holding
+    # the line is built in Python, with the value rk.load reads.
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    monkeypatch.setattr(columns, "_IN_FLIGHT", 5)  # (the whole parse reaches the third part)
+    folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
+    source = folder / "traces.jsonl"
+    lines = source.read_text().splitlines(keepends=True)
+    lines[9] = lines[9].replace('{"id":', '{"id":"first","id":', 1)  # line 10, in the third of five parts
+    assert '"first"' in lines[9]
+    source.write_text("".join(lines))
+    python, _ = _build(source, tmp_path / "python", False, monkeypatch)
+    native, builds = _build(source, tmp_path / "native", True, monkeypatch, ("rollouts",))
+    assert builds == ["native", "native", "python", "native", "native"]
+    for a, b in zip(python["rollouts"], native["rollouts"]):
+        assert a.equals(b)
+    assert native["rollouts"][2].column("id").to_pylist()[1] == json.loads(lines[9])["id"]
+
+
+def test_a_part_reads_its_own_bytes_where_the_whole_parse_is_not_of_its_lines(tmp_path, monkeypatch):
+    # The parts and DuckDB read the source through two openings of it: a
+    # part whose first or last line's id is not the parsed row's (a file
+    # changed between them; here another run's file) parses its own bytes.
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
+    text = (folder / "traces.jsonl").read_text()
+    other = tmp_path / "other.jsonl"
+    other.write_text(text.replace('{"id":"0', '{"id":"x'))
+    ids = [json.loads(line)["id"] for line in text.splitlines()]
+    assert ids != [json.loads(line)["id"] for line in other.read_text().splitlines()]
+    monkeypatch.setattr(columns, "_whole_source", lambda f: str(other))
+    made = _made(monkeypatch, os, "memfd_create")
+    assert open_run(folder, progress=False).rollouts()["id"].tolist() == ids
+    assert made
+
+
+@pytest.mark.parametrize("tail, part_bytes, whole", [("", None, True), ('{"id": "torn', None, False),
+                                                     ("", 1000, False)])
+def test_a_first_open_parses_the_source_whole_only_when_it_is_complete_and_two_parts_at_most(
+        tmp_path, monkeypatch, tail, part_bytes, whole):
+    # A torn last line (a run still writing) DuckDB's reader would refuse;
+    # past the parts a first open holds at once, the parsed lines held to
+    # the end would be more than the build holds now.
+    folder = big_run(6, tmp_path / "run", tasks=2)
+    source = folder / "traces.jsonl"
+    with open(source, "a") as f:
+        f.write(tail)
+    if part_bytes:
+        monkeypatch.setattr(columns, "_PART_BYTES", part_bytes)
+    with open(source, "rb") as f:
+        path = columns._whole_source(f)
+        assert (path is not None) == whole
+        if whole:
+            assert os.path.samefile(path, source)
 
 
 # threads None: one part at a time gets DuckDB's own default (every core this machine has).
@@ -434,23 +526,34 @@ def test_a_fresh_process_imports_duckdb_beside_the_first_part_and_leaves_no_thre
     # In a process that has not imported DuckDB, a first open imports it on
     # a thread of its own while the first part's lines are found; the
     # build is native all the same, and the thread is over when it returns.
+    # Both DuckDB and pandas (for the frame) are imported by rollkit's
+    # stand-ins, with the collector paused (rollkit.core.dependencies), not
+    # by pyarrow's to_pandas on its own.
     import subprocess
     import sys
 
     folder = big_run(30, tmp_path / "run", tasks=3)
     code = (
         "import json, sys, threading\n"
+        "from rollkit.core import dependencies\n"
         "from rollkit.tables import columns\n"
         "from rollkit.tables.lazyrun import open_run\n"
         "columns._NATIVE_MIN_BYTES = 0\n"
+        "first, load = [], dependencies._Deferred._load\n"
+        "def spied(self):\n"
+        "    first.append(self.__name__) if self.__name__ not in sys.modules else None\n"
+        "    return load(self)\n"
+        "dependencies._Deferred._load = spied\n"
         "before = 'duckdb' in sys.modules\n"
         "run = open_run(sys.argv[1], progress=False)\n"
         "print(json.dumps({'before': before, 'after': 'duckdb' in sys.modules, 'rows': len(run.rollouts()),\n"
-        "                  'threads': sorted(t.name for t in threading.enumerate())}))\n")
+        "                  'threads': sorted(t.name for t in threading.enumerate()),\n"
+        "                  'imported': sorted({'duckdb', 'pandas'} & set(first))}))\n")
     done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.splitlines()[-1])
-    assert seen == {"before": False, "after": True, "rows": 30, "threads": ["MainThread"]}
+    assert seen == {"before": False, "after": True, "rows": 30, "threads": ["MainThread"],
+                    "imported": ["duckdb", "pandas"]}
     builds = [json.loads(p.read_text())["build"] for p in (folder / ".rollkit" / "traces.jsonl").glob("part-*.json")]
     assert builds == ["native"]
 

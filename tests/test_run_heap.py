@@ -1,7 +1,9 @@
 """An evaluation leaves the heap it started with out of its full collections
 (rollkit.core.gcpause.older_heap_left_alone): what existed before is frozen for
 the run and back in the oldest generation after it, a cycle among it that dies
-during the run is freed after it, and a freeze the caller made is left alone."""
+during the run is freed after it, and a freeze the caller made is left alone.
+A heavy module rollkit imports on first use is imported with the collector
+paused, and what it made is old once it is in."""
 
 from __future__ import annotations
 
@@ -64,3 +66,24 @@ def test_a_freeze_the_caller_made_is_neither_added_to_nor_lifted():
         assert gc.get_freeze_count() == mine and len(made_inside) == 10
     finally:
         gc.unfreeze()
+
+
+def test_a_module_imported_on_first_use_is_imported_with_the_collector_paused(tmp_path, monkeypatch):
+    # An import keeps what it makes: walking it while pandas or DuckDB loads
+    # (and again as it ages) is the collector's time for nothing.
+    from rollkit.core.dependencies import _Deferred
+
+    (tmp_path / "rollkit_probe_module.py").write_text(
+        "import gc\nENABLED = gc.isenabled()\nMADE = [[] for _ in range(10)]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        probe = _Deferred("rollkit_probe_module")
+        assert probe.ENABLED is False
+        assert gc.isenabled()
+        oldest = {id(o) for o in gc.get_objects(generation=2)}
+        assert id(probe.MADE) in oldest and id(probe.MADE[0]) in oldest
+    finally:
+        (gc.enable if was else gc.disable)()
+

@@ -9,8 +9,11 @@ stand-in module that imports the real one when an attribute is first read
 (`pa.table(...)`), and then is that module's attributes. A missing optional
 package surfaces there as rollkit's `Unavailable`, naming the extra that
 brings it. Code that asks whether a package is installed (try/except
-ImportError) imports it itself. This module imports nothing of rollkit
-but the error tree.
+ImportError) imports it itself. A module is imported with the cyclic
+collector paused (rollkit.core.gcpause, keep=True): an import makes tens of
+thousands of objects it keeps, which the collector would otherwise walk
+several times over while pandas or DuckDB loads, and again once they are old.
+This module imports nothing of rollkit but the error tree and that pause.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import types
 from typing import Any
 
 from .errors import Unavailable
+from .gcpause import paused
 
 __all__ = ["duckdb", "go", "inspect_ai", "inspect_ai_constants", "inspect_ai_dataset", "inspect_ai_event",
            "inspect_ai_log", "inspect_ai_model", "inspect_ai_scorer", "inspect_ai_solver", "inspect_ai_tool",
@@ -38,7 +42,8 @@ class _Deferred(types.ModuleType):
         module = self.__dict__["_module"]
         if module is None:
             try:
-                module = importlib.import_module(self.__name__)
+                with paused(keep=True):
+                    module = importlib.import_module(self.__name__)
             except ImportError as exc:
                 extra = self.__dict__["_extra"]
                 hint = f"pip install 'rollkit[{extra}]'" if extra else f"pip install {self.__name__.split('.')[0]}"

@@ -376,15 +376,15 @@ class TableSet:
         """Parts for the complete lines of the source from `start` (_BATCH
         lines or _PART_BYTES of source each). A last line without its
         newline (torn, or still being written) waits."""
-        def jobs() -> Generator[tuple[Any, int], None, None]:
+        def jobs(f: Any) -> Generator[tuple[Any, int], None, None]:
             nonlocal ordinal
-            with open(self.source, "rb") as f:
-                for part_start, data, ends in _blocks(f, start):
-                    starts, ends, lengths = _lines(data, ends, part_start)
-                    yield (self._part, data, starts, ends, lengths, part_start, ordinal, self._FIRST), len(data)
-                    ordinal += len(starts)
+            for part_start, data, ends in _blocks(f, start):
+                starts, ends, lengths = _lines(data, ends, part_start)
+                yield (self._part, data, starts, ends, lengths, part_start, ordinal, self._FIRST), len(data)
+                ordinal += len(starts)
 
-        return _in_order(jobs(), bar)
+        with open(self.source, "rb") as f:
+            return _in_order(jobs(f), bar, source=_whole_source(f) if start == ordinal == 0 else None)
 
     def _part(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
               tables: tuple[str, ...] = TABLES, built: dict[str, Any] | None = None,
@@ -719,8 +719,23 @@ def _lines(data: bytes, ends: Any, at: int) -> tuple[Any, Any, Any]:
 _IN_FLIGHT = 2
 
 
+def _whole_source(f: Any) -> str | None:
+    """A path DuckDB reads the open file `f` by (Linux: through /proc, the
+    same file however the path is moved over), for a first open to parse
+    it whole (nativebuild.Engine.whole_rows: the lines of as many parts as
+    are built at once, at most); None where that does not pay or may fail:
+    fewer bytes than a native part, more than the parts a first open holds
+    at once (its later parts would read their own bytes all the same), or
+    a last line torn (a run still writing: DuckDB refuses it)."""
+    size = os.fstat(f.fileno()).st_size
+    if not _NATIVE or not _NATIVE_MIN_BYTES <= size <= _IN_FLIGHT * _PART_BYTES \
+            or not os.path.isdir("/proc/self/fd") or _complete_end(f, 0, size) != size:
+        return None
+    return f"/proc/self/fd/{f.fileno()}"
+
+
 def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any,
-              in_flight: int | None = None) -> list[Any]:
+              in_flight: int | None = None, source: str | None = None) -> list[Any]:
     """What each job (TableSet._part and its arguments, and the source bytes
     it covers) returns, in the jobs' order; up to `in_flight` (_IN_FLIGHT)
     at once, the next one read only when one is done; one at a time in the
@@ -729,11 +744,13 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
     and DuckDB's workers make up the rest of the cores (its `threads`
     counts one asking thread). When a job fails, the source file and its
     map are let go at once, not when the traceback is (a notebook keeps
-    the last one)."""
-    from .nativebuild import Engine
+    the last one). `source`: the file the jobs' lines are, from its start
+    (_whole_source), for DuckDB to parse at once."""
+    from .nativebuild import Engine, WholeSource
 
     in_flight = in_flight or _IN_FLIGHT
-    engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None)
+    engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None,
+                    source=WholeSource(source, in_flight * _BATCH, _cores()) if source else None)
     importing = _import_duckdb_beside()
     try:
         return _side_by_side(jobs, bar, in_flight, engine) if in_flight > 1 else _one_by_one(jobs, bar, engine)

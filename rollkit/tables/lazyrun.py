@@ -25,7 +25,7 @@ from typing import Any
 from ..core.trace import Trace
 from . import filters, rows
 from .columns import TABLES, TableSet, footer, tables_for
-from ..core.dependencies import duckdb, pa, pc, pd, pq
+from ..core.dependencies import duckdb, load, pa, pc, pd, pq
 
 __all__ = ["LazyRun", "Hits", "open_run", "highlight"]
 
@@ -276,6 +276,7 @@ class LazyRun:
         pandas column's own) before the next is read, so a frame's peak is
         about the frame, not the frame plus its table."""
         self._current()
+        load(pd)  # (imported here, not by pyarrow's to_pandas: the collector paused while it loads)
         cached = self._cache.get(table)
         if cached is not None:  # run.arrow(table) was asked for: it is in memory already
             present = [c for c in order if c in cached.column_names]

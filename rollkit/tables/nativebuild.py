@@ -2,7 +2,8 @@
 
 rollkit.tables.columns cuts a trace file into parts and, for each, hands the
 part's lines here. DuckDB's newline-delimited JSON reader (`read_json` of
-the lines' bytes, _read) reads the fields the tables need, with the types below
+the lines' bytes, _read; of the trace file itself, once for all the parts,
+where a first open's Engine has it: Engine.whole_rows) reads the fields the tables need, with the types below
 (`_TRACE_FIELDS`), and one SQL query per table turns them into the rows the
 Python build (rows.trace_rows) makes: the same columns, values and Arrow
 types, row for row (tests/test_columns.py builds both ways and compares).
@@ -71,12 +72,12 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 from ..core.dependencies import duckdb, np, pa, pc
 from ..core.messages import ROLES
 from ..core.trace import UNTIMED
 
-__all__ = ["native_tables", "NativeUnfit", "Engine", "LIGHT_TABLES"]
+__all__ = ["native_tables", "NativeUnfit", "Engine", "WholeSource", "LIGHT_TABLES"]
 
 
 class NativeUnfit(Exception):
@@ -721,6 +722,17 @@ def _doubts(kind: Any, x: str, depth: int, name: str) -> tuple[list[str], list[s
     return [], odd, []
 
 
+class WholeSource(NamedTuple):
+    """A first open's trace file for DuckDB to parse at once
+    (Engine.whole_rows): a path it reads the file by, the most lines to
+    hold parsed (those of the parts built at once: the memory they held
+    each in a file of its own), and the threads to parse them on."""
+
+    path: str
+    rows: int
+    threads: int
+
+
 class Engine:
     """One in-memory DuckDB database for the parts of a build, opened when
     the first part asks for it: a database is costly to open and close,
@@ -731,13 +743,16 @@ class Engine:
     Ctrl-C ended the build keeps it open until it ends (DuckDB 1.3 leaves a
     query hanging when the database is closed under it)."""
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, source: WholeSource | None = None) -> None:
         self._threads = threads
         self._database: Any = None
         self._lent = 0
         self._closing = False
         self._lock = threading.Lock()
         self._files: list[int] = []  # memfds a part gave back, for the next (_part_file)
+        self._source = source
+        self._reading = threading.Lock()
+        self._whole: tuple[dict[str, Any], int] | None = None  # (fields, rows) of table `whole`, once read
 
     def connection(self) -> Any:
         with self._lock:
@@ -774,6 +789,34 @@ class Engine:
         for fd in files:
             os.close(fd)
 
+    def whole_rows(self, con: Any, fields: dict[str, Any]) -> int:
+        """How many lines of the source (WholeSource: the file whose lines
+        from its start are this build's parts, a first open's) table
+        `whole` holds parsed (_parsed) with `fields`, its first `rows` at
+        most; 0 where it holds none of them. The first part to ask has
+        DuckDB read the file, on the source's `threads` (the other parts
+        wait: they read it too): a part's own bytes copied into a file in
+        memory cost the kernel new pages to hold them, which the source in
+        the page cache does not. Where DuckDB refuses a line, none: each
+        part reads its own bytes, and the one holding the line is refused
+        alone, as where there is no source; so do the parts past `rows`."""
+        if self._source is None:
+            return 0
+        with self._reading:
+            if self._whole is None:
+                self._whole = (fields, 0)
+                try:
+                    con.execute(f"set threads = {int(self._source.threads)}")  # (set back below: the others wait)
+                    con.execute(f"create table whole as {_parsed(self._source.path, fields)} "
+                                f"limit {int(self._source.rows)}")
+                    self._whole = (fields, con.execute("select count(*) from whole").fetchall()[0][0])
+                except duckdb.Error:
+                    con.execute("drop table if exists whole")
+                finally:
+                    con.execute(f"set threads = {int(self._threads)}" if self._threads else "reset threads")
+        read, rows = self._whole
+        return rows if read is fields else 0
+
     @contextmanager
     def part_file(self, text: memoryview) -> Iterator[str]:
         """A path to a file holding `text` (_part_file), in a memfd an
@@ -785,7 +828,8 @@ class Engine:
         (ftruncate or fallocate), sendfile or splice from the trace file
         cost as much as one pwrite or more (copy_file_range cannot cross
         into a memfd), and DuckDB reads no byte range of the trace file
-        itself. Nor did a pipe save the copy's time: DuckDB reading the
+        itself (a first open of a run of two parts or fewer has it read the
+        whole file instead: whole_rows). Nor did a pipe save the copy's time: DuckDB reading the
         part from a pipe a thread fills by splice from the trace file (no
         copy, no new pages) cost a first open (two parts side by side) as
         much CPU as the memfd did, a part alone less; nor does DuckDB read
@@ -845,7 +889,7 @@ def native_tables(lines: Any, ordinal: int, offsets: Any, lengths: Any, columns:
         _read(con, lines, ordinal, fields, engine)
         flags = _checked(con, tables, fields)
         if flags is None:  # a call's reply is a message after all (a key the text test missed): read them too
-            con.execute("drop view p; drop table parsed_lines")
+            con.execute("drop view p; drop table if exists parsed_lines")
             fields = _CALL_FIELDS
             _read(con, lines, ordinal, fields, engine)
             flags = _checked(con, tables, fields)
@@ -908,27 +952,25 @@ def _read(con: Any, lines: Any, ordinal: int, fields: dict[str, Any], engine: En
     """The part's lines parsed into view p: each line's `_ordinal` and its
     `fields` as the struct `t` (`_offset` and `_length` null: native_tables
     sets the rollouts'). DuckDB's
-    newline-delimited reader parses them from a file of their bytes (in
-    memory, _part_file), not json_transform over the lines: that keeps the
-    first of a key written twice, which this reader refuses in every object
-    it reads, as it refuses a value it cannot cast (a line longer than its
-    16 MB too), and a line that is not UTF-8: the part goes to the Python
-    build, which reads such a line as rk.load does. `lines` need not be
-    valid UTF-8."""
+    newline-delimited reader parses them from a file of their bytes, not
+    json_transform over the lines: that keeps the first of a key written
+    twice, which this reader refuses in every object it reads, as it
+    refuses a value it cannot cast (a line longer than its 16 MB too), and
+    a line that is not UTF-8: the part goes to the Python build, which
+    reads such a line as rk.load does. The file is the build's source
+    itself, read whole once for all its parts (Engine.whole_rows), where
+    the engine has one and DuckDB read it; else a file in memory of the
+    part's bytes (_part_file). `lines` need not be valid UTF-8."""
     count = len(lines)
-    bounds = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:lines.offset + count + 1]
-    with engine.part_file(memoryview(lines.buffers()[2])[int(bounds[0]):int(bounds[-1])]) as path:
-        parsed = con.read_json(path, format="newline_delimited", records="true", columns=_columns(fields, True))
-        # `parsed` is read by name (DuckDB's replacement scan): a view would be the
-        # database's, shared by the parts built side by side. The reader keeps the
-        # lines' order and makes a row of each (none is blank): a row's rowid is its
-        # line's place (a positional join with the lines' places read the part on one thread).
-        # Integers are read as reals (DuckDB's reader makes 2.5 2), checked (_doubt), then typed.
-        typed = _duck_type(fields)  # the struct of _columns(fields)
-        con.execute(f"create temp table parsed_lines as select parsed::{typed} as t, "
-                    f"{_doubt(fields, 'parsed')} as _doubt from parsed")
-    made, doubt, doubtful = con.execute("select count(*), max(_doubt), list(rowid) filter (where _doubt = 1) "
-                                        "from parsed_lines").fetchall()[0]
+    if engine.whole_rows(con, fields) >= ordinal + count and _aligned(con, lines, ordinal):
+        # The part's rows of the source's (rowid: the line's ordinal, blank lines not counted as the parts count them).
+        rows = f"(select rowid - {int(ordinal)} as _row, t, _doubt from whole where rowid >= {int(ordinal)} " \
+               f"and rowid < {int(ordinal) + count})"
+    else:
+        _read_part(con, lines, fields, engine)
+        rows = "(select rowid as _row, t, _doubt from parsed_lines)"
+    made, doubt, doubtful = con.execute("select count(*), max(_doubt), list(_row) filter (where _doubt = 1) "
+                                        f"from {rows}").fetchall()[0]
     if doubt == 2:
         raise NativeUnfit("an integer field holds a fraction")
     if made != count:
@@ -937,8 +979,45 @@ def _read(con: Any, lines: Any, ordinal: int, fields: dict[str, Any], engine: En
     _check_strict(con, lines)
     _check_doubtful(lines, doubtful or [])
     # _offset and _length: the rollouts' own, set from `offsets` and `lengths` when they are fetched.
-    con.execute(f"create temp view p as select rowid + {int(ordinal)} as _ordinal, null::BIGINT as _offset, "
-                "null::BIGINT as _length, t from parsed_lines")
+    con.execute(f"create temp view p as select _row + {int(ordinal)} as _ordinal, null::BIGINT as _offset, "
+                f"null::BIGINT as _length, t from {rows}")
+
+
+def _parsed(source: str, fields: dict[str, Any]) -> str:
+    """SQL of the lines of `source` (a path) parsed: each line's `fields` as
+    the struct `t`, and what _doubt says of it, a row a line, in order.
+    The reader keeps the lines' order and makes a row of each line that is
+    not blank: a row's rowid, once stored, is its line's place. Integers
+    are read as reals (DuckDB's reader makes 2.5 2), checked (_doubt),
+    then typed."""
+    columns = ", ".join(f"{_literal(name)}: {_literal(kind)}" for name, kind in _columns(fields, True).items())
+    return (f"select parsed::{_duck_type(fields)} as t, {_doubt(fields, 'parsed')} as _doubt "
+            f"from read_json({_literal(source)}, format = 'newline_delimited', records = 'true', "
+            f"columns = {{{columns}}}) as parsed")
+
+
+def _read_part(con: Any, lines: Any, fields: dict[str, Any], engine: Engine) -> None:
+    """The part's lines parsed (_parsed) into temp table parsed_lines, from a file in memory of their bytes."""
+    count = len(lines)
+    bounds = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:lines.offset + count + 1]
+    with engine.part_file(memoryview(lines.buffers()[2])[int(bounds[0]):int(bounds[-1])]) as path:
+        # A temp table: a view would be the database's, shared by the parts built side by side.
+        con.execute(f"create temp table parsed_lines as {_parsed(path, fields)}")
+
+
+def _aligned(con: Any, lines: Any, ordinal: int) -> bool:
+    """Whether the source's rows from `ordinal` are the part's lines: its
+    first and last lines' ids (Python's json) are those rows' ids. The
+    parts and DuckDB's reader count the same lines as blank (whitespace
+    alone) and DuckDB refuses a line that holds more or less than one
+    value; this catches a file changed between the two readings."""
+    try:
+        ids = [json.loads(lines[k].as_py()).get("id") for k in (0, len(lines) - 1)]
+    except (ValueError, AttributeError, RecursionError):  # (a part of lines rk.load refuses: read alone)
+        return False
+    read = con.execute(f"select t.id from whole where rowid = {int(ordinal)} or rowid = {int(ordinal) + len(lines) - 1} "
+                       "order by rowid").fetchall()
+    return [row[0] for row in read] * (2 if len(lines) == 1 else 1) == ids
 
 
 @contextmanager
