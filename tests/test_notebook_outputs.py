@@ -98,3 +98,31 @@ def test_picking_a_trace_in_either_browser_makes_a_headless_client_send_nothing(
     assert sent == []
     printed = ["".join(o.get("text", "") for o in cell.outputs).strip() for cell in nb.cells[-2:]]
     assert printed == [f"{[[PLOTLY]] * 4} RunBrowser", "0"]
+
+
+@pytest.mark.parametrize("over_folder", [False, True], ids=["traces", "run folder"])
+def test_a_pick_whose_plots_fail_shows_no_other_traces_plots(
+        over_folder: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The figures are cleared before the picked trace's are made: a plot
+    that raises leaves the area empty, not showing the trace picked before."""
+    import asyncio
+
+    import rollkit as rk
+    from rollkit.examples import arithmetic_tasks, demo_agent
+    from rollkit.notebook import plots
+
+    async def run_all() -> list:
+        return list(await asyncio.gather(*(demo_agent().run(t) for t in arithmetic_tasks(3))))
+
+    traces = asyncio.run(run_all())
+    browser = rk.notebook.TraceBrowser(rk.save(traces, tmp_path / "run") if over_folder else traces, plots=True)
+    browser.select(0)
+    assert len(browser.figures.outputs) == 2
+
+    def broken(trace: object) -> None:
+        raise RuntimeError("no plot")
+
+    monkeypatch.setattr(plots, "budget_burn", broken)
+    with pytest.raises(RuntimeError, match="no plot"):
+        browser.select(1)
+    assert browser.figures.outputs == ()

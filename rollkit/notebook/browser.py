@@ -120,8 +120,8 @@ class TraceBrowser(widgets.VBox):
 
     def _on_pick(self, change: dict[str, Any]) -> None:
         index = change["new"]
+        show(self.figures)  # first: a pick whose trace or plots fail shows no other trace's plots
         if index is None:
-            show(self.figures)
             self.detail.value = ""
             return
         trace = self.traces[index]

@@ -222,8 +222,8 @@ class RunBrowser(widgets.VBox):
 
     def _on_pick(self, change: dict[str, Any]) -> None:
         row = change["new"]
+        show(self.figures)  # first: a pick whose trace or plots fail shows no other trace's plots
         if row is None:
-            show(self.figures)
             self.detail.value = self.matches.value = ""
             return
         trace = self.run[row]
