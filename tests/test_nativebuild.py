@@ -281,6 +281,12 @@ def test_a_value_types_from_its_first_characters_as_json_type_does():
     assert {exact for _, exact, _ in rows} == {0, 1, 2, 4, 8, 16}
 
 
+# The whole parse reads the source through /proc, a part's own bytes go
+# through a memfd: elsewhere (macOS, Windows) neither is there to count.
+_IN_MEMORY_FILES = pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or not hasattr(os, "memfd_create"),
+                                      reason="no /proc or memfd here: parts are temporary files, none parsed whole")
+
+
 def _made(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list:
     """What owner.name returns from now on, each call's result in a list."""
     made: list = []
@@ -345,6 +351,7 @@ def test_the_parts_of_a_build_write_over_the_memory_files_earlier_parts_gave_bac
     assert still_open == []
 
 
+@_IN_MEMORY_FILES
 def test_a_first_open_has_duckdb_parse_the_source_whole_and_copies_no_part(tmp_path, monkeypatch):
     # A part's bytes copied into a file in memory cost the kernel new pages;
     # the source, in the page cache, is parsed once for all the parts instead.
@@ -361,6 +368,7 @@ def test_a_first_open_has_duckdb_parse_the_source_whole_and_copies_no_part(tmp_p
         assert a.equals(b)
 
 
+@_IN_MEMORY_FILES
 def test_the_whole_parse_holds_the_lines_of_the_parts_built_at_once_and_no_more(tmp_path, monkeypatch):
     # Short lines make many parts of few bytes: the parsed rows held to the
     # end of the open are those of the parts built side by side, as before;
@@ -375,10 +383,35 @@ def test_the_whole_parse_holds_the_lines_of_the_parts_built_at_once_and_no_more(
     held = _made(monkeypatch, nativebuild.Engine, "whole_rows")
     native, builds = _build(source, tmp_path / "native", True, monkeypatch, ("rollouts",))
     assert builds == ["native"] * 5
-    assert held == [columns._IN_FLIGHT * 4] * 5
+    assert sorted(held, reverse=True) == [True] * columns._IN_FLIGHT + [False] * (5 - columns._IN_FLIGHT)
     assert 1 <= len(made) <= columns._IN_FLIGHT  # the last three parts, the memory files given back and reused
     for a, b in zip(python["rollouts"], native["rollouts"]):
         assert a.equals(b)
+
+
+@_IN_MEMORY_FILES
+def test_the_parsed_lines_are_let_go_once_the_parts_reading_them_are_done(tmp_path, monkeypatch):
+    # One part at a time: the whole parse holds the first part's lines; the
+    # parts after it read their own bytes, and find the parsed lines gone.
+    from rollkit.tables import nativebuild
+
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    monkeypatch.setattr(columns, "_IN_FLIGHT", 1)
+    folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
+    held = _made(monkeypatch, nativebuild.Engine, "whole_rows")
+    read_alone = nativebuild._read_part
+    whole_there: list[int] = []
+
+    def reading_alone(con, *args):
+        whole_there.append(con.execute("select count(*) from duckdb_tables() where table_name = 'whole'")
+                           .fetchall()[0][0])
+        return read_alone(con, *args)
+
+    monkeypatch.setattr(nativebuild, "_read_part", reading_alone)
+    native, builds = _build(folder / "traces.jsonl", tmp_path / "native", True, monkeypatch, ("rollouts",))
+    assert builds == ["native"] * 5
+    assert held == [True, False, False, False, False]
+    assert whole_there == [0, 0, 0, 0]  # 1 each without the drop
 
 
 def test_a_line_the_whole_parse_refuses_sends_its_own_part_alone_to_python(tmp_path, monkeypatch):
@@ -401,6 +434,7 @@ def test_a_line_the_whole_parse_refuses_sends_its_own_part_alone_to_python(tmp_p
     assert native["rollouts"][2].column("id").to_pylist()[1] == json.loads(lines[9])["id"]
 
 
+@_IN_MEMORY_FILES
 def test_a_part_reads_its_own_bytes_where_the_whole_parse_is_not_of_its_lines(tmp_path, monkeypatch):
     # The parts and DuckDB read the source through two openings of it: a
     # part whose first or last line's id is not the parsed row's (a file
@@ -412,12 +446,13 @@ def test_a_part_reads_its_own_bytes_where_the_whole_parse_is_not_of_its_lines(tm
     other.write_text(text.replace('{"id":"0', '{"id":"x'))
     ids = [json.loads(line)["id"] for line in text.splitlines()]
     assert ids != [json.loads(line)["id"] for line in other.read_text().splitlines()]
-    monkeypatch.setattr(columns, "_whole_source", lambda f: str(other))
+    monkeypatch.setattr(columns, "_whole_source", lambda f: os.open(other, os.O_RDONLY))  # (the build closes it)
     made = _made(monkeypatch, os, "memfd_create")
     assert open_run(folder, progress=False).rollouts()["id"].tolist() == ids
     assert made
 
 
+@_IN_MEMORY_FILES
 @pytest.mark.parametrize("tail, part_bytes, whole", [("", None, True), ('{"id": "torn', None, False),
                                                      ("", 1000, False)])
 def test_a_first_open_parses_the_source_whole_only_when_it_is_complete_and_two_parts_at_most(
@@ -432,10 +467,13 @@ def test_a_first_open_parses_the_source_whole_only_when_it_is_complete_and_two_p
     if part_bytes:
         monkeypatch.setattr(columns, "_PART_BYTES", part_bytes)
     with open(source, "rb") as f:
-        path = columns._whole_source(f)
-        assert (path is not None) == whole
+        fd = columns._whole_source(f)
+        assert (fd is not None) == whole
         if whole:
-            assert os.path.samefile(path, source)
+            try:
+                assert fd != f.fileno() and os.path.samefile(f"/proc/self/fd/{fd}", source)
+            finally:
+                os.close(fd)
 
 
 # threads None: one part at a time gets DuckDB's own default (every core this machine has).

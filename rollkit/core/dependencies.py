@@ -10,8 +10,8 @@ stand-in module that imports the real one when an attribute is first read
 package surfaces there as rollkit's `Unavailable`, naming the extra that
 brings it. Code that asks whether a package is installed (try/except
 ImportError) imports it itself. A module is imported with the cyclic
-collector paused (rollkit.core.gcpause, keep=True): an import makes tens of
-thousands of objects it keeps, which the collector would otherwise walk
+collector paused (rollkit.core.gcpause, keep=True): an import makes many
+objects it keeps, which the collector would otherwise walk
 several times over while pandas or DuckDB loads, and again once they are old.
 This module imports nothing of rollkit but the error tree and that pause.
 """

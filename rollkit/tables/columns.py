@@ -719,9 +719,10 @@ def _lines(data: bytes, ends: Any, at: int) -> tuple[Any, Any, Any]:
 _IN_FLIGHT = 2
 
 
-def _whole_source(f: Any) -> str | None:
-    """A path DuckDB reads the open file `f` by (Linux: through /proc, the
-    same file however the path is moved over), for a first open to parse
+def _whole_source(f: Any) -> int | None:
+    """A copy of the open file `f`'s descriptor, which DuckDB reads the file
+    by (Linux: through /proc, the same file however the path is moved
+    over; the build's Engine closes it), for a first open to parse
     it whole (nativebuild.Engine.whole_rows: the lines of as many parts as
     are built at once, at most); None where that does not pay or may fail:
     fewer bytes than a native part, more than the parts a first open holds
@@ -731,11 +732,11 @@ def _whole_source(f: Any) -> str | None:
     if not _NATIVE or not _NATIVE_MIN_BYTES <= size <= _IN_FLIGHT * _PART_BYTES \
             or not os.path.isdir("/proc/self/fd") or _complete_end(f, 0, size) != size:
         return None
-    return f"/proc/self/fd/{f.fileno()}"
+    return os.dup(f.fileno())
 
 
 def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any,
-              in_flight: int | None = None, source: str | None = None) -> list[Any]:
+              in_flight: int | None = None, source: int | None = None) -> list[Any]:
     """What each job (TableSet._part and its arguments, and the source bytes
     it covers) returns, in the jobs' order; up to `in_flight` (_IN_FLIGHT)
     at once, the next one read only when one is done; one at a time in the
@@ -750,7 +751,7 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
 
     in_flight = in_flight or _IN_FLIGHT
     engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None,
-                    source=WholeSource(source, in_flight * _BATCH, _cores()) if source else None)
+                    source=None if source is None else WholeSource(source, in_flight * _BATCH, _cores()))
     importing = _import_duckdb_beside()
     try:
         return _side_by_side(jobs, bar, in_flight, engine) if in_flight > 1 else _one_by_one(jobs, bar, engine)

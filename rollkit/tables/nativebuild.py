@@ -724,13 +724,19 @@ def _doubts(kind: Any, x: str, depth: int, name: str) -> tuple[list[str], list[s
 
 class WholeSource(NamedTuple):
     """A first open's trace file for DuckDB to parse at once
-    (Engine.whole_rows): a path it reads the file by, the most lines to
-    hold parsed (those of the parts built at once: the memory they held
-    each in a file of its own), and the threads to parse them on."""
+    (Engine.whole_rows): a descriptor of it the Engine owns and closes
+    (a copy of the build's own: a part still running after Ctrl-C ended
+    the build reads the same file, not a closed or reused descriptor), the
+    most lines to hold parsed (those of the parts built at once: the memory
+    they held each in a file of its own), and the threads to parse them on."""
 
-    path: str
+    fd: int
     rows: int
     threads: int
+
+    @property
+    def path(self) -> str:
+        return f"/proc/self/fd/{self.fd}"
 
 
 class Engine:
@@ -752,7 +758,9 @@ class Engine:
         self._files: list[int] = []  # memfds a part gave back, for the next (_part_file)
         self._source = source
         self._reading = threading.Lock()
-        self._whole: tuple[dict[str, Any], int] | None = None  # (fields, rows) of table `whole`, once read
+        self._whole: tuple[dict[str, Any] | None, int] | None = None  # (fields, rows) of table `whole`, once read
+        self._whole_readers: set[int] = set()  # the connections (id) whose part reads its rows from `whole`
+        self._whole_passed = False  # a part past `whole`'s rows asked: once its readers are done, it goes
 
     def connection(self) -> Any:
         with self._lock:
@@ -772,6 +780,8 @@ class Engine:
         finally:
             with self._lock:
                 self._lent -= 1
+                self._whole_readers.discard(id(connection))
+                self._drop_whole_when_done()
             self._close_when_free()
 
     def close(self) -> None:
@@ -781,27 +791,33 @@ class Engine:
 
     def _close_when_free(self) -> None:
         with self._lock:
-            if not self._closing or self._lent or self._database is None:
+            if not self._closing or self._lent:
                 return
             database, self._database = self._database, None
             files, self._files = self._files, []
-        database.close()
-        for fd in files:
+            source, self._source = self._source, None
+        if database is not None:
+            database.close()
+        for fd in files + ([source.fd] if source is not None else []):
             os.close(fd)
 
-    def whole_rows(self, con: Any, fields: dict[str, Any]) -> int:
-        """How many lines of the source (WholeSource: the file whose lines
-        from its start are this build's parts, a first open's) table
-        `whole` holds parsed (_parsed) with `fields`, its first `rows` at
-        most; 0 where it holds none of them. The first part to ask has
-        DuckDB read the file, on the source's `threads` (the other parts
-        wait: they read it too): a part's own bytes copied into a file in
-        memory cost the kernel new pages to hold them, which the source in
-        the page cache does not. Where DuckDB refuses a line, none: each
-        part reads its own bytes, and the one holding the line is refused
-        alone, as where there is no source; so do the parts past `rows`."""
+    def whole_rows(self, con: Any, fields: dict[str, Any], first: int, count: int) -> bool:
+        """Whether table `whole` holds the source's lines `first` to
+        `first + count` parsed (_parsed) with `fields` (WholeSource: the
+        file whose lines from its start are this build's parts, a first
+        open's; its first `rows` lines at most); if so, the part of
+        connection `con` reads them there until it is given back. The
+        first part to ask has DuckDB read the file, on the source's
+        `threads` (the other parts wait: they read it too): a part's own
+        bytes copied into a file in memory cost the kernel new pages to
+        hold them, which the source in the page cache does not. Where
+        DuckDB refuses a line, no part's: each reads its own bytes, and the
+        one holding the line is refused alone, as where there is no source;
+        so do the parts past `rows`. Once one of those has asked and the
+        parts reading `whole` are given back, it is dropped: the rest of
+        the build holds no more parsed lines than its parts do."""
         if self._source is None:
-            return 0
+            return False
         with self._reading:
             if self._whole is None:
                 self._whole = (fields, 0)
@@ -814,8 +830,22 @@ class Engine:
                     con.execute("drop table if exists whole")
                 finally:
                     con.execute(f"set threads = {int(self._threads)}" if self._threads else "reset threads")
-        read, rows = self._whole
-        return rows if read is fields else 0
+        with self._lock:
+            read, rows = self._whole
+            if read is fields and first + count <= rows:
+                self._whole_readers.add(id(con))
+                return True
+            self._whole_passed = True
+            self._drop_whole_when_done()
+            return False
+
+    def _drop_whole_when_done(self) -> None:
+        """(With the lock held.) Table `whole` dropped once a part past its
+        rows has asked and no part reads it (whole_rows)."""
+        if (self._whole_passed and not self._whole_readers and self._whole is not None
+                and self._whole[0] is not None and self._database is not None):
+            self._database.execute("drop table if exists whole")
+            self._whole = (None, 0)  # read once, and gone
 
     @contextmanager
     def part_file(self, text: memoryview) -> Iterator[str]:
@@ -962,7 +992,7 @@ def _read(con: Any, lines: Any, ordinal: int, fields: dict[str, Any], engine: En
     the engine has one and DuckDB read it; else a file in memory of the
     part's bytes (_part_file). `lines` need not be valid UTF-8."""
     count = len(lines)
-    if engine.whole_rows(con, fields) >= ordinal + count and _aligned(con, lines, ordinal):
+    if engine.whole_rows(con, fields, ordinal, count) and _aligned(con, lines, ordinal):
         # The part's rows of the source's (rowid: the line's ordinal, blank lines not counted as the parts count them).
         rows = f"(select rowid - {int(ordinal)} as _row, t, _doubt from whole where rowid >= {int(ordinal)} " \
                f"and rowid < {int(ordinal) + count})"
