@@ -498,9 +498,8 @@ class _Run:
         self.live: LiveWriter | None = None
         self.hearing: list[RunSink] = []  # the sinks that hear each phase and turn (all but the live file's)
         self.trace_file: Any = None
-        # The traces that ended in this turn of the loop, their lines not yet
-        # written, and the future their workers wait on (finished_together).
-        self.batch: tuple[list[Trace], asyncio.Future[None]] | None = None
+        # The traces that ended in this turn of the loop, their lines not yet written (finished_together).
+        self.batch: list[Trace] | None = None
         self.group_file: Any = None
         self.user_file: Any = None
 
@@ -559,29 +558,26 @@ class _Run:
         """`finished` for the rollouts that end in the same turn of the
         event loop, together, in a run with a folder: the first to end
         waits that turn out, then serializes the lines of all of them one
-        after another and writes them; the others wait until it has. A
-        trace's line costs much less CPU serialized right after another
-        than after a rollout's own work, which has pushed pydantic-core's
-        code and the schemas out of the CPU's caches. Each worker goes on
-        (to judging its task's group, to its next rollout) only once its
-        line is written, and the first writes the lines even when it is
-        cancelled while it waits."""
+        after another, writes them, and judges their tasks' groups (a group
+        is judged only with its lines on disk: `by_example` holds a trace
+        once its line is written). A trace's line costs much less CPU
+        serialized right after another than after a rollout's own work,
+        which has pushed pydantic-core's code and the schemas out of the
+        CPU's caches. The others go on at once, and the first writes the
+        lines even when it is cancelled while it waits."""
         if self.trace_file is None:  # nothing to serialize: no turn to wait
             return self.finished([trace])
         if self.batch is not None:
-            traces, written = self.batch
-            traces.append(trace)
-            await asyncio.shield(written)  # its cancellation is this worker's, not the batch's
+            self.batch.append(trace)
             return
-        traces, written = self.batch = ([trace], asyncio.get_running_loop().create_future())
+        self.batch = batch = [trace]
         try:
             await asyncio.sleep(0)  # the rollouts that end in this turn of the loop join
         finally:
             self.batch = None
-            try:
-                self.finished(traces)
-            finally:
-                written.set_result(None)
+            self.finished(batch)
+        for example_id in {t.info["example_id"]: None for t in batch}:
+            await self.judge(example_id)
 
     def _watch_run(self) -> None:
         """The live file (with a run folder) and the watchers in this process
