@@ -65,12 +65,16 @@ theirs); skipped with the reason where bubblewrap cannot run.
 
 `--instructions` counts instead of timing: each setting's instructions per
 rollout until `rk.evaluate` returns, one evaluation under valgrind's
-callgrind a setting, against the first setting's. A count does not move
-with the machine's load, so it shows changes of a percent that the CPU
-ratios above, on a shared machine, cannot; valgrind slows the run about
-fifty times, so the live file writes more often per rollout than in a run
-at full speed (its share reads higher than it is). Skipped, saying so,
-without valgrind.
+callgrind a setting, against the first setting's: what a change costs in
+work, apart from the CPU time other processes take. A count still moves
+with valgrind's speed wherever the run does something on the clock: the
+live file is written every 0.2 s of wall time, and valgrind slows the run
+about fifty times (more when the machine is busy), so its writes catch
+fewer rollouts each than at full speed and its share reads higher than it
+is, and differently at another load. Count two trees side by side, at the
+same time. What a count cannot show is the CPU's caches: a line
+serialized right after another costs the same instructions and much less
+time. Skipped, saying so, without valgrind.
 """
 
 from __future__ import annotations
@@ -386,10 +390,10 @@ def _counted(setting: str, tasks: list, concurrency: int) -> None:
 def _instructions(settings: list[str], args: argparse.Namespace, results: Results) -> None:
     """`--instructions`: each setting's instructions per rollout until
     `rk.evaluate` returns, counted by callgrind in a child (`_counted`) and
-    set against the first setting's. A count does not depend on the
-    machine's load, so it shows a change a CPU ratio on a shared machine
-    cannot; it counts every thread of the run's process (not the span
-    sender's or the collector's). Skipped, saying so, without valgrind."""
+    set against the first setting's (see the module's docstring for what
+    moves with the load); every thread of the run's process is counted,
+    not the span sender's or the collector's. Skipped, saying so, without
+    valgrind."""
     if shutil.which("valgrind") is None:
         print("instructions mode skipped: valgrind is not installed")
         return
