@@ -565,7 +565,7 @@ class _Run:
         which has pushed pydantic-core's code and the schemas out of the
         CPU's caches. The others go on at once, and the first writes the
         lines even when it is cancelled while it waits."""
-        if self.trace_file is None:  # nothing to serialize: no turn to wait
+        if self.trace_file is None or self.plan.concurrency == 1:  # no line, or none can join: no turn to wait
             return self.finished([trace])
         if self.batch is not None:
             self.batch.append(trace)
