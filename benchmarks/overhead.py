@@ -56,11 +56,25 @@ part away, and otel-proc, run only when named.
     PYTHONPATH=. python benchmarks/overhead.py --settings none,folder-tables,folder-no-live,folder-no-dump,folder-bare
     PYTHONPATH=. python benchmarks/overhead.py --settings none,otel-proc
     PYTHONPATH=. python benchmarks/overhead.py --sandbox 8 [--rounds 3]
+    PYTHONPATH=. python benchmarks/overhead.py --instructions --tasks 300 --settings none,folder-tables,folder-no-dump
 
 `--sandbox N` measures something else: N rollouts of a program run in a
 bubblewrap sandbox (`rk.SandboxRuntime`, three model calls each) with
 nothing on and with everything on, as wall time (the programs' CPU is
 theirs); skipped with the reason where bubblewrap cannot run.
+
+`--instructions` counts instead of timing: each setting's instructions per
+rollout until `rk.evaluate` returns, one evaluation under valgrind's
+callgrind a setting, against the first setting's: what a change costs in
+work, apart from the CPU time other processes take. A count still moves
+with valgrind's speed wherever the run does something on the clock: the
+live file is written every 0.2 s of wall time, and valgrind slows the run
+about fifty times (more when the machine is busy), so its writes catch
+fewer rollouts each than at full speed and its share reads higher than it
+is, and differently at another load. Count two trees side by side, at the
+same time. What a count cannot show is the CPU's caches: a line
+serialized right after another costs the same instructions and much less
+time. Skipped, saying so, without valgrind.
 """
 
 from __future__ import annotations
@@ -81,7 +95,7 @@ import time
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import rollkit as rk
 from rollkit.core.messages import AssistantMessage, Response, TokenLogprobs, Usage
@@ -109,6 +123,10 @@ class _Unserialized:
     their serialization)."""
 
     line = b""
+
+    @classmethod
+    def set_line(cls, tasks: list) -> None:
+        cls.line = rk.evaluate(demo_agent(), tasks[:1], progress=False).traces[0].model_dump_json().encode() + b"\n"
 
     @classmethod
     def trace_line(cls, trace: Any) -> bytes:
@@ -258,13 +276,12 @@ def _children_cpu(skip: int) -> float:
     return total
 
 
-def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurrency: int,
-         make_agent: Any = _agent) -> tuple[float, float, float, float]:
-    """One evaluation in `setting`; its wall and CPU seconds until it
-    returned (the CPU of every thread of this process: on a shared machine
-    the steadier one), its CPU seconds with its tables' last part written,
-    and that plus its child processes' CPU (the span sender's: the run's
-    total CPU; the collector's is not counted)."""
+@contextlib.contextmanager
+def _setting(setting: str, root: Path, collectors: _Collectors, concurrency: int,
+             make_agent: Any = _agent) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """The agent and `rk.evaluate` options of one evaluation in `setting`,
+    with the run's parts swapped as the setting says while it lasts (its
+    folder removed and the parts put back after)."""
     agent = make_agent(setting)
     everything = setting == "everything"
     options: dict[str, Any] = {"progress": everything, "concurrency": concurrency}
@@ -280,23 +297,34 @@ def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurr
         evaluation.trace_line = _Unserialized.trace_line
     if setting in ("folder-no-live", "folder-bare"):
         evaluation.LiveWriter = _Unwritten
-    gc.collect()
     try:
         with warnings.catch_warnings(), open(os.devnull, "w") as bar, contextlib.redirect_stderr(bar):
             warnings.simplefilter("ignore")  # the silent collector's warning at the end
-            children = _children_cpu(collectors.process.pid)
-            t, c = time.perf_counter(), time.process_time()
-            rk.evaluate(agent, tasks, **options)
-            wall, cpu = time.perf_counter() - t, time.process_time() - c
-            settle()  # the tables' last part, built after the run returned: its CPU is the run's too
-            tables = time.process_time() - c
-            return wall, cpu, tables, tables + _children_cpu(collectors.process.pid) - children
+            yield agent, options
     finally:
         evaluation.TraceLog, evaluation.LiveWriter, evaluation.trace_line = TraceLog, LiveWriter, _trace_line
         if setting in ("prices", "everything"):
             rk.prices({agent.model.name: None})
         if "out" in options:
             shutil.rmtree(options["out"])
+
+
+def _run(setting: str, tasks: list, root: Path, collectors: _Collectors, concurrency: int,
+         make_agent: Any = _agent) -> tuple[float, float, float, float]:
+    """One evaluation in `setting`; its wall and CPU seconds until it
+    returned (the CPU of every thread of this process: on a shared machine
+    the steadier one), its CPU seconds with its tables' last part written,
+    and that plus its child processes' CPU (the span sender's: the run's
+    total CPU; the collector's is not counted)."""
+    with _setting(setting, root, collectors, concurrency, make_agent) as (agent, options):
+        gc.collect()
+        children = _children_cpu(collectors.process.pid)
+        t, c = time.perf_counter(), time.process_time()
+        rk.evaluate(agent, tasks, **options)
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+        settle()  # the tables' last part, built after the run returned: its CPU is the run's too
+        tables = time.process_time() - c
+        return wall, cpu, tables, tables + _children_cpu(collectors.process.pid) - children
 
 
 def _measure(settings: list[str], tasks: list, rounds: int, concurrency: int, make_agent: Any = _agent,
@@ -334,6 +362,62 @@ def _report(times: dict[str, list[tuple[float, ...]]], rollouts: int, results: R
             results.add(f"{s} ({label} time, best of {len(spent)})", best, "rollouts/s", base, settings[0])
 
 
+def _counted(setting: str, tasks: list, concurrency: int) -> None:
+    """`--counted SETTING`, the child `--instructions` runs under callgrind:
+    a warm-up evaluation, then the measured one between two `os.getppid()`
+    calls, where callgrind starts a new part of its count (its
+    `--dump-before=getppid`), so the part between them is that evaluation
+    alone. The garbage collector is off while it runs: a collection's
+    count depends on what came before, not on the setting."""
+    _Unserialized.set_line(tasks)
+    root = Path(tempfile.mkdtemp(prefix="rollkit-overhead-"))
+    collectors = _Collectors()
+    try:
+        with _setting(setting, root, collectors, concurrency) as (agent, options):
+            rk.evaluate(agent, tasks[:30], **options)
+        with _setting(setting, root, collectors, concurrency) as (agent, options):
+            gc.collect()
+            gc.disable()
+            os.getppid()
+            rk.evaluate(agent, tasks, **options)
+            os.getppid()
+            gc.enable()
+    finally:
+        collectors.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _instructions(settings: list[str], args: argparse.Namespace, results: Results) -> None:
+    """`--instructions`: each setting's instructions per rollout until
+    `rk.evaluate` returns, counted by callgrind in a child (`_counted`) and
+    set against the first setting's (see the module's docstring for what
+    moves with the load); every thread of the run's process is counted,
+    not the span sender's or the collector's. Skipped, saying so, without
+    valgrind."""
+    if shutil.which("valgrind") is None:
+        print("instructions mode skipped: valgrind is not installed")
+        return
+    counts = {}
+    for setting in settings:
+        with tempfile.TemporaryDirectory(prefix="rollkit-callgrind-") as out:
+            subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=no", "--dump-before=getppid",
+                            f"--callgrind-out-file={out}/count.%p", sys.executable, __file__, "--counted", setting,
+                            "--tasks", str(args.tasks), "--concurrency", str(args.concurrency)],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # parts: .1 until the first getppid, .2 the evaluation, the last after it
+            parts = sorted(Path(out).glob("count.*.*"))
+            if len(parts) != 2:
+                raise RuntimeError(f"{setting}: callgrind counted {len(parts) + 1} parts, not 3: something else in "
+                                   f"the run called getppid, so the evaluation's own count is not known")
+            part = next(Path(out).glob("count.*.2")).read_text()
+            counts[setting] = int(part.split("\nsummary: ", 1)[1].split()[0]) / args.tasks
+    base = counts[settings[0]]
+    for setting, count in counts.items():
+        print(f"instructions {setting:16} {count:12,.0f} a rollout  {count - base:+10,.0f} ({count / base - 1:+.2%}) "
+              f"over {settings[0]}")
+        results.add(f"{setting} (instructions a rollout)", count, "instructions", base, settings[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=2000)
@@ -344,18 +428,26 @@ def main() -> None:
                              f"also {','.join(SETTINGS[len(DEFAULT):])})")
     parser.add_argument("--sandbox", type=int, default=0, metavar="N",
                         help="instead: N rollouts of a sandboxed program, none against everything")
+    parser.add_argument("--instructions", action="store_true",
+                        help="instead: each setting's instructions per rollout, counted by callgrind (valgrind)")
+    parser.add_argument("--counted", metavar="SETTING", help=argparse.SUPPRESS)  # --instructions' child
     json_option(parser)
     args = parser.parse_args()
     if args.sandbox:
         return _sandbox(args)
+    if args.counted:
+        return _counted(args.counted, arithmetic_tasks(args.tasks), args.concurrency)
     results = Results("overhead.py", f"what a setting a user turns on costs rk.evaluate: {args.tasks:,} demo rollouts "
                       f"x {args.rounds} rounds, concurrency {args.concurrency}")
     settings = args.settings.split(",")
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
         parser.error(f"unknown settings {unknown}; the settings are {', '.join(SETTINGS)}")
+    if args.instructions:
+        _instructions(settings, args, results)
+        return results.save(args.json)
     tasks = arithmetic_tasks(args.tasks)
-    _Unserialized.line = rk.evaluate(demo_agent(), tasks[:1], progress=False).traces[0].model_dump_json().encode() + b"\n"
+    _Unserialized.set_line(tasks)
     times = _measure(settings, tasks, args.rounds, args.concurrency)
     print(f"{args.tasks} rollouts x {args.rounds} rounds, concurrency {args.concurrency}, python {sys.version.split()[0]}")
     _report(times, args.tasks, results)

@@ -380,3 +380,47 @@ def test_group_scorers_count_a_trace_that_was_not_scored_as_missing_not_zero():
     assert unscored.scored is False
     assert pass_at_k(1)([unscored, *_scored_traces([0])]) == 0.0
     assert best_of_n()([unscored]) is None
+
+
+def test_lines_of_rollouts_that_end_together_are_serialized_one_after_another_then_written(tmp_path, monkeypatch):
+    # Serializing lines back to back keeps pydantic-core's code in the CPU's
+    # caches: a folder's cost halves when instant rollouts end together.
+    from rollkit.runs import evaluation
+
+    log = []
+    serialize = evaluation.trace_line
+
+    class Logged(evaluation.TraceLog):
+        def write(self, line: bytes) -> None:
+            log.append("write")
+            super().write(line)
+
+    def logged(trace: rk.Trace) -> bytes:
+        log.append("serialize")
+        return serialize(trace)
+
+    monkeypatch.setattr(evaluation, "trace_line", logged)
+    monkeypatch.setattr(evaluation, "TraceLog", Logged)
+    rk.evaluate(said_agent(), said_tasks(8), concurrency=4, out=tmp_path, progress=False)
+    assert log.count("serialize") == log.count("write") == 8
+    runs = [len(run) for run in "".join("s" if e == "serialize" else "w" for e in log).split("w") if run]
+    assert max(runs) >= 2 and sum(runs) == 8
+    assert len((tmp_path / "traces.jsonl").read_text().splitlines()) == 8
+
+
+def test_L21_a_group_is_judged_only_once_every_trace_of_it_is_on_disk(tmp_path):
+    # Rollouts of two tasks end in the same turn of the loop and their lines
+    # are written together, by the worker that ended first; every worker
+    # judges its task's group only once its line is written.
+    on_disk = {}
+
+    def count_lines(traces: list[rk.Trace]) -> float:
+        key = traces[0].info["example_id"]
+        lines = (tmp_path / "traces.jsonl").read_text().splitlines()
+        on_disk[key] = sorted(json.loads(line)["info"]["repeat"] for line in lines
+                              if json.loads(line)["info"]["example_id"] == key)
+        return 1.0
+
+    rk.evaluate(said_agent(), said_tasks(3), repeats=2, concurrency=4, out=tmp_path, progress=False,
+                group_scorers=[count_lines])
+    assert on_disk == {"said-0": [0, 1], "said-1": [0, 1], "said-2": [0, 1]}

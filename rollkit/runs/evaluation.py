@@ -498,6 +498,8 @@ class _Run:
         self.live: LiveWriter | None = None
         self.hearing: list[RunSink] = []  # the sinks that hear each phase and turn (all but the live file's)
         self.trace_file: Any = None
+        # The traces that ended in this turn of the loop, their lines not yet written (finished_together).
+        self.batch: list[Trace] | None = None
         self.group_file: Any = None
         self.user_file: Any = None
 
@@ -520,27 +522,62 @@ class _Run:
             self.group_file.write("".join(json.dumps(asdict(signal)) + "\n" for signal in signals))
             self.group_file.flush()
 
-    def finished(self, trace: Trace) -> None:
+    def finished(self, traces: list[Trace]) -> None:
+        # The lines are serialized one after another before any is written
+        # (see `finished_together`); those before one that fails still are.
+        lines: list[bytes | None] = []
+        try:
+            for trace in traces:
+                lines.append(trace_line(trace) if self.trace_file is not None else None)
+        finally:
+            self._written(traces, lines)
+
+    def _written(self, traces: list[Trace], lines: list[bytes | None]) -> None:
+        """Each trace kept, its line (None: no folder) written first."""
         # On disk first, flushed: a crash now loses only what is in flight.
         # A user's own traces go first: one whose rollout's line is missing
         # is an orphan that reading the folder drops (its rollout reruns).
-        if trace.user_traces and self.plan.folder is not None:
-            if self.user_file is None:
-                self.user_file = open(self.plan.folder.path / USER_TRACES, "a", encoding="utf-8")
-            for user_trace in trace.user_traces:
-                append_trace(user_trace, self.user_file)
-        self.user_traces.extend(trace.user_traces)
-        line = None
-        if self.trace_file is not None:
-            line = trace_line(trace)
-            self.trace_file.write(line)
-        self.traces.append(trace)
-        self.by_example.setdefault(trace.info["example_id"], []).append(trace)
-        self.progress.add(trace)
-        for sink in self.sinks:
-            sink.finished(trace)
-        if self.plan.otel is not None:  # given the line just written: its spans are made from it
-            self.plan.otel.finished(trace, line)  # type: ignore[call-arg]
+        for trace, line in zip(traces, lines):
+            if trace.user_traces and self.plan.folder is not None:
+                if self.user_file is None:
+                    self.user_file = open(self.plan.folder.path / USER_TRACES, "a", encoding="utf-8")
+                for user_trace in trace.user_traces:
+                    append_trace(user_trace, self.user_file)
+            self.user_traces.extend(trace.user_traces)
+            if line is not None:
+                self.trace_file.write(line)
+            self.traces.append(trace)
+            self.by_example.setdefault(trace.info["example_id"], []).append(trace)
+            self.progress.add(trace)
+            for sink in self.sinks:
+                sink.finished(trace)
+            if self.plan.otel is not None:  # given the line just written: its spans are made from it
+                self.plan.otel.finished(trace, line)  # type: ignore[call-arg]
+
+    async def finished_together(self, trace: Trace) -> None:
+        """`finished` for the rollouts that end in the same turn of the
+        event loop, together, in a run with a folder: the first to end
+        waits that turn out, then serializes the lines of all of them one
+        after another, writes them, and judges their tasks' groups (a group
+        is judged only with its lines on disk: `by_example` holds a trace
+        once its line is written). A trace's line costs much less CPU
+        serialized right after another than after a rollout's own work,
+        which has pushed pydantic-core's code and the schemas out of the
+        CPU's caches. The others go on at once, and the first writes the
+        lines even when it is cancelled while it waits."""
+        if self.trace_file is None or self.plan.concurrency == 1:  # no line, or none can join: no turn to wait
+            return self.finished([trace])
+        if self.batch is not None:
+            self.batch.append(trace)
+            return
+        self.batch = batch = [trace]
+        try:
+            await asyncio.sleep(0)  # the rollouts that end in this turn of the loop join
+        finally:
+            self.batch = None
+            self.finished(batch)
+        for example_id in {t.info["example_id"]: None for t in batch}:
+            await self.judge(example_id)
 
     def _watch_run(self) -> None:
         """The live file (with a run folder) and the watchers in this process
@@ -597,7 +634,7 @@ class _Run:
             for sink in self.sinks:
                 sink.started(info["rollout_id"])
             trace = await plan.backend.run(task, info)
-            self.finished(trace)
+            await self.finished_together(trace)
             await self.judge(task.key)
 
     async def run_workers(self) -> None:
