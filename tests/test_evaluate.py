@@ -424,3 +424,22 @@ def test_L21_a_group_is_judged_only_once_every_trace_of_it_is_on_disk(tmp_path):
     rk.evaluate(said_agent(), said_tasks(3), repeats=2, concurrency=4, out=tmp_path, progress=False,
                 group_scorers=[count_lines])
     assert on_disk == {"said-0": [0, 1], "said-1": [0, 1], "said-2": [0, 1]}
+
+
+def test_a_line_that_cannot_be_made_loses_no_other_rollout_written_with_it(tmp_path, monkeypatch):
+    # Lines of rollouts that end together are written together: one that
+    # cannot be serialized is raised, once every other line is on disk.
+    from rollkit.runs import evaluation
+
+    serialize = evaluation.trace_line
+
+    def failing(trace: rk.Trace) -> bytes:
+        if trace.info["example_id"] == "said-1":
+            raise RuntimeError("this line cannot be made")
+        return serialize(trace)
+
+    monkeypatch.setattr(evaluation, "trace_line", failing)
+    with pytest.raises(RuntimeError, match="this line cannot be made"):
+        rk.evaluate(said_agent(), said_tasks(4), concurrency=4, out=tmp_path, progress=False)
+    written = [json.loads(line)["info"]["example_id"] for line in (tmp_path / "traces.jsonl").read_text().splitlines()]
+    assert sorted(written) == ["said-0", "said-2", "said-3"]

@@ -524,13 +524,23 @@ class _Run:
 
     def finished(self, traces: list[Trace]) -> None:
         # The lines are serialized one after another before any is written
-        # (see `finished_together`); those before one that fails still are.
+        # (see `finished_together`). A trace whose line cannot be made is
+        # not kept, as when it ended alone, and its error is raised once the
+        # others, other workers' rollouts among them, are written and kept.
+        kept: list[Trace] = []
         lines: list[bytes | None] = []
-        try:
-            for trace in traces:
-                lines.append(trace_line(trace) if self.trace_file is not None else None)
-        finally:
-            self._written(traces, lines)
+        failed: BaseException | None = None
+        for trace in traces:
+            try:
+                line = trace_line(trace) if self.trace_file is not None else None
+            except Exception as exc:  # noqa: BLE001  raised below, once the batch's other lines are written
+                failed = failed or exc
+                continue
+            kept.append(trace)
+            lines.append(line)
+        self._written(kept, lines)
+        if failed is not None:
+            raise failed
 
     def _written(self, traces: list[Trace], lines: list[bytes | None]) -> None:
         """Each trace kept, its line (None: no folder) written first."""
