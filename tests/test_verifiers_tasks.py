@@ -25,10 +25,12 @@ run and the tasks stepped by hand in the notebook facade give the same.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,18 @@ from helpers.scripted_provider import ScriptedProvider  # noqa: E402
 needs_oracles = pytest.mark.skipif(
     not (VERIFIERS.exists() and WITH_ROLLKIT.exists()),
     reason="the verifiers venvs are built by scripts/test.sh (~/.cache/rollkit-oracles/verifiers, rollkit-verifiers)")
+
+
+@pytest.fixture(autouse=True)
+def _no_port_files_left() -> Iterator[None]:
+    """verifiers' tool server launcher (verifiers.v1.mcp.launch) has each
+    server report its port through a file it names /tmp/vf-port-<id>,
+    whatever TMPDIR says, and never removes it: the files a test's
+    verifiers runs made are removed when it ends."""
+    before = set(glob.glob("/tmp/vf-port-*"))
+    yield
+    for path in set(glob.glob("/tmp/vf-port-*")) - before:
+        Path(path).unlink(missing_ok=True)
 
 
 def _env(secret: str) -> dict[str, str]:
