@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import sys
 from pathlib import Path
@@ -94,8 +95,14 @@ def test_run_all_in_jupyterlab_runs_notebook_01_to_its_last_cell(tmp_path: Path)
             # The kernel is up (its status reads Idle) before the click, as a person would see it.
             expect(page.locator(".jp-NotebookPanel .jp-Notebook-ExecutionIndicator")).to_have_attribute(
                 "data-status", "idle")
+            # The notebook made the current widget first, as a person's click on it does: Lab
+            # enables "Run All Cells" (when its menu opens) only for a current notebook.
+            code_cells.first.locator(".jp-InputArea-prompt").click()
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator(".lm-Menu-itemLabel").get_by_text("Run All Cells", exact=True).click()
+            run_all = page.locator(".lm-Menu-item", has=page.locator(".lm-Menu-itemLabel").get_by_text(
+                "Run All Cells", exact=True))
+            expect(run_all).not_to_have_class(re.compile("lm-mod-disabled"))
+            run_all.click()
             last = code_cells.last
             # Count 15 on a fresh kernel: the 14 cells before it ran first
             # (Lab draws only the cells in view, so their prompts are not read).
