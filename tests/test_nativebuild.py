@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -369,35 +370,44 @@ def test_a_first_open_has_duckdb_parse_the_source_whole_and_copies_no_part(tmp_p
 
 
 @_IN_MEMORY_FILES
-def test_the_whole_parse_holds_the_lines_of_the_parts_built_at_once_and_no_more(tmp_path, monkeypatch):
-    # Short lines make many parts of few bytes: the parsed rows held to the
-    # end of the open are those of the parts built side by side, as before;
-    # the later parts read their own bytes.
+def test_the_whole_parse_runs_on_every_core_beside_the_search_for_the_first_part_s_lines(tmp_path, monkeypatch):
+    # A LIMIT on DuckDB's reader parses on one thread (the 100k first open
+    # took 37% longer than before the whole parse); the parse starts on the
+    # thread that imports DuckDB, not when the first part has its lines.
     from rollkit.tables import nativebuild
 
     monkeypatch.setattr(columns, "_BATCH", 4)
+    monkeypatch.setattr(columns, "_IN_FLIGHT", 5)
     folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
-    source = folder / "traces.jsonl"
-    python, _ = _build(source, tmp_path / "python", False, monkeypatch)
+    queries: list[tuple[str, str]] = []
+    parsed = nativebuild._parsed
+
+    def seen(source, fields):
+        queries.append((threading.current_thread().name, parsed(source, fields)))
+        return queries[-1][1]
+
+    monkeypatch.setattr(nativebuild, "_parsed", seen)
     made = _made(monkeypatch, os, "memfd_create")
     held = _made(monkeypatch, nativebuild.Engine, "whole_rows")
-    native, builds = _build(source, tmp_path / "native", True, monkeypatch, ("rollouts",))
-    assert builds == ["native"] * 5
-    assert sorted(held, reverse=True) == [True] * columns._IN_FLIGHT + [False] * (5 - columns._IN_FLIGHT)
-    assert 1 <= len(made) <= columns._IN_FLIGHT  # the last three parts, the memory files given back and reused
-    for a, b in zip(python["rollouts"], native["rollouts"]):
-        assert a.equals(b)
+    assert len(open_run(folder, progress=False).rollouts()) == 18
+    assert held == [True] * 5 and made == []
+    assert [name for name, _ in queries] == ["rollkit-import-duckdb"]
+    assert " limit " not in queries[0][1].lower()
 
 
 @_IN_MEMORY_FILES
 def test_the_parsed_lines_are_let_go_once_the_parts_reading_them_are_done(tmp_path, monkeypatch):
-    # One part at a time: the whole parse holds the first part's lines; the
-    # parts after it read their own bytes, and find the parsed lines gone.
+    # One part at a time: the whole parse holds the first part's lines only
+    # (a file that had only those when it was parsed); the parts after it
+    # read their own bytes, and find the parsed lines gone.
     from rollkit.tables import nativebuild
 
     monkeypatch.setattr(columns, "_BATCH", 4)
     monkeypatch.setattr(columns, "_IN_FLIGHT", 1)
     folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
+    first = tmp_path / "first.jsonl"
+    first.write_text("".join((folder / "traces.jsonl").read_text().splitlines(keepends=True)[:4]))
+    monkeypatch.setattr(columns, "_whole_source", lambda f: os.open(first, os.O_RDONLY))  # (the build closes it)
     held = _made(monkeypatch, nativebuild.Engine, "whole_rows")
     read_alone = nativebuild._read_part
     whole_there: list[int] = []
@@ -453,12 +463,14 @@ def test_a_part_reads_its_own_bytes_where_the_whole_parse_is_not_of_its_lines(tm
 
 
 @_IN_MEMORY_FILES
-@pytest.mark.parametrize("tail, part_bytes, whole", [("", None, True), ('{"id": "torn', None, False),
-                                                     ("", 1000, False)])
+@pytest.mark.parametrize("tail, part_bytes, batch, whole", [("", None, None, True), ('{"id": "torn', None, None, False),
+                                                            ("", 1000, None, False), ("", None, 3, True),
+                                                            ("", None, 1, False)])
 def test_a_first_open_parses_the_source_whole_only_when_it_is_complete_and_two_parts_at_most(
-        tmp_path, monkeypatch, tail, part_bytes, whole):
+        tmp_path, monkeypatch, tail, part_bytes, batch, whole):
     # A torn last line (a run still writing) DuckDB's reader would refuse;
-    # past the parts a first open holds at once, the parsed lines held to
+    # past the parts a first open holds at once (their bytes, or by far
+    # their lines: six lines, parts of one line), the parsed lines held to
     # the end would be more than the build holds now.
     folder = big_run(6, tmp_path / "run", tasks=2)
     source = folder / "traces.jsonl"
@@ -466,6 +478,8 @@ def test_a_first_open_parses_the_source_whole_only_when_it_is_complete_and_two_p
         f.write(tail)
     if part_bytes:
         monkeypatch.setattr(columns, "_PART_BYTES", part_bytes)
+    if batch:
+        monkeypatch.setattr(columns, "_BATCH", batch)
     with open(source, "rb") as f:
         fd = columns._whole_source(f)
         assert (fd is not None) == whole

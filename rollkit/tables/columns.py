@@ -60,7 +60,7 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -384,7 +384,8 @@ class TableSet:
                 ordinal += len(starts)
 
         with open(self.source, "rb") as f:
-            return _in_order(jobs(f), bar, source=_whole_source(f) if start == ordinal == 0 else None)
+            return _in_order(jobs(f), bar, source=_whole_source(f) if start == ordinal == 0 else None,
+                             tables=self._FIRST)
 
     def _part(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
               tables: tuple[str, ...] = TABLES, built: dict[str, Any] | None = None,
@@ -722,21 +723,31 @@ _IN_FLIGHT = 2
 def _whole_source(f: Any) -> int | None:
     """A copy of the open file `f`'s descriptor, which DuckDB reads the file
     by (Linux: through /proc, the same file however the path is moved
-    over; the build's Engine closes it), for a first open to parse
-    it whole (nativebuild.Engine.whole_rows: the lines of as many parts as
-    are built at once, at most); None where that does not pay or may fail:
-    fewer bytes than a native part, more than the parts a first open holds
-    at once (its later parts would read their own bytes all the same), or
-    a last line torn (a run still writing: DuckDB refuses it)."""
+    over; the build's Engine closes it), for a first open to parse it whole
+    (nativebuild.Engine.whole_rows); None where that does not pay or may
+    fail: fewer bytes than a native part, more than the parts a first open
+    holds at once (its later parts would read their own bytes all the same),
+    more lines by far (_WHOLE_LINES) than those parts' (the parse, held to
+    the end of the open, would hold more than the build does), or a last
+    line torn (a run still writing: DuckDB refuses it)."""
     size = os.fstat(f.fileno()).st_size
     if not _NATIVE or not _NATIVE_MIN_BYTES <= size <= _IN_FLIGHT * _PART_BYTES \
             or not os.path.isdir("/proc/self/fd") or _complete_end(f, 0, size) != size:
         return None
+    head = os.pread(f.fileno(), min(size, 1 << 20), 0)
+    if size * head.count(b"\n") > _WHOLE_LINES * _IN_FLIGHT * _BATCH * len(head):
+        return None
     return os.dup(f.fileno())
 
 
+# How many more lines than the parts a first open builds at once its whole
+# parse may hold, guessed from the file's first lines' length: a margin for
+# lines that vary (a run of 100,000 lines fills two parts exactly).
+_WHOLE_LINES = 2
+
+
 def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any,
-              in_flight: int | None = None, source: int | None = None) -> list[Any]:
+              in_flight: int | None = None, source: int | None = None, tables: tuple[str, ...] = ()) -> list[Any]:
     """What each job (TableSet._part and its arguments, and the source bytes
     it covers) returns, in the jobs' order; up to `in_flight` (_IN_FLIGHT)
     at once, the next one read only when one is done; one at a time in the
@@ -746,13 +757,14 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
     counts one asking thread). When a job fails, the source file and its
     map are let go at once, not when the traceback is (a notebook keeps
     the last one). `source`: the file the jobs' lines are, from its start
-    (_whole_source), for DuckDB to parse at once."""
+    (_whole_source), for DuckDB to parse at once, beside the search for
+    the first part's lines, with the fields of the `tables` the jobs build."""
     from .nativebuild import Engine, WholeSource
 
     in_flight = in_flight or _IN_FLIGHT
     engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None,
-                    source=None if source is None else WholeSource(source, in_flight * _BATCH, _cores()))
-    importing = _import_duckdb_beside()
+                    source=None if source is None else WholeSource(source, _cores(), tables))
+    importing = _import_duckdb_beside(then=None if source is None else engine.read_ahead)
     try:
         return _side_by_side(jobs, bar, in_flight, engine) if in_flight > 1 else _one_by_one(jobs, bar, engine)
     except BaseException as error:
@@ -766,13 +778,14 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
             importing.join()
 
 
-def _import_duckdb_beside() -> threading.Thread | None:
+def _import_duckdb_beside(then: Callable[[], None] | None = None) -> threading.Thread | None:
     """DuckDB imported on a thread of its own (most of its import holds
     the GIL) while this one finds the first part's lines (NumPy, without
-    it); None when it is imported already. NumPy and pyarrow are imported
+    it), and `then` called on that thread (Engine.read_ahead); None when
+    there is nothing to do. NumPy and pyarrow are imported
     here first: DuckDB's import reads them, and one module imported by two
     threads at once can leave one of them a half-made module."""
-    if "duckdb" in sys.modules:
+    if "duckdb" in sys.modules and then is None:
         return None
     load(np, pa)
 
@@ -780,7 +793,9 @@ def _import_duckdb_beside() -> threading.Thread | None:
         try:
             load(duckdb)
         except Exception:  # not installed: the build says so when it first needs it
-            pass
+            return
+        if then is not None:
+            then()
 
     thread = threading.Thread(target=load_duckdb, name="rollkit-import-duckdb", daemon=True)
     thread.start()

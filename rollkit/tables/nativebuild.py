@@ -727,12 +727,12 @@ class WholeSource(NamedTuple):
     (Engine.whole_rows): a descriptor of it the Engine owns and closes
     (a copy of the build's own: a part still running after Ctrl-C ended
     the build reads the same file, not a closed or reused descriptor), the
-    most lines to hold parsed (those of the parts built at once: the memory
-    they held each in a file of its own), and the threads to parse them on."""
+    threads to parse it on and the tables its parts build (their fields are
+    the ones read: Engine.read_ahead)."""
 
     fd: int
-    rows: int
     threads: int
+    tables: tuple[str, ...]
 
     @property
     def path(self) -> str:
@@ -761,6 +761,7 @@ class Engine:
         self._whole: tuple[dict[str, Any] | None, int] | None = None  # (fields, rows) of table `whole`, once read
         self._whole_readers: set[int] = set()  # the connections (id) whose part reads its rows from `whole`
         self._whole_passed = False  # a part past `whole`'s rows asked: once its readers are done, it goes
+        self._ahead: Any = None  # the connection read_ahead parses the source on, while it does
 
     def connection(self) -> Any:
         with self._lock:
@@ -785,8 +786,13 @@ class Engine:
             self._close_when_free()
 
     def close(self) -> None:
+        """Closed once the connections lent are given back; a read_ahead
+        still parsing is interrupted (its parts are not coming)."""
         with self._lock:
             self._closing = True
+            ahead = self._ahead
+        if ahead is not None:
+            ahead.interrupt()
         self._close_when_free()
 
     def _close_when_free(self) -> None:
@@ -801,43 +807,70 @@ class Engine:
         for fd in files + ([source.fd] if source is not None else []):
             os.close(fd)
 
+    def read_ahead(self) -> None:
+        """The source parsed into table `whole` now, on the calling thread,
+        for the parts to come (whole_rows): a first open starts it while it
+        finds its first part's lines, so DuckDB's parse does not wait for
+        them. Nothing where there is no source or the build is over."""
+        with self._lock:
+            if self._source is None or self._closing:
+                return
+        con = self.connection()
+        try:
+            with self._lock:  # (close interrupts it from here on, or it sees the build is over)
+                if self._source is None or self._closing:
+                    return
+                self._ahead = con
+            self._read_whole(con, _fields(self._source.tables))
+        finally:
+            with self._lock:
+                self._ahead = None
+            self.give_back(con)
+
     def whole_rows(self, con: Any, fields: dict[str, Any], first: int, count: int) -> bool:
         """Whether table `whole` holds the source's lines `first` to
         `first + count` parsed (_parsed) with `fields` (WholeSource: the
         file whose lines from its start are this build's parts, a first
-        open's; its first `rows` lines at most); if so, the part of
-        connection `con` reads them there until it is given back. The
-        first part to ask has DuckDB read the file, on the source's
-        `threads` (the other parts wait: they read it too): a part's own
-        bytes copied into a file in memory cost the kernel new pages to
-        hold them, which the source in the page cache does not. Where
-        DuckDB refuses a line, no part's: each reads its own bytes, and the
-        one holding the line is refused alone, as where there is no source;
-        so do the parts past `rows`. Once one of those has asked and the
-        parts reading `whole` are given back, it is dropped: the rest of
-        the build holds no more parsed lines than its parts do."""
+        open's); if so, the part of connection `con` reads them there until
+        it is given back. The source is parsed once, by read_ahead or else
+        by the first part to ask (the other parts wait: they read it too),
+        on the source's threads: a part's own bytes copied into a file in
+        memory cost the kernel new pages to hold them and a second copy,
+        which the source in the page cache does not. Where DuckDB refuses a
+        line, no part's: each reads its own bytes, and the one holding the
+        line is refused alone, as where there is no source; so do parts
+        past its lines (lines written since). Once one of those has asked
+        and the parts reading `whole` are given back, it is dropped."""
         if self._source is None:
             return False
-        with self._reading:
-            if self._whole is None:
-                self._whole = (fields, 0)
-                try:
-                    con.execute(f"set threads = {int(self._source.threads)}")  # (set back below: the others wait)
-                    con.execute(f"create table whole as {_parsed(self._source.path, fields)} "
-                                f"limit {int(self._source.rows)}")
-                    self._whole = (fields, con.execute("select count(*) from whole").fetchall()[0][0])
-                except duckdb.Error:
-                    con.execute("drop table if exists whole")
-                finally:
-                    con.execute(f"set threads = {int(self._threads)}" if self._threads else "reset threads")
+        self._read_whole(con, fields)
         with self._lock:
-            read, rows = self._whole
+            read, rows = self._whole or (None, 0)
             if read is fields and first + count <= rows:
                 self._whole_readers.add(id(con))
                 return True
             self._whole_passed = True
             self._drop_whole_when_done()
             return False
+
+    def _read_whole(self, con: Any, fields: dict[str, Any]) -> None:
+        """Table `whole`: the source parsed with `fields`, once (whole_rows).
+        No LIMIT in the query: DuckDB parses a file on one thread under one
+        (the file is at most the parts a first open holds at once)."""
+        assert self._source is not None
+        with self._reading:
+            if self._whole is not None:
+                return
+            self._whole = (fields, 0)
+            try:
+                con.execute(f"set threads = {int(self._source.threads)}")  # (set back below: the others wait)
+                con.execute(f"create table whole as {_parsed(self._source.path, fields)}")
+                self._whole = (fields, con.execute("select count(*) from whole").fetchall()[0][0])
+            except duckdb.Error:
+                self._whole = (None, 0)
+                con.execute("drop table if exists whole")
+            finally:
+                con.execute(f"set threads = {int(self._threads)}" if self._threads else "reset threads")
 
     def _drop_whole_when_done(self) -> None:
         """(With the lock held.) Table `whole` dropped once a part past its
