@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import threading
+from contextlib import suppress
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -384,9 +385,18 @@ def test_the_whole_parse_runs_on_every_core_beside_the_search_for_the_first_part
 
     def seen(source, fields):
         queries.append((threading.current_thread().name, parsed(source, fields)))
+        parse_began.set()
         return queries[-1][1]
 
+    line_ends = columns._line_ends
+
+    def after_the_parse_began(*args, **kwargs):  # the first part's lines are found once DuckDB parses the source
+        assert queries or parse_began.wait(60)
+        return line_ends(*args, **kwargs)
+
+    parse_began = threading.Event()
     monkeypatch.setattr(nativebuild, "_parsed", seen)
+    monkeypatch.setattr(columns, "_line_ends", after_the_parse_began)
     made = _made(monkeypatch, os, "memfd_create")
     held = _made(monkeypatch, nativebuild.Engine, "whole_rows")
     assert len(open_run(folder, progress=False).rollouts()) == 18
@@ -570,6 +580,53 @@ def test_a_part_still_building_when_ctrl_c_ends_the_build_keeps_its_database_and
     assert builders() == []
     markers = [json.loads(p.read_text()) for p in (tmp_path / "cache").glob("part-*.json")]
     assert [(m["lines"], m["build"]) for m in markers] == [(4, "native")]  # built natively, to the end
+    with pytest.raises(duckdb.ConnectionException, match="(?i)closed"):
+        opened[0].execute("select 1")
+
+
+@_IN_MEMORY_FILES
+def test_a_build_ending_while_duckdb_parses_the_source_whole_interrupts_it_and_closes_all(tmp_path, monkeypatch):
+    # Ctrl-C (or a failed part) ends a first open while its read-ahead still
+    # parses the source: that query is interrupted, not waited for, nothing
+    # is raised on its thread, and the database and descriptor are closed.
+    import duckdb
+
+    from rollkit.tables import nativebuild
+
+    folder = big_run(6, tmp_path / "run", tasks=2)
+    running = threading.Event()
+
+    def endless(source, fields):  # a parse that ends only when interrupted (its first row says it runs)
+        return "select null as t, 0 as _doubt from range(1000000000000) where parse_started(range)"
+
+    def started(value: int) -> bool:
+        running.set()
+        return False
+
+    connection = nativebuild.Engine.connection
+
+    def with_udf(self):
+        con = connection(self)
+        with suppress(duckdb.Error):
+            con.create_function("parse_started", started, ["BIGINT"], "BOOLEAN")
+        return con
+
+    monkeypatch.setattr(nativebuild, "_parsed", endless)
+    monkeypatch.setattr(nativebuild.Engine, "connection", with_udf)
+    opened = _databases_opened(monkeypatch)
+    raised: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda hook: raised.append(hook.exc_value))
+    with open(folder / "traces.jsonl", "rb") as f:
+        fd = columns._whole_source(f)
+    engine = nativebuild.Engine(threads=1, source=nativebuild.WholeSource(fd, 2, ("rollouts",)))
+    ahead = threading.Thread(target=engine.read_ahead)
+    ahead.start()
+    assert running.wait(60)
+    engine.close()
+    ahead.join(60)
+    assert not ahead.is_alive() and raised == []
+    assert not os.path.exists(f"/proc/self/fd/{fd}") or not os.path.samefile(f"/proc/self/fd/{fd}",
+                                                                              folder / "traces.jsonl")
     with pytest.raises(duckdb.ConnectionException, match="(?i)closed"):
         opened[0].execute("select 1")
 

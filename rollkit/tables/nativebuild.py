@@ -71,7 +71,7 @@ import re
 import tempfile
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, NamedTuple
 from ..core.dependencies import duckdb, np, pa, pc
 from ..core.messages import ROLES
@@ -787,7 +787,8 @@ class Engine:
 
     def close(self) -> None:
         """Closed once the connections lent are given back; a read_ahead
-        still parsing is interrupted (its parts are not coming)."""
+        still parsing is interrupted (its parts are not coming; one about to
+        begin runs to its end: DuckDB forgets an interrupt no query gets)."""
         with self._lock:
             self._closing = True
             ahead = self._ahead
@@ -815,7 +816,10 @@ class Engine:
         with self._lock:
             if self._source is None or self._closing:
                 return
-        con = self.connection()
+        try:
+            con = self.connection()
+        except duckdb.Error:  # (the parts find the same and say so)
+            return
         try:
             with self._lock:  # (close interrupts it from here on, or it sees the build is over)
                 if self._source is None or self._closing:
@@ -861,16 +865,18 @@ class Engine:
         with self._reading:
             if self._whole is not None:
                 return
-            self._whole = (fields, 0)
+            self._whole = (None, 0)  # (what the parts find where DuckDB refuses a line, or close interrupts it)
             try:
                 con.execute(f"set threads = {int(self._source.threads)}")  # (set back below: the others wait)
-                con.execute(f"create table whole as {_parsed(self._source.path, fields)}")
-                self._whole = (fields, con.execute("select count(*) from whole").fetchall()[0][0])
+                try:
+                    con.execute(f"create table whole as {_parsed(self._source.path, fields)}")
+                    rows = con.execute("select count(*) from whole").fetchall()[0][0]
+                finally:
+                    con.execute(f"set threads = {int(self._threads)}" if self._threads else "reset threads")
+                self._whole = (fields, rows)
             except duckdb.Error:
-                self._whole = (None, 0)
-                con.execute("drop table if exists whole")
-            finally:
-                con.execute(f"set threads = {int(self._threads)}" if self._threads else "reset threads")
+                with suppress(duckdb.Error):
+                    con.execute("drop table if exists whole")
 
     def _drop_whole_when_done(self) -> None:
         """(With the lock held.) Table `whole` dropped once a part past its
