@@ -14,7 +14,7 @@ Printed, for each tree: the median of its rounds of wall time, CPU time
 faults and peak memory from the open to the rollouts frame, the least CPU
 time of its rounds, and each median as a ratio to the first tree's.
 
-Run: python benchmarks/first_open_ab.py --n 100000 --rounds 10 BASE_TREE NEW_TREE [--runs DIR] [--json PATH]
+Run: python benchmarks/first_open_ab.py --n 100000,1000000 --rounds 10 BASE_TREE NEW_TREE [--runs DIR] [--json PATH]
 """
 
 from __future__ import annotations
@@ -59,40 +59,44 @@ def _first_open(folder: Path, tree: Path) -> dict:
             os.environ["PYTHONPATH"] = previous
 
 
+def _compare(folder: Path, n: int, trees: list[Path], rounds: int) -> None:
+    """Print and record the first opens of the run in `folder` under each tree (the first the baseline)."""
+    with open(folder / "traces.jsonl", "rb") as f:
+        while f.read(1 << 24):
+            pass
+    measured: dict[Path, list[dict]] = {tree: [] for tree in trees}
+    for round_ in range(rounds):
+        for tree in trees if round_ % 2 == 0 else trees[::-1]:
+            measured[tree].append(_first_open(folder, tree))
+    base = {key: statistics.median(r[key] for r in measured[trees[0]]) for key in measured[trees[0]][0]}
+    print(f"first open of {n:,} single-turn rollouts ({(folder / 'traces.jsonl').stat().st_size >> 20} MB), "
+          f"{rounds} rounds alternated; medians, and each as a ratio to {trees[0]}")
+    for tree, made in measured.items():
+        median = {key: statistics.median(r[key] for r in made) for key in made[0] if key != "rows"}
+        shown = ", ".join(f"{key} {value:,.3f} ({value / base[key]:.3f}x)" for key, value in median.items())
+        print(f"{tree}: {shown}; least cpu_s {min(r['cpu_s'] for r in made):.3f}")
+        for key, value in median.items():
+            MEASURED.add(f"{n:,} first open, {tree.name}: {key}", value, unit_of(key), base[key], f"{trees[0].name}'s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trees", nargs="+", type=Path, help="source trees (the first is the baseline)")
-    parser.add_argument("--n", type=int, default=100_000, help="single-turn rollouts in the run")
+    parser.add_argument("--n", type=lambda text: [int(x) for x in text.split(",")], default=[100_000],
+                        help="single-turn rollouts in the run (comma separated: a run of each)")
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--runs", type=Path, default=None, help="keep the made-up run here (made if missing)")
+    parser.add_argument("--runs", type=Path, default=None, help="keep the made-up runs here (made if missing)")
     json_option(parser)
     args = parser.parse_args()
     scratch = None if args.runs else tempfile.mkdtemp(prefix="rollkit-first-open-")
-    folder = (args.runs or Path(scratch)) / f"run-{args.n}"
     try:
-        if not (folder / "traces.jsonl").exists():
-            from rollkit.examples.bigrun import big_run
+        for n in args.n:
+            folder = (args.runs or Path(scratch)) / f"run-{n}"
+            if not (folder / "traces.jsonl").exists():
+                from rollkit.examples.bigrun import big_run
 
-            big_run(args.n, folder)
-        with open(folder / "traces.jsonl", "rb") as f:
-            while f.read(1 << 24):
-                pass
-        measured: dict[Path, list[dict]] = {tree: [] for tree in args.trees}
-        for round_ in range(args.rounds):
-            for tree in args.trees if round_ % 2 == 0 else args.trees[::-1]:
-                measured[tree].append(_first_open(folder, tree))
-        base = {key: statistics.median(r[key] for r in measured[args.trees[0]]) for key in measured[args.trees[0]][0]}
-        print(f"first open of {args.n:,} single-turn rollouts ({(folder / 'traces.jsonl').stat().st_size >> 20} MB), "
-              f"{args.rounds} rounds alternated; medians, and each as a ratio to {args.trees[0]}")
-        for tree, rounds in measured.items():
-            median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-            shown = ", ".join(f"{key} {value:,.3f} ({value / base[key]:.3f}x)" if base[key] else f"{key} {value}"
-                              for key, value in median.items() if key != "rows")
-            print(f"{tree}: {shown}; least cpu_s {min(r['cpu_s'] for r in rounds):.3f}")
-            for key, value in median.items():
-                if key != "rows":
-                    MEASURED.add(f"{args.n:,} first open, {tree.name}: {key}", value, unit_of(key),
-                                 base[key], f"{args.trees[0].name}'s")
+                big_run(n, folder)
+            _compare(folder, n, args.trees, args.rounds)
         MEASURED.save(args.json)
     finally:
         if scratch:
