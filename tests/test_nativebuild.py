@@ -371,7 +371,7 @@ def test_a_first_open_has_duckdb_parse_the_source_whole_and_copies_no_part(tmp_p
 
 
 @_IN_MEMORY_FILES
-def test_the_whole_parse_runs_on_every_core_beside_the_search_for_the_first_part_s_lines(tmp_path, monkeypatch):
+def test_the_whole_parse_has_no_limit_and_begins_beside_the_search_for_the_first_part_s_lines(tmp_path, monkeypatch):
     # A LIMIT on DuckDB's reader parses on one thread (the 100k first open
     # took 37% longer than before the whole parse); the parse starts on the
     # thread that imports DuckDB, not when the first part has its lines.
@@ -473,15 +473,17 @@ def test_a_part_reads_its_own_bytes_where_the_whole_parse_is_not_of_its_lines(tm
 
 
 @_IN_MEMORY_FILES
-@pytest.mark.parametrize("tail, part_bytes, batch, whole", [("", None, None, True), ('{"id": "torn', None, None, False),
-                                                            ("", 1000, None, False), ("", None, 3, True),
-                                                            ("", None, 1, False)])
+@pytest.mark.parametrize("tail, part_bytes, batch, native_parts, whole", [
+    ("", None, None, True, True), ('{"id": "torn', None, None, True, False), ("", 1000, None, True, False),
+    ("", None, 3, True, True), ("", None, 1, True, False), ("", None, 2, True, True), ("", None, 2, False, False)])
 def test_a_first_open_parses_the_source_whole_only_when_it_is_complete_and_two_parts_at_most(
-        tmp_path, monkeypatch, tail, part_bytes, batch, whole):
+        tmp_path, monkeypatch, tail, part_bytes, batch, native_parts, whole):
     # A torn last line (a run still writing) DuckDB's reader would refuse;
     # past the parts a first open holds at once (their bytes, or by far
     # their lines: six lines, parts of one line), the parsed lines held to
-    # the end would be more than the build holds now.
+    # the end would be more than the build holds now; parts of lines so
+    # short that each is built in Python (two lines of six, under the bytes
+    # a native part needs) would not read it.
     folder = big_run(6, tmp_path / "run", tasks=2)
     source = folder / "traces.jsonl"
     with open(source, "a") as f:
@@ -490,6 +492,8 @@ def test_a_first_open_parses_the_source_whole_only_when_it_is_complete_and_two_p
         monkeypatch.setattr(columns, "_PART_BYTES", part_bytes)
     if batch:
         monkeypatch.setattr(columns, "_BATCH", batch)
+    if not native_parts:
+        monkeypatch.setattr(columns, "_NATIVE_MIN_BYTES", source.stat().st_size)
     with open(source, "rb") as f:
         fd = columns._whole_source(f)
         assert (fd is not None) == whole
@@ -585,10 +589,13 @@ def test_a_part_still_building_when_ctrl_c_ends_the_build_keeps_its_database_and
 
 
 @_IN_MEMORY_FILES
-def test_a_build_ending_while_duckdb_parses_the_source_whole_interrupts_it_and_closes_all(tmp_path, monkeypatch):
-    # Ctrl-C (or a failed part) ends a first open while its read-ahead still
-    # parses the source: that query is interrupted, not waited for, nothing
-    # is raised on its thread, and the database and descriptor are closed.
+@pytest.mark.parametrize("parser", ["read-ahead", "a part"])
+def test_a_build_ending_while_duckdb_parses_the_source_whole_interrupts_it_and_closes_all(tmp_path, monkeypatch,
+                                                                                            parser):
+    # Ctrl-C (or a failed part) ends a first open while the source is still
+    # parsed (by the read-ahead, or by a part that asked first): that query
+    # is interrupted, not waited for, nothing is raised on its thread, and
+    # the database and descriptor are closed once it is given back.
     import duckdb
 
     from rollkit.tables import nativebuild
@@ -619,12 +626,22 @@ def test_a_build_ending_while_duckdb_parses_the_source_whole_interrupts_it_and_c
     with open(folder / "traces.jsonl", "rb") as f:
         fd = columns._whole_source(f)
     engine = nativebuild.Engine(threads=1, source=nativebuild.WholeSource(fd, 2, ("rollouts",)))
-    ahead = threading.Thread(target=engine.read_ahead)
+    read: list[bool] = []
+
+    def part() -> None:
+        con = engine.connection()
+        try:
+            read.append(engine.whole_rows(con, nativebuild._fields(("rollouts",)), 0, 1))
+        finally:
+            engine.give_back(con)
+
+    ahead = threading.Thread(target=engine.read_ahead if parser == "read-ahead" else part)
     ahead.start()
     assert running.wait(60)
     engine.close()
     ahead.join(60)
     assert not ahead.is_alive() and raised == []
+    assert read == ([] if parser == "read-ahead" else [False])  # (the part reads its own bytes)
     assert not os.path.exists(f"/proc/self/fd/{fd}") or not os.path.samefile(f"/proc/self/fd/{fd}",
                                                                               folder / "traces.jsonl")
     with pytest.raises(duckdb.ConnectionException, match="(?i)closed"):

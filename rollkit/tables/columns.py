@@ -728,14 +728,18 @@ def _whole_source(f: Any) -> int | None:
     fail: fewer bytes than a native part, more than the parts a first open
     holds at once (its later parts would read their own bytes all the same),
     more lines by far (_WHOLE_LINES) than those parts' (the parse, held to
-    the end of the open, would hold more than the build does), or a last
-    line torn (a run still writing: DuckDB refuses it)."""
+    the end of the open, would hold more than the build does), lines so
+    short their parts are built in Python (guessed from the first lines'
+    length, as those: no newline in them, no guess), or a last line torn
+    (a run still writing: DuckDB refuses it)."""
     size = os.fstat(f.fileno()).st_size
     if not _NATIVE or not _NATIVE_MIN_BYTES <= size <= _IN_FLIGHT * _PART_BYTES \
             or not os.path.isdir("/proc/self/fd") or _complete_end(f, 0, size) != size:
         return None
     head = os.pread(f.fileno(), min(size, 1 << 20), 0)
-    if size * head.count(b"\n") > _WHOLE_LINES * _IN_FLIGHT * _BATCH * len(head):
+    lines = head.count(b"\n")
+    if not lines or size * lines > _WHOLE_LINES * _IN_FLIGHT * _BATCH * len(head) \
+            or len(head) * _BATCH < _NATIVE_MIN_BYTES * lines:  # (parts too small to build natively)
         return None
     return os.dup(f.fileno())
 
@@ -759,13 +763,14 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
     the last one). `source`: the file the jobs' lines are, from its start
     (_whole_source), for DuckDB to parse at once, beside the search for
     the first part's lines, with the fields of the `tables` the jobs build."""
-    from .nativebuild import Engine, WholeSource
-
     in_flight = in_flight or _IN_FLIGHT
-    engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None,
-                    source=None if source is None else WholeSource(source, _cores(), tables))
-    importing = _import_duckdb_beside(then=None if source is None else engine.read_ahead)
+    engine = importing = None
     try:
+        from .nativebuild import Engine, WholeSource
+
+        engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None,
+                        source=None if source is None else WholeSource(source, _cores(), tables))
+        importing = _import_duckdb_beside(then=None if source is None else engine.read_ahead)
         return _side_by_side(jobs, bar, in_flight, engine) if in_flight > 1 else _one_by_one(jobs, bar, engine)
     except BaseException as error:
         # The failed part's frames, which the traceback keeps, hold views of the mapped file.
@@ -773,7 +778,10 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
         raise
     finally:
         jobs.close()  # _blocks unmaps the file (and closes the descriptor mmap keeps)
-        engine.close()
+        if engine is not None:
+            engine.close()  # (and the source's descriptor, its own)
+        elif source is not None:
+            os.close(source)
         if importing is not None:
             importing.join()
 

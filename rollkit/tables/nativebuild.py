@@ -761,7 +761,7 @@ class Engine:
         self._whole: tuple[dict[str, Any] | None, int] | None = None  # (fields, rows) of table `whole`, once read
         self._whole_readers: set[int] = set()  # the connections (id) whose part reads its rows from `whole`
         self._whole_passed = False  # a part past `whole`'s rows asked: once its readers are done, it goes
-        self._ahead: Any = None  # the connection read_ahead parses the source on, while it does
+        self._parsing: Any = None  # the connection parsing the source into `whole`, while one does (close)
 
     def connection(self) -> Any:
         with self._lock:
@@ -786,14 +786,13 @@ class Engine:
             self._close_when_free()
 
     def close(self) -> None:
-        """Closed once the connections lent are given back; a read_ahead
-        still parsing is interrupted (its parts are not coming; one about to
-        begin runs to its end: DuckDB forgets an interrupt no query gets)."""
+        """Closed once the connections lent are given back; the source's
+        parse, where one runs, is interrupted (its parts are not coming, or
+        read their own bytes) and one not yet begun is not begun (_read_whole)."""
         with self._lock:
             self._closing = True
-            ahead = self._ahead
-        if ahead is not None:
-            ahead.interrupt()
+            if self._parsing is not None:  # (under the lock: the parse's connection is lent until it lets go)
+                self._parsing.interrupt()
         self._close_when_free()
 
     def _close_when_free(self) -> None:
@@ -812,7 +811,8 @@ class Engine:
         """The source parsed into table `whole` now, on the calling thread,
         for the parts to come (whole_rows): a first open starts it while it
         finds its first part's lines, so DuckDB's parse does not wait for
-        them. Nothing where there is no source or the build is over."""
+        them. Nothing where there is no source, the build is over or a part
+        began the parse."""
         with self._lock:
             if self._source is None or self._closing:
                 return
@@ -821,14 +821,8 @@ class Engine:
         except duckdb.Error:  # (the parts find the same and say so)
             return
         try:
-            with self._lock:  # (close interrupts it from here on, or it sees the build is over)
-                if self._source is None or self._closing:
-                    return
-                self._ahead = con
-            self._read_whole(con, _fields(self._source.tables))
+            self._read_whole(con, _fields(self._source.tables), wait=False)
         finally:
-            with self._lock:
-                self._ahead = None
             self.give_back(con)
 
     def whole_rows(self, con: Any, fields: dict[str, Any], first: int, count: int) -> bool:
@@ -857,26 +851,39 @@ class Engine:
             self._drop_whole_when_done()
             return False
 
-    def _read_whole(self, con: Any, fields: dict[str, Any]) -> None:
-        """Table `whole`: the source parsed with `fields`, once (whole_rows).
-        No LIMIT in the query: DuckDB parses a file on one thread under one
-        (the file is at most the parts a first open holds at once)."""
-        assert self._source is not None
-        with self._reading:
+    def _read_whole(self, con: Any, fields: dict[str, Any], wait: bool = True) -> None:
+        """Table `whole`: the source parsed with `fields` on connection
+        `con`, once (whole_rows); `wait`: for a parse begun on another
+        connection (else back at once). No LIMIT in the query: DuckDB runs a
+        reader under one on one thread (the source's bytes are at most those
+        of the parts a first open holds at once: _whole_source)."""
+        source = self._source
+        assert source is not None  # (a build with one: its connections lent, it is not let go)
+        if not self._reading.acquire(blocking=wait):
+            return
+        try:
             if self._whole is not None:
                 return
             self._whole = (None, 0)  # (what the parts find where DuckDB refuses a line, or close interrupts it)
             try:
-                con.execute(f"set threads = {int(self._source.threads)}")  # (set back below: the others wait)
+                con.execute(f"set threads = {int(source.threads)}")  # (set back below: the others wait)
                 try:
-                    con.execute(f"create table whole as {_parsed(self._source.path, fields)}")
+                    with self._lock:
+                        if self._closing:  # (an interrupt before the query begins, DuckDB forgets)
+                            return
+                        self._parsing = con
+                    con.execute(f"create table whole as {_parsed(source.path, fields)}")
                     rows = con.execute("select count(*) from whole").fetchall()[0][0]
                 finally:
+                    with self._lock:
+                        self._parsing = None
                     con.execute(f"set threads = {int(self._threads)}" if self._threads else "reset threads")
                 self._whole = (fields, rows)
             except duckdb.Error:
                 with suppress(duckdb.Error):
                     con.execute("drop table if exists whole")
+        finally:
+            self._reading.release()
 
     def _drop_whole_when_done(self) -> None:
         """(With the lock held.) Table `whole` dropped once a part past its
