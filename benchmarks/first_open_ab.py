@@ -20,14 +20,16 @@ Run: python benchmarks/first_open_ab.py --n 100000,1000000 --rounds 10 BASE_TREE
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from _common import Results, in_fresh_python, json_option, unit_of
+from _common import Results, json_option, unit_of
 
 MEASURED = Results("first_open_ab.py", "a big made-up run's first open under two source trees, each open in a fresh "
                    "process, rounds alternated; medians, the baseline the first tree's")
@@ -42,21 +44,25 @@ wall = time.perf_counter() - started
 after = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
                   "sys_s": after.ru_stime - before.ru_stime, "faults": after.ru_minflt - before.ru_minflt,
-                  "peak_mb": after.ru_maxrss // 1024, "rows": len(frame)}))
+                  "peak_mb": after.ru_maxrss // 1024, "rows": len(frame),
+                  "rollkit": __import__("rollkit").__file__}))
 '''
 
 
 def _first_open(folder: Path, tree: Path) -> dict:
+    """The first open's numbers in a fresh process importing rollkit from
+    `tree` (PYTHONPATH, and its working folder: `python -c` puts that first
+    on the path, ahead of PYTHONPATH)."""
     shutil.rmtree(folder / ".rollkit", ignore_errors=True)
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(tree)
-    try:
-        return in_fresh_python(FIRST_OPEN, str(folder))
-    finally:
-        if previous is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = previous
+    done = subprocess.run([sys.executable, "-c", FIRST_OPEN, str(folder)], capture_output=True, text=True,
+                          cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    imported = measured.pop("rollkit")
+    if Path(imported).resolve().parent.parent != tree.resolve():
+        raise RuntimeError(f"{tree}: the first open imported rollkit from {imported}")
+    return measured
 
 
 def _compare(folder: Path, n: int, trees: list[Path], rounds: int) -> None:
