@@ -384,8 +384,7 @@ class TableSet:
                 ordinal += len(starts)
 
         with open(self.source, "rb") as f:
-            return _in_order(jobs(f), bar, source=_whole_source(f) if start == ordinal == 0 else None,
-                             tables=self._FIRST)
+            return _in_order(jobs(f), bar, source=f if start == ordinal == 0 else None, tables=self._FIRST)
 
     def _part(self, data: bytes, starts: Any, ends: Any, lengths: Any, part_start: int, ordinal: int,
               tables: tuple[str, ...] = TABLES, built: dict[str, Any] | None = None,
@@ -751,7 +750,7 @@ _WHOLE_LINES = 2
 
 
 def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any,
-              in_flight: int | None = None, source: int | None = None, tables: tuple[str, ...] = ()) -> list[Any]:
+              in_flight: int | None = None, source: Any = None, tables: tuple[str, ...] = ()) -> list[Any]:
     """What each job (TableSet._part and its arguments, and the source bytes
     it covers) returns, in the jobs' order; up to `in_flight` (_IN_FLIGHT)
     at once, the next one read only when one is done; one at a time in the
@@ -760,17 +759,19 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
     and DuckDB's workers make up the rest of the cores (its `threads`
     counts one asking thread). When a job fails, the source file and its
     map are let go at once, not when the traceback is (a notebook keeps
-    the last one). `source`: the file the jobs' lines are, from its start
-    (_whole_source), for DuckDB to parse at once, beside the search for
-    the first part's lines, with the fields of the `tables` the jobs build."""
+    the last one). `source`: the open file the jobs' lines are, from its
+    start, for DuckDB to parse at once where that pays (_whole_source),
+    beside the search for the first part's lines, with the fields of the
+    `tables` the jobs build."""
     in_flight = in_flight or _IN_FLIGHT
-    engine = importing = None
+    engine = importing = whole = None
     try:
         from .nativebuild import Engine, WholeSource
 
+        whole = None if source is None else _whole_source(source)
         engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None,
-                        source=None if source is None else WholeSource(source, _cores(), tables))
-        importing = _import_duckdb_beside(then=None if source is None else engine.read_ahead)
+                        source=None if whole is None else WholeSource(whole, _cores(), tables))
+        importing = _import_duckdb_beside(then=None if whole is None else engine.read_ahead)
         return _side_by_side(jobs, bar, in_flight, engine) if in_flight > 1 else _one_by_one(jobs, bar, engine)
     except BaseException as error:
         # The failed part's frames, which the traceback keeps, hold views of the mapped file.
@@ -779,9 +780,9 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
     finally:
         jobs.close()  # _blocks unmaps the file (and closes the descriptor mmap keeps)
         if engine is not None:
-            engine.close()  # (and the source's descriptor, its own)
-        elif source is not None:
-            os.close(source)
+            engine.close()  # (and the whole source's descriptor, its own)
+        elif whole is not None:
+            os.close(whole)
         if importing is not None:
             importing.join()
 
