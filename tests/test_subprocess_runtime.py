@@ -180,10 +180,31 @@ async def test_L3_borrowed_runtime_stays_up_and_a_stopped_one_is_the_owners_bug(
         await agent.rollout(rk.Task(prompt="b"), runtime=rt).open()
 
 
-async def test_grandchild_that_leaves_the_group_does_not_hang_the_run(runtime):
+@pytest.mark.parametrize("exit_seen", ["before the wait", "whenever"])
+async def test_grandchild_that_leaves_the_group_does_not_hang_the_run(runtime, monkeypatch, exit_seen):
     """A setsid grandchild keeps the program's pipes open and escapes the group
-    kill (documented): the run still returns the program's own exit and output."""
+    kill (documented): the run still returns the program's own exit and output.
+    asyncio's wait() awaits the pipes only if called before its child watcher
+    reported the exit; "before the wait" makes the watcher win that race (it
+    won it on a loaded CI machine, and the run hung on the open pipes)."""
     marker = f"rollkit-escapee-{uuid.uuid4().hex}"
+    if exit_seen == "before the wait":
+        seen = asyncio.Event()
+        original_wait = rk.programs.subprocess_runtime.Program.wait
+
+        async def wait_once_asyncio_saw_the_exit(self):
+            await seen.wait()
+            assert self.process.returncode == 0  # asyncio knows: its wait() would no longer await the pipes
+            return await original_wait(self)
+
+        report = rk.programs.subprocess_runtime._OutputWatch.process_exited
+
+        def reported(self):
+            report(self)
+            seen.set()
+
+        monkeypatch.setattr(rk.programs.subprocess_runtime.Program, "wait", wait_once_asyncio_saw_the_exit)
+        monkeypatch.setattr(rk.programs.subprocess_runtime._OutputWatch, "process_exited", reported)
     try:
         async with asyncio.timeout(30):  # a guard against a hang, not a timing assertion
             done = await runtime.run(escaping_program(marker))

@@ -99,6 +99,30 @@ class Completed:
     stderr: str
 
 
+class _OutputWatch(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's protocol for a program's pipes, plus `output_closed`: done
+    once its stdout and stderr pipes closed (both ends read to their end)."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.output_closed: asyncio.Future[None] = loop.create_future()
+        self._open_output: set[int] = set()
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._open_output = {fd for fd in (1, 2) if transport.get_pipe_transport(fd) is not None}
+        self._output_maybe_closed()
+
+    def pipe_connection_lost(self, fd: int, exc: BaseException | None) -> None:
+        super().pipe_connection_lost(fd, exc)
+        self._open_output.discard(fd)
+        self._output_maybe_closed()
+
+    def _output_maybe_closed(self) -> None:
+        if not self._open_output and not self.output_closed.done():
+            self.output_closed.set_result(None)
+
+
 class Program:
     """A running program: the asyncio process plus its process group."""
 
@@ -107,6 +131,7 @@ class Program:
         self.argv = tuple(argv)
         self.pid = process.pid
         self._runtime = runtime
+        self._output_closed: asyncio.Future[None] = process._protocol.output_closed  # type: ignore[attr-defined]
 
     @property
     def returncode(self) -> int | None:
@@ -125,14 +150,15 @@ class Program:
     async def _reap(self) -> int:
         """The exit status of a program that exited or was SIGKILLed.
 
-        asyncio's wait() (3.11) returns only once the program's pipes closed
-        too. With its group dead they close at once, unless a descendant left
-        the group (setsid) and still holds them: then what is in the pipes
-        gets `drain_grace` seconds to be read, and the pipes are closed."""
+        With its group dead the program's output pipes close at once, unless a
+        descendant left the group (setsid) and still holds them: then what is
+        in the pipes gets `drain_grace` seconds to be read, and the pipes are
+        closed. asyncio's wait() is no measure of the pipes: it awaits them
+        only when called before its child watcher saw the exit, a race."""
         await self._exited()
         try:
             async with asyncio.timeout(self._runtime.drain_grace):
-                return await self.process.wait()
+                await asyncio.shield(self._output_closed)
         except TimeoutError:
             pass
         self._close_pipes()
@@ -317,7 +343,10 @@ class SubprocessRuntime(Runtime):
         full_env = self.environment(env)
         executable = self.resolve(argv[0], full_env)
         command, pass_fds, launch_state = self._command([executable, *argv[1:]])
-        creating = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        loop = asyncio.get_running_loop()
+        creating = asyncio.ensure_future(loop.subprocess_exec(
+            # asyncio.create_subprocess_exec, with a protocol that tells when the output pipes closed
+            lambda: _OutputWatch(limit=1 << 24, loop=loop),  # lines up to 16 MiB: a whole conversation
             *command,
             pass_fds=pass_fds,
             cwd=self.workdir,
@@ -326,7 +355,6 @@ class SubprocessRuntime(Runtime):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # its own process group, killed as a whole
-            limit=1 << 24,  # lines up to 16 MiB: a program may print a whole conversation
             **self._spawn_options(),
         ))
         cancelled = False
@@ -335,7 +363,8 @@ class SubprocessRuntime(Runtime):
             # create_subprocess_exec kills the program alone (not its group)
             # and then waits forever for pipes that never connect.
             try:
-                process = await asyncio.shield(creating)
+                transport, protocol = await asyncio.shield(creating)
+                process = asyncio.subprocess.Process(transport, protocol, loop)
                 break
             except asyncio.CancelledError:
                 if creating.done() and creating.cancelled():
