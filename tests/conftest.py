@@ -6,6 +6,7 @@ import asyncio
 import atexit
 import math
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -13,6 +14,15 @@ import pytest
 
 import rollkit as rk
 from rollkit.core.clock import Clock, FakeClock
+
+# A suite started as a background job of a shell without job control (`cmd &`
+# in a script, nohup, some CI runners) inherits SIGINT ignored, and so would
+# every process a test starts: the tests that interrupt a child (an export,
+# a run, `rollkit view`) would find Ctrl-C ignored. The session takes back
+# the default a terminal gives, so the suite passes however it was started
+# (the tests of an inherited-ignored SIGINT set it in their child).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Hypothesis keeps what it learns of the code under test in a folder: a
 # temporary one for the session, removed at its end (never `.hypothesis/`
