@@ -217,6 +217,48 @@ async def test_grandchild_that_leaves_the_group_does_not_hang_the_run(runtime, m
     assert runtime.programs == []
 
 
+async def test_input_a_grandchild_holds_and_never_reads_does_not_hang_the_run(runtime, monkeypatch):
+    """A setsid grandchild holds the program's stdin, the program exits without
+    reading its 1 MiB of input: the run returns its exit and output, the rest
+    of the input dropped. asyncio's wait() would await the input pipe, which
+    cannot close while it holds unwritten bytes; its child watcher is held
+    back here until the pipes are closed, so a wait() asked before would hang
+    (before the fix, half the runs did, by the watcher's timing)."""
+    import asyncio.base_subprocess
+
+    marker = f"rollkit-escapee-{uuid.uuid4().hex}"
+    closed = asyncio.Event()
+    close_pipes = rk.programs.subprocess_runtime.Program._close_pipes
+    report = asyncio.base_subprocess.BaseSubprocessTransport._process_exited
+    reports = []
+
+    def close_then_say(self):
+        close_pipes(self)
+        closed.set()
+
+    def report_once_closed(self, returncode):
+        async def later():
+            await closed.wait()
+            report(self, returncode)
+
+        reports.append(asyncio.ensure_future(later()))
+
+    monkeypatch.setattr(rk.programs.subprocess_runtime.Program, "_close_pipes", close_then_say)
+    monkeypatch.setattr(asyncio.base_subprocess.BaseSubprocessTransport, "_process_exited", report_once_closed)
+    try:
+        async with asyncio.timeout(30):  # a guard against a hang, not a timing assertion
+            done = await runtime.run(escaping_program(marker, holding="input"), input=b"x" * (1 << 20))
+        escaped = processes_marked(marker)
+    finally:
+        killed = await kill_marked(marker)
+        for held in reports:
+            held.cancel()
+    assert (done.returncode, done.stdout) == (0, "started\n")
+    assert len(reports) == 1 and reports[0].done()  # the exit was reported, once the pipes were closed
+    assert len(escaped) == 1 and killed == escaped  # it did escape, holding the input: the case is real
+    assert runtime.programs == []
+
+
 async def test_cancelled_launch_neither_hangs_nor_leaves_the_group_behind(runtime):
     # Cancelled inside asyncio's create_subprocess_exec, before the program's
     # pipes are connected, CPython 3.11 kills the shell alone and then waits

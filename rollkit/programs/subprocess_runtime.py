@@ -89,6 +89,17 @@ def clean_environment(home: Path, *, pass_env: Iterable[str] = (), env: Mapping[
     return out
 
 
+async def _feed(stdin: asyncio.StreamWriter | None, data: str | bytes) -> bytes:
+    assert stdin is not None
+    stdin.write(data.encode() if isinstance(data, str) else data)
+    try:
+        await stdin.drain()
+        stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the program did not read all of it; its exit status says the rest
+    return b""
+
+
 @dataclass(frozen=True)
 class Completed:
     """A finished `run`: exit status and what the program printed."""
@@ -100,13 +111,21 @@ class Completed:
 
 
 class _OutputWatch(asyncio.subprocess.SubprocessStreamProtocol):
-    """asyncio's protocol for a program's pipes, plus `output_closed`: done
-    once its stdout and stderr pipes closed (both ends read to their end)."""
+    """asyncio's protocol for a program's pipes, plus two futures:
+    `output_closed`, done once its stdout and stderr pipes closed (both ends
+    read to their end), and `exited`, done once asyncio knows its exit status
+    (its child watcher reported it), whatever its pipes."""
 
     def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(limit=limit, loop=loop)
         self.output_closed: asyncio.Future[None] = loop.create_future()
+        self.exited: asyncio.Future[None] = loop.create_future()
         self._open_output: set[int] = set()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -131,7 +150,7 @@ class Program:
         self.argv = tuple(argv)
         self.pid = process.pid
         self._runtime = runtime
-        self._output_closed: asyncio.Future[None] = process._protocol.output_closed  # type: ignore[attr-defined]
+        self._pipes: _OutputWatch = process._protocol  # type: ignore[attr-defined]
 
     @property
     def returncode(self) -> int | None:
@@ -153,16 +172,21 @@ class Program:
         With its group dead the program's output pipes close at once, unless a
         descendant left the group (setsid) and still holds them: then what is
         in the pipes gets `drain_grace` seconds to be read, and the pipes are
-        closed. asyncio's wait() is no measure of the pipes: it awaits them
-        only when called before its child watcher saw the exit, a race."""
+        closed. Input it never read is dropped. asyncio's wait() is not
+        asked: it awaits every pipe, input included, when called before its
+        child watcher reported the exit, and none when called after (a race
+        either way, with a descendant holding a pipe)."""
         await self._exited()
         try:
             async with asyncio.timeout(self._runtime.drain_grace):
-                await asyncio.shield(self._output_closed)
+                await asyncio.shield(self._pipes.output_closed)
         except TimeoutError:
             pass
         self._close_pipes()
-        return await self.process.wait()
+        await asyncio.shield(self._pipes.exited)
+        returncode = self.process.returncode
+        assert returncode is not None  # (set before the protocol is told)
+        return returncode
 
     def _close_pipes(self) -> None:
         transport = getattr(self.process, "_transport", None)
@@ -170,7 +194,11 @@ class Program:
             return
         for fd in (0, 1, 2):
             pipe = transport.get_pipe_transport(fd)
-            if pipe is not None:
+            if pipe is None:
+                continue
+            if fd == 0 and pipe.get_write_buffer_size():
+                pipe.abort()  # input the program never read: close() would wait to write it
+            else:
                 pipe.close()  # readers then see end-of-file after what was read
 
     async def _exited(self) -> None:
@@ -182,8 +210,8 @@ class Program:
             fd = os.pidfd_open(self.pid)
         except ProcessLookupError:
             return  # already reaped
-        except (AttributeError, OSError):  # no pidfd on this system
-            await self.process.wait()
+        except (AttributeError, OSError):  # no pidfd on this system: asyncio's report of the exit
+            await asyncio.shield(self._pipes.exited)
             return
         loop = asyncio.get_running_loop()
         done = loop.create_future()
@@ -360,7 +388,7 @@ class SubprocessRuntime(Runtime):
         cancelled = False
         while True:
             # Shielded: cancelled before the pipes are connected, CPython 3.11's
-            # create_subprocess_exec kills the program alone (not its group)
+            # subprocess_exec kills the program alone (not its group)
             # and then waits forever for pipes that never connect.
             try:
                 transport, protocol = await asyncio.shield(creating)
@@ -409,18 +437,15 @@ class SubprocessRuntime(Runtime):
         process = program.process
         assert process.stdout is not None and process.stderr is not None
         readers = [asyncio.ensure_future(process.stdout.read()), asyncio.ensure_future(process.stderr.read())]
+        if input is not None:
+            # Beside the wait: a program that exits without reading it all ends
+            # the writing (its reap drops the rest), even where a descendant
+            # that left its group holds its input open.
+            readers.append(asyncio.ensure_future(_feed(process.stdin, input)))
         try:
             async with asyncio.timeout(timeout):
-                if input is not None:
-                    assert process.stdin is not None
-                    process.stdin.write(input.encode() if isinstance(input, str) else input)
-                    try:
-                        await process.stdin.drain()
-                    except (BrokenPipeError, ConnectionResetError):
-                        pass  # the program did not read all of it; its exit status says the rest
-                    process.stdin.close()
                 returncode = await program.wait()
-                out, err = await asyncio.gather(*readers)
+                out, err, *_ = await asyncio.gather(*readers)
         except TimeoutError:
             raise TimeoutError(f"program {argv[0]!r} did not finish within {timeout}s and was killed") from None
         finally:

@@ -78,13 +78,17 @@ def processes_marked(marker: str) -> list[int]:
     return found
 
 
-def escaping_program(marker: str) -> list[str]:
+def escaping_program(marker: str, holding: str = "output") -> list[str]:
     """A shell that starts a grandchild which leaves its process group
-    (setsid) holding the shell's stdout and stderr, waits until the grandchild
-    is out of the group (it opens a fifo after setsid), then exits 0. The
-    grandchild carries `marker` in its argv so the test can kill it."""
+    (setsid) holding the shell's stdout and stderr (`holding="output"`), or
+    its stdin alone (`holding="input"`: it never reads it), waits until the
+    grandchild is out of the group (it opens a fifo after setsid), then
+    exits 0. The grandchild carries `marker` in its argv so the test can kill it."""
     sleeper = f"{shlex.quote(sys.executable)} -c \"open('escaped.fifo', 'w').write('x'); import time; time.sleep(300)\""
-    script = f"mkfifo escaped.fifo; setsid {sleeper} {marker} & read _ < escaped.fifo; echo started; exit 0"
+    # (An asynchronous command's stdin is /dev/null unless redirected: fd 3 carries it.)
+    holds = {"output": "", "input": " <&3 3<&- >/dev/null 2>&1"}[holding]
+    script = (f"exec 3<&0; mkfifo escaped.fifo; setsid {sleeper} {marker}{holds} & read _ < escaped.fifo; "
+              "echo started; exit 0")
     return ["sh", "-c", script]
 
 
