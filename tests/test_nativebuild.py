@@ -340,7 +340,7 @@ def test_the_parts_of_a_build_write_over_the_memory_files_earlier_parts_gave_bac
         pytest.skip("no memfd here: a temporary file per part")
     made = _made(monkeypatch, os, "memfd_create")
     monkeypatch.setattr(columns, "_BATCH", 4)
-    monkeypatch.setattr(columns, "_whole_source", lambda f: None)  # a run too big to parse whole
+    monkeypatch.setattr(columns, "_whole_source", lambda f, tables=(): None)  # a run too big to parse whole
     folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
     run = open_run(folder, progress=False)
     assert len(run.rollouts()) == 18
@@ -417,7 +417,7 @@ def test_the_parsed_lines_are_let_go_once_the_parts_reading_them_are_done(tmp_pa
     folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
     first = tmp_path / "first.jsonl"
     first.write_text("".join((folder / "traces.jsonl").read_text().splitlines(keepends=True)[:4]))
-    monkeypatch.setattr(columns, "_whole_source", lambda f: os.open(first, os.O_RDONLY))  # (the build closes it)
+    monkeypatch.setattr(columns, "_whole_source", lambda f, tables=(): os.open(first, os.O_RDONLY))  # (the build closes it)
     held = _made(monkeypatch, nativebuild.Engine, "whole_rows")
     read_alone = nativebuild._read_part
     whole_there: list[int] = []
@@ -466,7 +466,7 @@ def test_a_part_reads_its_own_bytes_where_the_whole_parse_is_not_of_its_lines(tm
     other.write_text(text.replace('{"id":"0', '{"id":"x'))
     ids = [json.loads(line)["id"] for line in text.splitlines()]
     assert ids != [json.loads(line)["id"] for line in other.read_text().splitlines()]
-    monkeypatch.setattr(columns, "_whole_source", lambda f: os.open(other, os.O_RDONLY))  # (the build closes it)
+    monkeypatch.setattr(columns, "_whole_source", lambda f, tables=(): os.open(other, os.O_RDONLY))  # (the build closes it)
     made = _made(monkeypatch, os, "memfd_create")
     assert open_run(folder, progress=False).rollouts()["id"].tolist() == ids
     assert made
@@ -495,14 +495,75 @@ def test_a_first_open_parses_the_source_whole_only_when_it_is_complete_and_two_p
     if not native_parts:
         monkeypatch.setattr(columns, "_NATIVE_MIN_BYTES", source.stat().st_size)
     with open(source, "rb") as f:
-        fd = columns._whole_source(f)
-        assert (fd is not None) == whole
-        if whole:
-            try:
-                assert fd != f.fileno() and os.path.samefile(f"/proc/self/fd/{fd}", source)
-            finally:
-                os.close(fd)
+        assert _whole_source_given(f, source) == whole
 
+
+
+@_IN_MEMORY_FILES
+@pytest.mark.parametrize("table", ["turns", "phases", "signals", "calls", "messages"])
+def test_the_first_ask_of_a_table_without_text_parses_the_source_whole_and_copies_no_part(tmp_path, monkeypatch,
+                                                                                          table):
+    # After a first open (the rollouts alone), a table without text has
+    # DuckDB parse the file once for all its parts, as the first open did,
+    # not each part's bytes copied into a file in memory (item 4 of issue
+    # 44: those copies were a fifth of a 1M run's first ask of the phases);
+    # the calls and the messages, whose fields hold the text, still copy
+    # (a parse of the whole file would hold most of it).
+    from rollkit.tables import nativebuild
+
+    monkeypatch.setattr(columns, "_BATCH", 4)
+    folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
+    source = folder / "traces.jsonl"
+    python, _ = _build(source, tmp_path / "python", False, monkeypatch, (table,))
+    monkeypatch.setattr(columns, "_NATIVE", True)
+    (tmp_path / "native").mkdir()
+    tables = TableSet(source, cache=tmp_path / "native", progress=False)
+    assert len(tables.files["rollouts"]) == 5
+    made = _made(monkeypatch, os, "memfd_create")
+    held = _made(monkeypatch, nativebuild.Engine, "whole_rows")
+    native = [pq.read_table(f) for f in tables.files[table]]
+    whole = table in ("turns", "phases", "signals")
+    assert (held, made == []) == ([whole] * 5, whole)
+    assert [json.loads((tmp_path / "native" / f"{p['name']}.json").read_text())["build"] for p in tables.parts] \
+        == ["native"] * 5
+    for a, b in zip(python[table], native):
+        assert a.equals(b)
+
+
+@_IN_MEMORY_FILES
+@pytest.mark.parametrize("table, tail, size, whole", [
+    ("phases", "", None, True), ("turns", "", None, True), ("signals", "", None, True), ("calls", "", None, False),
+    ("messages", "", None, False), ("phases", '{"id": "torn', None, False), ("phases", "", 1000, False)])
+def test_a_first_ask_parses_the_source_whole_past_a_first_open_s_bounds_up_to_its_own(tmp_path, monkeypatch, table,
+                                                                                      tail, size, whole):
+    # Parts of one line, each built natively (a first ask builds every part
+    # so when they are worth it together): a first open would read each
+    # part's bytes; a first ask of a table without text parses the file
+    # whole unless its last line is torn or it is bigger than
+    # _WHOLE_ASK_BYTES (here set below the file's size).
+    folder = big_run(6, tmp_path / "run", tasks=2)
+    source = folder / "traces.jsonl"
+    with open(source, "a") as f:
+        f.write(tail)
+    monkeypatch.setattr(columns, "_BATCH", 1)
+    if size:
+        monkeypatch.setattr(columns, "_WHOLE_ASK_BYTES", size)
+    with open(source, "rb") as f:
+        assert not _whole_source_given(f, source, ("rollouts",))
+        assert _whole_source_given(f, source, (table,)) == whole
+
+
+def _whole_source_given(f, source: Path, tables: tuple[str, ...] = ()) -> bool:
+    """Whether columns._whole_source gives a build of `tables` a copy of the
+    descriptor of open file `f` (of `source`); the copy closed here."""
+    fd = columns._whole_source(f, tables)
+    if fd is None:
+        return False
+    try:
+        assert fd != f.fileno() and os.path.samefile(f"/proc/self/fd/{fd}", source)
+    finally:
+        os.close(fd)
+    return True
 
 # threads None: one part at a time gets DuckDB's own default (every core this machine has).
 @pytest.mark.parametrize("cores, in_flight, threads", [(8, 2, "7"), (2, 2, "1"), (1, 2, "1"), (8, 1, None)])

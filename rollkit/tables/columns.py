@@ -315,6 +315,8 @@ class TableSet:
         # Natively at any size when the parts together are worth it: they share the build's
         # database, whose fixed cost is then paid once (a live run's parts are small).
         build = functools.partial(self._part, native=size >= _NATIVE_MIN_BYTES)
+        # A table without text that every part lacks (after a first open): DuckDB parses the file whole (_whole_source).
+        whole = table in _WHOLE_ASKS and len(lacking) == len(self.parts)
         with paused(), _progress(self.source, size, self.progress) as bar, open(self.source, "rb") as f:
             def jobs() -> Generator[tuple[Any, int], None, None]:
                 ordinals = itertools.accumulate((p["lines"] for p in self.parts), initial=0)
@@ -325,7 +327,8 @@ class TableSet:
                            part), len(data)
 
             # One part at a time on every core: all six tables of two parts at once held too much memory.
-            for part, made in zip(lacking, _in_order(jobs(), bar, in_flight=1)):
+            for part, made in zip(lacking, _in_order(jobs(), bar, in_flight=1, source=f if whole else None,
+                                                     tables=(table,))):
                 part.update(made)
 
     def _settle(self, parts: list[dict[str, Any]]) -> None:
@@ -719,26 +722,30 @@ def _lines(data: bytes, ends: Any, at: int) -> tuple[Any, Any, Any]:
 _IN_FLIGHT = 2
 
 
-def _whole_source(f: Any) -> int | None:
+def _whole_source(f: Any, tables: tuple[str, ...] = ()) -> int | None:
     """A copy of the open file `f`'s descriptor, which DuckDB reads the file
     by (Linux: through /proc, the same file however the path is moved
-    over; the build's Engine closes it), for a first open to parse it whole
-    (nativebuild.Engine.whole_rows); None where that does not pay or may
-    fail: fewer bytes than a native part, more than the parts a first open
-    holds at once (its later parts would read their own bytes all the same),
-    more lines by far (_WHOLE_LINES) than those parts' (the parse, held to
-    the end of the open, would hold more than the build does), lines so
-    short their parts are built in Python (guessed from the first lines'
-    length, as those: no newline in them, no guess), or a last line torn
-    (a run still writing: DuckDB refuses it)."""
+    over; the build's Engine closes it), for a build of `tables` to parse
+    it whole (nativebuild.Engine.whole_rows): a first open's (the
+    rollouts), or the first ask of a table without text (_WHOLE_ASKS);
+    None where that does not pay or may fail: fewer bytes than a native
+    part; for a first open, more than the parts it holds at once (its
+    later parts would read their own bytes all the same) or more lines by
+    far (_WHOLE_LINES) than those parts' (the parse, held to the end of the
+    open, would hold more than the build does) or lines so short its parts
+    are built in Python (guessed from the first lines' length, as those: no
+    newline in them, no guess); for a first ask (its parts built natively
+    whatever their size), more bytes than _WHOLE_ASK_BYTES; a last line
+    torn (a run still writing: DuckDB refuses it)."""
     size = os.fstat(f.fileno()).st_size
-    if not _NATIVE or not _NATIVE_MIN_BYTES <= size <= _IN_FLIGHT * _PART_BYTES \
+    ask = len(tables) == 1 and tables[0] in _WHOLE_ASKS
+    if not _NATIVE or not _NATIVE_MIN_BYTES <= size <= (_WHOLE_ASK_BYTES if ask else _IN_FLIGHT * _PART_BYTES) \
             or not os.path.isdir("/proc/self/fd") or _complete_end(f, 0, size) != size:
         return None
     head = os.pread(f.fileno(), min(size, 1 << 20), 0)
     lines = head.count(b"\n")
-    if not lines or size * lines > _WHOLE_LINES * _IN_FLIGHT * _BATCH * len(head) \
-            or len(head) * _BATCH < _NATIVE_MIN_BYTES * lines:  # (parts too small to build natively)
+    if not lines or (not ask and size * lines > _WHOLE_LINES * _IN_FLIGHT * _BATCH * len(head)) \
+            or (not ask and len(head) * _BATCH < _NATIVE_MIN_BYTES * lines):  # (parts too small to build natively)
         return None
     return os.dup(f.fileno())
 
@@ -747,6 +754,14 @@ def _whole_source(f: Any) -> int | None:
 # parse may hold, guessed from the file's first lines' length: a margin for
 # lines that vary (a run of 100,000 lines fills two parts exactly).
 _WHOLE_LINES = 2
+# The tables whose first ask after a first open has DuckDB parse the file
+# whole, as a first open does, not each part's bytes copied into a file in
+# memory: their fields hold no text (nativebuild._ALONE_FIELDS), so the
+# parse, held until the last part is built, holds a fraction of the file's
+# bytes (the turns of twenty-turn lines the most: about a fifth), which
+# _WHOLE_ASK_BYTES bounds (benchmarks/bigrun.py --first-asks).
+_WHOLE_ASKS = ("turns", "phases", "signals")
+_WHOLE_ASK_BYTES = 3 << 30
 
 
 def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any,
@@ -768,7 +783,7 @@ def _in_order(jobs: Generator[tuple[tuple[Any, ...], int], None, None], bar: Any
     try:
         from .nativebuild import Engine, WholeSource
 
-        whole = None if source is None else _whole_source(source)
+        whole = None if source is None else _whole_source(source, tables)
         engine = Engine(threads=max(1, _cores() - in_flight + 1) if in_flight > 1 else None,
                         source=None if whole is None else WholeSource(whole, _cores(), tables))
         importing = _import_duckdb_beside(then=None if whole is None else engine.read_ahead)

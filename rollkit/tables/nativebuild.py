@@ -3,7 +3,8 @@
 rollkit.tables.columns cuts a trace file into parts and, for each, hands the
 part's lines here. DuckDB's newline-delimited JSON reader (`read_json` of
 the lines' bytes, _read; of the trace file itself, once for all the parts,
-where a first open's Engine has it: Engine.whole_rows) reads the fields the tables need, with the types below
+where the build's Engine has it, a first open's or a first ask's of a table
+without text: Engine.whole_rows) reads the fields the tables need, with the types below
 (`_TRACE_FIELDS`), and one SQL query per table turns them into the rows the
 Python build (rows.trace_rows) makes: the same columns, values and Arrow
 types, row for row (tests/test_columns.py builds both ways and compares).
@@ -723,8 +724,9 @@ def _doubts(kind: Any, x: str, depth: int, name: str) -> tuple[list[str], list[s
 
 
 class WholeSource(NamedTuple):
-    """A first open's trace file for DuckDB to parse at once
-    (Engine.whole_rows): a descriptor of it the Engine owns and closes
+    """A build's trace file for DuckDB to parse at once (Engine.whole_rows;
+    a first open's, or the first ask's of a table without text:
+    columns._whole_source): a descriptor of it the Engine owns and closes
     (a copy of the build's own: a part still running after Ctrl-C ended
     the build reads the same file, not a closed or reused descriptor), the
     threads to parse it on and the tables its parts build (their fields are
@@ -828,8 +830,7 @@ class Engine:
     def whole_rows(self, con: Any, fields: dict[str, Any], first: int, count: int) -> bool:
         """Whether table `whole` holds the source's lines `first` to
         `first + count` parsed (_parsed) with `fields` (WholeSource: the
-        file whose lines from its start are this build's parts, a first
-        open's); if so, the part of connection `con` reads them there until
+        file whose lines from its start are this build's parts); if so, the part of connection `con` reads them there until
         it is given back. The source is parsed once, by read_ahead or else
         by the first part to ask (the other parts wait: they read it too),
         on the source's threads: a part's own bytes copied into a file in
@@ -855,8 +856,8 @@ class Engine:
         """Table `whole`: the source parsed with `fields` on connection
         `con`, once (whole_rows); `wait`: for a parse begun on another
         connection (else back at once). No LIMIT in the query: DuckDB runs a
-        reader under one on one thread (the source's bytes are at most those
-        of the parts a first open holds at once: _whole_source)."""
+        reader under one on one thread (the source's bytes are bounded:
+        _whole_source)."""
         source = self._source
         assert source is not None  # (a build with one: its connections lent, it is not let go)
         if not self._reading.acquire(blocking=wait):
@@ -904,8 +905,9 @@ class Engine:
         (ftruncate or fallocate), sendfile or splice from the trace file
         cost as much as one pwrite or more (copy_file_range cannot cross
         into a memfd), and DuckDB reads no byte range of the trace file
-        itself (a first open of a run of two parts or fewer has it read the
-        whole file instead: whole_rows). Nor did a pipe save the copy's time: DuckDB reading the
+        itself (a first open of a run of two parts or fewer, and the first
+        ask of a table without text, have it read the whole file instead:
+        whole_rows). Nor did a pipe save the copy's time: DuckDB reading the
         part from a pipe a thread fills by splice from the trace file (no
         copy, no new pages) cost a first open (two parts side by side) as
         much CPU as the memfd did, a part alone less; nor does DuckDB read
