@@ -417,7 +417,8 @@ def test_the_parsed_lines_are_let_go_once_the_parts_reading_them_are_done(tmp_pa
     folder = big_run(18, tmp_path / "run", turns=2, tasks=3)
     first = tmp_path / "first.jsonl"
     first.write_text("".join((folder / "traces.jsonl").read_text().splitlines(keepends=True)[:4]))
-    monkeypatch.setattr(columns, "_whole_source", lambda f, tables=(): os.open(first, os.O_RDONLY))  # (the build closes it)
+    # (the build closes it)
+    monkeypatch.setattr(columns, "_whole_source", lambda f, tables=(): os.open(first, os.O_RDONLY))
     held = _made(monkeypatch, nativebuild.Engine, "whole_rows")
     read_alone = nativebuild._read_part
     whole_there: list[int] = []
@@ -466,7 +467,8 @@ def test_a_part_reads_its_own_bytes_where_the_whole_parse_is_not_of_its_lines(tm
     other.write_text(text.replace('{"id":"0', '{"id":"x'))
     ids = [json.loads(line)["id"] for line in text.splitlines()]
     assert ids != [json.loads(line)["id"] for line in other.read_text().splitlines()]
-    monkeypatch.setattr(columns, "_whole_source", lambda f, tables=(): os.open(other, os.O_RDONLY))  # (the build closes it)
+    # (the build closes it)
+    monkeypatch.setattr(columns, "_whole_source", lambda f, tables=(): os.open(other, os.O_RDONLY))
     made = _made(monkeypatch, os, "memfd_create")
     assert open_run(folder, progress=False).rollouts()["id"].tolist() == ids
     assert made

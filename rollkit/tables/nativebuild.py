@@ -830,8 +830,8 @@ class Engine:
     def whole_rows(self, con: Any, fields: dict[str, Any], first: int, count: int) -> bool:
         """Whether table `whole` holds the source's lines `first` to
         `first + count` parsed (_parsed) with `fields` (WholeSource: the
-        file whose lines from its start are this build's parts); if so, the part of connection `con` reads them there until
-        it is given back. The source is parsed once, by read_ahead or else
+        file whose lines from its start are this build's parts); if so, the
+        part of connection `con` reads them there until it is given back. The source is parsed once, by read_ahead or else
         by the first part to ask (the other parts wait: they read it too),
         on the source's threads: a part's own bytes copied into a file in
         memory cost the kernel new pages to hold them and a second copy,
