@@ -510,7 +510,7 @@ def test_the_first_ask_of_a_table_without_text_parses_the_source_whole_and_copie
     # not each part's bytes copied into a file in memory (item 4 of issue
     # 44: those copies were a fifth of a 1M run's first ask of the phases);
     # the calls and the messages, whose fields hold the text, still copy
-    # (a parse of the whole file would hold most of it).
+    # (a parse of the whole file would hold most of it), one part at a time.
     from rollkit.tables import nativebuild
 
     monkeypatch.setattr(columns, "_BATCH", 4)
@@ -523,9 +523,11 @@ def test_the_first_ask_of_a_table_without_text_parses_the_source_whole_and_copie
     assert len(tables.files["rollouts"]) == 5
     made = _made(monkeypatch, os, "memfd_create")
     held = _made(monkeypatch, nativebuild.Engine, "whole_rows")
+    side_by_side = _made(monkeypatch, columns, "_side_by_side")
     native = [pq.read_table(f) for f in tables.files[table]]
     whole = table in ("turns", "phases", "signals")
     assert (held, made == []) == ([whole] * 5, whole)
+    assert len(side_by_side) == whole  # two parts at once (their fields are small), else one
     assert [json.loads((tmp_path / "native" / f"{p['name']}.json").read_text())["build"] for p in tables.parts] \
         == ["native"] * 5
     for a, b in zip(python[table], native):
