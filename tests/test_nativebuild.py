@@ -311,8 +311,8 @@ def _databases_opened(monkeypatch: pytest.MonkeyPatch) -> list:
 
 def test_the_parts_of_a_build_share_one_database_closed_when_it_ends(tmp_path, monkeypatch):
     # Opening a DuckDB database costs ~30 ms, a part's connection to an open
-    # one nothing: a build of five parts (side by side, or one by one for
-    # the other tables) opens one, and nothing of it is left open.
+    # one nothing: a build of five parts (two side by side) opens one, and
+    # nothing of it is left open.
     import duckdb
 
     monkeypatch.setattr(columns, "_BATCH", 4)
@@ -321,7 +321,7 @@ def test_the_parts_of_a_build_share_one_database_closed_when_it_ends(tmp_path, m
     run = open_run(folder, progress=False)
     assert len(run.rollouts()) == 18
     assert len(opened) == 1
-    assert len(run.turns()) == 18 * 2  # the other five tables: one part at a time
+    assert len(run.turns()) == 18 * 2  # a table the first open did not build
     assert len(opened) == 2
     builds = {json.loads(p.read_text())["build"] for p in (folder / ".rollkit").rglob("part-*.json")}
     assert builds == {"native"}
@@ -510,7 +510,7 @@ def test_the_first_ask_of_a_table_without_text_parses_the_source_whole_and_copie
     # not each part's bytes copied into a file in memory (item 4 of issue
     # 44: those copies were a fifth of a 1M run's first ask of the phases);
     # the calls and the messages, whose fields hold the text, still copy
-    # (a parse of the whole file would hold most of it), one part at a time.
+    # (a parse of the whole file would hold most of it).
     from rollkit.tables import nativebuild
 
     monkeypatch.setattr(columns, "_BATCH", 4)
@@ -527,7 +527,7 @@ def test_the_first_ask_of_a_table_without_text_parses_the_source_whole_and_copie
     native = [pq.read_table(f) for f in tables.files[table]]
     whole = table in ("turns", "phases", "signals")
     assert (held, made == []) == ([whole] * 5, whole)
-    assert len(side_by_side) == whole  # two parts at once (their fields are small), else one
+    assert len(side_by_side) == 1  # two parts at once, as a first open builds them
     assert [json.loads((tmp_path / "native" / f"{p['name']}.json").read_text())["build"] for p in tables.parts] \
         == ["native"] * 5
     for a, b in zip(python[table], native):

@@ -326,11 +326,10 @@ class TableSet:
                     yield (build, data, starts, ends, lengths, part["start"], ordinal_of[part["name"]], (table,),
                            part), len(data)
 
-            # One part at a time on every core: all six tables of two parts at once held too much memory.
-            # Two for a table without text every part lacks: its parts hold little, and one's query, Parquet
-            # and next lines run beside the other's (each reading the whole parse, where DuckDB made one).
-            for part, made in zip(lacking, _in_order(jobs(), bar, in_flight=2 if whole else 1,
-                                                     source=f if whole else None, tables=(table,))):
+            # Two parts at once, as a first open builds them: one's query, Parquet and next lines run beside
+            # the other's parse (one table of two parts holds less than all six of one did, when one at a time
+            # was chosen for them).
+            for part, made in zip(lacking, _in_order(jobs(), bar, source=f if whole else None, tables=(table,))):
                 part.update(made)
 
     def _settle(self, parts: list[dict[str, Any]]) -> None:
