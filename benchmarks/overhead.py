@@ -27,6 +27,8 @@ a warmer heap):
   `OpenAIModel(logprobs=True)` records an endpoint's), a judge
   (`Agent(judges=[...])`), a subscriber to the agent's events, and the
   progress bar (drawn to a closed-off stream).
+- everything+silent: the same, the spans sent to the collector that
+  never answers. Runs only when named, and in --sandbox.
 - folder-no-live, folder-no-dump, folder-bare: where a folder's cost goes,
   by taking one part away (each without the live tables, so against
   folder-tables): the live file's lines not written (its writer a sink
@@ -60,8 +62,9 @@ part away, and otel-proc, run only when named.
 
 `--sandbox N` measures something else: N rollouts of a program run in a
 bubblewrap sandbox (`rk.SandboxRuntime`, three model calls each) with
-nothing on and with everything on, as wall time (the programs' CPU is
-theirs); skipped with the reason where bubblewrap cannot run.
+nothing on, with everything on, and with everything on but the spans
+sent to a collector that never answers, as wall time (the programs' CPU
+is theirs); skipped with the reason where bubblewrap cannot run.
 
 `--instructions` counts instead of timing: each setting's instructions per
 rollout until `rk.evaluate` returns, one evaluation under valgrind's
@@ -112,7 +115,7 @@ from _common import Results, json_option
 
 _trace_line = evaluation.trace_line
 SETTINGS = ("none", "folder", "folder-tables", "folder-waited", "folder+otel", "folder+otel-proc", "folder+silent",
-            "prices", "everything", "folder-no-live", "folder-no-dump", "folder-bare", "otel-proc")
+            "prices", "everything", "folder-no-live", "folder-no-dump", "folder-bare", "otel-proc", "everything+silent")
 DEFAULT = SETTINGS[:9]
 _TAKEN_AWAY = ("folder-tables", "folder-no-live", "folder-no-dump", "folder-bare")  # the live tables off
 
@@ -227,7 +230,7 @@ def _turns(trace: rk.Trace) -> float:
 
 
 def _agent(setting: str) -> Any:
-    if setting != "everything":
+    if not setting.startswith("everything"):
         return demo_agent()
     agent = demo_agent(model=_with_tokens(toy_calculator_model()), judges=[_turns])
     agent.subscribe(lambda *event: None)
@@ -250,7 +253,7 @@ def _sandboxed_agent(setting: str) -> Any:
     """A program in a bubblewrap sandbox (SandboxRuntime) making three model
     calls; in `everything`, the same with all a user can turn on (see `_agent`)."""
     model = rk.ScriptedModel(lambda request: "ok", name="toy-program")
-    everything = setting == "everything"
+    everything = setting.startswith("everything")
     agent = rk.Agent(model=_with_tokens(model) if everything else model, runtime=rk.SandboxRuntime,
                      harness=rk.ProgramHarness([sys.executable, "-c", _PROGRAM]), judges=[_turns] if everything else ())
     if everything:
@@ -283,13 +286,13 @@ def _setting(setting: str, root: Path, collectors: _Collectors, concurrency: int
     with the run's parts swapped as the setting says while it lasts (its
     folder removed and the parts put back after)."""
     agent = make_agent(setting)
-    everything = setting == "everything"
+    everything = setting.startswith("everything")
     options: dict[str, Any] = {"progress": everything, "concurrency": concurrency}
     if setting.startswith("folder") or everything:
         options["out"] = root / f"run-{time.monotonic_ns()}"
     if setting in ("folder+otel", "folder+otel-proc", "folder+silent", "otel-proc") or everything:
-        options["otel"] = collectors.url("otel-proc" if everything else setting.split("+")[-1])
-    if setting in ("prices", "everything"):
+        options["otel"] = collectors.url("otel-proc" if setting == "everything" else setting.split("+")[-1])
+    if setting == "prices" or everything:
         rk.prices({agent.model.name: {"input": 1.0, "output": 2.0}})
     log = _Waited if setting == "folder-waited" else TraceLog
     evaluation.TraceLog = functools.partial(log, tables=setting not in _TAKEN_AWAY)
@@ -303,7 +306,7 @@ def _setting(setting: str, root: Path, collectors: _Collectors, concurrency: int
             yield agent, options
     finally:
         evaluation.TraceLog, evaluation.LiveWriter, evaluation.trace_line = TraceLog, LiveWriter, _trace_line
-        if setting in ("prices", "everything"):
+        if setting == "prices" or everything:
             rk.prices({agent.model.name: None})
         if "out" in options:
             shutil.rmtree(options["out"])
@@ -467,7 +470,8 @@ def _sandbox(args: argparse.Namespace) -> None:
     results = Results("overhead.py", f"everything on against nothing on, {args.sandbox} rollouts of a sandboxed "
                       f"program x {args.rounds} rounds, concurrency {args.concurrency}")
     tasks = [rk.Task(prompt=f"go {i}") for i in range(args.sandbox)]
-    times = _measure(["none", "everything"], tasks, args.rounds, args.concurrency, _sandboxed_agent, warm=1)
+    times = _measure(["none", "everything", "everything+silent"], tasks, args.rounds, args.concurrency,
+                     _sandboxed_agent, warm=1)
     print(f"{args.sandbox} sandboxed rollouts x {args.rounds} rounds, concurrency {args.concurrency}")
     _report(times, args.sandbox, results)
     results.save(args.json)
