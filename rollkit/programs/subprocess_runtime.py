@@ -89,7 +89,8 @@ def clean_environment(home: Path, *, pass_env: Iterable[str] = (), env: Mapping[
     return out
 
 
-async def _feed(stdin: asyncio.StreamWriter | None, data: str | bytes) -> bytes:
+async def _feed(stdin: asyncio.StreamWriter | None, data: str | bytes) -> None:
+    """`data` written to a program's input, which is then closed."""
     assert stdin is not None
     stdin.write(data.encode() if isinstance(data, str) else data)
     try:
@@ -97,7 +98,6 @@ async def _feed(stdin: asyncio.StreamWriter | None, data: str | bytes) -> bytes:
         stdin.close()
     except (BrokenPipeError, ConnectionResetError):
         pass  # the program did not read all of it; its exit status says the rest
-    return b""
 
 
 @dataclass(frozen=True)
@@ -436,7 +436,8 @@ class SubprocessRuntime(Runtime):
         program = await self.launch(argv, env=env, stdin=input is not None)
         process = program.process
         assert process.stdout is not None and process.stderr is not None
-        readers = [asyncio.ensure_future(process.stdout.read()), asyncio.ensure_future(process.stderr.read())]
+        readers: list[asyncio.Future[Any]] = [asyncio.ensure_future(process.stdout.read()),
+                                              asyncio.ensure_future(process.stderr.read())]
         if input is not None:
             # Beside the wait: a program that exits without reading it all ends
             # the writing (its reap drops the rest), even where a descendant

@@ -745,8 +745,8 @@ def _whole_source(f: Any, tables: tuple[str, ...] = ()) -> int | None:
         return None
     head = os.pread(f.fileno(), min(size, 1 << 20), 0)
     lines = head.count(b"\n")
-    if not lines or (not ask and size * lines > _WHOLE_LINES * _IN_FLIGHT * _BATCH * len(head)) \
-            or (not ask and len(head) * _BATCH < _NATIVE_MIN_BYTES * lines):  # (parts too small to build natively)
+    if not lines or not ask and (size * lines > _WHOLE_LINES * _IN_FLIGHT * _BATCH * len(head)
+                                 or len(head) * _BATCH < _NATIVE_MIN_BYTES * lines):  # (parts too small: Python's)
         return None
     return os.dup(f.fileno())
 

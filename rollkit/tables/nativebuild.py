@@ -831,11 +831,12 @@ class Engine:
         """Whether table `whole` holds the source's lines `first` to
         `first + count` parsed (_parsed) with `fields` (WholeSource: the
         file whose lines from its start are this build's parts); if so, the
-        part of connection `con` reads them there until it is given back. The source is parsed once, by read_ahead or else
-        by the first part to ask (the other parts wait: they read it too),
-        on the source's threads: a part's own bytes copied into a file in
-        memory cost the kernel new pages to hold them and a second copy,
-        which the source in the page cache does not. Where DuckDB refuses a
+        part of connection `con` reads them there until it is given back.
+        The source is parsed once, by read_ahead or else by the first part
+        to ask (the other parts wait: they read it too), on the source's
+        threads: a part's own bytes copied into a file in memory cost the
+        kernel new pages to hold them and a second copy, which the source in
+        the page cache does not. Where DuckDB refuses a
         line, no part's: each reads its own bytes, and the one holding the
         line is refused alone, as where there is no source; so do parts
         past its lines (lines written since). Once one of those has asked
